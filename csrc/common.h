@@ -1,0 +1,37 @@
+/* common.h - status codes and small helpers shared by every C file.
+ *
+ * Core functions return 0 on success or a negative MR_E* code; results go
+ * through out-parameters.  Nothing in the core prints, sets errno or uses
+ * Python.  The binding turns a code into an exception in one place
+ * (mr_raise() in py_common.h). */
+#ifndef MR_COMMON_H
+#define MR_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MR_OK        0
+#define MR_ENOMEM   (-1)  /* an allocation failed; the structure is unchanged */
+#define MR_EINVAL   (-2)  /* a bad argument; the structure is unchanged */
+#define MR_ENOENT   (-3)  /* no such element */
+#define MR_EBUSY    (-4)  /* the element is locked or in use */
+#define MR_ESTALE   (-5)  /* a node handle refers to a node that no longer exists */
+#define MR_ECUDA    (-6)  /* a CUDA call failed; see mr_last_cuda_error() */
+#define MR_ECORRUPT (-7)  /* an invariant check failed */
+#define MR_ENOSPC   (-8)  /* a pool has no free element left */
+#define MR_ESTATE   (-9)  /* the operation is not valid in the object's current state */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MR_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define MR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define MR_INLINE      static inline __attribute__((always_inline))
+#else
+#define MR_LIKELY(x)   (x)
+#define MR_UNLIKELY(x) (x)
+#define MR_INLINE      static inline
+#endif
+
+/* Short name of a status code ("MR_ENOMEM"), for messages. */
+const char *mr_strerror(int code);
+
+#endif /* MR_COMMON_H */

@@ -1,0 +1,275 @@
+/* module.c - the mambaradix._C module: definition, per-module state,
+ * exceptions, the status-to-exception helper, and argument helpers.
+ *
+ * Multi-phase initialisation (PEP 489): PyInit__C only returns the
+ * definition; mr_exec creates the exceptions and asks each binding file
+ * (py_radix.c, py_tensor.c, py_pools.c) to add its types. */
+#include "py_common.h"
+#include "cuda_api.h"
+
+#define MR_NUMPY_IMPORT
+#include "py_numpy.h"
+
+/* ------------------------------------------------------------------------
+ * Helpers */
+
+mr_state *
+mr_state_from_type(PyTypeObject *tp)
+{
+    PyObject *m = PyType_GetModuleByDef(tp, &mr_module_def);
+    if (m == NULL) {
+        return NULL;
+    }
+    return mr_get_state(m);
+}
+
+PyObject *
+mr_raise(mr_state *st, int code, const char *what)
+{
+    switch (code) {
+    case MR_ENOMEM:
+        return PyErr_NoMemory();
+    case MR_EINVAL:
+        PyErr_Format(PyExc_ValueError, "%s: invalid argument", what);
+        return NULL;
+    case MR_ENOENT:
+        PyErr_Format(PyExc_KeyError, "%s: not found", what);
+        return NULL;
+    case MR_EBUSY:
+        PyErr_Format(PyExc_RuntimeError, "%s: in use (locked)", what);
+        return NULL;
+    case MR_ESTALE:
+        PyErr_Format(st ? st->StaleNodeError : PyExc_ValueError,
+                     "%s: the node was removed from the tree (stale handle)", what);
+        return NULL;
+    case MR_ECUDA:
+        PyErr_Format(PyExc_RuntimeError, "%s: CUDA error: %s", what, mr_last_cuda_error());
+        return NULL;
+    case MR_ECORRUPT:
+        PyErr_Format(st ? st->InvariantError : PyExc_AssertionError, "%s", what);
+        return NULL;
+    case MR_ENOSPC:
+        PyErr_Format(PyExc_RuntimeError, "%s: pool exhausted", what);
+        return NULL;
+    case MR_ESTATE:
+        PyErr_Format(PyExc_RuntimeError, "%s: not valid in the current state", what);
+        return NULL;
+    default:
+        PyErr_Format(PyExc_RuntimeError, "%s: error %d (%s)", what, code, mr_strerror(code));
+        return NULL;
+    }
+}
+
+int
+mr_check_nargs(const char *fname, Py_ssize_t nargs, Py_ssize_t min, Py_ssize_t max)
+{
+    if (nargs < min || nargs > max) {
+        if (min == max) {
+            PyErr_Format(PyExc_TypeError, "%s() takes %zd positional argument%s (%zd given)",
+                         fname, min, min == 1 ? "" : "s", nargs);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s() takes from %zd to %zd positional arguments (%zd given)",
+                         fname, min, max, nargs);
+        }
+        return 0;
+    }
+    return 1;
+}
+
+PyObject *
+mr_find_kw(PyObject *kwnames, PyObject *const *kwstack, const char *name)
+{
+    if (kwnames == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0) {
+            return kwstack[i];
+        }
+    }
+    return NULL;
+}
+
+int
+mr_check_kwnames(const char *fname, PyObject *kwnames, const char *const *allowed)
+{
+    if (kwnames == NULL) {
+        return 0;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        int ok = 0;
+        for (const char *const *a = allowed; *a != NULL; a++) {
+            if (PyUnicode_CompareWithASCIIString(k, *a) == 0) {
+                ok = 1;
+                break;
+            }
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out)
+{
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", arg, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    PyObject *idx = PyNumber_Index(o);
+    if (idx == NULL) {
+        return -1;
+    }
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld]", arg, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Module-level functions */
+
+PyDoc_STRVAR(cuda_device_count__doc__,
+"cuda_device_count()\n"
+"--\n"
+"\n"
+"Number of CUDA devices visible to mambaradix's kernels: 0 without a GPU,\n"
+"a driver, or a CUDA build.");
+
+static PyObject *
+mod_cuda_device_count(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromLong(mr_cuda_device_count());
+}
+
+static PyMethodDef mr_methods[] = {
+    {"cuda_device_count", (PyCFunction)mod_cuda_device_count, METH_NOARGS, cuda_device_count__doc__},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------------------
+ * Module definition */
+
+static int
+mr_exec(PyObject *m)
+{
+    mr_state *st = mr_get_state(m);
+    if (_import_array() < 0) {
+        return -1;
+    }
+    st->Error = PyErr_NewExceptionWithDoc("mambaradix.Error",
+        "Base class of mambaradix's own errors.", NULL, NULL);
+    if (st->Error == NULL || PyModule_AddObjectRef(m, "Error", st->Error) < 0) {
+        return -1;
+    }
+    PyObject *bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
+    if (bases == NULL) {
+        return -1;
+    }
+    st->StaleNodeError = PyErr_NewExceptionWithDoc("mambaradix.StaleNodeError",
+        "A node handle refers to a node that was removed, or to another tree.", bases, NULL);
+    Py_DECREF(bases);
+    if (st->StaleNodeError == NULL || PyModule_AddObjectRef(m, "StaleNodeError", st->StaleNodeError) < 0) {
+        return -1;
+    }
+    bases = PyTuple_Pack(2, st->Error, PyExc_AssertionError);
+    if (bases == NULL) {
+        return -1;
+    }
+    st->InvariantError = PyErr_NewExceptionWithDoc("mambaradix.InvariantError",
+        "sanity_check() found a broken invariant.", bases, NULL);
+    Py_DECREF(bases);
+    if (st->InvariantError == NULL || PyModule_AddObjectRef(m, "InvariantError", st->InvariantError) < 0) {
+        return -1;
+    }
+#ifdef MR_WITH_CUDA
+    if (PyModule_AddObjectRef(m, "cuda_compiled", Py_True) < 0) {
+        return -1;
+    }
+#else
+    if (PyModule_AddObjectRef(m, "cuda_compiled", Py_False) < 0) {
+        return -1;
+    }
+#endif
+    if (mr_py_radix_init(m, st) < 0 || mr_py_tensor_init(m, st) < 0 || mr_py_pools_init(m, st) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+mr_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    mr_state *st = mr_get_state(m);
+    Py_VISIT(st->Error);
+    Py_VISIT(st->StaleNodeError);
+    Py_VISIT(st->InvariantError);
+    for (int i = 0; i < MR_STATE_SLOTS; i++) {
+        Py_VISIT(st->radix[i]);
+        Py_VISIT(st->tensor[i]);
+        Py_VISIT(st->pools[i]);
+    }
+    return 0;
+}
+
+static int
+mr_clear(PyObject *m)
+{
+    mr_state *st = mr_get_state(m);
+    Py_CLEAR(st->Error);
+    Py_CLEAR(st->StaleNodeError);
+    Py_CLEAR(st->InvariantError);
+    for (int i = 0; i < MR_STATE_SLOTS; i++) {
+        Py_CLEAR(st->radix[i]);
+        Py_CLEAR(st->tensor[i]);
+        Py_CLEAR(st->pools[i]);
+    }
+    return 0;
+}
+
+static void
+mr_free(void *m)
+{
+    mr_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot mr_slots[] = {
+    {Py_mod_exec, mr_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+struct PyModuleDef mr_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "mambaradix._C",
+    .m_doc = "Native core of mambaradix: radix tree, pools, DLPack and state kernels.",
+    .m_size = sizeof(mr_state),
+    .m_methods = mr_methods,
+    .m_slots = mr_slots,
+    .m_traverse = mr_traverse,
+    .m_clear = mr_clear,
+    .m_free = mr_free,
+};
+
+PyMODINIT_FUNC
+PyInit__C(void)
+{
+    return PyModuleDef_Init(&mr_module_def);
+}

@@ -1,0 +1,231 @@
+/* radix.h - the prefix tree of a hybrid (attention + recurrent state) cache.
+ *
+ * A path from the root spells a token sequence.  Every node holds one edge:
+ * `len` tokens (int32) and the KV-pool index (int64) of each of them, and
+ * optionally one *state slot*: the recurrent state after every token from
+ * the root to the end of the node.  A node without a state is a
+ * *tombstone*.  The tree behaves like SGLang v0.5.15's MambaRadixCache.
+ *
+ *   insert "a b c d" (state S1), then "a b x y" (state S2):
+ *
+ *       (root)                      (root)
+ *         |                           |
+ *     [a b c d] S1       ==>       [a b] --        <- split: the upper half
+ *                                  /      \           is a tombstone
+ *                             [c d] S1   [x y] S2
+ *
+ *   evict_state(1) picks the least recently used state.  An internal node
+ *   loses only its state (tombstone, KV kept); a leaf is removed with its
+ *   KV, and so is every tombstone above it that is left childless.
+ *
+ * Invariants (mr_radix_check() verifies each, by number):
+ *   I1  The root has an empty key, no state, and is in no LRU list.
+ *   I2  Every other node has len > 0 and len % page_size == 0; its children
+ *       are kept sorted by (namespace, first token) and no two children of a
+ *       node share a first page.  A child's parent pointer is its parent.
+ *   I3  Every node below the root has the namespace (extra_key id) of its
+ *       root child; keys of different namespaces never match.
+ *   I4  The full LRU list holds every non-root node exactly once; the state
+ *       LRU list holds exactly the nodes that have a state.
+ *   I5  full_lock(n) == state_lock(n) + nostate_lock(n) + sum over children
+ *       of full_lock(child): a lock taken on a node also locks every
+ *       ancestor's KV; the state is locked only on the node itself, and only
+ *       when the node had a state when the lock was taken (nostate_lock
+ *       counts the locks taken on a tombstone, so a later unlock never
+ *       releases a state reference that was never taken).
+ *   I6  state_lock(n) > 0 implies n has a state.
+ *   I7  The four counters equal their definitions: full_evictable (resp.
+ *       full_protected) is the number of tokens of non-root nodes with
+ *       full_lock == 0 (resp. > 0); state_evictable (resp. state_protected)
+ *       is the number of states on nodes with state_lock == 0 (resp. > 0).
+ *   I8  A leaf has a state, except a tombstone that was full-locked when its
+ *       last child was removed; evict_full() removes such a leaf like any
+ *       other once it is unlocked.
+ *   I9  Every live node is registered under its id with its current
+ *       generation; handles of removed nodes are detected as stale.
+ *
+ * Ownership: the tree copies the keys and KV indices it is given.  It never
+ * frees KV indices or state slots itself: insert reports the caller's
+ * duplicate indices in an output buffer, and eviction hands what it removes
+ * to the mr_release callbacks, which return them to their pools.
+ *
+ * Errors: every function returns MR_OK or a negative MR_E* code.  A failed
+ * call leaves the tree valid (mr_radix_check() passes) and releases nothing.
+ */
+#ifndef MR_RADIX_H
+#define MR_RADIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+typedef struct mr_radix mr_radix;
+typedef struct mr_node mr_node;
+
+/* Which state-LRU touches the tree makes.  The choice of eviction victim
+ * itself lives behind one internal interface (mr_evict_policy in radix.c),
+ * so a utility-based policy can be added without touching the tree. */
+typedef enum {
+    /* SGLang v0.5.15: a match refreshes every state-bearing node on the
+     * matched path; insert and split refresh states they walk through. */
+    MR_POLICY_SGLANG = 0,
+    /* SGLang PR #31643: a match refreshes only the node whose state is used;
+     * insert walks and splits leave the state LRU alone. */
+    MR_POLICY_CONSUMED = 1,
+} mr_lru_policy;
+
+typedef struct {
+    uint32_t page_size;   /* >= 1: matching, splits and children are per page */
+    uint32_t chunk_size;  /* >= 1: branching lengths are aligned down to it */
+    mr_lru_policy policy;
+} mr_radix_config;
+
+/* A node handle: stays comparable after the node is gone, and resolves to
+ * MR_ESTALE then. */
+typedef struct {
+    uint32_t id;
+    uint32_t gen;
+} mr_handle;
+
+/* Where eviction sends what it removes.  Each callback is called before the
+ * node is changed; a non-zero return stops the eviction with that node left
+ * in place, and the eviction returns that code. */
+typedef struct {
+    int (*free_kv)(void *ctx, const int64_t *indices, size_t n);
+    int (*free_state)(void *ctx, int64_t slot);
+    void *ctx;
+} mr_release;
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+/* Creates an empty tree.  MR_EINVAL if page_size or chunk_size is 0 or
+ * neither divides the other, MR_ENOMEM on out of memory. */
+int mr_radix_new(const mr_radix_config *cfg, mr_radix **out);
+/* Frees the tree and every node.  Releases nothing to pools. */
+void mr_radix_free(mr_radix *t);
+/* Removes every node (SGLang's reset()).  Releases nothing to pools: the
+ * caller clears them.  All outstanding handles become stale. */
+void mr_radix_reset(mr_radix *t);
+
+const mr_radix_config *mr_radix_config_of(const mr_radix *t);
+
+/* ------------------------------------------------------------------------
+ * Match and insert */
+
+typedef struct {
+    mr_node *node;             /* deepest node on the path with a state, or root */
+    size_t prefix_len;         /* tokens from the root to node (usable prefix) */
+    size_t kv_matched_len;     /* tokens whose KV matched, through tombstones */
+    int64_t branching_seqlen;  /* kv_matched_len aligned down to chunk_size when
+                                  the KV match goes deeper than node, else -1;
+                                  also -1 when the aligned value is 0 */
+    int64_t state;             /* node's state slot, -1 at the root */
+} mr_match;
+
+/* Matches key[0:len) (truncated to whole pages) in namespace ns (0 = none).
+ * Splits a partially matched node, as SGLang does, even though the match
+ * only reads: the upper half is a tombstone.  Refreshes the LRU lists.
+ * MR_ENOMEM if a split could not be allocated: the tree is unchanged apart
+ * from LRU order, and *out describes the match without the split part. */
+int mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns,
+                   mr_match *out);
+
+/* Writes the KV indices of the path root..node (node's prefix length of
+ * them) to dst, in token order.  Returns the number written. */
+size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst);
+/* Number of tokens from the root to the end of node. */
+size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
+
+typedef struct {
+    size_t prefix_len;   /* tokens of the key that were already in the tree */
+    int state_existed;   /* 1: the node at the key's end already had a state;
+                            the caller keeps (and must free) its slot */
+    mr_node *node;       /* the node that ends at the key's end (root for an
+                            empty key) */
+    size_t ndup;         /* caller KV indices written to dup_out */
+} mr_insert_result;
+
+/* Inserts key/val[0:len) in namespace ns with state slot `state` (>= 0) at
+ * its end.  len must be a multiple of page_size (MR_EINVAL otherwise).
+ * Indices the caller passed for tokens already in the tree are written to
+ * dup_out (capacity len) for the caller to free, except those of the first
+ * prev_prefix_len tokens (the caller's locked prefix, which are the tree's
+ * own).  An empty key inserts nothing and reports state_existed = 1.
+ * On MR_ENOMEM the caller still owns every index and its slot, ndup is 0,
+ * and the tree is valid (a split already made may remain). */
+int mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
+                    int32_t ns, int64_t state, size_t prev_prefix_len,
+                    int64_t *dup_out, mr_insert_result *out);
+
+/* ------------------------------------------------------------------------
+ * Locks */
+
+/* Locks node: its state (if it has one) and the KV of the whole path to the
+ * root.  Locking the root does nothing. */
+int mr_radix_lock(mr_radix *t, mr_node *node);
+/* Undoes one mr_radix_lock(node).  MR_EINVAL if node is not locked (the tree
+ * is unchanged).  Unlocking the root does nothing. */
+int mr_radix_unlock(mr_radix *t, mr_node *node);
+
+/* ------------------------------------------------------------------------
+ * Eviction */
+
+/* Evicts least recently used unlocked leaves (with their state and the
+ * tombstone chain above them) until at least num_tokens KV tokens were
+ * released or nothing more can go.  *tokens_out / *states_out (may be
+ * NULL) receive what was released, possibly more than asked. */
+int mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
+                        size_t *tokens_out, size_t *states_out);
+/* Evicts least recently used unlocked states until num_states were
+ * released: an internal node becomes a tombstone (KV kept); a leaf is
+ * removed with its KV and the tombstones above it.  A leaf whose KV is
+ * locked is never picked. */
+int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
+                         size_t *tokens_out, size_t *states_out);
+
+/* ------------------------------------------------------------------------
+ * Sizes, checks, inspection */
+
+typedef struct {
+    size_t full_evictable;
+    size_t full_protected;
+    size_t state_evictable;
+    size_t state_protected;
+    size_t nodes;          /* non-root nodes */
+    size_t memory_bytes;   /* bytes the tree holds (nodes, edges, tables) */
+} mr_radix_stats;
+
+void mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out);
+
+/* Verifies I1..I9 and the counters.  Returns MR_OK, or MR_ECORRUPT with a
+ * message naming the invariant written to msg (capacity msglen). */
+int mr_radix_check(const mr_radix *t, char *msg, size_t msglen);
+
+/* Appends a readable dump of the tree to *buf (a MR_MALLOC'd string the
+ * caller frees), one node a line, indented by depth.  MR_ENOMEM possible. */
+int mr_radix_dump(const mr_radix *t, char **buf, size_t *len);
+
+mr_node *mr_radix_root(const mr_radix *t);
+mr_handle mr_node_handle(const mr_node *n);
+/* Resolves a handle.  MR_ESTALE if the node was removed. */
+int mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out);
+
+size_t mr_node_len(const mr_node *n);
+const int32_t *mr_node_key(const mr_node *n);
+const int64_t *mr_node_values(const mr_node *n);
+int64_t mr_node_state(const mr_node *n);          /* -1: tombstone or root */
+int32_t mr_node_namespace(const mr_node *n);
+mr_node *mr_node_parent(const mr_node *n);        /* NULL for the root */
+size_t mr_node_nchildren(const mr_node *n);
+mr_node *mr_node_child(const mr_node *n, size_t i);  /* sorted order */
+int32_t mr_node_full_lock(const mr_node *n);
+int32_t mr_node_state_lock(const mr_node *n);
+
+/* LRU traversal, most recently used first.  which: 0 = full list, 1 = state
+ * list.  Returns NULL past the end. */
+mr_node *mr_radix_lru_first(const mr_radix *t, int which);
+mr_node *mr_radix_lru_next(const mr_radix *t, int which, const mr_node *n);
+
+#endif /* MR_RADIX_H */
