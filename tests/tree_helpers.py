@@ -45,6 +45,8 @@ def make_tree(impl: str, **kw):
 
 def ints(xs) -> list:
     """A result array or list as a list of Python ints."""
+    if hasattr(xs, "tolist"):
+        return xs.tolist()
     return [int(x) for x in xs]
 
 
@@ -86,15 +88,18 @@ class Allocator:
             self.free_list.append(i)
 
 
-def tree_snapshot(tree) -> list:
-    """Every node of a tree (C or model) as a comparable tuple, depth first
-    in child order: (path, key, value, state, full_lock_ref, state_lock_ref)."""
+def tree_snapshot(tree, paths=None) -> list:
+    """Every node of a tree (C or model) as a comparable tuple, sorted by
+    path: (extra_key, path, value, state, full_lock_ref, state_lock_ref).
+    paths: a dict that receives node -> (extra_key, path)."""
     out = []
     stack = [(tree.root, ())]
     while stack:
         node, prefix = stack.pop()
         key = ints(node.key)
         path = prefix + tuple(key)
+        if paths is not None:
+            paths[node] = (node.extra_key, path)
         out.append(
             (
                 node.extra_key,
@@ -111,7 +116,11 @@ def tree_snapshot(tree) -> list:
     return out
 
 
-def lru_paths(tree, which: str) -> list:
+def lru_paths(tree, which: str, paths=None) -> list:
+    """The paths of an LRU list, most recent first (paths: a node -> path
+    dict from tree_snapshot, to save the walks to the root)."""
+    if paths is not None:
+        return [paths[n] for n in tree.lru_order(which)]
     return [node_path(n) for n in tree.lru_order(which)]
 
 
