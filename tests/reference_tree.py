@@ -6,7 +6,8 @@ deliberate differences of mambaradix (see `csrc/radix.h`):
 
 * the tree never frees indices: insert returns the caller's duplicate KV
   indices, evictions return the KV indices and state slots they release;
-* a lock taken on a tombstone records that it took no state reference;
+* a lock taken on a tombstone records that it took no state reference, and
+  an unlock releases such a lock before one that holds the state;
 * `evict_mamba` never picks a leaf whose KV is locked;
 * a tombstone leaf left behind because it was locked is evicted by
   `evict_full` like any other leaf once it is unlocked;
@@ -182,12 +183,15 @@ class ReferenceTree:
     # Lifetime
 
     def reset(self) -> None:
+        """Drops every node; handles of the root stay valid (it is the same
+        root), every other handle becomes stale."""
         old = getattr(self, "_full_lru", None)
         if old is not None:
             for node in old:
                 node.alive = False
-            self.root.alive = False
-        self.root = RefNode(self, [], [], None, None, None)
+            self.root.child_map = {}
+        else:
+            self.root = RefNode(self, [], [], None, None, None)
         self._full_lru = OrderedDict()  # node -> None; last = most recently used
         self._state_lru = OrderedDict()
         self._full_evictable = 0
@@ -409,13 +413,15 @@ class ReferenceTree:
             return
         if node.state_lock + node.nostate_lock == 0:
             raise ValueError("node: not locked")
-        if node.state_lock > 0:
+        # Locks cannot be told apart: release one that took no state
+        # reference first (the state stays protected as long as possible).
+        if node.nostate_lock > 0:
+            node.nostate_lock -= 1
+        else:
             node.state_lock -= 1
             if node.state_lock == 0:
                 self._state_protected -= 1
                 self._state_evictable += 1
-        else:
-            node.nostate_lock -= 1
         n = node
         while n.parent is not None:
             n.full_lock -= 1

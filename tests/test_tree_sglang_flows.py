@@ -444,3 +444,108 @@ def test_scheduler_like_flow_keeps_pools_consistent(impl, policy):
         c.check()
     assert tree.full_protected_size() == 0 and tree.mamba_protected_size() == 0
     assert c.evicted[0] > 0 and c.evicted[1] > 0
+
+
+# ----------------------------------------------------------------------
+# mambaradix's hazard fixes (not in SGLang): locks on tombstones, locked
+# leaves and tombstone leaves left behind by a locked cascade.
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_evict_mamba_skips_leaf_locked_after_revive(impl, policy):
+    """P = [1, 2] is locked while a tombstone, then revived.  evict_mamba(2)
+    evicts the leaf X below it; P is then a leaf whose KV is locked, so it
+    must be skipped (its state is not locked), not evicted."""
+    tree = make_tree(impl, lru_policy=policy)
+    x = tree.insert([1, 2, 3, 4], [10, 11, 12, 13], 1).node
+    tree.match_prefix([1, 2, 9])  # split: P = [1, 2] (tombstone) over X = [3, 4]
+    p = x.parent
+    assert p.state is None and ints(p.key) == [1, 2]
+    tree.inc_lock_ref(p)  # a lock taken on the tombstone: no state reference
+    res = tree.insert([1, 2], [20, 21], 2)  # revives P
+    assert res.node == p and p.state == 2 and p.state_lock_ref == 0
+    assert tree.mamba_evictable_size() == 2
+
+    ev = tree.evict_mamba(2)
+    assert (ev.tokens_evicted, ev.states_evicted) == (2, 1)
+    assert ints(ev.kv_indices) == [12, 13] and ints(ev.state_slots) == [1]
+    assert p.valid and p.state == 2 and p.full_lock_ref == 1
+    assert tree.total_size() == (2, 1)
+    assert (tree.full_evictable_size(), tree.full_protected_size()) == (0, 2)
+    tree.sanity_check()
+    # unlocked, P is an ordinary leaf again
+    tree.dec_lock_ref(p)
+    ev = tree.evict_mamba(1)
+    assert (ev.tokens_evicted, ev.states_evicted) == (2, 1)
+    assert tree.total_size() == (0, 0)
+    tree.sanity_check()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lock_on_tombstone_then_revive_then_unlock(impl, policy):
+    tree = make_tree(impl, lru_policy=policy)
+    x = tree.insert([1, 2, 3], [1, 2, 3], 1).node
+    tree.match_prefix([1, 9])
+    p = x.parent  # tombstone [1]
+    tree.inc_lock_ref(p)
+    assert (p.full_lock_ref, p.state_lock_ref) == (1, 0)
+    assert tree.mamba_protected_size() == 0
+    tree.insert([1], [7], 2)  # revive: the state is not protected by that lock
+    assert tree.mamba_evictable_size() == 2 and tree.mamba_protected_size() == 0
+    tree.inc_lock_ref(p)  # this lock takes the state
+    assert (p.full_lock_ref, p.state_lock_ref) == (2, 1)
+    assert tree.mamba_protected_size() == 1
+    # the first unlock releases the lock that took no state reference
+    tree.dec_lock_ref(p)
+    assert (p.full_lock_ref, p.state_lock_ref) == (1, 1)
+    assert tree.mamba_protected_size() == 1
+    tree.dec_lock_ref(p)
+    assert (p.full_lock_ref, p.state_lock_ref) == (0, 0)
+    assert tree.mamba_protected_size() == 0 and tree.full_protected_size() == 0
+    with pytest.raises(ValueError):
+        tree.dec_lock_ref(p)
+    tree.sanity_check()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_locked_tombstone_leaf_is_evicted_once_unlocked(impl, policy):
+    """A cascade stops at a locked tombstone, which stays as a leaf; once
+    unlocked, evict_full removes it like a leaf (and cascades above it)."""
+    tree = make_tree(impl, lru_policy=policy)
+    c = tree.insert([1, 2, 3], [1, 2, 3], 1).node
+    tree.match_prefix([1, 9])  # tombstone [1] over [2, 3]
+    tree.match_prefix([1, 2, 8])  # tombstone [2] over [3]
+    mid = c.parent
+    top = mid.parent
+    assert ints(top.key) == [1] and ints(mid.key) == [2] and ints(c.key) == [3]
+    tree.inc_lock_ref(mid)
+    ev = tree.evict_mamba(1)  # the leaf [3] goes; [2] is locked, so it stays
+    assert (ev.tokens_evicted, ev.states_evicted) == (1, 1)
+    assert mid.valid and not mid.children and mid.state is None
+    tree.sanity_check()
+    assert tree.evict_full(10).tokens_evicted == 0  # still locked
+    tree.dec_lock_ref(mid)
+    tree.sanity_check()
+    ev = tree.evict_full(1)
+    assert (ev.tokens_evicted, ev.states_evicted) == (2, 0)
+    assert ints(ev.kv_indices) == [2, 1] and ints(ev.state_slots) == []
+    assert not mid.valid and not top.valid
+    assert tree.node_count() == 0 and tree.total_size() == (0, 0)
+    tree.sanity_check()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_evict_mamba_never_picks_full_locked_leaf(impl):
+    """A locked leaf is skipped; evict_mamba looks further toward the most
+    recently used end."""
+    tree = make_tree(impl)
+    a = tree.insert([1, 2], [1, 2], 1).node
+    b = tree.insert([5, 6], [5, 6], 2).node
+    tree.inc_lock_ref(a)
+    ev = tree.evict_mamba(1)
+    assert ints(ev.state_slots) == [2] and b.valid is False and a.valid
+    assert tree.evict_mamba(1).states_evicted == 0
+    tree.sanity_check()
