@@ -149,17 +149,35 @@ def _as_int(x: Any, what: str) -> int:
     return x.__index__()
 
 
-def _as_tokens(key: Any, what: str) -> list:
-    out = [_as_int(t, what) for t in key]
-    for t in out:
-        if not -(2**31) <= t < 2**31:
-            raise OverflowError("%s: token %d is out of the int32 range" % (what, t))
+def _as_ints(xs: Any, what: str, lo: int, hi: int) -> list:
+    """xs as a list of Python ints in [lo, hi]; TypeError / ValueError
+    naming `what` otherwise."""
+    if hasattr(xs, "tolist") and hasattr(xs, "dtype"):  # a numpy array
+        if xs.dtype.kind not in "iu":
+            raise TypeError("%s must hold integers" % what)
+        if xs.ndim != 1:
+            raise ValueError("%s must be 1-dimensional" % what)
+        out = xs.tolist()
+    else:
+        out = list(xs)
+        if not set(map(type, out)) <= {int}:
+            out = [_as_int(t, what) for t in out]
+    if out and (min(out) < lo or max(out) > hi):
+        raise ValueError("%s: a value is out of the range [%d, %d]" % (what, lo, hi))
     return out
+
+
+def _as_tokens(key: Any, what: str) -> list:
+    return _as_ints(key, what, -(2**31), 2**31 - 1)
 
 
 class ReferenceTree:
     """The model.  Same method names and results as mambaradix.RadixTree;
     results hold lists instead of numpy arrays and RefNode instead of Node."""
+
+    # False: trust that keys and values are lists of ints in range (the
+    # benchmark times the algorithm, not the argument checks).
+    check_inputs = True
 
     def __init__(self, page_size: int = 1, chunk_size: Optional[int] = None, lru_policy: str = "consumed"):
         page_size = _as_int(page_size, "page_size")
@@ -234,6 +252,11 @@ class ReferenceTree:
     # ------------------------------------------------------------------
     # Keys
 
+    def _tokens(self, key: Any) -> list:
+        if self.check_inputs:
+            return _as_tokens(key, "key")
+        return key if type(key) is list else list(key)
+
     def _child_key(self, extra_key, tokens: list, pos: int) -> tuple:
         return (extra_key, tuple(tokens[pos : pos + self.page_size]))
 
@@ -285,15 +308,17 @@ class ReferenceTree:
     def match_prefix(self, key: Any, extra_key: Optional[str] = None) -> RefMatch:
         if extra_key is not None and not isinstance(extra_key, str):
             raise TypeError("extra_key must be a str or None")
-        tokens = _as_tokens(key, "key")
+        tokens = self._tokens(key)
         n = len(tokens) - len(tokens) % self.page_size
+        if n < len(tokens):
+            tokens = tokens[:n]  # whole pages only
         node = self.root
         pos = 0
         while pos < n:
             child = node.child_map.get(self._child_key(extra_key, tokens, pos))
             if child is None:
                 break
-            p = self._common_len(child.key, tokens[:n], pos)
+            p = self._common_len(child.key, tokens, pos)
             pos += p
             if p < len(child.key):
                 node = self._split(child, p)
@@ -333,8 +358,8 @@ class ReferenceTree:
     ) -> RefInsert:
         if extra_key is not None and not isinstance(extra_key, str):
             raise TypeError("extra_key must be a str or None")
-        tokens = _as_tokens(key, "key")
-        values = [_as_int(v, "value") for v in value]
+        tokens = self._tokens(key)
+        values = _as_ints(value, "value", 0, 2**63 - 1) if self.check_inputs else list(value)
         state = _as_int(state, "state")
         prev_prefix_len = _as_int(prev_prefix_len, "prev_prefix_len")
         if len(values) != len(tokens):
