@@ -457,19 +457,45 @@ def test_reentrant_index_in_insert_value():
 
 def test_failed_calls_do_not_leak_references():
     t = populated()
+    other = populated()
     key_bad = [1, 2, "x"]
     val = [1, 2, 3]
-    for _ in range(3):  # warm up caches
+    arr2d = np.zeros((2, 3), dtype=np.int32)
+    arr_big = np.array([1, 2**40], dtype=np.int64)
+    extra = "ns-leak"
+    stale = t.insert([42], [42], 42).node
+    t.evict_full(10**6)
+    foreign = other.root.children[0]
+    objs = [t, other, key_bad, val, arr2d, arr_big, extra, key_bad[2], stale, foreign]
+
+    def failing_calls():
         with pytest.raises(TypeError):
             t.insert(key_bad, val, 1)
-    gc.collect()
-    r0 = (sys.getrefcount(key_bad), sys.getrefcount(val), sys.getrefcount(key_bad[2]))
-    for _ in range(1000):
         with pytest.raises(TypeError):
-            t.insert(key_bad, val, 1)
-        with pytest.raises(TypeError):
-            t.match_prefix(key_bad)
+            t.match_prefix(key_bad, extra)
         with pytest.raises(ValueError):
-            t.insert([1, 2], val, 1)
+            t.insert([1, 2], val, 1, extra_key=extra)
+        with pytest.raises(ValueError):
+            t.match_prefix(arr2d)
+        with pytest.raises(ValueError):
+            t.insert(arr_big, val[:2], 1)
+        with pytest.raises(ValueError):
+            t.insert([1, 2, 3], arr_big, 1)
+        with pytest.raises(StaleNodeError):
+            t.inc_lock_ref(stale)
+        with pytest.raises(StaleNodeError):
+            t.dec_lock_ref(foreign)
+        with pytest.raises(ValueError):
+            t.evict_full(-1)
+        with pytest.raises(ValueError):
+            t.dec_lock_ref(t.insert([77], [77], 77).node)  # an unlocked node
+
+    for _ in range(3):  # warm up caches
+        failing_calls()
     gc.collect()
-    assert (sys.getrefcount(key_bad), sys.getrefcount(val), sys.getrefcount(key_bad[2])) == r0
+    r0 = [sys.getrefcount(o) for o in objs]
+    for _ in range(1000):
+        failing_calls()
+    gc.collect()
+    assert [sys.getrefcount(o) for o in objs] == r0
+    t.sanity_check()
