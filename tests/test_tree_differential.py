@@ -41,9 +41,11 @@ CONFIGS = [
     ("p16-consumed", dict(page_size=16, chunk_size=32, lru_policy="consumed", alphabet=2, max_pages=5, max_tokens=1200)),
     ("p16-sglang", dict(page_size=16, chunk_size=16, lru_policy="sglang", alphabet=2, max_pages=5, max_tokens=1200)),
     ("p4-chunk2-sglang", dict(page_size=4, chunk_size=2, lru_policy="sglang", alphabet=2, max_pages=4, max_tokens=200)),
+    # wide fan-out: dozens of children per node
+    ("p1-wide", dict(page_size=1, chunk_size=2, lru_policy="consumed", alphabet=40, max_pages=4, max_tokens=300)),
 ]
 SEEDS = [11, 22]
-OPS_PER_RUN = 8500  # 6 configs x 2 seeds x 8500 = 102,000 operations
+OPS_PER_RUN = 7300  # 7 configs x 2 seeds x 7300 = 102,200 operations
 DEEP_EVERY = 3
 
 # Cases each configuration must have hit, so that a run that never reaches
