@@ -58,8 +58,7 @@ class _Allocator:
 def _stub(name, **attrs):
     m = types.ModuleType(name)
     m.__dict__.update(attrs)
-    if "." not in name or not attrs.get("__file__"):
-        m.__path__ = []  # a package, so that submodules can be stubbed too
+    m.__path__ = []  # a package, so that submodules can be stand-ins too
     return m
 
 

@@ -368,6 +368,26 @@ def test_key_input_forms(form):
     t.sanity_check()
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda k: np.array(k, dtype=object), lambda k: np.asarray(k, dtype=">i8"), lambda k: np.asarray(k, dtype=">i4")],
+    ids=["object", "int64-big-endian", "int32-big-endian"],
+)
+def test_unusual_arrays_are_read_right_or_rejected(make):
+    """Arrays the API does not promise to read: either the right tokens, or
+    a TypeError naming the key, and the tree unchanged."""
+    t = populated()
+    before = state_of(t)
+    key = [1, 2, 3, 4]
+    try:
+        m = t.match_prefix(make(key))
+    except TypeError as e:
+        assert "key" in str(e)
+        assert state_of(t) == before
+        return
+    assert ints(m.indices) == [100, 101, 102, 103] and m.kv_matched_len == 4
+
+
 def test_result_types():
     t = RadixTree()
     r = t.insert([1, 2], [5, 6], 3)
