@@ -6,11 +6,6 @@ four size counters, total_size and node_count are compared after each one,
 both `sanity_check()`s run, and the whole trees (paths, KV indices, states,
 lock counts) and both LRU orders are compared every few operations.
 
-While the C tree has the evict_mamba divergence that
-`tree_differ.KNOWN_EVICT_MAMBA_BUG` probes for (its own regression test is in
-test_tree_sglang_flows.py), the runs skip evict_mamba in the one situation
-that triggers it; once it is fixed the probe turns that off by itself.
-
 The seeded runs below add up to a little over 10^5 operations (scale them
 with MAMBARADIX_DIFF_SCALE, e.g. 0.1 for a quick run, 10 for a long one);
 the `slow` test (run by `-m slow` or MAMBARADIX_SLOW=1) runs 2 * 10^5 more.  The Hypothesis state machine uses the
