@@ -1,7 +1,11 @@
 """Optional oracle: SGLang v0.5.15's own MambaRadixCache, driven through the
 same random operations as the C tree and the reference model (LRU policy
-"sglang", page_size 1, chunk 64), comparing every result, the freed KV
-indices and state slots, the size counters and both LRU orders.
+"sglang"; page_size 1 with chunk 64, and page_size 4 / 8 with extra_key
+namespaces, which SGLang's tree supports in its extra_buffer mode), comparing
+every result, the freed KV indices and state slots, the size counters and
+both LRU orders.  Locks are taken only on nodes that have a state, as
+SGLang's scheduler does (a lock on a tombstone is one of the hazards
+mambaradix fixes, which SGLang would assert on).
 
 Needs torch and the `sglang==0.5.15` package.  SGLang's package imports a
 large stack (transformers, triton, ...); when the cache module cannot be
@@ -108,6 +112,11 @@ def _radix_key_source(path):
     raise ImportError("RadixKey not found in %s" % path)
 
 
+# What the stand-in get_global_server_args() returns (read by the cache's
+# constructor): the chunk size of branching points.
+_SERVER_ARGS = types.SimpleNamespace(mamba_cache_chunk_size=64)
+
+
 def load_sglang():
     """Returns a namespace with MambaRadixCache, RadixKey, InsertParams,
     MatchPrefixParams, EvictParams and a cache factory; raises ImportError
@@ -179,7 +188,7 @@ def load_sglang():
             ),
             "sglang.srt.server_args": _stub(
                 "sglang.srt.server_args",
-                get_global_server_args=lambda: types.SimpleNamespace(mamba_cache_chunk_size=64),
+                get_global_server_args=lambda: _SERVER_ARGS,
             ),
         }
         sys.modules.update(stubs)
@@ -205,17 +214,21 @@ def _namespace(mrc, bpc, RadixKey, alloc_cls, isolated):
     ns.EvictParams = bpc.EvictParams
     ns.isolated = isolated
 
-    def make():
+    def make(page_size=1, chunk_size=64):
+        if not isolated and (page_size, chunk_size) != (1, 64):
+            pytest.skip("page_size / chunk_size are set through the stand-in server arguments only")
+        _SERVER_ARGS.mamba_cache_chunk_size = chunk_size
         kv = alloc_cls()
         slots = _Allocator()
         pool = types.SimpleNamespace(mamba_allocator=slots)
         params = types.SimpleNamespace(
             req_to_token_pool=pool,
             token_to_kv_pool_allocator=kv,
-            page_size=1,
+            page_size=page_size,
             disable=False,
             enable_kv_cache_events=False,
-            enable_mamba_extra_buffer=False,
+            # page_size > 1 needs extra_buffer mode (it changes nothing in the tree)
+            enable_mamba_extra_buffer=page_size > 1,
             enable_mamba_extra_buffer_lazy=False,
             enable_metrics=False,
         )
@@ -243,13 +256,14 @@ pytestmark = pytest.mark.skipif(SG is None, reason="SGLang oracle unavailable: %
 
 def _sg_path(node):
     parts = []
+    extra = node.key.extra_key if node.parent is not None else None
     while node.parent is not None:
         parts.append(list(node.key.token_ids))
         node = node.parent
     out = []
     for p in reversed(parts):
         out.extend(p)
-    return (None, tuple(out))
+    return (extra, tuple(out))
 
 
 def _sg_lru(cache, mamba):
@@ -265,11 +279,23 @@ def _sg_lru(cache, mamba):
 class OracleRun:
     """SGLang's cache, the reference model and (when built) the C tree."""
 
-    def __init__(self, seed, alphabet=3, max_len=10):
+    def __init__(self, seed, alphabet=3, max_len=10, page_size=1, chunk_size=64, extra_keys=(None,)):
         self.rng = random.Random(seed)
-        self.sg, self.kv, self.slots = SG.make()
-        self.m = ReferenceTree(page_size=1, chunk_size=64, lru_policy="sglang")
-        self.c = RadixTree(page_size=1, chunk_size=64, lru_policy="sglang") if HAVE_C else None
+        self.sg, self.kv, self.slots = SG.make(page_size, chunk_size)
+        kw = dict(page_size=page_size, chunk_size=chunk_size, lru_policy="sglang")
+        self.m = ReferenceTree(**kw)
+        self.c = RadixTree(**kw) if HAVE_C else None
+        self.page = page_size
+        self.extra_keys = list(extra_keys)
+        self.extra = None
+        if page_size > 1:  # whole pages from a few patterns that differ at one token
+            base = [self.rng.randrange(alphabet) for _ in range(page_size)]
+            self.atoms = [base]
+            for _ in range(2):
+                a = list(base)
+                j = self.rng.randrange(page_size)
+                a[j] = (a[j] + 1) % max(2, alphabet)
+                self.atoms.append(a)
         self.alphabet = alphabet
         self.max_len = max_len
         self.keys = []
@@ -279,8 +305,21 @@ class OracleRun:
         self.ops = 0
         self.log = []
 
-    def key(self):
+    def key(self, for_match=False):
         rng = self.rng
+        self.extra = rng.choice(self.extra_keys)
+        if self.page > 1:
+            if self.keys and rng.random() < 0.6:
+                base = rng.choice(self.keys)
+                k = base[: rng.randrange(len(base) // self.page + 1) * self.page]
+            else:
+                k = []
+            for _ in range(rng.randrange(0 if k else 1, 4)):
+                k += rng.choice(self.atoms)
+            k = k[: self.max_len * self.page]
+            if for_match and rng.random() < 0.3:
+                k += [rng.randrange(self.alphabet) for _ in range(rng.randrange(1, self.page))]
+            return k
         if self.keys and rng.random() < 0.6:
             base = rng.choice(self.keys)
             k = base[: rng.randrange(len(base) + 1)] + [rng.randrange(self.alphabet) for _ in range(rng.randrange(0, 4))]
@@ -297,7 +336,7 @@ class OracleRun:
             )
 
     def rk(self, key):
-        return SG.RadixKey(array("q", key), None)
+        return SG.RadixKey(array("q", key), self.extra)
 
     def op_insert(self):
         key = self.key()
@@ -310,7 +349,7 @@ class OracleRun:
         slot = self.next_slot
         self.next_slot += 1
         prev = 0 if self.rng.random() < 0.7 else self.rng.randrange(len(key) + 2)
-        self.log.append("insert %r prev=%d" % (key, prev))
+        self.log.append("insert %r prev=%d extra=%r" % (key, prev, self.extra))
         r = self.sg.insert(
             SG.InsertParams(
                 key=self.rk(key),
@@ -320,18 +359,18 @@ class OracleRun:
             )
         )
         dups = self.kv.take()
-        rm = self.m.insert(key, value, slot, prev_prefix_len=prev)
-        rc = self.c.insert(key, value, slot, prev_prefix_len=prev) if self.c else None
+        rm = self.m.insert(key, value, slot, prev_prefix_len=prev, extra_key=self.extra)
+        rc = self.c.insert(key, value, slot, prev_prefix_len=prev, extra_key=self.extra) if self.c else None
         self.same("insert prefix_len", r.prefix_len, rm.prefix_len, rc and rc.prefix_len)
         self.same("insert state_existed", bool(r.mamba_exist), rm.state_existed, rc and bool(rc.state_existed))
         self.same("insert duplicates", dups, rm.duplicates, rc is not None and ints(rc.duplicates))
 
     def op_match(self):
-        key = self.key()
-        self.log.append("match %r" % (key,))
+        key = self.key(for_match=True)
+        self.log.append("match %r extra=%r" % (key, self.extra))
         r = self.sg.match_prefix(SG.MatchPrefixParams(key=self.rk(key)))
-        rm = self.m.match_prefix(key)
-        rc = self.c.match_prefix(key) if self.c else None
+        rm = self.m.match_prefix(key, self.extra)
+        rc = self.c.match_prefix(key, self.extra) if self.c else None
         self.same("match indices", r.device_indices.tolist(), rm.indices, rc is not None and ints(rc.indices))
         self.same("match node", _sg_path(r.last_device_node), rm.node.path, rc is not None and node_path(rc.node))
         self.same("match branching", r.mamba_branching_seqlen, rm.branching_seqlen, rc and rc.branching_seqlen)
@@ -406,8 +445,8 @@ class OracleRun:
             else:
                 self._evict("evict_mamba", self.rng.choice([1, 1, 2, 3]))
             self.ops += 1
-            if self.m.total_size()[0] > 80:
-                self._evict("evict_full", self.m.total_size()[0] - 40)
+            if self.m.total_size()[0] > 80 * self.page:
+                self._evict("evict_full", self.m.total_size()[0] - 40 * self.page)
             self.compare()
 
 
@@ -444,3 +483,13 @@ def test_random_ops_match_sglang(seed):
 
 def test_random_ops_match_sglang_small_alphabet():
     OracleRun(99, alphabet=2, max_len=14).run(2000)
+
+
+def test_random_ops_match_sglang_pages_and_extra_keys():
+    """page_size 4 (SGLang's extra_buffer mode allows it), chunk 8, two
+    extra_key namespaces besides None."""
+    OracleRun(7, alphabet=2, max_len=4, page_size=4, chunk_size=8, extra_keys=(None, None, "a", "b")).run(1500)
+
+
+def test_random_ops_match_sglang_chunk_smaller_than_page():
+    OracleRun(8, alphabet=3, max_len=3, page_size=8, chunk_size=2).run(1000)
