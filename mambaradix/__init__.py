@@ -5,6 +5,7 @@ Importing mambaradix never imports torch.
 
 from . import _C
 from ._C import Error, InvariantError, StaleNodeError, cuda_compiled, cuda_device_count
+from ._C import StatePool, Tensor, write_req_to_token
 
 __version__ = "0.1.0"
 
@@ -12,6 +13,9 @@ __all__ = [
     "Error",
     "InvariantError",
     "StaleNodeError",
+    "StatePool",
+    "Tensor",
     "cuda_compiled",
     "cuda_device_count",
+    "write_req_to_token",
 ]
