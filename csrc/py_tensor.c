@@ -864,14 +864,31 @@ idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id,
         out->idx.on_device = 0;
         return 0;
     }
-    /* Anything else: a Python int or sequence, through numpy. */
-    PyArray_Descr *descr = PyArray_DescrFromType(mask ? NPY_BOOL : NPY_INT64);
-    PyObject *arr = PyArray_FromAny(obj, descr, 0, 1, NPY_ARRAY_CARRAY_RO, NULL);
-    if (arr == NULL) {
+    /* Anything else: a Python int or sequence, through numpy.  Convert
+     * without a dtype first, so that floats are refused, not truncated. */
+    PyObject *raw = PyArray_FromAny(obj, NULL, 0, 0, NPY_ARRAY_CARRAY_RO, NULL);
+    if (raw == NULL) {
         if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
         }
+        return -1;
+    }
+    PyArrayObject *ra = (PyArrayObject *)raw;
+    if (PyArray_NDIM(ra) > 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, PyArray_NDIM(ra));
+        Py_DECREF(raw);
+        return -1;
+    }
+    if (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra))) {
+        PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
+        Py_DECREF(raw);
+        return -1;
+    }
+    PyArray_Descr *descr = PyArray_DescrFromType(mask ? NPY_BOOL : NPY_INT64);
+    PyObject *arr = PyArray_FromAny(raw, descr, 0, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST, NULL);
+    Py_DECREF(raw);
+    if (arr == NULL) {
         return -1;
     }
     out->owner = arr;
