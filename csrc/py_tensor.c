@@ -520,16 +520,12 @@ Tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             PyErr_SetString(PyExc_BufferError, "__dlpack__: stream must be None for a CPU tensor");
             return NULL;
         }
+        /* Any stream handle is fine: mambaradix records no pending work
+         * (its kernels run on the streams callers pass), so there is
+         * nothing to order.  0, which the protocol calls ambiguous and old
+         * consumers still send, is taken as the default stream. */
         if (!PyLong_Check(stream)) {
             PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
-            return NULL;
-        }
-        long long s = PyLong_AsLongLong(stream);
-        if (s == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        if (s == 0) {
-            PyErr_SetString(PyExc_ValueError, "__dlpack__: stream 0 is not allowed (use 1 for the default stream)");
             return NULL;
         }
     }
