@@ -4,6 +4,9 @@ stream, CUDA-graph capture and replay of track_decode, and device-side
 indices out of range.  Skipped without a GPU (or without torch.cuda).
 """
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -16,6 +19,7 @@ pytestmark = pytest.mark.cuda
 if not torch.cuda.is_available() or mambaradix.cuda_device_count() == 0:
     pytest.skip("needs a CUDA device visible to torch and mambaradix", allow_module_level=True)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_kernels_cpu import (  # noqa: E402  (after the skip)
     POOL_SPECS,
     assert_same_bits,
