@@ -1419,15 +1419,21 @@ check_dst_slots(const mr_state_pool *pool, const idx_arg *dst, const char *fname
                      (long long)bad, (long long)d[bad], (long long)pool->slots);
         return -1;
     }
-    for (int64_t i = 0; i < dst->idx.n; i++) {
-        for (int64_t j = 0; j < i; j++) {
-            if (d[i] == d[j]) {
-                PyErr_Format(PyExc_ValueError, "%s(): dst_slots[%lld] = %lld appears twice", fname,
-                             (long long)i, (long long)d[i]);
-                return -1;
-            }
-        }
+    uint8_t *seen = MR_CALLOC((size_t)pool->slots + 1, 1);
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
+    for (int64_t i = 0; i < dst->idx.n; i++) {
+        if (seen[d[i]]) {
+            PyErr_Format(PyExc_ValueError, "%s(): dst_slots[%lld] = %lld appears twice", fname,
+                         (long long)i, (long long)d[i]);
+            MR_FREE(seen);
+            return -1;
+        }
+        seen[d[i]] = 1;
+    }
+    MR_FREE(seen);
     return 0;
 }
 
