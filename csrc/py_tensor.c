@@ -474,7 +474,9 @@ export_release(void *ctx)
 }
 
 /* Destructor of the capsules we hand out: runs the deleter unless a
- * consumer took ownership (renamed the capsule). */
+ * consumer took ownership (renamed the capsule).  It may run while an
+ * exception is pending (a failed call dropping its arguments), so it
+ * must neither raise nor clear one: PyCapsule_IsValid sets nothing. */
 static void
 export_capsule_destructor(PyObject *cap)
 {
@@ -485,9 +487,6 @@ export_capsule_destructor(PyObject *cap)
     else if (PyCapsule_IsValid(cap, CAP_LEGACY)) {
         mr_dl_managed *m = PyCapsule_GetPointer(cap, CAP_LEGACY);
         m->deleter(m);
-    }
-    else {
-        PyErr_Clear();
     }
 }
 

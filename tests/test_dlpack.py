@@ -202,6 +202,20 @@ def test_null_data_refused():
     assert t.shape == (0, 3) and t.nbytes == 0
 
 
+def test_errors_survive_temporary_capsules():
+    """A failed call drops its (consumed) capsule arguments while the
+    exception is pending: their destructors must leave it alone."""
+    before = deleted()
+    with pytest.raises(ValueError, match="layers"):
+        mambaradix.StatePool([_C._testing_make_capsule((2, 4, 3), "bfloat16")],
+                             _C._testing_make_capsule((3, 4, 3), "float32"))
+    with pytest.raises(BufferError, match="read-only"):
+        Tensor.from_dlpack(_C._testing_make_capsule((2,), "float32", readonly=True), writable=True)
+    with pytest.raises(TypeError, match="table must be int32"):
+        mambaradix.write_req_to_token(Tensor.zeros((2, 3), "float32").__dlpack__(max_version=(1, 1)), [0], [0], [1])
+    assert deleted() == before + 3  # the pool's two tensors and the read-only capsule
+
+
 def test_import_error_paths_delete_exactly_once_in_pools():
     before = deleted()
     good = [_C._testing_make_capsule((2, 4, 3), "bfloat16") for _ in range(2)]
