@@ -1,0 +1,249 @@
+"""The simulator's command line, run as a user runs it: in a subprocess.
+
+Until the replay engine (mambaradix.sim.engine) is part of the package, the
+CLI is driven here by a small stand-in engine defined in this file: exact
+prefix matching on the chunk grid, enough to give the report real numbers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_ENGINE = importlib.util.find_spec("mambaradix.sim.engine") is not None
+
+STANDIN_ENGINE = textwrap.dedent('''
+    """Stand-in replay engine for the CLI tests (not the real cache)."""
+    import time
+    from mambaradix.sim.types import SimMetrics
+
+    CALLS = []
+
+    def run(requests, config, progress=None):
+        t0 = time.perf_counter()
+        C = config.chunk_size
+        seen = set()
+        m = SimMetrics()
+        turns = {}
+        for i, r in enumerate(requests):
+            ids = r.input_ids
+            n = len(ids)
+            cap = n - 1 if config.match_cap else n
+            usable = 0
+            for k in range(C, cap + 1, C):
+                if ids[:k].tobytes() in seen:
+                    usable = k
+                else:
+                    break
+            m.requests += 1
+            m.prompt_tokens += n
+            m.state_usable_tokens += usable
+            m.kv_matched_tokens += usable
+            m.state_hits += usable > 0
+            tot = turns.setdefault(r.turn, [0, 0])
+            tot[0] += usable
+            tot[1] += n
+            full = ids if r.output_ids is None else np.concatenate((ids, r.output_ids))
+            for k in range(C, len(full) + 1, C):
+                seen.add(full[:k].tobytes())
+            m.peak_state_slots = min(config.state_slots, len(seen))
+            if progress is not None:
+                progress(i + 1, len(requests))
+        m.per_turn_hit_rate = {t: a / b for t, (a, b) in turns.items()}
+        m.wall_seconds = {"driver": time.perf_counter() - t0, "cache": 0.0}
+        return m
+''').replace("from mambaradix", "import numpy as np\nfrom mambaradix")
+
+LAUNCH = (
+    "import sys, importlib.util\n"
+    "spec = importlib.util.spec_from_file_location('mambaradix.sim.engine', sys.argv[1])\n"
+    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+    "sys.modules['mambaradix.sim.engine'] = mod\n"
+    "import mambaradix.sim\n"
+    "mambaradix.sim.engine = mod\n"
+    "from mambaradix.__main__ import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def engine_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("standin") / "standin_engine.py"
+    path.write_text(STANDIN_ENGINE)
+    return path
+
+
+def sim(engine_file: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m mambaradix sim ARGS` (with the stand-in engine when the
+    package has no engine yet)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if HAVE_ENGINE:
+        cmd = [sys.executable, "-m", "mambaradix", "sim", *args]
+    else:
+        cmd = [sys.executable, "-c", LAUNCH, str(engine_file), "sim", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+SMALL = ["--num-clients", "8", "--num-rounds", "3", "--request-length", "128",
+         "--output-length", "16"]
+
+
+def test_default_run_prints_the_report(engine_file):
+    r = sim(engine_file)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "multi-turn chat: 1,280 requests" in out
+    for section in ("hit rates", "token hit rate", "KV hit rate", "state hit rate",
+                    "where the prompt tokens went", "reused (KV + state)",
+                    "never cached before (cold)",
+                    "lost: no state at the match end", "evictions and pools", "state bytes copied",
+                    "prefill FLOPs saved for qwen3-next", "token hit rate per turn", "wall time"):
+        assert section in out, section
+    assert "Traceback" not in r.stderr
+
+
+def test_json_output_parses_and_is_consistent(engine_file):
+    r = sim(engine_file, *SMALL, "--json", "--state-slots", "40", "--chunk-size", "32")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    m = doc["metrics"]
+    assert doc["workload"]["requests"] == 24 == m["requests"]
+    assert doc["workload"]["prompt_tokens"] == m["prompt_tokens"]
+    assert doc["config"]["state_slots"] == 40 and doc["config"]["chunk_size"] == 32
+    assert doc["model"]["name"] == "qwen3-next"
+    assert doc["model"]["state_bytes_per_slot"] == 77_266_944
+    assert 0 < m["token_hit_rate"] <= m["kv_hit_rate"] <= 1
+    assert m["token_hit_rate"] == pytest.approx(m["state_usable_tokens"] / m["prompt_tokens"])
+    assert set(m["per_turn_hit_rate"]) == {"0", "1", "2"}
+    assert m["per_turn_hit_rate"]["0"] == 0.0 and m["per_turn_hit_rate"]["2"] > 0.5
+    assert m["prefill_flops_saved"] > 0
+
+
+def test_state_mem_is_sized_by_the_preset(engine_file):
+    r = sim(engine_file, *SMALL, "--json", "--state-mem", "8GiB", "--model", "qwen3-next",
+            "--tp", "4", "--kv-mem", "1GiB")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["config"]["state_slots"] == (8 << 30) // 19_316_736
+    assert doc["config"]["kv_tokens"] == (1 << 30) // (12 * 2 * 1 * 256 * 2)
+
+
+def test_sweep_json_and_table(engine_file):
+    r = sim(engine_file, *SMALL, "--json", "--sweep", "chunk_size=32,64",
+            "--sweep", "lru_policy=sglang,consumed")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    params = [p["params"] for p in doc["sweep"]]
+    assert params == [{"chunk_size": 32, "lru_policy": "sglang"},
+                      {"chunk_size": 32, "lru_policy": "consumed"},
+                      {"chunk_size": 64, "lru_policy": "sglang"},
+                      {"chunk_size": 64, "lru_policy": "consumed"}]
+    assert [p["config"]["chunk_size"] for p in doc["sweep"]] == [32, 32, 64, 64]
+    r = sim(engine_file, *SMALL, "--sweep", "state_mem=1GiB,2GiB")
+    assert r.returncode == 0, r.stderr
+    assert "token hit" in r.stdout and "1.0 GiB" in r.stdout and "2.0 GiB" in r.stdout
+
+
+def test_trace_file_replay(engine_file, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    lines = [{"input_ids": list(range(200)), "output_len": 4},
+             {"input_ids": list(range(200)) + [7] * 50, "output_len": 4, "turn": 1}]
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = sim(engine_file, "--trace", str(trace), "--json", "--chunk-size", "64")
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)["metrics"]
+    assert m["requests"] == 2 and m["prompt_tokens"] == 450
+    assert m["state_usable_tokens"] >= 192
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "llama-70b"], "unknown model preset 'llama-70b'"),
+    (["--policy", "fifo"], "invalid choice: 'fifo'"),
+    (["--mode", "pp3"], "invalid choice: 'pp3'"),
+    (["--tp", "3"], "tp=3 does not divide"),
+    (["--kv-tokens", "100"], "smaller than one request's need"),
+    (["--state-slots", "2"], "mode pp2 needs 3 per running request"),
+    (["--state-mem", "10MiB"], "a state pool of 10.0 MiB holds no state slot: one slot of "
+                               "qwen3-next at tp=1 is 73.7 MiB"),
+    (["--state-mem", "100MiB"], "1 state slot(s) cannot run one request"),
+    (["--sweep", "colour=1,2"], "unknown parameter 'colour'"),
+    (["--sweep", "state_slots=8,lots"], "state_slots takes integers"),
+    (["--sweep", "lru_policy=sglang,fifo"], "lru_policy=fifo: unknown eviction policy 'fifo'"),
+    (["--sweep", "state_slots=1,64"], "state_slots=1:"),
+    (["--chunk-size", "48", "--page-size", "32"], "must be a multiple of page_size"),
+    (["--trace", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
+    (["--plot", "x.png"], "--plot draws hit rate against a swept parameter"),
+    (["--kv-mem", "lots"], "cannot read a size from 'lots'"),
+])
+def test_bad_input_exits_2_with_a_message(engine_file, args, message):
+    r = sim(engine_file, *SMALL, *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_malformed_trace_line_names_its_line(engine_file, tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 2,
+                                 "hash_ids": [1]}) + "\n\n{oops\n")
+    r = sim(engine_file, "--trace", str(trace))
+    assert r.returncode == 2
+    assert f"{trace}:3: not valid JSON" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_plot_writes_a_png(engine_file, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "hit.png"
+    r = sim(engine_file, *SMALL, "--sweep", "state_slots=8,16,32", "--plot", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 5000
+    assert f"plot written to {out}" in r.stdout
+
+
+def test_plot_without_matplotlib_says_so(engine_file, tmp_path):
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "matplotlib.py").write_text("raise ImportError('blocked for the test')\n")
+    env_path = str(blocker)
+    env = dict(os.environ, PYTHONPATH=env_path + os.pathsep + str(ROOT))
+    cmd = ([sys.executable, "-m", "mambaradix", "sim"] if HAVE_ENGINE
+           else [sys.executable, "-c", LAUNCH, str(engine_file), "sim"])
+    r = subprocess.run(cmd + [*SMALL, "--sweep", "state_slots=8,16", "--plot",
+                              str(tmp_path / "p.png")],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 2
+    assert "--plot needs matplotlib" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_top_level_usage():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "mambaradix"], capture_output=True, text=True,
+                       env=env, cwd=ROOT)
+    assert r.returncode == 2 and "sim" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "mambaradix", "simulate"], capture_output=True,
+                       text=True, env=env, cwd=ROOT)
+    assert r.returncode == 2 and "unknown command 'simulate'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "mambaradix", "sim", "--list-presets"],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0 and "qwen3-next" in r.stdout and "73.7 MiB" in r.stdout
+
+
+def test_importing_the_package_and_simulator_never_imports_torch():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = ("import sys, mambaradix, mambaradix.sim, mambaradix.sim.cli, "
+            "mambaradix.sim.report, mambaradix.sim.sweep\n"
+            "from mambaradix.sim import workloads, SimConfig, presets\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
