@@ -902,3 +902,67 @@ class SchedulerDriver:
         if info.abort_pending:
             return True
         return len(info.req.output_ids) >= info.spec.output_len
+
+
+# ---------------------------------------------------------------------------
+# building mambaradix.sglang's cache and pools
+# ---------------------------------------------------------------------------
+@dataclass
+class DropIn:
+    """A cache with its pools, ready for :class:`SchedulerDriver`."""
+
+    tree_cache: Any
+    req_to_token_pool: Any
+    allocator: Any
+    api: Any
+    model: Any = None
+
+
+def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
+                 max_context_len: int, model: Any = None, lru_policy: str = "sglang",
+                 req_rows: Optional[int] = None) -> DropIn:
+    """``mambaradix.sglang``'s ``MambaRadixCache`` over its own
+    ``HybridReqToTokenPool`` and ``TokenToKVPoolAllocator`` on CPU, configured
+    for ``config``'s mode.  With a toy ``model`` the state pool holds int64
+    tensors of the model's shapes and the model is bound to them; without
+    one, a minimal state of one int64 per slot."""
+    import torch
+
+    from . import sglang as sg  # type: ignore[attr-defined]
+
+    for name, v in (("kv_tokens", kv_tokens), ("state_slots", state_slots),
+                    ("max_context_len", max_context_len)):
+        if not isinstance(v, (int, np.integer)) or v <= 0:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if model is not None:
+        layers = model.num_layers
+        conv_shape, temporal_shape = model.conv_shape, model.temporal_shape
+    else:
+        layers, conv_shape, temporal_shape = 1, (1,), (1,)
+    shape = sg.Mamba2StateShape(conv=[conv_shape], temporal=temporal_shape,
+                                intermediate_size=1, conv_dim=conv_shape[0],
+                                ssm_state_size=temporal_shape[0], num_heads=1, head_dim=1,
+                                state_size=temporal_shape[0], conv_kernel=conv_shape[0] + 1)
+    params = sg.Mamba2CacheParams(shape=shape, layers=list(range(layers)),
+                                  dtype=sg.Mamba2StateDType(conv=torch.int64,
+                                                            temporal=torch.int64))
+    rows = req_rows if req_rows is not None else config.max_running + 2
+    pool = sg.HybridReqToTokenPool(
+        size=rows, mamba_size=int(state_slots), max_context_len=int(max_context_len),
+        device="cpu", cache_params=params, mamba_layer_ids=list(range(layers)),
+        enable_mamba_extra_buffer=config.extra_buffer,
+        enable_mamba_extra_buffer_lazy=config.lazy,
+        enable_overlap_schedule=config.overlap,
+        mamba_cache_chunk_size=config.chunk_size,
+        mamba_track_interval=config.track_interval)
+    alloc = sg.TokenToKVPoolAllocator(int(kv_tokens), dtype=torch.bfloat16, device="cpu",
+                                      kvcache=None, need_sort=False)
+    init = sg.CacheInitParams(disable=False, req_to_token_pool=pool,
+                              token_to_kv_pool_allocator=alloc, page_size=config.page_size,
+                              enable_mamba_extra_buffer=config.extra_buffer,
+                              enable_mamba_extra_buffer_lazy=config.lazy)
+    cache = sg.MambaRadixCache(init, chunk_size=config.chunk_size, lru_policy=lru_policy,
+                               track_interval=config.track_interval)
+    if model is not None:
+        model.bind_pool(pool.mamba_pool)
+    return DropIn(cache, pool, alloc, api_from_module(sg), model)
