@@ -1,107 +1,39 @@
-"""The simulator's command line, run as a user runs it: in a subprocess.
-
-Until the replay engine (mambaradix.sim.engine) is part of the package, the
-CLI is driven here by a small stand-in engine defined in this file: exact
-prefix matching on the chunk grid, enough to give the report real numbers.
-"""
+"""The simulator's command line, run as a user runs it: in a subprocess,
+through the real replay engine and the C cache."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HAVE_ENGINE = importlib.util.find_spec("mambaradix.sim.engine") is not None
-
-STANDIN_ENGINE = textwrap.dedent('''
-    """Stand-in replay engine for the CLI tests (not the real cache)."""
-    import time
-    from mambaradix.sim.types import SimMetrics
-
-    CALLS = []
-
-    def run(requests, config, progress=None):
-        t0 = time.perf_counter()
-        C = config.chunk_size
-        seen = set()
-        m = SimMetrics()
-        turns = {}
-        for i, r in enumerate(requests):
-            ids = r.input_ids
-            n = len(ids)
-            cap = n - 1 if config.match_cap else n
-            usable = 0
-            for k in range(C, cap + 1, C):
-                if ids[:k].tobytes() in seen:
-                    usable = k
-                else:
-                    break
-            m.requests += 1
-            m.prompt_tokens += n
-            m.state_usable_tokens += usable
-            m.kv_matched_tokens += usable
-            m.state_hits += usable > 0
-            tot = turns.setdefault(r.turn, [0, 0])
-            tot[0] += usable
-            tot[1] += n
-            full = ids if r.output_ids is None else np.concatenate((ids, r.output_ids))
-            for k in range(C, len(full) + 1, C):
-                seen.add(full[:k].tobytes())
-            m.peak_state_slots = min(config.state_slots, len(seen))
-            if progress is not None:
-                progress(i + 1, len(requests))
-        m.per_turn_hit_rate = {t: a / b for t, (a, b) in turns.items()}
-        m.wall_seconds = {"driver": time.perf_counter() - t0, "cache": 0.0}
-        return m
-''').replace("from mambaradix", "import numpy as np\nfrom mambaradix")
-
-LAUNCH = (
-    "import sys, importlib.util\n"
-    "spec = importlib.util.spec_from_file_location('mambaradix.sim.engine', sys.argv[1])\n"
-    "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-    "sys.modules['mambaradix.sim.engine'] = mod\n"
-    "import mambaradix.sim\n"
-    "mambaradix.sim.engine = mod\n"
-    "from mambaradix.__main__ import main\n"
-    "sys.exit(main(sys.argv[2:]))\n"
-)
 
 
-@pytest.fixture(scope="module")
-def engine_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("standin") / "standin_engine.py"
-    path.write_text(STANDIN_ENGINE)
-    return path
+def _env(**extra: str) -> dict:
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ""), **extra)
 
 
-def sim(engine_file: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `python -m mambaradix sim ARGS` (with the stand-in engine when the
-    package has no engine yet)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if HAVE_ENGINE:
-        cmd = [sys.executable, "-m", "mambaradix", "sim", *args]
-    else:
-        cmd = [sys.executable, "-c", LAUNCH, str(engine_file), "sim", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+def sim(*args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m mambaradix sim ARGS`."""
+    return subprocess.run([sys.executable, "-m", "mambaradix", "sim", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env or _env(), cwd=ROOT)
 
 
 SMALL = ["--num-clients", "8", "--num-rounds", "3", "--request-length", "128",
          "--output-length", "16"]
 
 
-def test_default_run_prints_the_report(engine_file):
-    r = sim(engine_file)
+def test_default_run_prints_the_report():
+    r = sim()
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "multi-turn chat: 1,280 requests" in out
+    assert "multi-turn chat: 512 requests" in out
     for section in ("hit rates", "token hit rate", "KV hit rate", "state hit rate",
                     "where the prompt tokens went", "reused (KV + state)",
                     "never cached before (cold)",
@@ -111,8 +43,8 @@ def test_default_run_prints_the_report(engine_file):
     assert "Traceback" not in r.stderr
 
 
-def test_json_output_parses_and_is_consistent(engine_file):
-    r = sim(engine_file, *SMALL, "--json", "--state-slots", "40", "--chunk-size", "32")
+def test_json_output_parses_and_is_consistent():
+    r = sim(*SMALL, "--json", "--state-slots", "40", "--chunk-size", "32")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     m = doc["metrics"]
@@ -128,8 +60,8 @@ def test_json_output_parses_and_is_consistent(engine_file):
     assert m["prefill_flops_saved"] > 0
 
 
-def test_state_mem_is_sized_by_the_preset(engine_file):
-    r = sim(engine_file, *SMALL, "--json", "--state-mem", "8GiB", "--model", "qwen3-next",
+def test_state_mem_is_sized_by_the_preset():
+    r = sim(*SMALL, "--json", "--state-mem", "8GiB", "--model", "qwen3-next",
             "--tp", "4", "--kv-mem", "1GiB")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -137,8 +69,8 @@ def test_state_mem_is_sized_by_the_preset(engine_file):
     assert doc["config"]["kv_tokens"] == (1 << 30) // (12 * 2 * 1 * 256 * 2)
 
 
-def test_sweep_json_and_table(engine_file):
-    r = sim(engine_file, *SMALL, "--json", "--sweep", "chunk_size=32,64",
+def test_sweep_json_and_table():
+    r = sim(*SMALL, "--json", "--sweep", "chunk_size=32,64",
             "--sweep", "lru_policy=sglang,consumed")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -148,21 +80,25 @@ def test_sweep_json_and_table(engine_file):
                       {"chunk_size": 64, "lru_policy": "sglang"},
                       {"chunk_size": 64, "lru_policy": "consumed"}]
     assert [p["config"]["chunk_size"] for p in doc["sweep"]] == [32, 32, 64, 64]
-    r = sim(engine_file, *SMALL, "--sweep", "state_mem=1GiB,2GiB")
+    r = sim(*SMALL, "--sweep", "state_mem=1GiB,2GiB")
     assert r.returncode == 0, r.stderr
     assert "token hit" in r.stdout and "1.0 GiB" in r.stdout and "2.0 GiB" in r.stdout
 
 
-def test_trace_file_replay(engine_file, tmp_path):
+def test_trace_file_replay(tmp_path):
     trace = tmp_path / "t.jsonl"
     lines = [{"input_ids": list(range(200)), "output_len": 4},
-             {"input_ids": list(range(200)) + [7] * 50, "output_len": 4, "turn": 1}]
+             {"input_ids": list(range(200)) + [7] * 50, "output_len": 4, "turn": 1,
+              "arrival": 5.0}]
     trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = sim(engine_file, "--trace", str(trace), "--json", "--chunk-size", "64")
+    r = sim("--trace", str(trace), "--json", "--chunk-size", "64")
     assert r.returncode == 0, r.stderr
     m = json.loads(r.stdout)["metrics"]
     assert m["requests"] == 2 and m["prompt_tokens"] == 450
-    assert m["state_usable_tokens"] >= 192
+    # The first prompt's prefill snapshot sits at 192 (3 chunks of 64): the
+    # second request reuses exactly that.
+    assert m["state_usable_tokens"] == 192 and m["state_hits"] == 1
+    assert m["per_turn_hit_rate"] == {"0": 0.0, "1": 192 / 250}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -184,46 +120,52 @@ def test_trace_file_replay(engine_file, tmp_path):
     (["--plot", "x.png"], "--plot draws hit rate against a swept parameter"),
     (["--kv-mem", "lots"], "cannot read a size from 'lots'"),
 ])
-def test_bad_input_exits_2_with_a_message(engine_file, args, message):
-    r = sim(engine_file, *SMALL, *args)
+def test_bad_input_exits_2_with_a_message(args, message):
+    r = sim(*SMALL, *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert message in r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_malformed_trace_line_names_its_line(engine_file, tmp_path):
+def test_malformed_trace_line_names_its_line(tmp_path):
     trace = tmp_path / "bad.jsonl"
     trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 2,
                                  "hash_ids": [1]}) + "\n\n{oops\n")
-    r = sim(engine_file, "--trace", str(trace))
+    r = sim("--trace", str(trace))
     assert r.returncode == 2
     assert f"{trace}:3: not valid JSON" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_plot_writes_a_png(engine_file, tmp_path):
+def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "hit.png"
-    r = sim(engine_file, *SMALL, "--sweep", "state_slots=8,16,32", "--plot", str(out))
+    r = sim(*SMALL, "--sweep", "state_slots=8,16,32", "--plot", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 5000
     assert f"plot written to {out}" in r.stdout
 
 
-def test_plot_without_matplotlib_says_so(engine_file, tmp_path):
+def test_plot_without_matplotlib_says_so(tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()
     (blocker / "matplotlib.py").write_text("raise ImportError('blocked for the test')\n")
-    env_path = str(blocker)
-    env = dict(os.environ, PYTHONPATH=env_path + os.pathsep + str(ROOT))
-    cmd = ([sys.executable, "-m", "mambaradix", "sim"] if HAVE_ENGINE
-           else [sys.executable, "-c", LAUNCH, str(engine_file), "sim"])
-    r = subprocess.run(cmd + [*SMALL, "--sweep", "state_slots=8,16", "--plot",
-                              str(tmp_path / "p.png")],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    env = _env()
+    env["PYTHONPATH"] = str(blocker) + os.pathsep + env["PYTHONPATH"]
+    r = sim(*SMALL, "--sweep", "state_slots=24,48", "--plot", str(tmp_path / "p.png"), env=env)
     assert r.returncode == 2
     assert "--plot needs matplotlib" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_pool_running_dry_mid_replay_is_a_user_error():
+    # 64 running requests x 3 slots fit in 200, but their locked states do not.
+    r = sim("--workload", "gsp", "--gsp-num-groups", "8", "--gsp-prompts-per-group", "8",
+            "--max-running", "64", "--state-slots", "200")
+    assert r.returncode == 2
+    assert "the replay stopped: state pool exhausted" in r.stderr
+    assert "state slots 200, max running 64" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_top_level_usage():

@@ -17,8 +17,9 @@ STATES = ("none", "toy")
 #: State slots one running request holds at its peak: the running slot plus
 #: the ping-pong track slots (2 with overlap, 1 without; lazy allocates its
 #: second slot only at a decode track boundary; no_buffer forks the running
-#: slot into a fresh one at every cache point).
-SLOTS_PER_REQUEST = {"pp2": 3, "pp1": 2, "lazy": 2, "no_buffer": 2}
+#: slot into a fresh one at every cache point).  The replay admits a request
+#: only with 3 slots at hand (SGLang's admission headroom), whatever the mode.
+SLOTS_PER_REQUEST = {"pp2": 3, "pp1": 3, "lazy": 3, "no_buffer": 3}
 
 
 class ConfigError(ValueError):
@@ -71,3 +72,8 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
         raise ConfigError(
             f"{config.state_slots} state slot(s) cannot run one request: mode {config.mode} "
             f"needs {slots} per running request; raise --state-slots / --state-mem")
+    if config.max_running * slots > config.state_slots:
+        raise ConfigError(
+            f"max_running {config.max_running} needs {config.max_running * slots} state slots "
+            f"({slots} per running request) but the pool has {config.state_slots}; lower "
+            f"--max-running or raise --state-slots")

@@ -1,8 +1,9 @@
 """``python -m mambaradix sim``: replay a workload through the cache and report.
 
-With no arguments it replays a built-in multi-turn chat workload (SGLang
-``bench_multiturn`` defaults: 256 clients x 5 rounds) through the C cache
-with the default configuration and prints the report.  Exit codes: 0 on
+With no arguments it replays a built-in multi-turn chat workload (64 clients x
+8 rounds of 512-token messages and 64-token answers, in the shape of SGLang's
+``bench_multiturn``) through the C cache with the default configuration and
+prints the report.  Exit codes: 0 on
 success, 2 for a user error (bad flag, malformed trace, unknown preset,
 impossible pool sizes: one message, no traceback), 1 for anything else.
 """
@@ -20,7 +21,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
 from .checks import MODES, POLICIES, STATES, ConfigError, check_feasible
-from .presets import PRESETS, ModelPreset, format_bytes, get_preset, parse_size
+from .presets import (PRESET_ATTRS, PRESETS, ModelPreset, apply_preset, format_bytes, get_preset,
+                      parse_size)
 from .report import MissingDependency, format_report, format_sweep, metrics_to_dict, plot_sweep
 from .sweep import SweepPoint, config_field_type, config_fields
 from .types import SimConfig, SimMetrics, SimRequest
@@ -130,9 +132,11 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     g.add_argument("--gsp-ordered", action="store_true",
                    help="keep each group's requests together instead of shuffling")
 
-    m = p.add_argument_group("multi-turn chat (--workload multiturn; bench_multiturn's defaults)")
-    m.add_argument("--num-clients", type=_positive_int, default=256)
-    m.add_argument("--num-rounds", type=_positive_int, default=5)
+    m = p.add_argument_group(
+        "multi-turn chat (--workload multiturn, the default; SGLang's bench_multiturn runs "
+        "256 clients x 5 rounds)")
+    m.add_argument("--num-clients", type=_positive_int, default=64)
+    m.add_argument("--num-rounds", type=_positive_int, default=8)
     m.add_argument("--request-length", type=_positive_int, default=512,
                    help="tokens of each new user message")
     m.add_argument("--output-length", type=_positive_int, default=64)
@@ -170,7 +174,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="eviction policy: sglang (v0.5.15 LRU) or consumed")
     c.add_argument("--no-match-cap", action="store_true",
                    help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
-    c.add_argument("--max-running", type=_positive_int, help="max requests decoding at once")
+    c.add_argument("--max-running", type=_positive_int,
+                   help="max requests running at once (default: state slots // 5, at most 64)")
     c.add_argument("--chunked-prefill-size", type=_nonneg_int, metavar="N",
                    help="prompt tokens prefilled per request per step (0: off)")
     c.add_argument("--states", choices=STATES,
@@ -250,15 +255,12 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
     return reqs, desc
 
 
-def _with_preset_fields(config: SimConfig, preset: ModelPreset, tp: int) -> SimConfig:
-    """Fill SimConfig fields the engine reads from the model, when it has them."""
-    names = set(config_fields())
-    extra: dict[str, Any] = {}
-    if "state_bytes_per_slot" in names:
-        extra["state_bytes_per_slot"] = preset.state_bytes_per_slot(tp)
-    if "flops_per_token" in names:
-        extra["flops_per_token"] = preset.flops_per_token
-    return dataclasses.replace(config, **extra) if extra else config
+def default_max_running(state_slots: int) -> int:
+    """Running requests allowed when --max-running is not given: each holds up
+    to 3 state slots and locks the cached state it matched, so a pool of S
+    slots runs at most S // 5 at once (at least 1, at most SimConfig's default),
+    which leaves the tree room to take snapshots."""
+    return max(1, min(SimConfig().max_running, state_slots // 5))
 
 
 def _slots_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
@@ -296,7 +298,10 @@ def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
         cfg["match_cap"] = False
     if args.chunked_prefill_size is not None:
         cfg["chunked_prefill_size"] = args.chunked_prefill_size or None
-    return _with_preset_fields(SimConfig(**cfg), preset, args.tp)
+    config = SimConfig(**cfg)
+    if args.max_running is None:
+        config = dataclasses.replace(config, max_running=default_max_running(config.state_slots))
+    return config
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -364,7 +369,9 @@ def parse_sweeps(specs: Sequence[str]) -> dict[str, list[Any]]:
 
 
 def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPreset,
-                  tp: int) -> list[tuple[dict[str, Any], SimConfig]]:
+                  tp: int, auto_running: bool) -> list[tuple[dict[str, Any], SimConfig]]:
+    """(shown parameters, config) per grid point; auto_running re-derives
+    max_running from each point's state pool (see default_max_running)."""
     import itertools
 
     out = []
@@ -379,8 +386,10 @@ def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPres
                 changes["kv_tokens"] = _tokens_from_bytes(v, preset, tp)
             else:
                 changes[k] = v
+        if auto_running and "max_running" not in changes and "state_slots" in changes:
+            changes["max_running"] = default_max_running(changes["state_slots"])
         shown = {k: (format_bytes(v) if k in SIZE_PARAMS else v) for k, v in params.items()}
-        out.append((shown, dataclasses.replace(base, **changes)))
+        out.append((shown, apply_preset(dataclasses.replace(base, **changes), preset, tp)))
     return out
 
 
@@ -434,6 +443,13 @@ def _run_one(run: Callable[..., SimMetrics], reqs: list[SimRequest], config: Sim
         bar.close()
 
 
+def _config_dict(config: SimConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(config)
+    for k in PRESET_ATTRS:
+        d.setdefault(k, getattr(config, k, None))
+    return d
+
+
 def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelPreset,
               base: SimConfig, points: list[SweepPoint], setup: dict[str, float]) -> dict:
     doc: dict[str, Any] = {
@@ -445,11 +461,11 @@ def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelP
         "setup_seconds": setup,
     }
     if len(points) == 1 and not points[0].params:
-        doc["config"] = dataclasses.asdict(points[0].config)
+        doc["config"] = _config_dict(points[0].config)
         doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
     else:
-        doc["config"] = dataclasses.asdict(base)
-        doc["sweep"] = [{"params": p.params, "config": dataclasses.asdict(p.config),
+        doc["config"] = _config_dict(base)
+        doc["sweep"] = [{"params": p.params, "config": _config_dict(p.config),
                          "metrics": metrics_to_dict(p.metrics, preset)} for p in points]
     return doc
 
@@ -491,7 +507,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     workload.update(wl.workload_stats(reqs))
 
     base = _build_config(args, preset)
-    configs = _grid_configs(base, grid, preset, args.tp) if grid else [({}, base)]
+    configs = _grid_configs(base, grid, preset, args.tp, args.max_running is None)
     for params, config in configs:
         try:
             check_feasible(reqs, config)
@@ -503,9 +519,16 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     points: list[SweepPoint] = []
     for params, config in configs:
         label = " ".join(f"{k}={v}" for k, v in params.items())
-        metrics = _run_one(run, reqs, config, label, not args.no_progress and not args.json)
+        try:
+            metrics = _run_one(run, reqs, config, label, not args.no_progress and not args.json)
+        except (ValueError, RuntimeError) as e:
+            # The engine's own checks, and pools that run dry mid-replay.
+            where = f" ({label})" if label else ""
+            raise UserError(f"the replay stopped{where}: {e} (state slots {config.state_slots}, "
+                            f"max running {config.max_running}, KV tokens {config.kv_tokens:,})"
+                            ) from None
         points.append(SweepPoint(params=params, config=config, metrics=metrics))
-        if grid and not args.json:
+        if grid and not args.json and not args.no_progress and sys.stderr.isatty():
             print(f"  {label}: token hit {100 * metrics.token_hit_rate:.1f}%", file=sys.stderr)
 
     if args.json:

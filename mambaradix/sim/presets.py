@@ -45,10 +45,14 @@ tokens.  The recurrent layers' own scan is small next to their projections
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
-__all__ = ["ModelPreset", "PRESETS", "get_preset", "parse_size", "format_bytes"]
+from .types import SimConfig
+
+__all__ = ["ModelPreset", "PRESETS", "PRESET_ATTRS", "get_preset", "apply_preset", "parse_size",
+           "format_bytes"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,29 @@ def get_preset(name: str) -> ModelPreset:
     if key not in PRESETS:
         raise ValueError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
     return PRESETS[key]
+
+
+#: What a preset tells the replay engine about the model (bytes of a state slot
+#: for the copied / donated bytes, FLOPs per token for the FLOPs saved).
+PRESET_ATTRS = ("state_bytes_per_slot", "flops_per_token")
+
+
+def apply_preset(config: SimConfig, preset: Union[ModelPreset, str], tp: int = 1) -> SimConfig:
+    """A copy of config carrying the model's state bytes per slot (at tp) and
+    prefill FLOPs per token, which the engine reads to report state bytes
+    copied / donated and FLOPs saved.  They are set as fields where SimConfig
+    has them, else as attributes of the returned instance (so apply the
+    preset after any dataclasses.replace)."""
+    if isinstance(preset, str):
+        preset = get_preset(preset)
+    values = {"state_bytes_per_slot": preset.state_bytes_per_slot(tp),
+              "flops_per_token": preset.flops_per_token}
+    names = {f.name for f in dataclasses.fields(SimConfig)}
+    config = dataclasses.replace(config, **{k: v for k, v in values.items() if k in names})
+    for k, v in values.items():
+        if k not in names:
+            object.__setattr__(config, k, v)
+    return config
 
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2,

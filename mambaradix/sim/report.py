@@ -89,6 +89,13 @@ def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None) -
     return d
 
 
+def wall_total(metrics: SimMetrics) -> float:
+    """Seconds the replay took: the engine's "total" when it reports one,
+    else the sum of its phases."""
+    ws = metrics.wall_seconds
+    return float(ws["total"]) if "total" in ws else float(sum(ws.values()))
+
+
 def _table(rows: Sequence[tuple[str, str, str]], indent: str = "  ") -> list[str]:
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
@@ -172,9 +179,9 @@ def format_report(
 
     out.append("evictions and pools")
     pool_rows = [
-        ("full evictions (KV + state)", f"{m.full_evictions:,}",
-         f"{m.kv_tokens_evicted:,} KV tokens freed"),
-        ("state-only evictions", f"{m.state_evictions:,}", ""),
+        ("full evictions", f"{m.full_evictions:,}", "evict_full calls that freed KV"),
+        ("state evictions", f"{m.state_evictions:,}", "states released by evict_mamba"),
+        ("KV tokens evicted", f"{m.kv_tokens_evicted:,}", "by either"),
         ("peak state slots in use", f"{m.peak_state_slots:,}", f"of {config.state_slots:,}"),
         ("peak KV tokens in use", f"{m.peak_kv_tokens:,}", f"of {config.kv_tokens:,}"),
         ("state bytes copied", format_bytes(m.state_bytes_copied), "copy-on-write at hits, forks"),
@@ -200,9 +207,9 @@ def format_report(
         out.append("")
 
     times = dict(extra_times or {})
-    times.update(m.wall_seconds)
+    times.update((k, v) for k, v in m.wall_seconds.items() if k != "total")
     if times:
-        total = sum(times.values())
+        total = sum(times.get(k, 0.0) for k in (extra_times or {})) + wall_total(m)
         parts = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
         out.append(f"wall time {total:.2f} s: {parts}")
     return "\n".join(out)
@@ -225,7 +232,7 @@ def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] =
             _pct(m.state_usable_tokens, P).strip(), _pct(m.kv_matched_tokens, P).strip(),
             _pct(m.state_hits, m.requests).strip(), _pct(m.lost_no_state, P).strip(),
             _pct(m.lost_eviction, P).strip(), f"{m.state_evictions:,}",
-            f"{m.peak_state_slots:,}", f"{sum(m.wall_seconds.values()):.2f}",
+            f"{m.peak_state_slots:,}", f"{wall_total(m):.2f}",
         ])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
@@ -281,6 +288,11 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
         span = [v for v in xs_all if v > 0]
         if span and max(span) / min(span) >= 16:
             ax.set_xscale("log", base=2)
+        ticks = sorted(set(xs_all))
+        if len(ticks) <= 12:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{v:g}" for v in ticks])
+            ax.minorticks_off()
     else:
         ax.set_xticks(range(len(categories)))
         ax.set_xticklabels([str(c) for c in categories])

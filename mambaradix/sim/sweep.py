@@ -16,8 +16,10 @@ import dataclasses
 import itertools
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
+from .presets import ModelPreset, apply_preset
+from .report import wall_total
 from .types import SimConfig, SimMetrics, SimRequest
 
 __all__ = ["SweepPoint", "sweep", "config_fields", "config_field_type", "points_to_rows"]
@@ -53,12 +55,17 @@ def sweep(
     requests: Sequence[SimRequest],
     base: Optional[SimConfig] = None,
     *,
+    model: Union[ModelPreset, str, None] = None,
+    tp: int = 1,
     run: Optional[Callable[..., SimMetrics]] = None,
     on_point: Optional[Callable[[SweepPoint], None]] = None,
     **grid: Sequence[Any],
 ) -> list[SweepPoint]:
     """Replay ``requests`` once per point of the grid over ``base``.
 
+    model, tp: a model preset (or its name) whose state size and FLOPs per
+      token the replays report bytes and FLOPs with (see
+      :func:`presets.apply_preset`).
     run: the replay function (default :func:`mambaradix.sim.run`).
     on_point: called after each replay (e.g. to print progress).
     """
@@ -76,6 +83,8 @@ def sweep(
     for combo in itertools.product(*(list(grid[n]) for n in names)):
         params = dict(zip(names, combo))
         config = dataclasses.replace(base, **params)
+        if model is not None:
+            config = apply_preset(config, model, tp)
         point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
         points.append(point)
         if on_point is not None:
@@ -96,7 +105,7 @@ def points_to_rows(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
             lost_alignment=m.lost_alignment, lost_eviction=m.lost_eviction,
             lost_match_cap=m.lost_match_cap, state_evictions=m.state_evictions,
             full_evictions=m.full_evictions, peak_state_slots=m.peak_state_slots,
-            wall_seconds=sum(m.wall_seconds.values()),
+            wall_seconds=wall_total(m),
         )
         rows.append(row)
     return rows
