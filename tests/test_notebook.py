@@ -47,6 +47,7 @@ def test_hit_rates_notebook_runs():
         if o.get("output_type") == "stream")
     assert "multi-turn chat: 12 replays" in outputs
     assert "Mooncake conversation: 12 replays" in outputs
+    assert "notebook ran in" in outputs
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
     assert len(images) == 1
