@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import presets, workloads
-from .presets import PRESETS, ModelPreset, get_preset
+from .presets import PRESETS, ModelPreset, apply_preset, get_preset
 from .types import SimConfig, SimMetrics, SimRequest
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +33,7 @@ __all__ = [
     "ModelPreset",
     "PRESETS",
     "get_preset",
+    "apply_preset",
     "presets",
     "workloads",
     "format_report",
