@@ -192,9 +192,13 @@ def format_report(
     out.append("")
 
     fl = flops_saved(m, preset)
-    if preset is not None or fl:
-        what = f"for {preset.name}" if preset is not None else ""
-        out.append(f"prefill FLOPs saved {what}: {_format_flops(fl)}".replace("  ", " "))
+    if preset is not None:
+        out.append(f"prefill FLOPs saved for {preset.name}: {_format_flops(fl)} "
+                   f"({preset.flops_per_token / 1e9:.1f} GFLOP per reused token, attention "
+                   f"not counted)")
+        out.append("")
+    elif fl:
+        out.append(f"prefill FLOPs saved: {_format_flops(fl)}")
         out.append("")
 
     if len(m.per_turn_hit_rate) > 1:
