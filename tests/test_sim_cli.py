@@ -127,6 +127,18 @@ def test_bad_input_exits_2_with_a_message(args, message):
     assert "Traceback" not in r.stderr
 
 
+def test_toy_states_run_or_say_what_is_missing():
+    r = sim("--num-clients", "4", "--num-rounds", "2", "--request-length", "100",
+            "--output-length", "8", "--states", "toy", "--json")
+    if r.returncode == 0:
+        m = json.loads(r.stdout)["metrics"]
+        assert "toy" in m["wall_seconds"] and m["requests"] == 8
+    else:
+        assert r.returncode == 2, r.stderr
+        assert "--states toy needs torch and the SGLang drop-in" in r.stderr
+        assert "Traceback" not in r.stderr
+
+
 def test_malformed_trace_line_names_its_line(tmp_path):
     trace = tmp_path / "bad.jsonl"
     trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 2,

@@ -365,7 +365,7 @@ def test_token_trace_bad_lines(tmp_path, rec, message):
     with pytest.raises(wl.TraceFormatError) as exc:
         wl.load_token_trace(path)
     assert exc.value.lineno == 3
-    assert f"t.jsonl:3: " in str(exc.value)
+    assert "t.jsonl:3: " in str(exc.value)
     assert message in str(exc.value)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import math
 import sys
@@ -493,10 +494,13 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError("--plot draws hit rate against a swept parameter: add "
                             "--sweep PARAM=V1,V2,... (e.g. --sweep state_slots=32,64,128)")
         try:
-            import matplotlib  # noqa: F401
+            importlib.import_module("matplotlib")  # fail before the replays, not after
+            have_mpl = True
         except ImportError:
+            have_mpl = False
+        if not have_mpl:
             raise UserError("--plot needs matplotlib, which is not installed "
-                            "(pip install matplotlib)") from None
+                            "(pip install matplotlib)")
 
     t0 = time.perf_counter()
     try:
@@ -521,6 +525,11 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         label = " ".join(f"{k}={v}" for k, v in params.items())
         try:
             metrics = _run_one(run, reqs, config, label, not args.no_progress and not args.json)
+        except ImportError as e:
+            if config.states != "toy":
+                raise
+            raise UserError(f"--states toy needs torch and the SGLang drop-in of this package, "
+                            f"which cannot be imported here ({e}); use --states none") from None
         except (ValueError, RuntimeError) as e:
             # The engine's own checks, and pools that run dry mid-replay.
             where = f" ({label})" if label else ""

@@ -605,7 +605,7 @@ def load_token_trace(path: PathLike, *, limit: Optional[int] = None) -> list[Sim
             raise TraceFormatError(name, lineno, f"arrival must be a number >= 0, got {arrival!r}")
         extra_key = rec.get("extra_key")
         if extra_key is not None and not isinstance(extra_key, str):
-            raise TraceFormatError(name, lineno, f"extra_key must be a string or null")
+            raise TraceFormatError(name, lineno, "extra_key must be a string or null")
         session = rec.get("session")
         if session is not None:
             if not (isinstance(session, str) or _is_int(session)):
