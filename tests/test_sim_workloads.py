@@ -252,6 +252,9 @@ def test_expand_hash_blocks_distinct_ids_look_independent():
     # First tokens of different blocks collide only as random draws would
     # (2000 draws from 2**17 values: about 15 birthday collisions).
     assert len(np.unique(blocks[:, 0])) > 1950
+    # Different ids never give the same block.
+    many = wl.expand_hash_blocks(np.arange(200_000), block_size=4)
+    assert len(np.unique(many, axis=0)) == 200_000
     # Any vocabulary size is honoured.
     small = wl.expand_hash_blocks(np.arange(100), block_size=32, vocab_size=1000)
     assert small.min() >= 0 and small.max() < 1000 and len(np.unique(small)) > 900
