@@ -152,7 +152,8 @@ class _R:
     __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "out", "prefix_len",
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
-                 "finished", "admitted", "is_insert", "row", "abort", "chunks")
+                 "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
+                 "j0", "c_base", "o_base", "seq", "res_key")
 
     def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
         self.rid = sim.rid
@@ -183,6 +184,14 @@ class _R:
         self.row = False
         self.abort = False
         self.chunks = 0
+        # running-batch bookkeeping: while in_run, committed and out are derived
+        # from the decode batch counters (see _Replay._sync)
+        self.in_run = False
+        self.j0: Optional[int] = None
+        self.c_base = 0
+        self.o_base = 0
+        self.seq = 0
+        self.res_key = 0
 
 
 class ReplayResult:
@@ -236,6 +245,20 @@ class _Replay:
         self.result_queue: deque = deque()
         self.prefixes: dict = {}
         self.live: list[_R] = []
+        self.extra_buffer = self.dcfg.extra_buffer
+        self.lazy = self.dcfg.lazy
+        self.interval = int(self.dcfg.track_interval)
+        # decode batches are numbered; prep_id / res_id: the last prepared /
+        # processed one.  A running request's committed KV and outputs follow
+        # from them, so a decode step costs O(requests it changes).
+        self.next_bid = 0
+        self.prep_id = -1
+        self.res_id = -1
+        self.pending_join: list[_R] = []
+        self.fin_at: dict = {}
+        self.bucket: dict = {}
+        self.seq = 0
+        self.need_filter = False
 
     # ----------------------------------------------------------- pool helpers
     def _values(self, n: int) -> np.ndarray:
@@ -340,8 +363,9 @@ class _Replay:
                 r.prefix_len = fill_len
                 return
             if not self._alloc_slot():
-                raise RuntimeError("state pool exhausted donating a track slot: "
-                                   "raise state_slots")
+                raise RuntimeError("state pool exhausted donating a track slot (every cached "
+                                   "state is locked): raise state_slots or lower "
+                                   "max_running (SGLang sizes about 5 slots per request)")
             keep = self._keep_idx(r)
             if r.track is None or r.track[keep] <= 0:
                 raise AssertionError(f"{r.rid}: no track slot to donate")
@@ -500,9 +524,9 @@ class _Replay:
         if self.last_batch is not None and self.last_batch[0] == "extend":
             before = len(self.running)
             for r, epoch in self.last_batch[1]:
-                if r.finished or r is exclude or r.epoch != epoch or r in self.running:
+                if r.finished or r is exclude or r.epoch != epoch or r.in_run:
                     continue
-                self.running.append(r)
+                self._join(r)
             if len(self.running) == before and self.last_batch[1]:
                 self.batch_is_full = False
         new = self._get_new_prefill_batch()
@@ -528,6 +552,7 @@ class _Replay:
         page = d.page_size
         total_off = 0.0
         for r in self.running:
+            self._sync(r)
             total_off += min(max(r.output_len - r.out, 0), d.clip_max_new_tokens) \
                 * d.new_token_ratio
         cur_off = 0.0
@@ -715,6 +740,32 @@ class _Replay:
         self.clock += max(self.cfg_step(), ext_total * float(self.cfg.prefill_token_seconds))
         return ("extend", items)
 
+    # ----------------------------------------------------------- running batch
+    def _sync(self, r: _R) -> None:
+        """Materialise a running request's committed KV length and outputs."""
+        if r.in_run and r.j0 is not None:
+            r.committed = r.c_base + max(0, self.prep_id - r.j0 + 1)
+            r.allocated = r.committed
+            r.out = r.o_base + max(0, self.res_id - r.j0 + 1)
+
+    def _join(self, r: _R) -> None:
+        r.in_run = True
+        r.j0 = None
+        self.seq += 1
+        r.seq = self.seq
+        self.running.append(r)
+        self.pending_join.append(r)
+
+    def _leave(self, r: _R) -> None:
+        self._sync(r)
+        r.in_run = False
+        if r.j0 is not None:
+            b = self.bucket.get(r.res_key)
+            if b is not None:
+                b.discard(r)
+        r.j0 = None
+        self.need_filter = True
+
     def _check_decode_mem(self) -> bool:
         n = len(self.running)
         if self.kv_free < n:
@@ -722,23 +773,29 @@ class _Replay:
         return self.kv_free >= n
 
     def _update_running_batch(self) -> Optional[tuple]:
-        before = len(self.running)
-        self.running = [r for r in self.running if not r.finished]
-        if len(self.running) < before:
-            self.batch_is_full = False
+        if self.need_filter:
+            before = len(self.running)
+            self.running = [r for r in self.running if r.in_run]
+            self.need_filter = False
+            if len(self.running) < before:
+                self.batch_is_full = False
         if not self.running:
             return None
         while not self._check_decode_mem():
             if len(self.running) == 1:
                 raise RuntimeError("KV pool too small to decode a single request: "
                                    "raise kv_tokens")
+            for r in self.running:
+                self._sync(r)
             victim = max(self.running, key=lambda r: (r.out, -r.prompt_len))
             self._retract(victim)
             self.batch_is_full = False
         return self._prepare_decode()
 
     def _retract(self, r: _R) -> None:
-        self.running.remove(r)
+        self._leave(r)
+        self.running = [x for x in self.running if x is not r]
+        self.pending_join = [x for x in self.pending_join if x is not r]
         self._release(r, False)
         r.prefix_len = 0
         r.node = None
@@ -758,17 +815,29 @@ class _Replay:
         self.waiting.append(r)
 
     def _prepare_decode(self) -> tuple:
-        d = self.dcfg
+        b = self.next_bid
+        self.next_bid += 1
+        interval = self.interval
+        for r in self.pending_join:
+            if not r.in_run:
+                continue
+            r.j0 = b
+            r.c_base = r.committed
+            r.o_base = r.out
+            r.res_key = (b - 1 - r.c_base) % interval
+            self.bucket.setdefault(r.res_key, set()).add(r)
+            fin = b + (r.output_len - r.o_base) - 1
+            self.fin_at.setdefault(fin, []).append((r, b, r.o_base))
+        self.pending_join = []
         self._alloc_kv(len(self.running))
-        items = []
-        for r in self.running:
-            r.committed += 1
-            r.allocated += 1
-            if d.extra_buffer and d.lazy and decode_track_due(r.committed, d.track_interval):
-                self._lazy_prealloc(r)
-            items.append((r, r.epoch))
+        self.prep_id = b
+        if self.extra_buffer and self.lazy:
+            due = self.bucket.get(b % interval)
+            if due:
+                for r in sorted(due, key=lambda x: x.seq):
+                    self._lazy_prealloc(r)
         self.clock += self.cfg_step()
-        return ("decode", items)
+        return ("decode", b)
 
     def _lazy_prealloc(self, r: _R) -> None:
         other = 1 - r.next_idx
@@ -780,10 +849,9 @@ class _Replay:
         r.next_idx = other
 
     def _process(self, batch: tuple) -> None:
-        d = self.dcfg
-        kind, items = batch
+        kind, data = batch
         if kind == "extend":
-            for r, epoch in items:
+            for r, epoch in data:
                 if r.epoch != epoch:
                     continue
                 if r.finished and r.inflight <= 0:
@@ -793,22 +861,46 @@ class _Replay:
                     continue
                 if r.finished:
                     continue
-                r.out += 1
+                if r.in_run and r.j0 is not None:
+                    # already in a decode batch (overlap): its outputs are derived
+                    r.o_base += 1
+                    self._sync(r)
+                    fin = r.j0 + (r.output_len - r.o_base) - 1
+                    self.fin_at.setdefault(fin, []).append((r, r.j0, r.o_base))
+                else:
+                    r.out += 1
                 if r.abort or r.out >= r.output_len:
+                    if r.in_run:
+                        self._leave(r)
                     self._release(r, True)
                     self._finish(r)
                 else:
                     self._cache_unfinished(r, False)
             return
-        for r, epoch in items:
-            if r.epoch != epoch or r.finished:
+        b = data
+        self.res_id = b
+        affected: dict = {}
+        for r, j0, o_base in self.fin_at.pop(b, ()):
+            if r.in_run and r.j0 == j0 and r.o_base == o_base:
+                affected[id(r)] = r
+        boundary = None
+        if self.extra_buffer:
+            boundary = self.bucket.get(self.prep_id % self.interval)
+            if boundary:
+                for r in boundary:
+                    if r.j0 is not None and r.j0 <= b:
+                        affected[id(r)] = r
+        if not affected:
+            return
+        interval = self.interval
+        for r in sorted(affected.values(), key=lambda x: x.seq):
+            if not r.in_run:
                 continue
-            r.out += 1
-            done = r.abort or r.out >= r.output_len
-            if d.extra_buffer and r.track is not None and decode_track_due(
-                    r.committed, d.track_interval):
+            self._sync(r)
+            done = r.out >= r.output_len
+            if self.extra_buffer and r.track is not None and r.committed % interval == 0:
                 r.last_track = r.committed
-                if d.lazy:
+                if self.lazy:
                     other = 1 - r.next_idx
                     if r.track[other] != -1:
                         self.slots_free += 1
@@ -818,51 +910,13 @@ class _Replay:
                 else:
                     r.next_idx = 1 - r.next_idx if self.pp_size == 2 else r.next_idx
             if done:
-                self._release(r, r.is_insert if d.lazy else True)
+                self._leave(r)
+                self._release(r, r.is_insert if self.lazy else True)
                 self._finish(r)
 
-    # ----------------------------------------------------------- fast-forward
     def _fast_forward(self) -> bool:
-        """Apply k identical decode steps at once when nothing can change."""
-        d = self.dcfg
-        if self.chunked is not None or not self.running:
-            return False
-        if self.last_batch is None or self.last_batch[0] != "decode":
-            return False
-        if self.waiting and not self.batch_is_full:
-            return False
-        if len(self.running) < self.dcfg.max_running and not self.batch_is_full \
-                and self.pending:
-            # a request may arrive and be admitted: stop at its arrival
-            horizon = int((float(self.pending[0].arrival) - self.clock)
-                          / self.cfg_step()) - 1
-        else:
-            horizon = 1 << 30
-        bs = len(self.running)
-        k = min(horizon, self.kv_free // bs - 1 if bs else 0)
-        interval = d.track_interval
-        for r in self.running:
-            if r.finished or r.abort:
-                return False
-            k = min(k, r.output_len - r.out - 3)
-            if d.extra_buffer:
-                # no track boundary for committed lengths in (c, c + k + 2]
-                c = r.committed
-                k = min(k, interval - (c % interval) - 3)
-            if k < 2:
-                return False
-        if k < 2:
-            return False
-        for r in self.running:
-            r.committed += k
-            r.allocated += k
-            r.out += k
-        self.kv_free -= k * bs
-        self._note_peaks()
-        step = self.cfg_step()
-        for _ in range(k):          # the same float sums as k single steps
-            self.clock += step
-        return True
+        """Runs of identical decode steps cost O(1) each already."""
+        return False
 
     # ----------------------------------------------------------- checks
     def check(self) -> None:
@@ -873,6 +927,7 @@ class _Replay:
         for r in self.live:
             if r.finished:
                 continue
+            self._sync(r)
             if r.row:
                 req_kv += r.allocated - r.cpl
             if r.running:
