@@ -328,6 +328,7 @@ class SchedulerDriver:
         self.last_batch: Optional[_Batch] = None
         self.result_queue: deque = deque()
         self.infos: dict[str, _Info] = {}
+        self._live: dict[str, _Info] = {}
         self.records: dict[str, RequestRecord] = {}
         self.step_count = 0
         self.stats = {"prefill_batches": 0, "decode_steps": 0, "retractions": 0,
@@ -350,6 +351,7 @@ class SchedulerDriver:
         rec = RequestRecord(request.rid, len(prompt))
         info = _Info(request, req, prompt + outs + spare, rec)
         self.infos[request.rid] = info
+        self._live[request.rid] = info
         self.records[request.rid] = rec
         self.waiting.append(info)
 
@@ -377,7 +379,7 @@ class SchedulerDriver:
 
     def live_requests(self) -> list[Any]:
         """Reqs that may own pool resources (not finished)."""
-        return [i.req for i in self.infos.values() if not i.finished]
+        return [i.req for i in self._live.values()]
 
     def run(self, max_steps: int = 10_000_000) -> None:
         """Step until every request finished."""
@@ -416,6 +418,7 @@ class SchedulerDriver:
 
     def _finish(self, info: _Info) -> None:
         info.finished = True
+        self._live.pop(info.spec.rid, None)
         info.record.finished_step = self.step_count
         info.record.output = list(info.req.output_ids)
 
@@ -831,11 +834,11 @@ class SchedulerDriver:
                     snaps = [track] if track is not None else []
                     self.model.advance(slot, info.tokens[P:end], snaps)
         else:
-            if self.model is None:
+            if self.model is None or not batch.items:
                 return
-            for info, _, (pos, track, slot) in batch.items:
-                snaps = [(1, track)] if track is not None else []
-                self.model.advance(slot, info.tokens[pos:pos + 1], snaps)
+            self.model.decode([slot for _, _, (_, _, slot) in batch.items],
+                              [info.tokens[pos] for info, _, (pos, _, _) in batch.items],
+                              [-1 if t is None else t for _, _, (_, t, _) in batch.items])
 
     # ------------------------------------------------------------- results
     def _process(self, batch: _Batch) -> None:

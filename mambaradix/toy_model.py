@@ -261,6 +261,42 @@ class ToyRecurrentModel:
             self.write_state(dst, st)
         self.write_state(slot, states[0])
 
+    def decode(self, slots: Sequence[int], tokens: Sequence[int],
+               track: Sequence[int] = ()) -> None:
+        """One decode step for a batch: advance each running slot ``slots[b]``
+        by one token ``tokens[b]``; where ``track[b] >= 0`` also copy the new
+        state into slot ``track[b]`` (vectorised over the batch)."""
+        self._require_bound()
+        n = len(slots)
+        if n == 0:
+            return
+        if len(tokens) != n or (len(track) and len(track) != n):
+            raise ValueError("slots, tokens and track must have the same length")
+        idx = np.asarray(slots, dtype=np.int64)
+        if self._conv_np is None or self._temporal_np is None:
+            for b in range(n):
+                snaps = [(1, int(track[b]))] if len(track) and track[b] >= 0 else []
+                self.advance(int(idx[b]), [tokens[b]], snaps)
+            return
+        K = self.conv_width
+        window = self._conv_np[0][idx].astype(np.int64)          # [B, K-1]
+        s = self._temporal_np[:, idx].astype(np.int64)            # [L, B, D]
+        v = token_values(tokens)                                  # [B]
+        hist = np.concatenate([v[:, None], window[:, ::-1]], axis=1)  # [B, K]
+        x = np.zeros((self.num_layers, n, self.state_dim), dtype=np.int64)
+        for k in range(K):
+            x = (x + (self.W[:, None, :, k] * hist[None, :, k, None]) % P) % P
+        s = (self.A[:, None, :] * s % P + x) % P
+        new_window = np.concatenate([window[:, 1:], v[:, None]], axis=1) if K > 1 else window
+        self._temporal_np[:, idx] = s
+        self._conv_np[:, idx] = new_window[None, :, :]
+        if len(track):
+            t = np.asarray(track, dtype=np.int64)
+            sel = t >= 0
+            if sel.any():
+                self._temporal_np[:, t[sel]] = s[:, sel]
+                self._conv_np[:, t[sel]] = new_window[None, sel, :]
+
     def state_of(self, tokens: Any) -> ToyState:
         """State after ``tokens`` from the zero state (vectorised)."""
         return self.states_along(self.zero_state(), tokens, [len(tokens)])[0]

@@ -292,3 +292,49 @@ def test_oracle_sglang_classes_give_same_prefixes(mode):
         prompts.append(s[:int(rng.integers(1, len(s)))]
                        + rng.integers(1, 9999, size=int(rng.integers(1, 200))).tolist())
     assert _run_one_at_a_time(theirs, prompts, 3) == _run_one_at_a_time(ours, prompts, 3)
+
+
+# ---------------------------------------------------------------- the lazy-mode race
+def test_lazy_overlap_caches_the_next_decode_snapshot_as_prefill_state():
+    """SGLang v0.5.15's ``extra_buffer_lazy`` with the overlap scheduler has a
+    window where the tree receives a state from the wrong position, and the
+    driver reproduces it (pp2 does not have it).
+
+    C = 16, interval 32, prompt of 31 tokens: the prefill snapshots the state
+    at 16 into ``track[next]`` (lazy never flips at prefill).  Under overlap
+    the first decode batch (seq_len 32, a track boundary) is prepared before
+    the prefill's result is processed: the lazy pre-allocation puts a second
+    slot in ``track[1]`` and flips ``next`` to it, and the decode writes the
+    state at 32 there.  Then the prefill's ``cache_unfinished_req`` donates
+    ``track[keep]`` with ``keep = next`` (lazy), i.e. the slot with the state
+    at 32, for the 16-token key.  A later request sharing those 16 tokens
+    restores the 32-token state."""
+    rng = np.random.default_rng()
+    prompt = rng.integers(1, 5000, size=31).tolist()
+    other = prompt[:16] + rng.integers(5001, 9000, size=20).tolist()
+    restored = {}
+    for mode in ("lazy", "pp2"):
+        cfg = DriverConfig(mode=mode, chunk_size=16, track_interval=32)
+        model = ToyRecurrentModel(seed=int(rng.integers(1 << 30)))
+        di = build_dropin(cfg, kv_tokens=4000, state_slots=32, max_context_len=256, model=model)
+        got = {}
+
+        def on_extend(rid, slot, prefix, kind, model=model, got=got):
+            got[rid] = (len(prefix), model.read_state(slot))
+
+        d = SchedulerDriver(cfg, di.tree_cache, di.req_to_token_pool, di.allocator,
+                            api=di.api, model=model, on_extend=on_extend)
+        d.submit(DriverRequest("a", prompt, 4))
+        d.run()
+        d.submit(DriverRequest("b", other, 1))
+        d.run()
+        assert d.records["b"].prefix_len == 16
+        n, state = got["b"]
+        assert n == 16
+        out_a = d.records["a"].output
+        restored[mode] = (state, model.reference_state(prompt[:16]),
+                          model.reference_state(prompt + out_a[:1]))
+    st, at16, at32 = restored["lazy"]
+    assert st.equals(at32) and not st.equals(at16)
+    st, at16, _ = restored["pp2"]
+    assert st.equals(at16)
