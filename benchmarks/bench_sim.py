@@ -16,6 +16,10 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
+
+# Run from a checkout: import the package beside this script.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_SECONDS = 10.0
 

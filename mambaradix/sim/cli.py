@@ -115,20 +115,20 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     w.add_argument("--trace-format", choices=("auto", "mooncake", "tokens"), default="auto")
     w.add_argument("--limit", type=_positive_int, metavar="N",
                    help="replay only the first N requests")
-    w.add_argument("--seed", type=int, default=0, help="seed of the workload and the replay")
+    w.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the workload and the replay")
     w.add_argument("--request-rate", type=_rate, metavar="R",
                    help="arrival rate in requests/s for generated workloads (inf: all at once)")
-    w.add_argument("--range-ratio", type=_ratio, default=1.0,
+    w.add_argument("--range-ratio", type=_ratio, default=1.0, metavar="R",
                    help="generated lengths are uniform in [len*ratio, len] (default 1: fixed)")
 
     g = p.add_argument_group("generated shared prefix (--workload gsp; SGLang's defaults)")
-    g.add_argument("--gsp-num-groups", type=_positive_int, default=64)
-    g.add_argument("--gsp-prompts-per-group", type=_positive_int, default=16)
-    g.add_argument("--gsp-system-prompt-len", type=_positive_int, default=2048)
-    g.add_argument("--gsp-question-len", type=_positive_int, default=128)
-    g.add_argument("--gsp-output-len", type=_positive_int, default=256)
+    g.add_argument("--gsp-num-groups", type=_positive_int, metavar="N", default=64)
+    g.add_argument("--gsp-prompts-per-group", type=_positive_int, metavar="N", default=16)
+    g.add_argument("--gsp-system-prompt-len", type=_positive_int, metavar="N", default=2048)
+    g.add_argument("--gsp-question-len", type=_positive_int, metavar="N", default=128)
+    g.add_argument("--gsp-output-len", type=_positive_int, metavar="N", default=256)
     g.add_argument("--gsp-group-distribution", choices=("uniform", "zipf"), default="uniform")
-    g.add_argument("--gsp-zipf-alpha", type=float, default=None,
+    g.add_argument("--gsp-zipf-alpha", type=float, default=None, metavar="A",
                    help="Zipf exponent of group popularity (default 1.0 with zipf)")
     g.add_argument("--gsp-ordered", action="store_true",
                    help="keep each group's requests together instead of shuffling")
@@ -136,27 +136,27 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     m = p.add_argument_group(
         "multi-turn chat (--workload multiturn, the default; SGLang's bench_multiturn runs "
         "256 clients x 5 rounds)")
-    m.add_argument("--num-clients", type=_positive_int, default=64)
-    m.add_argument("--num-rounds", type=_positive_int, default=8)
-    m.add_argument("--request-length", type=_positive_int, default=512,
+    m.add_argument("--num-clients", type=_positive_int, metavar="N", default=64)
+    m.add_argument("--num-rounds", type=_positive_int, metavar="N", default=8)
+    m.add_argument("--request-length", type=_positive_int, metavar="N", default=512,
                    help="tokens of each new user message")
-    m.add_argument("--output-length", type=_positive_int, default=64)
-    m.add_argument("--system-prompt-len", type=_nonneg_int, default=0,
+    m.add_argument("--output-length", type=_positive_int, metavar="N", default=64)
+    m.add_argument("--system-prompt-len", type=_nonneg_int, metavar="N", default=0,
                    help="system prompt shared by all clients (default 0)")
 
     a = p.add_argument_group("agentic branching (--workload agentic)")
-    a.add_argument("--agent-trees", type=_positive_int, default=8, help="independent tasks")
-    a.add_argument("--agent-depth", type=_positive_int, default=4, help="levels per tree")
-    a.add_argument("--agent-branching", type=_positive_int, default=3, help="children per step")
-    a.add_argument("--agent-system-len", type=_nonneg_int, default=2048)
-    a.add_argument("--agent-task-len", type=_positive_int, default=256)
-    a.add_argument("--agent-step-len", type=_positive_int, default=128)
-    a.add_argument("--agent-output-len", type=_positive_int, default=64)
+    a.add_argument("--agent-trees", type=_positive_int, metavar="N", default=8, help="independent tasks")
+    a.add_argument("--agent-depth", type=_positive_int, metavar="N", default=4, help="levels per tree")
+    a.add_argument("--agent-branching", type=_positive_int, metavar="N", default=3, help="children per step")
+    a.add_argument("--agent-system-len", type=_nonneg_int, metavar="N", default=2048)
+    a.add_argument("--agent-task-len", type=_positive_int, metavar="N", default=256)
+    a.add_argument("--agent-step-len", type=_positive_int, metavar="N", default=128)
+    a.add_argument("--agent-output-len", type=_positive_int, metavar="N", default=64)
 
     c = p.add_argument_group("cache configuration")
     c.add_argument("--model", default="qwen3-next",
                    help=f"model preset sizing states, KV and FLOPs ({', '.join(PRESETS)})")
-    c.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree")
+    c.add_argument("--tp", type=_positive_int, metavar="N", default=1, help="tensor-parallel degree")
     kv = c.add_mutually_exclusive_group()
     kv.add_argument("--kv-tokens", type=_positive_int, metavar="N", help="KV pool size in tokens")
     kv.add_argument("--kv-mem", type=_size, metavar="SIZE",
@@ -166,19 +166,21 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                     help="recurrent-state slots in the pool")
     st.add_argument("--state-mem", type=_size, metavar="SIZE",
                     help="state pool in bytes per GPU (e.g. 8GiB), sized by --model/--tp")
-    c.add_argument("--page-size", type=_positive_int)
-    c.add_argument("--chunk-size", type=_positive_int,
+    c.add_argument("--page-size", type=_positive_int, metavar="N")
+    c.add_argument("--chunk-size", type=_positive_int, metavar="N",
                    help="mamba cache chunk size: cached lengths are multiples of it")
-    c.add_argument("--track-interval", type=_positive_int, help="decode snapshot interval")
+    c.add_argument("--track-interval", type=_positive_int, metavar="N", help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
                    help="eviction policy: sglang (v0.5.15 LRU) or consumed")
     c.add_argument("--no-match-cap", action="store_true",
                    help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
-    c.add_argument("--max-running", type=_positive_int,
+    c.add_argument("--max-running", type=_positive_int, metavar="N",
                    help="max requests running at once (default: state slots // 5, at most 64)")
     c.add_argument("--chunked-prefill-size", type=_nonneg_int, metavar="N",
                    help="prompt tokens prefilled per request per step (0: off)")
+    c.add_argument("--max-prefill-tokens", type=_positive_int, metavar="N",
+                   help="prompt tokens per prefill batch (SGLang's --max-prefill-tokens)")
     c.add_argument("--states", choices=STATES,
                    help="none: slots only (fast); toy: real toy states, every hit verified")
     c.add_argument("--sweep", action="append", default=[], metavar="PARAM=V1,V2,...",
@@ -283,7 +285,7 @@ def _tokens_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
 def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
     cfg: dict[str, Any] = {"seed": args.seed}
     for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
-                 "max_running", "states"):
+                 "max_running", "states", "max_prefill_tokens"):
         value = getattr(args, name)
         if value is not None:
             cfg[name] = value

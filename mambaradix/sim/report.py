@@ -167,7 +167,8 @@ def format_report(
         ("lost: evicted since cached", m.lost_eviction),
         ("lost: match cap (input_len - 1)", m.lost_match_cap),
     ]
-    cold = P - m.state_usable_tokens - sum(v for _, v in lost)
+    cold = getattr(m, "never_seen_tokens", 0) or (P - m.state_usable_tokens
+                                                   - sum(v for _, v in lost))
     rows = [("reused (KV + state)", f"{m.state_usable_tokens:,}", _pct(m.state_usable_tokens, P))]
     rows += [(k, f"{v:,}", _pct(v, P)) for k, v in lost]
     if cold >= 0:
@@ -188,6 +189,9 @@ def format_report(
         ("state bytes donated", format_bytes(m.state_bytes_donated),
          "snapshots handed to the tree without a copy"),
     ]
+    if config.states == "toy":
+        pool_rows.append(("toy states that differed", f"{getattr(m, 'state_mismatches', 0):,}",
+                          "restored states checked against a recomputation"))
     out.extend(_table(pool_rows))
     out.append("")
 
