@@ -201,3 +201,66 @@ def test_importing_the_package_and_simulator_never_imports_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
+
+
+# --------------------------------------------------------------------------
+# the same from Python
+# --------------------------------------------------------------------------
+
+
+def test_python_api_sweep_and_report():
+    from mambaradix.sim import SimConfig, format_report, get_preset, metrics_to_dict, run, sweep
+    from mambaradix.sim import workloads as wl
+    from mambaradix.sim.sweep import points_to_rows
+
+    reqs = wl.multi_turn(num_clients=6, num_rounds=3, request_length=128, output_length=16, seed=1)
+    points = sweep(reqs, SimConfig(max_running=4), model="jamba-like", tp=2,
+                   state_slots=[20, 48], lru_policy=["sglang", "consumed"])
+    assert [p.params for p in points] == [
+        {"state_slots": 20, "lru_policy": "sglang"}, {"state_slots": 20, "lru_policy": "consumed"},
+        {"state_slots": 48, "lru_policy": "sglang"}, {"state_slots": 48, "lru_policy": "consumed"}]
+    jamba = get_preset("jamba-like")
+    for p in points:
+        assert p.config.state_slots == p.params["state_slots"]
+        assert p.config.state_bytes_per_slot == jamba.state_bytes_per_slot(2)
+        assert p.metrics.state_bytes_donated % jamba.state_bytes_per_slot(2) == 0
+        assert p.metrics.prefill_flops_saved == pytest.approx(
+            p.metrics.state_usable_tokens * jamba.flops_per_token)
+    # A bigger pool never serves less of this workload.
+    assert points[2].metrics.token_hit_rate >= points[0].metrics.token_hit_rate
+    rows = points_to_rows(points)
+    assert rows[3]["lru_policy"] == "consumed" and rows[3]["state_slots"] == 48
+    assert rows[3]["token_hit_rate"] == points[3].metrics.token_hit_rate
+
+    m = run(reqs, SimConfig(state_slots=48, max_running=4))
+    text = format_report(m, SimConfig(state_slots=48, max_running=4), preset=jamba,
+                         workload={"name": "tiny chat", **wl.workload_stats(reqs)})
+    assert text.startswith("tiny chat: 18 requests")
+    assert f"{m.state_usable_tokens:,}" in text
+    d = metrics_to_dict(m)
+    assert json.loads(json.dumps(d))["requests"] == 18
+    assert d["token_hit_rate"] == m.token_hit_rate
+
+    with pytest.raises(ValueError, match="unknown SimConfig parameter 'slots'"):
+        sweep(reqs, slots=[1, 2])
+
+
+def test_config_checks():
+    from mambaradix.sim import SimConfig
+    from mambaradix.sim.checks import ConfigError, check_feasible, validate_config
+    from mambaradix.sim import workloads as wl
+
+    validate_config(SimConfig())
+    for bad, msg in [(dict(mode="pp3"), "unknown mode"), (dict(lru_policy="lfu"), "unknown eviction"),
+                     (dict(states="real"), "unknown states"), (dict(kv_tokens=0), "kv_tokens must be"),
+                     (dict(chunked_prefill_size=0), "chunked_prefill_size must be"),
+                     (dict(mode="no_buffer", page_size=16, chunk_size=64), "no_buffer needs page_size 1"),
+                     (dict(page_size=64, track_interval=100), "track_interval 100 must be a multiple")]:
+        with pytest.raises(ConfigError, match=msg):
+            validate_config(SimConfig(**bad))
+    reqs = wl.multi_turn(num_clients=2, num_rounds=2, request_length=100, output_length=10)
+    check_feasible(reqs, SimConfig(kv_tokens=300, state_slots=3, max_running=1))
+    with pytest.raises(ConfigError, match="smaller than one request's need: mt-0-1 has 210"):
+        check_feasible(reqs, SimConfig(kv_tokens=219, state_slots=3, max_running=1))
+    with pytest.raises(ConfigError, match="max_running 2 needs 6 state slots"):
+        check_feasible(reqs, SimConfig(state_slots=5, max_running=2))
