@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import sys
@@ -22,9 +23,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
 from .checks import MODES, POLICIES, STATES, ConfigError, check_feasible
-from .presets import (PRESET_ATTRS, PRESETS, ModelPreset, apply_preset, format_bytes, get_preset,
-                      parse_size)
-from .report import MissingDependency, format_report, format_sweep, metrics_to_dict, plot_sweep
+from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
+from .report import (MissingDependency, config_to_dict, format_report, format_sweep,
+                     metrics_to_dict, plot_sweep)
 from .sweep import SweepPoint, config_field_type, config_fields
 from .types import SimConfig, SimMetrics, SimRequest
 
@@ -304,7 +305,7 @@ def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
     config = SimConfig(**cfg)
     if args.max_running is None:
         config = dataclasses.replace(config, max_running=default_max_running(config.state_slots))
-    return config
+    return apply_preset(config, preset, args.tp)
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -375,8 +376,6 @@ def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPres
                   tp: int, auto_running: bool) -> list[tuple[dict[str, Any], SimConfig]]:
     """(shown parameters, config) per grid point; auto_running re-derives
     max_running from each point's state pool (see default_max_running)."""
-    import itertools
-
     out = []
     names = list(grid)
     for combo in itertools.product(*(grid[n] for n in names)):
@@ -446,13 +445,6 @@ def _run_one(run: Callable[..., SimMetrics], reqs: list[SimRequest], config: Sim
         bar.close()
 
 
-def _config_dict(config: SimConfig) -> dict[str, Any]:
-    d = dataclasses.asdict(config)
-    for k in PRESET_ATTRS:
-        d.setdefault(k, getattr(config, k, None))
-    return d
-
-
 def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelPreset,
               base: SimConfig, points: list[SweepPoint], setup: dict[str, float]) -> dict:
     doc: dict[str, Any] = {
@@ -464,11 +456,11 @@ def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelP
         "setup_seconds": setup,
     }
     if len(points) == 1 and not points[0].params:
-        doc["config"] = _config_dict(points[0].config)
+        doc["config"] = config_to_dict(points[0].config)
         doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
     else:
-        doc["config"] = _config_dict(base)
-        doc["sweep"] = [{"params": p.params, "config": _config_dict(p.config),
+        doc["config"] = config_to_dict(base)
+        doc["sweep"] = [{"params": p.params, "config": config_to_dict(p.config),
                          "metrics": metrics_to_dict(p.metrics, preset)} for p in points]
     return doc
 

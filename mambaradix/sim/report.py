@@ -5,7 +5,7 @@
   evictions, state bytes copied vs donated, peak pool use, prefill FLOPs
   saved, per-turn hit rates and where the wall time went.
 * :func:`format_sweep` -- one line per configuration of a sweep.
-* :func:`metrics_to_dict` / :func:`run_document` -- the same for machines.
+* :func:`metrics_to_dict` / :func:`config_to_dict` -- the same for machines.
 * :func:`plot_sweep` -- hit rate against a swept parameter (needs matplotlib).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from .presets import ModelPreset, format_bytes
+from .presets import PRESET_ATTRS, ModelPreset, format_bytes
 from .types import SimConfig, SimMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,7 +63,11 @@ def _format_flops(f: float) -> str:
 
 
 def config_to_dict(config: SimConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+    """The config's fields, plus the model attributes a preset set on it."""
+    d = dataclasses.asdict(config)
+    for k in PRESET_ATTRS:
+        d.setdefault(k, getattr(config, k, None))
+    return d
 
 
 def flops_saved(metrics: SimMetrics, preset: Optional[ModelPreset]) -> float:
@@ -314,10 +318,4 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def summarize_rates(metrics: SimMetrics) -> str:
-    """One line: token / KV / state hit rates."""
-    return (f"token hit {100 * metrics.token_hit_rate:.1f}%, KV hit "
-            f"{100 * metrics.kv_hit_rate:.1f}%, state hit {100 * metrics.state_hit_rate:.1f}%")
 
