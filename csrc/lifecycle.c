@@ -248,6 +248,16 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!(o == MR_OWNER_HELD || o >= 1)) {
         return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
     }
+    int64_t ps = lc->kv->page_size;
+    for (size_t i = 0; i < len; i++) {
+        int32_t ko = 0;
+        if (val[i] < 0 || mr_slots_owner(&lc->kv->pages, val[i] / ps, &ko) != MR_OK) {
+            return MR_EINVAL;
+        }
+        if (ko == MR_OWNER_FREE || ko == MR_OWNER_RESERVED) {
+            return MR_ENOENT;  /* a KV index nobody holds */
+        }
+    }
     rc = scratch(lc, len);
     if (rc != MR_OK) {
         return rc;
