@@ -820,3 +820,248 @@ mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen)
     }
     return MR_OK;
 }
+
+/* ------------------------------------------------------------------------
+ * Batched calls */
+
+/* Gives back the copy-on-write slots taken for a batch that is not admitted. */
+static void
+undo_cow(mr_lifecycle *lc, mr_req *sts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i].running >= 0) {
+            (void)free_slot(lc, sts[i].running);
+            sts[i].running = -1;
+        }
+    }
+}
+
+int
+mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
+                    const int32_t *ns, mr_lc_prefill_out *out)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    mr_req *sts = MR_CALLOC(n + 1, sizeof(mr_req));
+    if (sts == NULL) {
+        return MR_ENOMEM;
+    }
+    int rc = MR_OK;
+    size_t maxlen = 1;
+    for (size_t i = 0; i < n; i++) {
+        maxlen = lens[i] > maxlen ? lens[i] : maxlen;
+        if ((int64_t)lens[i] > lc->rp->max_ctx) {
+            MR_FREE(sts);
+            return MR_EINVAL;
+        }
+    }
+    rc = scratch(lc, maxlen + 1);
+    if (rc != MR_OK) {
+        MR_FREE(sts);
+        return rc;
+    }
+    /* 1. match with copy-on-write (slots HELD until admission) */
+    int64_t need_kv = 0;
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
+        mr_req *st = &sts[i];
+        mr_req_reset(st);
+        size_t cap = lens[i] > 0 ? lens[i] - 1 : 0;
+        mr_match m;
+        rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, lc->b);
+        if (rc != MR_OK) {
+            break;
+        }
+        st->prefix_len = st->protected_len = (int64_t)m.prefix_len;
+        st->branching_seqlen = m.branching_seqlen;
+        st->last_node = mr_node_handle(m.node);
+        st->has_node = 1;
+        need_kv += (int64_t)lens[i] - st->prefix_len;
+        out->prefix_len[i] = st->prefix_len;
+    }
+    /* 2. KV for every extend, evicting when short: lock the matched nodes
+     *    first so eviction cannot take a prefix a request was just given */
+    if (rc == MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            mr_node *node = NULL;
+            if (mr_radix_resolve(lc->tree, sts[i].last_node, &node) != MR_OK) {
+                rc = MR_ESTALE;  /* an earlier match's split never removes nodes */
+                break;
+            }
+            (void)mr_radix_lock(lc->tree, node);
+            sts[i].locked = 1;
+        }
+        int64_t avail = mr_kv_available(lc->kv);
+        if (rc == MR_OK && avail < need_kv) {
+            rc = mr_radix_evict_full(lc->tree, (size_t)(need_kv - avail), &lc->rel, NULL, NULL);
+            if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
+                rc = MR_ENOSPC;
+            }
+        }
+    }
+    /* 3. admission */
+    if (rc == MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            out->rows[i] = -1;
+        }
+        rc = mr_lc_admit(lc, sts, out->rows, n, 1);
+    }
+    if (rc != MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            (void)drop_lock(lc, &sts[i]);
+        }
+        undo_cow(lc, sts, n);
+        MR_FREE(sts);
+        return rc;
+    }
+    /* 4. per request: table row, KV, tracking, forward lists */
+    for (size_t i = 0; i < n; i++) {
+        mr_req *st = &sts[i];
+        int64_t row = out->rows[i];
+        int64_t P = st->prefix_len, E = (int64_t)lens[i] - P;
+        mr_node *node = NULL;
+        (void)mr_radix_resolve(lc->tree, st->last_node, &node);
+        size_t np = mr_radix_path_values(lc->tree, node, lc->b);
+        (void)mr_reqpool_write(lc->rp, row, 0, lc->b, (int64_t)np);
+        int64_t ps = lc->kv->page_size;
+        int64_t ealloc = (E + ps - 1) / ps * ps;
+        if (scratch(lc, (size_t)ealloc + 1) != MR_OK
+            || mr_kv_alloc(lc->kv, ealloc, (int32_t)row, lc->a) != MR_OK) {
+            return MR_ENOSPC;  /* counted above; page rounding aside */
+        }
+        /* the unused rest of a last partial page stays the request's: the
+         * next decode tokens go there */
+        (void)mr_reqpool_write(lc->rp, row, P, lc->a, E);
+        st->committed = (int64_t)lens[i];
+        if (lc->cfg.extra_buffer) {
+            mr_lc_prepare_extend(lc, row, st, P, E, &out->track_slot[i], &out->track_mask[i],
+                                 &out->track_seqlen[i]);
+        }
+        else {
+            out->track_slot[i] = -1;
+            out->track_mask[i] = 0;
+            out->track_seqlen[i] = -1;
+        }
+        out->cow_src[i] = out->cow_dst[i] = out->clear[i] = -1;
+        if (st->cow_src >= 0) {
+            out->cow_src[i] = st->cow_src;
+            out->cow_dst[i] = st->running;
+            lc->stats.cow++;
+        }
+        else if (st->needs_clear) {
+            out->clear[i] = st->running;
+        }
+        st->cow_src = -1;
+        st->needs_clear = 0;
+        lc->rp->req[row] = *st;
+    }
+    MR_FREE(sts);
+    return MR_OK;
+}
+
+int
+mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
+        mr_req *st = &lc->rp->req[rows[i]];
+        size_t fill = (size_t)st->committed;
+        int rc = scratch(lc, fill + 1);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        /* prefix_out may alias nothing the call reads: use a private copy */
+        int64_t *prefix = MR_MALLOC((fill + 1) * sizeof(int64_t));
+        if (prefix == NULL) {
+            return MR_ENOMEM;
+        }
+        rc = mr_lc_cache_unfinished(lc, rows[i], st, keys[i], fill, ns ? ns[i] : 0, prefix, &fork_src[i],
+                                    &fork_dst[i]);
+        MR_FREE(prefix);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    return MR_OK;
+}
+
+int
+mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot, uint8_t *track_mask)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    int64_t ps = lc->kv->page_size;
+    int64_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i]) || lc->rp->req[rows[i]].committed + 1 > lc->rp->max_ctx) {
+            return MR_EINVAL;
+        }
+        if (lc->rp->req[rows[i]].committed % ps == 0) {
+            need += ps;
+        }
+    }
+    if (mr_kv_available(lc->kv) < need) {
+        int rc = mr_radix_evict_full(lc->tree, (size_t)(need - mr_kv_available(lc->kv)), &lc->rel, NULL, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        if (mr_kv_available(lc->kv) < need) {
+            return MR_ENOSPC;
+        }
+    }
+    int rc = scratch(lc, (size_t)ps + 1);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        mr_req *st = &lc->rp->req[rows[i]];
+        int64_t pos = st->committed;
+        int64_t idx;
+        if (pos % ps == 0) {
+            (void)mr_kv_alloc(lc->kv, ps, (int32_t)rows[i], lc->a);
+            idx = lc->a[0];
+        }
+        else {
+            int64_t last = 0;
+            (void)mr_reqpool_read(lc->rp, rows[i], pos - 1, 1, &last);
+            idx = last + 1;
+        }
+        (void)mr_reqpool_write(lc->rp, rows[i], pos, &idx, 1);
+        st->committed = pos + 1;
+        (void)mr_lc_decode_prepare(lc, rows[i], st, st->committed, &track_slot[i], &track_mask[i]);
+        (void)mr_lc_decode_finish(lc, rows[i], st, st->committed, 0);
+    }
+    return MR_OK;
+}
+
+int
+mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
+                   int is_insert)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
+        mr_req *st = &lc->rp->req[rows[i]];
+        int rc = mr_lc_cache_finished(lc, rows[i], st, keys[i], (size_t)st->committed, ns ? ns[i] : 0,
+                                      is_insert && st->lazy_is_insert);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        rc = mr_reqpool_free(lc->rp, rows[i]);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    return MR_OK;
+}

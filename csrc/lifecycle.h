@@ -161,6 +161,44 @@ int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_
  * MR_ESTATE when the request holds no running slot (double free). */
 int mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep);
 
+/* ------------------------------------------------------------------------
+ * Batched calls: the request records live in the ReqPool (rp->req[row]);
+ * one call does a whole batch.  Outputs are per request, -1 = none. */
+
+typedef struct {
+    int64_t *rows;          /* the request's row */
+    int64_t *prefix_len;    /* cache hit */
+    int64_t *cow_src;       /* copy-on-write pair to run before the forward */
+    int64_t *cow_dst;
+    int64_t *clear;         /* running slot to zero before the forward */
+    int64_t *track_slot;    /* where the forward snapshots the state */
+    uint8_t *track_mask;
+    int64_t *track_seqlen;
+} mr_lc_prefill_out;
+
+/* Schedules n new requests: match (keys[i][0:lens[i]), capped at
+ * lens[i] - 1, with copy-on-write), admission with state headroom, the
+ * request's lock, KV for its extend tokens (evicting when short) written to
+ * its table row, and the tracking decision.  MR_ENOSPC when rows, slots or
+ * KV are short even after eviction: then no request of the batch is
+ * admitted and every slot it took is back. */
+int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
+                        const int32_t *ns, mr_lc_prefill_out *out);
+/* End of prefill for requests that go on decoding: cache_unfinished_req on
+ * each (keys: the request's tokens, fill_len = its committed length). */
+int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst);
+/* One decode step for n rows: one KV token each (written to the table),
+ * the tracking decision before the forward and the boundary bookkeeping
+ * after it.  MR_ENOSPC when KV is short even after eviction (no row
+ * advanced). */
+int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot,
+                       uint8_t *track_mask);
+/* Finishes n rows: cache_finished_req (keys: origin + output tokens, at
+ * least the committed length) and frees the row. */
+int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                       const int32_t *ns, int is_insert);
+
 /* Verifies the tree (mr_radix_check), every pool, and that the tree's KV
  * tokens and states equal the TREE-owned units of the pools. */
 int mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen);

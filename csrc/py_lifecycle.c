@@ -1123,6 +1123,345 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* ------------------------------------------------------------------------
+ * Batched calls */
+
+typedef struct {
+    int32_t *data;
+    const int32_t **ptrs;
+    size_t *lens;
+    int32_t *ns;
+    size_t n;
+} keyset;
+
+static void
+keyset_free(keyset *k)
+{
+    PyMem_Free(k->data);
+    PyMem_Free(k->ptrs);
+    PyMem_Free(k->lens);
+    PyMem_Free(k->ns);
+    memset(k, 0, sizeof(*k));
+}
+
+/* keys: a list of token sequences; ns_obj: None or a list of ints. */
+static int
+keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
+{
+    memset(k, 0, sizeof(*k));
+    PyObject *seq = PySequence_Fast(keys, "keys must be a sequence of token sequences");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **arrs = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
+    k->lens = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
+    k->ns = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
+    int ok = arrs != NULL && k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
+    size_t total = 0;
+    if (!ok) {
+        PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        arrs[i] = mr_pools_index_array(PySequence_Fast_GET_ITEM(seq, i), "keys[i]");
+        if (arrs[i] == NULL) {
+            ok = 0;
+            break;
+        }
+        k->lens[i] = (size_t)PyArray_SIZE((PyArrayObject *)arrs[i]);
+        total += k->lens[i];
+    }
+    if (ok) {
+        k->data = PyMem_Malloc((total + 1) * sizeof(int32_t));
+        if (k->data == NULL) {
+            PyErr_NoMemory();
+            ok = 0;
+        }
+    }
+    size_t off = 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arrs[i]);
+        for (size_t j = 0; j < k->lens[i]; j++) {
+            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "%s(): keys[%zd] has a token that does not fit int32", fname, i);
+                ok = 0;
+                break;
+            }
+            k->data[off + j] = (int32_t)p[j];
+        }
+        k->ptrs[i] = k->data + off;
+        off += k->lens[i];
+    }
+    if (ok && ns_obj != NULL && ns_obj != Py_None) {
+        PyObject *nseq = PySequence_Fast(ns_obj, "ns must be a sequence of ints");
+        if (nseq == NULL || PySequence_Fast_GET_SIZE(nseq) != n) {
+            if (nseq != NULL) {
+                PyErr_Format(PyExc_ValueError, "%s(): ns and keys differ in length", fname);
+            }
+            ok = 0;
+        }
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            int64_t v = 0;
+            if (mr_as_int64(PySequence_Fast_GET_ITEM(nseq, i), 0, INT32_MAX, "ns[i]", &v) < 0) {
+                ok = 0;
+            }
+            k->ns[i] = (int32_t)v;
+        }
+        Py_XDECREF(nseq);
+    }
+    for (Py_ssize_t i = 0; arrs != NULL && i < n; i++) {
+        Py_XDECREF(arrs[i]);
+    }
+    PyMem_Free(arrs);
+    Py_DECREF(seq);
+    k->n = (size_t)n;
+    if (!ok) {
+        keyset_free(k);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+new_u8(Py_ssize_t n)
+{
+    npy_intp dims[1] = {n};
+    return PyArray_SimpleNew(1, dims, NPY_BOOL);
+}
+
+#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
+
+PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
+"prefill_batch($self, keys, /, ns=None)\n"
+"--\n"
+"\n"
+"Schedule a batch of new requests in one call: match (capped at len - 1,\n"
+"copy-on-write), admission with state headroom, locks, KV for the extend\n"
+"tokens written to each row, and the tracking decision.  Returns a dict of\n"
+"int64 arrays: rows, prefix_len, cow_src, cow_dst, clear, track_slot,\n"
+"track_seqlen (-1 = none) and the bool array track_mask.  None when the\n"
+"pools are short even after eviction (nothing admitted).");
+
+static PyObject *
+Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    if (!mr_check_nargs("prefill_batch", nargs, 1, 1) || mr_check_kwnames("prefill_batch", kwnames, allowed) < 0
+        || need_pools(self, "prefill_batch") < 0) {
+        return NULL;
+    }
+    keyset k;
+    if (keyset_read(args[0], mr_find_kw(kwnames, args + nargs, "ns"), &k, "prefill_batch") < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = (Py_ssize_t)k.n;
+    PyObject *a[8] = {NULL};
+    PyObject *res = NULL;
+    for (int j = 0; j < 7; j++) {
+        a[j] = mr_pools_new_i64(n);
+    }
+    a[7] = new_u8(n);
+    for (int j = 0; j < 8; j++) {
+        if (a[j] == NULL) {
+            goto error;
+        }
+    }
+    mr_lc_prefill_out out = {I64(a[0]), I64(a[1]), I64(a[2]), I64(a[3]), I64(a[4]), I64(a[5]),
+                             (uint8_t *)PyArray_DATA((PyArrayObject *)a[7]), I64(a[6])};
+    int rc = mr_lc_prefill_batch(self->lc, k.n, k.ptrs, k.lens, k.ns, &out);
+    if (rc == MR_ENOSPC) {
+        res = Py_NewRef(Py_None);
+        goto error;
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "prefill_batch(): a key is longer than max_context_len");
+        goto error;
+    }
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "prefill_batch()");
+        goto error;
+    }
+    res = Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "rows", a[0], "prefix_len", a[1], "cow_src", a[2],
+                        "cow_dst", a[3], "clear", a[4], "track_slot", a[5], "track_seqlen", a[6], "track_mask",
+                        a[7]);
+error:
+    for (int j = 0; j < 8; j++) {
+        Py_XDECREF(a[j]);
+    }
+    keyset_free(&k);
+    return res;
+}
+
+static int
+rows_read(PyObject *obj, PyObject **arr, const char *fname)
+{
+    *arr = mr_pools_index_array(obj, "rows");
+    return *arr == NULL ? -1 : 0;
+}
+
+PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
+"unfinished_batch($self, rows, keys, /, ns=None)\n"
+"--\n"
+"\n"
+"cache_unfinished_req for each row (end of prefill of requests that go on\n"
+"decoding; keys: each request's tokens so far).  Returns (fork_src,\n"
+"fork_dst): the no_buffer state copies to run now (-1 = none).");
+
+static PyObject *
+Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    if (!mr_check_nargs("unfinished_batch", nargs, 2, 2)
+        || mr_check_kwnames("unfinished_batch", kwnames, allowed) < 0 || need_pools(self, "unfinished_batch") < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
+    keyset k;
+    if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
+        return NULL;
+    }
+    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "unfinished_batch") < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    if ((size_t)n != k.n) {
+        PyErr_SetString(PyExc_ValueError, "unfinished_batch(): rows and keys differ in length");
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = I64(rows)[i];
+        if (!mr_reqpool_in_use(mr_pools_req_pool(self->rp_obj, lc_state(self)), r)
+            || (int64_t)k.lens[i] < mr_pools_req_pool(self->rp_obj, lc_state(self))->req[r].committed) {
+            PyErr_Format(PyExc_ValueError, "unfinished_batch(): row %lld is not in use or keys[%zd] is too short",
+                         (long long)r, i);
+            goto error;
+        }
+    }
+    fs = mr_pools_new_i64(n);
+    fd = mr_pools_new_i64(n);
+    if (fs == NULL || fd == NULL) {
+        goto error;
+    }
+    int rc = mr_lc_unfinished_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, I64(fs), I64(fd));
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "unfinished_batch()");
+        goto error;
+    }
+    res = PyTuple_Pack(2, fs, fd);
+error:
+    Py_XDECREF(rows);
+    Py_XDECREF(fs);
+    Py_XDECREF(fd);
+    keyset_free(&k);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_decode_batch__doc__,
+"decode_batch($self, rows, /)\n"
+"--\n"
+"\n"
+"One decode step for the rows: a KV token each (written to the table), the\n"
+"track slot / mask for the forward and the boundary bookkeeping.  Returns\n"
+"(track_slot, track_mask), or None when KV is short even after eviction.");
+
+static PyObject *
+Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!mr_check_nargs("decode_batch", nargs, 1, 1) || need_pools(self, "decode_batch") < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *ts = NULL, *tm = NULL, *res = NULL;
+    if (rows_read(args[0], &rows, "decode_batch") < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    ts = mr_pools_new_i64(n);
+    tm = new_u8(n);
+    if (ts == NULL || tm == NULL) {
+        goto error;
+    }
+    int rc = mr_lc_decode_batch(self->lc, (size_t)n, I64(rows), I64(ts), (uint8_t *)PyArray_DATA((PyArrayObject *)tm));
+    if (rc == MR_ENOSPC) {
+        res = Py_NewRef(Py_None);
+        goto error;
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "decode_batch(): a row is not in use or its table row is full");
+        goto error;
+    }
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "decode_batch()");
+        goto error;
+    }
+    res = PyTuple_Pack(2, ts, tm);
+error:
+    Py_XDECREF(rows);
+    Py_XDECREF(ts);
+    Py_XDECREF(tm);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
+"finish_batch($self, rows, keys, /, ns=None, is_insert=True)\n"
+"--\n"
+"\n"
+"cache_finished_req for each row (keys: origin + output tokens) and free\n"
+"the rows.  ValueError for a row that is not in use (finished twice).");
+
+static PyObject *
+Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    if (!mr_check_nargs("finish_batch", nargs, 2, 2) || mr_check_kwnames("finish_batch", kwnames, allowed) < 0
+        || need_pools(self, "finish_batch") < 0) {
+        return NULL;
+    }
+    int ins = 1;
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *res = NULL;
+    keyset k;
+    if (rows_read(args[0], &rows, "finish_batch") < 0) {
+        return NULL;
+    }
+    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "finish_batch") < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    if ((size_t)n != k.n) {
+        PyErr_SetString(PyExc_ValueError, "finish_batch(): rows and keys differ in length");
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = I64(rows)[i];
+        if (!mr_reqpool_in_use(rp, r)) {
+            PyErr_Format(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
+                         "finish_batch(): row %lld is not in use (finished twice?)", (long long)r);
+            goto error;
+        }
+        if ((int64_t)k.lens[i] < rp->req[r].committed) {
+            PyErr_Format(PyExc_ValueError, "finish_batch(): keys[%zd] is shorter than the committed length", i);
+            goto error;
+        }
+    }
+    int rc = mr_lc_finish_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, ins);
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "finish_batch()");
+        goto error;
+    }
+    res = Py_NewRef(Py_None);
+error:
+    Py_XDECREF(rows);
+    keyset_free(&k);
+    return res;
+}
+
+/* ------------------------------------------------------------------------
  * Type */
 
 static PyObject *
@@ -1167,6 +1506,10 @@ static PyMethodDef Lifecycle_methods[] = {
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
+    {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
+    {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},
+    {"decode_batch", (PyCFunction)(void (*)(void))Lifecycle_decode_batch, METH_FASTCALL, Lifecycle_decode_batch__doc__},
+    {"finish_batch", (PyCFunction)(void (*)(void))Lifecycle_finish_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_finish_batch__doc__},
     {NULL, NULL, 0, NULL},
 };
 

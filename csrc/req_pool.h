@@ -43,6 +43,7 @@ typedef struct {
     int64_t cow_src;            /* mamba_cow_src_index */
     int64_t protected_len;      /* cache_protected_len */
     int64_t prefix_len;         /* len(prefix_indices) */
+    int64_t committed;          /* kv_committed_len (batched calls) */
     mr_handle last_node;        /* last_node */
 } mr_req;
 

@@ -316,3 +316,120 @@ def test_finish_twice_and_abort_paths() -> None:
     c = loop.pool.mamba_allocator._slots.counts()
     assert c["req"] == 0 and c["held"] == 0
     assert c["tree"] == loop.tree.total_size()[1]
+
+
+# ---------------------------------------------------------------------------
+# The one-call-per-batch C API
+
+
+class BatchLoop:
+    """The same scheduler loop on Lifecycle's batched calls; the state pool
+    is a numpy array of fingerprints, one per slot."""
+
+    def __init__(self, *, extra_buffer: bool = True, lazy: bool = False, interval: int = 256,
+                 mamba_size: int = 64, kv_size: int = 20000, rows: int = 16, page_size: int = 1) -> None:
+        pp = 2
+        self.state_alloc = _C.SlotAllocator(mamba_size)
+        self.kv_alloc = _C.SlotAllocator(kv_size, page_size)
+        self.rp = _C.ReqPool(rows, 4096, pp)
+        self.lc = _C.Lifecycle(self.state_alloc, self.kv_alloc, self.rp, page_size=page_size,
+                               chunk_size=max(C, page_size), extra_buffer=extra_buffer, lazy=lazy,
+                               track_buffer_size=pp, track_interval=interval)
+        self.states = np.zeros(mamba_size + 1)
+        self.extra = extra_buffer
+
+    def prefill(self, keys):
+        out = self.lc.prefill_batch(keys)
+        assert out is not None
+        for i, toks in enumerate(keys):
+            P = int(out["prefix_len"][i])
+            if out["cow_src"][i] >= 0:
+                self.states[out["cow_dst"][i]] = self.states[out["cow_src"][i]]
+                assert self.states[out["cow_dst"][i]] == fingerprint(toks[:P])
+            else:
+                assert P == 0
+            if out["track_mask"][i]:
+                # the kernel snapshots at the aligned length (seqlen, or B + 1 at a branch)
+                sl = int(out["track_seqlen"][i])
+                ln = sl - 1 if (sl - 1) % C == 0 and sl - 1 > P and sl != len(toks) else sl
+                ln = P + (ln - P) // C * C
+                self.states[out["track_slot"][i]] = fingerprint(toks[:ln])
+        self.lc.check()
+        return out
+
+    def finish(self, rows, keys):
+        self.lc.finish_batch(rows, keys)
+        self.lc.check()
+
+
+def test_batch_api_design_example() -> None:
+    loop = BatchLoop()
+    hits = []
+    for toks in doc_workload():
+        out = loop.prefill([toks])
+        hits.append(int(out["prefix_len"][0]))
+        loop.finish(out["rows"], [toks + [7]])
+    assert hits == [0, 0, 256, 512, 512, 256, 256, 448]
+    assert loop.lc.stats()["forks"] == 0
+    assert loop.lc.stats()["cow"] == sum(1 for h in hits if h)
+    c = loop.state_alloc.counts()
+    assert c["req"] == 0 and c["held"] == 0 and c["tree"] == loop.lc.sizes()[2] + loop.lc.sizes()[3]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_batch_api_random_batches(page_size: int) -> None:
+    """Batches of requests with decode steps; accounting after every call;
+    a batch of requests is admitted together or not at all."""
+    rng = random.Random(5 + page_size)
+    loop = BatchLoop(interval=32, mamba_size=40, kv_size=6000, rows=8, page_size=page_size)
+    bases = [[rng.randint(1, 30) for _ in range(rng.randint(100, 400))] for _ in range(3)]
+    running: dict[int, list[int]] = {}
+    for step in range(80):
+        if running and rng.random() < 0.4:
+            rows = list(running)
+            got = loop.lc.decode_batch(rows)
+            assert got is not None
+            for r in rows:
+                running[r].append(rng.randint(1, 30))
+            loop.lc.check()
+        if running and rng.random() < 0.4:
+            done = rng.sample(list(running), rng.randint(1, len(running)))
+            loop.finish(done, [running[r] + [0] for r in done])
+            for r in done:
+                del running[r]
+        k = rng.randint(1, 3)
+        if len(running) + k <= 8:
+            keys = []
+            for _ in range(k):
+                b = rng.choice(bases)
+                keys.append(b[: rng.randint(1, len(b))] + [rng.randint(1, 30) for _ in range(rng.randint(1, 80))])
+            before = (loop.state_alloc.counts(), loop.kv_alloc.counts(), loop.rp.available_size())
+            out = loop.lc.prefill_batch(keys)
+            if out is None:
+                assert (loop.state_alloc.counts()["held"], loop.rp.available_size()) == (before[0]["held"], before[2])
+            else:
+                for r, toks in zip(out["rows"].tolist(), keys):
+                    running[r] = list(toks)
+                    assert loop.rp.table[r, : len(toks)].min() > 0
+            loop.lc.check()
+    loop.finish(list(running), [running[r] + [0] for r in running])
+    c = loop.state_alloc.counts()
+    assert c["req"] == 0 and c["held"] == 0
+    kc = loop.kv_alloc.counts()
+    assert kc["req"] == 0 and kc["held"] == 0   # every KV page is free or the tree's
+
+
+def test_batch_api_bad_input() -> None:
+    loop = BatchLoop()
+    out = loop.prefill([list(range(1, 100))])
+    row = int(out["rows"][0])
+    loop.finish([row], [list(range(1, 101))])
+    with pytest.raises(_C.OwnershipError, match="finished twice"):
+        loop.lc.finish_batch([row], [list(range(1, 101))])
+    with pytest.raises(ValueError):
+        loop.lc.decode_batch([row])
+    with pytest.raises(ValueError, match="max_context_len"):
+        loop.lc.prefill_batch([list(range(1, 5000))])
+    with pytest.raises(TypeError):
+        loop.lc.prefill_batch([["a"]])
+    loop.lc.check()
