@@ -362,6 +362,7 @@ mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int co
         }
         st->cow_src = m->state;
         st->needs_clear = 0;
+        lc->stats.cow++;
     }
     return MR_OK;
 }
@@ -946,7 +947,6 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
         if (st->cow_src >= 0) {
             out->cow_src[i] = st->cow_src;
             out->cow_dst[i] = st->running;
-            lc->stats.cow++;
         }
         else if (st->needs_clear) {
             out->clear[i] = st->running;

@@ -378,6 +378,20 @@ class ReqToTokenPool:
             self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)
 
     def write(self, indices: Any, values: Any) -> None:
+        """req_to_token[indices] = values (SGLang's write).  A (row, slice)
+        index on CPU goes straight into the C table."""
+        if (
+            self.req_to_token is self._host
+            and isinstance(indices, tuple)
+            and len(indices) == 2
+            and isinstance(indices[0], int)
+            and isinstance(indices[1], slice)
+            and indices[1].step in (None, 1)
+        ):
+            v = values.detach().reshape(-1).numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+            a = indices[1].start or 0
+            self._rp.table[indices[0], a : a + v.size] = v
+            return
         self.req_to_token[indices] = values
         if self.req_to_token is not self._host:
             if isinstance(values, torch.Tensor):
