@@ -133,6 +133,8 @@ def test_toy_states_run_or_say_what_is_missing():
     if r.returncode == 0:
         m = json.loads(r.stdout)["metrics"]
         assert "toy" in m["wall_seconds"] and m["requests"] == 8
+        # Every state a hit restored equalled the toy model's recomputation.
+        assert m["state_mismatches"] == 0 and m["state_hits"] > 0
     else:
         assert r.returncode == 2, r.stderr
         assert "--states toy needs torch and the SGLang drop-in" in r.stderr
