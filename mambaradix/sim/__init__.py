@@ -1,9 +1,15 @@
 """Trace simulator: replays workloads through the real C cache.
 
-    from mambaradix.sim import run, SimConfig, workloads
+    from mambaradix.sim import run, SimConfig, apply_preset, workloads
     reqs = workloads.multi_turn(num_clients=64, num_rounds=6)
-    metrics = run(reqs, SimConfig(state_slots=128))
-    print(metrics.token_hit_rate)
+    config = apply_preset(SimConfig(state_slots=256, max_running=32), "qwen3-next", tp=4)
+    metrics = run(reqs, config)
+    print(metrics.token_hit_rate, metrics.lost_eviction, metrics.state_bytes_donated)
+
+Each running request holds up to 3 state slots and locks the state it
+matched: keep ``max_running`` well below ``state_slots / 3`` (the command line
+uses ``state_slots // 5``), or the replay stops with a RuntimeError when the
+pool runs dry.
 
 ``run`` (the replay engine, :mod:`mambaradix.sim.engine`) is imported on first
 use, so ``import mambaradix.sim`` stays light and never imports torch.

@@ -2,7 +2,8 @@
 
     from mambaradix.sim import sweep, SimConfig, workloads
     reqs = workloads.multi_turn(num_clients=64, num_rounds=6)
-    points = sweep(reqs, SimConfig(), state_slots=[64, 128, 256], lru_policy=["sglang", "consumed"])
+    points = sweep(reqs, SimConfig(max_running=12), model="qwen3-next",
+                   state_slots=[64, 128, 256], lru_policy=["sglang", "consumed"])
     for p in points:
         print(p.params, p.metrics.token_hit_rate)
 
