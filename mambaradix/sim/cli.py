@@ -206,6 +206,9 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
 def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[str, Any]]:
     """The requests and a description of them."""
     rate = args.request_rate
+    if rate is not None and (args.trace or args.workload == "mooncake"):
+        raise UserError("--request-rate applies to generated workloads; a trace keeps its own "
+                        "arrival times")
     if args.trace:
         if args.workload:
             raise UserError("give either --workload or --trace, not both")
