@@ -5,11 +5,18 @@ caching rules (C = 64 unless said otherwise), not taken from a previous run."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from mambaradix.sim import engine
 from mambaradix.sim.types import SimConfig, SimMetrics, SimRequest
+
+
+def _seed() -> int:
+    env = os.environ.get("MAMBARADIX_TEST_SEED")
+    return int(env) if env else int(np.random.default_rng().integers(1 << 31))
 
 
 def _split_adds_up(m: SimMetrics) -> None:
@@ -146,8 +153,10 @@ def test_two_turn_sessions_per_turn_rates():
 def test_random_workload_accounting_and_pressure(mode):
     """Shared prefixes, chunked prefill, decode across boundaries and small
     pools: the pool accounting holds after every scheduler step, the split adds
-    up, and the pools evict."""
-    rng = np.random.default_rng()
+    up, and the pools evict.  MAMBARADIX_TEST_SEED fixes the seed."""
+    seed = _seed()
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
     stems = [rng.integers(1, 40000, size=int(rng.integers(100, 900))) for _ in range(6)]
     reqs = []
     t = 0.0

@@ -67,6 +67,7 @@ requests); ``wall_seconds`` split into "cache" (time in tree calls), "driver"
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from typing import Any, Callable, Optional
@@ -89,11 +90,23 @@ def never_seen_tokens(m: SimMetrics) -> int:
 
 
 def _pseudo_outputs(rid: str, n: int) -> np.ndarray:
+    """Deterministic pseudo output tokens of request ``rid`` (int32, 1..150000)."""
     h = 1469598103934665603
     for ch in rid.encode():
         h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    rng = np.random.default_rng(h)
-    return rng.integers(1, 150001, size=n, dtype=np.int64).astype(np.int32)
+    # splitmix64 over the positions (uint64 array arithmetic wraps silently)
+    x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(h)
+    x = (x ^ (x >> _S30)) * _MIX1
+    x = (x ^ (x >> _S27)) * _MIX2
+    x = x ^ (x >> _S31)
+    return (x % _NTOK + _ONE).astype(np.int32)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_NTOK, _ONE = np.uint64(150000), np.uint64(1)
 
 
 def _validate(requests: list, config: SimConfig) -> None:
@@ -153,7 +166,7 @@ class _R:
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
-                 "j0", "c_base", "o_base", "seq", "res_key")
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen")
 
     def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
         self.rid = sim.rid
@@ -192,6 +205,7 @@ class _R:
         self.o_base = 0
         self.seq = 0
         self.res_key = 0
+        self.seen = 0                 # tokens of it the shadow tree is known to hold
 
 
 class ReplayResult:
@@ -259,6 +273,12 @@ class _Replay:
         self.bucket: dict = {}
         self.seq = 0
         self.need_filter = False
+        self.agg_len = 0
+        self.agg_obase = 0
+        self.agg_j0 = 0
+        self.agg_n = 0
+        self.agg_long = 0
+        self.fin_heap: list = []
 
     # ----------------------------------------------------------- pool helpers
     def _values(self, n: int) -> np.ndarray:
@@ -322,7 +342,11 @@ class _Replay:
         t0 = time.perf_counter()
         res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
                                prev_prefix_len=prev)
-        self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
+        if n > r.seen and res.prefix_len < n:
+            # the shadow holds every key ever inserted (it never evicts): it has
+            # r's first r.seen tokens already, and any key the cache still had
+            self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
+            r.seen = n
         self.t_cache += time.perf_counter() - t0
         self.kv_free += len(res.duplicates)
         return bool(res.state_existed)
@@ -444,8 +468,10 @@ class _Replay:
         limit = match_key_limit(fill_len, self.dcfg.match_cap)
         t0 = time.perf_counter()
         m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns)
-        seen = (self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns).kv_matched_len
-                if not r.admitted else 0)
+        seen = 0
+        if not r.admitted:
+            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns).kv_matched_len
+            r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
         r.prefix_len = len(m.indices)
         r.node = m.node
@@ -482,10 +508,12 @@ class _Replay:
         ids = np.ascontiguousarray(np.asarray(sim.input_ids, dtype=np.int32))
         if sim.output_ids is not None:
             outs = np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32)
+            spare = _pseudo_outputs(sim.rid + "#spare", 2)
+            tokens = np.concatenate([ids, outs, spare])
         else:
-            outs = _pseudo_outputs(sim.rid, sim.output_len)
-        spare = _pseudo_outputs(sim.rid + "#spare", 2)
-        tokens = np.ascontiguousarray(np.concatenate([ids, outs, spare]).astype(np.int32))
+            # the outputs and two spare tokens (decoded by an overlap step
+            # after the request finished)
+            tokens = np.concatenate([ids, _pseudo_outputs(sim.rid, sim.output_len + 2)])
         r = _R(sim, tokens)
         self.waiting.append(r)
         self.live.append(r)
@@ -550,11 +578,7 @@ class _Replay:
             self.batch_is_full = True
             return None
         page = d.page_size
-        total_off = 0.0
-        for r in self.running:
-            self._sync(r)
-            total_off += min(max(r.output_len - r.out, 0), d.clip_max_new_tokens) \
-                * d.new_token_ratio
+        total_off = self._reserved_offset()
         cur_off = 0.0
         rem_input = float(d.max_prefill_tokens)
         rem_chunk = d.chunked_prefill_size
@@ -583,7 +607,8 @@ class _Replay:
                 rem_chunk -= e
             self.chunked = r if truncated else None
 
-        for r in list(self.waiting):
+        n_taken = 0
+        for r in self.waiting:
             if len(can_run) >= self._num_allocatable():
                 self.batch_is_full = True
             if self.batch_is_full:
@@ -616,6 +641,7 @@ class _Replay:
                     new_chunked = r
             if added is not None:
                 can_run.append(r)
+                n_taken += 1
                 t0 = time.perf_counter()
                 self.tree.inc_lock_ref(r.node)
                 self.t_cache += time.perf_counter() - t0
@@ -643,8 +669,9 @@ class _Replay:
                 break
         if not can_run:
             return None
-        ids = {id(r) for r in can_run}
-        self.waiting = [r for r in self.waiting if id(r) not in ids]
+        if n_taken:
+            # admitted requests are a prefix of the waiting queue
+            del self.waiting[:n_taken]
         if new_chunked is not None:
             self.chunked = new_chunked
         if self.chunked is not None:
@@ -741,6 +768,40 @@ class _Replay:
         return ("extend", items)
 
     # ----------------------------------------------------------- running batch
+    def _reserved_offset(self) -> float:
+        """Decode tokens admission reserves for the running requests:
+        sum of min(remaining outputs, clip) * new_token_ratio (O(1) from
+        aggregates unless an output is longer than the clip)."""
+        d = self.dcfg
+        if self.agg_long:
+            total = 0.0
+            for r in self.running:
+                self._sync(r)
+                total += min(max(r.output_len - r.out, 0), d.clip_max_new_tokens)
+            return total * d.new_token_ratio
+        # sum over requests with j0 of (output_len - o_base - (res_id - j0 + 1))
+        rem = (self.agg_len - self.agg_obase - self.agg_n * (self.res_id + 1) + self.agg_j0)
+        for r in self.pending_join:
+            if r.in_run:
+                rem += max(r.output_len - r.out, 0)
+        return rem * d.new_token_ratio
+
+    def _agg(self, r: _R, sign: int) -> None:
+        self.agg_len += sign * r.output_len
+        self.agg_obase += sign * r.o_base
+        self.agg_j0 += sign * r.j0
+        self.agg_n += sign
+        if r.output_len > self.dcfg.clip_max_new_tokens:
+            self.agg_long += sign
+
+    def _add_fin(self, r: _R) -> None:
+        fin = r.j0 + (r.output_len - r.o_base) - 1
+        lst = self.fin_at.get(fin)
+        if lst is None:
+            lst = self.fin_at[fin] = []
+            heapq.heappush(self.fin_heap, fin)
+        lst.append((r, r.j0, r.o_base))
+
     def _sync(self, r: _R) -> None:
         """Materialise a running request's committed KV length and outputs."""
         if r.in_run and r.j0 is not None:
@@ -760,9 +821,12 @@ class _Replay:
         self._sync(r)
         r.in_run = False
         if r.j0 is not None:
+            self._agg(r, -1)
             b = self.bucket.get(r.res_key)
             if b is not None:
                 b.discard(r)
+                if not b:
+                    del self.bucket[r.res_key]
         r.j0 = None
         self.need_filter = True
 
@@ -826,8 +890,8 @@ class _Replay:
             r.o_base = r.out
             r.res_key = (b - 1 - r.c_base) % interval
             self.bucket.setdefault(r.res_key, set()).add(r)
-            fin = b + (r.output_len - r.o_base) - 1
-            self.fin_at.setdefault(fin, []).append((r, b, r.o_base))
+            self._agg(r, +1)
+            self._add_fin(r)
         self.pending_join = []
         self._alloc_kv(len(self.running))
         self.prep_id = b
@@ -864,9 +928,9 @@ class _Replay:
                 if r.in_run and r.j0 is not None:
                     # already in a decode batch (overlap): its outputs are derived
                     r.o_base += 1
+                    self.agg_obase += 1
                     self._sync(r)
-                    fin = r.j0 + (r.output_len - r.o_base) - 1
-                    self.fin_at.setdefault(fin, []).append((r, r.j0, r.o_base))
+                    self._add_fin(r)
                 else:
                     r.out += 1
                 if r.abort or r.out >= r.output_len:
@@ -915,8 +979,54 @@ class _Replay:
                 self._finish(r)
 
     def _fast_forward(self) -> bool:
-        """Runs of identical decode steps cost O(1) each already."""
-        return False
+        """Apply k decode steps at once when none of them can change anything
+        but counters: no request finishes or reaches a track boundary in them,
+        no request can be admitted (nothing waits, or the batch is full), no
+        request arrives that could be, and the KV pool needs no eviction."""
+        if self.chunked is not None or self.pending_join or self.need_filter:
+            return False
+        lb = self.last_batch
+        if lb is None or lb[0] != "decode" or not self.running:
+            return False
+        if self.waiting and not self.batch_is_full:
+            return False
+        overlap = self.dcfg.overlap
+        if overlap and (len(self.result_queue) != 1 or self.result_queue[0][0] != "decode"):
+            return False
+        P = self.prep_id
+        k = (1 << 62)
+        if self.pending and not self.batch_is_full:
+            k = int((float(self.pending[0].arrival) - self.clock) / self.cfg_step()) - 1
+        bs = len(self.running)
+        k = min(k, self.kv_free // bs - 1)
+        heap = self.fin_heap
+        while heap and heap[0] not in self.fin_at:
+            heapq.heappop(heap)
+        while heap and heap[0] <= self.res_id:
+            f = heapq.heappop(heap)
+            self.fin_at.pop(f, None)
+        if heap:
+            k = min(k, heap[0] - self.res_id - 2)
+        if k < 2:
+            return False
+        if self.extra_buffer and self.bucket:
+            interval = self.interval
+            d = min(((res - P) % interval) or interval for res in self.bucket)
+            k = min(k, d - 2)
+        if k < 2:
+            return False
+        self.next_bid += k
+        self.prep_id += k
+        self.res_id += k
+        self.kv_free -= k * bs
+        if overlap:
+            self.result_queue[0] = ("decode", self.prep_id)
+        self.last_batch = ("decode", self.prep_id)
+        self._note_peaks()
+        step = self.cfg_step()
+        for _ in range(k):          # the same float sums as k single steps
+            self.clock += step
+        return True
 
     # ----------------------------------------------------------- checks
     def check(self) -> None:
