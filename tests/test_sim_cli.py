@@ -117,7 +117,6 @@ def test_trace_file_replay(tmp_path):
     (["--sweep", "state_slots=1,64"], "state_slots=1:"),
     (["--chunk-size", "48", "--page-size", "32"], "must be a multiple of page_size"),
     (["--trace", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
-    (["--plot", "x.png"], "--plot draws hit rate against a swept parameter"),
     (["--kv-mem", "lots"], "cannot read a size from 'lots'"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
@@ -159,6 +158,17 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 5000
     assert f"plot written to {out}" in r.stdout
+
+
+def test_plot_without_sweep_sweeps_the_state_pool(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pool.png"
+    r = sim(*SMALL, "--state-slots", "80", "--plot", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [p["params"]["state_slots"] for p in doc["sweep"]] == [10, 20, 40, 80, 160, 320]
+    assert [p["config"]["max_running"] for p in doc["sweep"]] == [2, 4, 8, 16, 32, 64]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_without_matplotlib_says_so(tmp_path):

@@ -22,7 +22,7 @@ import typing
 from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
-from .checks import MODES, POLICIES, STATES, ConfigError, check_feasible
+from .checks import MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError, check_feasible
 from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
 from .report import (MissingDependency, config_to_dict, format_report, format_sweep,
                      metrics_to_dict, plot_sweep)
@@ -116,7 +116,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     w.add_argument("--trace-format", choices=("auto", "mooncake", "tokens"), default="auto")
     w.add_argument("--limit", type=_positive_int, metavar="N",
                    help="replay only the first N requests")
-    w.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the workload and the replay")
+    w.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the workload and the replay")
     w.add_argument("--request-rate", type=_rate, metavar="R",
                    help="arrival rate in requests/s for generated workloads (inf: all at once)")
     w.add_argument("--range-ratio", type=_ratio, default=1.0, metavar="R",
@@ -146,9 +147,12 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="system prompt shared by all clients (default 0)")
 
     a = p.add_argument_group("agentic branching (--workload agentic)")
-    a.add_argument("--agent-trees", type=_positive_int, metavar="N", default=8, help="independent tasks")
-    a.add_argument("--agent-depth", type=_positive_int, metavar="N", default=4, help="levels per tree")
-    a.add_argument("--agent-branching", type=_positive_int, metavar="N", default=3, help="children per step")
+    a.add_argument("--agent-trees", type=_positive_int, metavar="N", default=8,
+                   help="independent tasks")
+    a.add_argument("--agent-depth", type=_positive_int, metavar="N", default=4,
+                   help="levels per tree")
+    a.add_argument("--agent-branching", type=_positive_int, metavar="N", default=3,
+                   help="children per step")
     a.add_argument("--agent-system-len", type=_nonneg_int, metavar="N", default=2048)
     a.add_argument("--agent-task-len", type=_positive_int, metavar="N", default=256)
     a.add_argument("--agent-step-len", type=_positive_int, metavar="N", default=128)
@@ -157,7 +161,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c = p.add_argument_group("cache configuration")
     c.add_argument("--model", default="qwen3-next",
                    help=f"model preset sizing states, KV and FLOPs ({', '.join(PRESETS)})")
-    c.add_argument("--tp", type=_positive_int, metavar="N", default=1, help="tensor-parallel degree")
+    c.add_argument("--tp", type=_positive_int, metavar="N", default=1,
+                   help="tensor-parallel degree")
     kv = c.add_mutually_exclusive_group()
     kv.add_argument("--kv-tokens", type=_positive_int, metavar="N", help="KV pool size in tokens")
     kv.add_argument("--kv-mem", type=_size, metavar="SIZE",
@@ -170,7 +175,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--page-size", type=_positive_int, metavar="N")
     c.add_argument("--chunk-size", type=_positive_int, metavar="N",
                    help="mamba cache chunk size: cached lengths are multiples of it")
-    c.add_argument("--track-interval", type=_positive_int, metavar="N", help="decode snapshot interval")
+    c.add_argument("--track-interval", type=_positive_int, metavar="N",
+                   help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
                    help="eviction policy: sglang (v0.5.15 LRU) or consumed")
@@ -192,7 +198,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     o.add_argument("--plot", metavar="FILE.png",
-                   help="plot hit rate against the (first) swept parameter (needs matplotlib)")
+                   help="plot hit rate against the (first) swept parameter; without --sweep, "
+                        "against the state pool from 1/8 to 4x --state-slots (needs matplotlib)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
     o.add_argument("--list-presets", action="store_true", help="list the model presets and exit")
     return p
@@ -268,6 +275,15 @@ def default_max_running(state_slots: int) -> int:
     slots runs at most S // 5 at once (at least 1, at most SimConfig's default),
     which leaves the tree room to take snapshots."""
     return max(1, min(SimConfig().max_running, state_slots // 5))
+
+
+def default_slot_sweep(state_slots: int, max_running: Optional[int]) -> list[int]:
+    """State pools --plot sweeps when no --sweep is given: 1/8 to 4 times the
+    configured pool, each large enough to run (max_running x 3 slots, or 5
+    slots when max_running follows the pool)."""
+    floor = 5 if max_running is None else SLOTS_PER_REQUEST["pp2"] * max_running
+    sizes = {max(floor, int(state_slots * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)}
+    return sorted(sizes)
 
 
 def _slots_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
@@ -487,9 +503,6 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         raise UserError(str(e)) from None
     grid = parse_sweeps(args.sweep)
     if args.plot:
-        if not grid:
-            raise UserError("--plot draws hit rate against a swept parameter: add "
-                            "--sweep PARAM=V1,V2,... (e.g. --sweep state_slots=32,64,128)")
         try:
             importlib.import_module("matplotlib")  # fail before the replays, not after
             have_mpl = True
@@ -508,6 +521,10 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     workload.update(wl.workload_stats(reqs))
 
     base = _build_config(args, preset)
+    if args.plot and not grid:
+        grid = {"state_slots": default_slot_sweep(base.state_slots,
+                                                  None if args.max_running is None
+                                                  else base.max_running)}
     configs = _grid_configs(base, grid, preset, args.tp, args.max_running is None)
     for params, config in configs:
         try:
@@ -550,7 +567,13 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     if args.plot:
         try:
             title = f"{workload['name']} ({preset.name}, tp={args.tp})"
-            plot_sweep(points, args.plot, title=title)
+            x = next(iter(points[0].params))
+            slot_b = format_bytes(preset.state_bytes_per_slot(args.tp))
+            token_b = format_bytes(preset.kv_bytes_per_token(args.tp))
+            xlabel = {"state_slots": f"state slots ({slot_b} each)",
+                      "kv_tokens": f"KV pool tokens ({token_b} each)",
+                      "state_mem": "state pool per GPU", "kv_mem": "KV pool per GPU"}.get(x, x)
+            plot_sweep(points, args.plot, x=x, title=title, xlabel=xlabel)
         except MissingDependency as e:
             raise UserError(str(e)) from None
         except OSError as e:

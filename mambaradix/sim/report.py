@@ -110,7 +110,8 @@ def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int) -> 
     cps = "off" if config.chunked_prefill_size is None else str(config.chunked_prefill_size)
     lines = [
         f"  KV pool {format_count(config.kv_tokens)} tokens, {config.state_slots} state slots, "
-        f"page {config.page_size}, chunk {config.chunk_size}, track interval {config.track_interval}",
+        f"page {config.page_size}, chunk {config.chunk_size}, "
+        f"track interval {config.track_interval}",
         f"  mode {config.mode}, policy {config.lru_policy}, match cap "
         f"{'on' if config.match_cap else 'off'}, max running {config.max_running}, "
         f"chunked prefill {cps}, states {config.states}",
@@ -257,7 +258,7 @@ def _is_numeric(values: Sequence[Any]) -> bool:
 
 
 def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = None,
-               title: Optional[str] = None) -> None:
+               title: Optional[str] = None, xlabel: Optional[str] = None) -> None:
     """Token hit rate (solid) and KV hit rate (dashed) against the swept
     parameter x (default: the first one); one line per combination of the
     other swept parameters.  Writes a PNG to path."""
@@ -308,7 +309,7 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
     else:
         ax.set_xticks(range(len(categories)))
         ax.set_xticklabels([str(c) for c in categories])
-    ax.set_xlabel(x)
+    ax.set_xlabel(xlabel or x)
     ax.set_ylabel("prompt tokens served from cache (%)")
     ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)

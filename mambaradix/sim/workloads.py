@@ -600,8 +600,8 @@ def load_token_trace(path: PathLike, *, limit: Optional[int] = None) -> list[Sim
         if not _is_int(out_len) or out_len < 1:
             raise TraceFormatError(name, lineno, f"output_len must be an int >= 1, got {out_len!r}")
         if output_ids is not None and len(output_ids) != out_len:
-            raise TraceFormatError(name, lineno,
-                                   f"output_ids has {len(output_ids)} tokens, output_len is {out_len}")
+            raise TraceFormatError(
+                name, lineno, f"output_ids has {len(output_ids)} tokens, output_len is {out_len}")
         arrival = rec.get("arrival", 0.0)
         if not _is_number(arrival) or arrival < 0:
             raise TraceFormatError(name, lineno, f"arrival must be a number >= 0, got {arrival!r}")
