@@ -100,7 +100,7 @@ def test_random_lifecycle(mode):
     d = SchedulerDriver(cfg, di.tree_cache, di.req_to_token_pool, di.allocator, api=di.api,
                         model=model, on_extend=on_extend, on_step=on_step)
     stems = [rng.integers(1, 5000, size=int(rng.integers(20, 260))).tolist() for _ in range(12)]
-    n_req = 600
+    n_req = 500
     submitted = 0
     aborted = 0
     live: list = []
