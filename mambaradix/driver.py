@@ -127,6 +127,14 @@ class DriverConfig:
     page_size: KV page size (1 in no_buffer mode).
     new_token_ratio: share of each running request's remaining output that
       admission reserves (SGLang starts at 0.7 and decays; 1.0 never retracts).
+    decode_boundary: how a decode result decides that a track boundary was
+      crossed.  "committed" (SGLang v0.5.15): ``kv_committed_len % interval
+      == 0`` when the result is processed; under the overlap scheduler that
+      length already counts the next decode batch, so the check fires one
+      step early, and fires twice when a prefill batch runs between two
+      decode batches (the second flip leaves ``keep`` on the stale track
+      slot).  "batch": the length of the batch whose result it is (the
+      direction of SGLang's later fixes); it never fires twice.
     """
 
     mode: str = "pp2"
@@ -139,10 +147,14 @@ class DriverConfig:
     page_size: int = 1
     new_token_ratio: float = 1.0
     clip_max_new_tokens: int = 4096
+    decode_boundary: str = "committed"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.decode_boundary not in ("committed", "batch"):
+            raise ValueError(f"decode_boundary must be 'committed' or 'batch', "
+                             f"got {self.decode_boundary!r}")
         for name in ("chunk_size", "track_interval", "max_running", "max_prefill_tokens",
                      "page_size"):
             v = getattr(self, name)
@@ -312,6 +324,9 @@ class SchedulerDriver:
                  on_step: Optional[Callable[["SchedulerDriver"], None]] = None) -> None:
         import torch  # the drop-in objects are torch based
 
+        if config.page_size != 1:
+            raise ValueError("SchedulerDriver: config.page_size must be 1 (paged KV "
+                             "allocation is not modelled)")
         self._torch = torch
         self.config = config
         self.tree_cache = tree_cache
@@ -863,15 +878,17 @@ class SchedulerDriver:
                 else:
                     self.tree_cache.cache_unfinished_req(req)
             return
-        for info, epoch, _ in batch.items:
+        for info, epoch, data in batch.items:
             req = info.req
             if info.epoch != epoch or info.finished:
                 continue
             self._append_output(info)
             done = self._finished_now(info)
             if cfg.extra_buffer and req.mamba_ping_pong_track_buffer is not None:
-                if decode_track_due(req.kv_committed_len, cfg.track_interval):
-                    req.mamba_last_track_seqlen = req.kv_committed_len
+                seq = (req.kv_committed_len if cfg.decode_boundary == "committed"
+                       else data[0] + 1)
+                if decode_track_due(seq, cfg.track_interval):
+                    req.mamba_last_track_seqlen = seq
                     if cfg.lazy:
                         self._lazy_post_boundary(info, done)
                     else:

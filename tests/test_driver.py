@@ -338,3 +338,47 @@ def test_lazy_overlap_caches_the_next_decode_snapshot_as_prefill_state():
     assert st.equals(at32) and not st.equals(at16)
     st, at16, _ = restored["pp2"]
     assert st.equals(at16)
+
+
+# ---------------------------------------------------------------- the double boundary
+def test_overlap_decode_boundary_fires_twice_around_a_prefill_batch():
+    """SGLang v0.5.15 decides a decode track boundary from ``kv_committed_len``
+    when a decode result is processed.  Under the overlap scheduler the result
+    of the batch *before* the boundary batch already sees the boundary length
+    (the boundary batch was prepared first) and flips the ping-pong index; if
+    the next scheduled batch is a prefill batch, the boundary batch's own result
+    sees the same length again and flips it back, so ``keep`` names the stale
+    slot.  C = 16, interval 32: A (20-token prompt, 40 outputs) reaches 32 in
+    decode; B arrives just then and its prefill runs next.  A's finish caches
+    its 32-token key with the stale slot; C, sharing A's first 32 tokens,
+    restores a state that is not the state at 32.  With the "batch" check the
+    same run restores the right state."""
+    rng = np.random.default_rng()
+    a = rng.integers(1, 5000, size=20).tolist()
+    restored = {}
+    for boundary in ("committed", "batch"):
+        cfg = DriverConfig(mode="pp2", chunk_size=16, track_interval=32,
+                           decode_boundary=boundary)
+        model = ToyRecurrentModel(seed=int(rng.integers(1 << 30)))
+        di = build_dropin(cfg, kv_tokens=4000, state_slots=32, max_context_len=256, model=model)
+        got = {}
+
+        def on_extend(rid, slot, prefix, kind, model=model, got=got):
+            got[rid] = (len(prefix), model.read_state(slot))
+
+        d = SchedulerDriver(cfg, di.tree_cache, di.req_to_token_pool, di.allocator,
+                            api=di.api, model=model, on_extend=on_extend)
+        d.submit(DriverRequest("a", a, 40))
+        while d.infos["a"].req.kv_committed_len != 32:
+            d.step()
+        d.submit(DriverRequest("b", rng.integers(6000, 9000, size=20).tolist(), 1))
+        d.run()
+        full_a = a + d.records["a"].output
+        d.submit(DriverRequest("c", full_a[:32] + [9999, 9998, 9997], 1))
+        d.run()
+        assert d.records["c"].prefix_len == 32
+        restored[boundary] = (got["c"][1], model.reference_state(full_a[:32]))
+    st, want = restored["committed"]
+    assert not st.equals(want)
+    st, want = restored["batch"]
+    assert st.equals(want)

@@ -153,7 +153,8 @@ def _driver_config(config: SimConfig) -> DriverConfig:
                         max_running=config.max_running,
                         max_prefill_tokens=int(getattr(config, "max_prefill_tokens", 16384)),
                         match_cap=config.match_cap, page_size=config.page_size,
-                        new_token_ratio=float(getattr(config, "new_token_ratio", 1.0)))
+                        new_token_ratio=float(getattr(config, "new_token_ratio", 1.0)),
+                        decode_boundary=str(getattr(config, "decode_boundary", "committed")))
 
 
 # ---------------------------------------------------------------------------
@@ -948,8 +949,9 @@ class _Replay:
             if r.in_run and r.j0 == j0 and r.o_base == o_base:
                 affected[id(r)] = r
         boundary = None
+        batch_mode = self.dcfg.decode_boundary == "batch"
         if self.extra_buffer:
-            boundary = self.bucket.get(self.prep_id % self.interval)
+            boundary = self.bucket.get((b if batch_mode else self.prep_id) % self.interval)
             if boundary:
                 for r in boundary:
                     if r.j0 is not None and r.j0 <= b:
@@ -962,8 +964,10 @@ class _Replay:
                 continue
             self._sync(r)
             done = r.out >= r.output_len
-            if self.extra_buffer and r.track is not None and r.committed % interval == 0:
-                r.last_track = r.committed
+            seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
+            if self.extra_buffer and r.track is not None and seq % interval == 0 \
+                    and r.j0 <= b:
+                r.last_track = seq
                 if self.lazy:
                     other = 1 - r.next_idx
                     if r.track[other] != -1:
@@ -1011,6 +1015,9 @@ class _Replay:
             return False
         if self.extra_buffer and self.bucket:
             interval = self.interval
+            if (overlap and self.dcfg.decode_boundary == "batch"
+                    and (P % interval) in self.bucket):
+                return False        # batch P's result (still to process) is a boundary
             d = min(((res - P) % interval) or interval for res in self.bucket)
             k = min(k, d - 2)
         if k < 2:

@@ -63,6 +63,9 @@ class SimConfig:
       --max-prefill-tokens; the reserved share of running requests' outputs).
     decode_step_seconds, prefill_token_seconds: the engine's clock; a prefill
       batch takes max(decode_step_seconds, tokens * prefill_token_seconds).
+    decode_boundary: how decode track boundaries are detected (see
+      mambaradix.driver.DriverConfig): "committed" is SGLang v0.5.15's check,
+      "batch" the one that cannot fire twice under the overlap scheduler.
     """
 
     kv_tokens: int = 1 << 20
@@ -85,6 +88,7 @@ class SimConfig:
     new_token_ratio: float = 1.0             # share of remaining outputs admission reserves
     decode_step_seconds: float = 0.02        # one decode step of the running batch
     prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
+    decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
 
 
 @dataclass
