@@ -115,6 +115,7 @@ def test_trace_file_replay(tmp_path):
     (["--sweep", "state_slots=8,lots"], "state_slots takes integers"),
     (["--sweep", "lru_policy=sglang,fifo"], "lru_policy=fifo: unknown eviction policy 'fifo'"),
     (["--sweep", "state_slots=1,64"], "state_slots=1:"),
+    (["--sweep", "decode_boundary=batch,late"], "unknown decode_boundary 'late'"),
     (["--chunk-size", "48", "--page-size", "32"], "must be a multiple of page_size"),
     (["--trace", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
     (["--kv-mem", "lots"], "cannot read a size from 'lots'"),

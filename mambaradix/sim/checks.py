@@ -7,12 +7,13 @@ from typing import Sequence
 
 from .types import SimConfig, SimRequest
 
-__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "SLOTS_PER_REQUEST",
+__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "SLOTS_PER_REQUEST",
            "validate_config", "check_feasible"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
 POLICIES = ("sglang", "consumed")
 STATES = ("none", "toy")
+DECODE_BOUNDARIES = ("committed", "batch")
 
 #: State slots one running request holds at its peak: the running slot plus
 #: the ping-pong track slots (2 with overlap, 1 without; lazy allocates its
@@ -35,6 +36,10 @@ def validate_config(config: SimConfig) -> None:
             f"unknown eviction policy {config.lru_policy!r} (choose from {', '.join(POLICIES)})")
     if config.states not in STATES:
         raise ConfigError(f"unknown states {config.states!r} (choose from {', '.join(STATES)})")
+    boundary = getattr(config, "decode_boundary", "committed")
+    if boundary not in DECODE_BOUNDARIES:
+        raise ConfigError(f"unknown decode_boundary {boundary!r} "
+                          f"(choose from {', '.join(DECODE_BOUNDARIES)})")
     for name in ("kv_tokens", "state_slots", "page_size", "chunk_size", "track_interval",
                  "max_running"):
         value = getattr(config, name)

@@ -22,7 +22,8 @@ import typing
 from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
-from .checks import MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError, check_feasible
+from .checks import (DECODE_BOUNDARIES, MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError,
+                     check_feasible)
 from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
 from .report import (MissingDependency, config_to_dict, format_report, format_sweep,
                      metrics_to_dict, plot_sweep)
@@ -188,6 +189,9 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="prompt tokens prefilled per request per step (0: off)")
     c.add_argument("--max-prefill-tokens", type=_positive_int, metavar="N",
                    help="prompt tokens per prefill batch (SGLang's --max-prefill-tokens)")
+    c.add_argument("--decode-boundary", choices=DECODE_BOUNDARIES,
+                   help="decode track boundary check: committed (SGLang v0.5.15, the default) or "
+                        "batch (cannot fire twice under the overlap scheduler)")
     c.add_argument("--states", choices=STATES,
                    help="none: slots only (fast); toy: real toy states, every hit verified")
     c.add_argument("--sweep", action="append", default=[], metavar="PARAM=V1,V2,...",
@@ -305,7 +309,7 @@ def _tokens_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
 def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
     cfg: dict[str, Any] = {"seed": args.seed}
     for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
-                 "max_running", "states", "max_prefill_tokens"):
+                 "max_running", "states", "max_prefill_tokens", "decode_boundary"):
         value = getattr(args, name)
         if value is not None:
             cfg[name] = value
