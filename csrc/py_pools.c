@@ -1,8 +1,820 @@
-/* py_pools.c - req-to-token pool, slot allocators and the request lifecycle. */
+/* py_pools.c - Python types of the pools: SlotAllocator (state slots, KV
+ * tokens or KV pages), ReqPool (request rows, the req-to-token table and
+ * the state maps) and, in py_lifecycle.c, the Lifecycle.
+ *
+ * Index arguments are anything numpy turns into a 1-D int64 array (lists,
+ * numpy arrays, CPU torch tensors); index results are numpy int64 arrays.
+ * The tables are exposed as zero-copy numpy views that keep their pool
+ * alive. */
 #include "py_common.h"
+#include "py_numpy.h"
+#include "py_pools.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Shared helpers */
+
+PyObject *
+mr_pools_index_array(PyObject *obj, const char *arg)
+{
+    PyObject *arr = PyArray_FROMANY(obj, NPY_INT64, 0, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST);
+    if (arr == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a 1-D sequence or array of ints", arg);
+        return NULL;
+    }
+    if (PyArray_NDIM((PyArrayObject *)arr) == 0) {
+        npy_intp one[1] = {1};
+        PyArray_Dims shape = {one, 1};
+        PyObject *r = PyArray_Newshape((PyArrayObject *)arr, &shape, NPY_CORDER);
+        Py_DECREF(arr);
+        return r;
+    }
+    return arr;
+}
+
+PyObject *
+mr_pools_new_i64(npy_intp n)
+{
+    npy_intp dims[1] = {n};
+    return PyArray_SimpleNew(1, dims, NPY_INT64);
+}
+
+/* Raises the exception for a failed free/transfer of unit `bad`. */
+PyObject *
+mr_pools_raise_owner(mr_state *st, int rc, const char *what, const char *unit, int64_t bad)
+{
+    PyObject *exc = st->pools[MR_POOLS_OWNERSHIP_ERROR];
+    switch (rc) {
+    case MR_EINVAL:
+        PyErr_Format(PyExc_ValueError, "%s: %s %lld is out of range or listed twice",
+                     what, unit, (long long)bad);
+        break;
+    case MR_ENOENT:
+        PyErr_Format(exc, "%s: %s %lld is already free (double free)", what, unit, (long long)bad);
+        break;
+    case MR_EBUSY:
+        PyErr_Format(exc, "%s: %s %lld is not owned by the caller (owned by %s)", what, unit,
+                     (long long)bad, "the prefix tree or a request");
+        break;
+    default:
+        mr_raise(st, rc, what);
+        break;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * SlotAllocator */
+
+typedef struct {
+    PyObject_HEAD
+    mr_kv kv;
+} SlotAllocatorObject;
+
+mr_kv *
+mr_pools_slot_allocator_kv(PyObject *obj, mr_state *st)
+{
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->pools[MR_POOLS_SLOT_ALLOCATOR])) {
+        return NULL;
+    }
+    return &((SlotAllocatorObject *)obj)->kv;
+}
+
+static PyObject *
+SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"size", "page_size", NULL};
+    long long size = 0, page_size = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|L:SlotAllocator", kwlist, &size, &page_size)) {
+        return NULL;
+    }
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "SlotAllocator(): size must be >= 0");
+        return NULL;
+    }
+    if (page_size < 1) {
+        PyErr_SetString(PyExc_ValueError, "SlotAllocator(): page_size must be >= 1");
+        return NULL;
+    }
+    SlotAllocatorObject *self = (SlotAllocatorObject *)tp->tp_alloc(tp, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    int rc = mr_kv_init(&self->kv, size, page_size);
+    if (rc != MR_OK) {
+        Py_DECREF(self);
+        return mr_raise(mr_state_from_type(tp), rc, "SlotAllocator()");
+    }
+    return (PyObject *)self;
+}
+
+static void
+SlotAllocator_dealloc(SlotAllocatorObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    mr_kv_destroy(&self->kv);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+PyDoc_STRVAR(SlotAllocator_alloc__doc__,
+"alloc($self, n, /, owner=None)\n"
+"--\n"
+"\n"
+"Take n units (tokens; whole pages when page_size > 1) from the front of\n"
+"the free list.  Returns an int64 array, or None when fewer are free\n"
+"(nothing is taken).  owner: None (held by the caller) or a request row\n"
+">= 1 the units are attributed to.");
+
+static PyObject *
+SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"owner", NULL};
+    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    int64_t n = 0, owner = MR_OWNER_HELD;
+    if (!mr_check_nargs("alloc", nargs, 1, 2) || mr_check_kwnames("alloc", kwnames, allowed) < 0) {
+        return NULL;
+    }
+    if (mr_as_int64(args[0], 0, INT64_MAX / 2, "alloc(): n", &n) < 0) {
+        return NULL;
+    }
+    PyObject *o = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "owner");
+    if (o != NULL && o != Py_None && mr_as_int64(o, 1, INT32_MAX, "alloc(): owner", &owner) < 0) {
+        return NULL;
+    }
+    if (n % self->kv.page_size != 0) {
+        PyErr_Format(PyExc_ValueError, "alloc(): n=%lld is not a multiple of page_size=%lld",
+                     (long long)n, (long long)self->kv.page_size);
+        return NULL;
+    }
+    if (n > mr_kv_available(&self->kv)
+        && !(n == 1 && self->kv.pages.group_active && self->kv.pages.group_pos < self->kv.pages.group_len)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = mr_pools_new_i64((npy_intp)n);
+    if (out == NULL) {
+        return NULL;
+    }
+    int rc = mr_kv_alloc(&self->kv, n, (int32_t)owner, (int64_t *)PyArray_DATA((PyArrayObject *)out));
+    if (rc == MR_ENOSPC) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    if (rc != MR_OK) {
+        Py_DECREF(out);
+        return mr_raise(st, rc, "alloc()");
+    }
+    return out;
+}
+
+/* free / transfer share the argument handling */
+static PyObject *
+slot_move(SlotAllocatorObject *self, PyObject *idx_obj, mr_from from, int32_t to, int is_free,
+          const char *what)
+{
+    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    PyObject *arr = mr_pools_index_array(idx_obj, what);
+    if (arr == NULL) {
+        return NULL;
+    }
+    int64_t bad = -1;
+    const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arr);
+    int64_t k = (int64_t)PyArray_SIZE((PyArrayObject *)arr);
+    int rc = is_free ? mr_kv_free(&self->kv, p, k, from, &bad)
+                     : mr_kv_transfer(&self->kv, p, k, from, to, &bad);
+    Py_DECREF(arr);
+    if (rc != MR_OK) {
+        return mr_pools_raise_owner(st, rc, what, self->kv.page_size > 1 ? "token" : "slot", bad);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SlotAllocator_free__doc__,
+"free($self, indices, /)\n"
+"--\n"
+"\n"
+"Return a caller's units (tokens; their pages when page_size > 1).\n"
+"OwnershipError for a unit that is already free (double free) or that the\n"
+"prefix tree owns; ValueError for an index out of range.  Nothing is freed\n"
+"when any index is bad.");
+
+static PyObject *
+SlotAllocator_free(SlotAllocatorObject *self, PyObject *idx)
+{
+    return slot_move(self, idx, MR_FROM_CALLER, 0, 1, "free(): indices");
+}
+
+PyDoc_STRVAR(SlotAllocator_release_tree__doc__,
+"release_tree($self, indices, /)\n"
+"--\n"
+"\n"
+"Return units the prefix tree released (eviction).  OwnershipError for a\n"
+"unit the tree does not own.");
+
+static PyObject *
+SlotAllocator_release_tree(SlotAllocatorObject *self, PyObject *idx)
+{
+    return slot_move(self, idx, MR_FROM_TREE, 0, 1, "release_tree(): indices");
+}
+
+PyDoc_STRVAR(SlotAllocator_transfer__doc__,
+"transfer($self, indices, to, /)\n"
+"--\n"
+"\n"
+"Hand a caller's units to a new owner: \"tree\", \"held\" or a request row\n"
+"(int >= 1).  Units the new owner already has are left alone.");
+
+static PyObject *
+SlotAllocator_transfer(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!mr_check_nargs("transfer", nargs, 2, 2)) {
+        return NULL;
+    }
+    int64_t to = 0;
+    if (PyUnicode_Check(args[1])) {
+        if (PyUnicode_CompareWithASCIIString(args[1], "tree") == 0) {
+            to = MR_OWNER_TREE;
+        }
+        else if (PyUnicode_CompareWithASCIIString(args[1], "held") == 0) {
+            to = MR_OWNER_HELD;
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError, "transfer(): to must be \"tree\", \"held\" or a row >= 1");
+            return NULL;
+        }
+    }
+    else if (mr_as_int64(args[1], 1, INT32_MAX, "transfer(): to", &to) < 0) {
+        return NULL;
+    }
+    return slot_move(self, args[0], MR_FROM_CALLER, (int32_t)to, 0, "transfer(): indices");
+}
+
+PyDoc_STRVAR(SlotAllocator_available_size__doc__,
+"available_size($self, /)\n"
+"--\n"
+"\n"
+"Free tokens (free pages times page_size).");
+
+static PyObject *
+SlotAllocator_available_size(SlotAllocatorObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(mr_kv_available(&self->kv));
+}
+
+PyDoc_STRVAR(SlotAllocator_owner__doc__,
+"owner($self, index, /)\n"
+"--\n"
+"\n"
+"Owner of the unit holding token/slot index: \"free\", \"tree\", \"held\",\n"
+"\"reserved\" or the request row (int).");
+
+static PyObject *
+SlotAllocator_owner(SlotAllocatorObject *self, PyObject *arg)
+{
+    int64_t i = 0;
+    if (mr_as_int64(arg, 0, INT64_MAX, "owner(): index", &i) < 0) {
+        return NULL;
+    }
+    int32_t o = 0;
+    if (mr_slots_owner(&self->kv.pages, i / self->kv.page_size, &o) != MR_OK) {
+        PyErr_Format(PyExc_ValueError, "owner(): index %lld is out of range", (long long)i);
+        return NULL;
+    }
+    switch (o) {
+    case MR_OWNER_FREE: return PyUnicode_FromString("free");
+    case MR_OWNER_TREE: return PyUnicode_FromString("tree");
+    case MR_OWNER_HELD: return PyUnicode_FromString("held");
+    case MR_OWNER_RESERVED: return PyUnicode_FromString("reserved");
+    default: return PyLong_FromLong(o);
+    }
+}
+
+PyDoc_STRVAR(SlotAllocator_counts__doc__,
+"counts($self, /)\n"
+"--\n"
+"\n"
+"Units (pages) per owner class: dict(free=, held=, req=, tree=, total=).");
+
+static PyObject *
+SlotAllocator_counts(SlotAllocatorObject *self, PyObject *unused)
+{
+    const mr_slots *s = &self->kv.pages;
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "free", (long long)s->count, "held",
+                         (long long)s->n_held, "req", (long long)s->n_req, "tree",
+                         (long long)s->n_tree, "total", (long long)s->n);
+}
+
+PyDoc_STRVAR(SlotAllocator_check__doc__,
+"check($self, /)\n"
+"--\n"
+"\n"
+"Verify free + held + request-owned + tree-owned == total and that the\n"
+"free list holds exactly the free units; InvariantError otherwise.");
+
+static PyObject *
+SlotAllocator_check(SlotAllocatorObject *self, PyObject *unused)
+{
+    char msg[256];
+    if (mr_slots_check(&self->kv.pages, msg, sizeof(msg)) != MR_OK) {
+        return mr_raise(mr_state_from_type(Py_TYPE(self)), MR_ECORRUPT, msg);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SlotAllocator_clear__doc__,
+"clear($self, /)\n"
+"--\n"
+"\n"
+"Make every unit free again, in order 1..n (owners are forgotten).");
+
+static PyObject *
+SlotAllocator_clear(SlotAllocatorObject *self, PyObject *unused)
+{
+    mr_slots_clear(&self->kv.pages);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SlotAllocator_group_begin__doc__,
+"alloc_group_begin($self, n, /)\n"
+"--\n"
+"\n"
+"Pre-allocate n units (if n are free) that the following alloc(1) calls\n"
+"hand out in order; alloc_group_end() returns the unused ones.");
+
+static PyObject *
+SlotAllocator_group_begin(SlotAllocatorObject *self, PyObject *arg)
+{
+    int64_t n = 0;
+    if (mr_as_int64(arg, 0, INT64_MAX, "alloc_group_begin(): n", &n) < 0) {
+        return NULL;
+    }
+    mr_slots_group_begin(&self->kv.pages, n);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SlotAllocator_group_end__doc__,
+"alloc_group_end($self, /)\n"
+"--\n"
+"\n"
+"Return the unused units of the current alloc group.");
+
+static PyObject *
+SlotAllocator_group_end(SlotAllocatorObject *self, PyObject *unused)
+{
+    mr_slots_group_end(&self->kv.pages);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+SlotAllocator_get_size(SlotAllocatorObject *self, void *c)
+{
+    return PyLong_FromLongLong(self->kv.pages.n * self->kv.page_size);
+}
+
+static PyObject *
+SlotAllocator_get_page_size(SlotAllocatorObject *self, void *c)
+{
+    return PyLong_FromLongLong(self->kv.page_size);
+}
+
+static PyMethodDef SlotAllocator_methods[] = {
+    {"alloc", (PyCFunction)(void (*)(void))SlotAllocator_alloc, METH_FASTCALL | METH_KEYWORDS, SlotAllocator_alloc__doc__},
+    {"free", (PyCFunction)SlotAllocator_free, METH_O, SlotAllocator_free__doc__},
+    {"release_tree", (PyCFunction)SlotAllocator_release_tree, METH_O, SlotAllocator_release_tree__doc__},
+    {"transfer", (PyCFunction)(void (*)(void))SlotAllocator_transfer, METH_FASTCALL, SlotAllocator_transfer__doc__},
+    {"available_size", (PyCFunction)SlotAllocator_available_size, METH_NOARGS, SlotAllocator_available_size__doc__},
+    {"owner", (PyCFunction)SlotAllocator_owner, METH_O, SlotAllocator_owner__doc__},
+    {"counts", (PyCFunction)SlotAllocator_counts, METH_NOARGS, SlotAllocator_counts__doc__},
+    {"check", (PyCFunction)SlotAllocator_check, METH_NOARGS, SlotAllocator_check__doc__},
+    {"clear", (PyCFunction)SlotAllocator_clear, METH_NOARGS, SlotAllocator_clear__doc__},
+    {"alloc_group_begin", (PyCFunction)SlotAllocator_group_begin, METH_O, SlotAllocator_group_begin__doc__},
+    {"alloc_group_end", (PyCFunction)SlotAllocator_group_end, METH_NOARGS, SlotAllocator_group_end__doc__},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef SlotAllocator_getset[] = {
+    {"size", (getter)SlotAllocator_get_size, NULL, "Units (tokens) managed, slot 0 / page 0 excluded.", NULL},
+    {"page_size", (getter)SlotAllocator_get_page_size, NULL, "Tokens per page.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(SlotAllocator__doc__,
+"SlotAllocator(size, page_size=1)\n"
+"--\n"
+"\n"
+"A FIFO allocator of units 1..size (unit 0 is reserved) that records the\n"
+"owner of every unit: free, held by a caller, owned by a request row, or\n"
+"owned by the prefix tree.  With page_size > 1 it hands out whole pages of\n"
+"tokens (token t is in page t // page_size) and size counts tokens.");
+
+static PyType_Slot SlotAllocator_slots[] = {
+    {Py_tp_new, SlotAllocator_new},
+    {Py_tp_dealloc, SlotAllocator_dealloc},
+    {Py_tp_methods, SlotAllocator_methods},
+    {Py_tp_getset, SlotAllocator_getset},
+    {Py_tp_doc, (void *)SlotAllocator__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec SlotAllocator_spec = {
+    .name = "mambaradix._C.SlotAllocator",
+    .basicsize = sizeof(SlotAllocatorObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = SlotAllocator_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * ReqPool */
+
+typedef struct {
+    PyObject_HEAD
+    mr_reqpool pool;
+} ReqPoolObject;
+
+mr_reqpool *
+mr_pools_req_pool(PyObject *obj, mr_state *st)
+{
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->pools[MR_POOLS_REQ_POOL])) {
+        return NULL;
+    }
+    return &((ReqPoolObject *)obj)->pool;
+}
+
+static PyObject *
+ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"size", "max_context_len", "track_buffer_size", NULL};
+    long long size = 0, max_ctx = 0;
+    int pp = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LL|i:ReqPool", kwlist, &size, &max_ctx, &pp)) {
+        return NULL;
+    }
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "ReqPool(): size must be >= 0");
+        return NULL;
+    }
+    if (max_ctx < 1) {
+        PyErr_SetString(PyExc_ValueError, "ReqPool(): max_context_len must be >= 1");
+        return NULL;
+    }
+    if (pp != 1 && pp != 2) {
+        PyErr_SetString(PyExc_ValueError, "ReqPool(): track_buffer_size must be 1 or 2");
+        return NULL;
+    }
+    ReqPoolObject *self = (ReqPoolObject *)tp->tp_alloc(tp, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    int rc = mr_reqpool_init(&self->pool, size, max_ctx, pp);
+    if (rc != MR_OK) {
+        Py_DECREF(self);
+        return mr_raise(mr_state_from_type(tp), rc, "ReqPool()");
+    }
+    return (PyObject *)self;
+}
+
+static void
+ReqPool_dealloc(ReqPoolObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    mr_reqpool_destroy(&self->pool);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* A numpy view of memory owned by self. */
+static PyObject *
+view_of(PyObject *self, int nd, npy_intp *dims, int typenum, void *data)
+{
+    PyObject *arr = PyArray_SimpleNewFromData(nd, dims, typenum, data);
+    if (arr == NULL) {
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static PyObject *
+ReqPool_get_table(ReqPoolObject *self, void *c)
+{
+    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.max_ctx};
+    return view_of((PyObject *)self, 2, dims, NPY_INT32, self->pool.table);
+}
+
+static PyObject *
+ReqPool_get_state_map(ReqPoolObject *self, void *c)
+{
+    npy_intp dims[1] = {(npy_intp)self->pool.size + 1};
+    return view_of((PyObject *)self, 1, dims, NPY_INT32, self->pool.state_map);
+}
+
+static PyObject *
+ReqPool_get_track_map(ReqPoolObject *self, void *c)
+{
+    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.pp};
+    return view_of((PyObject *)self, 2, dims, NPY_INT64, self->pool.track_map);
+}
+
+static PyObject *
+ReqPool_get_size(ReqPoolObject *self, void *c)
+{
+    return PyLong_FromLongLong(self->pool.size);
+}
+
+static PyObject *
+ReqPool_get_max_ctx(ReqPoolObject *self, void *c)
+{
+    return PyLong_FromLongLong(self->pool.max_ctx);
+}
+
+static PyObject *
+ReqPool_get_pp(ReqPoolObject *self, void *c)
+{
+    return PyLong_FromLong(self->pool.pp);
+}
+
+PyDoc_STRVAR(ReqPool_alloc__doc__,
+"alloc($self, n, /)\n"
+"--\n"
+"\n"
+"Take n request rows (FIFO).  Returns an int64 array, or None when fewer\n"
+"are free (none taken).");
+
+static PyObject *
+ReqPool_alloc(ReqPoolObject *self, PyObject *arg)
+{
+    int64_t n = 0;
+    if (mr_as_int64(arg, 0, INT64_MAX / 2, "alloc(): n", &n) < 0) {
+        return NULL;
+    }
+    if (n > mr_slots_available(&self->pool.rows)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = mr_pools_new_i64((npy_intp)n);
+    if (out == NULL) {
+        return NULL;
+    }
+    int rc = mr_reqpool_alloc(&self->pool, n, (int64_t *)PyArray_DATA((PyArrayObject *)out));
+    if (rc != MR_OK) {
+        Py_DECREF(out);
+        return mr_raise(mr_state_from_type(Py_TYPE(self)), rc, "alloc()");
+    }
+    return out;
+}
+
+PyDoc_STRVAR(ReqPool_free__doc__,
+"free($self, row, /)\n"
+"--\n"
+"\n"
+"Return request row `row`.  ValueError when it is out of range,\n"
+"OwnershipError when it is already free.");
+
+static PyObject *
+ReqPool_free(ReqPoolObject *self, PyObject *arg)
+{
+    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    int64_t r = 0;
+    if (mr_as_int64(arg, 1, self->pool.size, "free(): row", &r) < 0) {
+        return NULL;
+    }
+    int rc = mr_reqpool_free(&self->pool, r);
+    if (rc != MR_OK) {
+        return mr_pools_raise_owner(st, rc, "free(): row", "request row", r);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ReqPool_in_use__doc__,
+"in_use($self, row, /)\n"
+"--\n"
+"\n"
+"True when request row `row` is allocated.");
+
+static PyObject *
+ReqPool_in_use(ReqPoolObject *self, PyObject *arg)
+{
+    int64_t r = 0;
+    if (mr_as_int64(arg, INT64_MIN, INT64_MAX, "in_use(): row", &r) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(mr_reqpool_in_use(&self->pool, r));
+}
+
+PyDoc_STRVAR(ReqPool_write__doc__,
+"write($self, row, start, values, /)\n"
+"--\n"
+"\n"
+"Write KV indices `values` into row `row` from column `start` and record\n"
+"the range as changed for the device mirror.  ValueError when the range\n"
+"leaves the table or a value does not fit int32.");
+
+static PyObject *
+ReqPool_write(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t r = 0, start = 0;
+    if (!mr_check_nargs("write", nargs, 3, 3)) {
+        return NULL;
+    }
+    if (mr_as_int64(args[0], 0, self->pool.size, "write(): row", &r) < 0
+        || mr_as_int64(args[1], 0, self->pool.max_ctx, "write(): start", &start) < 0) {
+        return NULL;
+    }
+    PyObject *arr = mr_pools_index_array(args[2], "write(): values");
+    if (arr == NULL) {
+        return NULL;
+    }
+    int rc = mr_reqpool_write(&self->pool, r, start, (const int64_t *)PyArray_DATA((PyArrayObject *)arr),
+                              (int64_t)PyArray_SIZE((PyArrayObject *)arr));
+    Py_DECREF(arr);
+    if (rc != MR_OK) {
+        PyErr_Format(PyExc_ValueError,
+                     "write(): values do not fit row %lld from column %lld (max_context_len %lld, int32 values)",
+                     (long long)r, (long long)start, (long long)self->pool.max_ctx);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ReqPool_mark_dirty__doc__,
+"mark_dirty($self, row, start, end, /)\n"
+"--\n"
+"\n"
+"Record columns [start, end) of row as changed (after writing the table\n"
+"view directly).");
+
+static PyObject *
+ReqPool_mark_dirty(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t r = 0, a = 0, b = 0;
+    if (!mr_check_nargs("mark_dirty", nargs, 3, 3)) {
+        return NULL;
+    }
+    if (mr_as_int64(args[0], 0, self->pool.size, "mark_dirty(): row", &r) < 0
+        || mr_as_int64(args[1], 0, self->pool.max_ctx, "mark_dirty(): start", &a) < 0
+        || mr_as_int64(args[2], 0, self->pool.max_ctx, "mark_dirty(): end", &b) < 0) {
+        return NULL;
+    }
+    mr_reqpool_mark_dirty(&self->pool, r, a, b);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ReqPool_take_dirty__doc__,
+"take_dirty($self, /)\n"
+"--\n"
+"\n"
+"The ranges written since the last call, as (rows, starts, ends) int64\n"
+"arrays (one range per row, the union of its writes), and forget them.");
+
+static PyObject *
+ReqPool_take_dirty(ReqPoolObject *self, PyObject *unused)
+{
+    npy_intp n = (npy_intp)self->pool.ndirty;
+    PyObject *rows = mr_pools_new_i64(n), *starts = mr_pools_new_i64(n), *ends = mr_pools_new_i64(n);
+    PyObject *res = NULL;
+    if (rows == NULL || starts == NULL || ends == NULL) {
+        goto error;
+    }
+    mr_reqpool_take_dirty(&self->pool, (int64_t *)PyArray_DATA((PyArrayObject *)rows),
+                          (int64_t *)PyArray_DATA((PyArrayObject *)starts),
+                          (int64_t *)PyArray_DATA((PyArrayObject *)ends), (int64_t)n);
+    res = PyTuple_Pack(3, rows, starts, ends);
+error:
+    Py_XDECREF(rows);
+    Py_XDECREF(starts);
+    Py_XDECREF(ends);
+    return res;
+}
+
+PyDoc_STRVAR(ReqPool_available_size__doc__,
+"available_size($self, /)\n"
+"--\n"
+"\n"
+"Free request rows.");
+
+static PyObject *
+ReqPool_available_size(ReqPoolObject *self, PyObject *unused)
+{
+    return PyLong_FromLongLong(mr_slots_available(&self->pool.rows));
+}
+
+PyDoc_STRVAR(ReqPool_clear__doc__,
+"clear($self, /)\n"
+"--\n"
+"\n"
+"Free every row and zero the state maps.");
+
+static PyObject *
+ReqPool_clear(ReqPoolObject *self, PyObject *unused)
+{
+    mr_reqpool_clear(&self->pool);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ReqPool_check__doc__,
+"check($self, /)\n"
+"--\n"
+"\n"
+"Verify the row accounting; InvariantError otherwise.");
+
+static PyObject *
+ReqPool_check(ReqPoolObject *self, PyObject *unused)
+{
+    char msg[256];
+    if (mr_reqpool_check(&self->pool, msg, sizeof(msg)) != MR_OK) {
+        return mr_raise(mr_state_from_type(Py_TYPE(self)), MR_ECORRUPT, msg);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ReqPool_methods[] = {
+    {"alloc", (PyCFunction)ReqPool_alloc, METH_O, ReqPool_alloc__doc__},
+    {"free", (PyCFunction)ReqPool_free, METH_O, ReqPool_free__doc__},
+    {"in_use", (PyCFunction)ReqPool_in_use, METH_O, ReqPool_in_use__doc__},
+    {"write", (PyCFunction)(void (*)(void))ReqPool_write, METH_FASTCALL, ReqPool_write__doc__},
+    {"mark_dirty", (PyCFunction)(void (*)(void))ReqPool_mark_dirty, METH_FASTCALL, ReqPool_mark_dirty__doc__},
+    {"take_dirty", (PyCFunction)ReqPool_take_dirty, METH_NOARGS, ReqPool_take_dirty__doc__},
+    {"available_size", (PyCFunction)ReqPool_available_size, METH_NOARGS, ReqPool_available_size__doc__},
+    {"clear", (PyCFunction)ReqPool_clear, METH_NOARGS, ReqPool_clear__doc__},
+    {"check", (PyCFunction)ReqPool_check, METH_NOARGS, ReqPool_check__doc__},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef ReqPool_getset[] = {
+    {"table", (getter)ReqPool_get_table, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", NULL},
+    {"state_map", (getter)ReqPool_get_state_map, NULL, "Row -> running state slot, int32 [size + 1] (a view).", NULL},
+    {"track_map", (getter)ReqPool_get_track_map, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", NULL},
+    {"size", (getter)ReqPool_get_size, NULL, "Request rows (row 0 excluded).", NULL},
+    {"max_context_len", (getter)ReqPool_get_max_ctx, NULL, "Columns of the table.", NULL},
+    {"track_buffer_size", (getter)ReqPool_get_pp, NULL, "Width of the track buffer (1 or 2).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(ReqPool__doc__,
+"ReqPool(size, max_context_len, track_buffer_size=2)\n"
+"--\n"
+"\n"
+"Request rows 1..size (row 0 is the padding row), the req-to-token table\n"
+"of their KV indices and the row -> state slot maps.");
+
+static PyType_Slot ReqPool_slots[] = {
+    {Py_tp_new, ReqPool_new},
+    {Py_tp_dealloc, ReqPool_dealloc},
+    {Py_tp_methods, ReqPool_methods},
+    {Py_tp_getset, ReqPool_getset},
+    {Py_tp_doc, (void *)ReqPool__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec ReqPool_spec = {
+    .name = "mambaradix._C.ReqPool",
+    .basicsize = sizeof(ReqPoolObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = ReqPool_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * Registration */
+
+static int
+add_type(PyObject *m, mr_state *st, int slot, PyType_Spec *spec)
+{
+    PyObject *tp = PyType_FromModuleAndSpec(m, spec, NULL);
+    if (tp == NULL) {
+        return -1;
+    }
+    st->pools[slot] = tp;
+    return PyModule_AddType(m, (PyTypeObject *)tp);
+}
 
 int
 mr_py_pools_init(PyObject *m, mr_state *st)
 {
-    return 0;
+    PyObject *bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
+    if (bases == NULL) {
+        return -1;
+    }
+    st->pools[MR_POOLS_OWNERSHIP_ERROR] = PyErr_NewExceptionWithDoc(
+        "mambaradix.OwnershipError",
+        "A slot, token or request row was freed twice, or freed by someone who does not own it.",
+        bases, NULL);
+    Py_DECREF(bases);
+    if (st->pools[MR_POOLS_OWNERSHIP_ERROR] == NULL
+        || PyModule_AddObjectRef(m, "OwnershipError", st->pools[MR_POOLS_OWNERSHIP_ERROR]) < 0) {
+        return -1;
+    }
+    if (add_type(m, st, MR_POOLS_SLOT_ALLOCATOR, &SlotAllocator_spec) < 0
+        || add_type(m, st, MR_POOLS_REQ_POOL, &ReqPool_spec) < 0) {
+        return -1;
+    }
+    return mr_py_lifecycle_init(m, st);
 }

@@ -56,6 +56,16 @@ class SimConfig:
     max_running: max requests decoding at once (continuous batching).
     states: "none" (no state tensors: fast) or "toy" (the toy recurrent model
       on CPU; every hit is checked against a from-scratch recomputation).
+    state_bytes_per_slot: bytes of one recurrent-state slot (all layers), for
+      the copied / donated byte counts.
+    flops_per_token: prefill FLOPs of one prompt token, for the FLOPs saved.
+    max_prefill_tokens, new_token_ratio: admission limits (SGLang's
+      --max-prefill-tokens; the reserved share of running requests' outputs).
+    decode_step_seconds, prefill_token_seconds: the engine's clock; a prefill
+      batch takes max(decode_step_seconds, tokens * prefill_token_seconds).
+    decode_boundary: how decode track boundaries are detected (see
+      mambaradix.driver.DriverConfig): "committed" is SGLang v0.5.15's check,
+      "batch" the one that cannot fire twice under the overlap scheduler.
     """
 
     kv_tokens: int = 1 << 20
@@ -70,6 +80,15 @@ class SimConfig:
     max_running: int = 64
     states: str = "none"
     seed: int = 0
+    # model costs (the front end fills these from a model preset)
+    state_bytes_per_slot: int = 77_266_944   # one Qwen3-Next state at TP1
+    flops_per_token: float = 0.0             # prefill FLOPs saved per reused token
+    # batching and time model of the replay engine
+    max_prefill_tokens: int = 16384          # prompt tokens per prefill batch
+    new_token_ratio: float = 1.0             # share of remaining outputs admission reserves
+    decode_step_seconds: float = 0.02        # one decode step of the running batch
+    prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
+    decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
 
 
 @dataclass
@@ -85,6 +104,7 @@ class SimMetrics:
     lost_alignment: int = 0           # lost because snapshots sit on the chunk grid
     lost_eviction: int = 0            # once cached (by an earlier request), evicted since
     lost_match_cap: int = 0           # the input_len - 1 cap
+    never_seen_tokens: int = 0        # no earlier request had cached them
     full_evictions: int = 0           # evict_full calls that released something
     state_evictions: int = 0          # states released by evict_mamba
     kv_tokens_evicted: int = 0
@@ -92,6 +112,7 @@ class SimMetrics:
     state_bytes_donated: int = 0      # snapshot slots handed to the tree without a copy
     peak_state_slots: int = 0
     peak_kv_tokens: int = 0
+    state_mismatches: int = 0         # toy mode: restored states that differ from the recomputation
     prefill_flops_saved: float = 0.0
     per_turn_hit_rate: dict = field(default_factory=dict)  # turn -> usable/prompt
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds

@@ -1,0 +1,1067 @@
+/* lifecycle.c - the request lifecycle over the tree and the pools
+ * (lifecycle.h). */
+#include "lifecycle.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+
+struct mr_lifecycle {
+    mr_radix *tree;
+    mr_slots *state;       /* borrowed; NULL: tree only */
+    mr_kv *kv;             /* borrowed */
+    mr_reqpool *rp;        /* borrowed */
+    mr_lc_config cfg;
+    mr_release rel;
+    mr_lc_stats stats;
+    /* scratch */
+    int64_t *a;            /* KV indices of a row */
+    int64_t *b;            /* duplicates / matched indices */
+    size_t cap;
+    /* collected releases (tree-only mode) */
+    int64_t *rkv;
+    size_t nrkv, caprkv;
+    int64_t *rst;
+    size_t nrst, caprst;
+    int rel_error;         /* first error a release hook hit */
+};
+
+/* ------------------------------------------------------------------------
+ * Helpers */
+
+static int
+grow(int64_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return MR_OK;
+    }
+    size_t c = *cap ? *cap : 64;
+    while (c < need) {
+        c *= 2;
+    }
+    int64_t *q = MR_REALLOC(*p, c * sizeof(int64_t));
+    if (q == NULL) {
+        return MR_ENOMEM;
+    }
+    *p = q;
+    *cap = c;
+    return MR_OK;
+}
+
+/* Makes both scratch buffers hold at least n entries. */
+static int
+scratch(mr_lifecycle *lc, size_t n)
+{
+    if (n <= lc->cap) {
+        return MR_OK;
+    }
+    size_t c = lc->cap ? lc->cap : 256;
+    while (c < n) {
+        c *= 2;
+    }
+    int64_t *a = MR_REALLOC(lc->a, c * sizeof(int64_t));
+    if (a == NULL) {
+        return MR_ENOMEM;
+    }
+    lc->a = a;
+    int64_t *b = MR_REALLOC(lc->b, c * sizeof(int64_t));
+    if (b == NULL) {
+        return MR_ENOMEM;
+    }
+    lc->b = b;
+    lc->cap = c;
+    return MR_OK;
+}
+
+static int
+free_kv_hook(void *ctx, const int64_t *idx, size_t n)
+{
+    mr_lifecycle *lc = ctx;
+    if (lc->kv == NULL) {
+        if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK) {
+            return MR_ENOMEM;
+        }
+        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
+        lc->nrkv += n;
+        return MR_OK;
+    }
+    int rc = mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_TREE, NULL);
+    if (rc == MR_OK) {
+        lc->stats.tokens_evicted += n;
+    }
+    return rc;
+}
+
+static int
+free_state_hook(void *ctx, int64_t slot)
+{
+    mr_lifecycle *lc = ctx;
+    if (lc->state == NULL) {
+        if (grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {
+            return MR_ENOMEM;
+        }
+        lc->rst[lc->nrst++] = slot;
+        return MR_OK;
+    }
+    int rc = mr_slots_free(lc->state, &slot, 1, MR_FROM_TREE, 0, NULL);
+    if (rc == MR_OK) {
+        lc->stats.states_evicted++;
+    }
+    return rc;
+}
+
+static int
+has_pools(const mr_lifecycle *lc)
+{
+    return lc->state != NULL && lc->kv != NULL && lc->rp != NULL;
+}
+
+static int32_t
+row_owner(int64_t row)
+{
+    return row >= 1 ? (int32_t)row : MR_OWNER_HELD;
+}
+
+/* keep index: the track slot holding the newest snapshot */
+static int
+keep_idx(const mr_lifecycle *lc, const mr_req *st)
+{
+    if (lc->cfg.lazy) {
+        return st->next_track;
+    }
+    return lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
+}
+
+/* frees a caller's state slot, ignoring -1 */
+static int
+free_slot(mr_lifecycle *lc, int64_t slot)
+{
+    if (slot < 0) {
+        return MR_OK;
+    }
+    return mr_slots_free(lc->state, &slot, 1, MR_FROM_CALLER, 0, NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+int
+mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, mr_lifecycle **out)
+{
+    int with = state != NULL || kv != NULL || rp != NULL;
+    if (with && (state == NULL || kv == NULL || rp == NULL)) {
+        return MR_EINVAL;
+    }
+    if ((cfg->track_buffer_size != 1 && cfg->track_buffer_size != 2) || cfg->track_interval < 1
+        || (cfg->lazy && (!cfg->extra_buffer || cfg->track_buffer_size != 2))) {
+        return MR_EINVAL;
+    }
+    if (with && ((uint32_t)kv->page_size != cfg->page_size || rp->pp != cfg->track_buffer_size)) {
+        return MR_EINVAL;
+    }
+    mr_lifecycle *lc = MR_CALLOC(1, sizeof(*lc));
+    if (lc == NULL) {
+        return MR_ENOMEM;
+    }
+    mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy};
+    int err = mr_radix_new(&rc, &lc->tree);
+    if (err != MR_OK) {
+        MR_FREE(lc);
+        return err;
+    }
+    lc->state = state;
+    lc->kv = kv;
+    lc->rp = rp;
+    lc->cfg = *cfg;
+    lc->rel.free_kv = free_kv_hook;
+    lc->rel.free_state = free_state_hook;
+    lc->rel.ctx = lc;
+    *out = lc;
+    return MR_OK;
+}
+
+void
+mr_lc_free(mr_lifecycle *lc)
+{
+    if (lc == NULL) {
+        return;
+    }
+    mr_radix_free(lc->tree);
+    MR_FREE(lc->a);
+    MR_FREE(lc->b);
+    MR_FREE(lc->rkv);
+    MR_FREE(lc->rst);
+    MR_FREE(lc);
+}
+
+mr_radix *mr_lc_tree(mr_lifecycle *lc) { return lc->tree; }
+const mr_lc_config *mr_lc_config_of(const mr_lifecycle *lc) { return &lc->cfg; }
+const mr_lc_stats *mr_lc_stats_of(const mr_lifecycle *lc) { return &lc->stats; }
+
+void
+mr_lc_reset(mr_lifecycle *lc)
+{
+    mr_radix_reset(lc->tree);
+    lc->nrkv = lc->nrst = 0;
+}
+
+const mr_release *
+mr_lc_release_hooks(mr_lifecycle *lc)
+{
+    return &lc->rel;
+}
+
+void
+mr_lc_take_released(mr_lifecycle *lc, const int64_t **kv, size_t *nkv, const int64_t **states,
+                    size_t *nstates)
+{
+    *kv = lc->rkv;
+    *nkv = lc->nrkv;
+    *states = lc->rst;
+    *nstates = lc->nrst;
+}
+
+void
+mr_lc_clear_released(mr_lifecycle *lc)
+{
+    lc->nrkv = lc->nrst = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Tree operations with ownership */
+
+int
+mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+             int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
+{
+    int rc;
+    if (!has_pools(lc)) {
+        return mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
+    }
+    /* 1. validate ownership before the tree changes: the state must be a
+     *    caller's slot, the new KV a caller's or the tree's own */
+    int32_t o = 0;
+    if (mr_slots_owner(lc->state, state, &o) != MR_OK || state < 1) {
+        return MR_EINVAL;
+    }
+    if (!(o == MR_OWNER_HELD || o >= 1)) {
+        return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
+    }
+    int64_t ps = lc->kv->page_size;
+    for (size_t i = 0; i < len; i++) {
+        int32_t ko = 0;
+        if (val[i] < 0 || mr_slots_owner(&lc->kv->pages, val[i] / ps, &ko) != MR_OK) {
+            return MR_EINVAL;
+        }
+        if (ko == MR_OWNER_FREE || ko == MR_OWNER_RESERVED) {
+            return MR_ENOENT;  /* a KV index nobody holds */
+        }
+    }
+    rc = scratch(lc, len);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t *dup = dup_out != NULL ? dup_out : lc->b;
+    rc = mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup, out);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    /* 2. the tree owns the new tokens and the state now */
+    size_t pl = out->prefix_len;
+    if (len > pl) {
+        rc = mr_kv_transfer(lc->kv, val + pl, (int64_t)(len - pl), MR_FROM_CALLER, MR_OWNER_TREE, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    if (!out->state_existed) {
+        rc = mr_slots_transfer(lc->state, &state, 1, MR_FROM_CALLER, MR_OWNER_TREE, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        lc->stats.donated++;
+    }
+    /* 3. the caller's duplicates go back to the pool */
+    if (out->ndup > 0) {
+        rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
+    }
+    return rc;
+}
+
+int
+mr_lc_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, size_t *tokens_out,
+            size_t *states_out)
+{
+    size_t t1 = 0, s1 = 0, t2 = 0, s2 = 0;
+    int rc = MR_OK;
+    if (num_tokens > 0) {
+        rc = mr_radix_evict_full(lc->tree, num_tokens, &lc->rel, &t1, &s1);
+    }
+    if (rc == MR_OK && num_states > 0) {
+        rc = mr_radix_evict_state(lc->tree, num_states, &lc->rel, &t2, &s2);
+    }
+    if (tokens_out != NULL) {
+        *tokens_out = t1 + t2;
+    }
+    if (states_out != NULL) {
+        *states_out = s1 + s2;
+    }
+    return rc;
+}
+
+int
+mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *out)
+{
+    if (lc->state == NULL) {
+        return MR_ESTATE;
+    }
+    int rc = mr_slots_alloc(lc->state, 1, owner, out);
+    if (rc != MR_ENOSPC) {
+        return rc;
+    }
+    if (protect != NULL) {
+        rc = mr_radix_lock(lc->tree, protect);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    rc = mr_radix_evict_state(lc->tree, 1, &lc->rel, NULL, NULL);
+    if (protect != NULL) {
+        (void)mr_radix_unlock(lc->tree, protect);
+    }
+    if (rc != MR_OK) {
+        return rc;
+    }
+    return mr_slots_alloc(lc->state, 1, owner, out);
+}
+
+/* ------------------------------------------------------------------------
+ * Match */
+
+int
+mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
+            int32_t owner, mr_match *m, int64_t *indices)
+{
+    int rc = mr_radix_match(lc->tree, key, len, ns, m);
+    if (rc != MR_OK && rc != MR_ENOMEM) {
+        return rc;
+    }
+    (void)mr_radix_path_values(lc->tree, m->node, indices);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (cow && m->state >= 0 && st != NULL) {
+        if (st->running < 0) {
+            int64_t slot = -1;
+            rc = mr_lc_alloc_state(lc, owner, m->node, &slot);
+            if (rc != MR_OK) {
+                return rc;
+            }
+            st->running = slot;
+        }
+        st->cow_src = m->state;
+        st->needs_clear = 0;
+        lc->stats.cow++;
+    }
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Admission */
+
+int
+mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    const mr_lc_config *c = &lc->cfg;
+    if (headroom) {
+        int64_t need = (int64_t)n * (c->lazy ? 2 : 3);
+        int64_t avail = mr_slots_available(lc->state);
+        if (avail < need) {
+            int rc = mr_radix_evict_state(lc->tree, (size_t)(need - avail), &lc->rel, NULL, NULL);
+            if (rc != MR_OK) {
+                return rc;
+            }
+        }
+    }
+    /* 1. count what is needed, and check it is there */
+    int64_t new_rows = 0, new_slots = 0;
+    int64_t nbuf = c->lazy ? 1 : c->track_buffer_size;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i] < 1) {
+            new_rows++;
+        }
+        else if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
+        if (sts[i].running < 0) {
+            new_slots++;
+        }
+        if (c->extra_buffer && sts[i].next_track < 0) {
+            new_slots += nbuf;
+        }
+    }
+    int64_t group_left = lc->state->group_active ? lc->state->group_len - lc->state->group_pos : 0;
+    if (new_rows > mr_slots_available(&lc->rp->rows) || new_slots > mr_slots_available(lc->state) + group_left) {
+        return MR_ENOSPC;
+    }
+    /* 2. rows (FIFO), then slots; nothing below can fail */
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i] < 1) {
+            int64_t r = 0;
+            (void)mr_slots_alloc(&lc->rp->rows, 1, MR_OWNER_HELD, &r);
+            rows[i] = r;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        mr_req *st = &sts[i];
+        int32_t owner = (int32_t)rows[i];
+        if (st->running < 0) {
+            int64_t s = 0;
+            if (mr_slots_alloc(lc->state, 1, owner, &s) != MR_OK
+                && mr_slots_alloc(lc->state, 1, MR_OWNER_HELD, &s) != MR_OK) {
+                return MR_ENOSPC;  /* not reached: counted above */
+            }
+            (void)mr_slots_transfer(lc->state, &s, 1, MR_FROM_CALLER, owner, NULL);
+            st->running = s;
+            st->needs_clear = 1;
+            lc->stats.clears++;
+        }
+        else {
+            (void)mr_slots_transfer(lc->state, &st->running, 1, MR_FROM_CALLER, owner, NULL);
+        }
+        if (c->extra_buffer && st->next_track < 0) {
+            int64_t t[2] = {-1, -1};
+            for (int64_t j = 0; j < nbuf; j++) {
+                if (mr_slots_alloc(lc->state, 1, owner, &t[j]) != MR_OK) {
+                    (void)mr_slots_alloc(lc->state, 1, MR_OWNER_HELD, &t[j]);
+                    (void)mr_slots_transfer(lc->state, &t[j], 1, MR_FROM_CALLER, owner, NULL);
+                }
+            }
+            st->track[0] = t[0];
+            st->track[1] = t[1];
+            st->next_track = 0;
+        }
+        mr_reqpool_sync_maps(lc->rp, rows[i], st);
+    }
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Tracking decisions */
+
+void
+mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t prefix_len, int64_t extend_len,
+                     int64_t *track_slot, uint8_t *mask, int64_t *track_seqlen)
+{
+    const int64_t C = lc->cfg.chunk_size;
+    *mask = extend_len >= C;
+    *track_slot = st->next_track >= 0 ? st->track[st->next_track] : -1;
+    *track_seqlen = -1;
+    if (!*mask) {
+        return;
+    }
+    int64_t seqlen = prefix_len + extend_len;
+    int64_t aligned = prefix_len + (extend_len / C) * C;
+    if (!lc->cfg.lazy && st->next_track >= 0) {
+        st->next_track = lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
+    }
+    int64_t B = st->branching_seqlen;
+    if (B >= 0 && (B - prefix_len) % C == 0 && B > prefix_len && B < seqlen) {
+        seqlen = B + 1;  /* the state comes from the per-chunk h, not the last one */
+        aligned = B;
+    }
+    st->last_track_seqlen = aligned;
+    *track_seqlen = seqlen;
+    (void)row;
+}
+
+int
+mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t *track_slot,
+                     uint8_t *mask)
+{
+    const int64_t iv = lc->cfg.track_interval;
+    int at = seq_len % iv == 0;
+    if (lc->cfg.lazy && at && st->next_track >= 0) {
+        int other = 1 - st->next_track;
+        if (st->track[other] == -1) {
+            int64_t s = -1;
+            if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) == MR_OK) {
+                st->track[other] = s;
+                st->next_track = other;
+                if (row >= 1) {
+                    mr_reqpool_sync_maps(lc->rp, row, st);
+                }
+            }
+        }
+    }
+    *track_slot = st->next_track >= 0 ? st->track[st->next_track] : -1;
+    *mask = (uint8_t)at;
+    return MR_OK;
+}
+
+int
+mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed_len, int finished)
+{
+    if (st->next_track < 0 || committed_len % lc->cfg.track_interval != 0) {
+        return 0;
+    }
+    st->last_track_seqlen = committed_len;
+    if (lc->cfg.lazy) {
+        int other = 1 - st->next_track;
+        if (st->track[other] != -1) {
+            (void)free_slot(lc, st->track[other]);
+            st->track[other] = -1;
+            if (row >= 1) {
+                mr_reqpool_sync_maps(lc->rp, row, st);
+            }
+        }
+        else if (finished) {
+            st->lazy_is_insert = 0;
+        }
+    }
+    else {
+        st->next_track = lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * Caching */
+
+int
+mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    if (st->running < 0) {
+        return MR_ESTATE;
+    }
+    int64_t slots[3];
+    int k = 0;
+    slots[k++] = st->running;
+    if (lc->cfg.extra_buffer && st->next_track >= 0) {
+        for (int j = 0; j < lc->cfg.track_buffer_size; j++) {
+            if (j == keep || st->track[j] < 0) {
+                continue;
+            }
+            slots[k++] = st->track[j];
+        }
+    }
+    int rc = mr_slots_free(lc->state, slots, k, MR_FROM_CALLER, 0, NULL);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    st->running = -1;
+    if (lc->cfg.extra_buffer) {
+        st->track[0] = st->track[1] = -1;
+        st->next_track = -1;
+    }
+    return MR_OK;
+}
+
+/* Unlocks the request's node, if it holds a lock. */
+static int
+drop_lock(mr_lifecycle *lc, mr_req *st)
+{
+    if (!st->locked) {
+        return MR_OK;
+    }
+    mr_node *node = NULL;
+    int rc = mr_radix_resolve(lc->tree, st->last_node, &node);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    rc = mr_radix_unlock(lc->tree, node);
+    if (rc == MR_OK) {
+        st->locked = 0;
+    }
+    return rc;
+}
+
+int
+mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t committed_len,
+                     int32_t ns, int is_insert)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    const mr_lc_config *c = &lc->cfg;
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
+        return MR_EINVAL;
+    }
+    if (st->running < 0) {
+        return MR_ESTATE;  /* finished twice, or its states were freed */
+    }
+    int rc = scratch(lc, committed_len + 1);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t *kv = lc->a;
+    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    int64_t protected_len = st->protected_len;
+    int keep = -1;
+    int existed = 1;
+    if (is_insert) {
+        int64_t cache_len = c->extra_buffer ? (st->last_track_seqlen < 0 ? 0 : st->last_track_seqlen)
+                                            : (int64_t)committed_len;
+        if (cache_len > (int64_t)committed_len) {
+            cache_len = (int64_t)committed_len;
+        }
+        cache_len = cache_len / c->page_size * c->page_size;
+        int64_t slot = st->running;
+        if (c->extra_buffer) {
+            if (st->next_track < 0) {
+                return MR_ESTATE;
+            }
+            keep = keep_idx(lc, st);
+            slot = st->track[keep];
+            if (slot < 0) {
+                return MR_ESTATE;  /* the slot was donated already */
+            }
+        }
+        /* the tail beyond what is cached (and beyond the tree's own prefix) */
+        int64_t end = cache_len > protected_len ? cache_len : protected_len;
+        if (end < (int64_t)committed_len) {
+            rc = mr_kv_free(lc->kv, kv + end, (int64_t)committed_len - end, MR_FROM_CALLER, NULL);
+            if (rc != MR_OK) {
+                return rc;
+            }
+        }
+        if (cache_len > 0) {
+            mr_insert_result res;
+            size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
+            rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, NULL, &res);
+            if (rc != MR_OK) {
+                return rc;
+            }
+            existed = res.state_existed;
+        }
+    }
+    else if (protected_len < (int64_t)committed_len) {
+        rc = mr_kv_free(lc->kv, kv + protected_len, (int64_t)committed_len - protected_len, MR_FROM_CALLER,
+                        NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    if (existed) {
+        keep = -1;
+    }
+    if (c->extra_buffer) {
+        if (keep >= 0) {
+            st->track[keep] = -1;  /* the tree's now: not freed below */
+        }
+        rc = mr_lc_free_states(lc, st, -1);
+    }
+    else if (existed) {
+        rc = mr_lc_free_states(lc, st, -1);
+    }
+    else {
+        st->running = -1;  /* donated to the tree */
+    }
+    if (rc != MR_OK) {
+        return rc;
+    }
+    return drop_lock(lc, st);
+}
+
+int
+mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
+                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    const mr_lc_config *c = &lc->cfg;
+    *fork_src = *fork_dst = -1;
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
+        return MR_EINVAL;
+    }
+    int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
+    if (cache_len < 0) {
+        /* nothing tracked: the request keeps all its KV */
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
+        st->prefix_len = (int64_t)fill_len;
+        return MR_OK;
+    }
+    if (cache_len > (int64_t)fill_len || cache_len % c->page_size != 0) {
+        return MR_EINVAL;
+    }
+    if (st->running < 0) {
+        return MR_ESTATE;
+    }
+    int keep = -1;
+    if (c->extra_buffer) {
+        if (st->next_track < 0) {
+            return MR_ESTATE;
+        }
+        keep = keep_idx(lc, st);
+        if (st->track[keep] < 0) {
+            return MR_ESTATE;
+        }
+    }
+    int rc = scratch(lc, fill_len + 1);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t *kv = lc->a;
+    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    mr_node *old = NULL;
+    if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
+        return MR_ESTATE;
+    }
+    /* 1. the slot the tree gets: the newest snapshot (extra_buffer, replaced
+     *    by a fresh slot) or a fork of the running slot (no_buffer) */
+    int64_t fresh = -1, donated = -1;
+    rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (c->extra_buffer) {
+        donated = st->track[keep];
+        st->track[keep] = fresh;
+        mr_reqpool_sync_maps(lc->rp, row, st);
+    }
+    else {
+        donated = fresh;
+        *fork_src = st->running;
+        *fork_dst = donated;
+        lc->stats.forks++;
+    }
+    /* 2. insert */
+    mr_insert_result res;
+    size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
+    rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, NULL, &res);
+    if (rc != MR_OK) {
+        if (c->extra_buffer) {
+            (void)free_slot(lc, donated);
+        }
+        else {
+            (void)free_slot(lc, fresh);
+            *fork_src = *fork_dst = -1;
+        }
+        return rc;
+    }
+    if (res.state_existed) {
+        (void)free_slot(lc, donated);
+        if (!c->extra_buffer) {
+            *fork_src = *fork_dst = -1;  /* the copy is not needed */
+            lc->stats.forks--;
+        }
+    }
+    /* 3. re-match: the request now points at the tree's indices */
+    mr_match m;
+    rc = mr_radix_match(lc->tree, tokens, (size_t)cache_len, ns, &m);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t *newidx = lc->b;
+    size_t nnew = mr_radix_path_values(lc->tree, m.node, newidx);
+    int64_t pl = st->protected_len;
+    if ((int64_t)nnew > pl) {
+        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
+    }
+    /* 4. move the lock */
+    rc = mr_radix_lock(lc->tree, m.node);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (old != NULL) {
+        (void)mr_radix_unlock(lc->tree, old);
+    }
+    st->locked = 1;
+    st->has_node = 1;
+    st->last_node = mr_node_handle(m.node);
+    memcpy(prefix_out, newidx, nnew * sizeof(int64_t));
+    if (fill_len > nnew) {
+        memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
+    }
+    st->prefix_len = (int64_t)fill_len;
+    st->protected_len = (int64_t)nnew;
+    st->last_track_seqlen = -1;
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Check */
+
+int
+mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen)
+{
+    int rc = mr_radix_check(lc->tree, msg, msglen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (!has_pools(lc)) {
+        return MR_OK;
+    }
+    if ((rc = mr_slots_check(lc->state, msg, msglen)) != MR_OK
+        || (rc = mr_slots_check(&lc->kv->pages, msg, msglen)) != MR_OK
+        || (rc = mr_reqpool_check(lc->rp, msg, msglen)) != MR_OK) {
+        return rc;
+    }
+    mr_radix_stats s;
+    mr_radix_get_stats(lc->tree, &s);
+    size_t tokens = s.full_evictable + s.full_protected;
+    size_t states = s.state_evictable + s.state_protected;
+    if ((int64_t)tokens != lc->kv->pages.n_tree * lc->kv->page_size) {
+        snprintf(msg, msglen, "the tree holds %zu KV tokens but %lld are tree-owned in the pool", tokens,
+                 (long long)(lc->kv->pages.n_tree * lc->kv->page_size));
+        return MR_ECORRUPT;
+    }
+    if ((int64_t)states != lc->state->n_tree) {
+        snprintf(msg, msglen, "the tree holds %zu states but %lld slots are tree-owned", states,
+                 (long long)lc->state->n_tree);
+        return MR_ECORRUPT;
+    }
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Batched calls */
+
+/* Gives back the copy-on-write slots taken for a batch that is not admitted. */
+static void
+undo_cow(mr_lifecycle *lc, mr_req *sts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i].running >= 0) {
+            (void)free_slot(lc, sts[i].running);
+            sts[i].running = -1;
+        }
+    }
+}
+
+int
+mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
+                    const int32_t *ns, mr_lc_prefill_out *out)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    mr_req *sts = MR_CALLOC(n + 1, sizeof(mr_req));
+    if (sts == NULL) {
+        return MR_ENOMEM;
+    }
+    int rc = MR_OK;
+    size_t maxlen = 1;
+    for (size_t i = 0; i < n; i++) {
+        maxlen = lens[i] > maxlen ? lens[i] : maxlen;
+        if ((int64_t)lens[i] > lc->rp->max_ctx) {
+            MR_FREE(sts);
+            return MR_EINVAL;
+        }
+    }
+    rc = scratch(lc, maxlen + 1);
+    if (rc != MR_OK) {
+        MR_FREE(sts);
+        return rc;
+    }
+    /* 1. match with copy-on-write (slots HELD until admission) */
+    int64_t need_kv = 0;
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
+        mr_req *st = &sts[i];
+        mr_req_reset(st);
+        size_t cap = lens[i] > 0 ? lens[i] - 1 : 0;
+        mr_match m;
+        rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, lc->b);
+        if (rc != MR_OK) {
+            break;
+        }
+        st->prefix_len = st->protected_len = (int64_t)m.prefix_len;
+        st->branching_seqlen = m.branching_seqlen;
+        st->last_node = mr_node_handle(m.node);
+        st->has_node = 1;
+        need_kv += (int64_t)lens[i] - st->prefix_len;
+        out->prefix_len[i] = st->prefix_len;
+    }
+    /* 2. KV for every extend, evicting when short: lock the matched nodes
+     *    first so eviction cannot take a prefix a request was just given */
+    if (rc == MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            mr_node *node = NULL;
+            if (mr_radix_resolve(lc->tree, sts[i].last_node, &node) != MR_OK) {
+                rc = MR_ESTALE;  /* an earlier match's split never removes nodes */
+                break;
+            }
+            (void)mr_radix_lock(lc->tree, node);
+            sts[i].locked = 1;
+        }
+        int64_t avail = mr_kv_available(lc->kv);
+        if (rc == MR_OK && avail < need_kv) {
+            rc = mr_radix_evict_full(lc->tree, (size_t)(need_kv - avail), &lc->rel, NULL, NULL);
+            if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
+                rc = MR_ENOSPC;
+            }
+        }
+    }
+    /* 3. admission */
+    if (rc == MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            out->rows[i] = -1;
+        }
+        rc = mr_lc_admit(lc, sts, out->rows, n, 1);
+    }
+    if (rc != MR_OK) {
+        for (size_t i = 0; i < n; i++) {
+            (void)drop_lock(lc, &sts[i]);
+        }
+        undo_cow(lc, sts, n);
+        MR_FREE(sts);
+        return rc;
+    }
+    /* 4. per request: table row, KV, tracking, forward lists */
+    for (size_t i = 0; i < n; i++) {
+        mr_req *st = &sts[i];
+        int64_t row = out->rows[i];
+        int64_t P = st->prefix_len, E = (int64_t)lens[i] - P;
+        mr_node *node = NULL;
+        (void)mr_radix_resolve(lc->tree, st->last_node, &node);
+        size_t np = mr_radix_path_values(lc->tree, node, lc->b);
+        (void)mr_reqpool_write(lc->rp, row, 0, lc->b, (int64_t)np);
+        int64_t ps = lc->kv->page_size;
+        int64_t ealloc = (E + ps - 1) / ps * ps;
+        if (scratch(lc, (size_t)ealloc + 1) != MR_OK
+            || mr_kv_alloc(lc->kv, ealloc, (int32_t)row, lc->a) != MR_OK) {
+            return MR_ENOSPC;  /* counted above; page rounding aside */
+        }
+        /* the unused rest of a last partial page stays the request's: the
+         * next decode tokens go there */
+        (void)mr_reqpool_write(lc->rp, row, P, lc->a, E);
+        st->committed = (int64_t)lens[i];
+        if (lc->cfg.extra_buffer) {
+            mr_lc_prepare_extend(lc, row, st, P, E, &out->track_slot[i], &out->track_mask[i],
+                                 &out->track_seqlen[i]);
+        }
+        else {
+            out->track_slot[i] = -1;
+            out->track_mask[i] = 0;
+            out->track_seqlen[i] = -1;
+        }
+        out->cow_src[i] = out->cow_dst[i] = out->clear[i] = -1;
+        if (st->cow_src >= 0) {
+            out->cow_src[i] = st->cow_src;
+            out->cow_dst[i] = st->running;
+        }
+        else if (st->needs_clear) {
+            out->clear[i] = st->running;
+        }
+        st->cow_src = -1;
+        st->needs_clear = 0;
+        lc->rp->req[row] = *st;
+    }
+    MR_FREE(sts);
+    return MR_OK;
+}
+
+int
+mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
+        mr_req *st = &lc->rp->req[rows[i]];
+        size_t fill = (size_t)st->committed;
+        int rc = scratch(lc, fill + 1);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        /* prefix_out may alias nothing the call reads: use a private copy */
+        int64_t *prefix = MR_MALLOC((fill + 1) * sizeof(int64_t));
+        if (prefix == NULL) {
+            return MR_ENOMEM;
+        }
+        rc = mr_lc_cache_unfinished(lc, rows[i], st, keys[i], fill, ns ? ns[i] : 0, prefix, &fork_src[i],
+                                    &fork_dst[i]);
+        MR_FREE(prefix);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    return MR_OK;
+}
+
+int
+mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot, uint8_t *track_mask)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    int64_t ps = lc->kv->page_size;
+    int64_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i]) || lc->rp->req[rows[i]].committed + 1 > lc->rp->max_ctx) {
+            return MR_EINVAL;
+        }
+        if (lc->rp->req[rows[i]].committed % ps == 0) {
+            need += ps;
+        }
+    }
+    if (mr_kv_available(lc->kv) < need) {
+        int rc = mr_radix_evict_full(lc->tree, (size_t)(need - mr_kv_available(lc->kv)), &lc->rel, NULL, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        if (mr_kv_available(lc->kv) < need) {
+            return MR_ENOSPC;
+        }
+    }
+    int rc = scratch(lc, (size_t)ps + 1);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        mr_req *st = &lc->rp->req[rows[i]];
+        int64_t pos = st->committed;
+        int64_t idx;
+        if (pos % ps == 0) {
+            (void)mr_kv_alloc(lc->kv, ps, (int32_t)rows[i], lc->a);
+            idx = lc->a[0];
+        }
+        else {
+            int64_t last = 0;
+            (void)mr_reqpool_read(lc->rp, rows[i], pos - 1, 1, &last);
+            idx = last + 1;
+        }
+        (void)mr_reqpool_write(lc->rp, rows[i], pos, &idx, 1);
+        st->committed = pos + 1;
+        (void)mr_lc_decode_prepare(lc, rows[i], st, st->committed, &track_slot[i], &track_mask[i]);
+        (void)mr_lc_decode_finish(lc, rows[i], st, st->committed, 0);
+    }
+    return MR_OK;
+}
+
+int
+mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
+                   int is_insert)
+{
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
+        mr_req *st = &lc->rp->req[rows[i]];
+        int rc = mr_lc_cache_finished(lc, rows[i], st, keys[i], (size_t)st->committed, ns ? ns[i] : 0,
+                                      is_insert && st->lazy_is_insert);
+        if (rc != MR_OK) {
+            return rc;
+        }
+        rc = mr_reqpool_free(lc->rp, rows[i]);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    return MR_OK;
+}

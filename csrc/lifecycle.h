@@ -1,0 +1,206 @@
+/* lifecycle.h - what a scheduler does with the cache for its requests:
+ * match with copy-on-write bookkeeping, admission, the prefill and decode
+ * tracking decisions, caching unfinished and finished requests, abort.
+ * The rules are SGLang v0.5.15's (MambaRadixCache, HybridReqToTokenPool,
+ * ScheduleBatch, the batch result processor), for both strategies:
+ *
+ *   no_buffer     the request's running slot is donated to the tree at
+ *                 finish; an unfinished request forks it (one state copy).
+ *   extra_buffer  the forward pass snapshots the state into the ping-pong
+ *                 track buffer; the tree takes the slot holding the newest
+ *                 snapshot (keep = other(next), lazy: next) and the request
+ *                 gets a fresh slot in its place: no state copy.
+ *
+ * Slot ownership (slot_alloc.h) follows every step:
+ *   alloc / COW      FREE -> HELD (matched before admission) or REQ(row)
+ *   admission        HELD -> REQ(row)
+ *   insert           REQ/HELD -> TREE (new KV tokens, the donated slot)
+ *   eviction         TREE -> FREE (through the tree's mr_release callbacks)
+ *   finish / abort   REQ -> FREE (tail KV, running and spare track slots)
+ * so mr_lc_check() can prove free + request-owned + tree-owned == total,
+ * and that the tree's own counts equal the TREE-owned units, at any time.
+ *
+ * A lifecycle owns its tree.  Without pools (state == kv == NULL) it is a
+ * tree whose evictions are collected for the caller to free (used when the
+ * pools are someone else's Python objects); the request-level functions
+ * need pools and return MR_ESTATE without them.
+ *
+ * Errors: MR_OK or a negative MR_E* code.  Every function validates what it
+ * can before changing anything; MR_ENOSPC (a pool is exhausted even after
+ * eviction) and MR_ESTATE (e.g. the track buffer was already donated) leave
+ * all accounting valid.
+ */
+#ifndef MR_LIFECYCLE_H
+#define MR_LIFECYCLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "radix.h"
+#include "req_pool.h"
+#include "slot_alloc.h"
+
+typedef struct {
+    uint32_t page_size;       /* KV page size (tree pages) */
+    uint32_t chunk_size;      /* mamba_cache_chunk_size C */
+    mr_lru_policy policy;
+    int extra_buffer;         /* 0: no_buffer, 1: extra_buffer */
+    int lazy;                 /* extra_buffer_lazy (needs track_buffer_size 2) */
+    int32_t track_buffer_size;/* 2 with the overlap scheduler, 1 without */
+    int64_t track_interval;   /* mamba_track_interval (decode) */
+} mr_lc_config;
+
+/* Counters of state traffic, for benchmarks and tests. */
+typedef struct {
+    uint64_t cow;             /* copy-on-write pairs emitted (state copies at hits) */
+    uint64_t forks;           /* no_buffer unfinished-request forks (state copies) */
+    uint64_t donated;         /* slots handed to the tree without a copy */
+    uint64_t clears;          /* fresh running slots that need zeroing */
+    uint64_t states_evicted;
+    uint64_t tokens_evicted;
+} mr_lc_stats;
+
+typedef struct mr_lifecycle mr_lifecycle;
+
+/* Creates a lifecycle and its tree over the given pools (borrowed: they
+ * must outlive it), or a tree-only lifecycle when state, kv and rp are all
+ * NULL.  MR_EINVAL for a bad config (page/chunk as mr_radix_new; lazy
+ * without track_buffer_size 2; track_interval < 1; kv page size differing
+ * from cfg->page_size), MR_ENOMEM. */
+int mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp,
+              mr_lifecycle **out);
+void mr_lc_free(mr_lifecycle *lc);
+mr_radix *mr_lc_tree(mr_lifecycle *lc);
+const mr_lc_config *mr_lc_config_of(const mr_lifecycle *lc);
+const mr_lc_stats *mr_lc_stats_of(const mr_lifecycle *lc);
+/* Empties the tree.  The caller clears the pools (SGLang's flush order). */
+void mr_lc_reset(mr_lifecycle *lc);
+
+/* The release hooks of the tree.  With pools they return KV pages / state
+ * slots to the allocators (TREE -> FREE); without, they append to the
+ * collected arrays, which mr_lc_take_released() hands out and forgets. */
+const mr_release *mr_lc_release_hooks(mr_lifecycle *lc);
+void mr_lc_take_released(mr_lifecycle *lc, const int64_t **kv, size_t *nkv, const int64_t **states,
+                         size_t *nstates);
+void mr_lc_clear_released(mr_lifecycle *lc);
+
+/* Inserts with ownership: new KV tokens and the state slot (unless it
+ * existed) move to the tree, duplicate KV indices are freed.  Without
+ * pools, duplicates are written to dup_out (capacity len) and nothing moves.
+ * *out as mr_radix_insert. */
+int mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+                 int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out);
+/* Evicts (mr_radix_evict_full / _state through the release hooks). */
+int mr_lc_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, size_t *tokens_out,
+                size_t *states_out);
+
+/* Takes one state slot for `owner` (HELD or a row); when none is free,
+ * evicts one state (with `protect` locked, if not NULL) and retries.
+ * MR_ENOSPC when none can be had. */
+int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *out);
+
+/* match_prefix: matches key[0:len) in namespace ns; writes the usable
+ * prefix's KV indices to indices (capacity len) and *m.  With cow and a
+ * node that has a state: st->running gets a slot if it has none (owner
+ * `owner`), st->cow_src = the node's state, st->needs_clear = 0.
+ * MR_ENOSPC if no slot could be had (the match itself stands). */
+int mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
+                int32_t owner, mr_match *m, int64_t *indices);
+
+/* Admission of n requests (HybridReqToTokenPool.alloc, after the
+ * scheduler's headroom eviction when headroom != 0: states short of
+ * n * (lazy ? 2 : 3) are evicted first).  rows[i] < 1 gets a new row;
+ * every request gets a running slot if it has none (needs_clear = 1) and,
+ * with extra_buffer, its track buffer if it has none; COW slots move
+ * HELD -> REQ(row); the maps are synced.  MR_ENOSPC when rows or slots are
+ * short (nothing taken). */
+int mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom);
+
+/* The prefill tracking decision for one request (extra_buffer): P prefix
+ * tokens, E extend tokens.  Sets *mask = E >= C, *track_slot =
+ * track[next], *track_seqlen (-1, P + E, or B + 1 at a branching point B)
+ * and, when tracked, st->last_track_seqlen = P + (E / C) * C (or B) and
+ * flips next (not lazy). */
+void mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t prefix_len,
+                          int64_t extend_len, int64_t *track_slot, uint8_t *mask,
+                          int64_t *track_seqlen);
+
+/* Decode, before the forward (seq_len already includes the new token):
+ * lazy mode borrows a second track slot at a boundary.  *track_slot =
+ * track[next]; *mask = seq_len % interval == 0. */
+int mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len,
+                         int64_t *track_slot, uint8_t *mask);
+/* Decode, after the result: a boundary when committed % interval == 0 sets
+ * last_track_seqlen and flips next (lazy: gives the borrowed slot back, or
+ * marks a finished request not insertable).  Returns 1 at a boundary. */
+int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed_len,
+                        int finished);
+
+/* cache_unfinished_req for row (its table holds fill_len KV indices):
+ * caches tokens[0:cache_len) (cache_len = last_track_seqlen with
+ * extra_buffer, fill_len without; nothing when unset), moves the request's
+ * lock to the new node, rewrites the table with the tree's indices and
+ * writes the request's prefix indices (fill_len of them) to prefix_out.
+ * *fork_src / *fork_dst get the no_buffer state copy to do now (-1 when
+ * none).  MR_ESTATE when the slot to donate is already gone. */
+int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
+                           size_t fill_len, int32_t ns, int64_t *prefix_out, int64_t *fork_src,
+                           int64_t *fork_dst);
+
+/* cache_finished_req for row (committed_len KV indices in its table):
+ * inserts the cacheable prefix (is_insert), frees the tail KV and every
+ * state slot the tree does not keep, and drops the request's lock.  The row
+ * itself stays allocated (the scheduler frees it).  MR_ESTATE when the
+ * slot to keep was already donated (nothing changed). */
+int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
+                         size_t committed_len, int32_t ns, int is_insert);
+
+/* free_mamba_cache(req, keep): frees the running slot and, with
+ * extra_buffer, every track slot but track[keep] (keep < 0: all).
+ * MR_ESTATE when the request holds no running slot (double free). */
+int mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep);
+
+/* ------------------------------------------------------------------------
+ * Batched calls: the request records live in the ReqPool (rp->req[row]);
+ * one call does a whole batch.  Outputs are per request, -1 = none. */
+
+typedef struct {
+    int64_t *rows;          /* the request's row */
+    int64_t *prefix_len;    /* cache hit */
+    int64_t *cow_src;       /* copy-on-write pair to run before the forward */
+    int64_t *cow_dst;
+    int64_t *clear;         /* running slot to zero before the forward */
+    int64_t *track_slot;    /* where the forward snapshots the state */
+    uint8_t *track_mask;
+    int64_t *track_seqlen;
+} mr_lc_prefill_out;
+
+/* Schedules n new requests: match (keys[i][0:lens[i]), capped at
+ * lens[i] - 1, with copy-on-write), admission with state headroom, the
+ * request's lock, KV for its extend tokens (evicting when short) written to
+ * its table row, and the tracking decision.  MR_ENOSPC when rows, slots or
+ * KV are short even after eviction: then no request of the batch is
+ * admitted and every slot it took is back. */
+int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
+                        const int32_t *ns, mr_lc_prefill_out *out);
+/* End of prefill for requests that go on decoding: cache_unfinished_req on
+ * each (keys: the request's tokens, fill_len = its committed length). */
+int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst);
+/* One decode step for n rows: one KV token each (written to the table),
+ * the tracking decision before the forward and the boundary bookkeeping
+ * after it.  MR_ENOSPC when KV is short even after eviction (no row
+ * advanced). */
+int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot,
+                       uint8_t *track_mask);
+/* Finishes n rows: cache_finished_req (keys: origin + output tokens, at
+ * least the committed length) and frees the row. */
+int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                       const int32_t *ns, int is_insert);
+
+/* Verifies the tree (mr_radix_check), every pool, and that the tree's KV
+ * tokens and states equal the TREE-owned units of the pools. */
+int mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen);
+
+#endif /* MR_LIFECYCLE_H */

@@ -1,0 +1,1557 @@
+/* py_lifecycle.c - the Lifecycle type: a prefix tree that owns its
+ * ownership bookkeeping, over a SlotAllocator (state slots), a
+ * SlotAllocator (KV tokens) and a ReqPool, or with no pools (then
+ * evictions are handed back as arrays).
+ *
+ * Per-request calls take and return the request's cache-side state as a
+ * 13-tuple of ints ("rs", -1 = None):
+ *   (running, track0, track1, next_track, last_track_seqlen,
+ *    branching_seqlen, cow_src, needs_clear, lazy_is_insert,
+ *    protected_len, node_id, node_gen, locked)
+ * so a Python request object stays the authority for its fields.  The
+ * batched calls (prefill_batch, decode_batch, finish_batch) keep that state
+ * in the ReqPool's records instead and do a whole batch in one call. */
+#include "py_pools.h"
+#include "py_numpy.h"
+#include "lifecycle.h"
+
+#include <string.h>
+
+#define RS_LEN 13
+
+typedef struct {
+    PyObject_HEAD
+    mr_lifecycle *lc;
+    PyObject *state_obj;   /* SlotAllocator or NULL */
+    PyObject *kv_obj;      /* SlotAllocator or NULL */
+    PyObject *rp_obj;      /* ReqPool or NULL */
+    int32_t *keybuf;
+    size_t keycap;
+    int64_t *buf;
+    size_t bufcap;
+} LifecycleObject;
+
+/* ------------------------------------------------------------------------
+ * Helpers */
+
+static mr_state *
+lc_state(LifecycleObject *self)
+{
+    return mr_state_from_type(Py_TYPE(self));
+}
+
+static int
+grow_i64(int64_t **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    size_t c = *cap ? *cap : 256;
+    while (c < need) {
+        c *= 2;
+    }
+    int64_t *q = PyMem_Realloc(*p, c * sizeof(int64_t));
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Converts obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
+ * tensors) to int32 tokens in self->keybuf; *len gets their number.  The
+ * first `limit` tokens only when limit >= 0. */
+static int
+read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
+{
+    PyObject *arr = mr_pools_index_array(obj, arg);
+    if (arr == NULL) {
+        return -1;
+    }
+    npy_intp n = PyArray_SIZE((PyArrayObject *)arr);
+    if (limit >= 0 && n > limit) {
+        n = limit;
+    }
+    const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arr);
+    if ((size_t)n > self->keycap) {
+        size_t c = self->keycap ? self->keycap : 256;
+        while (c < (size_t)n) {
+            c *= 2;
+        }
+        int32_t *q = PyMem_Realloc(self->keybuf, c * sizeof(int32_t));
+        if (q == NULL) {
+            Py_DECREF(arr);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->keybuf = q;
+        self->keycap = c;
+    }
+    for (npy_intp i = 0; i < n; i++) {
+        if (p[i] < INT32_MIN || p[i] > INT32_MAX) {
+            Py_DECREF(arr);
+            PyErr_Format(PyExc_ValueError, "%s: token %lld does not fit int32", arg, (long long)p[i]);
+            return -1;
+        }
+        self->keybuf[i] = (int32_t)p[i];
+    }
+    Py_DECREF(arr);
+    *len = (size_t)n;
+    return 0;
+}
+
+static int
+need_pools(LifecycleObject *self, const char *fname)
+{
+    if (self->rp_obj == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has no pools", fname);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+parse_rs(PyObject *obj, mr_req *st)
+{
+    PyObject *seq = PySequence_Fast(obj, "rs must be a sequence of 13 ints");
+    if (seq == NULL) {
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != RS_LEN) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
+        return -1;
+    }
+    int64_t v[RS_LEN];
+    for (int i = 0; i < RS_LEN; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        long long x = PyLong_AsLongLong(it);
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        v[i] = x;
+    }
+    Py_DECREF(seq);
+    mr_req_reset(st);
+    st->running = v[0];
+    st->track[0] = v[1];
+    st->track[1] = v[2];
+    st->next_track = (int32_t)v[3];
+    st->last_track_seqlen = v[4];
+    st->branching_seqlen = v[5];
+    st->cow_src = v[6];
+    st->needs_clear = v[7] != 0;
+    st->lazy_is_insert = v[8] != 0;
+    st->protected_len = v[9];
+    st->has_node = v[10] >= 0;
+    st->last_node.id = (uint32_t)(v[10] >= 0 ? v[10] : 0);
+    st->last_node.gen = (uint32_t)v[11];
+    st->locked = v[12] != 0 && st->has_node;
+    return 0;
+}
+
+static PyObject *
+build_rs(const mr_req *st)
+{
+    return Py_BuildValue("(LLLiLLLiiLLLi)", (long long)st->running, (long long)st->track[0],
+                         (long long)st->track[1], (int)st->next_track, (long long)st->last_track_seqlen,
+                         (long long)st->branching_seqlen, (long long)st->cow_src, (int)st->needs_clear,
+                         (int)st->lazy_is_insert, (long long)st->protected_len,
+                         (long long)(st->has_node ? (int64_t)st->last_node.id : -1),
+                         (long long)st->last_node.gen, (int)st->locked);
+}
+
+static int
+parse_handle(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, mr_node **out)
+{
+    int64_t id = 0, gen = 0;
+    if (mr_as_int64(id_obj, 0, UINT32_MAX, "node id", &id) < 0
+        || mr_as_int64(gen_obj, 0, UINT32_MAX, "node generation", &gen) < 0) {
+        return -1;
+    }
+    mr_handle h = {(uint32_t)id, (uint32_t)gen};
+    int rc = mr_radix_resolve(mr_lc_tree(self->lc), h, out);
+    if (rc != MR_OK) {
+        mr_raise(lc_state(self), rc, "node");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+new_i64_from(const int64_t *p, size_t n)
+{
+    PyObject *a = mr_pools_new_i64((Py_ssize_t)n);
+    if (a != NULL && n > 0) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), p, n * sizeof(int64_t));
+    }
+    return a;
+}
+
+/* raise for a lifecycle status with a message per code */
+static PyObject *
+lc_raise(LifecycleObject *self, int rc, const char *what)
+{
+    mr_state *st = lc_state(self);
+    switch (rc) {
+    case MR_ENOSPC:
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: the state pool is exhausted even after evicting every unlocked state "
+                     "(increase the number of state slots)", what);
+        return NULL;
+    case MR_ESTATE:
+        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR],
+                     "%s: the request's state slots were already freed or donated "
+                     "(finished or released twice?)", what);
+        return NULL;
+    case MR_ENOENT:
+        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR], "%s: a slot is already free (double free)", what);
+        return NULL;
+    case MR_EBUSY:
+        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR],
+                     "%s: a slot is owned by the prefix tree, not by the request", what);
+        return NULL;
+    default:
+        return mr_raise(st, rc, what);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+static PyObject *
+Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"state_allocator", "kv_allocator", "req_pool", "page_size", "chunk_size",
+                             "lru_policy", "extra_buffer", "lazy", "track_buffer_size",
+                             "track_interval", NULL};
+    PyObject *so = Py_None, *ko = Py_None, *ro = Py_None;
+    long long page = 1, chunk = 64, interval = 256;
+    const char *policy = "sglang";
+    int extra = 0, lazy = 0, pp = 2;
+    mr_state *st = mr_state_from_type(tp);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$LLsppiL:Lifecycle", kwlist, &so, &ko, &ro, &page,
+                                     &chunk, &policy, &extra, &lazy, &pp, &interval)) {
+        return NULL;
+    }
+    mr_lc_config cfg = {0};
+    if (page < 1 || page > (1 << 24) || chunk < 1 || chunk > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): page_size and chunk_size must be in [1, 2**24]");
+        return NULL;
+    }
+    if (page % chunk != 0 && chunk % page != 0) {
+        PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide the other",
+                     chunk, page);
+        return NULL;
+    }
+    if (strcmp(policy, "sglang") == 0) {
+        cfg.policy = MR_POLICY_SGLANG;
+    }
+    else if (strcmp(policy, "consumed") == 0) {
+        cfg.policy = MR_POLICY_CONSUMED;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "Lifecycle(): lru_policy must be 'sglang' or 'consumed', not '%s'", policy);
+        return NULL;
+    }
+    if (pp != 1 && pp != 2) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): track_buffer_size must be 1 or 2");
+        return NULL;
+    }
+    if (lazy && (!extra || pp != 2)) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
+        return NULL;
+    }
+    if (interval < 1) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): track_interval must be >= 1");
+        return NULL;
+    }
+    cfg.page_size = (uint32_t)page;
+    cfg.chunk_size = (uint32_t)chunk;
+    cfg.extra_buffer = extra;
+    cfg.lazy = lazy;
+    cfg.track_buffer_size = pp;
+    cfg.track_interval = interval;
+    mr_slots *sp = NULL;
+    mr_kv *state_kv = NULL, *kv = NULL;
+    mr_reqpool *rp = NULL;
+    int none = so == Py_None && ko == Py_None && ro == Py_None;
+    if (!none) {
+        state_kv = mr_pools_slot_allocator_kv(so, st);
+        kv = mr_pools_slot_allocator_kv(ko, st);
+        rp = mr_pools_req_pool(ro, st);
+        if (state_kv == NULL || kv == NULL || rp == NULL) {
+            PyErr_SetString(PyExc_TypeError,
+                            "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
+                            "ReqPool (or all three None)");
+            return NULL;
+        }
+        if (state_kv->page_size != 1) {
+            PyErr_SetString(PyExc_ValueError, "Lifecycle(): the state allocator must have page_size 1");
+            return NULL;
+        }
+        if (kv->page_size != page) {
+            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator page_size %lld != page_size %lld",
+                         (long long)kv->page_size, page);
+            return NULL;
+        }
+        if (rp->pp != pp) {
+            PyErr_Format(PyExc_ValueError, "Lifecycle(): req_pool track_buffer_size %d != track_buffer_size %d",
+                         (int)rp->pp, pp);
+            return NULL;
+        }
+        sp = &state_kv->pages;
+    }
+    LifecycleObject *self = (LifecycleObject *)tp->tp_alloc(tp, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    int rc = mr_lc_new(&cfg, sp, kv, rp, &self->lc);
+    if (rc != MR_OK) {
+        Py_DECREF(self);
+        return mr_raise(st, rc, "Lifecycle()");
+    }
+    if (!none) {
+        self->state_obj = Py_NewRef(so);
+        self->kv_obj = Py_NewRef(ko);
+        self->rp_obj = Py_NewRef(ro);
+    }
+    return (PyObject *)self;
+}
+
+static void
+Lifecycle_dealloc(LifecycleObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    mr_lc_free(self->lc);
+    Py_XDECREF(self->state_obj);
+    Py_XDECREF(self->kv_obj);
+    Py_XDECREF(self->rp_obj);
+    PyMem_Free(self->keybuf);
+    PyMem_Free(self->buf);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* ------------------------------------------------------------------------
+ * Tree operations */
+
+PyDoc_STRVAR(Lifecycle_match__doc__,
+"match($self, key, /, ns=0, cow=False, running=-1, owner=-2, limit=-1)\n"
+"--\n"
+"\n"
+"Match key (its first `limit` tokens when limit >= 0) in namespace ns.\n"
+"Returns (indices, node_id, node_gen, node_state, branching_seqlen, running)\n"
+"(-1 = None).  With cow and a node that has a state, running gets a slot\n"
+"(owner: -2 held, or a request row) if it is -1.");
+
+static PyObject *
+Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "cow", "running", "owner", "limit", NULL};
+    if (!mr_check_nargs("match", nargs, 1, 1) || mr_check_kwnames("match", kwnames, allowed) < 0) {
+        return NULL;
+    }
+    int64_t ns = 0, running = -1, owner = MR_OWNER_HELD, limit = -1;
+    int cow = 0;
+    PyObject *o;
+    if ((o = mr_find_kw(kwnames, args + nargs, "ns")) && mr_as_int64(o, 0, INT32_MAX, "match(): ns", &ns) < 0) {
+        return NULL;
+    }
+    if ((o = mr_find_kw(kwnames, args + nargs, "cow")) && (cow = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    if ((o = mr_find_kw(kwnames, args + nargs, "running"))
+        && mr_as_int64(o, -1, INT64_MAX, "match(): running", &running) < 0) {
+        return NULL;
+    }
+    if ((o = mr_find_kw(kwnames, args + nargs, "owner"))
+        && mr_as_int64(o, MR_OWNER_HELD, INT32_MAX, "match(): owner", &owner) < 0) {
+        return NULL;
+    }
+    if ((o = mr_find_kw(kwnames, args + nargs, "limit"))
+        && mr_as_int64(o, -1, INT64_MAX, "match(): limit", &limit) < 0) {
+        return NULL;
+    }
+    if (owner == -1 || owner == 0) {
+        PyErr_SetString(PyExc_ValueError, "match(): owner must be -2 (held) or a request row >= 1");
+        return NULL;
+    }
+    size_t len = 0;
+    if (read_key(self, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
+        return NULL;
+    }
+    if (cow && self->rp_obj == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "match(): cow needs pools");
+        return NULL;
+    }
+    if (grow_i64(&self->buf, &self->bufcap, len + 1) < 0) {
+        return NULL;
+    }
+    mr_req st;
+    mr_req_reset(&st);
+    st.running = running;
+    mr_match m;
+    int rc = mr_lc_match(self->lc, self->keybuf, len, (int32_t)ns, cow, &st, (int32_t)owner, &m, self->buf);
+    if (rc != MR_OK && rc != MR_ENOSPC) {
+        return lc_raise(self, rc, "match()");
+    }
+    if (rc == MR_ENOSPC) {
+        return lc_raise(self, rc, "match(): copy-on-write slot");
+    }
+    PyObject *idx = new_i64_from(self->buf, m.prefix_len);
+    if (idx == NULL) {
+        return NULL;
+    }
+    mr_handle h = mr_node_handle(m.node);
+    return Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
+                         (long long)m.branching_seqlen, (long long)st.running);
+}
+
+PyDoc_STRVAR(Lifecycle_insert__doc__,
+"insert($self, key, value, state, /, ns=0, prev_prefix_len=0)\n"
+"--\n"
+"\n"
+"Insert key with KV indices value and state slot `state` at its end.\n"
+"Returns (prefix_len, state_existed, node_id, node_gen, duplicates).  With\n"
+"pools the new tokens and the state (unless it existed) become tree-owned\n"
+"and the duplicates are freed (the array is then empty); without pools the\n"
+"caller frees the duplicates.");
+
+static PyObject *
+Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "prev_prefix_len", NULL};
+    if (!mr_check_nargs("insert", nargs, 3, 3) || mr_check_kwnames("insert", kwnames, allowed) < 0) {
+        return NULL;
+    }
+    int64_t ns = 0, prev = 0, state = 0;
+    PyObject *o;
+    if ((o = mr_find_kw(kwnames, args + nargs, "ns")) && mr_as_int64(o, 0, INT32_MAX, "insert(): ns", &ns) < 0) {
+        return NULL;
+    }
+    if ((o = mr_find_kw(kwnames, args + nargs, "prev_prefix_len"))
+        && mr_as_int64(o, 0, INT64_MAX, "insert(): prev_prefix_len", &prev) < 0) {
+        return NULL;
+    }
+    if (mr_as_int64(args[2], 0, INT64_MAX, "insert(): state", &state) < 0) {
+        return NULL;
+    }
+    size_t len = 0;
+    if (read_key(self, args[0], -1, "insert(): key", &len) < 0) {
+        return NULL;
+    }
+    PyObject *val = mr_pools_index_array(args[1], "insert(): value");
+    if (val == NULL) {
+        return NULL;
+    }
+    PyObject *dups = NULL, *res = NULL;
+    if ((size_t)PyArray_SIZE((PyArrayObject *)val) != len) {
+        PyErr_Format(PyExc_ValueError, "insert(): value has %zd indices for %zu tokens",
+                     (Py_ssize_t)PyArray_SIZE((PyArrayObject *)val), len);
+        goto error;
+    }
+    uint32_t ps = mr_lc_config_of(self->lc)->page_size;
+    if (len % ps != 0) {
+        PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %u", len, ps);
+        goto error;
+    }
+    if (grow_i64(&self->buf, &self->bufcap, len + 1) < 0) {
+        goto error;
+    }
+    mr_insert_result r;
+    int rc = mr_lc_insert(self->lc, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
+                          (int32_t)ns, state, (size_t)prev, self->buf, &r);
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "insert()");
+        goto error;
+    }
+    dups = new_i64_from(self->buf, self->rp_obj == NULL ? r.ndup : 0);
+    if (dups == NULL) {
+        goto error;
+    }
+    mr_handle h = mr_node_handle(r.node);
+    res = Py_BuildValue("(nOkkO)", (Py_ssize_t)r.prefix_len, r.state_existed ? Py_True : Py_False,
+                        (unsigned long)h.id, (unsigned long)h.gen, dups);
+error:
+    Py_XDECREF(dups);
+    Py_DECREF(val);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_evict__doc__,
+"evict($self, num_tokens=0, num_states=0, /)\n"
+"--\n"
+"\n"
+"Evict LRU leaves until num_tokens KV tokens went, then LRU states until\n"
+"num_states went.  Returns (tokens_evicted, states_evicted, kv_indices,\n"
+"state_slots); the arrays hold what the tree released when it has no pools\n"
+"(the caller frees them), and are empty with pools (already freed).");
+
+static PyObject *
+Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t nt = 0, ns = 0;
+    if (!mr_check_nargs("evict", nargs, 0, 2)) {
+        return NULL;
+    }
+    if ((nargs > 0 && mr_as_int64(args[0], 0, INT64_MAX, "evict(): num_tokens", &nt) < 0)
+        || (nargs > 1 && mr_as_int64(args[1], 0, INT64_MAX, "evict(): num_states", &ns) < 0)) {
+        return NULL;
+    }
+    mr_lc_clear_released(self->lc);
+    size_t t = 0, s = 0;
+    int rc = mr_lc_evict(self->lc, (size_t)nt, (size_t)ns, &t, &s);
+    const int64_t *kvp, *stp;
+    size_t nkv, nst;
+    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
+    PyObject *a = new_i64_from(kvp, nkv);
+    PyObject *b = new_i64_from(stp, nst);
+    mr_lc_clear_released(self->lc);
+    if (rc != MR_OK) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return lc_raise(self, rc, "evict()");
+    }
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    return Py_BuildValue("(nnNN)", (Py_ssize_t)t, (Py_ssize_t)s, a, b);
+}
+
+PyDoc_STRVAR(Lifecycle_lock__doc__,
+"lock($self, node_id, node_gen, /)\n"
+"--\n"
+"\n"
+"inc_lock_ref: lock the node's state and the KV of its path.");
+
+static PyObject *
+Lifecycle_lock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_node *n = NULL;
+    if (!mr_check_nargs("lock", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+        return NULL;
+    }
+    int rc = mr_radix_lock(mr_lc_tree(self->lc), n);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "lock()");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_unlock__doc__,
+"unlock($self, node_id, node_gen, /)\n"
+"--\n"
+"\n"
+"dec_lock_ref: undo one lock; ValueError if the node is not locked.");
+
+static PyObject *
+Lifecycle_unlock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_node *n = NULL;
+    if (!mr_check_nargs("unlock", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+        return NULL;
+    }
+    int rc = mr_radix_unlock(mr_lc_tree(self->lc), n);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "unlock(): node is not locked");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_node_info__doc__,
+"node_info($self, node_id, node_gen, /)\n"
+"--\n"
+"\n"
+"(valid, edge_len, state, parent_id, parent_gen, full_lock_ref, state_lock_ref,\n"
+"prefix_len, namespace) of a node; valid is False (and the rest -1) for a\n"
+"removed node.  parent_id is -1 for the root.");
+
+static PyObject *
+Lifecycle_node_info(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t id = 0, gen = 0;
+    if (!mr_check_nargs("node_info", nargs, 2, 2) || mr_as_int64(args[0], 0, UINT32_MAX, "node id", &id) < 0
+        || mr_as_int64(args[1], 0, UINT32_MAX, "node generation", &gen) < 0) {
+        return NULL;
+    }
+    mr_handle h = {(uint32_t)id, (uint32_t)gen};
+    mr_node *n = NULL;
+    mr_radix *t = mr_lc_tree(self->lc);
+    if (mr_radix_resolve(t, h, &n) != MR_OK) {
+        return Py_BuildValue("(Oiiiiiiii)", Py_False, -1, -1, -1, -1, -1, -1, -1, -1);
+    }
+    mr_node *p = mr_node_parent(n);
+    mr_handle ph = p != NULL ? mr_node_handle(p) : (mr_handle){0, 0};
+    return Py_BuildValue("(OnLLkiinl)", Py_True, (Py_ssize_t)mr_node_len(n), (long long)mr_node_state(n),
+                         (long long)(p != NULL ? (int64_t)ph.id : -1), (unsigned long)ph.gen,
+                         (int)mr_node_full_lock(n), (int)mr_node_state_lock(n),
+                         (Py_ssize_t)mr_radix_path_len(t, n), (long)mr_node_namespace(n));
+}
+
+PyDoc_STRVAR(Lifecycle_node_key__doc__,
+"node_key($self, node_id, node_gen, /)\n"
+"--\n"
+"\n"
+"(tokens, kv_indices) of the node's edge, as int64 arrays.");
+
+static PyObject *
+Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_node *n = NULL;
+    if (!mr_check_nargs("node_key", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+        return NULL;
+    }
+    size_t len = mr_node_len(n);
+    PyObject *k = mr_pools_new_i64((Py_ssize_t)len);
+    if (k == NULL) {
+        return NULL;
+    }
+    const int32_t *key = mr_node_key(n);
+    int64_t *kd = (int64_t *)PyArray_DATA((PyArrayObject *)k);
+    for (size_t i = 0; i < len; i++) {
+        kd[i] = key[i];
+    }
+    PyObject *v = new_i64_from(mr_node_values(n), len);
+    if (v == NULL) {
+        Py_DECREF(k);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", k, v);
+}
+
+PyDoc_STRVAR(Lifecycle_node_children__doc__,
+"node_children($self, node_id, node_gen, /)\n"
+"--\n"
+"\n"
+"[(id, gen), ...] of the node's children, in sorted order.");
+
+static PyObject *
+Lifecycle_node_children(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_node *n = NULL;
+    if (!mr_check_nargs("node_children", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+        return NULL;
+    }
+    size_t k = mr_node_nchildren(n);
+    PyObject *list = PyList_New((Py_ssize_t)k);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < k; i++) {
+        mr_handle h = mr_node_handle(mr_node_child(n, i));
+        PyObject *t = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
+PyDoc_STRVAR(Lifecycle_lru__doc__,
+"lru($self, which=0, /)\n"
+"--\n"
+"\n"
+"[(id, gen), ...] of an LRU list, most recently used first (0: full, 1: state).");
+
+static PyObject *
+Lifecycle_lru(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t which = 0;
+    if (!mr_check_nargs("lru", nargs, 0, 1)
+        || (nargs > 0 && mr_as_int64(args[0], 0, 1, "lru(): which", &which) < 0)) {
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    mr_radix *t = mr_lc_tree(self->lc);
+    for (mr_node *n = mr_radix_lru_first(t, (int)which); n != NULL; n = mr_radix_lru_next(t, (int)which, n)) {
+        mr_handle h = mr_node_handle(n);
+        PyObject *e = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+        if (e == NULL || PyList_Append(list, e) < 0) {
+            Py_XDECREF(e);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(e);
+    }
+    return list;
+}
+
+PyDoc_STRVAR(Lifecycle_root__doc__,
+"root($self, /)\n"
+"--\n"
+"\n"
+"(id, gen) of the root.");
+
+static PyObject *
+Lifecycle_root(LifecycleObject *self, PyObject *unused)
+{
+    mr_handle h = mr_node_handle(mr_radix_root(mr_lc_tree(self->lc)));
+    return Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+}
+
+PyDoc_STRVAR(Lifecycle_sizes__doc__,
+"sizes($self, /)\n"
+"--\n"
+"\n"
+"(full_evictable, full_protected, state_evictable, state_protected, nodes).");
+
+static PyObject *
+Lifecycle_sizes(LifecycleObject *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(mr_lc_tree(self->lc), &s);
+    return Py_BuildValue("(nnnnn)", (Py_ssize_t)s.full_evictable, (Py_ssize_t)s.full_protected,
+                         (Py_ssize_t)s.state_evictable, (Py_ssize_t)s.state_protected, (Py_ssize_t)s.nodes);
+}
+
+PyDoc_STRVAR(Lifecycle_check__doc__,
+"check($self, /)\n"
+"--\n"
+"\n"
+"Verify the tree's invariants, every pool's accounting, and that the tree's\n"
+"tokens and states are exactly the tree-owned units of the pools.\n"
+"InvariantError naming the broken rule otherwise.");
+
+static PyObject *
+Lifecycle_check(LifecycleObject *self, PyObject *unused)
+{
+    char msg[512];
+    if (mr_lc_check(self->lc, msg, sizeof(msg)) != MR_OK) {
+        return mr_raise(lc_state(self), MR_ECORRUPT, msg);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_reset__doc__,
+"reset($self, /)\n"
+"--\n"
+"\n"
+"Drop every node (the pools are not touched: clear them).");
+
+static PyObject *
+Lifecycle_reset(LifecycleObject *self, PyObject *unused)
+{
+    mr_lc_reset(self->lc);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_dump__doc__,
+"dump($self, /)\n"
+"--\n"
+"\n"
+"The tree, one node a line.");
+
+static PyObject *
+Lifecycle_dump(LifecycleObject *self, PyObject *unused)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = mr_radix_dump(mr_lc_tree(self->lc), &buf, &len);
+    if (rc != MR_OK) {
+        return mr_raise(lc_state(self), rc, "dump()");
+    }
+    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return s;
+}
+
+PyDoc_STRVAR(Lifecycle_stats__doc__,
+"stats($self, /)\n"
+"--\n"
+"\n"
+"State traffic so far: dict(cow=, forks=, donated=, clears=, states_evicted=,\n"
+"tokens_evicted=).  cow and forks are state copies; donated slots moved\n"
+"to the tree without one.");
+
+static PyObject *
+Lifecycle_stats(LifecycleObject *self, PyObject *unused)
+{
+    const mr_lc_stats *s = mr_lc_stats_of(self->lc);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K}", "cow", (unsigned long long)s->cow, "forks",
+                         (unsigned long long)s->forks, "donated", (unsigned long long)s->donated, "clears",
+                         (unsigned long long)s->clears, "states_evicted", (unsigned long long)s->states_evicted,
+                         "tokens_evicted", (unsigned long long)s->tokens_evicted);
+}
+
+/* ------------------------------------------------------------------------
+ * Per-request calls (rs tuples) */
+
+PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
+"alloc_state($self, /, owner=-2)\n"
+"--\n"
+"\n"
+"One state slot, evicting one cached state when none is free.  RuntimeError\n"
+"when none can be had.");
+
+static PyObject *
+Lifecycle_alloc_state(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"owner", NULL};
+    int64_t owner = MR_OWNER_HELD;
+    if (!mr_check_nargs("alloc_state", nargs, 0, 0) || mr_check_kwnames("alloc_state", kwnames, allowed) < 0
+        || need_pools(self, "alloc_state") < 0) {
+        return NULL;
+    }
+    PyObject *o = mr_find_kw(kwnames, args, "owner");
+    if (o != NULL && mr_as_int64(o, MR_OWNER_HELD, INT32_MAX, "alloc_state(): owner", &owner) < 0) {
+        return NULL;
+    }
+    if (owner == -1 || owner == 0) {
+        PyErr_SetString(PyExc_ValueError, "alloc_state(): owner must be -2 (held) or a request row >= 1");
+        return NULL;
+    }
+    int64_t s = -1;
+    int rc = mr_lc_alloc_state(self->lc, (int32_t)owner, NULL, &s);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "alloc_state()");
+    }
+    return PyLong_FromLongLong(s);
+}
+
+PyDoc_STRVAR(Lifecycle_admit__doc__,
+"admit($self, rows, rs_list, /, headroom=False)\n"
+"--\n"
+"\n"
+"HybridReqToTokenPool.alloc for a batch: rows[i] <= 0 gets a new row, every\n"
+"request a running slot (and its track buffer with extra_buffer) if it has\n"
+"none.  headroom: first evict states short of n * (lazy ? 2 : 3), as the\n"
+"scheduler does.  Returns (rows, rs_list), or None when rows or slots are\n"
+"short (nothing taken).");
+
+static PyObject *
+Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"headroom", NULL};
+    if (!mr_check_nargs("admit", nargs, 2, 2) || mr_check_kwnames("admit", kwnames, allowed) < 0
+        || need_pools(self, "admit") < 0) {
+        return NULL;
+    }
+    int headroom = 0;
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "headroom");
+    if (o != NULL && (headroom = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    PyObject *rows_seq = PySequence_Fast(args[0], "admit(): rows must be a sequence");
+    PyObject *rs_seq = NULL, *out_rows = NULL, *out_rs = NULL, *res = NULL;
+    mr_req *sts = NULL;
+    int64_t *rows = NULL;
+    if (rows_seq == NULL) {
+        return NULL;
+    }
+    rs_seq = PySequence_Fast(args[1], "admit(): rs_list must be a sequence");
+    if (rs_seq == NULL) {
+        goto error;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rows_seq);
+    if (PySequence_Fast_GET_SIZE(rs_seq) != n) {
+        PyErr_SetString(PyExc_ValueError, "admit(): rows and rs_list differ in length");
+        goto error;
+    }
+    sts = PyMem_Calloc((size_t)n + 1, sizeof(mr_req));
+    rows = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    if (sts == NULL || rows == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (mr_as_int64(PySequence_Fast_GET_ITEM(rows_seq, i), INT64_MIN, INT64_MAX, "admit(): rows", &rows[i]) < 0
+            || parse_rs(PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]) < 0) {
+            goto error;
+        }
+    }
+    int rc = mr_lc_admit(self->lc, sts, rows, (size_t)n, headroom);
+    if (rc == MR_ENOSPC) {
+        res = Py_NewRef(Py_None);
+        goto error;
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated");
+        goto error;
+    }
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "admit()");
+        goto error;
+    }
+    out_rows = PyList_New(n);
+    out_rs = PyList_New(n);
+    if (out_rows == NULL || out_rs == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyLong_FromLongLong(rows[i]);
+        PyObject *t = build_rs(&sts[i]);
+        if (r == NULL || t == NULL) {
+            Py_XDECREF(r);
+            Py_XDECREF(t);
+            goto error;
+        }
+        PyList_SET_ITEM(out_rows, i, r);
+        PyList_SET_ITEM(out_rs, i, t);
+    }
+    res = PyTuple_Pack(2, out_rows, out_rs);
+error:
+    PyMem_Free(sts);
+    PyMem_Free(rows);
+    Py_XDECREF(rows_seq);
+    Py_XDECREF(rs_seq);
+    Py_XDECREF(out_rows);
+    Py_XDECREF(out_rs);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_prepare_extend__doc__,
+"prepare_extend($self, row, rs, prefix_len, extend_len, /)\n"
+"--\n"
+"\n"
+"The prefill tracking decision.  Returns (rs, track_slot, track_mask,\n"
+"track_seqlen).");
+
+static PyObject *
+Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t row = 0, p = 0, e = 0;
+    mr_req st;
+    if (!mr_check_nargs("prepare_extend", nargs, 4, 4)
+        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "prepare_extend(): row", &row) < 0
+        || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[2], 0, INT64_MAX, "prepare_extend(): prefix_len", &p) < 0
+        || mr_as_int64(args[3], 0, INT64_MAX, "prepare_extend(): extend_len", &e) < 0) {
+        return NULL;
+    }
+    int64_t slot = -1, seqlen = -1;
+    uint8_t mask = 0;
+    mr_lc_prepare_extend(self->lc, row, &st, p, e, &slot, &mask, &seqlen);
+    return Py_BuildValue("(NLOL)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False, (long long)seqlen);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
+"decode_prepare($self, row, rs, seq_len, /)\n"
+"--\n"
+"\n"
+"Before a decode forward (seq_len includes the new token): lazy mode\n"
+"borrows a second track slot at a boundary.  Returns (rs, track_slot,\n"
+"track_mask).");
+
+static PyObject *
+Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t row = 0, sl = 0;
+    mr_req st;
+    if (!mr_check_nargs("decode_prepare", nargs, 3, 3) || need_pools(self, "decode_prepare") < 0
+        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
+        || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0) {
+        return NULL;
+    }
+    int64_t slot = -1;
+    uint8_t mask = 0;
+    int rc = mr_lc_decode_prepare(self->lc, row, &st, sl, &slot, &mask);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "decode_prepare()");
+    }
+    return Py_BuildValue("(NLO)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
+"decode_finish($self, row, rs, committed_len, finished, /)\n"
+"--\n"
+"\n"
+"After a decode result: at a boundary (committed_len % interval == 0) record\n"
+"the tracked length and flip the ping-pong index (lazy: give the borrowed\n"
+"slot back).  Returns (rs, at_boundary).");
+
+static PyObject *
+Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t row = 0, c = 0;
+    mr_req st;
+    if (!mr_check_nargs("decode_finish", nargs, 4, 4) || need_pools(self, "decode_finish") < 0
+        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
+        || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
+        return NULL;
+    }
+    int fin = PyObject_IsTrue(args[3]);
+    if (fin < 0) {
+        return NULL;
+    }
+    int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
+    return Py_BuildValue("(NO)", build_rs(&st), at ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
+"cache_unfinished($self, row, rs, tokens, fill_len, /, ns=0)\n"
+"--\n"
+"\n"
+"cache_unfinished_req for the request in `row`.  Returns (rs, prefix_indices,\n"
+"fork_src, fork_dst): fork_* is the no_buffer state copy to do now (-1:\n"
+"none).");
+
+static PyObject *
+Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    int64_t row = 0, fill = 0, ns = 0;
+    mr_req st;
+    if (!mr_check_nargs("cache_unfinished", nargs, 4, 4) || mr_check_kwnames("cache_unfinished", kwnames, allowed) < 0
+        || need_pools(self, "cache_unfinished") < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0 || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
+        return NULL;
+    }
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "ns");
+    if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_unfinished(): ns", &ns) < 0) {
+        return NULL;
+    }
+    size_t len = 0;
+    if (read_key(self, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
+        return NULL;
+    }
+    if ((int64_t)len < fill) {
+        PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", len, (long long)fill);
+        return NULL;
+    }
+    PyObject *prefix = mr_pools_new_i64((Py_ssize_t)fill);
+    if (prefix == NULL) {
+        return NULL;
+    }
+    int64_t fs = -1, fd = -1;
+    int rc = mr_lc_cache_unfinished(self->lc, row, &st, self->keybuf, (size_t)fill, (int32_t)ns,
+                                    (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
+    if (rc != MR_OK) {
+        Py_DECREF(prefix);
+        if (rc == MR_EINVAL) {
+            PyErr_Format(PyExc_ValueError,
+                         "cache_unfinished(): row %lld is not allocated, or the tracked length is not page "
+                         "aligned / beyond fill_len", (long long)row);
+            return NULL;
+        }
+        return lc_raise(self, rc, "cache_unfinished()");
+    }
+    return Py_BuildValue("(NNLL)", build_rs(&st), prefix, (long long)fs, (long long)fd);
+}
+
+PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
+"cache_finished($self, row, rs, tokens, committed_len, /, ns=0, is_insert=True)\n"
+"--\n"
+"\n"
+"cache_finished_req for the request in `row`: insert what is cacheable, free\n"
+"the tail KV and every state slot the tree does not keep, drop the lock.\n"
+"Returns rs.  OwnershipError when the request was already finished or its\n"
+"slot donated (nothing changes).");
+
+static PyObject *
+Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    int64_t row = 0, c = 0, ns = 0;
+    int ins = 1;
+    mr_req st;
+    if (!mr_check_nargs("cache_finished", nargs, 4, 4) || mr_check_kwnames("cache_finished", kwnames, allowed) < 0
+        || need_pools(self, "cache_finished") < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0 || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
+        return NULL;
+    }
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "ns");
+    if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_finished(): ns", &ns) < 0) {
+        return NULL;
+    }
+    o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    size_t len = 0;
+    if (read_key(self, args[2], (Py_ssize_t)c, "cache_finished(): tokens", &len) < 0) {
+        return NULL;
+    }
+    if ((int64_t)len < c) {
+        PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", len, (long long)c);
+        return NULL;
+    }
+    int rc = mr_lc_cache_finished(self->lc, row, &st, self->keybuf, (size_t)c, (int32_t)ns, ins);
+    if (rc == MR_EINVAL) {
+        PyErr_Format(PyExc_ValueError, "cache_finished(): row %lld is not allocated or committed_len is too long",
+                     (long long)row);
+        return NULL;
+    }
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "cache_finished()");
+    }
+    return build_rs(&st);
+}
+
+PyDoc_STRVAR(Lifecycle_free_states__doc__,
+"free_states($self, rs, /, keep=-1)\n"
+"--\n"
+"\n"
+"free_mamba_cache: free the running slot and every track slot but\n"
+"track[keep].  Returns rs.  OwnershipError when there is nothing to free\n"
+"(double free) or a slot is not the request's.");
+
+static PyObject *
+Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"keep", NULL};
+    int64_t keep = -1;
+    mr_req st;
+    if (!mr_check_nargs("free_states", nargs, 1, 1) || mr_check_kwnames("free_states", kwnames, allowed) < 0
+        || need_pools(self, "free_states") < 0 || parse_rs(args[0], &st) < 0) {
+        return NULL;
+    }
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "keep");
+    if (o != NULL && o != Py_None && mr_as_int64(o, -1, 1, "free_states(): keep", &keep) < 0) {
+        return NULL;
+    }
+    int rc = mr_lc_free_states(self->lc, &st, (int)keep);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "free_states()");
+    }
+    return build_rs(&st);
+}
+
+/* ------------------------------------------------------------------------
+ * Batched calls */
+
+typedef struct {
+    int32_t *data;
+    const int32_t **ptrs;
+    size_t *lens;
+    int32_t *ns;
+    size_t n;
+} keyset;
+
+static void
+keyset_free(keyset *k)
+{
+    PyMem_Free(k->data);
+    PyMem_Free(k->ptrs);
+    PyMem_Free(k->lens);
+    PyMem_Free(k->ns);
+    memset(k, 0, sizeof(*k));
+}
+
+/* keys: a list of token sequences; ns_obj: None or a list of ints. */
+static int
+keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
+{
+    memset(k, 0, sizeof(*k));
+    PyObject *seq = PySequence_Fast(keys, "keys must be a sequence of token sequences");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **arrs = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
+    k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
+    k->lens = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
+    k->ns = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
+    int ok = arrs != NULL && k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
+    size_t total = 0;
+    if (!ok) {
+        PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        arrs[i] = mr_pools_index_array(PySequence_Fast_GET_ITEM(seq, i), "keys[i]");
+        if (arrs[i] == NULL) {
+            ok = 0;
+            break;
+        }
+        k->lens[i] = (size_t)PyArray_SIZE((PyArrayObject *)arrs[i]);
+        total += k->lens[i];
+    }
+    if (ok) {
+        k->data = PyMem_Malloc((total + 1) * sizeof(int32_t));
+        if (k->data == NULL) {
+            PyErr_NoMemory();
+            ok = 0;
+        }
+    }
+    size_t off = 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arrs[i]);
+        for (size_t j = 0; j < k->lens[i]; j++) {
+            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "%s(): keys[%zd] has a token that does not fit int32", fname, i);
+                ok = 0;
+                break;
+            }
+            k->data[off + j] = (int32_t)p[j];
+        }
+        k->ptrs[i] = k->data + off;
+        off += k->lens[i];
+    }
+    if (ok && ns_obj != NULL && ns_obj != Py_None) {
+        PyObject *nseq = PySequence_Fast(ns_obj, "ns must be a sequence of ints");
+        if (nseq == NULL || PySequence_Fast_GET_SIZE(nseq) != n) {
+            if (nseq != NULL) {
+                PyErr_Format(PyExc_ValueError, "%s(): ns and keys differ in length", fname);
+            }
+            ok = 0;
+        }
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            int64_t v = 0;
+            if (mr_as_int64(PySequence_Fast_GET_ITEM(nseq, i), 0, INT32_MAX, "ns[i]", &v) < 0) {
+                ok = 0;
+            }
+            k->ns[i] = (int32_t)v;
+        }
+        Py_XDECREF(nseq);
+    }
+    for (Py_ssize_t i = 0; arrs != NULL && i < n; i++) {
+        Py_XDECREF(arrs[i]);
+    }
+    PyMem_Free(arrs);
+    Py_DECREF(seq);
+    k->n = (size_t)n;
+    if (!ok) {
+        keyset_free(k);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+new_u8(Py_ssize_t n)
+{
+    npy_intp dims[1] = {n};
+    return PyArray_SimpleNew(1, dims, NPY_BOOL);
+}
+
+#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
+
+PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
+"prefill_batch($self, keys, /, ns=None)\n"
+"--\n"
+"\n"
+"Schedule a batch of new requests in one call: match (capped at len - 1,\n"
+"copy-on-write), admission with state headroom, locks, KV for the extend\n"
+"tokens written to each row, and the tracking decision.  Returns a dict of\n"
+"int64 arrays: rows, prefix_len, cow_src, cow_dst, clear, track_slot,\n"
+"track_seqlen (-1 = none) and the bool array track_mask.  None when the\n"
+"pools are short even after eviction (nothing admitted).");
+
+static PyObject *
+Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    if (!mr_check_nargs("prefill_batch", nargs, 1, 1) || mr_check_kwnames("prefill_batch", kwnames, allowed) < 0
+        || need_pools(self, "prefill_batch") < 0) {
+        return NULL;
+    }
+    keyset k;
+    if (keyset_read(args[0], mr_find_kw(kwnames, args + nargs, "ns"), &k, "prefill_batch") < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = (Py_ssize_t)k.n;
+    PyObject *a[8] = {NULL};
+    PyObject *res = NULL;
+    for (int j = 0; j < 7; j++) {
+        a[j] = mr_pools_new_i64(n);
+    }
+    a[7] = new_u8(n);
+    for (int j = 0; j < 8; j++) {
+        if (a[j] == NULL) {
+            goto error;
+        }
+    }
+    mr_lc_prefill_out out = {I64(a[0]), I64(a[1]), I64(a[2]), I64(a[3]), I64(a[4]), I64(a[5]),
+                             (uint8_t *)PyArray_DATA((PyArrayObject *)a[7]), I64(a[6])};
+    int rc = mr_lc_prefill_batch(self->lc, k.n, k.ptrs, k.lens, k.ns, &out);
+    if (rc == MR_ENOSPC) {
+        res = Py_NewRef(Py_None);
+        goto error;
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "prefill_batch(): a key is longer than max_context_len");
+        goto error;
+    }
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "prefill_batch()");
+        goto error;
+    }
+    res = Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "rows", a[0], "prefix_len", a[1], "cow_src", a[2],
+                        "cow_dst", a[3], "clear", a[4], "track_slot", a[5], "track_seqlen", a[6], "track_mask",
+                        a[7]);
+error:
+    for (int j = 0; j < 8; j++) {
+        Py_XDECREF(a[j]);
+    }
+    keyset_free(&k);
+    return res;
+}
+
+static int
+rows_read(PyObject *obj, PyObject **arr, const char *fname)
+{
+    *arr = mr_pools_index_array(obj, "rows");
+    return *arr == NULL ? -1 : 0;
+}
+
+PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
+"unfinished_batch($self, rows, keys, /, ns=None)\n"
+"--\n"
+"\n"
+"cache_unfinished_req for each row (end of prefill of requests that go on\n"
+"decoding; keys: each request's tokens so far).  Returns (fork_src,\n"
+"fork_dst): the no_buffer state copies to run now (-1 = none).");
+
+static PyObject *
+Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    if (!mr_check_nargs("unfinished_batch", nargs, 2, 2)
+        || mr_check_kwnames("unfinished_batch", kwnames, allowed) < 0 || need_pools(self, "unfinished_batch") < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
+    keyset k;
+    if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
+        return NULL;
+    }
+    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "unfinished_batch") < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    if ((size_t)n != k.n) {
+        PyErr_SetString(PyExc_ValueError, "unfinished_batch(): rows and keys differ in length");
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = I64(rows)[i];
+        if (!mr_reqpool_in_use(mr_pools_req_pool(self->rp_obj, lc_state(self)), r)
+            || (int64_t)k.lens[i] < mr_pools_req_pool(self->rp_obj, lc_state(self))->req[r].committed) {
+            PyErr_Format(PyExc_ValueError, "unfinished_batch(): row %lld is not in use or keys[%zd] is too short",
+                         (long long)r, i);
+            goto error;
+        }
+    }
+    fs = mr_pools_new_i64(n);
+    fd = mr_pools_new_i64(n);
+    if (fs == NULL || fd == NULL) {
+        goto error;
+    }
+    int rc = mr_lc_unfinished_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, I64(fs), I64(fd));
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "unfinished_batch()");
+        goto error;
+    }
+    res = PyTuple_Pack(2, fs, fd);
+error:
+    Py_XDECREF(rows);
+    Py_XDECREF(fs);
+    Py_XDECREF(fd);
+    keyset_free(&k);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_decode_batch__doc__,
+"decode_batch($self, rows, /)\n"
+"--\n"
+"\n"
+"One decode step for the rows: a KV token each (written to the table), the\n"
+"track slot / mask for the forward and the boundary bookkeeping.  Returns\n"
+"(track_slot, track_mask), or None when KV is short even after eviction.");
+
+static PyObject *
+Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!mr_check_nargs("decode_batch", nargs, 1, 1) || need_pools(self, "decode_batch") < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *ts = NULL, *tm = NULL, *res = NULL;
+    if (rows_read(args[0], &rows, "decode_batch") < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    ts = mr_pools_new_i64(n);
+    tm = new_u8(n);
+    if (ts == NULL || tm == NULL) {
+        goto error;
+    }
+    int rc = mr_lc_decode_batch(self->lc, (size_t)n, I64(rows), I64(ts), (uint8_t *)PyArray_DATA((PyArrayObject *)tm));
+    if (rc == MR_ENOSPC) {
+        res = Py_NewRef(Py_None);
+        goto error;
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "decode_batch(): a row is not in use or its table row is full");
+        goto error;
+    }
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "decode_batch()");
+        goto error;
+    }
+    res = PyTuple_Pack(2, ts, tm);
+error:
+    Py_XDECREF(rows);
+    Py_XDECREF(ts);
+    Py_XDECREF(tm);
+    return res;
+}
+
+PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
+"finish_batch($self, rows, keys, /, ns=None, is_insert=True)\n"
+"--\n"
+"\n"
+"cache_finished_req for each row (keys: origin + output tokens) and free\n"
+"the rows.  ValueError for a row that is not in use (finished twice).");
+
+static PyObject *
+Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    if (!mr_check_nargs("finish_batch", nargs, 2, 2) || mr_check_kwnames("finish_batch", kwnames, allowed) < 0
+        || need_pools(self, "finish_batch") < 0) {
+        return NULL;
+    }
+    int ins = 1;
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    PyObject *rows = NULL, *res = NULL;
+    keyset k;
+    if (rows_read(args[0], &rows, "finish_batch") < 0) {
+        return NULL;
+    }
+    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "finish_batch") < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    if ((size_t)n != k.n) {
+        PyErr_SetString(PyExc_ValueError, "finish_batch(): rows and keys differ in length");
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = I64(rows)[i];
+        if (!mr_reqpool_in_use(rp, r)) {
+            PyErr_Format(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
+                         "finish_batch(): row %lld is not in use (finished twice?)", (long long)r);
+            goto error;
+        }
+        if ((int64_t)k.lens[i] < rp->req[r].committed) {
+            PyErr_Format(PyExc_ValueError, "finish_batch(): keys[%zd] is shorter than the committed length", i);
+            goto error;
+        }
+    }
+    int rc = mr_lc_finish_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, ins);
+    if (rc != MR_OK) {
+        lc_raise(self, rc, "finish_batch()");
+        goto error;
+    }
+    res = Py_NewRef(Py_None);
+error:
+    Py_XDECREF(rows);
+    keyset_free(&k);
+    return res;
+}
+
+/* ------------------------------------------------------------------------
+ * Type */
+
+static PyObject *
+Lifecycle_get_page_size(LifecycleObject *self, void *c)
+{
+    return PyLong_FromUnsignedLong(mr_lc_config_of(self->lc)->page_size);
+}
+
+static PyObject *
+Lifecycle_get_chunk_size(LifecycleObject *self, void *c)
+{
+    return PyLong_FromUnsignedLong(mr_lc_config_of(self->lc)->chunk_size);
+}
+
+static PyObject *
+Lifecycle_get_has_pools(LifecycleObject *self, void *c)
+{
+    return PyBool_FromLong(self->rp_obj != NULL);
+}
+
+static PyMethodDef Lifecycle_methods[] = {
+    {"match", (PyCFunction)(void (*)(void))Lifecycle_match, METH_FASTCALL | METH_KEYWORDS, Lifecycle_match__doc__},
+    {"insert", (PyCFunction)(void (*)(void))Lifecycle_insert, METH_FASTCALL | METH_KEYWORDS, Lifecycle_insert__doc__},
+    {"evict", (PyCFunction)(void (*)(void))Lifecycle_evict, METH_FASTCALL, Lifecycle_evict__doc__},
+    {"lock", (PyCFunction)(void (*)(void))Lifecycle_lock, METH_FASTCALL, Lifecycle_lock__doc__},
+    {"unlock", (PyCFunction)(void (*)(void))Lifecycle_unlock, METH_FASTCALL, Lifecycle_unlock__doc__},
+    {"node_info", (PyCFunction)(void (*)(void))Lifecycle_node_info, METH_FASTCALL, Lifecycle_node_info__doc__},
+    {"node_key", (PyCFunction)(void (*)(void))Lifecycle_node_key, METH_FASTCALL, Lifecycle_node_key__doc__},
+    {"node_children", (PyCFunction)(void (*)(void))Lifecycle_node_children, METH_FASTCALL, Lifecycle_node_children__doc__},
+    {"lru", (PyCFunction)(void (*)(void))Lifecycle_lru, METH_FASTCALL, Lifecycle_lru__doc__},
+    {"root", (PyCFunction)Lifecycle_root, METH_NOARGS, Lifecycle_root__doc__},
+    {"sizes", (PyCFunction)Lifecycle_sizes, METH_NOARGS, Lifecycle_sizes__doc__},
+    {"check", (PyCFunction)Lifecycle_check, METH_NOARGS, Lifecycle_check__doc__},
+    {"reset", (PyCFunction)Lifecycle_reset, METH_NOARGS, Lifecycle_reset__doc__},
+    {"dump", (PyCFunction)Lifecycle_dump, METH_NOARGS, Lifecycle_dump__doc__},
+    {"stats", (PyCFunction)Lifecycle_stats, METH_NOARGS, Lifecycle_stats__doc__},
+    {"alloc_state", (PyCFunction)(void (*)(void))Lifecycle_alloc_state, METH_FASTCALL | METH_KEYWORDS, Lifecycle_alloc_state__doc__},
+    {"admit", (PyCFunction)(void (*)(void))Lifecycle_admit, METH_FASTCALL | METH_KEYWORDS, Lifecycle_admit__doc__},
+    {"prepare_extend", (PyCFunction)(void (*)(void))Lifecycle_prepare_extend, METH_FASTCALL, Lifecycle_prepare_extend__doc__},
+    {"decode_prepare", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare, METH_FASTCALL, Lifecycle_decode_prepare__doc__},
+    {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
+    {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
+    {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
+    {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
+    {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
+    {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},
+    {"decode_batch", (PyCFunction)(void (*)(void))Lifecycle_decode_batch, METH_FASTCALL, Lifecycle_decode_batch__doc__},
+    {"finish_batch", (PyCFunction)(void (*)(void))Lifecycle_finish_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_finish_batch__doc__},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Lifecycle_getset[] = {
+    {"page_size", (getter)Lifecycle_get_page_size, NULL, "KV page size.", NULL},
+    {"chunk_size", (getter)Lifecycle_get_chunk_size, NULL, "mamba_cache_chunk_size.", NULL},
+    {"has_pools", (getter)Lifecycle_get_has_pools, NULL, "True when built over mambaradix's own pools.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(Lifecycle__doc__,
+"Lifecycle(state_allocator=None, kv_allocator=None, req_pool=None, *, page_size=1,\n"
+"          chunk_size=64, lru_policy='sglang', extra_buffer=False, lazy=False,\n"
+"          track_buffer_size=2, track_interval=256)\n"
+"--\n"
+"\n"
+"A prefix tree plus the request lifecycle over mambaradix's pools (or, with\n"
+"no pools, a tree whose evictions are handed back for the caller to free).");
+
+static PyType_Slot Lifecycle_slots[] = {
+    {Py_tp_new, Lifecycle_new},
+    {Py_tp_dealloc, Lifecycle_dealloc},
+    {Py_tp_methods, Lifecycle_methods},
+    {Py_tp_getset, Lifecycle_getset},
+    {Py_tp_doc, (void *)Lifecycle__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec Lifecycle_spec = {
+    .name = "mambaradix._C.Lifecycle",
+    .basicsize = sizeof(LifecycleObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Lifecycle_slots,
+};
+
+int
+mr_py_lifecycle_init(PyObject *m, mr_state *st)
+{
+    PyObject *tp = PyType_FromModuleAndSpec(m, &Lifecycle_spec, NULL);
+    if (tp == NULL) {
+        return -1;
+    }
+    st->pools[MR_POOLS_LIFECYCLE] = tp;
+    return PyModule_AddType(m, (PyTypeObject *)tp);
+}

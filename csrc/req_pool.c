@@ -1,0 +1,216 @@
+/* req_pool.c - request rows, the req-to-token table and request records
+ * (req_pool.h). */
+#include "req_pool.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+
+void
+mr_req_reset(mr_req *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->running = -1;
+    st->track[0] = st->track[1] = -1;
+    st->next_track = -1;
+    st->lazy_is_insert = 1;
+    st->last_track_seqlen = -1;
+    st->branching_seqlen = -1;
+    st->cow_src = -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+int
+mr_reqpool_init(mr_reqpool *p, int64_t size, int64_t max_ctx, int32_t pp)
+{
+    memset(p, 0, sizeof(*p));
+    if (size < 0 || max_ctx < 1 || (pp != 1 && pp != 2)) {
+        return MR_EINVAL;
+    }
+    size_t rows = (size_t)size + 1;
+    if ((size_t)max_ctx > SIZE_MAX / sizeof(int32_t) / rows) {
+        return MR_EINVAL;
+    }
+    int rc = mr_slots_init(&p->rows, size);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    p->table = MR_CALLOC(rows * (size_t)max_ctx, sizeof(int32_t));
+    p->state_map = MR_CALLOC(rows, sizeof(int32_t));
+    p->track_map = MR_CALLOC(rows * (size_t)pp, sizeof(int64_t));
+    p->req = MR_MALLOC(rows * sizeof(mr_req));
+    p->dirty_lo = MR_MALLOC(rows * sizeof(int64_t));
+    p->dirty_hi = MR_MALLOC(rows * sizeof(int64_t));
+    p->dirty_rows = MR_MALLOC(rows * sizeof(int64_t));
+    if (p->table == NULL || p->state_map == NULL || p->track_map == NULL || p->req == NULL
+        || p->dirty_lo == NULL || p->dirty_hi == NULL || p->dirty_rows == NULL) {
+        mr_reqpool_destroy(p);
+        return MR_ENOMEM;
+    }
+    p->size = size;
+    p->max_ctx = max_ctx;
+    p->pp = pp;
+    for (size_t r = 0; r < rows; r++) {
+        mr_req_reset(&p->req[r]);
+        p->dirty_lo[r] = p->dirty_hi[r] = 0;
+    }
+    p->ndirty = 0;
+    return MR_OK;
+}
+
+void
+mr_reqpool_destroy(mr_reqpool *p)
+{
+    mr_slots_destroy(&p->rows);
+    MR_FREE(p->table);
+    MR_FREE(p->state_map);
+    MR_FREE(p->track_map);
+    MR_FREE(p->req);
+    MR_FREE(p->dirty_lo);
+    MR_FREE(p->dirty_hi);
+    MR_FREE(p->dirty_rows);
+    memset(p, 0, sizeof(*p));
+}
+
+void
+mr_reqpool_clear(mr_reqpool *p)
+{
+    mr_slots_clear(&p->rows);
+    memset(p->state_map, 0, ((size_t)p->size + 1) * sizeof(int32_t));
+    memset(p->track_map, 0, ((size_t)p->size + 1) * (size_t)p->pp * sizeof(int64_t));
+    for (int64_t r = 0; r <= p->size; r++) {
+        mr_req_reset(&p->req[r]);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Rows */
+
+int
+mr_reqpool_alloc(mr_reqpool *p, int64_t k, int64_t *out)
+{
+    int rc = mr_slots_alloc(&p->rows, k, MR_OWNER_HELD, out);
+    if (rc == MR_OK) {
+        for (int64_t i = 0; i < k; i++) {
+            mr_req_reset(&p->req[out[i]]);
+        }
+    }
+    return rc;
+}
+
+int
+mr_reqpool_free(mr_reqpool *p, int64_t r)
+{
+    int rc = mr_slots_free(&p->rows, &r, 1, MR_FROM_CALLER, 0, NULL);
+    if (rc == MR_OK) {
+        mr_req_reset(&p->req[r]);
+    }
+    return rc;
+}
+
+int
+mr_reqpool_in_use(const mr_reqpool *p, int64_t r)
+{
+    return r >= 1 && r <= p->size && p->rows.owner[r] != MR_OWNER_FREE;
+}
+
+/* ------------------------------------------------------------------------
+ * Table */
+
+void
+mr_reqpool_mark_dirty(mr_reqpool *p, int64_t r, int64_t start, int64_t end)
+{
+    if (r < 0 || r > p->size || end <= start) {
+        return;
+    }
+    if (p->dirty_hi[r] <= p->dirty_lo[r]) {
+        p->dirty_rows[p->ndirty++] = r;
+        p->dirty_lo[r] = start;
+        p->dirty_hi[r] = end;
+        return;
+    }
+    if (start < p->dirty_lo[r]) {
+        p->dirty_lo[r] = start;
+    }
+    if (end > p->dirty_hi[r]) {
+        p->dirty_hi[r] = end;
+    }
+}
+
+int
+mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n)
+{
+    if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {
+        return MR_EINVAL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (vals[i] < INT32_MIN || vals[i] > INT32_MAX) {
+            return MR_EINVAL;
+        }
+    }
+    int32_t *row = p->table + (size_t)r * (size_t)p->max_ctx + start;
+    for (int64_t i = 0; i < n; i++) {
+        row[i] = (int32_t)vals[i];
+    }
+    mr_reqpool_mark_dirty(p, r, start, start + n);
+    return MR_OK;
+}
+
+int
+mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out)
+{
+    if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {
+        return MR_EINVAL;
+    }
+    const int32_t *row = p->table + (size_t)r * (size_t)p->max_ctx + start;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = row[i];
+    }
+    return MR_OK;
+}
+
+int64_t
+mr_reqpool_take_dirty(mr_reqpool *p, int64_t *rows, int64_t *starts, int64_t *ends, int64_t cap)
+{
+    int64_t m = p->ndirty < cap ? p->ndirty : cap;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t r = p->dirty_rows[i];
+        rows[i] = r;
+        starts[i] = p->dirty_lo[r];
+        ends[i] = p->dirty_hi[r];
+        p->dirty_lo[r] = p->dirty_hi[r] = 0;
+    }
+    /* keep the ones not taken, in order */
+    memmove(p->dirty_rows, p->dirty_rows + m, (size_t)(p->ndirty - m) * sizeof(int64_t));
+    p->ndirty -= m;
+    return m;
+}
+
+void
+mr_reqpool_sync_maps(mr_reqpool *p, int64_t r, const mr_req *st)
+{
+    if (r < 1 || r > p->size) {
+        return;
+    }
+    p->state_map[r] = st->running >= 0 ? (int32_t)st->running : 0;
+    for (int32_t j = 0; j < p->pp; j++) {
+        p->track_map[(size_t)r * (size_t)p->pp + (size_t)j] = st->track[j];
+    }
+}
+
+int
+mr_reqpool_check(const mr_reqpool *p, char *msg, size_t msglen)
+{
+    int rc = mr_slots_check(&p->rows, msg, msglen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (p->rows.n_req != 0 || p->rows.n_tree != 0) {
+        snprintf(msg, msglen, "request rows owned by a request or the tree");
+        return MR_ECORRUPT;
+    }
+    return MR_OK;
+}

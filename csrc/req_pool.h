@@ -1,0 +1,107 @@
+/* req_pool.h - the req-to-token pool: request rows, their KV table and the
+ * per-request recurrent-state bookkeeping.
+ *
+ *   table (int32, host)          state_map     track_map (pp = 2)
+ *   row 0 [0 0 0 0 ...] pad      0             [0  0]
+ *   row 1 [7 8 9 . ...]          12            [13 14]
+ *   row 2 [7 8 4 5 ...]          15            [16 -1]   <- lazy: 1 held
+ *
+ * Row 0 is the padding row (CUDA-graph padded batches point at it) and is
+ * never handed out.  A row's table entries are the KV indices of its tokens
+ * in order.  state_map / track_map mirror SGLang's
+ * req_index_to_mamba_index_mapping (int32) and
+ * req_index_to_mamba_ping_pong_track_buffer_mapping (int64, -1 = empty).
+ *
+ * Every write through mr_reqpool_write() records the changed column range of
+ * its row, so a device mirror of the table can be refreshed by copying only
+ * those ranges (mr_reqpool_take_dirty()).
+ *
+ * Errors: MR_OK or a negative MR_E* code; a failed call changes nothing.
+ */
+#ifndef MR_REQ_POOL_H
+#define MR_REQ_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "radix.h"
+#include "slot_alloc.h"
+
+/* The cache-side state of one request (SGLang's Req mamba_* fields, the
+ * lock it holds, and the lengths the cache needs).  -1 means None. */
+typedef struct {
+    int64_t running;            /* mamba_pool_idx: the slot the forward updates */
+    int64_t track[2];           /* mamba_ping_pong_track_buffer; -1 = empty */
+    int32_t next_track;         /* mamba_next_track_idx (0/1), -1 = no buffer */
+    uint8_t needs_clear;        /* mamba_needs_clear */
+    uint8_t lazy_is_insert;     /* mamba_lazy_is_insert */
+    uint8_t has_node;           /* last_node is set (root counts) */
+    uint8_t locked;             /* last_node holds one lock of this request */
+    int64_t last_track_seqlen;  /* mamba_last_track_seqlen */
+    int64_t branching_seqlen;   /* mamba_branching_seqlen */
+    int64_t cow_src;            /* mamba_cow_src_index */
+    int64_t protected_len;      /* cache_protected_len */
+    int64_t prefix_len;         /* len(prefix_indices) */
+    int64_t committed;          /* kv_committed_len (batched calls) */
+    mr_handle last_node;        /* last_node */
+} mr_req;
+
+/* Resets st to a fresh request: every field None / 0, lazy_is_insert = 1. */
+void mr_req_reset(mr_req *st);
+
+typedef struct {
+    int64_t size;          /* rows 1..size */
+    int64_t max_ctx;       /* columns of the table */
+    int32_t pp;            /* track buffer width: 1 or 2 */
+    int32_t *table;        /* (size + 1) * max_ctx, zeroed */
+    int32_t *state_map;    /* size + 1 */
+    int64_t *track_map;    /* (size + 1) * pp */
+    mr_slots rows;         /* row allocator (owner HELD = in use) */
+    mr_req *req;           /* size + 1 records, used by the batched lifecycle */
+    /* dirty column ranges since the last take: [lo, hi) per row */
+    int64_t *dirty_lo;
+    int64_t *dirty_hi;
+    int64_t *dirty_rows;   /* rows with a non-empty range, in first-touch order */
+    int64_t ndirty;
+} mr_reqpool;
+
+/* size >= 0 rows, max_ctx >= 1 columns, pp in {1, 2}.  MR_EINVAL, MR_ENOMEM
+ * (p left zeroed). */
+int mr_reqpool_init(mr_reqpool *p, int64_t size, int64_t max_ctx, int32_t pp);
+void mr_reqpool_destroy(mr_reqpool *p);
+/* Frees every row, zeroes both maps and resets every record (SGLang's
+ * clear(); the table keeps its contents, as SGLang's does). */
+void mr_reqpool_clear(mr_reqpool *p);
+
+/* Takes k rows (FIFO) into out.  MR_ENOSPC if fewer are free (none taken). */
+int mr_reqpool_alloc(mr_reqpool *p, int64_t k, int64_t *out);
+/* Returns row r.  MR_EINVAL if r is out of [1, size], MR_ENOENT if it is
+ * free already (double free).  The row's record is reset. */
+int mr_reqpool_free(mr_reqpool *p, int64_t r);
+/* 1 if row r is in use, 0 if free or out of range. */
+int mr_reqpool_in_use(const mr_reqpool *p, int64_t r);
+
+/* Writes vals[0:n) to row r, columns [start, start + n), and records the
+ * range as dirty.  MR_EINVAL when r, start or n is out of the table, or a
+ * value does not fit int32. */
+int mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n);
+/* Reads row r, columns [start, start + n) into out (int64). */
+int mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out);
+/* Records columns [start, end) of row r as dirty (for writes made through
+ * the table view directly). */
+void mr_reqpool_mark_dirty(mr_reqpool *p, int64_t r, int64_t start, int64_t end);
+/* Copies out the dirty ranges (at most cap of them; rows, starts, ends) and
+ * forgets those copied.  Returns the number written. */
+int64_t mr_reqpool_take_dirty(mr_reqpool *p, int64_t *rows, int64_t *starts, int64_t *ends,
+                              int64_t cap);
+
+/* Sets row r's state_map entry and track_map row from st (SGLang writes
+ * both on alloc and on every ping-pong slot change). */
+void mr_reqpool_sync_maps(mr_reqpool *p, int64_t r, const mr_req *st);
+
+/* Row allocator invariant (slot_alloc.h) plus: free rows have zeroed maps
+ * is NOT required (SGLang leaves them); returns MR_OK or MR_ECORRUPT. */
+int mr_reqpool_check(const mr_reqpool *p, char *msg, size_t msglen);
+
+#endif /* MR_REQ_POOL_H */

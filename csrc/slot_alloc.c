@@ -1,0 +1,510 @@
+/* slot_alloc.c - FIFO slot allocator with per-unit ownership (slot_alloc.h). */
+#include "slot_alloc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+
+/* ------------------------------------------------------------------------
+ * Helpers */
+
+static int
+accepts(mr_from from, int32_t owner)
+{
+    switch (from) {
+    case MR_FROM_CALLER:
+        return owner == MR_OWNER_HELD || owner >= 1;
+    case MR_FROM_TREE:
+        return owner == MR_OWNER_TREE;
+    case MR_FROM_ANY:
+        return owner == MR_OWNER_HELD || owner >= 1 || owner == MR_OWNER_TREE;
+    }
+    return 0;
+}
+
+static void
+count_add(mr_slots *s, int32_t owner, int64_t d)
+{
+    if (owner == MR_OWNER_HELD) {
+        s->n_held += d;
+    }
+    else if (owner == MR_OWNER_TREE) {
+        s->n_tree += d;
+    }
+    else if (owner >= 1) {
+        s->n_req += d;
+    }
+}
+
+/* Validates idx[0:k) against `from`: range, current owner, duplicates.
+ * Returns MR_OK or the code of the first problem, with *bad set. */
+static int
+validate(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int64_t *bad)
+{
+    int rc = MR_OK;
+    int64_t i;
+    for (i = 0; i < k; i++) {
+        int64_t u = idx[i];
+        if (u < 1 || u > s->n) {
+            rc = MR_EINVAL;
+            break;
+        }
+        int32_t o = s->owner[u];
+        if (o == MR_OWNER_FREE) {
+            rc = MR_ENOENT;
+            break;
+        }
+        if (!accepts(from, o)) {
+            rc = MR_EBUSY;
+            break;
+        }
+        if (s->mark[u]) {
+            rc = MR_EINVAL;
+            break;
+        }
+        s->mark[u] = 1;
+    }
+    if (rc != MR_OK && bad != NULL) {
+        *bad = idx[i];
+    }
+    /* clear the marks set so far */
+    int64_t end = rc == MR_OK ? k : i;
+    for (int64_t j = 0; j < end; j++) {
+        s->mark[idx[j]] = 0;
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+int
+mr_slots_init(mr_slots *s, int64_t n)
+{
+    memset(s, 0, sizeof(*s));
+    if (n < 0) {
+        return MR_EINVAL;
+    }
+    size_t cap = (size_t)n > 0 ? (size_t)n : 1;
+    s->ring = MR_MALLOC(cap * sizeof(int64_t));
+    s->group = MR_MALLOC(cap * sizeof(int64_t));
+    s->owner = MR_MALLOC(((size_t)n + 1) * sizeof(int32_t));
+    s->mark = MR_CALLOC((size_t)n + 1, 1);
+    if (s->ring == NULL || s->group == NULL || s->owner == NULL || s->mark == NULL) {
+        mr_slots_destroy(s);
+        return MR_ENOMEM;
+    }
+    s->n = n;
+    mr_slots_clear(s);
+    return MR_OK;
+}
+
+void
+mr_slots_destroy(mr_slots *s)
+{
+    MR_FREE(s->ring);
+    MR_FREE(s->group);
+    MR_FREE(s->owner);
+    MR_FREE(s->mark);
+    memset(s, 0, sizeof(*s));
+}
+
+void
+mr_slots_clear(mr_slots *s)
+{
+    for (int64_t i = 0; i < s->n; i++) {
+        s->ring[i] = i + 1;
+    }
+    s->head = 0;
+    s->count = s->n;
+    if (s->owner != NULL) {
+        s->owner[0] = MR_OWNER_RESERVED;
+        for (int64_t i = 1; i <= s->n; i++) {
+            s->owner[i] = MR_OWNER_FREE;
+        }
+    }
+    s->n_held = s->n_req = s->n_tree = 0;
+    s->group_len = s->group_pos = 0;
+    s->group_active = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Alloc and free */
+
+/* Pops k units from the ring's head (caller checked count >= k). */
+static void
+ring_pop(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
+{
+    for (int64_t i = 0; i < k; i++) {
+        int64_t u = s->ring[s->head];
+        s->head = s->head + 1 == s->n ? 0 : s->head + 1;
+        out[i] = u;
+        s->owner[u] = owner;
+    }
+    s->count -= k;
+    count_add(s, owner, k);
+}
+
+int
+mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
+{
+    if (k < 0 || !(owner == MR_OWNER_HELD || owner >= 1)) {
+        return MR_EINVAL;
+    }
+    if (k == 1 && s->group_active && s->group_pos < s->group_len) {
+        int64_t u = s->group[s->group_pos++];
+        if (owner != MR_OWNER_HELD) {
+            count_add(s, MR_OWNER_HELD, -1);
+            s->owner[u] = owner;
+            count_add(s, owner, 1);
+        }
+        out[0] = u;
+        return MR_OK;
+    }
+    if (k > s->count) {
+        return MR_ENOSPC;
+    }
+    ring_pop(s, k, owner, out);
+    return MR_OK;
+}
+
+int
+mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, int64_t *bad)
+{
+    if (k < 0) {
+        return MR_EINVAL;
+    }
+    int rc = validate(s, idx, k, from, bad);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    /* count + k <= n holds: every listed unit is distinct and not FREE */
+    for (int64_t i = 0; i < k; i++) {
+        int64_t u = idx[front ? k - 1 - i : i];
+        count_add(s, s->owner[u], -1);
+        s->owner[u] = MR_OWNER_FREE;
+        if (front) {
+            s->head = s->head == 0 ? s->n - 1 : s->head - 1;
+            s->ring[s->head] = u;
+        }
+        else {
+            int64_t tail = s->head + s->count;
+            if (tail >= s->n) {
+                tail -= s->n;
+            }
+            s->ring[tail] = u;
+        }
+        s->count++;
+    }
+    return MR_OK;
+}
+
+int
+mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to, int64_t *bad)
+{
+    if (k < 0 || !(to == MR_OWNER_TREE || to == MR_OWNER_HELD || to >= 1)) {
+        return MR_EINVAL;
+    }
+    /* units already owned by `to` are accepted whatever `from` says */
+    for (int64_t i = 0; i < k; i++) {
+        int64_t u = idx[i];
+        if (u < 1 || u > s->n) {
+            if (bad != NULL) {
+                *bad = u;
+            }
+            return MR_EINVAL;
+        }
+        int32_t o = s->owner[u];
+        if (o == to) {
+            continue;
+        }
+        if (o == MR_OWNER_FREE) {
+            if (bad != NULL) {
+                *bad = u;
+            }
+            return MR_ENOENT;
+        }
+        if (!accepts(from, o)) {
+            if (bad != NULL) {
+                *bad = u;
+            }
+            return MR_EBUSY;
+        }
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t u = idx[i];
+        int32_t o = s->owner[u];
+        if (o == to) {
+            continue;
+        }
+        count_add(s, o, -1);
+        s->owner[u] = to;
+        count_add(s, to, 1);
+    }
+    return MR_OK;
+}
+
+int
+mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out)
+{
+    if (i < 0 || i > s->n) {
+        return MR_EINVAL;
+    }
+    *out = s->owner[i];
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Alloc groups */
+
+int
+mr_slots_group_begin(mr_slots *s, int64_t k)
+{
+    if (k < 0) {
+        return MR_EINVAL;
+    }
+    mr_slots_group_end(s);
+    s->group_active = 1;
+    s->group_len = s->group_pos = 0;
+    if (k > 0 && k <= s->count) {
+        ring_pop(s, k, MR_OWNER_HELD, s->group);
+        s->group_len = k;
+    }
+    return MR_OK;
+}
+
+void
+mr_slots_group_end(mr_slots *s)
+{
+    if (!s->group_active) {
+        return;
+    }
+    int64_t left = s->group_len - s->group_pos;
+    if (left > 0) {
+        /* still HELD and distinct: this cannot fail */
+        (void)mr_slots_free(s, s->group + s->group_pos, left, MR_FROM_CALLER, 0, NULL);
+    }
+    s->group_active = 0;
+    s->group_len = s->group_pos = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Check */
+
+int
+mr_slots_check(const mr_slots *s, char *msg, size_t msglen)
+{
+    int64_t nfree = 0, nheld = 0, nreq = 0, ntree = 0;
+    if (s->owner[0] != MR_OWNER_RESERVED) {
+        snprintf(msg, msglen, "slot 0 is not reserved (owner %d)", (int)s->owner[0]);
+        return MR_ECORRUPT;
+    }
+    for (int64_t u = 1; u <= s->n; u++) {
+        int32_t o = s->owner[u];
+        if (o == MR_OWNER_FREE) {
+            nfree++;
+        }
+        else if (o == MR_OWNER_HELD) {
+            nheld++;
+        }
+        else if (o == MR_OWNER_TREE) {
+            ntree++;
+        }
+        else if (o >= 1) {
+            nreq++;
+        }
+        else {
+            snprintf(msg, msglen, "slot %lld has an unknown owner %d", (long long)u, (int)o);
+            return MR_ECORRUPT;
+        }
+        if (s->mark[u]) {
+            snprintf(msg, msglen, "slot %lld has a stale scratch mark", (long long)u);
+            return MR_ECORRUPT;
+        }
+    }
+    if (nfree != s->count || nheld != s->n_held || nreq != s->n_req || ntree != s->n_tree) {
+        snprintf(msg, msglen,
+                 "owner recount free/held/req/tree = %lld/%lld/%lld/%lld, counters say %lld/%lld/%lld/%lld",
+                 (long long)nfree, (long long)nheld, (long long)nreq, (long long)ntree,
+                 (long long)s->count, (long long)s->n_held, (long long)s->n_req, (long long)s->n_tree);
+        return MR_ECORRUPT;
+    }
+    if (nfree + nheld + nreq + ntree != s->n) {
+        snprintf(msg, msglen, "free + held + req + tree = %lld != total %lld",
+                 (long long)(nfree + nheld + nreq + ntree), (long long)s->n);
+        return MR_ECORRUPT;
+    }
+    /* the ring holds exactly the FREE units, each once */
+    int rc = MR_OK;
+    int64_t i;
+    for (i = 0; i < s->count; i++) {
+        int64_t p = s->head + i;
+        if (p >= s->n) {
+            p -= s->n;
+        }
+        int64_t u = s->ring[p];
+        if (u < 1 || u > s->n || s->owner[u] != MR_OWNER_FREE || s->mark[u]) {
+            snprintf(msg, msglen, "free list entry %lld (slot %lld) is not a distinct FREE slot",
+                     (long long)i, (long long)u);
+            rc = MR_ECORRUPT;
+            break;
+        }
+        s->mark[u] = 1;  /* scratch: cleared below */
+    }
+    for (int64_t j = 0; j < i; j++) {
+        int64_t p = s->head + j;
+        if (p >= s->n) {
+            p -= s->n;
+        }
+        s->mark[s->ring[p]] = 0;
+    }
+    if (rc == MR_OK && s->group_active) {
+        for (int64_t g = s->group_pos; g < s->group_len; g++) {
+            if (s->owner[s->group[g]] != MR_OWNER_HELD) {
+                snprintf(msg, msglen, "group slot %lld is not HELD", (long long)s->group[g]);
+                return MR_ECORRUPT;
+            }
+        }
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * KV token view */
+
+int
+mr_kv_init(mr_kv *kv, int64_t size, int64_t page_size)
+{
+    memset(kv, 0, sizeof(*kv));
+    if (page_size < 1 || size < 0) {
+        return MR_EINVAL;
+    }
+    int rc = mr_slots_init(&kv->pages, size / page_size);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    kv->page_size = page_size;
+    return MR_OK;
+}
+
+void
+mr_kv_destroy(mr_kv *kv)
+{
+    mr_slots_destroy(&kv->pages);
+    MR_FREE(kv->scratch);
+    memset(kv, 0, sizeof(*kv));
+}
+
+int
+mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out)
+{
+    int64_t ps = kv->page_size;
+    if (ntok < 0 || ntok % ps != 0) {
+        return MR_EINVAL;
+    }
+    int64_t np = ntok / ps;
+    if (ps == 1) {
+        return mr_slots_alloc(&kv->pages, np, owner, out);
+    }
+    if (np > kv->pages.count) {
+        return MR_ENOSPC;
+    }
+    /* pages land in out[0:np), then spread backwards into tokens */
+    int rc = mr_slots_alloc(&kv->pages, np, owner, out);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    for (int64_t p = np - 1; p >= 0; p--) {
+        int64_t page = out[p];
+        for (int64_t j = ps - 1; j >= 0; j--) {
+            out[p * ps + j] = page * ps + j;
+        }
+    }
+    return MR_OK;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fills kv->scratch with the distinct pages of tok[0:k), sorted; *np gets
+ * their number.  MR_EINVAL (negative token, *bad set) or MR_ENOMEM. */
+static int
+pages_of(mr_kv *kv, const int64_t *tok, int64_t k, int64_t *np, int64_t *bad)
+{
+    if ((size_t)k > kv->scratch_cap) {
+        size_t cap = (size_t)k;
+        int64_t *p = MR_REALLOC(kv->scratch, cap * sizeof(int64_t));
+        if (p == NULL) {
+            return MR_ENOMEM;
+        }
+        kv->scratch = p;
+        kv->scratch_cap = cap;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        if (tok[i] < 0) {
+            if (bad != NULL) {
+                *bad = tok[i];
+            }
+            return MR_EINVAL;
+        }
+        kv->scratch[i] = tok[i] / kv->page_size;
+    }
+    qsort(kv->scratch, (size_t)k, sizeof(int64_t), cmp_i64);
+    int64_t m = 0;
+    for (int64_t i = 0; i < k; i++) {
+        if (m == 0 || kv->scratch[m - 1] != kv->scratch[i]) {
+            kv->scratch[m++] = kv->scratch[i];
+        }
+    }
+    *np = m;
+    return MR_OK;
+}
+
+int
+mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
+{
+    if (k < 0) {
+        return MR_EINVAL;
+    }
+    if (kv->page_size == 1) {
+        return mr_slots_free(&kv->pages, tok, k, from, 0, bad);
+    }
+    int64_t np = 0;
+    int rc = pages_of(kv, tok, k, &np, bad);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t badpage = -1;
+    rc = mr_slots_free(&kv->pages, kv->scratch, np, from, 1, &badpage);
+    if (rc != MR_OK && bad != NULL) {
+        *bad = badpage * kv->page_size;
+    }
+    return rc;
+}
+
+int
+mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to, int64_t *bad)
+{
+    if (k < 0) {
+        return MR_EINVAL;
+    }
+    if (kv->page_size == 1) {
+        return mr_slots_transfer(&kv->pages, tok, k, from, to, bad);
+    }
+    int64_t np = 0;
+    int rc = pages_of(kv, tok, k, &np, bad);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t badpage = -1;
+    rc = mr_slots_transfer(&kv->pages, kv->scratch, np, from, to, &badpage);
+    if (rc != MR_OK && bad != NULL) {
+        *bad = badpage * kv->page_size;
+    }
+    return rc;
+}

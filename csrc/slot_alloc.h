@@ -1,0 +1,143 @@
+/* slot_alloc.h - a FIFO slot allocator that knows who owns every slot.
+ *
+ * One allocator hands out the units of one pool: recurrent-state slots, KV
+ * tokens (page_size 1), KV pages, or request rows.  Unit 0 is reserved (the
+ * padding / dummy target) and never handed out; units 1..n are.
+ *
+ *   free list (a ring, FIFO):   head -> [5][6][1][9] <- tail
+ *   owner[]:   0:RESERVED 1:FREE 2:REQ(3) 3:TREE 4:HELD 5:FREE ...
+ *
+ * Every unit is at all times exactly one of
+ *   FREE       in the free list,
+ *   HELD       allocated to a caller that did not name an owner (an SGLang
+ *              style alloc(n)), or pre-allocated for an alloc group,
+ *   REQ(r)     owned by request row r (r >= 1),
+ *   TREE       owned by a node of the prefix tree.
+ * mr_slots_check() verifies it: the free list holds exactly the FREE units,
+ * each once, and the per-class counters equal a recount of owner[].
+ *
+ * Errors: every function returns MR_OK or a negative MR_E* code.  A failed
+ * call changes nothing (inputs are validated before any unit moves).
+ */
+#ifndef MR_SLOT_ALLOC_H
+#define MR_SLOT_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* Owner codes stored in owner[]; a value >= 1 is REQ(value). */
+#define MR_OWNER_FREE      0
+#define MR_OWNER_TREE      (-1)
+#define MR_OWNER_HELD      (-2)
+#define MR_OWNER_RESERVED  (-3)
+
+/* Which owners a free / transfer accepts. */
+typedef enum {
+    MR_FROM_CALLER = 0,  /* HELD or any REQ(r): a caller's unit */
+    MR_FROM_TREE = 1,    /* TREE only */
+    MR_FROM_ANY = 2,     /* HELD, REQ(r) or TREE (never FREE / RESERVED) */
+} mr_from;
+
+typedef struct {
+    int64_t n;          /* units 1..n */
+    int64_t *ring;      /* free list, capacity n */
+    int64_t head;       /* index of the oldest free unit in ring */
+    int64_t count;      /* free units */
+    int32_t *owner;     /* n + 1 entries */
+    uint8_t *mark;      /* n + 1 scratch flags (duplicate detection) */
+    int64_t n_held;     /* units HELD */
+    int64_t n_req;      /* units REQ(r) */
+    int64_t n_tree;     /* units TREE */
+    /* alloc group (SGLang's alloc_group_begin / alloc_group_end) */
+    int64_t *group;     /* capacity n */
+    int64_t group_len;
+    int64_t group_pos;
+    int group_active;
+} mr_slots;
+
+/* Initialises s with units 1..n all FREE, in order 1, 2, ..., n.
+ * MR_EINVAL if n < 0; MR_ENOMEM (s left zeroed, nothing to free). */
+int mr_slots_init(mr_slots *s, int64_t n);
+/* Frees s's arrays.  Safe on a zeroed or already destroyed s. */
+void mr_slots_destroy(mr_slots *s);
+/* Makes every unit FREE again (order 1..n) and ends any alloc group:
+ * SGLang's clear().  Owners are forgotten, so the caller must forget them. */
+void mr_slots_clear(mr_slots *s);
+
+/* Free units, not counting an open group's pre-allocated ones. */
+static inline int64_t mr_slots_available(const mr_slots *s) { return s->count; }
+
+/* Takes k units from the front of the free list (k == 1 inside an alloc
+ * group takes the group's next unit first), writes them to out and marks
+ * them owned by `owner` (MR_OWNER_HELD or a request row >= 1).
+ * MR_ENOSPC if fewer than k are free (nothing taken); MR_EINVAL for k < 0
+ * or a bad owner. */
+int mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out);
+
+/* Returns units idx[0:k) to the free list (appended at the tail, or pushed
+ * at the head in reverse order when front != 0, so idx[0] is next out).
+ * Each unit must be in [1, n] and held by an owner `from` accepts, and may
+ * appear only once.  MR_EINVAL (out of range / listed twice), MR_ENOENT
+ * (already FREE: a double free), MR_EBUSY (owned by the tree when from is
+ * MR_FROM_CALLER, or by a caller when from is MR_FROM_TREE); *bad (may be
+ * NULL) receives the offending unit.  Nothing is freed on error. */
+int mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front,
+                  int64_t *bad);
+
+/* Moves units idx[0:k) from an owner `from` accepts to `to` (MR_OWNER_TREE,
+ * MR_OWNER_HELD or a request row).  Units already owned by `to` are left as
+ * they are.  Errors as mr_slots_free; nothing moves on error. */
+int mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to,
+                      int64_t *bad);
+
+/* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
+int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
+
+/* Starts an alloc group: pre-allocates k units, marked HELD, if k are
+ * free (else none, as SGLang does); alloc(1) calls consume them in order.
+ * An open group is ended first.  MR_EINVAL for k < 0. */
+int mr_slots_group_begin(mr_slots *s, int64_t k);
+/* Ends the group: unused pre-allocated units go back to the free list. */
+void mr_slots_group_end(mr_slots *s);
+
+/* Verifies the ownership invariant (see the top of this file).  MR_OK, or
+ * MR_ECORRUPT with a message in msg (capacity msglen). */
+int mr_slots_check(const mr_slots *s, char *msg, size_t msglen);
+
+/* ------------------------------------------------------------------------
+ * The KV token view: an allocator of pages of page_size tokens over
+ * mr_slots.  Token t lives in page t / page_size; page 0 (tokens
+ * 0..page_size-1) is reserved.  With page_size 1 a page is a token.
+ * Ownership is per page.  Order as SGLang's allocators: page_size 1 frees
+ * to the tail in the order given; page_size > 1 frees the distinct pages,
+ * sorted, to the head. */
+
+typedef struct {
+    mr_slots pages;
+    int64_t page_size;
+    int64_t *scratch;     /* page list of the current free / transfer */
+    size_t scratch_cap;
+} mr_kv;
+
+/* size tokens (size / page_size pages).  MR_EINVAL for page_size < 1 or
+ * size < 0; MR_ENOMEM. */
+int mr_kv_init(mr_kv *kv, int64_t size, int64_t page_size);
+void mr_kv_destroy(mr_kv *kv);
+
+static inline int64_t mr_kv_available(const mr_kv *kv) { return kv->pages.count * kv->page_size; }
+
+/* Allocates ntok tokens (whole pages: MR_EINVAL unless ntok % page_size
+ * == 0) owned by `owner`; out receives ntok token indices, page by page.
+ * MR_ENOSPC when too few pages are free (nothing taken). */
+int mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out);
+/* Frees the pages of tokens tok[0:k) (every page listed once or more in
+ * paged mode; each token once with page_size 1).  Errors as mr_slots_free
+ * (*bad is a token index); MR_ENOMEM when the scratch cannot grow. */
+int mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad);
+/* Moves the pages of tokens tok[0:k) to owner `to` (see mr_slots_transfer). */
+int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,
+                   int64_t *bad);
+
+#endif /* MR_SLOT_ALLOC_H */

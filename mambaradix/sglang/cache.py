@@ -1,0 +1,679 @@
+"""MambaRadixCache: SGLang v0.5.15's hybrid prefix cache over mambaradix's
+C tree.
+
+Two set-ups:
+- mambaradix's own pools (HybridReqToTokenPool / TokenToKVPoolAllocator
+  from this package): match, insert, eviction, caching a finished or an
+  unfinished request are each one call into the C lifecycle, which also
+  moves slot ownership and frees what the tree does not keep;
+- SGLang's (or anyone's) pools: the C tree does the matching and hands back
+  what it evicts or duplicates; this class frees them through the pools'
+  own Python methods, as SGLang's class does.
+
+The default behaviour is v0.5.15's, quirks included (a read-only match
+splits a partially matched edge; chunked snapshots land relative to each
+chunk's start; the input_len - 1 cap is the Req's).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .. import _C
+from ._api import (
+    DecLockRefParams,
+    DecLockRefResult,
+    EvictParams,
+    EvictResult,
+    IncLockRefResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+    MatchResult,
+    RadixKey,
+    Req,
+)
+from .pools import HybridReqToTokenPool, TokenToKVPoolAllocator, _np_index, _rs_of
+
+__all__ = ["MambaRadixCache", "TreeNode"]
+
+try:  # inside SGLang, inherit every default its scheduler may call
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache as _SGLangBase  # type: ignore
+except Exception:  # pragma: no cover - depends on the environment
+    _SGLangBase = None
+
+
+class _Base:
+    """The defaults of SGLang's BasePrefixCache for a device-only cache."""
+
+    metrics_collector = None
+
+    def supports_fast_match_prefix(self) -> bool:
+        return False
+
+    def init_load_back(self, params: Any) -> Any:
+        raise NotImplementedError()
+
+    def ready_to_load_host_cache(self) -> Any:
+        raise NotImplementedError()
+
+    def check_hicache_events(self) -> Any:
+        raise NotImplementedError()
+
+    def flush_write_through_acks(self) -> None:
+        pass
+
+    def take_events(self) -> list:
+        return []
+
+    def supports_swa(self) -> bool:
+        return False
+
+    def supports_streaming_session(self) -> bool:
+        return False
+
+    def release_session(self, session_id: str) -> None:
+        pass
+
+    def release_radix_session(self, session_id: str) -> None:
+        pass
+
+    def release_aborted_request(self, rid: str) -> None:
+        pass
+
+    def session_held_tokens(self, active_pool_idxs: Any = None) -> int:
+        return 0
+
+    def session_held_full_tokens(self, active_pool_idxs: Any = None) -> int:
+        return 0
+
+    def session_held_swa_tokens(self, active_pool_idxs: Any = None) -> int:
+        return 0
+
+    def session_held_req_count(self, active_pool_idxs: Any = None) -> int:
+        return 0
+
+    def session_held_mamba_slots(self, active_pool_idxs: Any = None) -> int:
+        return 0
+
+    def swa_evictable_size(self) -> int:
+        return 0
+
+    def swa_protected_size(self) -> int:
+        return 0
+
+    def is_chunk_cache(self) -> bool:
+        return False
+
+    def is_tree_cache(self) -> bool:
+        return not self.is_chunk_cache()
+
+
+_Bases: tuple = (_SGLangBase, _Base) if _SGLangBase is not None else (_Base,)
+
+
+class TreeNode:
+    """A handle to a tree node with the attributes SGLang's code and tests
+    read (key, value, mamba_value, parent, children, lock refs).  Two
+    handles of the same node compare equal; the cache's root_node is one
+    object for the life of the tree, so `node is cache.root_node` works."""
+
+    __slots__ = ("_cache", "_id", "_gen", "__weakref__")
+
+    def __init__(self, cache: "MambaRadixCache", node_id: int, gen: int) -> None:
+        self._cache = cache
+        self._id = node_id
+        self._gen = gen
+
+    def _info(self) -> tuple:
+        return self._cache._lc.node_info(self._id, self._gen)
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def valid(self) -> bool:
+        return bool(self._info()[0])
+
+    @property
+    def key(self) -> RadixKey:
+        if self is self._cache.root_node:
+            return RadixKey(array("q"), None)
+        toks, _ = self._cache._lc.node_key(self._id, self._gen)
+        ns = self._info()[8]
+        return RadixKey(array("q", toks.tobytes()), self._cache._ns_name(ns))
+
+    @property
+    def value(self) -> torch.Tensor:
+        if self is self._cache.root_node:
+            return torch.empty((0,), dtype=torch.int64, device=self._cache.device)
+        _, vals = self._cache._lc.node_key(self._id, self._gen)
+        return torch.from_numpy(vals).to(self._cache.device)
+
+    @property
+    def mamba_value(self) -> Optional[torch.Tensor]:
+        st = self._info()[2]
+        if st is None or st < 0:
+            return None
+        return torch.tensor([st], dtype=torch.int64, device=self._cache.device)
+
+    @property
+    def parent(self) -> Optional["TreeNode"]:
+        info = self._info()
+        if not info[0] or info[3] < 0:
+            return None
+        return self._cache._node(info[3], info[4])
+
+    @property
+    def children(self) -> Dict[Any, "TreeNode"]:
+        out: Dict[Any, TreeNode] = {}
+        for cid, cgen in self._cache._lc.node_children(self._id, self._gen):
+            child = self._cache._node(cid, cgen)
+            out[child.key.child_key(self._cache.page_size)] = child
+        return out
+
+    @property
+    def full_lock_ref(self) -> int:
+        return 1 if self is self._cache.root_node else int(self._info()[5])
+
+    @property
+    def mamba_lock_ref(self) -> int:
+        return 1 if self is self._cache.root_node else int(self._info()[6])
+
+    def __len__(self) -> int:
+        return int(self._info()[1])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TreeNode) and other._cache is self._cache and (other._id, other._gen) == (self._id, self._gen)
+
+    def __hash__(self) -> int:
+        return hash((self._id, self._gen))
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self._id}, gen={self._gen})"
+
+
+def _chunk_size_default(page_size: int) -> int:
+    return max(64, page_size)
+
+
+class MambaRadixCache(*_Bases):  # type: ignore[misc]
+    """SGLang v0.5.15's MambaRadixCache, over mambaradix's C tree.
+
+    params: SGLang's CacheInitParams (or any object with its attributes).
+    chunk_size: mamba_cache_chunk_size.  Inside SGLang it is read from the
+      global server args; standalone from this keyword, else the pool's
+      `mamba_cache_chunk_size`, else max(64, page_size).
+    lru_policy: "sglang" (v0.5.15, default) or "consumed" (refresh only the
+      state a match uses).
+    track_interval: mamba_track_interval, for the decode helpers.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        *,
+        chunk_size: Optional[int] = None,
+        lru_policy: str = "sglang",
+        track_interval: Optional[int] = None,
+    ) -> None:
+        self.req_to_token_pool = params.req_to_token_pool
+        self.token_to_kv_pool_allocator = params.token_to_kv_pool_allocator
+        self.page_size = int(params.page_size)
+        self.disable = bool(params.disable)
+        self.enable_kv_cache_events = bool(getattr(params, "enable_kv_cache_events", False))
+        self.enable_mamba_extra_buffer = bool(getattr(params, "enable_mamba_extra_buffer", False))
+        self.enable_mamba_extra_buffer_lazy = bool(getattr(params, "enable_mamba_extra_buffer_lazy", False))
+        self.kv_event_queue: list = []
+        if not self.enable_mamba_extra_buffer and self.page_size != 1:
+            raise ValueError(f"MambaRadixCache without extra_buffer needs page_size 1, got {self.page_size}")
+        self.mamba_cache_chunk_size = self._resolve_chunk_size(chunk_size)
+        pool = self.req_to_token_pool
+        if track_interval is None:
+            track_interval = self._server_arg("mamba_track_interval") or getattr(pool, "mamba_track_interval", 256)
+        self.mamba_track_interval = int(track_interval)
+        alloc = self.token_to_kv_pool_allocator
+        self.device = alloc.device if alloc is not None else torch.device("cpu")
+        self.lru_policy = lru_policy
+        self._native = isinstance(pool, HybridReqToTokenPool) and isinstance(alloc, TokenToKVPoolAllocator)
+        self._ns_ids: Dict[str, int] = {}
+        self._ns_names: List[str] = []
+        self._make_lifecycle()
+        self.reset()
+
+    # -- configuration -------------------------------------------------------
+
+    @staticmethod
+    def _server_arg(name: str) -> Any:
+        try:
+            from sglang.srt.server_args import get_global_server_args  # type: ignore
+
+            return getattr(get_global_server_args(), name)
+        except Exception:
+            return None
+
+    def _resolve_chunk_size(self, chunk_size: Optional[int]) -> int:
+        if chunk_size is None:
+            chunk_size = self._server_arg("mamba_cache_chunk_size")
+        if chunk_size is None:
+            chunk_size = getattr(self.req_to_token_pool, "mamba_cache_chunk_size", None)
+        if chunk_size is None:
+            chunk_size = _chunk_size_default(self.page_size)
+        return int(chunk_size)
+
+    def _make_lifecycle(self) -> None:
+        pool = self.req_to_token_pool
+        kw = dict(
+            page_size=self.page_size,
+            chunk_size=self.mamba_cache_chunk_size,
+            lru_policy=self.lru_policy,
+            extra_buffer=self.enable_mamba_extra_buffer,
+            lazy=self.enable_mamba_extra_buffer_lazy,
+            track_buffer_size=getattr(pool, "mamba_ping_pong_track_buffer_size", 2),
+            track_interval=self.mamba_track_interval,
+        )
+        if self._native:
+            self._lc = _C.Lifecycle(pool.mamba_allocator._slots, self.token_to_kv_pool_allocator._slots, pool._rp, **kw)
+            pool._lc = self._lc  # admission through the same lifecycle
+        else:
+            self._lc = _C.Lifecycle(**kw)
+
+    # -- nodes and namespaces ------------------------------------------------------
+
+    def _node(self, node_id: int, gen: int) -> TreeNode:
+        r = self.root_node
+        if node_id == r._id and gen == r._gen:
+            return r
+        return TreeNode(self, node_id, gen)
+
+    def _ns(self, extra_key: Optional[str], create: bool = True) -> int:
+        if extra_key is None:
+            return 0
+        ns = self._ns_ids.get(extra_key)
+        if ns is None:
+            if not create:
+                return -1
+            self._ns_names.append(extra_key)
+            ns = self._ns_ids[extra_key] = len(self._ns_names)
+        return ns
+
+    def _ns_name(self, ns: int) -> Optional[str]:
+        return None if ns <= 0 else self._ns_names[ns - 1]
+
+    @staticmethod
+    def _tokens(key: RadixKey) -> Any:
+        t = key.raw_token_ids()
+        return t
+
+    # -- SGLang API: basics ----------------------------------------------------------
+
+    def supports_mamba(self) -> bool:
+        return True
+
+    def reset(self) -> None:
+        """Drop every node (the scheduler clears the pools afterwards)."""
+        self._lc.reset()
+        rid, rgen = self._lc.root()
+        self.root_node = TreeNode(self, rid, rgen)
+
+    def sanity_check(self) -> None:
+        """Tree invariants and, with own pools, pool accounting against the
+        tree (InvariantError naming the broken rule)."""
+        if not self.disable:
+            self._lc.check()
+
+    def evictable_size(self) -> Tuple[int, int]:
+        raise NotImplementedError("use full_evictable_size() and mamba_evictable_size()")
+
+    def protected_size(self) -> Tuple[int, int]:
+        raise NotImplementedError("use full_protected_size() and mamba_protected_size()")
+
+    def full_evictable_size(self) -> int:
+        return self._lc.sizes()[0]
+
+    def full_protected_size(self) -> int:
+        return self._lc.sizes()[1]
+
+    def mamba_evictable_size(self) -> int:
+        return self._lc.sizes()[2]
+
+    def mamba_protected_size(self) -> int:
+        return self._lc.sizes()[3]
+
+    def total_size(self) -> Tuple[int, int]:
+        s = self._lc.sizes()
+        return s[0] + s[1], s[2] + s[3]
+
+    def pretty_print(self) -> None:
+        print(self._lc.dump())
+        t, m = self.total_size()
+        print(f"#full_tokens: {t}, #mamba_num: {m}")
+
+    def available_and_evictable_str(self) -> str:
+        avail = self.token_to_kv_pool_allocator.available_size()
+        ev = self.full_evictable_size()
+        return (
+            f"Available full tokens: {avail + ev} (full_available_size={avail} + full_evictable_size={ev})\n"
+            f"Full LRU list evictable size: {ev}\n"
+        )
+
+    def all_values_flatten(self) -> torch.Tensor:
+        vals = [n.value for n in self._walk() if n is not self.root_node]
+        return torch.cat(vals) if vals else torch.tensor([])
+
+    def all_mamba_values_flatten(self) -> torch.Tensor:
+        vals = [n.mamba_value for n in self._walk() if n.mamba_value is not None]
+        return torch.cat(vals) if vals else torch.tensor([])
+
+    def _walk(self) -> List[TreeNode]:
+        out, stack = [], [self.root_node]
+        while stack:
+            n = stack.pop()
+            out.append(n)
+            stack.extend(self._node(i, g) for i, g in self._lc.node_children(n._id, n._gen))
+        return out
+
+    def state_traffic(self) -> dict:
+        """State copies (cow, forks) vs slots donated without a copy."""
+        return self._lc.stats()
+
+    # -- locks -------------------------------------------------------------------------
+
+    def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:
+        if not self.disable and node is not None and node is not self.root_node:
+            self._lc.lock(node._id, node._gen)
+        return IncLockRefResult()
+
+    def dec_lock_ref(self, node: TreeNode, params: Optional[DecLockRefParams] = None) -> DecLockRefResult:
+        if not self.disable and node is not None and node is not self.root_node:
+            self._lc.unlock(node._id, node._gen)
+        return DecLockRefResult()
+
+    # -- match ---------------------------------------------------------------------------
+
+    def _empty(self) -> torch.Tensor:
+        return torch.empty((0,), dtype=torch.int64, device=self.device)
+
+    def _indices(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(a)
+        return t if self.device == "cpu" or str(self.device) == "cpu" else t.to(self.device)
+
+    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        """KV indices of the longest cached prefix whose state is cached,
+        and its node.  With cow_mamba and a hit, the request gets a running
+        slot (if it has none) and records the node's slot as its
+        copy-on-write source."""
+        key = params.key
+        if self.disable or len(key) == 0:
+            r = self.root_node
+            return MatchResult(self._empty(), r, r, r)
+        ns = self._ns(key.extra_key, create=False)
+        if ns < 0:  # a namespace never inserted: nothing can match
+            r = self.root_node
+            return MatchResult(self._empty(), r, r, r)
+        req = params.req
+        cow = bool(params.cow_mamba) and req is not None
+        tokens = key.token_ids
+        limit = -1 if key.limit is None else int(key.limit)
+        if self._native and cow:
+            running = int(req.mamba_pool_idx) if req.mamba_pool_idx is not None else -1
+            owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
+            idx, nid, ngen, state, branching, new_running = self._lc.match(
+                tokens, ns=ns, cow=True, running=running, owner=owner, limit=limit
+            )
+            if state >= 0:
+                if new_running != running:
+                    req.mamba_pool_idx = torch.tensor(new_running, dtype=torch.int64, device=self.device)
+                req.mamba_cow_src_index = torch.tensor([state], dtype=torch.int64, device=self.device)
+                req.mamba_needs_clear = False
+        else:
+            idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
+            if cow and state >= 0:
+                self._foreign_cow(req, nid, ngen, state)
+        node = self._node(nid, ngen)
+        return MatchResult(
+            device_indices=self._indices(idx),
+            last_device_node=node,
+            last_host_node=node,
+            best_match_node=node,
+            mamba_branching_seqlen=None if branching < 0 else int(branching),
+        )
+
+    def _foreign_cow(self, req: Req, nid: int, ngen: int, state: int) -> None:
+        if req.mamba_pool_idx is None:
+            alloc = self.req_to_token_pool.mamba_allocator
+            dst = alloc.alloc(1)
+            if dst is None:
+                self._lc.lock(nid, ngen)
+                try:
+                    self.evict(EvictParams(num_tokens=0, mamba_num=1))
+                finally:
+                    self._lc.unlock(nid, ngen)
+                dst = alloc.alloc(1)
+                if dst is None:
+                    raise RuntimeError("match_prefix(): no state slot for copy-on-write even after eviction")
+            req.mamba_pool_idx = dst[0]
+        req.mamba_cow_src_index = torch.tensor([state], dtype=torch.int64, device=self.device)
+        req.mamba_needs_clear = False
+
+    # -- insert / evict --------------------------------------------------------------------
+
+    def insert(self, params: InsertParams) -> InsertResult:
+        if self.disable:
+            return InsertResult(prefix_len=0, mamba_exist=False)
+        key = params.key
+        if params.mamba_value is None:
+            raise ValueError("insert(): mamba_value must be a state slot tensor, not None")
+        tokens = key.raw_token_ids()
+        value = params.value
+        if value is None:
+            value = torch.tensor(list(tokens), dtype=torch.int64)
+        state = int(_np_index(params.mamba_value)[0])
+        if len(tokens) == 0:
+            return InsertResult(prefix_len=0, mamba_exist=True)
+        pl, existed, nid, ngen, dups = self._lc.insert(
+            tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=int(params.prev_prefix_len)
+        )
+        if not self._native and dups.size:
+            self.token_to_kv_pool_allocator.free(self._indices(dups))
+        return InsertResult(prefix_len=pl, mamba_exist=bool(existed), last_device_node=self._node(nid, ngen))
+
+    def evict(self, params: EvictParams) -> EvictResult:
+        if self.disable:
+            return EvictResult()
+        t, s = self._evict(int(params.num_tokens), int(params.mamba_num))
+        return EvictResult(num_tokens_evicted=t, mamba_num_evicted=s)
+
+    def _evict(self, num_tokens: int, num_states: int) -> Tuple[int, int]:
+        t = s = 0
+        if num_tokens > 0:
+            t, s1, kv, st = self._lc.evict(num_tokens, 0)
+            self._free_foreign(kv, st)
+        if num_states > 0:
+            t2, s, kv, st = self._lc.evict(0, num_states)
+            self._free_foreign(kv, st)
+        return t, s
+
+    def _free_foreign(self, kv: np.ndarray, st: np.ndarray) -> None:
+        if self._native:
+            return
+        if kv.size:
+            self.token_to_kv_pool_allocator.free(self._indices(kv))
+        if st.size:
+            self.req_to_token_pool.mamba_allocator.free(self._indices(st))
+
+    def evict_full(self, full_num_tokens: int) -> int:
+        return 0 if self.disable or full_num_tokens <= 0 else self._evict(int(full_num_tokens), 0)[0]
+
+    def evict_mamba(self, mamba_num: int) -> int:
+        return 0 if self.disable or mamba_num <= 0 else self._evict(0, int(mamba_num))[1]
+
+    def _alloc_mamba_slot(self) -> torch.Tensor:
+        alloc = self.req_to_token_pool.mamba_allocator
+        slot = alloc.alloc(1)
+        if slot is None:
+            self.evict(EvictParams(num_tokens=0, mamba_num=1))
+            slot = alloc.alloc(1)
+            if slot is None:
+                raise RuntimeError("no state slot even after evicting every unlocked cached state")
+        return slot
+
+    # -- caching requests ----------------------------------------------------------------------
+
+    def _committed_len(self, req: Req, kwargs: dict) -> int:
+        n = kwargs.get("kv_len_to_handle")
+        return int(n) if n is not None else int(req.pop_committed_kv_cache())
+
+    def cache_finished_req(self, req: Req, is_insert: bool = True, **kwargs: Any) -> None:
+        """Cache a finished request: the tree keeps the newest snapshot
+        (extra_buffer) or the running slot (no_buffer); the tail KV and
+        every other slot of the request are freed; its lock is dropped."""
+        committed = self._committed_len(req, kwargs)
+        if req.req_pool_idx is None:
+            raise ValueError(f"cache_finished_req(): request {req.rid!r} holds no request row")
+        pool = self.req_to_token_pool
+        if self.disable:
+            kv = pool.req_to_token[req.req_pool_idx, :committed]
+            self.token_to_kv_pool_allocator.free(kv.to(torch.int64))
+            pool.free_mamba_cache(req)
+            return
+        if not self._native:
+            return self._foreign_cache_finished(req, is_insert, committed)
+        if req.mamba_pool_idx is None:
+            raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
+        old = _rs_of(req, with_node=True, cache=self)
+        tokens = req.origin_input_ids + req.output_ids
+        running = old[0]
+        rs = self._lc.cache_finished(
+            int(req.req_pool_idx), old, tokens, committed, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+        )
+        if self.enable_mamba_extra_buffer or pool.mamba_allocator._slots.owner(running) != "tree":
+            req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer:
+            req.mamba_ping_pong_track_buffer = None
+            req.mamba_next_track_idx = None
+        del rs
+
+    def cache_unfinished_req(self, req: Req, chunked: bool = False, **kwargs: Any) -> None:
+        """Cache a running request's prefix (end of a prefill chunk / of the
+        prefill): with extra_buffer the newest snapshot slot is donated and
+        the request's buffer gets a fresh slot (no copy); without, the
+        running state is forked.  The request then points at the tree's KV
+        indices and holds its lock on the new node."""
+        pool = self.req_to_token_pool
+        token_ids = req.get_fill_ids()
+        if not self._native:
+            return self._foreign_cache_unfinished(req, chunked)
+        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else len(token_ids)
+        row = int(req.req_pool_idx)
+        if self.disable or cache_len is None:
+            req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
+            return
+        old = _rs_of(req, with_node=True, cache=self)
+        rs, prefix, fs, fd = self._lc.cache_unfinished(row, old, token_ids, len(token_ids), ns=self._ns(req.extra_key))
+        if fs >= 0:
+            pool.mamba_pool.copy_from(
+                torch.tensor([fs], dtype=torch.int64, device=self.device),
+                torch.tensor([fd], dtype=torch.int64, device=self.device),
+            )
+        pool._apply_rs(req, rs, old)
+        pool._sync_maps_to_device([row])
+        pool.sync_device()
+        req.prefix_indices = self._indices(prefix)
+        req.cache_protected_len = int(rs[9])
+        req.mamba_last_track_seqlen = None
+        req.last_node = self._node(rs[10], rs[11])
+
+    # -- the same two operations over someone else's pools -------------------------
+
+    def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
+        pool = self.req_to_token_pool
+        alloc = self.token_to_kv_pool_allocator
+        token_ids = (req.origin_input_ids + req.output_ids)[:committed]
+        kv = pool.req_to_token[req.req_pool_idx, :committed]
+        keep: Optional[int] = None
+        if is_insert:
+            if self.enable_mamba_extra_buffer:
+                cache_len = req.mamba_last_track_seqlen or 0
+            else:
+                cache_len = len(token_ids)
+            if cache_len != len(token_ids):
+                alloc.free(kv[max(cache_len, req.cache_protected_len) :].to(torch.int64))
+                token_ids = token_ids[:cache_len]
+                kv = kv[:cache_len]
+            aligned = len(kv) // self.page_size * self.page_size
+            if self.enable_mamba_extra_buffer:
+                keep = pool.get_mamba_ping_pong_keep_idx(req)
+                src = req.mamba_ping_pong_track_buffer[keep].reshape(1)
+                if int(src[0]) == -1:
+                    raise _C.OwnershipError(f"request {req.rid!r}: the snapshot slot was already donated")
+                mamba_value = src.clone()
+            else:
+                mamba_value = req.mamba_pool_idx.reshape(1).clone()
+            res = self.insert(
+                InsertParams(
+                    key=RadixKey(token_ids[:aligned], req.extra_key),
+                    value=kv[:aligned].to(torch.int64),
+                    mamba_value=mamba_value,
+                    prev_prefix_len=req.cache_protected_len,
+                )
+            )
+            exist = res.mamba_exist
+        else:
+            alloc.free(kv[req.cache_protected_len :].to(torch.int64))
+            exist = True
+        if exist:
+            keep = None
+        if self.enable_mamba_extra_buffer or exist:
+            pool.free_mamba_cache(req, mamba_ping_pong_track_buffer_to_keep=keep)
+        self.dec_lock_ref(req.last_node)
+
+    def _foreign_cache_unfinished(self, req: Req, chunked: bool) -> None:
+        pool = self.req_to_token_pool
+        token_ids = req.get_fill_ids()
+        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else len(token_ids)
+        if self.disable or cache_len is None:
+            req.prefix_indices = pool.req_to_token[req.req_pool_idx, : req.extend_range.end].to(torch.int64)
+            return
+        kv_orig = pool.req_to_token[req.req_pool_idx, : len(token_ids)]
+        kv = kv_orig[:cache_len].to(torch.int64)
+        if len(kv) % self.page_size:
+            raise ValueError(f"cache_unfinished_req(): tracked length {cache_len} is not page aligned")
+        toks = token_ids[:cache_len]
+        if self.enable_mamba_extra_buffer:
+            donated = pool.donate_mamba_ping_pong_slot(req, self._alloc_mamba_slot())
+        else:
+            donated = self._alloc_mamba_slot()
+            pool.mamba_pool.copy_from(req.mamba_pool_idx.reshape(1), donated)
+        res = self.insert(
+            InsertParams(key=RadixKey(toks, req.extra_key), value=kv, mamba_value=donated,
+                         prev_prefix_len=req.cache_protected_len, chunked=chunked)
+        )
+        if res.mamba_exist:
+            pool.mamba_allocator.free(donated)
+        m = self.match_prefix(MatchPrefixParams(key=RadixKey(toks, req.extra_key)))
+        new_indices, new_node = m.device_indices, m.last_device_node
+        p = req.cache_protected_len
+        pool.write((req.req_pool_idx, slice(p, len(new_indices))), new_indices[p:].to(pool.req_to_token.dtype))
+        self.dec_lock_ref(req.last_node)
+        self.inc_lock_ref(new_node)
+        req.prefix_indices = torch.cat([new_indices, kv_orig[len(new_indices) :].to(torch.int64)])
+        req.cache_protected_len = len(new_indices)
+        req.mamba_last_track_seqlen = None
+        req.last_node = new_node
+
+    # -- tracking helpers for a driver (ScheduleBatch's mamba parts) ----------------
+
+    def prepare_extend_track(self, req: Req, prefix_len: int, extend_len: int) -> Tuple[int, bool, int]:
+        """The prefill tracking decision for one request: (track_slot,
+        track_mask, track_seqlen); records mamba_last_track_seqlen and
+        flips the ping-pong index as SGLang's ScheduleBatch does."""
+        old = _rs_of(req)
+        rs, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), old, int(prefix_len), int(extend_len))
+        self.req_to_token_pool._apply_rs(req, rs, old)
+        return slot, mask, seqlen

@@ -1,0 +1,654 @@
+"""SGLang v0.5.15's pool classes over mambaradix's C pools.
+
+Free lists, owners and the req-to-token table live in C (mambaradix._C
+SlotAllocator / ReqPool); these classes keep SGLang's names, signatures and
+return types (index results are int64 torch tensors on the pool's device).
+Every slot is free, held by a caller, owned by one request row, or owned by
+the prefix tree; a double free or freeing a tree-owned slot raises
+mambaradix OwnershipError and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from .. import _C
+from ._api import Mamba2CacheParams, Req
+
+__all__ = [
+    "MambaSlotAllocator",
+    "TokenToKVPoolAllocator",
+    "PagedTokenToKVPoolAllocator",
+    "MambaPool",
+    "ReqToTokenPool",
+    "HybridReqToTokenPool",
+]
+
+OwnershipError = _C.OwnershipError
+
+
+def _np_index(x: Any) -> np.ndarray:
+    """int64 numpy view/copy of an index tensor, array or int."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        return t.reshape(-1).to(torch.int64).numpy()
+    return np.asarray(x, dtype=np.int64).reshape(-1)
+
+
+def _to_device(a: np.ndarray, device: Any) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    if str(device) != "cpu":
+        t = t.to(device)
+    return t
+
+
+def _is_cpu(device: Any) -> bool:
+    return torch.device(device).type == "cpu"
+
+
+# ---------------------------------------------------------------------------
+# Allocators
+
+
+class MambaSlotAllocator:
+    """Free list of state slots 1..size (slot 0 is the dummy target)."""
+
+    def __init__(self, size: int, device: Any) -> None:
+        self.size = size
+        self.device = device
+        self._slots = _C.SlotAllocator(size)
+
+    def available_size(self) -> int:
+        return self._slots.available_size()
+
+    def schedulable_available_size(self) -> int:
+        return self._slots.available_size()
+
+    def alloc_group_begin(self, num_reqs: int) -> None:
+        self._slots.alloc_group_begin(max(int(num_reqs), 0))
+
+    def alloc_group_end(self) -> None:
+        self._slots.alloc_group_end()
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        got = self._slots.alloc(int(need_size))
+        return None if got is None else _to_device(got, self.device)
+
+    def free(self, free_index: Any) -> None:
+        idx = _np_index(free_index)
+        if idx.size:
+            self._slots.free(idx)
+
+    def clear(self) -> None:
+        self._slots.clear()
+
+    def check(self) -> None:
+        """free + held + request-owned + tree-owned == size; raises InvariantError."""
+        self._slots.check()
+
+
+class TokenToKVPoolAllocator:
+    """KV token allocator, page_size 1 (token 0 is the padding target)."""
+
+    page_size_default = 1
+
+    def __init__(self, size: int, dtype: Any, device: Any, kvcache: Any, need_sort: bool, page_size: int = 1) -> None:
+        self.size = size
+        self.page_size = page_size
+        self.dtype = dtype
+        self.device = device
+        self._kvcache = kvcache
+        self.need_sort = need_sort
+        self._slots = _C.SlotAllocator(size, page_size)
+        self.is_not_in_free_group = True
+        self.free_group: list = []
+
+    @property
+    def size_full(self) -> int:
+        return self.size
+
+    def get_kvcache(self) -> Any:
+        return self._kvcache
+
+    def debug_print(self) -> str:
+        return ""
+
+    def available_size(self) -> int:
+        return self._slots.available_size()
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        got = self._slots.alloc(int(need_size))
+        return None if got is None else _to_device(got, self.device)
+
+    def free(self, free_index: Any) -> None:
+        idx = _np_index(free_index)
+        if idx.size == 0:
+            return
+        if self.is_not_in_free_group:
+            self._slots.free(idx)
+        else:
+            self.free_group.append(idx)
+
+    def free_group_begin(self) -> None:
+        self.is_not_in_free_group = False
+        self.free_group = []
+
+    def free_group_end(self) -> None:
+        self.is_not_in_free_group = True
+        if self.free_group:
+            self._slots.free(np.concatenate(self.free_group))
+        self.free_group = []
+
+    def merge_and_sort_free(self) -> None:
+        """Free pages are kept in one FIFO list; nothing to merge."""
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self.is_not_in_free_group = True
+        self.free_group = []
+
+    def check(self) -> None:
+        self._slots.check()
+
+    def get_cpu_copy(self, indices: Any, mamba_indices: Any = None) -> Any:
+        return self._kvcache.get_cpu_copy(indices, mamba_indices=mamba_indices)
+
+    def load_cpu_copy(self, kv_cache_cpu: Any, indices: Any, mamba_indices: Any = None) -> Any:
+        return self._kvcache.load_cpu_copy(kv_cache_cpu, indices, mamba_indices=mamba_indices)
+
+    def alloc_extend(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("alloc_extend is only for the paged allocator")
+
+    def alloc_decode(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("alloc_decode is only for the paged allocator")
+
+
+class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
+    """KV allocator handing out whole pages of page_size tokens."""
+
+    def __init__(self, size: int, page_size: int, dtype: Any, device: Any, kvcache: Any, need_sort: bool) -> None:
+        super().__init__(size, dtype, device, kvcache, need_sort, page_size=page_size)
+        self.num_pages = size // page_size
+
+    def alloc(self, need_size: int) -> Optional[torch.Tensor]:
+        need_size = int(need_size)
+        if need_size % self.page_size:
+            raise ValueError(f"alloc(): need_size={need_size} is not a multiple of page_size={self.page_size}")
+        return super().alloc(need_size)
+
+    def _extend_one(self, prefix: int, seq: int, last: int, out: list) -> bool:
+        ps = self.page_size
+        fill = min(seq, -(-prefix // ps) * ps) - prefix   # rest of the last partial page
+        out.extend(range(last + 1, last + 1 + fill))
+        rest = seq - prefix - fill
+        if rest <= 0:
+            return True
+        pages = -(-rest // ps)
+        got = self._slots.alloc(pages * ps)
+        if got is None:
+            return False
+        out.extend(got[:rest].tolist())
+        # the unused tail of the last page stays with the request's last page
+        return True
+
+    def alloc_extend(
+        self,
+        prefix_lens: torch.Tensor,
+        prefix_lens_cpu: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: torch.Tensor,
+        last_loc: torch.Tensor,
+        extend_num_tokens: int,
+        num_new_pages: Optional[int] = None,
+    ) -> Optional[torch.Tensor]:
+        """KV indices for each request's new tokens: first the free rest of
+        its last page (after last_loc), then whole new pages."""
+        pl = prefix_lens_cpu.tolist()
+        sl = seq_lens_cpu.tolist()
+        ll = last_loc.cpu().tolist()
+        ps = self.page_size
+        need = sum(max(-(-s // ps) - -(-p // ps), 0) for p, s in zip(pl, sl))
+        if need > self._slots.available_size() // ps:
+            return None
+        out: list = []
+        for p, s, last in zip(pl, sl, ll):
+            if not self._extend_one(int(p), int(s), int(last), out):
+                return None
+        return torch.tensor(out, dtype=torch.int64, device=self.device)
+
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> Optional[torch.Tensor]:
+        """One KV index per request for its next token (seq_lens include it)."""
+        sl = seq_lens_cpu.tolist()
+        ll = last_loc.cpu().tolist()
+        ps = self.page_size
+        need = sum(1 for s in sl if (s - 1) % ps == 0)
+        if need > self._slots.available_size() // ps:
+            return None
+        out = []
+        for s, last in zip(sl, ll):
+            if (s - 1) % ps == 0:
+                out.append(int(self._slots.alloc(ps)[0]))
+            else:
+                out.append(int(last) + 1)
+        return torch.tensor(out, dtype=torch.int64, device=self.device)
+
+
+# ---------------------------------------------------------------------------
+# State tensors
+
+
+class _StateOps:
+    """The one place that moves state bytes: mambaradix's StatePool kernels
+    when that module part is built, torch indexing otherwise."""
+
+    def __init__(self, conv: List[torch.Tensor], temporal: torch.Tensor) -> None:
+        self.conv = conv
+        self.temporal = temporal
+        self.native = None
+        sp = getattr(_C, "StatePool", None)
+        if sp is not None and hasattr(sp, "adopt"):
+            try:
+                self.native = sp.adopt([*conv, temporal])
+            except Exception:
+                self.native = None
+
+    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if self.native is not None:
+            self.native.copy_slots(src, dst)
+            return
+        for t in self.conv:
+            t[:, dst] = t[:, src]
+        self.temporal[:, dst] = self.temporal[:, src]
+
+    def clear(self, idx: torch.Tensor) -> None:
+        if self.native is not None:
+            self.native.clear_slots(idx)
+            return
+        for t in self.conv:
+            t[:, idx] = 0
+        self.temporal[:, idx] = 0
+
+
+class MambaPool:
+    """Recurrent-state tensors: conv[i] [layers, size + 1, *conv_shape_i]
+    and temporal [layers, size + 1, *temporal_shape]; slot 0 is the dummy."""
+
+    class State:
+        def __init__(self, conv: List[torch.Tensor], temporal: torch.Tensor) -> None:
+            self.conv = conv
+            self.temporal = temporal
+
+        def at_layer_idx(self, layer: int) -> "MambaPool.State":
+            return MambaPool.State([c[layer] for c in self.conv], self.temporal[layer])
+
+        def mem_usage_bytes(self) -> int:
+            return sum(c.numel() * c.element_size() for c in self.conv) + self.temporal.numel() * self.temporal.element_size()
+
+    def __init__(
+        self,
+        *,
+        size: int,
+        spec_state_size: int = 0,
+        cache_params: Mamba2CacheParams,
+        mamba_layer_ids: Sequence[int],
+        device: Any,
+        enable_memory_saver: bool = False,
+        speculative_num_draft_tokens: Optional[int] = None,
+        speculative_eagle_topk: Optional[int] = None,
+        **_ignored: Any,
+    ) -> None:
+        self.size = size
+        self.device = device
+        n = len(mamba_layer_ids)
+        shape = cache_params.shape
+        conv = [torch.zeros((n, size + 1) + tuple(c), dtype=cache_params.dtype.conv, device=device) for c in shape.conv]
+        temporal = torch.zeros((n, size + 1) + tuple(shape.temporal), dtype=cache_params.dtype.temporal, device=device)
+        self.mamba_cache = MambaPool.State(conv, temporal)
+        self.replayssm_write_pos = None
+        self._ops = _StateOps(conv, temporal)
+        self.slot_bytes = sum(c[:, 0].numel() * c.element_size() for c in conv) + temporal[:, 0].numel() * temporal.element_size()
+        self.bytes_copied = 0
+        self.bytes_cleared = 0
+
+    def mamba2_layer_cache(self, layer_id: int) -> "MambaPool.State":
+        return self.mamba_cache.at_layer_idx(layer_id)
+
+    def clear_slots(self, indices: torch.Tensor) -> None:
+        """Zero the states at `indices` (run on the forward stream)."""
+        idx = indices.reshape(-1).to(torch.int64)
+        self._ops.clear(idx)
+        self.bytes_cleared += int(idx.numel()) * self.slot_bytes
+
+    def copy_from(self, src_indices: torch.Tensor, dst_indices: torch.Tensor) -> None:
+        """Copy whole states src -> dst (conv and temporal, every layer)."""
+        src = src_indices.reshape(-1).to(torch.int64)
+        dst = dst_indices.reshape(-1).to(torch.int64)
+        if src.numel() != dst.numel():
+            raise ValueError("copy_from(): src_indices and dst_indices differ in length")
+        self._ops.copy(src, dst)
+        self.bytes_copied += int(src.numel()) * self.slot_bytes
+
+    def get_cpu_copy(self, indices: torch.Tensor) -> tuple:
+        return [c[:, indices].cpu() for c in self.mamba_cache.conv], self.mamba_cache.temporal[:, indices].cpu()
+
+    def load_cpu_copy(self, mamba_cache_cpu: tuple, indices: torch.Tensor) -> None:
+        conv_cpu, temporal_cpu = mamba_cache_cpu
+        for c, src in zip(self.mamba_cache.conv, conv_cpu):
+            c[:, indices] = src.to(c.device)
+        self.mamba_cache.temporal[:, indices] = temporal_cpu.to(self.mamba_cache.temporal.device)
+
+
+# ---------------------------------------------------------------------------
+# Request pools
+
+
+class ReqToTokenPool:
+    """Request rows 1..size (row 0 is the padding row) and the table of
+    their KV indices, int32 [size + 1, max_context_len].
+
+    On CPU `req_to_token` is a zero-copy view of the C table.  On another
+    device it is a device tensor (the mirror): `write()` updates both, and
+    sync_device() copies the ranges the C side changed since the last call.
+    """
+
+    enable_mamba_extra_buffer_lazy = False
+
+    def __init__(self, size: int, max_context_len: int, device: Any, enable_memory_saver: bool = False, *, _pp: int = 1) -> None:
+        self.size = size
+        self.max_context_len = max_context_len
+        self.device = device
+        self._rp = _C.ReqPool(size, max_context_len, _pp)
+        self._host = torch.from_numpy(self._rp.table)
+        if _is_cpu(device):
+            self.req_to_token = self._host
+        else:
+            self.req_to_token = self._host.to(device)
+
+    def sync_device(self) -> None:
+        """Copy the host rows the C lifecycle changed to the device mirror."""
+        rows, starts, ends = self._rp.take_dirty()
+        if self.req_to_token is self._host:
+            return
+        for r, a, b in zip(rows.tolist(), starts.tolist(), ends.tolist()):
+            self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)
+
+    def write(self, indices: Any, values: Any) -> None:
+        """req_to_token[indices] = values (SGLang's write).  A (row, slice)
+        index on CPU goes straight into the C table."""
+        if (
+            self.req_to_token is self._host
+            and isinstance(indices, tuple)
+            and len(indices) == 2
+            and isinstance(indices[0], int)
+            and isinstance(indices[1], slice)
+            and indices[1].step in (None, 1)
+        ):
+            v = values.detach().reshape(-1).numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+            a = indices[1].start or 0
+            self._rp.table[indices[0], a : a + v.size] = v
+            return
+        self.req_to_token[indices] = values
+        if self.req_to_token is not self._host:
+            if isinstance(values, torch.Tensor):
+                values = values.cpu()
+            if isinstance(indices, tuple):
+                indices = tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in indices)
+            elif isinstance(indices, torch.Tensor):
+                indices = indices.cpu()
+            self._host[indices] = values
+
+    def available_size(self) -> int:
+        return self._rp.available_size()
+
+    def alloc(self, reqs: List[Req]) -> Optional[List[int]]:
+        need = sum(1 for r in reqs if r.req_pool_idx is None)
+        if need > self._rp.available_size():
+            return None
+        rows = self._rp.alloc(need).tolist()
+        it = iter(rows)
+        for r in reqs:
+            if r.req_pool_idx is None:
+                r.req_pool_idx = next(it)
+        return [r.req_pool_idx for r in reqs]
+
+    def free(self, req: Req) -> None:
+        if req.req_pool_idx is None:
+            raise ValueError(f"free(): request {getattr(req, 'rid', req)!r} holds no request row (double free?)")
+        self._rp.free(int(req.req_pool_idx))
+        req.req_pool_idx = None
+
+    def clear(self) -> None:
+        self._rp.clear()
+
+    def check(self) -> None:
+        self._rp.check()
+
+
+def _rs_of(req: Req, *, with_node: bool = False, cache: Any = None) -> tuple:
+    """A request's cache-side state as the 13-tuple the C lifecycle takes."""
+    buf = req.mamba_ping_pong_track_buffer
+    if buf is not None:
+        b = buf.tolist()
+        t0 = int(b[0])
+        t1 = int(b[1]) if len(b) > 1 else -1
+    else:
+        t0 = t1 = -1
+    nxt = req.mamba_next_track_idx
+    node_id, node_gen, locked = -1, 0, 0
+    if with_node and req.last_node is not None and cache is not None:
+        node_id, node_gen = req.last_node._id, req.last_node._gen
+        locked = 1
+    return (
+        int(req.mamba_pool_idx) if req.mamba_pool_idx is not None else -1,
+        t0,
+        t1,
+        -1 if nxt is None or buf is None else int(nxt),
+        -1 if req.mamba_last_track_seqlen is None else int(req.mamba_last_track_seqlen),
+        -1 if req.mamba_branching_seqlen is None else int(req.mamba_branching_seqlen),
+        int(req.mamba_cow_src_index.reshape(-1)[0]) if req.mamba_cow_src_index is not None else -1,
+        1 if req.mamba_needs_clear else 0,
+        1 if req.mamba_lazy_is_insert else 0,
+        int(req.cache_protected_len or 0),
+        node_id,
+        node_gen,
+        locked,
+    )
+
+
+class HybridReqToTokenPool(ReqToTokenPool):
+    """ReqToTokenPool plus the recurrent-state side: the state tensors
+    (mamba_pool), the slot allocator (mamba_allocator), each request's
+    running slot and ping-pong track buffer, and the row -> slot maps."""
+
+    def __init__(
+        self,
+        *,
+        size: int,
+        mamba_size: int,
+        mamba_spec_state_size: int = 0,
+        max_context_len: int,
+        device: Any,
+        enable_memory_saver: bool = False,
+        cache_params: Mamba2CacheParams,
+        mamba_layer_ids: Sequence[int],
+        enable_mamba_extra_buffer: bool,
+        enable_mamba_extra_buffer_lazy: bool = False,
+        speculative_num_draft_tokens: Optional[int] = None,
+        speculative_eagle_topk: Optional[int] = None,
+        enable_overlap_schedule: bool = True,
+        start_layer: Optional[int] = None,
+        mamba_cache_chunk_size: Optional[int] = None,
+        mamba_track_interval: int = 256,
+        **_ignored: Any,
+    ) -> None:
+        pp = 2 if enable_overlap_schedule else 1
+        super().__init__(size, max_context_len, device, enable_memory_saver, _pp=pp)
+        if enable_mamba_extra_buffer_lazy and pp != 2:
+            raise ValueError("enable_mamba_extra_buffer_lazy needs the overlap schedule (track buffer of 2)")
+        self.mamba_ping_pong_track_buffer_size = pp
+        self.enable_mamba_extra_buffer = bool(enable_mamba_extra_buffer)
+        self.enable_mamba_extra_buffer_lazy = bool(enable_mamba_extra_buffer_lazy)
+        self.enable_memory_saver = enable_memory_saver
+        self.start_layer = start_layer or 0
+        self.mamba_cache_chunk_size = mamba_cache_chunk_size
+        self.mamba_track_interval = mamba_track_interval
+        self.mamba_pool = MambaPool(
+            size=mamba_size,
+            spec_state_size=mamba_spec_state_size,
+            cache_params=cache_params,
+            mamba_layer_ids=mamba_layer_ids,
+            device=device,
+            speculative_num_draft_tokens=speculative_num_draft_tokens,
+        )
+        self.mamba_allocator = MambaSlotAllocator(size=mamba_size, device=device)
+        self.mamba_map = {lid: i for i, lid in enumerate(mamba_layer_ids)}
+        self.mamba_ckpt_pool = None
+        self.req_index_to_mamba_index_mapping = torch.from_numpy(self._rp.state_map)
+        self.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.from_numpy(self._rp.track_map)
+        if not _is_cpu(device):
+            self.req_index_to_mamba_index_mapping = self.req_index_to_mamba_index_mapping.to(device)
+            self.req_index_to_mamba_ping_pong_track_buffer_mapping = (
+                self.req_index_to_mamba_ping_pong_track_buffer_mapping.to(device)
+            )
+        # Admission runs in C; until a MambaRadixCache binds its own
+        # lifecycle, the pool uses one over a zero-sized KV allocator.
+        self._lc = _C.Lifecycle(
+            self.mamba_allocator._slots,
+            _C.SlotAllocator(0),
+            self._rp,
+            extra_buffer=self.enable_mamba_extra_buffer,
+            lazy=self.enable_mamba_extra_buffer_lazy,
+            track_buffer_size=pp,
+            track_interval=mamba_track_interval,
+        )
+
+    # -- request state <-> tensors -----------------------------------------
+
+    def _slot(self, v: int) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.int64, device=self.device)
+
+    def _apply_rs(self, req: Req, rs: tuple, old: tuple) -> None:
+        """Writes a C-updated state back into the request's fields (only the
+        ones that changed, so tensors the scheduler holds stay put)."""
+        if rs[0] != old[0]:
+            req.mamba_pool_idx = None if rs[0] < 0 else self._slot(rs[0])
+        if rs[1:4] != old[1:4]:
+            if rs[3] < 0:
+                req.mamba_ping_pong_track_buffer = None
+                req.mamba_next_track_idx = None
+            else:
+                req.mamba_ping_pong_track_buffer = torch.tensor(
+                    list(rs[1 : 1 + self.mamba_ping_pong_track_buffer_size]), dtype=torch.int64, device=self.device
+                )
+                req.mamba_next_track_idx = rs[3]
+        if rs[4] != old[4]:
+            req.mamba_last_track_seqlen = None if rs[4] < 0 else rs[4]
+        if rs[6] != old[6]:
+            req.mamba_cow_src_index = None if rs[6] < 0 else torch.tensor([rs[6]], dtype=torch.int64, device=self.device)
+        req.mamba_needs_clear = bool(rs[7])
+        req.mamba_lazy_is_insert = bool(rs[8])
+
+    def _sync_maps_to_device(self, rows: Sequence[int]) -> None:
+        if _is_cpu(self.device) or not rows:
+            return
+        idx = torch.tensor(list(rows), dtype=torch.int64)
+        self.req_index_to_mamba_index_mapping[idx.to(self.device)] = torch.from_numpy(self._rp.state_map)[idx].to(self.device)
+        self.req_index_to_mamba_ping_pong_track_buffer_mapping[idx.to(self.device)] = torch.from_numpy(self._rp.track_map)[idx].to(self.device)
+
+    # -- SGLang API -----------------------------------------------------------
+
+    def alloc(self, reqs: List[Req]) -> Optional[List[int]]:
+        """Rows for the requests without one, a running slot for those
+        without one (mamba_needs_clear) and, with extra_buffer, track
+        buffers.  None when rows are short; RuntimeError when state slots
+        are short (nothing is taken either way)."""
+        need = sum(1 for r in reqs if r.req_pool_idx is None)
+        if need > self._rp.available_size():
+            return None
+        rows = [-1 if r.req_pool_idx is None else int(r.req_pool_idx) for r in reqs]
+        olds = [_rs_of(r) for r in reqs]
+        got = self._lc.admit(rows, olds)
+        if got is None:
+            raise RuntimeError(
+                "Not enough space for mamba cache: "
+                f"{self.mamba_allocator.available_size()} free state slots for {len(reqs)} requests; "
+                "increase the number of state slots (--max-mamba-cache-size)"
+            )
+        new_rows, new_rs = got
+        for r, row, rs, old in zip(reqs, new_rows, new_rs, olds):
+            r.req_pool_idx = row
+            self._apply_rs(r, rs, old)
+        self._sync_maps_to_device(new_rows)
+        return list(new_rows)
+
+    def free(self, req: Req) -> None:
+        """Return the request's row (its state slots are not touched)."""
+        super().free(req)
+
+    def get_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
+        return self.req_index_to_mamba_index_mapping[req_indices]
+
+    def translate_mamba_indices(self, mamba_indices: torch.Tensor) -> torch.Tensor:
+        return mamba_indices
+
+    def mamba2_layer_cache(self, layer_id: int) -> MambaPool.State:
+        if layer_id not in self.mamba_map:
+            raise ValueError(f"layer_id={layer_id} is not a recurrent layer: {sorted(self.mamba_map)}")
+        return self.mamba_pool.mamba2_layer_cache(self.mamba_map[layer_id])
+
+    def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
+        if self.mamba_ping_pong_track_buffer_size == 2:
+            return 1 - mamba_next_track_idx
+        return mamba_next_track_idx
+
+    def get_mamba_ping_pong_keep_idx(self, req: Req) -> int:
+        """Index of the track slot holding the newest snapshot."""
+        if self.enable_mamba_extra_buffer_lazy:
+            return req.mamba_next_track_idx
+        return self.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
+
+    def set_mamba_ping_pong_slot(self, req: Req, idx: int, value: Any) -> None:
+        req.mamba_ping_pong_track_buffer[idx] = value
+        self.req_index_to_mamba_ping_pong_track_buffer_mapping[req.req_pool_idx] = req.mamba_ping_pong_track_buffer
+
+    def donate_mamba_ping_pong_slot(self, req: Req, new_slot: torch.Tensor) -> torch.Tensor:
+        """Hand the newest snapshot slot over (returned, shape [1]) and put
+        new_slot in its place."""
+        k = self.get_mamba_ping_pong_keep_idx(req)
+        donated = req.mamba_ping_pong_track_buffer[k].reshape(1).clone()
+        if int(donated[0]) == -1:
+            raise OwnershipError(f"request {req.rid!r}: the track slot to donate is empty (donated already?)")
+        self.set_mamba_ping_pong_slot(req, k, new_slot.reshape(-1)[0])
+        return donated
+
+    def free_mamba_cache(self, req: Req, mamba_ping_pong_track_buffer_to_keep: Optional[int] = None) -> None:
+        """Free the running slot and the track slots except
+        track[keep]; OwnershipError when the request holds no running slot
+        (a double free) or a slot is not the request's."""
+        keep = mamba_ping_pong_track_buffer_to_keep
+        if keep is not None:
+            if keep not in (0, 1):
+                raise ValueError(f"mamba_ping_pong_track_buffer_to_keep must be 0 or 1, not {keep!r}")
+            if self.mamba_ping_pong_track_buffer_size == 1 and keep != 0:
+                raise ValueError("mamba_ping_pong_track_buffer_to_keep must be 0 with a track buffer of 1")
+        if req.mamba_pool_idx is None:
+            raise OwnershipError(f"free_mamba_cache(): request {req.rid!r} holds no state slot (double free?)")
+        old = _rs_of(req)
+        rs = self._lc.free_states(old, keep=-1 if keep is None else keep)
+        req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer:
+            req.mamba_ping_pong_track_buffer = None
+            req.mamba_next_track_idx = None
+        del rs
+
+    def clear(self) -> None:
+        super().clear()
+        self.mamba_allocator.clear()
+        if not _is_cpu(self.device):
+            self.req_index_to_mamba_index_mapping.zero_()
+            self.req_index_to_mamba_ping_pong_track_buffer_mapping.zero_()

@@ -1,0 +1,69 @@
+"""Trace simulator: replays workloads through the real C cache.
+
+    from mambaradix.sim import run, SimConfig, apply_preset, workloads
+    reqs = workloads.multi_turn(num_clients=64, num_rounds=6)
+    config = apply_preset(SimConfig(state_slots=256, max_running=32), "qwen3-next", tp=4)
+    metrics = run(reqs, config)
+    print(metrics.token_hit_rate, metrics.lost_eviction, metrics.state_bytes_donated)
+
+Each running request holds up to 3 state slots and locks the state it
+matched: keep ``max_running`` well below ``state_slots / 3`` (the command line
+uses ``state_slots // 5``), or the replay stops with a RuntimeError when the
+pool runs dry.
+
+``run`` (the replay engine, :mod:`mambaradix.sim.engine`) is imported on first
+use, so ``import mambaradix.sim`` stays light and never imports torch.
+:func:`sweep` replays one workload under several configurations; the
+command line is ``python -m mambaradix sim`` (:mod:`mambaradix.sim.cli`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import presets, workloads
+from .presets import PRESETS, ModelPreset, apply_preset, get_preset
+from .types import SimConfig, SimMetrics, SimRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import run
+    from .report import format_report, metrics_to_dict
+    from .sweep import sweep
+
+__all__ = [
+    "run",
+    "sweep",
+    "SimConfig",
+    "SimMetrics",
+    "SimRequest",
+    "ModelPreset",
+    "PRESETS",
+    "get_preset",
+    "apply_preset",
+    "presets",
+    "workloads",
+    "format_report",
+    "metrics_to_dict",
+]
+
+_LAZY = {
+    "run": ("engine", "run"),
+    "sweep": ("sweep", "sweep"),
+    "format_report": ("report", "format_report"),
+    "metrics_to_dict": ("report", "metrics_to_dict"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

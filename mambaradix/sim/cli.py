@@ -1,0 +1,605 @@
+"""``python -m mambaradix sim``: replay a workload through the cache and report.
+
+With no arguments it replays a built-in multi-turn chat workload (64 clients x
+8 rounds of 512-token messages and 64-token answers, in the shape of SGLang's
+``bench_multiturn``) through the C cache with the default configuration and
+prints the report.  Exit codes: 0 on
+success, 2 for a user error (bad flag, malformed trace, unknown preset,
+impossible pool sizes: one message, no traceback), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import itertools
+import json
+import math
+import sys
+import time
+import typing
+from typing import Any, Callable, Optional, Sequence
+
+from . import workloads as wl
+from .checks import (DECODE_BOUNDARIES, MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError,
+                     check_feasible)
+from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
+from .report import (MissingDependency, config_to_dict, format_report, format_sweep,
+                     metrics_to_dict, plot_sweep)
+from .sweep import SweepPoint, config_field_type, config_fields
+from .types import SimConfig, SimMetrics, SimRequest
+
+__all__ = ["main", "build_parser", "UserError"]
+
+WORKLOADS = ("multiturn", "gsp", "agentic", "mooncake")
+
+#: Sweepable names besides the SimConfig fields: sizes turned into slots /
+#: tokens by the model preset.
+SIZE_PARAMS = {"state_mem": "state_slots", "kv_mem": "kv_tokens"}
+
+
+class UserError(Exception):
+    """An error in what the user asked for: reported as one line, exit code 2."""
+
+
+# --------------------------------------------------------------------------
+# arguments
+# --------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(float(text)) if "e" in text.lower() else int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or inf, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or inf, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Replay a workload through mambaradix's C prefix cache and report how "
+                    "much of it the cache serves, what that costs and why tokens are lost.",
+        epilog="Examples:\n"
+               "  %(prog)s                                   # built-in multi-turn chat\n"
+               "  %(prog)s --workload mooncake --state-mem 8GiB --tp 4\n"
+               "  %(prog)s --workload gsp --sweep state_slots=32,64,128,256 --plot hit.png\n"
+               "  %(prog)s --trace my.jsonl --json > result.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w = p.add_argument_group("workload")
+    w.add_argument("--workload", choices=WORKLOADS, default=None,
+                   help="built-in workload (default: multiturn); mooncake is the bundled "
+                        "Mooncake conversation trace")
+    w.add_argument("--trace", metavar="FILE",
+                   help="replay a trace file: Mooncake JSONL (hash_ids) or token-id JSONL "
+                        "(input_ids), optionally gzip'd")
+    w.add_argument("--trace-format", choices=("auto", "mooncake", "tokens"), default="auto")
+    w.add_argument("--limit", type=_positive_int, metavar="N",
+                   help="replay only the first N requests")
+    w.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the workload and the replay")
+    w.add_argument("--request-rate", type=_rate, metavar="R",
+                   help="arrival rate in requests/s for generated workloads (inf: all at once)")
+    w.add_argument("--range-ratio", type=_ratio, default=1.0, metavar="R",
+                   help="generated lengths are uniform in [len*ratio, len] (default 1: fixed)")
+
+    g = p.add_argument_group("generated shared prefix (--workload gsp; SGLang's defaults)")
+    g.add_argument("--gsp-num-groups", type=_positive_int, metavar="N", default=64)
+    g.add_argument("--gsp-prompts-per-group", type=_positive_int, metavar="N", default=16)
+    g.add_argument("--gsp-system-prompt-len", type=_positive_int, metavar="N", default=2048)
+    g.add_argument("--gsp-question-len", type=_positive_int, metavar="N", default=128)
+    g.add_argument("--gsp-output-len", type=_positive_int, metavar="N", default=256)
+    g.add_argument("--gsp-group-distribution", choices=("uniform", "zipf"), default="uniform")
+    g.add_argument("--gsp-zipf-alpha", type=float, default=None, metavar="A",
+                   help="Zipf exponent of group popularity (default 1.0 with zipf)")
+    g.add_argument("--gsp-ordered", action="store_true",
+                   help="keep each group's requests together instead of shuffling")
+
+    m = p.add_argument_group(
+        "multi-turn chat (--workload multiturn, the default; SGLang's bench_multiturn runs "
+        "256 clients x 5 rounds)")
+    m.add_argument("--num-clients", type=_positive_int, metavar="N", default=64)
+    m.add_argument("--num-rounds", type=_positive_int, metavar="N", default=8)
+    m.add_argument("--request-length", type=_positive_int, metavar="N", default=512,
+                   help="tokens of each new user message")
+    m.add_argument("--output-length", type=_positive_int, metavar="N", default=64)
+    m.add_argument("--system-prompt-len", type=_nonneg_int, metavar="N", default=0,
+                   help="system prompt shared by all clients (default 0)")
+
+    a = p.add_argument_group("agentic branching (--workload agentic)")
+    a.add_argument("--agent-trees", type=_positive_int, metavar="N", default=8,
+                   help="independent tasks")
+    a.add_argument("--agent-depth", type=_positive_int, metavar="N", default=4,
+                   help="levels per tree")
+    a.add_argument("--agent-branching", type=_positive_int, metavar="N", default=3,
+                   help="children per step")
+    a.add_argument("--agent-system-len", type=_nonneg_int, metavar="N", default=2048)
+    a.add_argument("--agent-task-len", type=_positive_int, metavar="N", default=256)
+    a.add_argument("--agent-step-len", type=_positive_int, metavar="N", default=128)
+    a.add_argument("--agent-output-len", type=_positive_int, metavar="N", default=64)
+
+    c = p.add_argument_group("cache configuration")
+    c.add_argument("--model", default="qwen3-next",
+                   help=f"model preset sizing states, KV and FLOPs ({', '.join(PRESETS)})")
+    c.add_argument("--tp", type=_positive_int, metavar="N", default=1,
+                   help="tensor-parallel degree")
+    kv = c.add_mutually_exclusive_group()
+    kv.add_argument("--kv-tokens", type=_positive_int, metavar="N", help="KV pool size in tokens")
+    kv.add_argument("--kv-mem", type=_size, metavar="SIZE",
+                    help="KV pool size in bytes per GPU (e.g. 40GiB), sized by --model/--tp")
+    st = c.add_mutually_exclusive_group()
+    st.add_argument("--state-slots", type=_positive_int, metavar="N",
+                    help="recurrent-state slots in the pool")
+    st.add_argument("--state-mem", type=_size, metavar="SIZE",
+                    help="state pool in bytes per GPU (e.g. 8GiB), sized by --model/--tp")
+    c.add_argument("--page-size", type=_positive_int, metavar="N")
+    c.add_argument("--chunk-size", type=_positive_int, metavar="N",
+                   help="mamba cache chunk size: cached lengths are multiples of it")
+    c.add_argument("--track-interval", type=_positive_int, metavar="N",
+                   help="decode snapshot interval")
+    c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
+    c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
+                   help="eviction policy: sglang (v0.5.15 LRU) or consumed")
+    c.add_argument("--no-match-cap", action="store_true",
+                   help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
+    c.add_argument("--max-running", type=_positive_int, metavar="N",
+                   help="max requests running at once (default: state slots // 5, at most 64)")
+    c.add_argument("--chunked-prefill-size", type=_nonneg_int, metavar="N",
+                   help="prompt tokens prefilled per request per step (0: off)")
+    c.add_argument("--max-prefill-tokens", type=_positive_int, metavar="N",
+                   help="prompt tokens per prefill batch (SGLang's --max-prefill-tokens)")
+    c.add_argument("--decode-boundary", choices=DECODE_BOUNDARIES,
+                   help="decode track boundary check: committed (SGLang v0.5.15, the default) or "
+                        "batch (cannot fire twice under the overlap scheduler)")
+    c.add_argument("--states", choices=STATES,
+                   help="none: slots only (fast); toy: real toy states, every hit verified")
+    c.add_argument("--sweep", action="append", default=[], metavar="PARAM=V1,V2,...",
+                   help="replay once per value (repeat for a grid); PARAM is a SimConfig field "
+                        "(state_slots, kv_tokens, chunk_size, track_interval, lru_policy, mode, "
+                        "...) or state_mem / kv_mem")
+
+    o = p.add_argument_group("output")
+    o.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    o.add_argument("--plot", metavar="FILE.png",
+                   help="plot hit rate against the (first) swept parameter; without --sweep, "
+                        "against the state pool from 1/8 to 4x --state-slots (needs matplotlib)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--list-presets", action="store_true", help="list the model presets and exit")
+    return p
+
+
+# --------------------------------------------------------------------------
+# workload and configuration from the arguments
+# --------------------------------------------------------------------------
+
+
+def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[str, Any]]:
+    """The requests and a description of them."""
+    rate = args.request_rate
+    if rate is not None and (args.trace or args.workload == "mooncake"):
+        raise UserError("--request-rate applies to generated workloads; a trace keeps its own "
+                        "arrival times")
+    if args.trace:
+        if args.workload:
+            raise UserError("give either --workload or --trace, not both")
+        reqs = wl.load_trace(args.trace, args.trace_format, limit=args.limit)
+        desc = {"name": f"trace {args.trace}", "description": ""}
+        return reqs, desc
+    name = args.workload or "multiturn"
+    if name == "mooncake":
+        reqs = wl.mooncake_conversation(limit=args.limit)
+        desc = {"name": "Mooncake conversation trace",
+                "description": "bundled FAST'25 trace, 512-token hash blocks expanded to "
+                               "pseudo-tokens"}
+        return reqs, desc
+    if name == "gsp":
+        reqs = wl.generated_shared_prefix(
+            args.gsp_num_groups, args.gsp_prompts_per_group, args.gsp_system_prompt_len,
+            args.gsp_question_len, args.gsp_output_len, range_ratio=args.range_ratio,
+            group_distribution=args.gsp_group_distribution, zipf_alpha=args.gsp_zipf_alpha,
+            ordered=args.gsp_ordered, request_rate=math.inf if rate is None else rate,
+            seed=args.seed)
+        dist = args.gsp_group_distribution
+        if dist == "zipf":
+            dist += f"(alpha={args.gsp_zipf_alpha or 1.0})"
+        desc = {"name": "generated shared prefix",
+                "description": f"{args.gsp_num_groups} groups x {args.gsp_prompts_per_group} "
+                               f"prompts ({dist}), system prompt {args.gsp_system_prompt_len} + "
+                               f"question {args.gsp_question_len} tokens, output "
+                               f"{args.gsp_output_len}"}
+    elif name == "multiturn":
+        reqs = wl.multi_turn(
+            args.num_clients, args.num_rounds, args.request_length, args.output_length,
+            system_prompt_len=args.system_prompt_len, range_ratio=args.range_ratio,
+            request_rate=16.0 if rate is None else rate, seed=args.seed)
+        desc = {"name": "multi-turn chat",
+                "description": f"{args.num_clients} clients x {args.num_rounds} rounds, "
+                               f"{args.request_length}-token messages, {args.output_length}-token "
+                               f"answers, each turn = history + answer + new message"}
+    else:
+        reqs = wl.agentic_branching(
+            args.agent_trees, args.agent_depth, args.agent_branching, args.agent_system_len,
+            args.agent_task_len, args.agent_step_len, args.agent_output_len,
+            range_ratio=args.range_ratio, request_rate=math.inf if rate is None else rate,
+            seed=args.seed)
+        desc = {"name": "agentic branching",
+                "description": f"{args.agent_trees} trees, depth {args.agent_depth}, "
+                               f"branching {args.agent_branching}, system prompt "
+                               f"{args.agent_system_len}, steps of {args.agent_step_len} + "
+                               f"{args.agent_output_len} output tokens"}
+    if args.limit is not None:
+        reqs = reqs[:args.limit]
+    return reqs, desc
+
+
+def default_max_running(state_slots: int) -> int:
+    """Running requests allowed when --max-running is not given: each holds up
+    to 3 state slots and locks the cached state it matched, so a pool of S
+    slots runs at most S // 5 at once (at least 1, at most SimConfig's default),
+    which leaves the tree room to take snapshots."""
+    return max(1, min(SimConfig().max_running, state_slots // 5))
+
+
+def default_slot_sweep(state_slots: int, max_running: Optional[int]) -> list[int]:
+    """State pools --plot sweeps when no --sweep is given: 1/8 to 4 times the
+    configured pool, each large enough to run (max_running x 3 slots, or 5
+    slots when max_running follows the pool)."""
+    floor = 5 if max_running is None else SLOTS_PER_REQUEST["pp2"] * max_running
+    sizes = {max(floor, int(state_slots * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)}
+    return sorted(sizes)
+
+
+def _slots_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
+    per = preset.state_bytes_per_slot(tp)
+    if nbytes < per:
+        raise UserError(f"a state pool of {format_bytes(nbytes)} holds no state slot: one slot of "
+                        f"{preset.name} at tp={tp} is {format_bytes(per)}")
+    return nbytes // per
+
+
+def _tokens_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
+    per = preset.kv_bytes_per_token(tp)
+    if nbytes < per:
+        raise UserError(f"a KV pool of {format_bytes(nbytes)} holds no token: one token of "
+                        f"{preset.name} at tp={tp} is {format_bytes(per)}")
+    return nbytes // per
+
+
+def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
+    cfg: dict[str, Any] = {"seed": args.seed}
+    for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
+                 "max_running", "states", "max_prefill_tokens", "decode_boundary"):
+        value = getattr(args, name)
+        if value is not None:
+            cfg[name] = value
+    if args.kv_tokens is not None:
+        cfg["kv_tokens"] = args.kv_tokens
+    elif args.kv_mem is not None:
+        cfg["kv_tokens"] = _tokens_from_bytes(args.kv_mem, preset, args.tp)
+    if args.state_slots is not None:
+        cfg["state_slots"] = args.state_slots
+    elif args.state_mem is not None:
+        cfg["state_slots"] = _slots_from_bytes(args.state_mem, preset, args.tp)
+    if args.no_match_cap:
+        cfg["match_cap"] = False
+    if args.chunked_prefill_size is not None:
+        cfg["chunked_prefill_size"] = args.chunked_prefill_size or None
+    config = SimConfig(**cfg)
+    if args.max_running is None:
+        config = dataclasses.replace(config, max_running=default_max_running(config.state_slots))
+    return apply_preset(config, preset, args.tp)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_value(name: str, text: str) -> Any:
+    """A --sweep value converted to the SimConfig field's type."""
+    if name in SIZE_PARAMS:
+        return parse_size(text)
+    tp = config_field_type(name)
+    args = typing.get_args(tp)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), tp) if optional else tp
+    t = text.strip()
+    if optional and t.lower() in ("none", "off", "0", ""):
+        return None
+    if base is bool:
+        if t.lower() in _TRUE:
+            return True
+        if t.lower() in _FALSE:
+            return False
+        raise ValueError(f"{name} takes true/false, got {text!r}")
+    if base is int:
+        try:
+            v = float(t.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{name} takes integers, got {text!r}") from None
+        if not v.is_integer():
+            raise ValueError(f"{name} takes integers, got {text!r}")
+        return int(v)
+    if base is float:
+        try:
+            return float(t)
+        except ValueError:
+            raise ValueError(f"{name} takes numbers, got {text!r}") from None
+    return t
+
+
+def parse_sweeps(specs: Sequence[str]) -> dict[str, list[Any]]:
+    """{"state_slots": [32, 64]} from ["state_slots=32,64"]; UserError if bad."""
+    grid: dict[str, list[Any]] = {}
+    known = config_fields()
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip().replace("-", "_")
+        if name == "policy":
+            name = "lru_policy"
+        if not sep or not values.strip():
+            raise UserError(f"--sweep takes PARAM=V1,V2,..., got {spec!r}")
+        if name not in known and name not in SIZE_PARAMS:
+            raise UserError(f"--sweep: unknown parameter {name!r} (SimConfig fields: "
+                            f"{', '.join(known)}; or {', '.join(SIZE_PARAMS)})")
+        if name in grid:
+            raise UserError(f"--sweep: {name} given twice")
+        try:
+            grid[name] = [_parse_value(name, v) for v in values.split(",")]
+        except ValueError as e:
+            raise UserError(f"--sweep {name}: {e}") from None
+    targets = [SIZE_PARAMS.get(n, n) for n in grid]
+    if len(set(targets)) != len(targets):
+        raise UserError("--sweep: state_mem and state_slots (or kv_mem and kv_tokens) "
+                        "set the same thing; sweep one of them")
+    return grid
+
+
+def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPreset,
+                  tp: int, auto_running: bool) -> list[tuple[dict[str, Any], SimConfig]]:
+    """(shown parameters, config) per grid point; auto_running re-derives
+    max_running from each point's state pool (see default_max_running)."""
+    out = []
+    names = list(grid)
+    for combo in itertools.product(*(grid[n] for n in names)):
+        params = dict(zip(names, combo))
+        changes: dict[str, Any] = {}
+        for k, v in params.items():
+            if k == "state_mem":
+                changes["state_slots"] = _slots_from_bytes(v, preset, tp)
+            elif k == "kv_mem":
+                changes["kv_tokens"] = _tokens_from_bytes(v, preset, tp)
+            else:
+                changes[k] = v
+        if auto_running and "max_running" not in changes and "state_slots" in changes:
+            changes["max_running"] = default_max_running(changes["state_slots"])
+        shown = {k: (format_bytes(v) if k in SIZE_PARAMS else v) for k, v in params.items()}
+        out.append((shown, apply_preset(dataclasses.replace(base, **changes), preset, tp)))
+    return out
+
+
+# --------------------------------------------------------------------------
+# running
+# --------------------------------------------------------------------------
+
+
+class _Progress:
+    """Adapter from the engine's progress reports to a tqdm bar (if tqdm is
+    installed and stderr is a terminal; otherwise it does nothing)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self._bar = None
+        if enabled and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=total, desc=desc or "replay", unit="req", leave=False,
+                             delay=1.0, file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, done: int, total: Optional[int] = None) -> None:
+        if self._bar is not None:
+            if total is not None and total != self._bar.total:
+                self._bar.total = total
+            self._bar.update(done - self._bar.n)
+
+    def update(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _engine_run() -> Callable[..., SimMetrics]:
+    from . import engine  # imported here: the workloads and reports never need it
+
+    return engine.run
+
+
+def _run_one(run: Callable[..., SimMetrics], reqs: list[SimRequest], config: SimConfig,
+             desc: str, progress: bool) -> SimMetrics:
+    bar = _Progress(len(reqs), desc, progress)
+    try:
+        return run(reqs, config, progress=bar)
+    finally:
+        bar.close()
+
+
+def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelPreset,
+              base: SimConfig, points: list[SweepPoint], setup: dict[str, float]) -> dict:
+    doc: dict[str, Any] = {
+        "workload": workload,
+        "model": {"name": preset.name, "tp": args.tp,
+                  "state_bytes_per_slot": preset.state_bytes_per_slot(args.tp),
+                  "kv_bytes_per_token": preset.kv_bytes_per_token(args.tp),
+                  "flops_per_token": preset.flops_per_token},
+        "setup_seconds": setup,
+    }
+    if len(points) == 1 and not points[0].params:
+        doc["config"] = config_to_dict(points[0].config)
+        doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
+    else:
+        doc["config"] = config_to_dict(base)
+        doc["sweep"] = [{"params": p.params, "config": config_to_dict(p.config),
+                         "metrics": metrics_to_dict(p.metrics, preset)} for p in points]
+    return doc
+
+
+def run_cli(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse argv, run, print; return the exit code (raises UserError)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_presets:
+        for p in PRESETS.values():
+            sizes = ", ".join(f"tp{t} {format_bytes(p.state_bytes_per_slot(t))}"
+                              for t in (1, 2, 4, 8))
+            print(f"{p.name:14s} {p.description}\n{'':14s} state/slot: {sizes}; KV/token "
+                  f"{format_bytes(p.kv_bytes_per_token(1))} at tp1; "
+                  f"{p.flops_per_token / 1e9:.0f} GFLOP/token + attention")
+        return 0
+    try:
+        preset = get_preset(args.model)
+        preset.check_tp(args.tp)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    grid = parse_sweeps(args.sweep)
+    if args.plot:
+        try:
+            importlib.import_module("matplotlib")  # fail before the replays, not after
+            have_mpl = True
+        except ImportError:
+            have_mpl = False
+        if not have_mpl:
+            raise UserError("--plot needs matplotlib, which is not installed "
+                            "(pip install matplotlib)")
+
+    t0 = time.perf_counter()
+    try:
+        reqs, workload = _build_workload(args)
+    except wl.WorkloadError as e:
+        raise UserError(str(e)) from None
+    setup = {"workload": time.perf_counter() - t0}
+    workload.update(wl.workload_stats(reqs))
+
+    base = _build_config(args, preset)
+    if args.plot and not grid:
+        grid = {"state_slots": default_slot_sweep(base.state_slots,
+                                                  None if args.max_running is None
+                                                  else base.max_running)}
+    configs = _grid_configs(base, grid, preset, args.tp, args.max_running is None)
+    for params, config in configs:
+        try:
+            check_feasible(reqs, config)
+        except ConfigError as e:
+            where = " ".join(f"{k}={v}" for k, v in params.items())
+            raise UserError(f"{where}: {e}" if where else str(e)) from None
+
+    run = _engine_run()
+    points: list[SweepPoint] = []
+    for params, config in configs:
+        label = " ".join(f"{k}={v}" for k, v in params.items())
+        try:
+            metrics = _run_one(run, reqs, config, label, not args.no_progress and not args.json)
+        except ImportError as e:
+            if config.states != "toy":
+                raise
+            raise UserError(f"--states toy needs torch and the SGLang drop-in of this package, "
+                            f"which cannot be imported here ({e}); use --states none") from None
+        except (ValueError, RuntimeError) as e:
+            # The engine's own checks, and pools that run dry mid-replay.
+            where = f" ({label})" if label else ""
+            raise UserError(f"the replay stopped{where}: {e} (state slots {config.state_slots}, "
+                            f"max running {config.max_running}, KV tokens {config.kv_tokens:,})"
+                            ) from None
+        points.append(SweepPoint(params=params, config=config, metrics=metrics))
+        if grid and not args.json and not args.no_progress and sys.stderr.isatty():
+            print(f"  {label}: token hit {100 * metrics.token_hit_rate:.1f}%", file=sys.stderr)
+
+    if args.json:
+        json.dump(_document(args, workload, preset, base, points, setup), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif not grid:
+        print(format_report(points[0].metrics, points[0].config, workload=workload,
+                            preset=preset, tp=args.tp, extra_times=setup))
+    else:
+        print(f"{workload['name']}: {workload['requests']:,} requests, "
+              f"{workload['prompt_tokens']:,} prompt tokens; model {preset.name} tp={args.tp}")
+        print(format_sweep(points, preset))
+    if args.plot:
+        try:
+            title = f"{workload['name']} ({preset.name}, tp={args.tp})"
+            x = next(iter(points[0].params))
+            slot_b = format_bytes(preset.state_bytes_per_slot(args.tp))
+            token_b = format_bytes(preset.kv_bytes_per_token(args.tp))
+            xlabel = {"state_slots": f"state slots ({slot_b} each)",
+                      "kv_tokens": f"KV pool tokens ({token_b} each)",
+                      "state_mem": "state pool per GPU", "kv_mem": "KV pool per GPU"}.get(x, x)
+            plot_sweep(points, args.plot, x=x, title=title, xlabel=xlabel)
+        except MissingDependency as e:
+            raise UserError(str(e)) from None
+        except OSError as e:
+            raise UserError(f"cannot write {args.plot}: {e.strerror or e}") from None
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point: run_cli with user errors turned into a message and exit code 2."""
+    try:
+        return run_cli(argv)
+    except UserError as e:
+        print(f"mambaradix sim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mambaradix sim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

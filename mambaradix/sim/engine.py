@@ -1,0 +1,1173 @@
+"""The simulator's replay engine: runs a workload through the cache with the
+reference driver's scheduling rules and measures what the cache saves.
+
+``run(requests, config, progress=None) -> SimMetrics``.
+
+Two paths share the scheduling decisions of :mod:`mambaradix.driver`
+(:func:`~mambaradix.driver.match_key_limit`,
+:func:`~mambaradix.driver.prefill_track_point`,
+:func:`~mambaradix.driver.decode_track_due`,
+:func:`~mambaradix.driver.state_headroom`) and the same event loop (admission
+like SGLang's PrefillAdder, chunked prefill, continuous batching, the overlap
+scheduler's one-step lag in pp2 / lazy modes):
+
+- ``states="none"``: the native :class:`mambaradix.RadixTree` with the pools
+  kept as counters (no tensors, no torch).  KV indices and state slots carry no
+  data here, so only their counts are tracked; every tree operation (match with
+  its splits, insert with its duplicates, both evictions, locks) is the real
+  one.  Runs of decode steps in which nothing can change (no request finishes,
+  reaches a track boundary or needs an eviction, and no request can be
+  admitted) are applied in one go; everything else is stepped one scheduler
+  iteration at a time.
+- ``states="toy"``: the same replay for the metrics, then the workload again
+  through :class:`~mambaradix.driver.SchedulerDriver` over
+  ``mambaradix.sglang`` with the :class:`~mambaradix.toy_model.ToyRecurrentModel`
+  on CPU tensors.  Every state restored by a hit is compared with the toy
+  model's from-scratch recomputation of the matched prefix (an
+  ``AssertionError`` names the request on a mismatch), and every request's
+  usable prefix must equal the state-free replay's.
+
+Time model: a decode step takes ``decode_step_seconds``; a prefill batch takes
+``max(decode_step_seconds, tokens * prefill_token_seconds)``.  A request joins
+the waiting queue once the clock reaches its ``arrival``.
+
+Token accounting (every prompt token is counted exactly once; per request, at
+its first admission; ``L`` = prompt length):
+
+- ``state_usable_tokens`` U: the usable prefix the match returned (KV *and* a
+  state at its end): the tokens the prefill skips.
+- ``kv_matched_tokens`` M: tokens whose KV the match found (``kv_matched_len``,
+  through tombstones and into a split edge), ``U <= M``.
+- ``lost_alignment``: ``M - max(U, floor(M / C) * C)``: KV matched past the
+  last multiple of the chunk size C, where no snapshot can sit in extra_buffer
+  mode.
+- ``lost_no_state``: ``max(U, floor(M / C) * C) - U``: KV matched on the chunk
+  grid but no state at its end (tombstones left by splits, states evicted or
+  never tracked).
+- ``lost_eviction``: ``min(S, cap) - M``: tokens that were cached by earlier
+  requests (S = the longest prefix of the prompt ever inserted into the tree
+  before this admission) and within the match cap, whose KV was evicted since.
+- ``lost_match_cap``: ``S - min(S, cap)``, ``cap = L - 1`` with
+  ``match_cap`` (else L): tokens seen before but outside the match key.
+- never seen: ``L - S``.
+
+so ``prompt_tokens == state_usable + lost_no_state + lost_alignment +
+lost_eviction + lost_match_cap + never_seen_tokens``.
+
+Other metrics: ``state_hits`` (requests with U > 0); ``full_evictions``
+(evict_full calls that released something); ``state_evictions`` (states
+released by evict_mamba); ``kv_tokens_evicted`` (by either); state bytes
+``copied`` (copy-on-write at hits and no_buffer forks) and ``donated`` (slots
+handed to the tree without a copy), times ``state_bytes_per_slot``;
+``peak_state_slots`` / ``peak_kv_tokens`` in use; ``prefill_flops_saved`` =
+U x ``flops_per_token``; ``per_turn_hit_rate`` (turn -> U / L over that turn's
+requests); ``wall_seconds`` split into "cache" (time in tree calls), "driver"
+(the rest of the replay), "toy" (toy-model run) and "total".
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..driver import (DriverConfig, decode_track_due, match_key_limit, prefill_track_point,
+                      state_headroom)
+from .types import SimConfig, SimMetrics, SimRequest
+
+__all__ = ["run", "never_seen_tokens", "ReplayResult", "replay"]
+
+_MODES = ("pp2", "pp1", "lazy", "no_buffer")
+
+
+def never_seen_tokens(m: SimMetrics) -> int:
+    """Prompt tokens no earlier request had cached, from the other counts."""
+    return (m.prompt_tokens - m.state_usable_tokens - m.lost_no_state - m.lost_alignment
+            - m.lost_eviction - m.lost_match_cap)
+
+
+def _pseudo_outputs(rid: str, n: int) -> np.ndarray:
+    """Deterministic pseudo output tokens of request ``rid`` (int32, 1..150000)."""
+    h = 1469598103934665603
+    for ch in rid.encode():
+        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    # splitmix64 over the positions (uint64 array arithmetic wraps silently)
+    x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(h)
+    x = (x ^ (x >> _S30)) * _MIX1
+    x = (x ^ (x >> _S27)) * _MIX2
+    x = x ^ (x >> _S31)
+    return (x % _NTOK + _ONE).astype(np.int32)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_NTOK, _ONE = np.uint64(150000), np.uint64(1)
+
+
+def _validate(requests: list, config: SimConfig) -> None:
+    if not isinstance(config, SimConfig):
+        raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
+    if config.mode not in _MODES:
+        raise ValueError(f"config.mode must be one of {_MODES}, got {config.mode!r}")
+    if config.states not in ("none", "toy"):
+        raise ValueError(f"config.states must be 'none' or 'toy', got {config.states!r}")
+    if config.lru_policy not in ("sglang", "consumed"):
+        raise ValueError(f"config.lru_policy must be 'sglang' or 'consumed', "
+                         f"got {config.lru_policy!r}")
+    for name in ("kv_tokens", "state_slots", "page_size", "chunk_size", "track_interval",
+                 "max_running"):
+        v = getattr(config, name)
+        if not isinstance(v, (int, np.integer)) or v <= 0:
+            raise ValueError(f"config.{name} must be a positive int, got {v!r}")
+    if config.mode == "no_buffer" and config.page_size != 1:
+        raise ValueError("config.page_size must be 1 in no_buffer mode")
+    if config.state_slots < 3:
+        raise ValueError(f"config.state_slots must be >= 3 (running + ping-pong), "
+                         f"got {config.state_slots}")
+    if not isinstance(requests, (list, tuple)):
+        raise TypeError("requests must be a list of SimRequest")
+    seen: set = set()
+    for i, r in enumerate(requests):
+        if not isinstance(r, SimRequest):
+            raise TypeError(f"requests[{i}] must be a SimRequest, got {type(r).__name__}")
+        if r.rid in seen:
+            raise ValueError(f"requests[{i}]: duplicate rid {r.rid!r}")
+        seen.add(r.rid)
+        if len(r.input_ids) == 0:
+            raise ValueError(f"requests[{i}] ({r.rid!r}): input_ids is empty")
+        if r.output_len < 1:
+            raise ValueError(f"requests[{i}] ({r.rid!r}): output_len must be >= 1")
+        if r.output_ids is not None and len(r.output_ids) < r.output_len:
+            raise ValueError(f"requests[{i}] ({r.rid!r}): output_ids shorter than output_len")
+
+
+def _driver_config(config: SimConfig) -> DriverConfig:
+    return DriverConfig(mode=config.mode, chunk_size=config.chunk_size,
+                        track_interval=config.track_interval,
+                        chunked_prefill_size=config.chunked_prefill_size,
+                        max_running=config.max_running,
+                        max_prefill_tokens=int(getattr(config, "max_prefill_tokens", 16384)),
+                        match_cap=config.match_cap, page_size=config.page_size,
+                        new_token_ratio=float(getattr(config, "new_token_ratio", 1.0)),
+                        decode_boundary=str(getattr(config, "decode_boundary", "committed")))
+
+
+# ---------------------------------------------------------------------------
+# state-free replay over the native tree
+# ---------------------------------------------------------------------------
+class _R:
+    """One request in the state-free replay."""
+
+    __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "out", "prefix_len",
+                 "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
+                 "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
+                 "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen")
+
+    def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
+        self.rid = sim.rid
+        self.sim = sim
+        self.tokens = tokens
+        self.prompt_len = len(sim.input_ids)
+        self.output_len = int(sim.output_len)
+        self.ns = sim.extra_key
+        self.out = 0
+        self.prefix_len = 0
+        self.node: Any = None
+        self.cpl = 0
+        self.branching: Optional[int] = None
+        self.running = False
+        self.track: Optional[list] = None
+        self.next_idx = 0
+        self.last_track: Optional[int] = None
+        self.cow = False
+        self.needs_clear = False
+        self.committed = 0
+        self.allocated = 0
+        self.ext_end = 0
+        self.inflight = 0
+        self.epoch = 0
+        self.finished = False
+        self.admitted = False
+        self.is_insert = True
+        self.row = False
+        self.abort = False
+        self.chunks = 0
+        # running-batch bookkeeping: while in_run, committed and out are derived
+        # from the decode batch counters (see _Replay._sync)
+        self.in_run = False
+        self.j0: Optional[int] = None
+        self.c_base = 0
+        self.o_base = 0
+        self.seq = 0
+        self.res_key = 0
+        self.seen = 0                 # tokens of it the shadow tree is known to hold
+
+
+class ReplayResult:
+    """Metrics plus per-request usable prefixes (rid -> tokens) of a replay."""
+
+    def __init__(self, metrics: SimMetrics, prefixes: dict, check: Optional[Callable] = None):
+        self.metrics = metrics
+        self.prefixes = prefixes
+
+
+class _Replay:
+    """The driver's event loop over RadixTree with counted pools."""
+
+    def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
+                 check_every_step: bool = False) -> None:
+        import mambaradix
+
+        self.cfg = config
+        self.dcfg = _driver_config(config)
+        self.progress = progress
+        self.check_every_step = check_every_step
+        self.tree = mambaradix.RadixTree(page_size=config.page_size,
+                                         chunk_size=config.chunk_size,
+                                         lru_policy=config.lru_policy)
+        self.shadow = mambaradix.RadixTree(page_size=config.page_size,
+                                           chunk_size=config.chunk_size, lru_policy="consumed")
+        self.t_cache = 0.0
+        self.kv_total = int(config.kv_tokens)
+        self.kv_free = self.kv_total
+        self.slots_total = int(config.state_slots)
+        self.slots_free = self.slots_total
+        self.rows_total = int(config.max_running) + 2
+        self.rows_free = self.rows_total
+        self.pp_size = 2 if self.dcfg.overlap else 1
+        self.zeros = np.zeros(1 << 16, dtype=np.int64)
+        self.m = SimMetrics()
+        self.turn_usable: dict = {}
+        self.turn_prompt: dict = {}
+        self.copies = 0
+        self.donations = 0
+        self.clock = 0.0
+        order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
+        self.pending: deque = deque(requests[i] for i in order)
+        self.n_total = len(requests)
+        self.n_done = 0
+        self.waiting: list[_R] = []
+        self.running: list[_R] = []
+        self.chunked: Optional[_R] = None
+        self.batch_is_full = False
+        self.last_batch: Optional[tuple] = None
+        self.result_queue: deque = deque()
+        self.prefixes: dict = {}
+        self.live: list[_R] = []
+        self.extra_buffer = self.dcfg.extra_buffer
+        self.lazy = self.dcfg.lazy
+        self.interval = int(self.dcfg.track_interval)
+        # decode batches are numbered; prep_id / res_id: the last prepared /
+        # processed one.  A running request's committed KV and outputs follow
+        # from them, so a decode step costs O(requests it changes).
+        self.next_bid = 0
+        self.prep_id = -1
+        self.res_id = -1
+        self.pending_join: list[_R] = []
+        self.fin_at: dict = {}
+        self.bucket: dict = {}
+        self.seq = 0
+        self.need_filter = False
+        self.agg_len = 0
+        self.agg_obase = 0
+        self.agg_j0 = 0
+        self.agg_n = 0
+        self.agg_long = 0
+        self.fin_heap: list = []
+
+    # ----------------------------------------------------------- pool helpers
+    def _values(self, n: int) -> np.ndarray:
+        if n > len(self.zeros):
+            self.zeros = np.zeros(max(n, 2 * len(self.zeros)), dtype=np.int64)
+        return self.zeros[:n]
+
+    def _note_peaks(self) -> None:
+        used_s = self.slots_total - self.slots_free
+        if used_s > self.m.peak_state_slots:
+            self.m.peak_state_slots = used_s
+        used_k = self.kv_total - self.kv_free
+        if used_k > self.m.peak_kv_tokens:
+            self.m.peak_kv_tokens = used_k
+
+    def _evict(self, num_tokens: int = 0, num_states: int = 0) -> None:
+        t0 = time.perf_counter()
+        if num_tokens > 0:
+            r = self.tree.evict_full(num_tokens)
+            if r.tokens_evicted or r.states_evicted:
+                self.m.full_evictions += 1
+            self.kv_free += r.tokens_evicted
+            self.slots_free += r.states_evicted
+            self.m.kv_tokens_evicted += r.tokens_evicted
+        if num_states > 0:
+            r = self.tree.evict_mamba(num_states)
+            self.kv_free += r.tokens_evicted
+            self.slots_free += r.states_evicted
+            self.m.kv_tokens_evicted += r.tokens_evicted
+            self.m.state_evictions += r.states_evicted
+        self.t_cache += time.perf_counter() - t0
+
+    def _alloc_kv(self, n: int) -> None:
+        if self.kv_free < n:
+            self._evict(num_tokens=n)
+        if self.kv_free < n:
+            raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
+                               f"(free {self.kv_free}): raise kv_tokens")
+        self.kv_free -= n
+        self._note_peaks()
+
+    def _alloc_slot(self, protect: Any = None) -> bool:
+        if self.slots_free <= 0:
+            t0 = time.perf_counter()
+            if protect is not None:
+                self.tree.inc_lock_ref(protect)
+            self.t_cache += time.perf_counter() - t0
+            self._evict(num_states=1)
+            t0 = time.perf_counter()
+            if protect is not None:
+                self.tree.dec_lock_ref(protect)
+            self.t_cache += time.perf_counter() - t0
+        if self.slots_free <= 0:
+            return False
+        self.slots_free -= 1
+        self._note_peaks()
+        return True
+
+    def _insert(self, r: _R, n: int, prev: int) -> bool:
+        """Insert r's first n tokens; returns state_existed.  Frees duplicates."""
+        t0 = time.perf_counter()
+        res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
+                               prev_prefix_len=prev)
+        if n > r.seen and res.prefix_len < n:
+            # the shadow holds every key ever inserted (it never evicts): it has
+            # r's first r.seen tokens already, and any key the cache still had
+            self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
+            r.seen = n
+        self.t_cache += time.perf_counter() - t0
+        self.kv_free += len(res.duplicates)
+        return bool(res.state_existed)
+
+    def _rematch(self, r: _R, n: int) -> int:
+        t0 = time.perf_counter()
+        m = self.tree.match_prefix(r.tokens[:n], extra_key=r.ns)
+        self.tree.dec_lock_ref(r.node)
+        self.tree.inc_lock_ref(m.node)
+        self.t_cache += time.perf_counter() - t0
+        r.node = m.node
+        return len(m.indices)
+
+    def _free_states(self, r: _R, keep: Optional[int]) -> None:
+        """free_mamba_cache(req, keep)."""
+        if not r.running:
+            raise AssertionError(f"{r.rid}: state double free")
+        r.running = False
+        self.slots_free += 1
+        if r.track is not None:
+            for i, s in enumerate(r.track):
+                if s > 0 and i != keep:
+                    self.slots_free += 1
+            r.track = None
+            r.next_idx = 0
+
+    def _keep_idx(self, r: _R) -> int:
+        if self.dcfg.lazy:
+            return r.next_idx
+        return 1 - r.next_idx if self.pp_size == 2 else r.next_idx
+
+    # ----------------------------------------------------------- cache ops
+    def _cache_unfinished(self, r: _R, chunked: bool) -> None:
+        fill_len = r.ext_end
+        if self.dcfg.extra_buffer:
+            cache_len = r.last_track
+            if cache_len is None:
+                r.prefix_len = fill_len
+                return
+            if not self._alloc_slot():
+                raise RuntimeError("state pool exhausted donating a track slot (every cached "
+                                   "state is locked): raise state_slots or lower "
+                                   "max_running (SGLang sizes about 5 slots per request)")
+            keep = self._keep_idx(r)
+            if r.track is None or r.track[keep] <= 0:
+                raise AssertionError(f"{r.rid}: no track slot to donate")
+            # the fresh slot replaces the donated one
+            self.donations += 1
+        else:
+            cache_len = fill_len
+            if not self._alloc_slot():
+                raise RuntimeError("state pool exhausted forking a state: raise state_slots")
+            self.copies += 1
+        existed = self._insert(r, cache_len, r.cpl)
+        if existed:
+            self.slots_free += 1
+            if self.dcfg.extra_buffer:
+                self.donations -= 1
+        new_len = self._rematch(r, cache_len)
+        r.prefix_len = fill_len          # tree part + request-owned rest
+        r.cpl = new_len
+        r.last_track = None
+
+    def _cache_finished(self, r: _R, is_insert: bool) -> None:
+        committed = r.committed
+        if not is_insert:
+            self.kv_free += committed - r.cpl
+            self._free_states(r, None)
+        else:
+            if self.dcfg.extra_buffer:
+                cache_len = r.last_track or 0
+            else:
+                cache_len = committed
+            if cache_len != committed:
+                self.kv_free += committed - max(cache_len, r.cpl)
+            if self.dcfg.extra_buffer:
+                keep: Optional[int] = self._keep_idx(r)
+                if r.track is None or r.track[keep] <= 0:
+                    raise AssertionError(f"{r.rid}: cached track slot missing")
+                existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
+                if existed:
+                    keep = None
+                else:
+                    self.donations += 1
+                self._free_states(r, keep)
+            else:
+                existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
+                if existed:
+                    self._free_states(r, None)
+                else:
+                    self.donations += 1
+                    r.running = False
+                    r.track = None
+        t0 = time.perf_counter()
+        self.tree.dec_lock_ref(r.node)
+        self.t_cache += time.perf_counter() - t0
+        r.node = None
+
+    def _release(self, r: _R, is_insert: bool) -> None:
+        if not r.row:
+            if r.running:
+                r.running = False
+                self.slots_free += 1
+            return
+        self._cache_finished(r, is_insert)
+        self.kv_free += r.allocated - r.committed
+        r.row = False
+        self.rows_free += 1
+
+    def _finish(self, r: _R) -> None:
+        r.finished = True
+        self.n_done += 1
+        if self.progress is not None:
+            self.progress(self.n_done, self.n_total)
+
+    # ----------------------------------------------------------- match
+    def _match(self, r: _R) -> None:
+        fill_len = r.prompt_len + r.out
+        limit = match_key_limit(fill_len, self.dcfg.match_cap)
+        t0 = time.perf_counter()
+        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns)
+        seen = 0
+        if not r.admitted:
+            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns).kv_matched_len
+            r.seen = max(r.seen, seen)
+        self.t_cache += time.perf_counter() - t0
+        r.prefix_len = len(m.indices)
+        r.node = m.node
+        r.branching = m.branching_seqlen
+        r.cpl = r.prefix_len
+        if m.state is not None:
+            if not r.running:
+                if not self._alloc_slot(protect=m.node):
+                    raise RuntimeError("state pool exhausted at a hit: raise state_slots")
+                r.running = True
+            r.cow = True
+            r.needs_clear = False
+        self._pending_match = (m.kv_matched_len, seen)
+
+    # ----------------------------------------------------------- the loop
+    def run(self) -> None:
+        while self.pending or self.waiting or self.running or self.chunked is not None \
+                or self.result_queue or self.last_batch is not None:
+            while self.pending and self.pending[0].arrival <= self.clock:
+                self._submit(self.pending.popleft())
+            if (not self.waiting and not self.running and self.chunked is None
+                    and not self.result_queue and self.last_batch is None):
+                if self.pending:
+                    self.clock = max(self.clock, float(self.pending[0].arrival))
+                    continue
+                break
+            if self._fast_forward():
+                continue
+            self._step()
+            if self.check_every_step:
+                self.check()
+
+    def _submit(self, sim: SimRequest) -> None:
+        ids = np.ascontiguousarray(np.asarray(sim.input_ids, dtype=np.int32))
+        if sim.output_ids is not None:
+            outs = np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32)
+            spare = _pseudo_outputs(sim.rid + "#spare", 2)
+            tokens = np.concatenate([ids, outs, spare])
+        else:
+            # the outputs and two spare tokens (decoded by an overlap step
+            # after the request finished)
+            tokens = np.concatenate([ids, _pseudo_outputs(sim.rid, sim.output_len + 2)])
+        r = _R(sim, tokens)
+        self.waiting.append(r)
+        self.live.append(r)
+
+    def _step(self) -> None:
+        batch = self._get_next_batch()
+        if self.dcfg.overlap:
+            if batch is not None:
+                self.result_queue.append(batch)
+            if self.last_batch is not None:
+                self._process(self.result_queue.popleft())
+        elif batch is not None:
+            self._process(batch)
+        self.last_batch = batch
+        if batch is None:
+            # nothing ran: let time pass to the next arrival (or one step)
+            if self.pending:
+                self.clock = max(self.clock + self.cfg_step(), float(self.pending[0].arrival))
+            else:
+                self.clock += self.cfg_step()
+
+    def cfg_step(self) -> float:
+        return float(self.cfg.decode_step_seconds)
+
+    def _get_next_batch(self) -> Optional[tuple]:
+        if self.chunked is not None and self.chunked.abort:
+            r = self.chunked
+            self._release(r, False)
+            self._finish(r)
+            self.chunked = None
+        exclude = None
+        if self.chunked is not None:
+            exclude = self.chunked
+            if self.chunked.ext_end > self.chunked.prefix_len:
+                self._cache_unfinished(self.chunked, True)
+        if self.last_batch is not None and self.last_batch[0] == "extend":
+            before = len(self.running)
+            for r, epoch in self.last_batch[1]:
+                if r.finished or r is exclude or r.epoch != epoch or r.in_run:
+                    continue
+                self._join(r)
+            if len(self.running) == before and self.last_batch[1]:
+                self.batch_is_full = False
+        new = self._get_new_prefill_batch()
+        if new is not None:
+            return new
+        if not self.running:
+            return None
+        return self._update_running_batch()
+
+    def _num_allocatable(self) -> int:
+        return min(self.dcfg.max_running - len(self.running), self.rows_free)
+
+    def _rem_total(self, offset: float) -> float:
+        return self.kv_free + self.tree.full_evictable_size() - offset
+
+    def _get_new_prefill_batch(self) -> Optional[tuple]:
+        d = self.dcfg
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        if self._num_allocatable() <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        page = d.page_size
+        total_off = self._reserved_offset()
+        cur_off = 0.0
+        rem_input = float(d.max_prefill_tokens)
+        rem_chunk = d.chunked_prefill_size
+        can_run: list[_R] = []
+        new_chunked: Optional[_R] = None
+
+        def ceil_page(n: int) -> int:
+            return -(-n // page) * page
+
+        if self.chunked is not None:
+            r = self.chunked
+            rem = (int(min(rem_chunk, self._rem_total(total_off))) if rem_chunk is not None
+                   else int(self._rem_total(total_off)))
+            if rem <= 0:
+                rem = rem_chunk if rem_chunk is not None else 1
+            cand = r.prompt_len + r.out - r.prefix_len
+            truncated = cand > rem
+            n = min(cand, rem)
+            r.ext_end = r.prefix_len + n
+            can_run.append(r)
+            e = ceil_page(n)
+            total_off += e + (0 if truncated else min(r.output_len, d.clip_max_new_tokens)) + page
+            cur_off += e + page
+            rem_input -= e
+            if rem_chunk is not None:
+                rem_chunk -= e
+            self.chunked = r if truncated else None
+
+        n_taken = 0
+        for r in self.waiting:
+            if len(can_run) >= self._num_allocatable():
+                self.batch_is_full = True
+            if self.batch_is_full:
+                break
+            self._match(r)
+            kv_m, seen = self._pending_match
+            fill_len = r.prompt_len + r.out
+            max_new = min(max(r.output_len - r.out, 0), d.clip_max_new_tokens)
+            cand = fill_len - r.prefix_len
+            total = cand + max_new + page
+            real_input = ceil_page(cand)
+            status = "continue"
+            added = None
+            if total >= self._rem_total(total_off):
+                status = "no_token"
+            elif rem_chunk is None and can_run and real_input >= rem_input:
+                status = "other"
+            elif rem_chunk is None or real_input <= rem_chunk:
+                r.ext_end = fill_len
+                added = (real_input, min(r.output_len, d.clip_max_new_tokens))
+            else:
+                trunc = rem_chunk // page * page
+                now = (trunc + r.prefix_len) // page * page
+                trunc = now - r.prefix_len
+                if trunc <= 0:
+                    status = "other"
+                else:
+                    r.ext_end = r.prefix_len + trunc
+                    added = (trunc, 0)
+                    new_chunked = r
+            if added is not None:
+                can_run.append(r)
+                n_taken += 1
+                t0 = time.perf_counter()
+                self.tree.inc_lock_ref(r.node)
+                self.t_cache += time.perf_counter() - t0
+                e = ceil_page(added[0])
+                total_off += e + added[1] + page
+                cur_off += e + page
+                rem_input -= e
+                if rem_chunk is not None:
+                    rem_chunk -= e
+                if not r.admitted:
+                    self._account_admission(r, kv_m, seen)
+                if self._rem_total(total_off) <= 0 or self._rem_total(cur_off) <= 0:
+                    status = "no_token"
+                elif rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+                    status = "other"
+            if status != "continue":
+                if status == "no_token":
+                    self.batch_is_full = True
+                if not can_run or can_run[-1] is not r:
+                    r.cow = False
+                    r.needs_clear = False
+                    if r.running:
+                        r.running = False
+                        self.slots_free += 1
+                break
+        if not can_run:
+            return None
+        if n_taken:
+            # admitted requests are a prefix of the waiting queue
+            del self.waiting[:n_taken]
+        if new_chunked is not None:
+            self.chunked = new_chunked
+        if self.chunked is not None:
+            self.chunked.inflight += 1
+        return self._prepare_extend(can_run)
+
+    def _account_admission(self, r: _R, kv_m: int, seen: int) -> None:
+        m = self.m
+        L = r.prompt_len
+        U = r.prefix_len
+        C = self.cfg.chunk_size
+        cap = match_key_limit(L, self.dcfg.match_cap)
+        kv_m = min(kv_m, L)
+        seen = max(min(seen, L), kv_m)
+        grid = max(U, (kv_m // C) * C)
+        m.requests += 1
+        m.prompt_tokens += L
+        m.kv_matched_tokens += kv_m
+        m.state_usable_tokens += U
+        m.lost_alignment += kv_m - grid
+        m.lost_no_state += grid - U
+        m.lost_eviction += min(seen, cap) - kv_m
+        m.lost_match_cap += seen - min(seen, cap)
+        m.never_seen_tokens += L - seen
+        if U > 0:
+            m.state_hits += 1
+        t = int(r.sim.turn)
+        self.turn_usable[t] = self.turn_usable.get(t, 0) + U
+        self.turn_prompt[t] = self.turn_prompt.get(t, 0) + L
+        self.prefixes[r.rid] = U
+        r.admitted = True
+
+    def _prepare_extend(self, rs: list) -> tuple:
+        d = self.dcfg
+        evict = state_headroom(self.slots_free, len(rs), d.lazy)
+        if evict > 0:
+            self._evict(num_states=evict)
+        # HybridReqToTokenPool.alloc
+        need_rows = sum(1 for r in rs if not r.row)
+        need_slots = sum((0 if r.running else 1) for r in rs)
+        if d.extra_buffer:
+            need_slots += sum((0 if r.track is not None else (1 if d.lazy else self.pp_size))
+                              for r in rs)
+        if need_rows > self.rows_free:
+            raise RuntimeError("request rows exhausted")
+        if need_slots > self.slots_free:
+            raise RuntimeError(f"state pool exhausted admitting {len(rs)} requests "
+                               f"(need {need_slots}, free {self.slots_free}): "
+                               f"raise state_slots")
+        ext_total = 0
+        items = []
+        for r in rs:
+            if not r.row:
+                r.row = True
+                self.rows_free -= 1
+            if not r.running:
+                r.running = True
+                r.needs_clear = True
+                self.slots_free -= 1
+            if d.extra_buffer and r.track is None:
+                if d.lazy:
+                    r.track = [1, -1]
+                else:
+                    r.track = [1] * self.pp_size
+                    if self.pp_size == 1:
+                        r.track = [1]
+                r.next_idx = 0
+                self.slots_free -= (1 if d.lazy else self.pp_size)
+            P = r.prefix_len
+            E = r.ext_end - P
+            ext_total += E
+        self._note_peaks()
+        self._alloc_kv(ext_total)
+        for r in rs:
+            P = r.prefix_len
+            E = r.ext_end - P
+            r.committed = r.ext_end
+            r.allocated = r.ext_end
+            if d.extra_buffer:
+                point = prefill_track_point(P, E, d.chunk_size, r.branching)
+                if point is not None:
+                    if not d.lazy:
+                        r.next_idx = 1 - r.next_idx if self.pp_size == 2 else r.next_idx
+                    r.last_track = point
+            if r.cow:
+                self.copies += 1
+                r.cow = False
+                r.needs_clear = False
+            elif r.needs_clear:
+                r.needs_clear = False
+            r.chunks += 1
+            items.append((r, r.epoch))
+        self.clock += max(self.cfg_step(), ext_total * float(self.cfg.prefill_token_seconds))
+        return ("extend", items)
+
+    # ----------------------------------------------------------- running batch
+    def _reserved_offset(self) -> float:
+        """Decode tokens admission reserves for the running requests:
+        sum of min(remaining outputs, clip) * new_token_ratio (O(1) from
+        aggregates unless an output is longer than the clip)."""
+        d = self.dcfg
+        if self.agg_long:
+            total = 0.0
+            for r in self.running:
+                self._sync(r)
+                total += min(max(r.output_len - r.out, 0), d.clip_max_new_tokens)
+            return total * d.new_token_ratio
+        # sum over requests with j0 of (output_len - o_base - (res_id - j0 + 1))
+        rem = (self.agg_len - self.agg_obase - self.agg_n * (self.res_id + 1) + self.agg_j0)
+        for r in self.pending_join:
+            if r.in_run:
+                rem += max(r.output_len - r.out, 0)
+        return rem * d.new_token_ratio
+
+    def _agg(self, r: _R, sign: int) -> None:
+        self.agg_len += sign * r.output_len
+        self.agg_obase += sign * r.o_base
+        self.agg_j0 += sign * r.j0
+        self.agg_n += sign
+        if r.output_len > self.dcfg.clip_max_new_tokens:
+            self.agg_long += sign
+
+    def _add_fin(self, r: _R) -> None:
+        fin = r.j0 + (r.output_len - r.o_base) - 1
+        lst = self.fin_at.get(fin)
+        if lst is None:
+            lst = self.fin_at[fin] = []
+            heapq.heappush(self.fin_heap, fin)
+        lst.append((r, r.j0, r.o_base))
+
+    def _sync(self, r: _R) -> None:
+        """Materialise a running request's committed KV length and outputs."""
+        if r.in_run and r.j0 is not None:
+            r.committed = r.c_base + max(0, self.prep_id - r.j0 + 1)
+            r.allocated = r.committed
+            r.out = r.o_base + max(0, self.res_id - r.j0 + 1)
+
+    def _join(self, r: _R) -> None:
+        r.in_run = True
+        r.j0 = None
+        self.seq += 1
+        r.seq = self.seq
+        self.running.append(r)
+        self.pending_join.append(r)
+
+    def _leave(self, r: _R) -> None:
+        self._sync(r)
+        r.in_run = False
+        if r.j0 is not None:
+            self._agg(r, -1)
+            b = self.bucket.get(r.res_key)
+            if b is not None:
+                b.discard(r)
+                if not b:
+                    del self.bucket[r.res_key]
+        r.j0 = None
+        self.need_filter = True
+
+    def _check_decode_mem(self) -> bool:
+        n = len(self.running)
+        if self.kv_free < n:
+            self._evict(num_tokens=n)
+        return self.kv_free >= n
+
+    def _update_running_batch(self) -> Optional[tuple]:
+        if self.need_filter:
+            before = len(self.running)
+            self.running = [r for r in self.running if r.in_run]
+            self.need_filter = False
+            if len(self.running) < before:
+                self.batch_is_full = False
+        if not self.running:
+            return None
+        while not self._check_decode_mem():
+            if len(self.running) == 1:
+                raise RuntimeError("KV pool too small to decode a single request: "
+                                   "raise kv_tokens")
+            for r in self.running:
+                self._sync(r)
+            victim = max(self.running, key=lambda r: (r.out, -r.prompt_len))
+            self._retract(victim)
+            self.batch_is_full = False
+        return self._prepare_decode()
+
+    def _retract(self, r: _R) -> None:
+        self._leave(r)
+        self.running = [x for x in self.running if x is not r]
+        self.pending_join = [x for x in self.pending_join if x is not r]
+        self._release(r, False)
+        r.prefix_len = 0
+        r.node = None
+        r.cpl = 0
+        r.inflight = 0
+        r.running = False
+        r.track = None
+        r.next_idx = 0
+        r.last_track = None
+        r.branching = None
+        r.cow = False
+        r.needs_clear = False
+        r.committed = 0
+        r.allocated = 0
+        r.is_insert = True
+        r.epoch += 1
+        self.waiting.append(r)
+
+    def _prepare_decode(self) -> tuple:
+        b = self.next_bid
+        self.next_bid += 1
+        interval = self.interval
+        for r in self.pending_join:
+            if not r.in_run:
+                continue
+            r.j0 = b
+            r.c_base = r.committed
+            r.o_base = r.out
+            r.res_key = (b - 1 - r.c_base) % interval
+            self.bucket.setdefault(r.res_key, set()).add(r)
+            self._agg(r, +1)
+            self._add_fin(r)
+        self.pending_join = []
+        self._alloc_kv(len(self.running))
+        self.prep_id = b
+        if self.extra_buffer and self.lazy:
+            due = self.bucket.get(b % interval)
+            if due:
+                for r in sorted(due, key=lambda x: x.seq):
+                    self._lazy_prealloc(r)
+        self.clock += self.cfg_step()
+        return ("decode", b)
+
+    def _lazy_prealloc(self, r: _R) -> None:
+        other = 1 - r.next_idx
+        if r.track[other] != -1:
+            return
+        if not self._alloc_slot():
+            return
+        r.track[other] = 1
+        r.next_idx = other
+
+    def _process(self, batch: tuple) -> None:
+        kind, data = batch
+        if kind == "extend":
+            for r, epoch in data:
+                if r.epoch != epoch:
+                    continue
+                if r.finished and r.inflight <= 0:
+                    continue
+                if r.inflight > 0:
+                    r.inflight -= 1
+                    continue
+                if r.finished:
+                    continue
+                if r.in_run and r.j0 is not None:
+                    # already in a decode batch (overlap): its outputs are derived
+                    r.o_base += 1
+                    self.agg_obase += 1
+                    self._sync(r)
+                    self._add_fin(r)
+                else:
+                    r.out += 1
+                if r.abort or r.out >= r.output_len:
+                    if r.in_run:
+                        self._leave(r)
+                    self._release(r, True)
+                    self._finish(r)
+                else:
+                    self._cache_unfinished(r, False)
+            return
+        b = data
+        self.res_id = b
+        affected: dict = {}
+        for r, j0, o_base in self.fin_at.pop(b, ()):
+            if r.in_run and r.j0 == j0 and r.o_base == o_base:
+                affected[id(r)] = r
+        boundary = None
+        batch_mode = self.dcfg.decode_boundary == "batch"
+        if self.extra_buffer:
+            boundary = self.bucket.get((b if batch_mode else self.prep_id) % self.interval)
+            if boundary:
+                for r in boundary:
+                    if r.j0 is not None and r.j0 <= b:
+                        affected[id(r)] = r
+        if not affected:
+            return
+        interval = self.interval
+        for r in sorted(affected.values(), key=lambda x: x.seq):
+            if not r.in_run:
+                continue
+            self._sync(r)
+            done = r.out >= r.output_len
+            seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
+            if self.extra_buffer and r.track is not None and seq % interval == 0 \
+                    and r.j0 <= b:
+                r.last_track = seq
+                if self.lazy:
+                    other = 1 - r.next_idx
+                    if r.track[other] != -1:
+                        self.slots_free += 1
+                        r.track[other] = -1
+                    elif done:
+                        r.is_insert = False
+                else:
+                    r.next_idx = 1 - r.next_idx if self.pp_size == 2 else r.next_idx
+            if done:
+                self._leave(r)
+                self._release(r, r.is_insert if self.lazy else True)
+                self._finish(r)
+
+    def _fast_forward(self) -> bool:
+        """Apply k decode steps at once when none of them can change anything
+        but counters: no request finishes or reaches a track boundary in them,
+        no request can be admitted (nothing waits, or the batch is full), no
+        request arrives that could be, and the KV pool needs no eviction."""
+        if self.chunked is not None or self.pending_join or self.need_filter:
+            return False
+        lb = self.last_batch
+        if lb is None or lb[0] != "decode" or not self.running:
+            return False
+        if self.waiting and not self.batch_is_full:
+            return False
+        overlap = self.dcfg.overlap
+        if overlap and (len(self.result_queue) != 1 or self.result_queue[0][0] != "decode"):
+            return False
+        P = self.prep_id
+        k = (1 << 62)
+        if self.pending and not self.batch_is_full:
+            k = int((float(self.pending[0].arrival) - self.clock) / self.cfg_step()) - 1
+        bs = len(self.running)
+        k = min(k, self.kv_free // bs - 1)
+        heap = self.fin_heap
+        while heap and heap[0] not in self.fin_at:
+            heapq.heappop(heap)
+        while heap and heap[0] <= self.res_id:
+            f = heapq.heappop(heap)
+            self.fin_at.pop(f, None)
+        if heap:
+            k = min(k, heap[0] - self.res_id - 2)
+        if k < 2:
+            return False
+        if self.extra_buffer and self.bucket:
+            interval = self.interval
+            if (overlap and self.dcfg.decode_boundary == "batch"
+                    and (P % interval) in self.bucket):
+                return False        # batch P's result (still to process) is a boundary
+            d = min(((res - P) % interval) or interval for res in self.bucket)
+            k = min(k, d - 2)
+        if k < 2:
+            return False
+        self.next_bid += k
+        self.prep_id += k
+        self.res_id += k
+        self.kv_free -= k * bs
+        if overlap:
+            self.result_queue[0] = ("decode", self.prep_id)
+        self.last_batch = ("decode", self.prep_id)
+        self._note_peaks()
+        step = self.cfg_step()
+        for _ in range(k):          # the same float sums as k single steps
+            self.clock += step
+        return True
+
+    # ----------------------------------------------------------- checks
+    def check(self) -> None:
+        """Pool accounting: free + request-owned + tree-owned == total."""
+        t_kv, t_states = self.tree.total_size()
+        req_kv = 0
+        req_slots = 0
+        for r in self.live:
+            if r.finished:
+                continue
+            self._sync(r)
+            if r.row:
+                req_kv += r.allocated - r.cpl
+            if r.running:
+                req_slots += 1
+            if r.track is not None:
+                req_slots += sum(1 for s in r.track if s > 0)
+        if self.kv_free + req_kv + t_kv != self.kv_total:
+            raise AssertionError(f"KV accounting: free {self.kv_free} + requests {req_kv} + "
+                                 f"tree {t_kv} != {self.kv_total}")
+        if self.slots_free + req_slots + t_states != self.slots_total:
+            raise AssertionError(f"state accounting: free {self.slots_free} + requests "
+                                 f"{req_slots} + tree {t_states} != {self.slots_total}")
+        self.live = [r for r in self.live if not r.finished]
+
+    def metrics(self) -> SimMetrics:
+        m = self.m
+        per = int(getattr(self.cfg, "state_bytes_per_slot", 0))
+        m.state_bytes_copied = self.copies * per
+        m.state_bytes_donated = self.donations * per
+        m.prefill_flops_saved = float(m.state_usable_tokens) * float(
+            getattr(self.cfg, "flops_per_token", 0.0))
+        m.per_turn_hit_rate = {t: (self.turn_usable[t] / self.turn_prompt[t]
+                                   if self.turn_prompt[t] else 0.0)
+                               for t in sorted(self.turn_prompt)}
+        return m
+
+
+def replay(requests: list, config: SimConfig, progress: Optional[Callable] = None,
+           check_every_step: bool = False) -> ReplayResult:
+    """The state-free replay; ``check_every_step`` verifies the pool
+    accounting after every scheduler iteration (slow; for tests)."""
+    _validate(requests, config)
+    t0 = time.perf_counter()
+    rp = _Replay(list(requests), config, progress, check_every_step)
+    rp.run()
+    if check_every_step:
+        rp.check()
+    m = rp.metrics()
+    total = time.perf_counter() - t0
+    m.wall_seconds = {"cache": rp.t_cache, "driver": total - rp.t_cache, "total": total}
+    return ReplayResult(m, dict(rp.prefixes))
+
+
+# ---------------------------------------------------------------------------
+# toy-model replay through the driver and mambaradix.sglang
+# ---------------------------------------------------------------------------
+def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
+    """Replays through SchedulerDriver over mambaradix.sglang with the toy
+    model.  Every prefill forward compares the state the request resumes from
+    (after the deferred copy-on-write or clear) with the toy model's
+    recomputation of that prefix.  Returns (rid -> usable prefix, hits checked,
+    mismatching states)."""
+    from .. import driver as drv
+    from ..toy_model import ToyRecurrentModel
+
+    model = ToyRecurrentModel(seed=int(config.seed))
+    dcfg = _driver_config(config)
+    max_len = max(len(r.input_ids) + int(r.output_len) + 2 for r in requests) if requests else 1
+    setup = drv.build_dropin(dcfg, kv_tokens=int(config.kv_tokens),
+                             state_slots=int(config.state_slots), max_context_len=max_len,
+                             model=model, lru_policy=config.lru_policy)
+    memo: dict = {}
+    counts = {"checked": 0, "bad": 0}
+
+    def on_extend(rid: str, slot: int, prefix: np.ndarray, kind: str) -> None:
+        key = prefix.tobytes()
+        want = memo.get(key)
+        if want is None:
+            want = memo[key] = model.state_of(prefix)
+        counts["checked"] += 1
+        if not model.read_state(slot).equals(want):
+            counts["bad"] += 1
+
+    d = drv.SchedulerDriver(dcfg, setup.tree_cache, setup.req_to_token_pool, setup.allocator,
+                            api=setup.api, model=model, on_extend=on_extend)
+    order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
+    step_s = float(config.decode_step_seconds)
+    clock = 0.0
+    idx = 0
+    while idx < len(order) or not d.idle:
+        while idx < len(order) and float(requests[order[idx]].arrival) <= clock:
+            s = requests[order[idx]]
+            outs = (None if s.output_ids is None
+                    else np.asarray(s.output_ids[:s.output_len]).tolist())
+            if outs is None:
+                outs = _pseudo_outputs(s.rid, int(s.output_len)).tolist()
+            d.submit(drv.DriverRequest(s.rid, np.asarray(s.input_ids).tolist(),
+                                       int(s.output_len), s.extra_key, outs))
+            idx += 1
+        if d.idle and idx < len(order):
+            clock = max(clock, float(requests[order[idx]].arrival))
+            continue
+        d.step()
+        # the state-free replay's clock, step for step
+        b = d.last_batch
+        if b is None:
+            if idx < len(order):
+                clock = max(clock + step_s, float(requests[order[idx]].arrival))
+            else:
+                clock += step_s
+        elif b.kind == "extend":
+            tokens = sum(data[1] - data[0] for _, _, data in b.items)
+            clock += max(step_s, tokens * float(config.prefill_token_seconds))
+        else:
+            clock += step_s
+    return ({rid: rec.prefix_len for rid, rec in d.records.items()}, counts["checked"],
+            counts["bad"])
+
+
+def run(requests: list, config: SimConfig,
+        progress: Optional[Callable[[int, int], None]] = None) -> SimMetrics:
+    """Replays ``requests`` under ``config`` and returns the metrics (see the
+    module docstring for every definition)."""
+    res = replay(requests, config, progress)
+    m = res.metrics
+    if config.states == "toy":
+        t0 = time.perf_counter()
+        got, checked, bad = _toy_replay(list(requests), config)
+        for rid, want in res.prefixes.items():
+            if got.get(rid) != want:
+                raise AssertionError(f"request {rid}: usable prefix {got.get(rid)} through "
+                                     f"mambaradix.sglang, {want} in the state-free replay")
+        m.state_mismatches = bad
+        m.wall_seconds["toy"] = time.perf_counter() - t0
+        m.wall_seconds["total"] += m.wall_seconds["toy"]
+    return m

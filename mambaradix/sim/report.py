@@ -1,0 +1,322 @@
+"""What a replay shows a person: a terminal table, a JSON document, a plot.
+
+* :func:`format_report` -- the table of one run: hit rates (KV-matched vs
+  state-usable tokens, requests that reused a state), tokens lost by reason,
+  evictions, state bytes copied vs donated, peak pool use, prefill FLOPs
+  saved, per-turn hit rates and where the wall time went.
+* :func:`format_sweep` -- one line per configuration of a sweep.
+* :func:`metrics_to_dict` / :func:`config_to_dict` -- the same for machines.
+* :func:`plot_sweep` -- hit rate against a swept parameter (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from .presets import PRESET_ATTRS, ModelPreset, format_bytes
+from .types import SimConfig, SimMetrics
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sweep import SweepPoint
+
+__all__ = [
+    "MissingDependency",
+    "metrics_to_dict",
+    "config_to_dict",
+    "flops_saved",
+    "format_report",
+    "format_sweep",
+    "plot_sweep",
+    "format_count",
+]
+
+
+class MissingDependency(RuntimeError):
+    """An optional package (matplotlib) is needed and not installed."""
+
+
+def _rate(num: float, den: float) -> float:
+    return num / den if den else 0.0
+
+
+def _pct(num: float, den: float) -> str:
+    return f"{100.0 * _rate(num, den):5.1f}%"
+
+
+def format_count(n: float) -> str:
+    """12345678 -> "12.3M"; small numbers stay exact."""
+    n = float(n)
+    if abs(n) < 10_000:
+        return f"{n:,.0f}"
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n:.0f}"  # pragma: no cover
+
+
+def _format_flops(f: float) -> str:
+    for div, unit in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
+        if f >= div:
+            return f"{f / div:.2f} {unit}"
+    return f"{f:.3g} FLOP"
+
+
+def config_to_dict(config: SimConfig) -> dict[str, Any]:
+    """The config's fields, plus the model attributes a preset set on it."""
+    d = dataclasses.asdict(config)
+    for k in PRESET_ATTRS:
+        d.setdefault(k, getattr(config, k, None))
+    return d
+
+
+def flops_saved(metrics: SimMetrics, preset: Optional[ModelPreset]) -> float:
+    """Prefill FLOPs the cache saved: the engine's figure when it computed one,
+    else the preset's position-independent cost times the reused tokens."""
+    if metrics.prefill_flops_saved:
+        return float(metrics.prefill_flops_saved)
+    if preset is not None:
+        return preset.flops_per_token * metrics.state_usable_tokens
+    return 0.0
+
+
+def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None) -> dict[str, Any]:
+    """All SimMetrics fields plus the derived rates, JSON-ready."""
+    d = dataclasses.asdict(metrics)
+    d["per_turn_hit_rate"] = {str(k): float(v) for k, v in sorted(metrics.per_turn_hit_rate.items(),
+                                                                     key=lambda kv: int(kv[0]))}
+    d["wall_seconds"] = {str(k): float(v) for k, v in metrics.wall_seconds.items()}
+    d["token_hit_rate"] = metrics.token_hit_rate
+    d["kv_hit_rate"] = metrics.kv_hit_rate
+    d["state_hit_rate"] = metrics.state_hit_rate
+    d["prefill_flops_saved"] = flops_saved(metrics, preset)
+    return d
+
+
+def wall_total(metrics: SimMetrics) -> float:
+    """Seconds the replay took: the engine's "total" when it reports one,
+    else the sum of its phases."""
+    ws = metrics.wall_seconds
+    return float(ws["total"]) if "total" in ws else float(sum(ws.values()))
+
+
+def _table(rows: Sequence[tuple[str, str, str]], indent: str = "  ") -> list[str]:
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    return [f"{indent}{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
+
+
+def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int) -> list[str]:
+    cps = "off" if config.chunked_prefill_size is None else str(config.chunked_prefill_size)
+    lines = [
+        f"  KV pool {format_count(config.kv_tokens)} tokens, {config.state_slots} state slots, "
+        f"page {config.page_size}, chunk {config.chunk_size}, "
+        f"track interval {config.track_interval}",
+        f"  mode {config.mode}, policy {config.lru_policy}, match cap "
+        f"{'on' if config.match_cap else 'off'}, max running {config.max_running}, "
+        f"chunked prefill {cps}, states {config.states}",
+    ]
+    if preset is not None:
+        state_b = preset.state_bytes_per_slot(tp)
+        kv_b = preset.kv_bytes_per_token(tp)
+        lines.append(
+            f"  model {preset.name} tp={tp}: state {format_bytes(state_b)}/slot "
+            f"(pool {format_bytes(state_b * config.state_slots)}), KV {format_bytes(kv_b)}/token "
+            f"(pool {format_bytes(kv_b * config.kv_tokens)})")
+    return lines
+
+
+def format_report(
+    metrics: SimMetrics,
+    config: SimConfig,
+    *,
+    workload: Optional[dict[str, Any]] = None,
+    preset: Optional[ModelPreset] = None,
+    tp: int = 1,
+    extra_times: Optional[dict[str, float]] = None,
+) -> str:
+    """The terminal report of one replay.
+
+    workload: a description (``name`` and the sizes of
+    :func:`workloads.workload_stats`); extra_times: phases timed outside the
+    engine (e.g. building the workload), shown with the engine's own.
+    """
+    m = metrics
+    out: list[str] = []
+    if workload:
+        name = workload.get("name", "workload")
+        out.append(f"{name}: {workload.get('requests', m.requests):,} requests, "
+                   f"{format_count(workload.get('prompt_tokens', m.prompt_tokens))} prompt tokens, "
+                   f"{format_count(workload.get('output_tokens', 0))} output tokens")
+        if workload.get("description"):
+            out.append(f"  {workload['description']}")
+    out.append("config:")
+    out.extend(_config_lines(config, preset, tp))
+    out.append("")
+
+    P = m.prompt_tokens
+    out.append("hit rates")
+    out.extend(_table([
+        ("token hit rate", _pct(m.state_usable_tokens, P).strip(),
+         "prompt tokens reused: KV matched and a state at the match end"),
+        ("KV hit rate", _pct(m.kv_matched_tokens, P).strip(),
+         "prompt tokens whose KV was in the tree, with or without a state"),
+        ("state hit rate", _pct(m.state_hits, m.requests).strip(),
+         f"requests that reused a state ({m.state_hits:,} of {m.requests:,})"),
+    ]))
+    out.append("")
+
+    lost = [
+        ("lost: no state at the match end", m.lost_no_state),
+        ("lost: chunk alignment", m.lost_alignment),
+        ("lost: evicted since cached", m.lost_eviction),
+        ("lost: match cap (input_len - 1)", m.lost_match_cap),
+    ]
+    cold = getattr(m, "never_seen_tokens", 0) or (P - m.state_usable_tokens
+                                                   - sum(v for _, v in lost))
+    rows = [("reused (KV + state)", f"{m.state_usable_tokens:,}", _pct(m.state_usable_tokens, P))]
+    rows += [(k, f"{v:,}", _pct(v, P)) for k, v in lost]
+    if cold >= 0:
+        rows.append(("never cached before (cold)", f"{cold:,}", _pct(cold, P)))
+    rows.append(("prompt tokens", f"{P:,}", ""))
+    out.append("where the prompt tokens went")
+    out.extend(_table(rows))
+    out.append("")
+
+    out.append("evictions and pools")
+    pool_rows = [
+        ("full evictions", f"{m.full_evictions:,}", "evict_full calls that freed KV"),
+        ("state evictions", f"{m.state_evictions:,}", "states released by evict_mamba"),
+        ("KV tokens evicted", f"{m.kv_tokens_evicted:,}", "by either"),
+        ("peak state slots in use", f"{m.peak_state_slots:,}", f"of {config.state_slots:,}"),
+        ("peak KV tokens in use", f"{m.peak_kv_tokens:,}", f"of {config.kv_tokens:,}"),
+        ("state bytes copied", format_bytes(m.state_bytes_copied), "copy-on-write at hits, forks"),
+        ("state bytes donated", format_bytes(m.state_bytes_donated),
+         "snapshots handed to the tree without a copy"),
+    ]
+    if config.states == "toy":
+        pool_rows.append(("toy states that differed", f"{getattr(m, 'state_mismatches', 0):,}",
+                          "restored states checked against a recomputation"))
+    out.extend(_table(pool_rows))
+    out.append("")
+
+    fl = flops_saved(m, preset)
+    if preset is not None:
+        out.append(f"prefill FLOPs saved for {preset.name}: {_format_flops(fl)} "
+                   f"({preset.flops_per_token / 1e9:.1f} GFLOP per reused token, attention "
+                   f"not counted)")
+        out.append("")
+    elif fl:
+        out.append(f"prefill FLOPs saved: {_format_flops(fl)}")
+        out.append("")
+
+    if len(m.per_turn_hit_rate) > 1:
+        out.append("token hit rate per turn")
+        turns = sorted(m.per_turn_hit_rate.items(), key=lambda kv: int(kv[0]))
+        out.append("  " + "  ".join(f"{int(t):>5}" for t, _ in turns[:16]))
+        out.append("  " + "  ".join(f"{100 * v:4.0f}%" for _, v in turns[:16]))
+        if len(turns) > 16:
+            out.append(f"  ({len(turns) - 16} more turns in --json)")
+        out.append("")
+
+    times = dict(extra_times or {})
+    times.update((k, v) for k, v in m.wall_seconds.items() if k != "total")
+    if times:
+        total = sum(times.get(k, 0.0) for k in (extra_times or {})) + wall_total(m)
+        parts = ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+        out.append(f"wall time {total:.2f} s: {parts}")
+    return "\n".join(out)
+
+
+def _point_label(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] = None) -> str:
+    """One line per swept configuration."""
+    keys = list(points[0].params) if points else []
+    header = keys + ["token hit", "KV hit", "state hit", "lost:no-state", "lost:evict",
+                     "state evict", "peak slots", "wall s"]
+    rows = []
+    for p in points:
+        m = p.metrics
+        P = m.prompt_tokens
+        rows.append([str(p.params[k]) for k in keys] + [
+            _pct(m.state_usable_tokens, P).strip(), _pct(m.kv_matched_tokens, P).strip(),
+            _pct(m.state_hits, m.requests).strip(), _pct(m.lost_no_state, P).strip(),
+            _pct(m.lost_eviction, P).strip(), f"{m.state_evictions:,}",
+            f"{m.peak_state_slots:,}", f"{wall_total(m):.2f}",
+        ])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _is_numeric(values: Sequence[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = None,
+               title: Optional[str] = None, xlabel: Optional[str] = None) -> None:
+    """Token hit rate (solid) and KV hit rate (dashed) against the swept
+    parameter x (default: the first one); one line per combination of the
+    other swept parameters.  Writes a PNG to path."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingDependency(
+            "--plot needs matplotlib: pip install matplotlib "
+            "(or pip install 'mambaradix[sim]')") from None
+    if not points:
+        raise ValueError("nothing to plot")
+    keys = list(points[0].params)
+    if x is None:
+        x = keys[0] if keys else "state_slots"
+    others = [k for k in keys if k != x]
+    series: dict[tuple, list["SweepPoint"]] = {}
+    for p in points:
+        series.setdefault(tuple(p.params[k] for k in others), []).append(p)
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    xs_all = [p.params.get(x, getattr(p.config, x, None)) for p in points]
+    numeric = _is_numeric(xs_all)
+    categories = list(dict.fromkeys(xs_all))
+    for i, (combo, pts) in enumerate(series.items()):
+        if numeric:
+            pts = sorted(pts, key=lambda p: p.params.get(x, getattr(p.config, x)))
+        xs = [p.params.get(x, getattr(p.config, x)) for p in pts]
+        if not numeric:
+            xs = [categories.index(v) for v in xs]
+        label = " ".join(f"{k}={v}" for k, v in zip(others, combo)) or "token hit rate"
+        color = f"C{i % 10}"
+        ax.plot(xs, [100 * p.metrics.token_hit_rate for p in pts], marker="o", color=color,
+                label=label)
+        ax.plot(xs, [100 * p.metrics.kv_hit_rate for p in pts], linestyle="--", color=color,
+                alpha=0.5, label=f"{label} (KV matched)" if others else "KV matched")
+    if numeric:
+        span = [v for v in xs_all if v > 0]
+        if span and max(span) / min(span) >= 16:
+            ax.set_xscale("log", base=2)
+        ticks = sorted(set(xs_all))
+        if len(ticks) <= 12:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([f"{v:g}" for v in ticks])
+            ax.minorticks_off()
+    else:
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels([str(c) for c in categories])
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel("prompt tokens served from cache (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+

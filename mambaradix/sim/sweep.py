@@ -1,0 +1,112 @@
+"""Replay one workload under several configurations.
+
+    from mambaradix.sim import sweep, SimConfig, workloads
+    reqs = workloads.multi_turn(num_clients=64, num_rounds=6)
+    points = sweep(reqs, SimConfig(max_running=12), model="qwen3-next",
+                   state_slots=[64, 128, 256], lru_policy=["sglang", "consumed"])
+    for p in points:
+        print(p.params, p.metrics.token_hit_rate)
+
+The grid is the product of the keyword lists, in keyword order (the last one
+varies fastest).  Every key must be a :class:`SimConfig` field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+from .presets import ModelPreset, apply_preset
+from .report import wall_total
+from .types import SimConfig, SimMetrics, SimRequest
+
+__all__ = ["SweepPoint", "sweep", "config_fields", "config_field_type", "points_to_rows"]
+
+
+@dataclass
+class SweepPoint:
+    """One configuration of a sweep and what its replay measured."""
+
+    params: dict[str, Any]
+    config: SimConfig
+    metrics: SimMetrics
+
+
+def config_fields() -> list[str]:
+    """Names of the SimConfig fields, in declaration order."""
+    return [f.name for f in dataclasses.fields(SimConfig)]
+
+
+def config_field_type(name: str) -> Any:
+    """The resolved type annotation of a SimConfig field (e.g. int, Optional[int])."""
+    return typing.get_type_hints(SimConfig)[name]
+
+
+def _check_names(names: Iterable[str]) -> None:
+    known = config_fields()
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown SimConfig parameter {name!r} (known: {', '.join(known)})")
+
+
+def sweep(
+    requests: Sequence[SimRequest],
+    base: Optional[SimConfig] = None,
+    *,
+    model: Union[ModelPreset, str, None] = None,
+    tp: int = 1,
+    run: Optional[Callable[..., SimMetrics]] = None,
+    on_point: Optional[Callable[[SweepPoint], None]] = None,
+    **grid: Sequence[Any],
+) -> list[SweepPoint]:
+    """Replay ``requests`` once per point of the grid over ``base``.
+
+    model, tp: a model preset (or its name) whose state size and FLOPs per
+      token the replays report bytes and FLOPs with (see
+      :func:`presets.apply_preset`).
+    run: the replay function (default :func:`mambaradix.sim.run`).
+    on_point: called after each replay (e.g. to print progress).
+    """
+    base = base if base is not None else SimConfig()
+    _check_names(grid)
+    for name, values in grid.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise ValueError(f"sweep values of {name!r} must be a list, got {values!r}")
+    if run is None:
+        from .engine import run as engine_run
+
+        run = engine_run
+    names = list(grid)
+    points = []
+    for combo in itertools.product(*(list(grid[n]) for n in names)):
+        params = dict(zip(names, combo))
+        config = dataclasses.replace(base, **params)
+        if model is not None:
+            config = apply_preset(config, model, tp)
+        point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
+        points.append(point)
+        if on_point is not None:
+            on_point(point)
+    return points
+
+
+def points_to_rows(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
+    """Flat dicts (swept parameters, then rates and counters) for tables and
+    data frames."""
+    rows = []
+    for p in points:
+        m = p.metrics
+        row = dict(p.params)
+        row.update(
+            token_hit_rate=m.token_hit_rate, kv_hit_rate=m.kv_hit_rate,
+            state_hit_rate=m.state_hit_rate, lost_no_state=m.lost_no_state,
+            lost_alignment=m.lost_alignment, lost_eviction=m.lost_eviction,
+            lost_match_cap=m.lost_match_cap, state_evictions=m.state_evictions,
+            full_evictions=m.full_evictions, peak_state_slots=m.peak_state_slots,
+            wall_seconds=wall_total(m),
+        )
+        rows.append(row)
+    return rows

@@ -1,0 +1,435 @@
+"""Whole request lifecycles through mambaradix.sglang, driven the way
+SGLang v0.5.15's scheduler drives its cache: match (input_len - 1 cap,
+copy-on-write), admission, prefill tracking, cache_unfinished_req,
+decode boundaries, cache_finished_req.
+
+A stand-in "forward" writes into the state pool a fingerprint of exactly
+the tokens a state has consumed (running slot after every step, track slot
+at every snapshot), so every hit can be checked: the state a request copies
+from the tree must be the fingerprint of the prefix it was given.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from array import array
+from typing import Optional
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mambaradix import _C  # noqa: E402
+from mambaradix.sglang import (  # noqa: E402
+    CacheInitParams,
+    HybridReqToTokenPool,
+    Mamba2CacheParams,
+    Mamba2StateDType,
+    Mamba2StateShape,
+    MambaRadixCache,
+    MatchPrefixParams,
+    RadixKey,
+    Req,
+    SamplingParams,
+    TokenToKVPoolAllocator,
+    alloc_req_slots,
+    release_kv_cache,
+)
+
+C = 64
+
+
+def fingerprint(tokens) -> float:
+    return float(zlib.crc32(np.asarray(tokens, dtype=np.int64).tobytes()) % (1 << 22) + 1)
+
+
+class Loop:
+    """A minimal SGLang-style scheduler loop (one request at a time unless
+    told otherwise), with a fingerprinting forward."""
+
+    def __init__(self, *, extra_buffer: bool, overlap: bool = True, lazy: bool = False, interval: int = 256,
+                 mamba_size: int = 64, kv_size: int = 8192, rows: int = 16, chunk: Optional[int] = None) -> None:
+        shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=8, n_groups=1, num_heads=1,
+                                        head_dim=2, state_size=2, conv_kernel=2)
+        params = Mamba2CacheParams(shape=shape, layers=[0],
+                                   dtype=Mamba2StateDType(conv=torch.float32, temporal=torch.float32))
+        self.pool = HybridReqToTokenPool(
+            size=rows, mamba_size=mamba_size, max_context_len=4096, device="cpu", cache_params=params,
+            mamba_layer_ids=[0], enable_mamba_extra_buffer=extra_buffer, enable_mamba_extra_buffer_lazy=lazy,
+            enable_overlap_schedule=overlap, mamba_track_interval=interval,
+        )
+        self.alloc = TokenToKVPoolAllocator(size=kv_size, dtype=torch.float32, device="cpu", kvcache=None,
+                                            need_sort=False)
+        self.tree = MambaRadixCache(
+            CacheInitParams(disable=False, req_to_token_pool=self.pool, token_to_kv_pool_allocator=self.alloc,
+                            page_size=1, enable_mamba_extra_buffer=extra_buffer,
+                            enable_mamba_extra_buffer_lazy=lazy),
+            chunk_size=C, track_interval=interval)
+        self.extra = extra_buffer
+        self.interval = interval
+        self.chunk = chunk
+        self.temporal = self.pool.mamba_pool.mamba_cache.temporal
+        self.rid = 0
+
+    # -- state fingerprints ------------------------------------------------
+
+    def state(self, slot: int) -> float:
+        return float(self.temporal[0, slot, 0, 0, 0])
+
+    def set_state(self, slot: int, v: float) -> None:
+        self.temporal[0, slot, 0, 0, 0] = v
+
+    def check(self) -> None:
+        self.tree.sanity_check()
+        self.pool.mamba_allocator.check()
+        self.alloc.check()
+        self.pool.check()
+
+    # -- one request ---------------------------------------------------------
+
+    def admit(self, tokens) -> Req:
+        self.rid += 1
+        req = Req(rid=self.rid, origin_input_text="", origin_input_ids=array("q", tokens),
+                  sampling_params=SamplingParams(max_new_tokens=1))
+        req.init_next_round_input(self.tree)
+        alloc_req_slots(self.pool, [req], self.tree)
+        self.tree.inc_lock_ref(req.last_node)
+        self.check()
+        return req
+
+    def prefill(self, req: Req, end: Optional[int] = None) -> None:
+        """Extend from the request's prefix to `end` (default: all input)."""
+        P = len(req.prefix_indices)
+        tokens = list(req.origin_input_ids) + list(req.output_ids)
+        end = len(tokens) if end is None else end
+        E = end - P
+        row = req.req_pool_idx
+        kv = self.alloc.alloc(E)
+        self.pool.write((row, slice(0, P)), req.prefix_indices.to(torch.int32))
+        self.pool.write((row, slice(P, end)), kv.to(torch.int32))
+        req.set_extend_range(P, end)
+        req.kv_committed_len = req.kv_allocated_len = end
+        # deferred copy-on-write / clear, then the state must be the prefix's
+        run = int(req.mamba_pool_idx)
+        if req.mamba_cow_src_index is not None:
+            self.pool.mamba_pool.copy_from(req.mamba_cow_src_index, req.mamba_pool_idx.reshape(1))
+            req.mamba_cow_src_index = None
+        elif req.mamba_needs_clear:
+            self.pool.mamba_pool.clear_slots(req.mamba_pool_idx.reshape(1))
+        req.mamba_needs_clear = False
+        if P > 0:
+            assert self.state(run) == fingerprint(tokens[:P]), "a hit handed out the wrong state"
+        if self.extra:
+            slot, mask, _ = self.tree.prepare_extend_track(req, P, E)
+            if mask:
+                self.set_state(slot, fingerprint(tokens[: req.mamba_last_track_seqlen]))
+        self.set_state(run, fingerprint(tokens[:end]))
+
+    def decode(self, req: Req, token: int, finished: bool = False) -> None:
+        """One decode step that appends `token` (its KV is computed)."""
+        req.output_ids.append(token)
+        seq = len(req.origin_input_ids) + len(req.output_ids) - 1   # tokens whose KV exists after this step
+        kv = self.alloc.alloc(1)
+        self.pool.write((req.req_pool_idx, slice(seq - 1, seq)), kv.to(torch.int32))
+        req.kv_committed_len = req.kv_allocated_len = seq
+        lc = self.tree._lc
+        from mambaradix.sglang.pools import _rs_of
+        old = _rs_of(req)
+        rs, slot, mask = lc.decode_prepare(req.req_pool_idx, old, seq)
+        self.pool._apply_rs(req, rs, old)
+        tokens = list(req.origin_input_ids) + list(req.output_ids)
+        if mask:
+            self.set_state(slot, fingerprint(tokens[:seq]))
+        self.set_state(int(req.mamba_pool_idx), fingerprint(tokens[:seq]))
+        if finished:
+            req.finished_reason = "length"
+        old = _rs_of(req)
+        rs, _ = lc.decode_finish(req.req_pool_idx, old, seq, finished)
+        self.pool._apply_rs(req, rs, old)
+
+    def finish(self, req: Req, is_insert: bool = True) -> None:
+        release_kv_cache(req, self.tree, is_insert=is_insert)
+        self.check()
+
+    def run(self, tokens, out_len: int = 1) -> int:
+        """One whole request; returns its cache hit (prefix length)."""
+        req = self.admit(tokens)
+        hit = len(req.prefix_indices)
+        n = len(tokens)
+        if self.chunk:
+            start = hit
+            while n - start > self.chunk:
+                self.prefill(req, start + self.chunk)
+                self.tree.cache_unfinished_req(req, chunked=True)
+                self.check()
+                start = start + self.chunk
+                assert len(req.prefix_indices) == start
+        self.prefill(req)
+        req.output_ids.append(7)   # the prefill's output token
+        if out_len > 1:
+            self.tree.cache_unfinished_req(req)
+            self.check()
+            for i in range(out_len - 1):
+                self.decode(req, 1000 + i, finished=(i == out_len - 2))
+        self.finish(req)
+        return hit
+
+
+def doc_workload():
+    a = lambda v: [v] * 256  # noqa: E731
+    return [a(1) + a(2), a(1) + a(3), a(1) + a(4), a(1) + a(2) + a(5), a(1) + a(4) + a(5),
+            a(1) + a(3) + a(5), a(1) + a(3), a(1) + a(3)]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_design_example_extra_buffer(overlap: bool) -> None:
+    """The design document's 8-request example, with SGLang's input_len - 1
+    cap: 0 0 256 512 512 256 256 448 (NOTES.md)."""
+    loop = Loop(extra_buffer=True, overlap=overlap)
+    hits = [loop.run(t) for t in doc_workload()]
+    assert hits == [0, 0, 256, 512, 512, 256, 256, 448]
+    # no state was copied except at hits (copy-on-write)
+    traffic = loop.tree.state_traffic()
+    assert traffic["forks"] == 0
+    assert loop.pool.mamba_pool.bytes_copied == sum(1 for h in hits if h) * loop.pool.mamba_pool.slot_bytes
+
+
+def test_design_example_no_buffer() -> None:
+    """no_buffer: identical prompts never hit: 0 0 0 512 512 512 0 0."""
+    loop = Loop(extra_buffer=False, overlap=False)
+    assert [loop.run(t) for t in doc_workload()] == [0, 0, 0, 512, 512, 512, 0, 0]
+
+
+def test_lazy_buffer_same_hits_as_extra_buffer() -> None:
+    loop = Loop(extra_buffer=True, lazy=True)
+    assert [loop.run(t) for t in doc_workload()] == [0, 0, 256, 512, 512, 256, 256, 448]
+
+
+def test_chunked_prefill_snapshots_relative_to_chunk_start() -> None:
+    """Chunk 100: snapshots at 64 (chunk 1), 164 (chunk 2), 264 ... (SGLang's
+    quirk); a follow-up request hits the last one."""
+    loop = Loop(extra_buffer=True, chunk=100)
+    toks = list(range(1, 301))
+    assert loop.run(toks) == 0
+    # the cached path: 64, then 164, then 264 (each a multiple of 64 from its chunk's start)
+    assert loop.run(toks + [999]) == 264
+
+
+def test_decode_boundaries_cache_interval_multiples() -> None:
+    """Output >= 2: end-of-prefill caching clears the tracked length; a
+    decode step that reaches a multiple of the interval snapshots again."""
+    loop = Loop(extra_buffer=True, interval=16)
+    prompt = list(range(1, 129))             # 128 tokens: snapshot at 128
+    assert loop.run(prompt, out_len=20) == 0
+    # seq reached 128 + 19 = 147 KV tokens: boundary at 144
+    follow = prompt + [7] + [1000 + i for i in range(19)] + [5]
+    assert loop.run(follow) == 144
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_overlap_finish_keeps_tree_slot(overlap: bool) -> None:
+    """Semantics 3.3: under overlap, batch N+1 is launched (track slot
+    fixed) before batch N's result shows the request finished.  The slot
+    the tree keeps must not be the one N+1 writes; with a single track slot
+    (no overlap) it is, which is why the overlap scheduler needs two."""
+    loop = Loop(extra_buffer=True, overlap=overlap, interval=8)
+    prompt = list(range(1, 65))  # 64 tokens: prefill snapshot at 64
+    req = loop.admit(prompt)
+    loop.prefill(req)
+    req.output_ids.append(7)
+    loop.tree.cache_unfinished_req(req)
+    # decode up to a boundary: seq 72 is a multiple of 8
+    for i in range(8):
+        loop.decode(req, 1000 + i)
+    assert req.mamba_last_track_seqlen == 72
+    # batch N+1 is prepared before batch N's result: it fixes its track slot
+    next_slot = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
+    # batch N's result: the request finished -> the tree takes track[keep]
+    req.finished_reason = "length"
+    release_kv_cache(req, loop.tree)
+    cached = prompt + [7] + [1000 + i for i in range(7)]
+    assert len(cached) == 72
+    node = loop.tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", cached + [0])))).last_device_node
+    tree_slot = int(node.mamba_value[0])
+    want = fingerprint(cached)
+    assert loop.state(tree_slot) == want
+    # ... and then the in-flight forward N+1 writes its track slot
+    loop.set_state(next_slot, -12345.0)
+    if overlap:
+        assert next_slot != tree_slot
+        assert loop.state(tree_slot) == want
+    else:
+        assert next_slot == tree_slot   # the hazard the second slot removes
+    loop.check()
+
+
+@pytest.mark.parametrize("extra_buffer", [True, False])
+def test_random_workload_against_reference(extra_buffer: bool) -> None:
+    """Random shared-prefix requests (mixed output lengths, chunking, small
+    pools so eviction happens): every hit's state is the right
+    fingerprint (checked in prefill) and all accounting holds after every
+    step; hits are never longer than the matched tokens allow."""
+    rng = random.Random(11 + extra_buffer)
+    loop = Loop(extra_buffer=extra_buffer, overlap=extra_buffer, mamba_size=12, kv_size=3000,
+                chunk=rng.choice([None, 128]) if extra_buffer else None, interval=32)
+    bases = [[rng.randint(1, 50) for _ in range(rng.randint(64, 300))] for _ in range(4)]
+    seen: list[list[int]] = []
+    for i in range(60):
+        base = rng.choice(bases)
+        toks = base[: rng.randint(1, len(base))] + [rng.randint(1, 50) for _ in range(rng.randint(1, 120))]
+        hit = loop.run(toks, out_len=rng.choice([1, 1, 3, 40]))
+        assert hit < len(toks)
+        if hit:
+            # a hit is a prefix some earlier request really had
+            assert any(s[:hit] == toks[:hit] for s in seen)
+            if extra_buffer:
+                assert hit % C == 0 or hit == 0 or any(len(s) >= hit for s in seen)
+        seen.append(toks + [7])
+    traffic = loop.tree.state_traffic()
+    if extra_buffer:
+        assert traffic["forks"] == 0
+
+
+def test_finish_twice_and_abort_paths() -> None:
+    loop = Loop(extra_buffer=True)
+    req = loop.admit(list(range(1, 200)))
+    loop.prefill(req)
+    loop.finish(req)
+    with pytest.raises(RuntimeError, match="finished twice"):
+        loop.tree.cache_finished_req(req)
+    # abort before admission: the copy-on-write slot comes back
+    loop.run(list(range(1, 200)))
+    r2 = Req(rid="x", origin_input_ids=array("q", range(1, 200)))
+    r2.init_next_round_input(loop.tree)
+    assert r2.mamba_pool_idx is not None and r2.req_pool_idx is None
+    free_before = loop.pool.mamba_allocator.available_size()
+    release_kv_cache(r2, loop.tree)
+    assert loop.pool.mamba_allocator.available_size() == free_before + 1
+    # retract (is_insert=False): everything the request had is freed
+    r3 = loop.admit(list(range(1, 150)))
+    loop.prefill(r3)
+    kv_free = loop.alloc.available_size()
+    loop.finish(r3, is_insert=False)
+    assert loop.alloc.available_size() > kv_free
+    c = loop.pool.mamba_allocator._slots.counts()
+    assert c["req"] == 0 and c["held"] == 0
+    assert c["tree"] == loop.tree.total_size()[1]
+
+
+# ---------------------------------------------------------------------------
+# The one-call-per-batch C API
+
+
+class BatchLoop:
+    """The same scheduler loop on Lifecycle's batched calls; the state pool
+    is a numpy array of fingerprints, one per slot."""
+
+    def __init__(self, *, extra_buffer: bool = True, lazy: bool = False, interval: int = 256,
+                 mamba_size: int = 64, kv_size: int = 20000, rows: int = 16, page_size: int = 1) -> None:
+        pp = 2
+        self.state_alloc = _C.SlotAllocator(mamba_size)
+        self.kv_alloc = _C.SlotAllocator(kv_size, page_size)
+        self.rp = _C.ReqPool(rows, 4096, pp)
+        self.lc = _C.Lifecycle(self.state_alloc, self.kv_alloc, self.rp, page_size=page_size,
+                               chunk_size=max(C, page_size), extra_buffer=extra_buffer, lazy=lazy,
+                               track_buffer_size=pp, track_interval=interval)
+        self.states = np.zeros(mamba_size + 1)
+        self.extra = extra_buffer
+
+    def prefill(self, keys):
+        out = self.lc.prefill_batch(keys)
+        assert out is not None
+        for i, toks in enumerate(keys):
+            P = int(out["prefix_len"][i])
+            if out["cow_src"][i] >= 0:
+                self.states[out["cow_dst"][i]] = self.states[out["cow_src"][i]]
+                assert self.states[out["cow_dst"][i]] == fingerprint(toks[:P])
+            else:
+                assert P == 0
+            if out["track_mask"][i]:
+                # the kernel snapshots at the aligned length (seqlen, or B + 1 at a branch)
+                sl = int(out["track_seqlen"][i])
+                ln = sl - 1 if (sl - 1) % C == 0 and sl - 1 > P and sl != len(toks) else sl
+                ln = P + (ln - P) // C * C
+                self.states[out["track_slot"][i]] = fingerprint(toks[:ln])
+        self.lc.check()
+        return out
+
+    def finish(self, rows, keys):
+        self.lc.finish_batch(rows, keys)
+        self.lc.check()
+
+
+def test_batch_api_design_example() -> None:
+    loop = BatchLoop()
+    hits = []
+    for toks in doc_workload():
+        out = loop.prefill([toks])
+        hits.append(int(out["prefix_len"][0]))
+        loop.finish(out["rows"], [toks + [7]])
+    assert hits == [0, 0, 256, 512, 512, 256, 256, 448]
+    assert loop.lc.stats()["forks"] == 0
+    assert loop.lc.stats()["cow"] == sum(1 for h in hits if h)
+    c = loop.state_alloc.counts()
+    assert c["req"] == 0 and c["held"] == 0 and c["tree"] == loop.lc.sizes()[2] + loop.lc.sizes()[3]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_batch_api_random_batches(page_size: int) -> None:
+    """Batches of requests with decode steps; accounting after every call;
+    a batch of requests is admitted together or not at all."""
+    rng = random.Random(5 + page_size)
+    loop = BatchLoop(interval=32, mamba_size=40, kv_size=6000, rows=8, page_size=page_size)
+    bases = [[rng.randint(1, 30) for _ in range(rng.randint(100, 400))] for _ in range(3)]
+    running: dict[int, list[int]] = {}
+    for step in range(80):
+        if running and rng.random() < 0.4:
+            rows = list(running)
+            got = loop.lc.decode_batch(rows)
+            assert got is not None
+            for r in rows:
+                running[r].append(rng.randint(1, 30))
+            loop.lc.check()
+        if running and rng.random() < 0.4:
+            done = rng.sample(list(running), rng.randint(1, len(running)))
+            loop.finish(done, [running[r] + [0] for r in done])
+            for r in done:
+                del running[r]
+        k = rng.randint(1, 3)
+        if len(running) + k <= 8:
+            keys = []
+            for _ in range(k):
+                b = rng.choice(bases)
+                keys.append(b[: rng.randint(1, len(b))] + [rng.randint(1, 30) for _ in range(rng.randint(1, 80))])
+            before = (loop.state_alloc.counts(), loop.kv_alloc.counts(), loop.rp.available_size())
+            out = loop.lc.prefill_batch(keys)
+            if out is None:
+                assert (loop.state_alloc.counts()["held"], loop.rp.available_size()) == (before[0]["held"], before[2])
+            else:
+                for r, toks in zip(out["rows"].tolist(), keys):
+                    running[r] = list(toks)
+                    assert loop.rp.table[r, : len(toks)].min() > 0
+            loop.lc.check()
+    loop.finish(list(running), [running[r] + [0] for r in running])
+    c = loop.state_alloc.counts()
+    assert c["req"] == 0 and c["held"] == 0
+    kc = loop.kv_alloc.counts()
+    assert kc["req"] == 0 and kc["held"] == 0   # every KV page is free or the tree's
+
+
+def test_batch_api_bad_input() -> None:
+    loop = BatchLoop()
+    out = loop.prefill([list(range(1, 100))])
+    row = int(out["rows"][0])
+    loop.finish([row], [list(range(1, 101))])
+    with pytest.raises(_C.OwnershipError, match="finished twice"):
+        loop.lc.finish_batch([row], [list(range(1, 101))])
+    with pytest.raises(ValueError):
+        loop.lc.decode_batch([row])
+    with pytest.raises(ValueError, match="max_context_len"):
+        loop.lc.prefill_batch([list(range(1, 5000))])
+    with pytest.raises(TypeError):
+        loop.lc.prefill_batch([["a"]])
+    loop.lc.check()

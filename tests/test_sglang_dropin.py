@@ -1,0 +1,277 @@
+"""SGLang v0.5.15's own unit-test flows (test_mamba_pool,
+test_mamba_radix_cache_1, test_insert_prev_prefix_len) run through
+mambaradix.sglang, with SGLang's numbers, in two set-ups:
+
+- "own": mambaradix's pools (everything in C);
+- "foreign": pools the cache does not recognise as its own (a delegating
+  wrapper here; SGLang's real pools when the sglang wheel imports), so the
+  cache frees through the pools' Python methods.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mambaradix import _C  # noqa: E402
+from mambaradix.sglang import (  # noqa: E402
+    CacheInitParams,
+    EvictParams,
+    HybridReqToTokenPool,
+    InsertParams,
+    Mamba2CacheParams,
+    Mamba2StateDType,
+    Mamba2StateShape,
+    MambaRadixCache,
+    MatchPrefixParams,
+    RadixKey,
+    Req,
+    SamplingParams,
+    TokenToKVPoolAllocator,
+)
+
+GLOBAL_INTERVAL = 4
+NUM_LAYERS = 48
+MAMBA_LAYERS = [i for i in range(NUM_LAYERS) if (i + 1) % GLOBAL_INTERVAL != 0]
+
+
+class Foreign:
+    """Delegates everything to a pool object but is not one of ours, so the
+    cache takes its 'someone else's pools' path."""
+
+    def __init__(self, inner: Any) -> None:
+        object.__setattr__(self, "_inner", inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
+
+
+def _cache_params(small: bool = True) -> Mamba2CacheParams:
+    # SGLang's test uses intermediate 4096 / 32 heads x 128 x 128; the flows
+    # count slots, so a small state keeps the pool tensors small.
+    shape = Mamba2StateShape.create(
+        tp_world_size=1,
+        intermediate_size=64 if small else 4096,
+        n_groups=2 if small else 16,
+        num_heads=4 if small else 32,
+        head_dim=8 if small else 128,
+        state_size=8 if small else 128,
+        conv_kernel=4,
+    )
+    return Mamba2CacheParams(shape=shape, layers=MAMBA_LAYERS,
+                             dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=torch.bfloat16))
+
+
+def _setup(setup: str, *, extra_buffer: bool = False):
+    pool = HybridReqToTokenPool(
+        size=10,
+        mamba_size=20,
+        mamba_spec_state_size=10,
+        max_context_len=128,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=_cache_params(),
+        mamba_layer_ids=MAMBA_LAYERS,
+        enable_mamba_extra_buffer=extra_buffer,
+        speculative_num_draft_tokens=3,
+    )
+    alloc = TokenToKVPoolAllocator(size=128, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    p, a = (pool, alloc) if setup == "own" else (Foreign(pool), Foreign(alloc))
+    params = CacheInitParams(page_size=1, disable=False, req_to_token_pool=p, token_to_kv_pool_allocator=a,
+                             enable_mamba_extra_buffer=extra_buffer)
+    tree = MambaRadixCache(params, chunk_size=64)
+    return tree, pool, alloc
+
+
+def _check(tree: MambaRadixCache, pool: HybridReqToTokenPool, alloc: TokenToKVPoolAllocator) -> None:
+    tree.sanity_check()
+    pool.mamba_allocator.check()
+    alloc.check()
+    pool.check()
+
+
+def _dummy_req(pool: HybridReqToTokenPool) -> Req:
+    req = Req(rid=0, origin_input_text="", origin_input_ids=array("q"),
+              sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+    pool.alloc([req])
+    return req
+
+
+def test_mamba_pool() -> None:
+    """SGLang's test_mamba_pool, numbers included."""
+    pool = HybridReqToTokenPool(
+        size=10, mamba_size=20, mamba_spec_state_size=10, max_context_len=128, device="cpu",
+        enable_memory_saver=False, cache_params=_cache_params(), mamba_layer_ids=MAMBA_LAYERS,
+        enable_mamba_extra_buffer=False, speculative_num_draft_tokens=3,
+    )
+    assert pool.available_size() == 10
+    assert pool.mamba_allocator.available_size() == 20
+    req = Req(rid=0, origin_input_text="", origin_input_ids=[], sampling_params=SamplingParams())
+    pool.alloc([req])
+    assert (pool.available_size(), pool.mamba_allocator.available_size()) == (9, 19)
+    assert req.mamba_needs_clear
+    pool.free_mamba_cache(req)
+    pool.free(req)
+    assert (pool.available_size(), pool.mamba_allocator.available_size()) == (10, 20)
+    req.mamba_pool_idx = None
+    pool.alloc([req])
+    pool.free(req)
+    assert (pool.available_size(), pool.mamba_allocator.available_size()) == (10, 19)
+    pool.alloc([req])
+    assert (pool.available_size(), pool.mamba_allocator.available_size()) == (9, 19)
+    # the slot is the request's, the mapping says so
+    assert int(pool.req_index_to_mamba_index_mapping[req.req_pool_idx]) == int(req.mamba_pool_idx)
+    assert pool.mamba_allocator._slots.owner(int(req.mamba_pool_idx)) == req.req_pool_idx
+    pool.mamba_allocator.check()
+    pool.check()
+
+
+@pytest.mark.parametrize("setup", ["own", "foreign"])
+def test_mamba_radix_cache_1(setup: str) -> None:
+    """SGLang's test_mamba_radix_cache_1 flow and assertions."""
+    tree, pool, alloc = _setup(setup)
+    mamba_pool = pool.mamba_pool
+
+    def ins(tokens, req):
+        kv = alloc.alloc(len(tokens))
+        r = tree.insert(InsertParams(key=RadixKey(array("q", tokens)), value=kv,
+                                     mamba_value=req.mamba_pool_idx.unsqueeze(-1)))
+        _check(tree, pool, alloc)
+        return r
+
+    req1 = _dummy_req(pool)
+    assert ins([1, 2, 3], req1).prefix_len == 0
+    req2 = _dummy_req(pool)
+    r2 = ins([1, 2, 3, 4, 5, 6, 7], req2)
+    assert r2.prefix_len == 3
+    assert alloc.available_size() == 128 - 7   # the 3 duplicate indices came back
+    req3 = _dummy_req(pool)
+    assert ins([10, 11, 12], req3).prefix_len == 0
+    req4 = _dummy_req(pool)
+    assert ins([1, 2, 3, 4, 5, 60, 70], req4).prefix_len == 5
+    assert tree.total_size() == (3 + 4 + 3 + 2, 4)
+
+    r = tree.evict(EvictParams(num_tokens=1))
+    assert r.num_tokens_evicted >= 1
+    _check(tree, pool, alloc)
+    r = tree.evict(EvictParams(num_tokens=0, mamba_num=1))
+    assert r.mamba_num_evicted >= 1
+    _check(tree, pool, alloc)
+
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5]))))
+    assert len(m.device_indices) == 0
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 60, 70]))))
+    assert len(m.device_indices) == 7 and len(m.last_device_node.key) == 2
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 6, 7]))))
+    assert len(m.device_indices) == 7 and len(m.last_device_node.key) == 2
+
+    r = tree.evict(EvictParams(num_tokens=0, mamba_num=1))
+    assert r.mamba_num_evicted >= 1
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 60, 70]))))
+    assert len(m.device_indices) == 0 and len(m.last_device_node.key) == 0
+    assert m.last_device_node is tree.root_node
+
+    req9 = _dummy_req(pool)  # (SGLang's make_dummy_req allocates a slot too)
+    pool.free_mamba_cache(req9)
+    assert req9.mamba_pool_idx is None
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 6, 7])), req=req9, cow_mamba=True))
+    last = m.last_device_node
+    assert req9.mamba_pool_idx is not None
+    assert int(req9.mamba_cow_src_index[0]) == int(last.mamba_value[0])
+    assert req9.mamba_needs_clear is False
+    # the copy is deferred to the forward: do it as the model runner would
+    mamba_pool.copy_from(req9.mamba_cow_src_index, req9.mamba_pool_idx.reshape(1))
+    for conv in mamba_pool.mamba_cache.conv:
+        assert torch.equal(conv[:, req9.mamba_pool_idx], conv[:, last.mamba_value[0]])
+    assert torch.equal(mamba_pool.mamba_cache.temporal[:, req9.mamba_pool_idx],
+                       mamba_pool.mamba_cache.temporal[:, last.mamba_value[0]])
+    assert "Available full tokens" in tree.available_and_evictable_str()
+    _check(tree, pool, alloc)
+    # every state slot is free, a request's, or the tree's
+    c = pool.mamba_allocator._slots.counts()
+    held = sum(1 for r in (req1, req2, req3, req4, req9) if r.mamba_pool_idx is not None)
+    assert c["free"] + c["held"] + c["req"] + c["tree"] == 20
+    if setup == "own":
+        assert c["tree"] == tree.total_size()[1]
+
+
+@pytest.mark.parametrize("setup", ["own", "foreign"])
+def test_insert_prev_prefix_len(setup: str) -> None:
+    """SGLang's test_insert_prev_prefix_len with its exact numbers."""
+    tree, pool, alloc = _setup(setup)
+    avail0 = alloc.available_size()
+
+    def ins(tokens, prev):
+        req = _dummy_req(pool)
+        kv = alloc.alloc(len(tokens))
+        r = tree.insert(InsertParams(key=RadixKey(array("q", tokens)), value=kv,
+                                     mamba_value=req.mamba_pool_idx.unsqueeze(-1), prev_prefix_len=prev))
+        _check(tree, pool, alloc)
+        return r
+
+    ins([1, 2, 3], 0)
+    assert alloc.available_size() == avail0 - 3
+    r = ins([1, 2, 3, 4, 5, 6, 7], 0)
+    assert r.prefix_len == 3 and alloc.available_size() == avail0 - 7
+    a = alloc.available_size()
+    r = ins([1, 2, 3, 4, 5, 6, 7, 8], 2)
+    assert r.prefix_len == 7 and alloc.available_size() == a - 3
+    a = alloc.available_size()
+    r = ins([1, 2, 3, 4, 5, 6, 7, 8, 9], 8)
+    assert r.prefix_len == 8 and alloc.available_size() == a - 9
+
+
+def test_extra_key_namespaces_and_root_identity() -> None:
+    tree, pool, alloc = _setup("own")
+    req = _dummy_req(pool)
+    tree.insert(InsertParams(key=RadixKey(array("q", [1, 2, 3]), "lora-a"), value=alloc.alloc(3),
+                             mamba_value=req.mamba_pool_idx.reshape(1)))
+    miss = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4]))))
+    hit = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4]), "lora-a")))
+    assert miss.last_device_node is tree.root_node and len(miss.device_indices) == 0
+    assert len(hit.device_indices) == 3 and hit.last_device_node.key.extra_key == "lora-a"
+    assert hit.last_device_node.parent is tree.root_node
+    assert list(tree.root_node.children.values()) == [hit.last_device_node]
+    limited = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4]), "lora-a", limit=2)))
+    assert len(limited.device_indices) == 0   # the cap cuts inside the node: split, no state
+    _check(tree, pool, alloc)
+
+
+def test_bad_input_gives_clear_errors_and_keeps_accounting() -> None:
+    tree, pool, alloc = _setup("own")
+    req = _dummy_req(pool)
+    slot = req.mamba_pool_idx.reshape(1)
+    kv = alloc.alloc(3)
+    tree.insert(InsertParams(key=RadixKey(array("q", [1, 2, 3])), value=kv, mamba_value=slot))
+    # the tree owns the slot and the KV now
+    with pytest.raises(_C.OwnershipError, match="not owned by the caller"):
+        pool.mamba_allocator.free(slot)
+    with pytest.raises(_C.OwnershipError):
+        alloc.free(kv)
+    # a slot nobody holds cannot be inserted
+    with pytest.raises(_C.OwnershipError):
+        tree.insert(InsertParams(key=RadixKey(array("q", [5, 6])), value=alloc.alloc(2),
+                                 mamba_value=torch.tensor([19])))
+    # double free of a request's states / row
+    req2 = _dummy_req(pool)
+    pool.free_mamba_cache(req2)
+    with pytest.raises(_C.OwnershipError, match="double free"):
+        pool.free_mamba_cache(req2)
+    pool.free(req2)
+    with pytest.raises(ValueError, match="double free"):
+        pool.free(req2)
+    with pytest.raises(ValueError):
+        pool._rp.free(11)   # row out of range
+    with pytest.raises(ValueError, match="unlock|not locked"):
+        tree.dec_lock_ref(tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4])))).last_device_node)
+    with pytest.raises(ValueError, match="mamba_value"):
+        tree.insert(InsertParams(key=RadixKey(array("q", [7])), value=alloc.alloc(1), mamba_value=None))
+    _check(tree, pool, alloc)
