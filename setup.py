@@ -116,7 +116,7 @@ def make_extension():
     if DEBUG:
         extra_compile_args += ["-O0", "-g", "-UNDEBUG", "-Werror"]
     else:
-        extra_compile_args += ["-O2"]
+        extra_compile_args += ["-O3"]
     if SANITIZE:
         san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
         extra_compile_args += san

@@ -157,6 +157,48 @@ buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
     }
 }
 
+/* Checks that every element of a contiguous int32 (width 4) or int64
+ * (width 8) array lies in [lo, hi]; raises ValueError naming arg and the
+ * first offending index.  The min/max scan has no early exit, so the
+ * compiler vectorises it. */
+static int
+check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
+{
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    if (width == 8) {
+        const int64_t *a = p;
+        for (size_t i = 0; i < n; i++) {
+            mn = a[i] < mn ? a[i] : mn;
+            mx = a[i] > mx ? a[i] : mx;
+        }
+    }
+    else {
+        if (lo <= INT32_MIN && hi >= INT32_MAX) {
+            return 0;
+        }
+        const int32_t *a = p;
+        int32_t mn32 = INT32_MAX, mx32 = INT32_MIN;
+        for (size_t i = 0; i < n; i++) {
+            mn32 = a[i] < mn32 ? a[i] : mn32;
+            mx32 = a[i] > mx32 ? a[i] : mx32;
+        }
+        mn = mn32;
+        mx = mx32;
+    }
+    if (n == 0 || (mn >= lo && mx <= hi)) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = width == 8 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+        if (x < lo || x > hi) {
+            PyErr_Format(PyExc_ValueError, "%s[%zu] = %lld is out of range [%lld, %lld]",
+                         arg, i, (long long)x, (long long)lo, (long long)hi);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* An integer array argument, read either in place or into scratch. */
 typedef struct {
     Py_buffer view;
@@ -189,16 +231,8 @@ read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
         if (PyArray_NDIM(arr) == 1 && PyArray_TYPE(arr) == want && PyArray_ISCARRAY_RO(arr)
             && PyArray_ISNOTSWAPPED(arr)) {
             npy_intp n = PyArray_DIM(arr, 0);
-            if (width == 8 || lo > INT32_MIN || hi < INT32_MAX) {
-                for (npy_intp i = 0; i < n; i++) {
-                    int64_t x = width == 8 ? ((const int64_t *)PyArray_DATA(arr))[i]
-                                           : ((const int32_t *)PyArray_DATA(arr))[i];
-                    if (x < lo || x > hi) {
-                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is out of range [%lld, %lld]",
-                                     arg, (Py_ssize_t)i, (long long)x, (long long)lo, (long long)hi);
-                        return -1;
-                    }
-                }
+            if (check_range(PyArray_DATA(arr), width, (size_t)n, lo, hi, arg) < 0) {
+                return -1;
             }
             *data = PyArray_DATA(arr);
             *len = (size_t)n;
@@ -224,26 +258,8 @@ read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
         Py_ssize_t n = v->shape[0];
         int contiguous = v->strides == NULL || v->strides[0] == v->itemsize;
         if (kind == 's' && v->itemsize == width && contiguous) {
-            if (width == 8) {
-                /* int64 values: still verify the range. */
-                const int64_t *p = v->buf;
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    if (p[i] < lo || p[i] > hi) {
-                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is out of range [%lld, %lld]",
-                                     arg, i, (long long)p[i], (long long)lo, (long long)hi);
-                        goto fail;
-                    }
-                }
-            }
-            else if (lo > INT32_MIN || hi < INT32_MAX) {
-                const int32_t *p = v->buf;
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    if (p[i] < lo || p[i] > hi) {
-                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %d is out of range [%lld, %lld]",
-                                     arg, i, p[i], (long long)lo, (long long)hi);
-                        goto fail;
-                    }
-                }
+            if (check_range(v->buf, width, (size_t)n, lo, hi, arg) < 0) {
+                goto fail;
             }
             *data = v->buf;
             *len = (size_t)n;
