@@ -31,8 +31,6 @@ typedef struct {
     size_t keycap;
     int64_t *valbuf;       /* scratch for converted values */
     size_t valcap;
-    int64_t *dupbuf;       /* insert duplicates */
-    size_t dupcap;
     PyObject *weakreflist;
 } RadixTree;
 
@@ -417,6 +415,39 @@ new_i64_array(const int64_t *src, size_t n)
     return a;
 }
 
+static void
+free_capsule_buffer(PyObject *cap)
+{
+    PyMem_Free(PyCapsule_GetPointer(cap, "mambaradix.buffer"));
+}
+
+/* A numpy int64 array that takes over buf (PyMem_Malloc'd, n elements):
+ * no copy.  On failure buf is freed. */
+static PyObject *
+wrap_owned_i64(int64_t *buf, size_t n)
+{
+    if (buf == NULL || n == 0) {
+        PyMem_Free(buf);
+        return new_i64_array(NULL, 0);
+    }
+    PyObject *cap = PyCapsule_New(buf, "mambaradix.buffer", free_capsule_buffer);
+    if (cap == NULL) {
+        PyMem_Free(buf);
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNewFromData(1, dims, NPY_INT64, buf);
+    if (a == NULL) {
+        Py_DECREF(cap);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {   /* steals cap */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
 static PyObject *
 node_new_handle(mr_state *st, RadixTree *owner, const mr_node *n)
 {
@@ -523,7 +554,6 @@ RadixTree_dealloc(RadixTree *self)
     Py_XDECREF(self->ns_names);
     PyMem_Free(self->keybuf);
     PyMem_Free(self->valbuf);
-    PyMem_Free(self->dupbuf);
     freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
     tp_free(self);
     Py_DECREF(tp);
@@ -645,10 +675,9 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (namespace_of(self, extra, 1, &ns) < 0) {
         return NULL;
     }
-    scratch ks, vs, ds;
+    scratch ks, vs;
     scratch_take((void **)&self->keybuf, &self->keycap, &ks);
     scratch_take((void **)&self->valbuf, &self->valcap, &vs);
-    scratch_take((void **)&self->dupbuf, &self->dupcap, &ds);
     if (read_key(args[0], &ks, &kb, &key, &klen) < 0) {
         goto done;
     }
@@ -664,11 +693,8 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
-    if (grow(&ds.p, &ds.cap, klen, sizeof(int64_t)) < 0) {
-        goto done;
-    }
     mr_insert_result ir;
-    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, ds.p, &ir);
+    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, NULL, &ir);
     if (rc != MR_OK) {
         mr_raise(st, rc, "insert()");
         goto done;
@@ -689,7 +715,16 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         goto fail;
     }
     PyStructSequence_SetItem(res, 2, v);
-    if ((v = new_i64_array(ds.p, ir.ndup)) == NULL) {
+    /* The duplicates are the caller's val[prefix_len - ndup : prefix_len):
+     * a view of a numpy int64 value array, else a new array. */
+    size_t dstart = ir.prefix_len - ir.ndup;
+    if (PyArray_CheckExact(args[1]) && val == PyArray_DATA((PyArrayObject *)args[1])) {
+        v = PySequence_GetSlice(args[1], (Py_ssize_t)dstart, (Py_ssize_t)ir.prefix_len);
+    }
+    else {
+        v = new_i64_array(val + dstart, ir.ndup);
+    }
+    if (v == NULL) {
         goto fail;
     }
     PyStructSequence_SetItem(res, 3, v);
@@ -701,7 +736,6 @@ done:
     argbuf_release(&vb);
     scratch_give((void **)&self->keybuf, &self->keycap, &ks);
     scratch_give((void **)&self->valbuf, &self->valcap, &vs);
-    scratch_give((void **)&self->dupbuf, &self->dupcap, &ds);
     return res;
 }
 
@@ -772,11 +806,15 @@ do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
         goto fail;
     }
     PyStructSequence_SetItem(res, 1, v);
-    if ((v = new_i64_array(sink.kv, sink.nkv)) == NULL) {
+    v = wrap_owned_i64(sink.kv, sink.nkv);
+    sink.kv = NULL;
+    if (v == NULL) {
         goto fail;
     }
     PyStructSequence_SetItem(res, 2, v);
-    if ((v = new_i64_array(sink.st, sink.nst)) == NULL) {
+    v = wrap_owned_i64(sink.st, sink.nst);
+    sink.st = NULL;
+    if (v == NULL) {
         goto fail;
     }
     PyStructSequence_SetItem(res, 3, v);

@@ -689,7 +689,9 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
         if (prev_prefix_len < pos + p) {
             size_t start = prev_prefix_len > pos ? prev_prefix_len - pos : 0;
-            memcpy(dup_out + ndup, val + pos + start, (p - start) * sizeof(int64_t));
+            if (dup_out != NULL) {
+                memcpy(dup_out + ndup, val + pos + start, (p - start) * sizeof(int64_t));
+            }
             ndup += p - start;
         }
         if (p < child->len) {

@@ -158,7 +158,8 @@ typedef struct {
  * Indices the caller passed for tokens already in the tree are written to
  * dup_out (capacity len) for the caller to free, except those of the first
  * prev_prefix_len tokens (the caller's locked prefix, which are the tree's
- * own).  An empty key inserts nothing and reports state_existed = 1.
+ * own).  They are always the contiguous range val[min(prev_prefix_len,
+ * prefix_len) : prefix_len), so dup_out may be NULL (only ndup is set).  An empty key inserts nothing and reports state_existed = 1.
  * On MR_ENOMEM the caller still owns every index and its slot, ndup is 0,
  * and the tree is valid (a split already made may remain). */
 int mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
