@@ -248,13 +248,14 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!(o == MR_OWNER_HELD || o >= 1)) {
         return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
     }
-    int64_t ps = lc->kv->page_size;
+    const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
+    const int32_t *owner = lc->kv->pages.owner;
     for (size_t i = 0; i < len; i++) {
-        int32_t ko = 0;
-        if (val[i] < 0 || mr_slots_owner(&lc->kv->pages, val[i] / ps, &ko) != MR_OK) {
+        int64_t pg = ps == 1 ? val[i] : val[i] / ps;
+        if (val[i] < 0 || pg > np) {
             return MR_EINVAL;
         }
-        if (ko == MR_OWNER_FREE || ko == MR_OWNER_RESERVED) {
+        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED) {
             return MR_ENOENT;  /* a KV index nobody holds */
         }
     }
