@@ -275,3 +275,63 @@ def test_bad_input_gives_clear_errors_and_keeps_accounting() -> None:
     with pytest.raises(ValueError, match="mamba_value"):
         tree.insert(InsertParams(key=RadixKey(array("q", [7])), value=alloc.alloc(1), mamba_value=None))
     _check(tree, pool, alloc)
+
+
+def test_paged_allocator_extend_and_decode() -> None:
+    """PagedTokenToKVPoolAllocator: alloc_extend fills each request's last
+    partial page first, then whole new pages; alloc_decode opens a page
+    only at a page boundary."""
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    ps = 4
+    a = PagedTokenToKVPoolAllocator(size=64, page_size=ps, dtype=torch.float32, device="cpu", kvcache=None,
+                                    need_sort=False)
+    first = a.alloc(8)                     # request 0 owns pages of tokens first[0:8]
+    assert first.tolist() == list(range(4, 12))
+    prefix = torch.tensor([6, 0])          # request 0 has 6 tokens, request 1 none
+    seq = torch.tensor([13, 5])
+    last = torch.tensor([int(first[5]), -1])
+    out = a.alloc_extend(prefix, prefix, seq, seq, last, int((seq - prefix).sum()))
+    got = out.tolist()
+    # request 0: tokens 6, 7 go to its page (10, 11), then a new page
+    assert got[:2] == [10, 11]
+    assert all(t // ps == got[2] // ps for t in got[2:6]) and got[6] // ps != got[2] // ps
+    # request 1: 5 tokens = one whole page + 1 token of another
+    assert len(got) == 7 + 5
+    assert len({t // ps for t in got}) == len({t // ps for t in got})
+    pages_used = {t // ps for t in got[2:]}
+    assert a.available_size() == 64 - 8 - len(pages_used) * ps
+    # decode: request 1 is at 5 tokens (its page has room), request 0 at 13 (room too)
+    dec = a.alloc_decode(torch.tensor([6, 14]), torch.tensor([6, 14]), torch.tensor([got[-1], got[6]]))
+    assert dec.tolist() == [got[-1] + 1, got[6] + 1]
+    # a boundary opens a new page
+    dec = a.alloc_decode(torch.tensor([9]), torch.tensor([9]), torch.tensor([got[-1] + 3]))
+    assert int(dec[0]) % ps == 0
+    a.check()
+
+
+def test_paged_extra_buffer_cache() -> None:
+    """page_size 4 with extra_buffer: inserted keys are page aligned, matches
+    are truncated to pages, accounting holds."""
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    pool = HybridReqToTokenPool(size=4, mamba_size=12, max_context_len=64, device="cpu",
+                                cache_params=_cache_params(), mamba_layer_ids=MAMBA_LAYERS,
+                                enable_mamba_extra_buffer=True)
+    alloc = PagedTokenToKVPoolAllocator(size=128, page_size=4, dtype=torch.float32, device="cpu", kvcache=None,
+                                        need_sort=False)
+    tree = MambaRadixCache(CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc,
+                                           page_size=4, enable_mamba_extra_buffer=True), chunk_size=64)
+    req = _dummy_req(pool)
+    slot = req.mamba_ping_pong_track_buffer[0].reshape(1)
+    r = tree.insert(InsertParams(key=RadixKey(array("q", range(1, 9))), value=alloc.alloc(8), mamba_value=slot))
+    assert r.prefix_len == 0
+    with pytest.raises(ValueError, match="page_size"):
+        tree.insert(InsertParams(key=RadixKey(array("q", range(1, 4))), value=alloc.alloc(4)[:3],
+                                 mamba_value=req.mamba_ping_pong_track_buffer[1].reshape(1)))
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", list(range(1, 9)) + [50, 51, 52]))))
+    assert len(m.device_indices) == 8
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", list(range(1, 7))))))
+    assert len(m.device_indices) == 0   # 6 tokens -> one page matched, split: no state there
+    tree.sanity_check()
+    alloc.check()
