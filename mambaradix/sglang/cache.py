@@ -428,8 +428,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             )
             if state >= 0:
                 if new_running != running:
-                    req.mamba_pool_idx = torch.tensor(new_running, dtype=torch.int64, device=self.device)
-                req.mamba_cow_src_index = torch.tensor([state], dtype=torch.int64, device=self.device)
+                    req.mamba_pool_idx = self.req_to_token_pool._slot(new_running)
+                req.mamba_cow_src_index = self.req_to_token_pool._slot1(state)
                 req.mamba_needs_clear = False
         else:
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
