@@ -433,3 +433,39 @@ def test_batch_api_bad_input() -> None:
     with pytest.raises(TypeError):
         loop.lc.prefill_batch([["a"]])
     loop.lc.check()
+
+
+def test_state_pool_exhaustion_is_a_clear_error() -> None:
+    """Admission beyond the state pool: SGLang's headroom eviction first,
+    then a clear RuntimeError (not an assert), with nothing leaked."""
+    loop = Loop(extra_buffer=True, mamba_size=5)
+    a = loop.admit(list(range(1, 100)))          # running + 2 track = 3 slots
+    loop.prefill(a)
+    with pytest.raises(RuntimeError, match="state slots"):
+        loop.admit(list(range(200, 300)))        # needs 3, 2 free, nothing cached to evict
+    loop.check()
+    c = loop.pool.mamba_allocator._slots.counts()
+    assert c["req"] == 3 and c["free"] == 2 and c["held"] == 0
+    loop.finish(a)
+    # now the cached state can be evicted to make room
+    b = loop.admit(list(range(200, 300)))
+    loop.prefill(b)
+    loop.finish(b)
+    assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
+
+
+def test_donated_track_slot_cannot_be_cached_again() -> None:
+    loop = Loop(extra_buffer=True)
+    req = loop.admit(list(range(1, 200)))
+    loop.prefill(req)
+    keep = loop.pool.get_mamba_ping_pong_keep_idx(req)
+    slot = int(req.mamba_ping_pong_track_buffer[keep])
+    req.mamba_ping_pong_track_buffer[keep] = -1     # as if donated already
+    before = loop.pool.mamba_allocator._slots.counts()
+    with pytest.raises(_C.OwnershipError, match="already freed or donated"):
+        loop.tree.cache_finished_req(req, kv_len_to_handle=req.kv_committed_len)
+    assert loop.pool.mamba_allocator._slots.counts() == before
+    loop.check()
+    req.mamba_ping_pong_track_buffer[keep] = slot   # put it back: finishing works
+    loop.finish(req)
+    assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
