@@ -335,3 +335,75 @@ def test_paged_extra_buffer_cache() -> None:
     assert len(m.device_indices) == 0   # 6 tokens -> one page matched, split: no state there
     tree.sanity_check()
     alloc.check()
+
+
+def _sglang_pools():
+    """SGLang's own HybridReqToTokenPool and TokenToKVPoolAllocator (the
+    fixture of its test_mamba_unittest.py), or skip when the sglang wheel
+    does not import here."""
+    try:
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator as SGAlloc  # type: ignore
+        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool as SGPool  # type: ignore
+        from sglang.srt.configs.mamba_utils import Mamba2CacheParams as SGParams  # type: ignore
+        from sglang.srt.configs.mamba_utils import Mamba2StateShape as SGShape  # type: ignore
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # type: ignore
+    except Exception as e:  # the wheel needs most of SGLang's dependencies
+        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
+    args = ServerArgs(model_path="dummy", page_size=1)
+    args._mamba_cache_chunk_size = 64
+    set_global_server_args_for_scheduler(args)
+    shape = SGShape.create(tp_world_size=1, intermediate_size=64, n_groups=2, num_heads=4, head_dim=8,
+                           state_size=8, conv_kernel=4)
+    pool = SGPool(size=10, mamba_size=20, mamba_spec_state_size=10, max_context_len=128, device="cpu",
+                  enable_memory_saver=False, cache_params=SGParams(shape=shape, layers=MAMBA_LAYERS),
+                  mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=False,
+                  speculative_num_draft_tokens=3)
+    alloc = SGAlloc(size=128, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    return pool, alloc
+
+
+def test_mamba_radix_cache_1_with_sglang_pools() -> None:
+    """test_mamba_radix_cache_1 inside SGLang's own pools: the native tree
+    frees through their Python methods."""
+    pool, alloc = _sglang_pools()
+    tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
+                                           token_to_kv_pool_allocator=alloc))
+
+    def req():
+        r = Req(rid=0, origin_input_text="", origin_input_ids=array("q"), sampling_params=SamplingParams())
+        pool.alloc([r])
+        return r
+
+    def ins(tokens):
+        r = req()
+        return tree.insert(InsertParams(key=RadixKey(array("q", tokens)), value=alloc.alloc(len(tokens)),
+                                        mamba_value=r.mamba_pool_idx.unsqueeze(-1)))
+
+    ins([1, 2, 3])
+    assert ins([1, 2, 3, 4, 5, 6, 7]).prefix_len == 3
+    assert alloc.available_size() == 128 - 7
+    ins([10, 11, 12])
+    ins([1, 2, 3, 4, 5, 60, 70])
+    assert tree.evict(EvictParams(num_tokens=1)).num_tokens_evicted >= 1
+    assert tree.evict(EvictParams(mamba_num=1)).mamba_num_evicted >= 1
+    assert len(tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5])))).device_indices) == 0
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 60, 70]))))
+    assert len(m.device_indices) == 7 and len(m.last_device_node.key) == 2
+    tree.sanity_check()
+    # SGLang's idle check: every state slot is free or the tree's (the four
+    # inserting requests handed theirs to the tree)
+    assert pool.mamba_allocator.available_size() + tree.mamba_evictable_size() + tree.mamba_protected_size() == 20
+
+
+def test_register_with_sglang() -> None:
+    import mambaradix.sglang as mrs
+
+    try:
+        from sglang.srt.mem_cache import registry  # type: ignore
+    except Exception as e:
+        assert mrs.register() is False   # no SGLang: nothing to register with
+        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
+
+    assert mrs.register() is True
+    assert registry.get_radix_cache_factory("mambaradix") is not None
+    assert mrs.register() is True   # idempotent
