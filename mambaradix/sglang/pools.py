@@ -251,9 +251,9 @@ class _StateOps:
         self.temporal = temporal
         self.native = None
         sp = getattr(_C, "StatePool", None)
-        if sp is not None and hasattr(sp, "adopt"):
-            try:
-                self.native = sp.adopt([*conv, temporal])
+        if sp is not None:
+            try:  # adopts the tensors through DLPack, no copy
+                self.native = sp(list(conv), temporal)
             except Exception:
                 self.native = None
 
@@ -372,7 +372,13 @@ class ReqToTokenPool:
     def sync_device(self) -> None:
         """Copy the host rows the C lifecycle changed to the device mirror."""
         rows, starts, ends = self._rp.take_dirty()
-        if self.req_to_token is self._host:
+        if self.req_to_token is self._host or rows.size == 0:
+            return
+        table = self._rp.table
+        write = getattr(_C, "write_req_to_token", None)
+        if write is not None:  # one ragged launch
+            values = np.concatenate([table[r, a:b] for r, a, b in zip(rows, starts, ends)])
+            write(self.req_to_token, rows, starts, values, ends=ends)
             return
         for r, a, b in zip(rows.tolist(), starts.tolist(), ends.tolist()):
             self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)
