@@ -134,6 +134,7 @@ def make_extension():
         "mambaradix._C",
         sources=sources,
         include_dirs=["csrc", numpy.get_include()],
+        depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/cuda/*.h")),
         define_macros=define_macros,
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,

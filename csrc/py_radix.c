@@ -71,6 +71,39 @@ grow(void **buf, size_t *cap, size_t need, size_t itemsize)
     return 0;
 }
 
+/* A call borrows the tree's scratch buffer for its whole duration, so a
+ * re-entrant call (an __index__ that calls back into the tree while a key
+ * is being read) works on a buffer of its own and cannot clobber or free
+ * this one.  The larger buffer is kept when both come back. */
+typedef struct {
+    void *p;
+    size_t cap;
+} scratch;
+
+static void
+scratch_take(void **slot, size_t *capslot, scratch *s)
+{
+    s->p = *slot;
+    s->cap = *capslot;
+    *slot = NULL;
+    *capslot = 0;
+}
+
+static void
+scratch_give(void **slot, size_t *capslot, scratch *s)
+{
+    if (*slot == NULL || s->cap > *capslot) {
+        PyMem_Free(*slot);
+        *slot = s->p;
+        *capslot = s->cap;
+    }
+    else {
+        PyMem_Free(s->p);
+    }
+    s->p = NULL;
+    s->cap = 0;
+}
+
 /* ------------------------------------------------------------------------
  * Reading keys and values */
 
@@ -300,10 +333,9 @@ read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
 }
 
 static int
-read_key(RadixTree *self, PyObject *obj, argbuf *ab, const int32_t **key, size_t *len)
+read_key(PyObject *obj, scratch *sc, argbuf *ab, const int32_t **key, size_t *len)
 {
-    return read_ints(obj, 4, INT32_MIN, INT32_MAX, "key", (void **)&self->keybuf, &self->keycap,
-                     ab, (const void **)key, len);
+    return read_ints(obj, 4, INT32_MIN, INT32_MAX, "key", &sc->p, &sc->cap, ab, (const void **)key, len);
 }
 
 /* extra_key -> namespace id.  None -> 0.  An unknown key gets a new id when
@@ -510,12 +542,16 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     argbuf ab = {0};
     const int32_t *key;
     size_t len;
-    if (read_key(self, args[0], &ab, &key, &len) < 0) {
+    scratch ks;
+    scratch_take((void **)&self->keybuf, &self->keycap, &ks);
+    if (read_key(args[0], &ks, &ab, &key, &len) < 0) {
+        scratch_give((void **)&self->keybuf, &self->keycap, &ks);
         return NULL;
     }
     mr_match m;
     int rc = mr_radix_match(self->tree, key, len, ns, &m);
     argbuf_release(&ab);
+    scratch_give((void **)&self->keybuf, &self->keycap, &ks);
     if (rc != MR_OK) {
         return mr_raise(st, rc, "match_prefix()");
     }
@@ -593,11 +629,14 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (namespace_of(self, extra, 1, &ns) < 0) {
         return NULL;
     }
-    if (read_key(self, args[0], &kb, &key, &klen) < 0) {
-        return NULL;
+    scratch ks, vs, ds;
+    scratch_take((void **)&self->keybuf, &self->keycap, &ks);
+    scratch_take((void **)&self->valbuf, &self->valcap, &vs);
+    scratch_take((void **)&self->dupbuf, &self->dupcap, &ds);
+    if (read_key(args[0], &ks, &kb, &key, &klen) < 0) {
+        goto done;
     }
-    if (read_ints(args[1], 8, 0, INT64_MAX, "value", (void **)&self->valbuf, &self->valcap,
-                  &vb, (const void **)&val, &vlen) < 0) {
+    if (read_ints(args[1], 8, 0, INT64_MAX, "value", &vs.p, &vs.cap, &vb, (const void **)&val, &vlen) < 0) {
         goto done;
     }
     if (vlen != klen) {
@@ -609,11 +648,11 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
-    if (grow((void **)&self->dupbuf, &self->dupcap, klen, sizeof(int64_t)) < 0) {
+    if (grow(&ds.p, &ds.cap, klen, sizeof(int64_t)) < 0) {
         goto done;
     }
     mr_insert_result ir;
-    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, self->dupbuf, &ir);
+    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, ds.p, &ir);
     if (rc != MR_OK) {
         mr_raise(st, rc, "insert()");
         goto done;
@@ -634,7 +673,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         goto fail;
     }
     PyStructSequence_SetItem(res, 2, v);
-    if ((v = new_i64_array(self->dupbuf, ir.ndup)) == NULL) {
+    if ((v = new_i64_array(ds.p, ir.ndup)) == NULL) {
         goto fail;
     }
     PyStructSequence_SetItem(res, 3, v);
@@ -644,6 +683,9 @@ fail:
 done:
     argbuf_release(&kb);
     argbuf_release(&vb);
+    scratch_give((void **)&self->keybuf, &self->keycap, &ks);
+    scratch_give((void **)&self->valbuf, &self->valcap, &vs);
+    scratch_give((void **)&self->dupbuf, &self->dupcap, &ds);
     return res;
 }
 

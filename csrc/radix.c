@@ -896,6 +896,12 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
     int rc = MR_OK;
     mr_node *x = pol->state_victim(t, NULL);
     while (states < num_states && x != NULL) {
+        /* Re-validate: evicting the previous victim may have made x a leaf
+         * whose KV is locked, which must not be taken. */
+        x = pol->state_victim(t, &x->lru[LRU_STATE]);
+        if (x == NULL) {
+            break;
+        }
         mr_node *next = pol->state_victim(t, x->lru[LRU_STATE].prev);
         if (x->nchildren > 0) {
             /* Internal: drop the state only; the KV stays (tombstone). */

@@ -18,7 +18,7 @@
  *   loses only its state (tombstone, KV kept); a leaf is removed with its
  *   KV, and so is every tombstone above it that is left childless.
  *
- * Invariants (mr_radix_check() verifies each, by number):
+ * Invariants (mr_radix_check() verifies I1..I7 and I9, by number):
  *   I1  The root has an empty key, no state, and is in no LRU list.
  *   I2  Every other node has len > 0 and len % page_size == 0; its children
  *       are kept sorted by (namespace, first token) and no two children of a
@@ -39,8 +39,10 @@
  *       full_lock == 0 (resp. > 0); state_evictable (resp. state_protected)
  *       is the number of states on nodes with state_lock == 0 (resp. > 0).
  *   I8  A leaf has a state, except a tombstone that was full-locked when its
- *       last child was removed; evict_full() removes such a leaf like any
- *       other once it is unlocked.
+ *       last child was removed (or whose release callback failed during the
+ *       cascade); evict_full() removes such a leaf like any other once it is
+ *       unlocked.  This one depends on history, so mr_radix_check() cannot
+ *       verify it; the C tests check it against a model.
  *   I9  Every live node is registered under its id with its current
  *       generation; handles of removed nodes are detected as stale.
  *
@@ -109,7 +111,8 @@ int mr_radix_new(const mr_radix_config *cfg, mr_radix **out);
 /* Frees the tree and every node.  Releases nothing to pools. */
 void mr_radix_free(mr_radix *t);
 /* Removes every node (SGLang's reset()).  Releases nothing to pools: the
- * caller clears them.  All outstanding handles become stale. */
+ * caller clears them.  Handles of removed nodes become stale; the root
+ * (and its handle) stays. */
 void mr_radix_reset(mr_radix *t);
 
 const mr_radix_config *mr_radix_config_of(const mr_radix *t);
@@ -202,8 +205,9 @@ typedef struct {
 
 void mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out);
 
-/* Verifies I1..I9 and the counters.  Returns MR_OK, or MR_ECORRUPT with a
- * message naming the invariant written to msg (capacity msglen). */
+/* Verifies I1..I7, I9 and the counters.  Returns MR_OK, or MR_ECORRUPT with
+ * a message naming the invariant written to msg (capacity msglen), or
+ * MR_ENOMEM if its traversal stack could not be allocated. */
 int mr_radix_check(const mr_radix *t, char *msg, size_t msglen);
 
 /* Appends a readable dump of the tree to *buf (a MR_MALLOC'd string the

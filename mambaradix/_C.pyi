@@ -11,6 +11,10 @@ from typing import Any, Literal, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
+from .tensor import StatePool as StatePool
+from .tensor import Tensor as Tensor
+from .tensor import write_req_to_token as write_req_to_token
+
 _Key = Union[Sequence[int], npt.NDArray[np.integer], Any]
 _Values = Union[Sequence[int], npt.NDArray[np.int64], Any]
 

@@ -16,6 +16,7 @@ from ._C import (
     cuda_compiled,
     cuda_device_count,
 )
+from ._C import StatePool, Tensor, write_req_to_token
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,9 @@ __all__ = [
     "RadixTree",
     "InvariantError",
     "StaleNodeError",
+    "StatePool",
+    "Tensor",
     "cuda_compiled",
     "cuda_device_count",
+    "write_req_to_token",
 ]

@@ -1,0 +1,314 @@
+/* tensor.c - the tensor owner type: dtypes, DLPack import checks,
+ * ownership and export.  See tensor.h. */
+#include <string.h>
+
+#include "alloc.h"
+#include "kernels.h"
+#include "tensor.h"
+
+/* ------------------------------------------------------------------------
+ * dtypes */
+
+static const struct {
+    const char *name;
+    uint8_t code;
+    uint8_t bits;
+} mr_dtypes[MR_DTYPE_COUNT] = {
+    [MR_DTYPE_BOOL] = {"bool", MR_DL_BOOL, 8},
+    [MR_DTYPE_INT8] = {"int8", MR_DL_INT, 8},
+    [MR_DTYPE_UINT8] = {"uint8", MR_DL_UINT, 8},
+    [MR_DTYPE_INT16] = {"int16", MR_DL_INT, 16},
+    [MR_DTYPE_INT32] = {"int32", MR_DL_INT, 32},
+    [MR_DTYPE_INT64] = {"int64", MR_DL_INT, 64},
+    [MR_DTYPE_FLOAT16] = {"float16", MR_DL_FLOAT, 16},
+    [MR_DTYPE_BFLOAT16] = {"bfloat16", MR_DL_BFLOAT, 16},
+    [MR_DTYPE_FLOAT32] = {"float32", MR_DL_FLOAT, 32},
+    [MR_DTYPE_FLOAT64] = {"float64", MR_DL_FLOAT, 64},
+};
+
+int
+mr_dtype_from_dl(mr_dl_dtype dt, int *out)
+{
+    if (dt.lanes != 1) {
+        return MR_EINVAL;
+    }
+    for (int i = 0; i < MR_DTYPE_COUNT; i++) {
+        if (mr_dtypes[i].code == dt.code && mr_dtypes[i].bits == dt.bits) {
+            *out = i;
+            return MR_OK;
+        }
+    }
+    return MR_EINVAL;
+}
+
+mr_dl_dtype
+mr_dtype_to_dl(int dtype)
+{
+    mr_dl_dtype dt = {mr_dtypes[dtype].code, mr_dtypes[dtype].bits, 1};
+    return dt;
+}
+
+size_t
+mr_dtype_size(int dtype)
+{
+    return mr_dtypes[dtype].bits / 8;
+}
+
+const char *
+mr_dtype_name(int dtype)
+{
+    if (dtype < 0 || dtype >= MR_DTYPE_COUNT) {
+        return "unknown";
+    }
+    return mr_dtypes[dtype].name;
+}
+
+int
+mr_dtype_from_name(const char *name, int *out)
+{
+    static const struct {
+        const char *alias;
+        int dtype;
+    } aliases[] = {
+        {"bf16", MR_DTYPE_BFLOAT16}, {"fp16", MR_DTYPE_FLOAT16}, {"half", MR_DTYPE_FLOAT16},
+        {"fp32", MR_DTYPE_FLOAT32},  {"float", MR_DTYPE_FLOAT32}, {"fp64", MR_DTYPE_FLOAT64},
+        {"double", MR_DTYPE_FLOAT64}, {"long", MR_DTYPE_INT64},   {"int", MR_DTYPE_INT32},
+    };
+    if (strncmp(name, "torch.", 6) == 0) {
+        name += 6;
+    }
+    for (int i = 0; i < MR_DTYPE_COUNT; i++) {
+        if (strcmp(name, mr_dtypes[i].name) == 0) {
+            *out = i;
+            return MR_OK;
+        }
+    }
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+        if (strcmp(name, aliases[i].alias) == 0) {
+            *out = aliases[i].dtype;
+            return MR_OK;
+        }
+    }
+    return MR_EINVAL;
+}
+
+/* ------------------------------------------------------------------------
+ * Import */
+
+int
+mr_dl_is_compact(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    if (strides == NULL) {
+        return 1;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        numel *= shape[i];
+    }
+    if (numel <= 1) {
+        return 1;
+    }
+    int64_t expect = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (shape[i] != 1 && strides[i] != expect) {
+            return 0;
+        }
+        expect *= shape[i];
+    }
+    return 1;
+}
+
+int
+mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
+{
+    memset(out, 0, sizeof(*out));
+    *problem = MR_TP_OK;
+    if (dl->ndim < 0 || dl->ndim > MR_TENSOR_MAX_NDIM || (dl->ndim > 0 && dl->shape == NULL)) {
+        *problem = MR_TP_NDIM;
+        return MR_EINVAL;
+    }
+    if (mr_dtype_from_dl(dl->dtype, &out->dtype) != MR_OK) {
+        *problem = MR_TP_DTYPE;
+        return MR_EINVAL;
+    }
+    if (dl->device.device_type != MR_DL_CPU && dl->device.device_type != MR_DL_CUDA) {
+        *problem = MR_TP_DEVICE;
+        return MR_EINVAL;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < dl->ndim; i++) {
+        if (dl->shape[i] < 0) {
+            *problem = MR_TP_LAYOUT;
+            return MR_EINVAL;
+        }
+        out->shape[i] = dl->shape[i];
+        if (dl->shape[i] != 0 && numel > INT64_MAX / dl->shape[i]) {
+            *problem = MR_TP_LAYOUT;
+            return MR_EINVAL;
+        }
+        numel *= dl->shape[i];
+    }
+    if (!mr_dl_is_compact(dl->ndim, dl->shape, dl->strides)) {
+        *problem = MR_TP_LAYOUT;
+        return MR_EINVAL;
+    }
+    if (dl->data == NULL && numel > 0) {
+        *problem = MR_TP_NULL;
+        return MR_EINVAL;
+    }
+    out->ndim = dl->ndim;
+    out->numel = numel;
+    out->data = (char *)dl->data + dl->byte_offset;
+    out->device_type = dl->device.device_type;
+    out->device_id = dl->device.device_id;
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Ownership */
+
+void
+mr_tensor_adopt(mr_tensor *t, void *managed, int versioned)
+{
+    t->managed = managed;
+    t->versioned = versioned;
+    t->own = NULL;
+}
+
+int
+mr_tensor_alloc(mr_tensor *t, int32_t device_type, int32_t device_id, int dtype, int ndim,
+                const int64_t *shape)
+{
+    memset(t, 0, sizeof(*t));
+    if (dtype < 0 || dtype >= MR_DTYPE_COUNT || ndim < 0 || ndim > MR_TENSOR_MAX_NDIM) {
+        return MR_EINVAL;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] != 0 && numel > INT64_MAX / 8 / shape[i])) {
+            return MR_EINVAL;
+        }
+        numel *= shape[i];
+        t->shape[i] = shape[i];
+    }
+    size_t nbytes = (size_t)numel * mr_dtype_size(dtype);
+    void *p = NULL;
+    int rc = mr_k_alloc_zeroed(device_type, device_id, nbytes, &p);
+    if (rc != MR_OK) {
+        memset(t, 0, sizeof(*t));
+        return rc;
+    }
+    t->data = p;
+    t->own = p;
+    t->device_type = device_type;
+    t->device_id = device_id;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->numel = numel;
+    return MR_OK;
+}
+
+void
+mr_tensor_release(mr_tensor *t)
+{
+    if (t->managed != NULL) {
+        if (t->versioned) {
+            mr_dl_managed_versioned *m = t->managed;
+            if (m->deleter != NULL) {
+                m->deleter(m);
+            }
+        }
+        else {
+            mr_dl_managed *m = t->managed;
+            if (m->deleter != NULL) {
+                m->deleter(m);
+            }
+        }
+    }
+    else if (t->own != NULL) {
+        mr_k_free(t->device_type, t->device_id, t->own);
+    }
+    memset(t, 0, sizeof(*t));
+}
+
+/* ------------------------------------------------------------------------
+ * Export */
+
+/* What we hand to a consumer: the managed struct first (so its address is
+ * the holder's), then the shape and strides it points to. */
+typedef struct {
+    union {
+        mr_dl_managed_versioned v;
+        mr_dl_managed l;
+    } m;
+    void *ctx;
+    void (*on_release)(void *ctx);
+    int64_t shape[MR_TENSOR_MAX_NDIM];
+    int64_t strides[MR_TENSOR_MAX_NDIM];
+} mr_export_holder;
+
+static void
+mr_export_free(mr_export_holder *h)
+{
+    void *ctx = h->ctx;
+    void (*on_release)(void *) = h->on_release;
+    MR_FREE(h);
+    if (on_release != NULL) {
+        on_release(ctx);
+    }
+}
+
+static void
+mr_export_deleter_versioned(mr_dl_managed_versioned *self)
+{
+    mr_export_free((mr_export_holder *)self);
+}
+
+static void
+mr_export_deleter_legacy(mr_dl_managed *self)
+{
+    mr_export_free((mr_export_holder *)self);
+}
+
+int
+mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release)(void *ctx),
+                 void **out)
+{
+    mr_export_holder *h = MR_CALLOC(1, sizeof(*h));
+    if (h == NULL) {
+        return MR_ENOMEM;
+    }
+    h->ctx = ctx;
+    h->on_release = on_release;
+    int64_t stride = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        h->shape[i] = t->shape[i];
+        h->strides[i] = stride;
+        stride *= t->shape[i];
+    }
+    mr_dl_tensor dl;
+    memset(&dl, 0, sizeof(dl));
+    dl.data = t->data;
+    dl.device.device_type = t->device_type;
+    dl.device.device_id = t->device_id;
+    dl.ndim = t->ndim;
+    dl.dtype = mr_dtype_to_dl(t->dtype);
+    dl.shape = h->shape;
+    dl.strides = h->strides;
+    dl.byte_offset = 0;
+    if (versioned) {
+        h->m.v.version.major = MR_DLPACK_MAJOR;
+        h->m.v.version.minor = MR_DLPACK_MINOR;
+        h->m.v.manager_ctx = h;
+        h->m.v.deleter = mr_export_deleter_versioned;
+        h->m.v.flags = 0;
+        h->m.v.dl_tensor = dl;
+    }
+    else {
+        h->m.l.dl_tensor = dl;
+        h->m.l.manager_ctx = h;
+        h->m.l.deleter = mr_export_deleter_legacy;
+    }
+    *out = h;
+    return MR_OK;
+}
