@@ -134,20 +134,14 @@ class Loop:
         kv = self.alloc.alloc(1)
         self.pool.write((req.req_pool_idx, slice(seq - 1, seq)), kv.to(torch.int32))
         req.kv_committed_len = req.kv_allocated_len = seq
-        lc = self.tree._lc
-        from mambaradix.sglang.pools import _rs_of
-        old = _rs_of(req)
-        rs, slot, mask = lc.decode_prepare(req.req_pool_idx, old, seq)
-        self.pool._apply_rs(req, rs, old)
+        slot, mask = self.tree.decode_track(req, seq)
         tokens = list(req.origin_input_ids) + list(req.output_ids)
         if mask:
             self.set_state(slot, fingerprint(tokens[:seq]))
         self.set_state(int(req.mamba_pool_idx), fingerprint(tokens[:seq]))
         if finished:
             req.finished_reason = "length"
-        old = _rs_of(req)
-        rs, _ = lc.decode_finish(req.req_pool_idx, old, seq, finished)
-        self.pool._apply_rs(req, rs, old)
+        self.tree.decode_track_done(req, finished)
 
     def finish(self, req: Req, is_insert: bool = True) -> None:
         release_kv_cache(req, self.tree, is_insert=is_insert)
@@ -205,6 +199,25 @@ def test_design_example_no_buffer() -> None:
 def test_lazy_buffer_same_hits_as_extra_buffer() -> None:
     loop = Loop(extra_buffer=True, lazy=True)
     assert [loop.run(t) for t in doc_workload()] == [0, 0, 256, 512, 512, 256, 256, 448]
+
+
+def test_lazy_buffer_borrows_a_slot_only_at_boundaries() -> None:
+    loop = Loop(extra_buffer=True, lazy=True, interval=16)
+    prompt = list(range(1, 129))
+    req = loop.admit(prompt)
+    assert req.mamba_ping_pong_track_buffer.tolist()[1] == -1      # one slot held
+    loop.prefill(req)
+    req.output_ids.append(7)
+    loop.tree.cache_unfinished_req(req)
+    held = []
+    for i in range(20):
+        loop.decode(req, 1000 + i)
+        held.append(sum(1 for x in req.mamba_ping_pong_track_buffer.tolist() if x != -1))
+    assert held == [1] * 20          # the borrowed slot goes back after each boundary
+    assert req.mamba_last_track_seqlen == 144
+    loop.finish(req)
+    follow = prompt + [7] + [1000 + i for i in range(19)] + [5]
+    assert loop.run(follow) == 144
 
 
 def test_chunked_prefill_snapshots_relative_to_chunk_start() -> None:

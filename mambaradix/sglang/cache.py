@@ -677,3 +677,26 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         rs, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), old, int(prefix_len), int(extend_len))
         self.req_to_token_pool._apply_rs(req, rs, old)
         return slot, mask, seqlen
+
+    def decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
+        """Before a decode forward (seq_len includes the new token): the
+        track slot and mask (seq_len % mamba_track_interval == 0); the lazy
+        buffer borrows its second slot here (SGLang's prepare_for_decode)."""
+        pool = self.req_to_token_pool
+        old = _rs_of(req)
+        rs, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), old, int(seq_len))
+        pool._apply_rs(req, rs, old)
+        pool._sync_maps_to_device([int(req.req_pool_idx)] if req.req_pool_idx is not None else [])
+        return slot, mask
+
+    def decode_track_done(self, req: Req, finished: bool = False) -> bool:
+        """After a decode result: at a boundary (kv_committed_len a multiple
+        of the interval) record the tracked length and flip the ping-pong
+        index (lazy: return the borrowed slot, or mark a finished request
+        not insertable).  Returns True at a boundary."""
+        pool = self.req_to_token_pool
+        old = _rs_of(req)
+        rs, at = self._lc.decode_finish(int(req.req_pool_idx or 0), old, int(req.kv_committed_len), bool(finished))
+        pool._apply_rs(req, rs, old)
+        return bool(at)
+
