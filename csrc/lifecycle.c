@@ -404,6 +404,27 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         if (c->extra_buffer && sts[i].next_track < 0) {
             new_slots += nbuf;
         }
+        /* slots a request brings must be its own (or held for it) */
+        int64_t mine[3] = {sts[i].running, -1, -1};
+        if (c->extra_buffer && sts[i].next_track >= 0) {
+            mine[1] = sts[i].track[0];
+            mine[2] = sts[i].track[1];
+        }
+        for (int j = 0; j < 3; j++) {
+            int32_t o = 0;
+            if (mine[j] < 0) {
+                continue;
+            }
+            if (mr_slots_owner(lc->state, mine[j], &o) != MR_OK || mine[j] == 0) {
+                return MR_EINVAL;
+            }
+            if (o == MR_OWNER_FREE) {
+                return MR_ENOENT;
+            }
+            if (!(o == MR_OWNER_HELD || (o >= 1 && (rows[i] < 1 || o == (int32_t)rows[i])))) {
+                return MR_EBUSY;
+            }
+        }
     }
     int64_t group_left = lc->state->group_active ? lc->state->group_len - lc->state->group_pos : 0;
     if (new_rows > mr_slots_available(&lc->rp->rows) || new_slots > mr_slots_available(lc->state) + group_left) {

@@ -955,7 +955,13 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         goto error;
     }
     if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated");
+        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated or a slot is out of range");
+        goto error;
+    }
+    if (rc == MR_ENOENT || rc == MR_EBUSY) {
+        PyErr_SetString(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
+                        rc == MR_ENOENT ? "admit(): a request brings a state slot that is free (freed already?)"
+                                        : "admit(): a request brings a state slot owned by the tree or another request");
         goto error;
     }
     if (rc != MR_OK) {

@@ -407,3 +407,19 @@ def test_register_with_sglang() -> None:
     assert mrs.register() is True
     assert registry.get_radix_cache_factory("mambaradix") is not None
     assert mrs.register() is True   # idempotent
+
+
+def test_admission_rejects_slots_the_request_does_not_own() -> None:
+    tree, pool, alloc = _setup("own")
+    req = _dummy_req(pool)
+    slot = req.mamba_pool_idx
+    tree.insert(InsertParams(key=RadixKey(array("q", [1, 2])), value=alloc.alloc(2), mamba_value=slot.reshape(1)))
+    other = Req(rid=1, origin_input_ids=array("q", [5]))
+    other.mamba_pool_idx = slot                      # the tree's slot now
+    with pytest.raises(_C.OwnershipError, match="owned by the tree"):
+        pool.alloc([other])
+    other.mamba_pool_idx = torch.tensor(17)          # a free slot
+    with pytest.raises(_C.OwnershipError, match="free"):
+        pool.alloc([other])
+    assert other.req_pool_idx is None
+    _check(tree, pool, alloc)
