@@ -50,7 +50,8 @@ class Loop:
     told otherwise), with a fingerprinting forward."""
 
     def __init__(self, *, extra_buffer: bool, overlap: bool = True, lazy: bool = False, interval: int = 256,
-                 mamba_size: int = 64, kv_size: int = 8192, rows: int = 16, chunk: Optional[int] = None) -> None:
+                 mamba_size: int = 64, kv_size: int = 8192, rows: int = 16, chunk: Optional[int] = None,
+                 foreign: bool = False) -> None:
         shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=8, n_groups=1, num_heads=1,
                                         head_dim=2, state_size=2, conv_kernel=2)
         params = Mamba2CacheParams(shape=shape, layers=[0],
@@ -62,8 +63,11 @@ class Loop:
         )
         self.alloc = TokenToKVPoolAllocator(size=kv_size, dtype=torch.float32, device="cpu", kvcache=None,
                                             need_sort=False)
+        from test_sglang_dropin import Foreign
+
+        p, a = (Foreign(self.pool), Foreign(self.alloc)) if foreign else (self.pool, self.alloc)
         self.tree = MambaRadixCache(
-            CacheInitParams(disable=False, req_to_token_pool=self.pool, token_to_kv_pool_allocator=self.alloc,
+            CacheInitParams(disable=False, req_to_token_pool=p, token_to_kv_pool_allocator=a,
                             page_size=1, enable_mamba_extra_buffer=extra_buffer,
                             enable_mamba_extra_buffer_lazy=lazy),
             chunk_size=C, track_interval=interval)
@@ -482,3 +486,26 @@ def test_donated_track_slot_cannot_be_cached_again() -> None:
     req.mamba_ping_pong_track_buffer[keep] = slot   # put it back: finishing works
     loop.finish(req)
     assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
+
+
+@pytest.mark.parametrize("mode", ["no_buffer", "extra_buffer", "lazy"])
+def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
+    """The same random workload through the C lifecycle (own pools) and
+    through the Python path the cache takes over someone else's pools: the
+    same hits for every request and the same tree sizes after each."""
+    extra_buffer = mode != "no_buffer"
+    rng = random.Random(77 + len(mode))
+    bases = [[rng.randint(1, 40) for _ in range(rng.randint(64, 260))] for _ in range(3)]
+    work = []
+    for _ in range(40):
+        b = rng.choice(bases)
+        work.append((b[: rng.randint(1, len(b))] + [rng.randint(1, 40) for _ in range(rng.randint(1, 90))],
+                     rng.choice([1, 2, 20])))
+    kw = dict(extra_buffer=extra_buffer, overlap=extra_buffer, lazy=mode == "lazy", mamba_size=10, kv_size=2500,
+              interval=16, chunk=96 if extra_buffer else None)
+    own, other = Loop(**kw), Loop(foreign=True, **kw)
+    assert own.tree._native and not other.tree._native
+    for toks, out_len in work:
+        assert own.run(toks, out_len) == other.run(toks, out_len)
+        assert own.tree.total_size() == other.tree.total_size()
+        assert own.tree._lc.sizes() == other.tree._lc.sizes()
