@@ -509,3 +509,22 @@ def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
         assert own.run(toks, out_len) == other.run(toks, out_len)
         assert own.tree.total_size() == other.tree.total_size()
         assert own.tree._lc.sizes() == other.tree._lc.sizes()
+
+
+def test_disabled_cache_frees_everything() -> None:
+    """disable=True: nothing is cached, finishing frees the request's KV and
+    every state slot it holds."""
+    loop = Loop(extra_buffer=True)
+    tree = MambaRadixCache(CacheInitParams(disable=True, req_to_token_pool=loop.pool,
+                                           token_to_kv_pool_allocator=loop.alloc, page_size=1,
+                                           enable_mamba_extra_buffer=True), chunk_size=C)
+    loop.tree = tree
+    kv_free, st_free = loop.alloc.available_size(), loop.pool.mamba_allocator.available_size()
+    for _ in range(2):
+        req = loop.admit(list(range(1, 150)))
+        assert len(req.prefix_indices) == 0 and req.last_node is tree.root_node
+        loop.prefill(req)
+        loop.finish(req)
+        assert loop.alloc.available_size() == kv_free
+        assert loop.pool.mamba_allocator.available_size() == st_free
+    assert tree.total_size() == (0, 0)
