@@ -248,13 +248,14 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!(o == MR_OWNER_HELD || o >= 1)) {
         return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
     }
-    int64_t ps = lc->kv->page_size;
+    const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
+    const int32_t *owner = lc->kv->pages.owner;
     for (size_t i = 0; i < len; i++) {
-        int32_t ko = 0;
-        if (val[i] < 0 || mr_slots_owner(&lc->kv->pages, val[i] / ps, &ko) != MR_OK) {
+        int64_t pg = ps == 1 ? val[i] : val[i] / ps;
+        if (val[i] < 0 || pg > np) {
             return MR_EINVAL;
         }
-        if (ko == MR_OWNER_FREE || ko == MR_OWNER_RESERVED) {
+        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED) {
             return MR_ENOENT;  /* a KV index nobody holds */
         }
     }
@@ -402,6 +403,27 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         }
         if (c->extra_buffer && sts[i].next_track < 0) {
             new_slots += nbuf;
+        }
+        /* slots a request brings must be its own (or held for it) */
+        int64_t mine[3] = {sts[i].running, -1, -1};
+        if (c->extra_buffer && sts[i].next_track >= 0) {
+            mine[1] = sts[i].track[0];
+            mine[2] = sts[i].track[1];
+        }
+        for (int j = 0; j < 3; j++) {
+            int32_t o = 0;
+            if (mine[j] < 0) {
+                continue;
+            }
+            if (mr_slots_owner(lc->state, mine[j], &o) != MR_OK || mine[j] == 0) {
+                return MR_EINVAL;
+            }
+            if (o == MR_OWNER_FREE) {
+                return MR_ENOENT;
+            }
+            if (!(o == MR_OWNER_HELD || (o >= 1 && (rows[i] < 1 || o == (int32_t)rows[i])))) {
+                return MR_EBUSY;
+            }
         }
     }
     int64_t group_left = lc->state->group_active ? lc->state->group_len - lc->state->group_pos : 0;

@@ -60,12 +60,90 @@ grow_i64(int64_t **p, size_t *cap, size_t need)
     return 0;
 }
 
+
+/* Direct read of a contiguous 1-D int64/int32 buffer (array('q'), numpy):
+ * returns 1 and fills *view when obj is one, 0 when not (no exception),
+ * -1 on error.  *itemsize gets 8 or 4. */
+static int
+int_buffer(PyObject *obj, Py_buffer *view, int *itemsize)
+{
+    if (!PyObject_CheckBuffer(obj) || PyBool_Check(obj)) {
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') {
+        f++;
+    }
+    int ok = view->ndim == 1 && f[1] == '\0'
+             && ((view->itemsize == 8 && (*f == 'q' || *f == 'l')) || (view->itemsize == 4 && (*f == 'i' || *f == 'l')));
+    if (!ok) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *itemsize = (int)view->itemsize;
+    return 1;
+}
+
+/* Converts n ints of a buffer to int32 into dst; -1 with ValueError when
+ * one does not fit. */
+static int
+buffer_to_i32(const Py_buffer *view, int itemsize, size_t n, int32_t *dst, const char *arg)
+{
+    if (itemsize == 4) {
+        memcpy(dst, view->buf, n * sizeof(int32_t));
+        return 0;
+    }
+    const int64_t *p = view->buf;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < INT32_MIN || p[i] > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: token %lld does not fit int32", arg, (long long)p[i]);
+            return -1;
+        }
+        dst[i] = (int32_t)p[i];
+    }
+    return 0;
+}
+
 /* Converts obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
  * tensors) to int32 tokens in self->keybuf; *len gets their number.  The
  * first `limit` tokens only when limit >= 0. */
 static int
 read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
 {
+    Py_buffer view;
+    int isz = 0;
+    int b = int_buffer(obj, &view, &isz);
+    if (b < 0) {
+        return -1;
+    }
+    if (b == 1) {
+        size_t n = (size_t)(view.len / isz);
+        if (limit >= 0 && (size_t)limit < n) {
+            n = (size_t)limit;
+        }
+        if (n > self->keycap) {
+            size_t c = self->keycap ? self->keycap : 256;
+            while (c < n) {
+                c *= 2;
+            }
+            int32_t *q = PyMem_Realloc(self->keybuf, c * sizeof(int32_t));
+            if (q == NULL) {
+                PyBuffer_Release(&view);
+                PyErr_NoMemory();
+                return -1;
+            }
+            self->keybuf = q;
+            self->keycap = c;
+        }
+        int rc = buffer_to_i32(&view, isz, n, self->keybuf, arg);
+        PyBuffer_Release(&view);
+        *len = n;
+        return rc;
+    }
     PyObject *arr = mr_pools_index_array(obj, arg);
     if (arr == NULL) {
         return -1;
@@ -877,7 +955,13 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         goto error;
     }
     if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated");
+        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated or a slot is out of range");
+        goto error;
+    }
+    if (rc == MR_ENOENT || rc == MR_EBUSY) {
+        PyErr_SetString(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
+                        rc == MR_ENOENT ? "admit(): a request brings a state slot that is free (freed already?)"
+                                        : "admit(): a request brings a state slot owned by the tree or another request");
         goto error;
     }
     if (rc != MR_OK) {
@@ -1163,7 +1247,18 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        arrs[i] = mr_pools_index_array(PySequence_Fast_GET_ITEM(seq, i), "keys[i]");
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_buffer view;
+        int isz = 0;
+        if (int_buffer(item, &view, &isz) == 1) {
+            /* keep the object; read it below through a fresh view */
+            k->lens[i] = (size_t)(view.len / isz);
+            PyBuffer_Release(&view);
+            arrs[i] = Py_NewRef(item);
+            total += k->lens[i];
+            continue;
+        }
+        arrs[i] = mr_pools_index_array(item, "keys[i]");
         if (arrs[i] == NULL) {
             ok = 0;
             break;
@@ -1180,6 +1275,19 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
     }
     size_t off = 0;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
+        Py_buffer view;
+        int isz = 0;
+        if (!PyArray_Check(arrs[i]) && int_buffer(arrs[i], &view, &isz) == 1) {
+            int rc = buffer_to_i32(&view, isz, k->lens[i], k->data + off, fname);
+            PyBuffer_Release(&view);
+            if (rc < 0) {
+                ok = 0;
+                break;
+            }
+            k->ptrs[i] = k->data + off;
+            off += k->lens[i];
+            continue;
+        }
         const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arrs[i]);
         for (size_t j = 0; j < k->lens[i]; j++) {
             if (p[j] < INT32_MIN || p[j] > INT32_MAX) {

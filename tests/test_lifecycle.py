@@ -50,7 +50,8 @@ class Loop:
     told otherwise), with a fingerprinting forward."""
 
     def __init__(self, *, extra_buffer: bool, overlap: bool = True, lazy: bool = False, interval: int = 256,
-                 mamba_size: int = 64, kv_size: int = 8192, rows: int = 16, chunk: Optional[int] = None) -> None:
+                 mamba_size: int = 64, kv_size: int = 8192, rows: int = 16, chunk: Optional[int] = None,
+                 foreign: bool = False) -> None:
         shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=8, n_groups=1, num_heads=1,
                                         head_dim=2, state_size=2, conv_kernel=2)
         params = Mamba2CacheParams(shape=shape, layers=[0],
@@ -62,8 +63,11 @@ class Loop:
         )
         self.alloc = TokenToKVPoolAllocator(size=kv_size, dtype=torch.float32, device="cpu", kvcache=None,
                                             need_sort=False)
+        from test_sglang_dropin import Foreign
+
+        p, a = (Foreign(self.pool), Foreign(self.alloc)) if foreign else (self.pool, self.alloc)
         self.tree = MambaRadixCache(
-            CacheInitParams(disable=False, req_to_token_pool=self.pool, token_to_kv_pool_allocator=self.alloc,
+            CacheInitParams(disable=False, req_to_token_pool=p, token_to_kv_pool_allocator=a,
                             page_size=1, enable_mamba_extra_buffer=extra_buffer,
                             enable_mamba_extra_buffer_lazy=lazy),
             chunk_size=C, track_interval=interval)
@@ -134,20 +138,14 @@ class Loop:
         kv = self.alloc.alloc(1)
         self.pool.write((req.req_pool_idx, slice(seq - 1, seq)), kv.to(torch.int32))
         req.kv_committed_len = req.kv_allocated_len = seq
-        lc = self.tree._lc
-        from mambaradix.sglang.pools import _rs_of
-        old = _rs_of(req)
-        rs, slot, mask = lc.decode_prepare(req.req_pool_idx, old, seq)
-        self.pool._apply_rs(req, rs, old)
+        slot, mask = self.tree.decode_track(req, seq)
         tokens = list(req.origin_input_ids) + list(req.output_ids)
         if mask:
             self.set_state(slot, fingerprint(tokens[:seq]))
         self.set_state(int(req.mamba_pool_idx), fingerprint(tokens[:seq]))
         if finished:
             req.finished_reason = "length"
-        old = _rs_of(req)
-        rs, _ = lc.decode_finish(req.req_pool_idx, old, seq, finished)
-        self.pool._apply_rs(req, rs, old)
+        self.tree.decode_track_done(req, finished)
 
     def finish(self, req: Req, is_insert: bool = True) -> None:
         release_kv_cache(req, self.tree, is_insert=is_insert)
@@ -205,6 +203,25 @@ def test_design_example_no_buffer() -> None:
 def test_lazy_buffer_same_hits_as_extra_buffer() -> None:
     loop = Loop(extra_buffer=True, lazy=True)
     assert [loop.run(t) for t in doc_workload()] == [0, 0, 256, 512, 512, 256, 256, 448]
+
+
+def test_lazy_buffer_borrows_a_slot_only_at_boundaries() -> None:
+    loop = Loop(extra_buffer=True, lazy=True, interval=16)
+    prompt = list(range(1, 129))
+    req = loop.admit(prompt)
+    assert req.mamba_ping_pong_track_buffer.tolist()[1] == -1      # one slot held
+    loop.prefill(req)
+    req.output_ids.append(7)
+    loop.tree.cache_unfinished_req(req)
+    held = []
+    for i in range(20):
+        loop.decode(req, 1000 + i)
+        held.append(sum(1 for x in req.mamba_ping_pong_track_buffer.tolist() if x != -1))
+    assert held == [1] * 20          # the borrowed slot goes back after each boundary
+    assert req.mamba_last_track_seqlen == 144
+    loop.finish(req)
+    follow = prompt + [7] + [1000 + i for i in range(19)] + [5]
+    assert loop.run(follow) == 144
 
 
 def test_chunked_prefill_snapshots_relative_to_chunk_start() -> None:
@@ -433,3 +450,81 @@ def test_batch_api_bad_input() -> None:
     with pytest.raises(TypeError):
         loop.lc.prefill_batch([["a"]])
     loop.lc.check()
+
+
+def test_state_pool_exhaustion_is_a_clear_error() -> None:
+    """Admission beyond the state pool: SGLang's headroom eviction first,
+    then a clear RuntimeError (not an assert), with nothing leaked."""
+    loop = Loop(extra_buffer=True, mamba_size=5)
+    a = loop.admit(list(range(1, 100)))          # running + 2 track = 3 slots
+    loop.prefill(a)
+    with pytest.raises(RuntimeError, match="state slots"):
+        loop.admit(list(range(200, 300)))        # needs 3, 2 free, nothing cached to evict
+    loop.check()
+    c = loop.pool.mamba_allocator._slots.counts()
+    assert c["req"] == 3 and c["free"] == 2 and c["held"] == 0
+    loop.finish(a)
+    # now the cached state can be evicted to make room
+    b = loop.admit(list(range(200, 300)))
+    loop.prefill(b)
+    loop.finish(b)
+    assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
+
+
+def test_donated_track_slot_cannot_be_cached_again() -> None:
+    loop = Loop(extra_buffer=True)
+    req = loop.admit(list(range(1, 200)))
+    loop.prefill(req)
+    keep = loop.pool.get_mamba_ping_pong_keep_idx(req)
+    slot = int(req.mamba_ping_pong_track_buffer[keep])
+    req.mamba_ping_pong_track_buffer[keep] = -1     # as if donated already
+    before = loop.pool.mamba_allocator._slots.counts()
+    with pytest.raises(_C.OwnershipError, match="already freed or donated"):
+        loop.tree.cache_finished_req(req, kv_len_to_handle=req.kv_committed_len)
+    assert loop.pool.mamba_allocator._slots.counts() == before
+    loop.check()
+    req.mamba_ping_pong_track_buffer[keep] = slot   # put it back: finishing works
+    loop.finish(req)
+    assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
+
+
+@pytest.mark.parametrize("mode", ["no_buffer", "extra_buffer", "lazy"])
+def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
+    """The same random workload through the C lifecycle (own pools) and
+    through the Python path the cache takes over someone else's pools: the
+    same hits for every request and the same tree sizes after each."""
+    extra_buffer = mode != "no_buffer"
+    rng = random.Random(77 + len(mode))
+    bases = [[rng.randint(1, 40) for _ in range(rng.randint(64, 260))] for _ in range(3)]
+    work = []
+    for _ in range(40):
+        b = rng.choice(bases)
+        work.append((b[: rng.randint(1, len(b))] + [rng.randint(1, 40) for _ in range(rng.randint(1, 90))],
+                     rng.choice([1, 2, 20])))
+    kw = dict(extra_buffer=extra_buffer, overlap=extra_buffer, lazy=mode == "lazy", mamba_size=10, kv_size=2500,
+              interval=16, chunk=96 if extra_buffer else None)
+    own, other = Loop(**kw), Loop(foreign=True, **kw)
+    assert own.tree._native and not other.tree._native
+    for toks, out_len in work:
+        assert own.run(toks, out_len) == other.run(toks, out_len)
+        assert own.tree.total_size() == other.tree.total_size()
+        assert own.tree._lc.sizes() == other.tree._lc.sizes()
+
+
+def test_disabled_cache_frees_everything() -> None:
+    """disable=True: nothing is cached, finishing frees the request's KV and
+    every state slot it holds."""
+    loop = Loop(extra_buffer=True)
+    tree = MambaRadixCache(CacheInitParams(disable=True, req_to_token_pool=loop.pool,
+                                           token_to_kv_pool_allocator=loop.alloc, page_size=1,
+                                           enable_mamba_extra_buffer=True), chunk_size=C)
+    loop.tree = tree
+    kv_free, st_free = loop.alloc.available_size(), loop.pool.mamba_allocator.available_size()
+    for _ in range(2):
+        req = loop.admit(list(range(1, 150)))
+        assert len(req.prefix_indices) == 0 and req.last_node is tree.root_node
+        loop.prefill(req)
+        loop.finish(req)
+        assert loop.alloc.available_size() == kv_free
+        assert loop.pool.mamba_allocator.available_size() == st_free
+    assert tree.total_size() == (0, 0)

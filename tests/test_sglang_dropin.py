@@ -275,3 +275,151 @@ def test_bad_input_gives_clear_errors_and_keeps_accounting() -> None:
     with pytest.raises(ValueError, match="mamba_value"):
         tree.insert(InsertParams(key=RadixKey(array("q", [7])), value=alloc.alloc(1), mamba_value=None))
     _check(tree, pool, alloc)
+
+
+def test_paged_allocator_extend_and_decode() -> None:
+    """PagedTokenToKVPoolAllocator: alloc_extend fills each request's last
+    partial page first, then whole new pages; alloc_decode opens a page
+    only at a page boundary."""
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    ps = 4
+    a = PagedTokenToKVPoolAllocator(size=64, page_size=ps, dtype=torch.float32, device="cpu", kvcache=None,
+                                    need_sort=False)
+    first = a.alloc(8)                     # request 0 owns pages of tokens first[0:8]
+    assert first.tolist() == list(range(4, 12))
+    prefix = torch.tensor([6, 0])          # request 0 has 6 tokens, request 1 none
+    seq = torch.tensor([13, 5])
+    last = torch.tensor([int(first[5]), -1])
+    out = a.alloc_extend(prefix, prefix, seq, seq, last, int((seq - prefix).sum()))
+    got = out.tolist()
+    # request 0: tokens 6, 7 go to its page (10, 11), then a new page
+    assert got[:2] == [10, 11]
+    assert all(t // ps == got[2] // ps for t in got[2:6]) and got[6] // ps != got[2] // ps
+    # request 1: 5 tokens = one whole page + 1 token of another
+    assert len(got) == 7 + 5
+    assert len({t // ps for t in got}) == len({t // ps for t in got})
+    pages_used = {t // ps for t in got[2:]}
+    assert a.available_size() == 64 - 8 - len(pages_used) * ps
+    # decode: request 1 is at 5 tokens (its page has room), request 0 at 13 (room too)
+    dec = a.alloc_decode(torch.tensor([6, 14]), torch.tensor([6, 14]), torch.tensor([got[-1], got[6]]))
+    assert dec.tolist() == [got[-1] + 1, got[6] + 1]
+    # a boundary opens a new page
+    dec = a.alloc_decode(torch.tensor([9]), torch.tensor([9]), torch.tensor([got[-1] + 3]))
+    assert int(dec[0]) % ps == 0
+    a.check()
+
+
+def test_paged_extra_buffer_cache() -> None:
+    """page_size 4 with extra_buffer: inserted keys are page aligned, matches
+    are truncated to pages, accounting holds."""
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    pool = HybridReqToTokenPool(size=4, mamba_size=12, max_context_len=64, device="cpu",
+                                cache_params=_cache_params(), mamba_layer_ids=MAMBA_LAYERS,
+                                enable_mamba_extra_buffer=True)
+    alloc = PagedTokenToKVPoolAllocator(size=128, page_size=4, dtype=torch.float32, device="cpu", kvcache=None,
+                                        need_sort=False)
+    tree = MambaRadixCache(CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc,
+                                           page_size=4, enable_mamba_extra_buffer=True), chunk_size=64)
+    req = _dummy_req(pool)
+    slot = req.mamba_ping_pong_track_buffer[0].reshape(1)
+    r = tree.insert(InsertParams(key=RadixKey(array("q", range(1, 9))), value=alloc.alloc(8), mamba_value=slot))
+    assert r.prefix_len == 0
+    with pytest.raises(ValueError, match="page_size"):
+        tree.insert(InsertParams(key=RadixKey(array("q", range(1, 4))), value=alloc.alloc(4)[:3],
+                                 mamba_value=req.mamba_ping_pong_track_buffer[1].reshape(1)))
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", list(range(1, 9)) + [50, 51, 52]))))
+    assert len(m.device_indices) == 8
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", list(range(1, 7))))))
+    assert len(m.device_indices) == 0   # 6 tokens -> one page matched, split: no state there
+    tree.sanity_check()
+    alloc.check()
+
+
+def _sglang_pools():
+    """SGLang's own HybridReqToTokenPool and TokenToKVPoolAllocator (the
+    fixture of its test_mamba_unittest.py), or skip when the sglang wheel
+    does not import here."""
+    try:
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator as SGAlloc  # type: ignore
+        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool as SGPool  # type: ignore
+        from sglang.srt.configs.mamba_utils import Mamba2CacheParams as SGParams  # type: ignore
+        from sglang.srt.configs.mamba_utils import Mamba2StateShape as SGShape  # type: ignore
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # type: ignore
+    except Exception as e:  # the wheel needs most of SGLang's dependencies
+        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
+    args = ServerArgs(model_path="dummy", page_size=1)
+    args._mamba_cache_chunk_size = 64
+    set_global_server_args_for_scheduler(args)
+    shape = SGShape.create(tp_world_size=1, intermediate_size=64, n_groups=2, num_heads=4, head_dim=8,
+                           state_size=8, conv_kernel=4)
+    pool = SGPool(size=10, mamba_size=20, mamba_spec_state_size=10, max_context_len=128, device="cpu",
+                  enable_memory_saver=False, cache_params=SGParams(shape=shape, layers=MAMBA_LAYERS),
+                  mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=False,
+                  speculative_num_draft_tokens=3)
+    alloc = SGAlloc(size=128, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    return pool, alloc
+
+
+def test_mamba_radix_cache_1_with_sglang_pools() -> None:
+    """test_mamba_radix_cache_1 inside SGLang's own pools: the native tree
+    frees through their Python methods."""
+    pool, alloc = _sglang_pools()
+    tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
+                                           token_to_kv_pool_allocator=alloc))
+
+    def req():
+        r = Req(rid=0, origin_input_text="", origin_input_ids=array("q"), sampling_params=SamplingParams())
+        pool.alloc([r])
+        return r
+
+    def ins(tokens):
+        r = req()
+        return tree.insert(InsertParams(key=RadixKey(array("q", tokens)), value=alloc.alloc(len(tokens)),
+                                        mamba_value=r.mamba_pool_idx.unsqueeze(-1)))
+
+    ins([1, 2, 3])
+    assert ins([1, 2, 3, 4, 5, 6, 7]).prefix_len == 3
+    assert alloc.available_size() == 128 - 7
+    ins([10, 11, 12])
+    ins([1, 2, 3, 4, 5, 60, 70])
+    assert tree.evict(EvictParams(num_tokens=1)).num_tokens_evicted >= 1
+    assert tree.evict(EvictParams(mamba_num=1)).mamba_num_evicted >= 1
+    assert len(tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5])))).device_indices) == 0
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 60, 70]))))
+    assert len(m.device_indices) == 7 and len(m.last_device_node.key) == 2
+    tree.sanity_check()
+    # SGLang's idle check: every state slot is free or the tree's (the four
+    # inserting requests handed theirs to the tree)
+    assert pool.mamba_allocator.available_size() + tree.mamba_evictable_size() + tree.mamba_protected_size() == 20
+
+
+def test_register_with_sglang() -> None:
+    import mambaradix.sglang as mrs
+
+    try:
+        from sglang.srt.mem_cache import registry  # type: ignore
+    except Exception as e:
+        assert mrs.register() is False   # no SGLang: nothing to register with
+        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
+
+    assert mrs.register() is True
+    assert registry.get_radix_cache_factory("mambaradix") is not None
+    assert mrs.register() is True   # idempotent
+
+
+def test_admission_rejects_slots_the_request_does_not_own() -> None:
+    tree, pool, alloc = _setup("own")
+    req = _dummy_req(pool)
+    slot = req.mamba_pool_idx
+    tree.insert(InsertParams(key=RadixKey(array("q", [1, 2])), value=alloc.alloc(2), mamba_value=slot.reshape(1)))
+    other = Req(rid=1, origin_input_ids=array("q", [5]))
+    other.mamba_pool_idx = slot                      # the tree's slot now
+    with pytest.raises(_C.OwnershipError, match="owned by the tree"):
+        pool.alloc([other])
+    other.mamba_pool_idx = torch.tensor(17)          # a free slot
+    with pytest.raises(_C.OwnershipError, match="free"):
+        pool.alloc([other])
+    assert other.req_pool_idx is None
+    _check(tree, pool, alloc)

@@ -428,8 +428,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             )
             if state >= 0:
                 if new_running != running:
-                    req.mamba_pool_idx = torch.tensor(new_running, dtype=torch.int64, device=self.device)
-                req.mamba_cow_src_index = torch.tensor([state], dtype=torch.int64, device=self.device)
+                    req.mamba_pool_idx = self.req_to_token_pool._slot(new_running)
+                req.mamba_cow_src_index = self.req_to_token_pool._slot1(state)
                 req.mamba_needs_clear = False
         else:
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
@@ -677,3 +677,60 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         rs, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), old, int(prefix_len), int(extend_len))
         self.req_to_token_pool._apply_rs(req, rs, old)
         return slot, mask, seqlen
+
+    def decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
+        """Before a decode forward (seq_len includes the new token): the
+        track slot and mask (seq_len % mamba_track_interval == 0); the lazy
+        buffer borrows its second slot here (SGLang's prepare_for_decode)."""
+        pool = self.req_to_token_pool
+        if not self._native:
+            return self._foreign_decode_track(req, int(seq_len))
+        old = _rs_of(req)
+        rs, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), old, int(seq_len))
+        pool._apply_rs(req, rs, old)
+        pool._sync_maps_to_device([int(req.req_pool_idx)] if req.req_pool_idx is not None else [])
+        return slot, mask
+
+    def _foreign_decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
+        pool = self.req_to_token_pool
+        buf = req.mamba_ping_pong_track_buffer
+        if buf is None:
+            return -1, False
+        at = seq_len % self.mamba_track_interval == 0
+        if self.enable_mamba_extra_buffer_lazy and at:
+            other = 1 - req.mamba_next_track_idx
+            if int(buf[other]) == -1:
+                slot = pool.mamba_allocator.alloc(1)
+                if slot is None:
+                    self.evict(EvictParams(num_tokens=0, mamba_num=1))
+                    slot = pool.mamba_allocator.alloc(1)
+                if slot is not None:
+                    pool.set_mamba_ping_pong_slot(req, other, slot[0])
+                    req.mamba_next_track_idx = other
+        return int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx]), at
+
+    def decode_track_done(self, req: Req, finished: bool = False) -> bool:
+        """After a decode result: at a boundary (kv_committed_len a multiple
+        of the interval) record the tracked length and flip the ping-pong
+        index (lazy: return the borrowed slot, or mark a finished request
+        not insertable).  Returns True at a boundary."""
+        pool = self.req_to_token_pool
+        if not self._native:
+            if req.mamba_ping_pong_track_buffer is None or req.kv_committed_len % self.mamba_track_interval:
+                return False
+            req.mamba_last_track_seqlen = int(req.kv_committed_len)
+            if self.enable_mamba_extra_buffer_lazy:
+                other = 1 - req.mamba_next_track_idx
+                if int(req.mamba_ping_pong_track_buffer[other]) != -1:
+                    pool.mamba_allocator.free(req.mamba_ping_pong_track_buffer[other].reshape(1).clone())
+                    pool.set_mamba_ping_pong_slot(req, other, -1)
+                elif finished:
+                    req.mamba_lazy_is_insert = False
+            else:
+                req.mamba_next_track_idx = pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
+            return True
+        old = _rs_of(req)
+        rs, at = self._lc.decode_finish(int(req.req_pool_idx or 0), old, int(req.kv_committed_len), bool(finished))
+        pool._apply_rs(req, rs, old)
+        return bool(at)
+

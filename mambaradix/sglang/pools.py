@@ -251,9 +251,9 @@ class _StateOps:
         self.temporal = temporal
         self.native = None
         sp = getattr(_C, "StatePool", None)
-        if sp is not None and hasattr(sp, "adopt"):
-            try:
-                self.native = sp.adopt([*conv, temporal])
+        if sp is not None:
+            try:  # adopts the tensors through DLPack, no copy
+                self.native = sp(list(conv), temporal)
             except Exception:
                 self.native = None
 
@@ -372,7 +372,13 @@ class ReqToTokenPool:
     def sync_device(self) -> None:
         """Copy the host rows the C lifecycle changed to the device mirror."""
         rows, starts, ends = self._rp.take_dirty()
-        if self.req_to_token is self._host:
+        if self.req_to_token is self._host or rows.size == 0:
+            return
+        table = self._rp.table
+        write = getattr(_C, "write_req_to_token", None)
+        if write is not None:  # one ragged launch
+            values = np.concatenate([table[r, a:b] for r, a, b in zip(rows, starts, ends)])
+            write(self.req_to_token, rows, starts, values, ends=ends)
             return
         for r, a, b in zip(rows.tolist(), starts.tolist(), ends.tolist()):
             self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)
@@ -450,7 +456,7 @@ def _rs_of(req: Req, *, with_node: bool = False, cache: Any = None) -> tuple:
         -1 if nxt is None or buf is None else int(nxt),
         -1 if req.mamba_last_track_seqlen is None else int(req.mamba_last_track_seqlen),
         -1 if req.mamba_branching_seqlen is None else int(req.mamba_branching_seqlen),
-        int(req.mamba_cow_src_index.reshape(-1)[0]) if req.mamba_cow_src_index is not None else -1,
+        int(req.mamba_cow_src_index) if req.mamba_cow_src_index is not None else -1,
         1 if req.mamba_needs_clear else 0,
         1 if req.mamba_lazy_is_insert else 0,
         int(req.cache_protected_len or 0),
@@ -515,6 +521,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
             self.req_index_to_mamba_ping_pong_track_buffer_mapping = (
                 self.req_index_to_mamba_ping_pong_track_buffer_mapping.to(device)
             )
+        self._slot_t: dict = {}
+        self._slot1_t: dict = {}
         # Admission runs in C; until a MambaRadixCache binds its own
         # lifecycle, the pool uses one over a zero-sized KV allocator.
         self._lc = _C.Lifecycle(
@@ -530,7 +538,19 @@ class HybridReqToTokenPool(ReqToTokenPool):
     # -- request state <-> tensors -----------------------------------------
 
     def _slot(self, v: int) -> torch.Tensor:
-        return torch.tensor(v, dtype=torch.int64, device=self.device)
+        """The 0-d int64 tensor of slot v (one per slot, reused: the
+        scheduler only reads these)."""
+        t = self._slot_t.get(v)
+        if t is None:
+            t = self._slot_t[v] = torch.tensor(v, dtype=torch.int64, device=self.device)
+        return t
+
+    def _slot1(self, v: int) -> torch.Tensor:
+        """The shape-(1,) int64 tensor of slot v, reused likewise."""
+        t = self._slot1_t.get(v)
+        if t is None:
+            t = self._slot1_t[v] = torch.tensor([v], dtype=torch.int64, device=self.device)
+        return t
 
     def _apply_rs(self, req: Req, rs: tuple, old: tuple) -> None:
         """Writes a C-updated state back into the request's fields (only the
@@ -549,7 +569,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         if rs[4] != old[4]:
             req.mamba_last_track_seqlen = None if rs[4] < 0 else rs[4]
         if rs[6] != old[6]:
-            req.mamba_cow_src_index = None if rs[6] < 0 else torch.tensor([rs[6]], dtype=torch.int64, device=self.device)
+            req.mamba_cow_src_index = None if rs[6] < 0 else self._slot1(rs[6])
         req.mamba_needs_clear = bool(rs[7])
         req.mamba_lazy_is_insert = bool(rs[8])
 
