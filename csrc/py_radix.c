@@ -1,8 +1,1341 @@
-/* py_radix.c - RadixTree and Node types (being written). */
+/* py_radix.c - mambaradix.RadixTree and mambaradix.Node.
+ *
+ * RadixTree owns one mr_radix.  Keys are read through the buffer protocol
+ * (int32 C-contiguous buffers without a copy) or converted from any int
+ * sequence into a per-tree scratch buffer.  Index results are numpy int64
+ * arrays.  A Node is a (tree, id, generation) handle: it never points into
+ * tree memory, so it stays safe after its node is split or evicted
+ * (StaleNodeError when used then). */
 #include "py_common.h"
+#include "py_numpy.h"
+#include "radix.h"
+
+#include <string.h>
+
+#include "structmember.h"
+
+enum {
+    SLOT_RADIXTREE = 0,
+    SLOT_NODE,
+    SLOT_MATCHRESULT,
+    SLOT_INSERTRESULT,
+    SLOT_EVICTRESULT,
+};
+
+typedef struct {
+    PyObject_HEAD
+    mr_radix *tree;
+    PyObject *ns_ids;      /* dict: extra_key str -> int id (>= 1) */
+    PyObject *ns_names;    /* list: id - 1 -> str */
+    int32_t *keybuf;       /* scratch for converted keys */
+    size_t keycap;
+    int64_t *valbuf;       /* scratch for converted values */
+    size_t valcap;
+    int64_t *dupbuf;       /* insert duplicates */
+    size_t dupcap;
+    PyObject *weakreflist;
+} RadixTree;
+
+typedef struct {
+    PyObject_HEAD
+    RadixTree *owner;      /* strong reference */
+    mr_handle h;
+} Node;
+
+static inline mr_state *
+tree_state(PyObject *self)
+{
+    return mr_state_from_type(Py_TYPE(self));
+}
+
+/* ------------------------------------------------------------------------
+ * Scratch buffers */
+
+static int
+grow(void **buf, size_t *cap, size_t need, size_t itemsize)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    size_t cap2 = *cap ? *cap : 256;
+    while (cap2 < need) {
+        cap2 *= 2;
+    }
+    void *p = PyMem_Realloc(*buf, cap2 * itemsize);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = p;
+    *cap = cap2;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading keys and values */
+
+/* Classifies a buffer format: returns 's' (signed int), 'u' (unsigned int)
+ * or 0 (anything else), with native byte order only. */
+static char
+int_kind(const char *fmt)
+{
+    if (fmt == NULL) {
+        return 'u';   /* plain bytes */
+    }
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') {
+        fmt++;
+    }
+    if (fmt[0] == '\0' || fmt[1] != '\0') {
+        return 0;
+    }
+    switch (fmt[0]) {
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+        return 's';
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+        return 'u';
+    default:
+        return 0;
+    }
+}
+
+/* Reads element i of a 1-D integer buffer as int64 (unsigned values above
+ * INT64_MAX are reported through *overflow). */
+static int64_t
+buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
+{
+    const char *p = (const char *)v->buf + i * (v->strides ? v->strides[0] : v->itemsize);
+    switch (v->itemsize) {
+    case 1: return kind == 's' ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
+    case 2: { int16_t s; uint16_t u; if (kind == 's') { memcpy(&s, p, 2); return s; } memcpy(&u, p, 2); return u; }
+    case 4: { int32_t s; uint32_t u; if (kind == 's') { memcpy(&s, p, 4); return s; } memcpy(&u, p, 4); return u; }
+    default: {
+        int64_t s;
+        uint64_t u;
+        if (kind == 's') {
+            memcpy(&s, p, 8);
+            return s;
+        }
+        memcpy(&u, p, 8);
+        if (u > (uint64_t)INT64_MAX) {
+            *overflow = 1;
+        }
+        return (int64_t)u;
+    }
+    }
+}
+
+/* An integer array argument, read either in place or into scratch. */
+typedef struct {
+    Py_buffer view;
+    int have_view;
+} argbuf;
+
+static void
+argbuf_release(argbuf *a)
+{
+    if (a->have_view) {
+        PyBuffer_Release(&a->view);
+        a->have_view = 0;
+    }
+}
+
+/* Reads obj as a 1-D array of integers in [lo, hi] with element size
+ * `width` (4: int32 out, 8: int64 out).  Zero-copy when obj is a
+ * C-contiguous buffer of exactly that signed type; otherwise converted into
+ * *scratch.  Sets *data and *len.  Returns 0, or -1 with TypeError /
+ * ValueError naming `arg`. */
+static int
+read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
+          void **scratch, size_t *scratch_cap, argbuf *ab, const void **data, size_t *len)
+{
+    if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) {
+        if (PyObject_GetBuffer(obj, &ab->view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            return -1;
+        }
+        ab->have_view = 1;
+        Py_buffer *v = &ab->view;
+        char kind = int_kind(v->format);
+        if (kind == 0 || !(v->itemsize == 1 || v->itemsize == 2 || v->itemsize == 4 || v->itemsize == 8)) {
+            PyErr_Format(PyExc_TypeError, "%s must hold integers, not buffer format '%s'",
+                         arg, v->format ? v->format : "B");
+            goto fail;
+        }
+        if (v->ndim != 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be 1-dimensional, not %d-dimensional", arg, v->ndim);
+            goto fail;
+        }
+        Py_ssize_t n = v->shape[0];
+        int contiguous = v->strides == NULL || v->strides[0] == v->itemsize;
+        if (kind == 's' && v->itemsize == width && contiguous) {
+            if (width == 8) {
+                /* int64 values: still verify the range. */
+                const int64_t *p = v->buf;
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    if (p[i] < lo || p[i] > hi) {
+                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is out of range [%lld, %lld]",
+                                     arg, i, (long long)p[i], (long long)lo, (long long)hi);
+                        goto fail;
+                    }
+                }
+            }
+            else if (lo > INT32_MIN || hi < INT32_MAX) {
+                const int32_t *p = v->buf;
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    if (p[i] < lo || p[i] > hi) {
+                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %d is out of range [%lld, %lld]",
+                                     arg, i, p[i], (long long)lo, (long long)hi);
+                        goto fail;
+                    }
+                }
+            }
+            *data = v->buf;
+            *len = (size_t)n;
+            return 0;
+        }
+        if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int overflow = 0;
+            int64_t x = buf_item(v, kind, i, &overflow);
+            if (overflow || x < lo || x > hi) {
+                PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range [%lld, %lld]",
+                             arg, i, (long long)lo, (long long)hi);
+                goto fail;
+            }
+            if (width == 4) {
+                ((int32_t *)*scratch)[i] = (int32_t)x;
+            }
+            else {
+                ((int64_t *)*scratch)[i] = x;
+            }
+        }
+        argbuf_release(ab);
+        *data = *scratch;
+        *len = (size_t)n;
+        return 0;
+    fail:
+        argbuf_release(ab);
+        return -1;
+    }
+
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (seq == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be a sequence or buffer of ints, not %.100s",
+                     arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        long long x;
+        int overflow = 0;
+        if (PyLong_CheckExact(it)) {
+            x = PyLong_AsLongLongAndOverflow(it, &overflow);
+        }
+        else if (!PyBool_Check(it) && PyIndex_Check(it)) {
+            PyObject *ix = PyNumber_Index(it);
+            if (ix == NULL) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            x = PyLong_AsLongLongAndOverflow(ix, &overflow);
+            Py_DECREF(ix);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", arg, i, Py_TYPE(it)->tp_name);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (overflow || x < lo || x > hi) {
+            PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range [%lld, %lld]",
+                         arg, i, (long long)lo, (long long)hi);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (width == 4) {
+            ((int32_t *)*scratch)[i] = (int32_t)x;
+        }
+        else {
+            ((int64_t *)*scratch)[i] = (int64_t)x;
+        }
+    }
+    Py_DECREF(seq);
+    *data = *scratch;
+    *len = (size_t)n;
+    return 0;
+}
+
+static int
+read_key(RadixTree *self, PyObject *obj, argbuf *ab, const int32_t **key, size_t *len)
+{
+    return read_ints(obj, 4, INT32_MIN, INT32_MAX, "key", (void **)&self->keybuf, &self->keycap,
+                     ab, (const void **)key, len);
+}
+
+/* extra_key -> namespace id.  None -> 0.  An unknown key gets a new id when
+ * `create`, else -1 (matches nothing). */
+static int
+namespace_of(RadixTree *self, PyObject *extra_key, int create, int32_t *ns)
+{
+    if (extra_key == NULL || extra_key == Py_None) {
+        *ns = 0;
+        return 0;
+    }
+    if (!PyUnicode_Check(extra_key)) {
+        PyErr_Format(PyExc_TypeError, "extra_key must be a str or None, not %.100s", Py_TYPE(extra_key)->tp_name);
+        return -1;
+    }
+    PyObject *id = PyDict_GetItemWithError(self->ns_ids, extra_key);
+    if (id != NULL) {
+        *ns = (int32_t)PyLong_AsLong(id);
+        return 0;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (!create) {
+        *ns = -1;
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(self->ns_names);
+    if (n >= INT32_MAX - 1) {
+        PyErr_SetString(PyExc_OverflowError, "too many distinct extra_key values");
+        return -1;
+    }
+    PyObject *v = PyLong_FromSsize_t(n + 1);
+    if (v == NULL) {
+        return -1;
+    }
+    if (PyList_Append(self->ns_names, extra_key) < 0) {
+        Py_DECREF(v);
+        return -1;
+    }
+    if (PyDict_SetItem(self->ns_ids, extra_key, v) < 0) {
+        Py_DECREF(v);
+        /* Keep the list and dict consistent. */
+        PySequence_DelItem(self->ns_names, n);
+        return -1;
+    }
+    Py_DECREF(v);
+    *ns = (int32_t)(n + 1);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Results */
+
+static PyObject *
+new_i64_array(const int64_t *src, size_t n)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (a != NULL && n > 0) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), src, n * sizeof(int64_t));
+    }
+    return a;
+}
+
+static PyObject *
+node_new_handle(mr_state *st, RadixTree *owner, const mr_node *n)
+{
+    Node *obj = PyObject_New(Node, (PyTypeObject *)st->radix[SLOT_NODE]);
+    if (obj == NULL) {
+        return NULL;
+    }
+    obj->owner = (RadixTree *)Py_NewRef(owner);
+    obj->h = mr_node_handle(n);
+    return (PyObject *)obj;
+}
+
+static PyObject *
+state_or_none(int64_t s)
+{
+    return s >= 0 ? PyLong_FromLongLong(s) : Py_NewRef(Py_None);
+}
+
+/* Resolves a Node argument of this tree; raises TypeError / StaleNodeError
+ * naming `arg`. */
+static int
+resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_node **out)
+{
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->radix[SLOT_NODE])) {
+        PyErr_Format(PyExc_TypeError, "%s must be a mambaradix.Node, not %.100s", arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Node *n = (Node *)obj;
+    if (n->owner != self) {
+        PyErr_Format(st->StaleNodeError, "%s belongs to another tree", arg);
+        return -1;
+    }
+    if (mr_radix_resolve(self->tree, n->h, out) != MR_OK) {
+        PyErr_Format(st->StaleNodeError, "%s was removed from the tree (stale handle)", arg);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * RadixTree */
+
+static PyObject *
+RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", NULL};
+    PyObject *page_obj = NULL, *chunk_obj = Py_None;
+    const char *policy = "consumed";
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs:RadixTree", kwlist, &page_obj, &chunk_obj, &policy)) {
+        return NULL;
+    }
+    int64_t page = 1, chunk;
+    if (page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0) {
+        return NULL;
+    }
+    if (chunk_obj == Py_None) {
+        chunk = page > 64 ? page : 64;
+    }
+    else if (mr_as_int64(chunk_obj, 1, 1 << 24, "chunk_size", &chunk) < 0) {
+        return NULL;
+    }
+    if (page % chunk != 0 && chunk % page != 0) {
+        PyErr_Format(PyExc_ValueError, "chunk_size (%lld) and page_size (%lld): one must divide the other",
+                     (long long)chunk, (long long)page);
+        return NULL;
+    }
+    mr_radix_config cfg = {(uint32_t)page, (uint32_t)chunk, MR_POLICY_CONSUMED};
+    if (strcmp(policy, "sglang") == 0) {
+        cfg.policy = MR_POLICY_SGLANG;
+    }
+    else if (strcmp(policy, "consumed") != 0) {
+        PyErr_Format(PyExc_ValueError, "lru_policy must be 'consumed' or 'sglang', not '%s'", policy);
+        return NULL;
+    }
+    RadixTree *self = (RadixTree *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->ns_ids = PyDict_New();
+    self->ns_names = PyList_New(0);
+    if (self->ns_ids == NULL || self->ns_names == NULL) {
+        goto error;
+    }
+    int rc = mr_radix_new(&cfg, &self->tree);
+    if (rc != MR_OK) {
+        mr_raise(mr_state_from_type(type), rc, "RadixTree()");
+        goto error;
+    }
+    return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static void
+RadixTree_dealloc(RadixTree *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    mr_radix_free(self->tree);
+    Py_XDECREF(self->ns_ids);
+    Py_XDECREF(self->ns_names);
+    PyMem_Free(self->keybuf);
+    PyMem_Free(self->valbuf);
+    PyMem_Free(self->dupbuf);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+PyDoc_STRVAR(RadixTree_match_prefix__doc__,
+"match_prefix($self, key, /, extra_key=None)\n"
+"--\n"
+"\n"
+"Longest usable cached prefix of key (truncated to whole pages).\n"
+"\n"
+"Returns MatchResult(indices, node, state, kv_matched_len, branching_seqlen):\n"
+"the KV indices from the root to the deepest matched node that has a state,\n"
+"that node (the root when none), its state slot, how many tokens matched\n"
+"KV-wise (through stateless nodes), and that length aligned down to\n"
+"chunk_size when it goes deeper than node (else None).  A partially matched\n"
+"edge is split, as in SGLang; LRU lists are refreshed.");
+
+static PyObject *
+RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const kw[] = {"extra_key", NULL};
+    mr_state *st = tree_state((PyObject *)self);
+    if (!mr_check_nargs("match_prefix", nargs, 1, 2) || mr_check_kwnames("match_prefix", kwnames, kw) < 0) {
+        return NULL;
+    }
+    PyObject *extra = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "extra_key");
+    int32_t ns;
+    if (namespace_of(self, extra, 0, &ns) < 0) {
+        return NULL;
+    }
+    argbuf ab = {0};
+    const int32_t *key;
+    size_t len;
+    if (read_key(self, args[0], &ab, &key, &len) < 0) {
+        return NULL;
+    }
+    mr_match m;
+    int rc = mr_radix_match(self->tree, key, len, ns, &m);
+    argbuf_release(&ab);
+    if (rc != MR_OK) {
+        return mr_raise(st, rc, "match_prefix()");
+    }
+    PyObject *res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_MATCHRESULT]);
+    if (res == NULL) {
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)m.prefix_len};
+    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (idx == NULL) {
+        goto error;
+    }
+    mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
+    PyStructSequence_SetItem(res, 0, idx);
+    PyObject *node = node_new_handle(st, self, m.node);
+    if (node == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 1, node);
+    PyObject *v;
+    if ((v = state_or_none(m.state)) == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 2, v);
+    if ((v = PyLong_FromSize_t(m.kv_matched_len)) == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 3, v);
+    if ((v = state_or_none(m.branching_seqlen)) == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 4, v);
+    return res;
+error:
+    Py_DECREF(res);
+    return NULL;
+}
+
+PyDoc_STRVAR(RadixTree_insert__doc__,
+"insert($self, key, value, state, /, *, extra_key=None, prev_prefix_len=0)\n"
+"--\n"
+"\n"
+"Insert key with its KV indices (value, same length) and the state slot at\n"
+"its end.  len(key) must be a multiple of page_size.\n"
+"\n"
+"Returns InsertResult(prefix_len, state_existed, node, duplicates):\n"
+"tokens already cached; whether the end node already had a state (then the\n"
+"caller keeps and frees its slot); the node ending at the key's end; and\n"
+"the caller's indices for already-cached tokens past prev_prefix_len,\n"
+"which the caller must free.  The tree frees nothing itself.");
+
+static PyObject *
+RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const kw[] = {"extra_key", "prev_prefix_len", NULL};
+    mr_state *st = tree_state((PyObject *)self);
+    if (!mr_check_nargs("insert", nargs, 3, 3) || mr_check_kwnames("insert", kwnames, kw) < 0) {
+        return NULL;
+    }
+    PyObject *extra = mr_find_kw(kwnames, args + nargs, "extra_key");
+    PyObject *prev_obj = mr_find_kw(kwnames, args + nargs, "prev_prefix_len");
+    int64_t state, prev = 0;
+    if (mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
+        return NULL;
+    }
+    if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
+        return NULL;
+    }
+    argbuf kb = {0}, vb = {0};
+    const int32_t *key;
+    const int64_t *val;
+    size_t klen, vlen;
+    PyObject *res = NULL;
+    int32_t ns;
+    if (namespace_of(self, extra, 1, &ns) < 0) {
+        return NULL;
+    }
+    if (read_key(self, args[0], &kb, &key, &klen) < 0) {
+        return NULL;
+    }
+    if (read_ints(args[1], 8, 0, INT64_MAX, "value", (void **)&self->valbuf, &self->valcap,
+                  &vb, (const void **)&val, &vlen) < 0) {
+        goto done;
+    }
+    if (vlen != klen) {
+        PyErr_Format(PyExc_ValueError, "value has %zu indices but key has %zu tokens", vlen, klen);
+        goto done;
+    }
+    if (klen % mr_radix_config_of(self->tree)->page_size != 0) {
+        PyErr_Format(PyExc_ValueError, "key length %zu is not a multiple of page_size %u",
+                     klen, mr_radix_config_of(self->tree)->page_size);
+        goto done;
+    }
+    if (grow((void **)&self->dupbuf, &self->dupcap, klen, sizeof(int64_t)) < 0) {
+        goto done;
+    }
+    mr_insert_result ir;
+    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, self->dupbuf, &ir);
+    if (rc != MR_OK) {
+        mr_raise(st, rc, "insert()");
+        goto done;
+    }
+    /* Past this point the tree changed: build the result, and on a
+     * (memory) failure still report it as an exception. */
+    res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_INSERTRESULT]);
+    if (res == NULL) {
+        goto done;
+    }
+    PyObject *v;
+    if ((v = PyLong_FromSize_t(ir.prefix_len)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 0, v);
+    PyStructSequence_SetItem(res, 1, Py_NewRef(ir.state_existed ? Py_True : Py_False));
+    if ((v = node_new_handle(st, self, ir.node)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 2, v);
+    if ((v = new_i64_array(self->dupbuf, ir.ndup)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 3, v);
+    goto done;
+fail:
+    Py_CLEAR(res);
+done:
+    argbuf_release(&kb);
+    argbuf_release(&vb);
+    return res;
+}
+
+/* Eviction output: growable int64 vectors filled by the release callbacks. */
+typedef struct {
+    int64_t *kv;
+    size_t nkv, capkv;
+    int64_t *st;
+    size_t nst, capst;
+} evict_sink;
+
+static int
+sink_free_kv(void *ctx, const int64_t *idx, size_t n)
+{
+    evict_sink *s = ctx;
+    /* Reserve one state slot too: free_state must not fail after this. */
+    if (grow((void **)&s->kv, &s->capkv, s->nkv + n, sizeof(int64_t)) < 0
+        || grow((void **)&s->st, &s->capst, s->nst + 1, sizeof(int64_t)) < 0) {
+        PyErr_Clear();
+        return MR_ENOMEM;
+    }
+    memcpy(s->kv + s->nkv, idx, n * sizeof(int64_t));
+    s->nkv += n;
+    return 0;
+}
+
+static int
+sink_free_state(void *ctx, int64_t slot)
+{
+    evict_sink *s = ctx;
+    if (grow((void **)&s->st, &s->capst, s->nst + 1, sizeof(int64_t)) < 0) {
+        PyErr_Clear();
+        return MR_ENOMEM;
+    }
+    s->st[s->nst++] = slot;
+    return 0;
+}
+
+static PyObject *
+do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    int64_t n;
+    if (mr_as_int64(arg, 0, INT64_MAX, states ? "num_states" : "num_tokens", &n) < 0) {
+        return NULL;
+    }
+    evict_sink sink = {0};
+    mr_release rel = {sink_free_kv, sink_free_state, &sink};
+    size_t tokens = 0, nstates = 0;
+    int rc = states ? mr_radix_evict_state(self->tree, (size_t)n, &rel, &tokens, &nstates)
+                    : mr_radix_evict_full(self->tree, (size_t)n, &rel, &tokens, &nstates);
+    PyObject *res = NULL, *v;
+    if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0) {
+        mr_raise(st, rc, fname);
+        goto done;
+    }
+    /* A partial eviction still returns what was released: the caller must
+     * free it.  (Only an out-of-memory failure can stop one early.) */
+    res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_EVICTRESULT]);
+    if (res == NULL) {
+        goto done;
+    }
+    if ((v = PyLong_FromSize_t(tokens)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 0, v);
+    if ((v = PyLong_FromSize_t(nstates)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 1, v);
+    if ((v = new_i64_array(sink.kv, sink.nkv)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 2, v);
+    if ((v = new_i64_array(sink.st, sink.nst)) == NULL) {
+        goto fail;
+    }
+    PyStructSequence_SetItem(res, 3, v);
+    goto done;
+fail:
+    Py_CLEAR(res);
+done:
+    PyMem_Free(sink.kv);
+    PyMem_Free(sink.st);
+    return res;
+}
+
+PyDoc_STRVAR(RadixTree_evict_full__doc__,
+"evict_full($self, num_tokens, /)\n"
+"--\n"
+"\n"
+"Evict least recently used unlocked leaves (with their states and the\n"
+"stateless nodes left childless above them) until at least num_tokens KV\n"
+"tokens are released.  Returns EvictResult(tokens_evicted, states_evicted,\n"
+"kv_indices, state_slots); the caller frees the returned indices and slots.");
+
+static PyObject *
+RadixTree_evict_full(RadixTree *self, PyObject *arg)
+{
+    return do_evict(self, arg, 0, "evict_full()");
+}
+
+PyDoc_STRVAR(RadixTree_evict_mamba__doc__,
+"evict_mamba($self, num_states, /)\n"
+"--\n"
+"\n"
+"Evict least recently used unlocked states until num_states are released:\n"
+"an internal node keeps its KV and becomes stateless; a leaf is removed\n"
+"with its KV.  A leaf whose KV is locked is never picked.  Returns\n"
+"EvictResult; the caller frees the returned indices and slots.");
+
+static PyObject *
+RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
+{
+    return do_evict(self, arg, 1, "evict_mamba()");
+}
+
+PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
+"inc_lock_ref($self, node, /)\n"
+"--\n"
+"\n"
+"Protect node's state (if it has one) and the KV of its whole path from\n"
+"eviction.  Locking the root does nothing.");
+
+static PyObject *
+RadixTree_inc_lock_ref(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    int rc = mr_radix_lock(self->tree, n);
+    if (rc != MR_OK) {
+        return mr_raise(st, rc, "inc_lock_ref(): node");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
+"dec_lock_ref($self, node, /)\n"
+"--\n"
+"\n"
+"Undo one inc_lock_ref(node).  ValueError if node is not locked.");
+
+static PyObject *
+RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    if (mr_radix_unlock(self->tree, n) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RadixTree_full_evictable_size(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.full_evictable);
+}
+
+static PyObject *
+RadixTree_full_protected_size(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.full_protected);
+}
+
+static PyObject *
+RadixTree_mamba_evictable_size(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.state_evictable);
+}
+
+static PyObject *
+RadixTree_mamba_protected_size(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.state_protected);
+}
+
+PyDoc_STRVAR(RadixTree_total_size__doc__,
+"total_size($self, /)\n"
+"--\n"
+"\n"
+"(KV tokens, states) held by the tree.");
+
+static PyObject *
+RadixTree_total_size(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return Py_BuildValue("(nn)", (Py_ssize_t)(s.full_evictable + s.full_protected),
+                         (Py_ssize_t)(s.state_evictable + s.state_protected));
+}
+
+static PyObject *
+RadixTree_node_count(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.nodes);
+}
+
+PyDoc_STRVAR(RadixTree_memory_bytes__doc__,
+"memory_bytes($self, /)\n"
+"--\n"
+"\n"
+"Bytes of memory the tree holds: nodes, edges (4-byte token + 8-byte index\n"
+"per token), child arrays and the handle registry.");
+
+static PyObject *
+RadixTree_memory_bytes(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return PyLong_FromSize_t(s.memory_bytes);
+}
+
+PyDoc_STRVAR(RadixTree_sanity_check__doc__,
+"sanity_check($self, /)\n"
+"--\n"
+"\n"
+"Verify every invariant of the tree (structure, lock counts, LRU lists,\n"
+"size counters).  Raises InvariantError naming the broken one.");
+
+static PyObject *
+RadixTree_sanity_check(RadixTree *self, PyObject *unused)
+{
+    char msg[256] = "";
+    int rc = mr_radix_check(self->tree, msg, sizeof(msg));
+    if (rc == MR_ENOMEM) {
+        return PyErr_NoMemory();
+    }
+    if (rc != MR_OK) {
+        return mr_raise(tree_state((PyObject *)self), MR_ECORRUPT, msg);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(RadixTree_reset__doc__,
+"reset($self, /)\n"
+"--\n"
+"\n"
+"Drop every node.  Pool slots are not freed (clear the pools); handles of\n"
+"removed nodes become stale.");
+
+static PyObject *
+RadixTree_reset(RadixTree *self, PyObject *unused)
+{
+    mr_radix_reset(self->tree);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(RadixTree_pretty_print__doc__,
+"pretty_print($self, /)\n"
+"--\n"
+"\n"
+"A readable dump of the tree, one node a line, indented by depth.");
+
+static PyObject *
+RadixTree_pretty_print(RadixTree *self, PyObject *unused)
+{
+    char *buf;
+    size_t len;
+    int rc = mr_radix_dump(self->tree, &buf, &len);
+    if (rc != MR_OK) {
+        return mr_raise(tree_state((PyObject *)self), rc, "pretty_print()");
+    }
+    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return s;
+}
+
+PyDoc_STRVAR(RadixTree_lru_order__doc__,
+"lru_order($self, which='full', /)\n"
+"--\n"
+"\n"
+"Nodes of an LRU list ('full': every node; 'mamba': nodes with a state),\n"
+"most recently used first.");
+
+static PyObject *
+RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    if (!mr_check_nargs("lru_order", nargs, 0, 1)) {
+        return NULL;
+    }
+    int which = 0;
+    if (nargs == 1) {
+        if (!PyUnicode_Check(args[0])) {
+            PyErr_SetString(PyExc_TypeError, "which must be 'full' or 'mamba'");
+            return NULL;
+        }
+        if (PyUnicode_CompareWithASCIIString(args[0], "mamba") == 0
+            || PyUnicode_CompareWithASCIIString(args[0], "state") == 0) {
+            which = 1;
+        }
+        else if (PyUnicode_CompareWithASCIIString(args[0], "full") != 0) {
+            PyErr_SetString(PyExc_ValueError, "which must be 'full' or 'mamba'");
+            return NULL;
+        }
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (mr_node *n = mr_radix_lru_first(self->tree, which); n != NULL; n = mr_radix_lru_next(self->tree, which, n)) {
+        PyObject *h = node_new_handle(st, self, n);
+        if (h == NULL || PyList_Append(list, h) < 0) {
+            Py_XDECREF(h);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(h);
+    }
+    return list;
+}
+
+static PyObject *
+RadixTree_get_root(RadixTree *self, void *closure)
+{
+    return node_new_handle(tree_state((PyObject *)self), self, mr_radix_root(self->tree));
+}
+
+static PyObject *
+RadixTree_get_page_size(RadixTree *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->page_size);
+}
+
+static PyObject *
+RadixTree_get_chunk_size(RadixTree *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->chunk_size);
+}
+
+static PyObject *
+RadixTree_get_lru_policy(RadixTree *self, void *closure)
+{
+    return PyUnicode_FromString(mr_radix_config_of(self->tree)->policy == MR_POLICY_SGLANG ? "sglang" : "consumed");
+}
+
+static PyObject *
+RadixTree_repr(RadixTree *self)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    const mr_radix_config *c = mr_radix_config_of(self->tree);
+    return PyUnicode_FromFormat("<mambaradix.RadixTree page_size=%u chunk_size=%u nodes=%zu tokens=%zu states=%zu>",
+                                c->page_size, c->chunk_size, s.nodes, s.full_evictable + s.full_protected,
+                                s.state_evictable + s.state_protected);
+}
+
+static PyMethodDef RadixTree_methods[] = {
+    {"match_prefix", (PyCFunction)(void (*)(void))RadixTree_match_prefix, METH_FASTCALL | METH_KEYWORDS,
+     RadixTree_match_prefix__doc__},
+    {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
+    {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
+    {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"inc_lock_ref", (PyCFunction)RadixTree_inc_lock_ref, METH_O, RadixTree_inc_lock_ref__doc__},
+    {"dec_lock_ref", (PyCFunction)RadixTree_dec_lock_ref, METH_O, RadixTree_dec_lock_ref__doc__},
+    {"full_evictable_size", (PyCFunction)RadixTree_full_evictable_size, METH_NOARGS,
+     "full_evictable_size($self, /)\n--\n\nKV tokens in unlocked nodes."},
+    {"full_protected_size", (PyCFunction)RadixTree_full_protected_size, METH_NOARGS,
+     "full_protected_size($self, /)\n--\n\nKV tokens in locked nodes."},
+    {"mamba_evictable_size", (PyCFunction)RadixTree_mamba_evictable_size, METH_NOARGS,
+     "mamba_evictable_size($self, /)\n--\n\nStates not locked."},
+    {"mamba_protected_size", (PyCFunction)RadixTree_mamba_protected_size, METH_NOARGS,
+     "mamba_protected_size($self, /)\n--\n\nStates locked."},
+    {"total_size", (PyCFunction)RadixTree_total_size, METH_NOARGS, RadixTree_total_size__doc__},
+    {"node_count", (PyCFunction)RadixTree_node_count, METH_NOARGS,
+     "node_count($self, /)\n--\n\nNon-root nodes."},
+    {"memory_bytes", (PyCFunction)RadixTree_memory_bytes, METH_NOARGS, RadixTree_memory_bytes__doc__},
+    {"sanity_check", (PyCFunction)RadixTree_sanity_check, METH_NOARGS, RadixTree_sanity_check__doc__},
+    {"reset", (PyCFunction)RadixTree_reset, METH_NOARGS, RadixTree_reset__doc__},
+    {"pretty_print", (PyCFunction)RadixTree_pretty_print, METH_NOARGS, RadixTree_pretty_print__doc__},
+    {"lru_order", (PyCFunction)(void (*)(void))RadixTree_lru_order, METH_FASTCALL, RadixTree_lru_order__doc__},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef RadixTree_getset[] = {
+    {"root", (getter)RadixTree_get_root, NULL, "The root node.", NULL},
+    {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
+    {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
+    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL, "'consumed' or 'sglang'.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef RadixTree_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(RadixTree, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(RadixTree__doc__,
+"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed')\n"
+"--\n"
+"\n"
+"SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"
+"an optional recurrent-state slot per node.\n"
+"\n"
+"page_size: tokens per page; matches and splits are per page and inserted\n"
+"keys must be whole pages.  chunk_size: alignment of branching lengths\n"
+"(default max(64, page_size)).  lru_policy: 'consumed' (a match refreshes\n"
+"only the node whose state is used) or 'sglang' (v0.5.15 behaviour).");
+
+static PyType_Slot RadixTree_slots[] = {
+    {Py_tp_new, RadixTree_new},
+    {Py_tp_dealloc, RadixTree_dealloc},
+    {Py_tp_repr, RadixTree_repr},
+    {Py_tp_methods, RadixTree_methods},
+    {Py_tp_getset, RadixTree_getset},
+    {Py_tp_members, RadixTree_members},
+    {Py_tp_doc, (void *)RadixTree__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec RadixTree_spec = {
+    .name = "mambaradix.RadixTree",
+    .basicsize = sizeof(RadixTree),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = RadixTree_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * Node */
+
+static void
+Node_dealloc(Node *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_DECREF(self->owner);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* The live node, or NULL with StaleNodeError. */
+static mr_node *
+Node_get(Node *self)
+{
+    mr_node *n;
+    if (mr_radix_resolve(self->owner->tree, self->h, &n) != MR_OK) {
+        mr_state *st = tree_state((PyObject *)self);
+        PyErr_SetString(st ? st->StaleNodeError : PyExc_ValueError,
+                        "the node was removed from the tree (stale handle)");
+        return NULL;
+    }
+    return n;
+}
+
+static PyObject *
+Node_get_id(Node *self, void *c)
+{
+    return PyLong_FromUnsignedLong(self->h.id);
+}
+
+static PyObject *
+Node_get_valid(Node *self, void *c)
+{
+    mr_node *n;
+    return PyBool_FromLong(mr_radix_resolve(self->owner->tree, self->h, &n) == MR_OK);
+}
+
+static PyObject *
+Node_get_is_root(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyBool_FromLong(n == mr_radix_root(self->owner->tree));
+}
+
+static PyObject *
+Node_get_key(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    if (n == NULL) {
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)mr_node_len(n)};
+    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT32);
+    if (a != NULL && dims[0] > 0) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), mr_node_key(n), (size_t)dims[0] * sizeof(int32_t));
+    }
+    return a;
+}
+
+static PyObject *
+Node_get_value(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : new_i64_array(mr_node_values(n), mr_node_len(n));
+}
+
+static PyObject *
+Node_get_state(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : state_or_none(mr_node_state(n));
+}
+
+static PyObject *
+Node_get_parent(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    if (n == NULL) {
+        return NULL;
+    }
+    mr_node *p = mr_node_parent(n);
+    if (p == NULL) {
+        Py_RETURN_NONE;
+    }
+    return node_new_handle(tree_state((PyObject *)self), self->owner, p);
+}
+
+static PyObject *
+Node_get_children(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    if (n == NULL) {
+        return NULL;
+    }
+    mr_state *st = tree_state((PyObject *)self);
+    size_t k = mr_node_nchildren(n);
+    PyObject *list = PyList_New((Py_ssize_t)k);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < k; i++) {
+        PyObject *h = node_new_handle(st, self->owner, mr_node_child(n, i));
+        if (h == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, h);
+    }
+    return list;
+}
+
+static PyObject *
+Node_get_full_lock_ref(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyLong_FromLong(mr_node_full_lock(n));
+}
+
+static PyObject *
+Node_get_state_lock_ref(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyLong_FromLong(mr_node_state_lock(n));
+}
+
+static PyObject *
+Node_get_prefix_len(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyLong_FromSize_t(mr_radix_path_len(self->owner->tree, n));
+}
+
+static PyObject *
+Node_get_extra_key(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    if (n == NULL) {
+        return NULL;
+    }
+    int32_t ns = mr_node_namespace(n);
+    if (ns <= 0) {
+        Py_RETURN_NONE;
+    }
+    return Py_NewRef(PyList_GET_ITEM(self->owner->ns_names, ns - 1));
+}
+
+static Py_ssize_t
+Node_len(Node *self)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? -1 : (Py_ssize_t)mr_node_len(n);
+}
+
+static Py_hash_t
+Node_hash(Node *self)
+{
+    Py_uhash_t x = (Py_uhash_t)((uintptr_t)self->owner >> 4);
+    x ^= ((Py_uhash_t)self->h.id * 1000003u) ^ ((Py_uhash_t)self->h.gen << 17);
+    return x == (Py_uhash_t)-1 ? -2 : (Py_hash_t)x;
+}
+
+static PyObject *
+Node_richcompare(PyObject *a, PyObject *b, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || Py_TYPE(a) != Py_TYPE(b)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Node *x = (Node *)a, *y = (Node *)b;
+    int eq = x->owner == y->owner && x->h.id == y->h.id && x->h.gen == y->h.gen;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static PyObject *
+Node_repr(Node *self)
+{
+    mr_node *n;
+    if (mr_radix_resolve(self->owner->tree, self->h, &n) != MR_OK) {
+        return PyUnicode_FromFormat("<mambaradix.Node #%u (removed)>", self->h.id);
+    }
+    if (n == mr_radix_root(self->owner->tree)) {
+        return PyUnicode_FromString("<mambaradix.Node root>");
+    }
+    int64_t s = mr_node_state(n);
+    if (s >= 0) {
+        return PyUnicode_FromFormat("<mambaradix.Node #%u len=%zu state=%lld>", self->h.id, mr_node_len(n),
+                                    (long long)s);
+    }
+    return PyUnicode_FromFormat("<mambaradix.Node #%u len=%zu tombstone>", self->h.id, mr_node_len(n));
+}
+
+static PyGetSetDef Node_getset[] = {
+    {"id", (getter)Node_get_id, NULL, "Node id (reused after removal; equality also checks the generation).", NULL},
+    {"valid", (getter)Node_get_valid, NULL, "False once the node was removed.", NULL},
+    {"is_root", (getter)Node_get_is_root, NULL, "True for the root.", NULL},
+    {"key", (getter)Node_get_key, NULL, "Copy of the edge tokens (int32).", NULL},
+    {"value", (getter)Node_get_value, NULL, "Copy of the edge's KV indices (int64).", NULL},
+    {"state", (getter)Node_get_state, NULL, "State slot at the node's end, or None.", NULL},
+    {"parent", (getter)Node_get_parent, NULL, "Parent node (None for the root).", NULL},
+    {"children", (getter)Node_get_children, NULL, "Child nodes.", NULL},
+    {"full_lock_ref", (getter)Node_get_full_lock_ref, NULL, "KV lock count.", NULL},
+    {"state_lock_ref", (getter)Node_get_state_lock_ref, NULL, "State lock count.", NULL},
+    {"prefix_len", (getter)Node_get_prefix_len, NULL, "Tokens from the root to the node's end.", NULL},
+    {"extra_key", (getter)Node_get_extra_key, NULL, "The node's extra_key namespace, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Node_slots[] = {
+    {Py_tp_dealloc, Node_dealloc},
+    {Py_tp_repr, Node_repr},
+    {Py_tp_hash, Node_hash},
+    {Py_tp_richcompare, Node_richcompare},
+    {Py_tp_getset, Node_getset},
+    {Py_sq_length, Node_len},
+    {Py_tp_doc, (void *)"A handle to one tree node; safe to keep after the node is removed."},
+    {0, NULL},
+};
+
+static PyType_Spec Node_spec = {
+    .name = "mambaradix.Node",
+    .basicsize = sizeof(Node),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Node_slots,
+};
+
+/* ------------------------------------------------------------------------
+ * Result types and registration */
+
+static PyStructSequence_Field MatchResult_fields[] = {
+    {"indices", "KV indices of the usable prefix (numpy int64)"},
+    {"node", "deepest matched node with a state, or the root"},
+    {"state", "its state slot, or None"},
+    {"kv_matched_len", "tokens whose KV matched, through stateless nodes"},
+    {"branching_seqlen", "kv_matched_len aligned down to chunk_size when deeper than node, else None"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc MatchResult_desc = {"mambaradix.MatchResult", "Result of RadixTree.match_prefix.",
+                                                 MatchResult_fields, 5};
+
+static PyStructSequence_Field InsertResult_fields[] = {
+    {"prefix_len", "tokens of the key already in the tree"},
+    {"state_existed", "the end node already had a state: the caller frees its slot"},
+    {"node", "the node ending at the key's end"},
+    {"duplicates", "the caller's KV indices for already-cached tokens, to free"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc InsertResult_desc = {"mambaradix.InsertResult", "Result of RadixTree.insert.",
+                                                  InsertResult_fields, 4};
+
+static PyStructSequence_Field EvictResult_fields[] = {
+    {"tokens_evicted", "KV tokens released"},
+    {"states_evicted", "states released"},
+    {"kv_indices", "the released KV indices, to free (numpy int64)"},
+    {"state_slots", "the released state slots, to free (numpy int64)"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc EvictResult_desc = {"mambaradix.EvictResult",
+                                                 "Result of RadixTree.evict_full / evict_mamba.",
+                                                 EvictResult_fields, 4};
+
+static int
+add_type(PyObject *m, mr_state *st, int slot, PyObject *type)
+{
+    if (type == NULL) {
+        return -1;
+    }
+    st->radix[slot] = type;
+    return PyModule_AddType(m, (PyTypeObject *)type);
+}
 
 int
 mr_py_radix_init(PyObject *m, mr_state *st)
 {
+    if (add_type(m, st, SLOT_RADIXTREE, PyType_FromModuleAndSpec(m, &RadixTree_spec, NULL)) < 0
+        || add_type(m, st, SLOT_NODE, PyType_FromModuleAndSpec(m, &Node_spec, NULL)) < 0
+        || add_type(m, st, SLOT_MATCHRESULT, (PyObject *)PyStructSequence_NewType(&MatchResult_desc)) < 0
+        || add_type(m, st, SLOT_INSERTRESULT, (PyObject *)PyStructSequence_NewType(&InsertResult_desc)) < 0
+        || add_type(m, st, SLOT_EVICTRESULT, (PyObject *)PyStructSequence_NewType(&EvictResult_desc)) < 0) {
+        return -1;
+    }
     return 0;
 }

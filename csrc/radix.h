@@ -90,7 +90,10 @@ typedef struct {
 
 /* Where eviction sends what it removes.  Each callback is called before the
  * node is changed; a non-zero return stops the eviction with that node left
- * in place, and the eviction returns that code. */
+ * in place, and the eviction returns that code.  For a leaf, free_kv is
+ * called before free_state; free_state must not fail once free_kv accepted
+ * the same node (reserve room for one slot in free_kv if needed), since the
+ * KV handed over cannot be taken back. */
 typedef struct {
     int (*free_kv)(void *ctx, const int64_t *indices, size_t n);
     int (*free_state)(void *ctx, int64_t slot);

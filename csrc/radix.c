@@ -1,0 +1,1214 @@
+/* radix.c - the prefix tree of a hybrid cache.  See radix.h for the model,
+ * the invariants (I1..I9) and the ownership rules. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "radix.h"
+
+/* ------------------------------------------------------------------------
+ * Data layout
+ *
+ * Nodes carry parent pointers (eviction walks leaf -> root) and a sorted
+ * array of child entries (namespace, first token, pointer): a child is
+ * found by binary search, so a root with thousands of children costs a few
+ * comparisons.  With page_size > 1 several children may share a first token
+ * (not a first page); their entries are adjacent and compared page-wise.
+ *
+ * Each node's KV indices and tokens live in one allocation: `len` int64
+ * values followed by `len` int32 tokens.
+ *
+ * Two intrusive LRU lists (0: every non-root node, 1: nodes with a state)
+ * are circular doubly-linked lists around a sentinel in the tree; the most
+ * recently used node follows the sentinel. */
+
+typedef struct mr_link {
+    struct mr_link *prev;   /* NULL when not in the list */
+    struct mr_link *next;
+} mr_link;
+
+typedef struct {
+    int32_t ns;       /* namespace of the child */
+    int32_t tok;      /* first token of the child */
+    mr_node *child;
+} mr_child;
+
+struct mr_node {
+    mr_node *parent;
+    mr_child *children;
+    uint32_t nchildren;
+    uint32_t cap;
+    uint32_t len;          /* edge length in tokens */
+    int32_t ns;
+    int64_t *val;          /* len KV indices, then len int32 tokens */
+    int64_t state;         /* -1: tombstone */
+    int32_t full_lock;
+    int32_t state_lock;
+    int32_t nostate_lock;  /* locks taken on this node while it had no state */
+    uint32_t id;
+    uint32_t gen;
+    mr_link lru[2];
+};
+
+enum { LRU_FULL = 0, LRU_STATE = 1 };
+
+struct mr_radix {
+    mr_radix_config cfg;
+    mr_node *root;
+    mr_link head[2];          /* LRU sentinels */
+    /* Node registry for handles (I9). */
+    mr_node **by_id;
+    uint32_t *gens;           /* next generation of each id */
+    uint32_t *free_ids;       /* stack of unused ids, capacity == id_cap */
+    uint32_t nfree;
+    uint32_t nids;            /* ids handed out so far (high-water mark) */
+    uint32_t id_cap;
+    /* Counters (I7). */
+    size_t full_evictable;
+    size_t full_protected;
+    size_t state_evictable;
+    size_t state_protected;
+    size_t nodes;
+    size_t bytes;             /* memory held by nodes, edges and child arrays */
+};
+
+MR_INLINE int32_t *
+node_key(const mr_node *n)
+{
+    return (int32_t *)(n->val + n->len);
+}
+
+MR_INLINE mr_node *
+link_node(mr_link *l, int which)
+{
+    return (mr_node *)((char *)l - offsetof(mr_node, lru) - (size_t)which * sizeof(mr_link));
+}
+
+/* ------------------------------------------------------------------------
+ * LRU lists */
+
+MR_INLINE int
+lru_in(const mr_node *n, int w)
+{
+    return n->lru[w].prev != NULL;
+}
+
+MR_INLINE void
+lru_remove(mr_node *n, int w)
+{
+    mr_link *l = &n->lru[w];
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+/* Inserts n right after pos (toward the LRU end). */
+MR_INLINE void
+lru_insert_after(mr_link *pos, mr_node *n, int w)
+{
+    mr_link *l = &n->lru[w];
+    l->prev = pos;
+    l->next = pos->next;
+    pos->next->prev = l;
+    pos->next = l;
+}
+
+MR_INLINE void
+lru_push_mru(mr_radix *t, mr_node *n, int w)
+{
+    lru_insert_after(&t->head[w], n, w);
+}
+
+MR_INLINE void
+lru_touch(mr_radix *t, mr_node *n, int w)
+{
+    lru_remove(n, w);
+    lru_push_mru(t, n, w);
+}
+
+/* Moves n and its ancestors (state list: only those with a state) to the
+ * MRU end so the chain reads n, parent, grandparent, ... from the MRU side:
+ * nodes closer to the root are evicted first. */
+static void
+lru_touch_path(mr_radix *t, mr_node *n, int w)
+{
+    mr_link *prev = &t->head[w];
+    for (; n != t->root; n = n->parent) {
+        if (w == LRU_FULL || n->state >= 0) {
+            lru_remove(n, w);
+            lru_insert_after(prev, n, w);
+            prev = &n->lru[w];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction policy: which touches refresh the state list, and which node is
+ * the next victim.  Keeping this in one table lets a utility-based policy
+ * (recency + FLOPs saved per byte) replace the victim choice later without
+ * touching the tree operations. */
+
+typedef struct {
+    const char *name;
+    /* A match used the state of `used` (the root when none). */
+    void (*on_match)(mr_radix *t, mr_node *used);
+    /* Insert walked through n, or ended at n which already had a state. */
+    void (*on_insert_visit)(mr_radix *t, mr_node *n);
+    /* A split moved child below a new upper node (child keeps its state). */
+    void (*on_split)(mr_radix *t, mr_node *child);
+    /* Least valuable evictable state at or before `from` (NULL: the LRU
+     * end), walking toward the MRU end; NULL if none. */
+    mr_node *(*state_victim)(const mr_radix *t, const mr_link *from);
+    /* Least valuable evictable leaf, likewise. */
+    mr_node *(*leaf_victim)(const mr_radix *t, const mr_link *from);
+} mr_evict_policy;
+
+static void
+sglang_on_match(mr_radix *t, mr_node *used)
+{
+    lru_touch_path(t, used, LRU_FULL);
+    lru_touch_path(t, used, LRU_STATE);
+}
+
+static void
+sglang_on_insert_visit(mr_radix *t, mr_node *n)
+{
+    lru_touch(t, n, LRU_FULL);
+    if (n->state >= 0) {
+        lru_touch(t, n, LRU_STATE);
+    }
+}
+
+static void
+sglang_on_split(mr_radix *t, mr_node *child)
+{
+    if (child->state >= 0) {
+        lru_touch(t, child, LRU_STATE);
+    }
+}
+
+static void
+consumed_on_match(mr_radix *t, mr_node *used)
+{
+    lru_touch_path(t, used, LRU_FULL);
+    if (used != t->root && used->state >= 0) {
+        lru_touch(t, used, LRU_STATE);
+    }
+}
+
+static void
+consumed_on_insert_visit(mr_radix *t, mr_node *n)
+{
+    lru_touch(t, n, LRU_FULL);
+}
+
+static void
+consumed_on_split(mr_radix *t, mr_node *child)
+{
+    (void)t;
+    (void)child;
+}
+
+/* LRU victims.  A state can go when it is not locked, and, on a leaf (whose
+ * removal also frees its KV), when the KV is not locked either (a fix of
+ * SGLang issue #21379).  A leaf can go when it is not locked. */
+static mr_node *
+lru_state_victim(const mr_radix *t, const mr_link *from)
+{
+    const mr_link *head = &t->head[LRU_STATE];
+    for (const mr_link *l = from ? from : head->prev; l != head; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        if (n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+static mr_node *
+lru_leaf_victim(const mr_radix *t, const mr_link *from)
+{
+    const mr_link *head = &t->head[LRU_FULL];
+    for (const mr_link *l = from ? from : head->prev; l != head; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+static const mr_evict_policy policies[] = {
+    [MR_POLICY_SGLANG] = {"sglang", sglang_on_match, sglang_on_insert_visit, sglang_on_split,
+                          lru_state_victim, lru_leaf_victim},
+    [MR_POLICY_CONSUMED] = {"consumed", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
+                            lru_state_victim, lru_leaf_victim},
+};
+
+MR_INLINE const mr_evict_policy *
+policy_of(const mr_radix *t)
+{
+    return &policies[t->cfg.policy];
+}
+
+/* ------------------------------------------------------------------------
+ * Node registry and allocation */
+
+/* Makes room for one more id.  MR_ENOMEM leaves the registry unchanged. */
+static int
+ids_reserve(mr_radix *t)
+{
+    if (t->nfree > 0 || t->nids < t->id_cap) {
+        return MR_OK;
+    }
+    uint32_t cap = t->id_cap ? t->id_cap * 2 : 64;
+    if (cap <= t->id_cap) {
+        return MR_ENOMEM;
+    }
+    mr_node **by_id = MR_REALLOC(t->by_id, cap * sizeof(*by_id));
+    if (by_id == NULL) {
+        return MR_ENOMEM;
+    }
+    t->by_id = by_id;
+    uint32_t *gens = MR_REALLOC(t->gens, cap * sizeof(*gens));
+    if (gens == NULL) {
+        return MR_ENOMEM;
+    }
+    memset(gens + t->id_cap, 0, (cap - t->id_cap) * sizeof(*gens));
+    t->gens = gens;
+    uint32_t *free_ids = MR_REALLOC(t->free_ids, cap * sizeof(*free_ids));
+    if (free_ids == NULL) {
+        return MR_ENOMEM;
+    }
+    t->free_ids = free_ids;
+    t->bytes += (size_t)(cap - t->id_cap) * (sizeof(*by_id) + sizeof(*gens) + sizeof(*free_ids));
+    t->id_cap = cap;
+    return MR_OK;
+}
+
+/* Allocates a node with room for len tokens and registers it.  On success
+ * the node has no parent, children, state, locks or list membership.
+ * MR_ENOMEM: nothing changed. */
+static int
+node_new(mr_radix *t, size_t len, int32_t ns, mr_node **out)
+{
+    if (len > UINT32_MAX) {
+        return MR_EINVAL;
+    }
+    if (ids_reserve(t) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    mr_node *n = MR_CALLOC(1, sizeof(*n));
+    if (n == NULL) {
+        return MR_ENOMEM;
+    }
+    if (len > 0) {
+        n->val = MR_MALLOC(len * (sizeof(int64_t) + sizeof(int32_t)));
+        if (n->val == NULL) {
+            MR_FREE(n);
+            return MR_ENOMEM;
+        }
+    }
+    n->len = (uint32_t)len;
+    n->ns = ns;
+    n->state = -1;
+    uint32_t id = t->nfree > 0 ? t->free_ids[--t->nfree] : t->nids++;
+    n->id = id;
+    n->gen = t->gens[id];
+    t->by_id[id] = n;
+    t->bytes += sizeof(*n) + len * (sizeof(int64_t) + sizeof(int32_t));
+    *out = n;
+    return MR_OK;
+}
+
+/* Unregisters and frees n (its handles become stale).  Does not touch the
+ * parent, the lists or the counters. */
+static void
+node_free(mr_radix *t, mr_node *n)
+{
+    t->by_id[n->id] = NULL;
+    t->gens[n->id] = n->gen + 1;
+    t->free_ids[t->nfree++] = n->id;
+    t->bytes -= sizeof(*n) + (size_t)n->len * (sizeof(int64_t) + sizeof(int32_t));
+    t->bytes -= (size_t)n->cap * sizeof(mr_child);
+    MR_FREE(n->children);
+    MR_FREE(n->val);
+    MR_FREE(n);
+}
+
+/* ------------------------------------------------------------------------
+ * Children */
+
+/* Index of the first entry >= (ns, tok). */
+static uint32_t
+child_lower_bound(const mr_node *n, int32_t ns, int32_t tok)
+{
+    uint32_t lo = 0, hi = n->nchildren;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const mr_child *c = &n->children[mid];
+        if (c->ns < ns || (c->ns == ns && c->tok < tok)) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Index of n's child in namespace ns whose first page equals key[0:page]
+ * (key holds at least one page), or -1. */
+static int64_t
+child_find(const mr_radix *t, const mr_node *n, int32_t ns, const int32_t *key)
+{
+    uint32_t i = child_lower_bound(n, ns, key[0]);
+    uint32_t page = t->cfg.page_size;
+    for (; i < n->nchildren; i++) {
+        const mr_child *c = &n->children[i];
+        if (c->ns != ns || c->tok != key[0]) {
+            return -1;
+        }
+        if (page == 1 || memcmp(node_key(c->child), key, page * sizeof(int32_t)) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Index of the entry that points at child. */
+static uint32_t
+child_index(const mr_node *n, const mr_node *child)
+{
+    uint32_t i = child_lower_bound(n, child->ns, node_key(child)[0]);
+    while (n->children[i].child != child) {
+        i++;
+    }
+    return i;
+}
+
+/* Room for one more child of n.  MR_ENOMEM: n unchanged. */
+static int
+child_reserve(mr_radix *t, mr_node *n)
+{
+    if (n->nchildren < n->cap) {
+        return MR_OK;
+    }
+    uint32_t cap = n->cap ? n->cap * 2 : 2;
+    mr_child *c = MR_REALLOC(n->children, cap * sizeof(*c));
+    if (c == NULL) {
+        return MR_ENOMEM;
+    }
+    t->bytes += (size_t)(cap - n->cap) * sizeof(*c);
+    n->children = c;
+    n->cap = cap;
+    return MR_OK;
+}
+
+/* Adds child below n in sorted position; room must be reserved. */
+static void
+child_add(mr_node *n, mr_node *child)
+{
+    int32_t tok = node_key(child)[0];
+    uint32_t i = child_lower_bound(n, child->ns, tok);
+    while (i < n->nchildren && n->children[i].ns == child->ns && n->children[i].tok == tok) {
+        i++;
+    }
+    memmove(&n->children[i + 1], &n->children[i], (n->nchildren - i) * sizeof(mr_child));
+    n->children[i] = (mr_child){child->ns, tok, child};
+    n->nchildren++;
+    child->parent = n;
+}
+
+static void
+child_remove(mr_node *n, mr_node *child)
+{
+    uint32_t i = child_index(n, child);
+    memmove(&n->children[i], &n->children[i + 1], (n->nchildren - i - 1) * sizeof(mr_child));
+    n->nchildren--;
+}
+
+/* ------------------------------------------------------------------------
+ * Lifetime */
+
+int
+mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
+{
+    if (cfg == NULL || cfg->page_size == 0 || cfg->chunk_size == 0
+        || (cfg->page_size % cfg->chunk_size != 0 && cfg->chunk_size % cfg->page_size != 0)
+        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED)) {
+        return MR_EINVAL;
+    }
+    mr_radix *t = MR_CALLOC(1, sizeof(*t));
+    if (t == NULL) {
+        return MR_ENOMEM;
+    }
+    t->cfg = *cfg;
+    for (int w = 0; w < 2; w++) {
+        t->head[w].prev = t->head[w].next = &t->head[w];
+    }
+    if (node_new(t, 0, 0, &t->root) != MR_OK) {
+        MR_FREE(t->by_id);
+        MR_FREE(t->gens);
+        MR_FREE(t->free_ids);
+        MR_FREE(t);
+        return MR_ENOMEM;
+    }
+    *out = t;
+    return MR_OK;
+}
+
+/* Frees every non-root node; each is in the full list (I4). */
+static void
+free_all_nodes(mr_radix *t)
+{
+    mr_link *head = &t->head[LRU_FULL];
+    mr_link *l = head->next;
+    while (l != head) {
+        mr_link *next = l->next;
+        node_free(t, link_node(l, LRU_FULL));
+        l = next;
+    }
+    for (int w = 0; w < 2; w++) {
+        t->head[w].prev = t->head[w].next = &t->head[w];
+    }
+}
+
+void
+mr_radix_free(mr_radix *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    free_all_nodes(t);
+    node_free(t, t->root);
+    MR_FREE(t->by_id);
+    MR_FREE(t->gens);
+    MR_FREE(t->free_ids);
+    MR_FREE(t);
+}
+
+void
+mr_radix_reset(mr_radix *t)
+{
+    free_all_nodes(t);
+    mr_node *root = t->root;
+    root->nchildren = 0;
+    root->full_lock = root->state_lock = root->nostate_lock = 0;
+    /* Root handles stay valid: the root is the same node. */
+    t->full_evictable = t->full_protected = 0;
+    t->state_evictable = t->state_protected = 0;
+    t->nodes = 0;
+}
+
+const mr_radix_config *
+mr_radix_config_of(const mr_radix *t)
+{
+    return &t->cfg;
+}
+
+/* ------------------------------------------------------------------------
+ * Split */
+
+/* Length of the common prefix of a[0:na) and b[0:nb), rounded down to
+ * whole pages. */
+static size_t
+common_prefix(const mr_radix *t, const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb;
+    size_t i = 0;
+    if (memcmp(a, b, n * sizeof(int32_t)) == 0) {
+        i = n;
+    }
+    else {
+        while (i < n && a[i] == b[i]) {
+            i++;
+        }
+    }
+    return i / t->cfg.page_size * t->cfg.page_size;
+}
+
+/* Splits child at p (0 < p < child->len, a page multiple): a new upper node
+ * takes child's first p tokens and child's place below the parent; child
+ * keeps the rest, its state, its locks and its handle.  The upper node is a
+ * tombstone whose full lock copies child's (every lock on child also covers
+ * it).  Full list: child becomes MRU with upper right behind it.
+ * MR_ENOMEM: nothing changed. */
+static int
+split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
+{
+    mr_node *upper;
+    if (node_new(t, p, child->ns, &upper) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    if (child_reserve(t, upper) != MR_OK) {
+        node_free(t, upper);
+        return MR_ENOMEM;
+    }
+    size_t len = child->len, rest = len - p;
+    int32_t *ckey = node_key(child);
+    memcpy(upper->val, child->val, p * sizeof(int64_t));
+    memcpy(node_key(upper), ckey, p * sizeof(int32_t));
+    upper->full_lock = child->full_lock;
+
+    mr_node *parent = child->parent;
+    uint32_t idx = child_index(parent, child);
+    parent->children[idx].child = upper;   /* same namespace and first page */
+    upper->parent = parent;
+
+    /* Shift child's edge: values then tokens, in place. */
+    memmove(child->val, child->val + p, rest * sizeof(int64_t));
+    memmove((int32_t *)(child->val + rest), ckey + p, rest * sizeof(int32_t));
+    child->len = (uint32_t)rest;
+    int64_t *shrunk = MR_REALLOC(child->val, rest * (sizeof(int64_t) + sizeof(int32_t)));
+    if (shrunk != NULL) {
+        child->val = shrunk;
+    }
+    t->bytes -= p * (sizeof(int64_t) + sizeof(int32_t));
+    child_add(upper, child);
+
+    lru_remove(child, LRU_FULL);
+    lru_push_mru(t, upper, LRU_FULL);
+    lru_push_mru(t, child, LRU_FULL);
+    policy_of(t)->on_split(t, child);
+    t->nodes++;
+    *upper_out = upper;
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Match */
+
+int
+mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match *out)
+{
+    const size_t page = t->cfg.page_size;
+    int rc = MR_OK;
+    len = len / page * page;
+    mr_node *node = t->root, *best = t->root;
+    size_t pos = 0, best_len = 0;
+
+    while (pos < len) {
+        int64_t idx = child_find(t, node, ns, key + pos);
+        if (idx < 0) {
+            break;
+        }
+        mr_node *child = node->children[idx].child;
+        if (node->state >= 0) {
+            best = node;
+            best_len = pos;
+        }
+        size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
+        if (p < child->len) {
+            mr_node *upper;
+            rc = split_node(t, child, p, &upper);
+            if (rc == MR_OK) {
+                node = upper;
+                pos += p;
+            }
+            break;
+        }
+        node = child;
+        pos += p;
+    }
+    if (node->state >= 0) {
+        best = node;
+        best_len = pos;
+    }
+    policy_of(t)->on_match(t, best);
+
+    out->node = best;
+    out->prefix_len = best_len;
+    out->kv_matched_len = pos;
+    out->state = best->state;
+    out->branching_seqlen = -1;
+    if (pos > best_len) {
+        size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
+        if (aligned > 0) {
+            out->branching_seqlen = (int64_t)aligned;
+        }
+    }
+    return rc;
+}
+
+size_t
+mr_radix_path_len(const mr_radix *t, const mr_node *node)
+{
+    size_t n = 0;
+    for (; node != t->root; node = node->parent) {
+        n += node->len;
+    }
+    return n;
+}
+
+size_t
+mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst)
+{
+    size_t total = mr_radix_path_len(t, node), off = total;
+    for (; node != t->root; node = node->parent) {
+        off -= node->len;
+        memcpy(dst + off, node->val, node->len * sizeof(int64_t));
+    }
+    return total;
+}
+
+/* ------------------------------------------------------------------------
+ * Insert */
+
+int
+mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
+                int32_t ns, int64_t state, size_t prev_prefix_len,
+                int64_t *dup_out, mr_insert_result *out)
+{
+    const mr_evict_policy *pol = policy_of(t);
+    if (len % t->cfg.page_size != 0 || state < 0) {
+        return MR_EINVAL;
+    }
+    out->prefix_len = 0;
+    out->state_existed = 1;
+    out->node = t->root;
+    out->ndup = 0;
+    if (len == 0) {
+        return MR_OK;
+    }
+
+    /* 1. Walk the existing path.  Each visited node is refreshed; the
+     *    caller's indices for tokens already cached, past its locked
+     *    prefix, are reported as duplicates.  A partial edge is split and
+     *    ends the walk. */
+    mr_node *node = t->root;
+    size_t pos = 0, ndup = 0;
+    while (pos < len) {
+        int64_t idx = child_find(t, node, ns, key + pos);
+        if (idx < 0) {
+            break;
+        }
+        mr_node *child = node->children[idx].child;
+        pol->on_insert_visit(t, child);
+        size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
+        if (prev_prefix_len < pos + p) {
+            size_t start = prev_prefix_len > pos ? prev_prefix_len - pos : 0;
+            memcpy(dup_out + ndup, val + pos + start, (p - start) * sizeof(int64_t));
+            ndup += p - start;
+        }
+        if (p < child->len) {
+            mr_node *upper;
+            if (split_node(t, child, p, &upper) != MR_OK) {
+                return MR_ENOMEM;
+            }
+            child = upper;
+        }
+        node = child;
+        pos += p;
+    }
+
+    /* 2. Three ways to end (SGLang's cases): a new leaf for the rest of the
+     *    key; the key ends at a tombstone, which is revived with the
+     *    caller's state; or the key ends at a node that has a state. */
+    if (pos < len) {
+        mr_node *leaf;
+        if (child_reserve(t, node) != MR_OK || node_new(t, len - pos, ns, &leaf) != MR_OK) {
+            return MR_ENOMEM;
+        }
+        size_t rest = len - pos;
+        memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
+        memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
+        leaf->state = state;
+        child_add(node, leaf);
+        lru_push_mru(t, leaf, LRU_FULL);
+        lru_push_mru(t, leaf, LRU_STATE);
+        t->full_evictable += rest;
+        t->state_evictable += 1;
+        t->nodes++;
+        out->state_existed = 0;
+        out->node = leaf;
+    }
+    else if (node->state < 0) {
+        node->state = state;
+        lru_touch(t, node, LRU_FULL);
+        lru_push_mru(t, node, LRU_STATE);
+        t->state_evictable += 1;   /* state_lock is 0 on a tombstone (I6) */
+        out->state_existed = 0;
+        out->node = node;
+    }
+    else {
+        pol->on_insert_visit(t, node);
+        out->node = node;
+    }
+    out->prefix_len = pos;
+    out->ndup = ndup;
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Locks */
+
+int
+mr_radix_lock(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    if (node->state >= 0) {
+        if (node->state_lock == 0) {
+            t->state_evictable--;
+            t->state_protected++;
+        }
+        node->state_lock++;
+    }
+    else {
+        node->nostate_lock++;
+    }
+    for (mr_node *n = node; n != t->root; n = n->parent) {
+        if (n->full_lock == 0) {
+            t->full_evictable -= n->len;
+            t->full_protected += n->len;
+        }
+        n->full_lock++;
+    }
+    return MR_OK;
+}
+
+int
+mr_radix_unlock(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    if (node->state_lock + node->nostate_lock == 0) {
+        return MR_EINVAL;
+    }
+    /* Release a lock that took no state reference first: when the lock
+     * holders cannot be told apart, keeping the state protected longer is
+     * the safe direction. */
+    if (node->nostate_lock > 0) {
+        node->nostate_lock--;
+    }
+    else if (--node->state_lock == 0) {
+        t->state_protected--;
+        t->state_evictable++;
+    }
+    for (mr_node *n = node; n != t->root; n = n->parent) {
+        if (--n->full_lock == 0) {
+            t->full_protected -= n->len;
+            t->full_evictable += n->len;
+        }
+    }
+    return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction */
+
+/* Hands n's KV (and state) to the release callbacks; 0 or their error. */
+static int
+release_node(const mr_release *rel, mr_node *n, int with_state)
+{
+    int rc;
+    if (n->len > 0 && rel->free_kv != NULL && (rc = rel->free_kv(rel->ctx, n->val, n->len)) != 0) {
+        return rc;
+    }
+    if (with_state && n->state >= 0 && rel->free_state != NULL
+        && (rc = rel->free_state(rel->ctx, n->state)) != 0) {
+        return rc;
+    }
+    return MR_OK;
+}
+
+/* Removes an unlocked leaf and its KV and state, then every tombstone above
+ * it that is left an unlocked leaf (SGLang's cascade).  *parent_emptied
+ * tells whether the leaf's parent was left without children.  A callback
+ * error leaves the leaf in place (or stops the cascade, leaving an unlocked
+ * tombstone leaf that evict_full removes later). */
+static int
+evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states,
+           int *parent_emptied)
+{
+    int rc = release_node(rel, x, 1);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    mr_node *parent = x->parent;
+    *tokens += x->len;
+    t->full_evictable -= x->len;
+    if (x->state >= 0) {
+        *states += 1;
+        t->state_evictable -= 1;
+        lru_remove(x, LRU_STATE);
+    }
+    lru_remove(x, LRU_FULL);
+    child_remove(parent, x);
+    node_free(t, x);
+    t->nodes--;
+    *parent_emptied = parent->nchildren == 0;
+
+    while (parent != t->root && parent->state < 0 && parent->nchildren == 0
+           && parent->full_lock == 0) {
+        if ((rc = release_node(rel, parent, 0)) != MR_OK) {
+            return rc;
+        }
+        mr_node *up = parent->parent;
+        *tokens += parent->len;
+        t->full_evictable -= parent->len;
+        lru_remove(parent, LRU_FULL);
+        child_remove(up, parent);
+        node_free(t, parent);
+        t->nodes--;
+        parent = up;
+    }
+    return MR_OK;
+}
+
+int
+mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
+                    size_t *tokens_out, size_t *states_out)
+{
+    const mr_evict_policy *pol = policy_of(t);
+    size_t tokens = 0, states = 0;
+    int rc = MR_OK;
+    mr_node *x = pol->leaf_victim(t, NULL);
+    while (tokens < num_tokens && x != NULL) {
+        mr_node *next = pol->leaf_victim(t, x->lru[LRU_FULL].prev);
+        int emptied = 0;
+        if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
+            break;
+        }
+        /* The parent may have become the least recently used leaf. */
+        x = emptied ? pol->leaf_victim(t, NULL) : next;
+    }
+    if (tokens_out) {
+        *tokens_out = tokens;
+    }
+    if (states_out) {
+        *states_out = states;
+    }
+    return rc;
+}
+
+int
+mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
+                     size_t *tokens_out, size_t *states_out)
+{
+    const mr_evict_policy *pol = policy_of(t);
+    size_t tokens = 0, states = 0;
+    int rc = MR_OK;
+    mr_node *x = pol->state_victim(t, NULL);
+    while (states < num_states && x != NULL) {
+        mr_node *next = pol->state_victim(t, x->lru[LRU_STATE].prev);
+        if (x->nchildren > 0) {
+            /* Internal: drop the state only; the KV stays (tombstone). */
+            if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
+                break;
+            }
+            lru_remove(x, LRU_STATE);
+            x->state = -1;
+            t->state_evictable -= 1;
+            states += 1;
+        }
+        else {
+            int emptied = 0;
+            if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
+                break;
+            }
+        }
+        x = next;
+    }
+    if (tokens_out) {
+        *tokens_out = tokens;
+    }
+    if (states_out) {
+        *states_out = states;
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Inspection */
+
+void
+mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
+{
+    out->full_evictable = t->full_evictable;
+    out->full_protected = t->full_protected;
+    out->state_evictable = t->state_evictable;
+    out->state_protected = t->state_protected;
+    out->nodes = t->nodes;
+    out->memory_bytes = sizeof(*t) + t->bytes;
+}
+
+mr_node *mr_radix_root(const mr_radix *t) { return t->root; }
+mr_handle mr_node_handle(const mr_node *n) { return (mr_handle){n->id, n->gen}; }
+
+int
+mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out)
+{
+    if (h.id >= t->nids || t->by_id[h.id] == NULL || t->by_id[h.id]->gen != h.gen) {
+        return MR_ESTALE;
+    }
+    *out = t->by_id[h.id];
+    return MR_OK;
+}
+
+size_t mr_node_len(const mr_node *n) { return n->len; }
+const int32_t *mr_node_key(const mr_node *n) { return node_key(n); }
+const int64_t *mr_node_values(const mr_node *n) { return n->val; }
+int64_t mr_node_state(const mr_node *n) { return n->state; }
+int32_t mr_node_namespace(const mr_node *n) { return n->ns; }
+mr_node *mr_node_parent(const mr_node *n) { return n->parent; }
+size_t mr_node_nchildren(const mr_node *n) { return n->nchildren; }
+mr_node *mr_node_child(const mr_node *n, size_t i) { return i < n->nchildren ? n->children[i].child : NULL; }
+int32_t mr_node_full_lock(const mr_node *n) { return n->full_lock; }
+int32_t mr_node_state_lock(const mr_node *n) { return n->state_lock; }
+
+mr_node *
+mr_radix_lru_first(const mr_radix *t, int which)
+{
+    const mr_link *head = &t->head[which ? 1 : 0];
+    return head->next == head ? NULL : link_node(head->next, which ? 1 : 0);
+}
+
+mr_node *
+mr_radix_lru_next(const mr_radix *t, int which, const mr_node *n)
+{
+    int w = which ? 1 : 0;
+    const mr_link *l = n->lru[w].next;
+    return l == &t->head[w] ? NULL : link_node((mr_link *)l, w);
+}
+
+/* ------------------------------------------------------------------------
+ * Invariant check */
+
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            if (msg != NULL && msglen > 0) {              \
+                snprintf(msg, msglen, __VA_ARGS__);       \
+            }                                             \
+            rc = MR_ECORRUPT;                             \
+            goto done;                                    \
+        }                                                 \
+    } while (0)
+
+int
+mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
+{
+    int rc = MR_OK;
+    const mr_node *root = t->root;
+    const size_t page = t->cfg.page_size;
+    size_t cap = 64, top = 0;
+    const mr_node **stack = MR_MALLOC(cap * sizeof(*stack));
+    if (stack == NULL) {
+        return MR_ENOMEM;
+    }
+    size_t nodes = 0, fe = 0, fp = 0, se = 0, sp = 0, nstate = 0;
+
+    CHECK(root->len == 0 && root->state < 0 && root->parent == NULL, "I1: root has a key, a state or a parent");
+    CHECK(!lru_in(root, LRU_FULL) && !lru_in(root, LRU_STATE), "I1: root is in an LRU list");
+    CHECK(root->state_lock == 0 && root->nostate_lock == 0 && root->full_lock == 0, "I1: root holds locks");
+
+    stack[top++] = root;
+    while (top > 0) {
+        const mr_node *n = stack[--top];
+        CHECK(n->id < t->nids && t->by_id[n->id] == n, "I9: node %u is not registered under its id", n->id);
+        int64_t lock_sum = (int64_t)n->state_lock + n->nostate_lock;
+        for (uint32_t i = 0; i < n->nchildren; i++) {
+            const mr_child *c = &n->children[i];
+            const mr_node *ch = c->child;
+            CHECK(ch != NULL && ch->parent == n, "I2: child %u of node %u has a wrong parent", i, n->id);
+            CHECK(ch->len > 0 && ch->len % page == 0, "I2: node %u has length %u (page size %zu)", ch->id, ch->len, page);
+            CHECK(c->ns == ch->ns && c->tok == node_key(ch)[0], "I2: child entry of node %u is stale", ch->id);
+            CHECK(n == root || ch->ns == n->ns, "I3: node %u is in namespace %d below namespace %d", ch->id, ch->ns, n->ns);
+            if (i > 0) {
+                const mr_child *b = &n->children[i - 1];
+                CHECK(b->ns < c->ns || (b->ns == c->ns && b->tok <= c->tok), "I2: children of node %u are not sorted", n->id);
+                for (uint32_t j = i; j-- > 0 && n->children[j].ns == c->ns && n->children[j].tok == c->tok;) {
+                    CHECK(memcmp(node_key(n->children[j].child), node_key(ch), page * sizeof(int32_t)) != 0,
+                          "I2: two children of node %u share a first page", n->id);
+                }
+            }
+            lock_sum += ch->full_lock;
+            if (top == cap) {
+                const mr_node **s = MR_REALLOC(stack, 2 * cap * sizeof(*stack));
+                if (s == NULL) {
+                    rc = MR_ENOMEM;
+                    goto done;
+                }
+                stack = s;
+                cap *= 2;
+            }
+            stack[top++] = ch;
+        }
+        if (n == root) {
+            continue;
+        }
+        nodes++;
+        CHECK(n->full_lock == lock_sum, "I5: node %u full_lock %d != %lld (own locks + children)",
+              n->id, n->full_lock, (long long)lock_sum);
+        CHECK(n->state_lock >= 0 && n->nostate_lock >= 0, "I5: node %u has a negative lock count", n->id);
+        CHECK(n->state_lock == 0 || n->state >= 0, "I6: node %u has a state lock but no state", n->id);
+        CHECK(lru_in(n, LRU_FULL), "I4: node %u is missing from the full LRU list", n->id);
+        CHECK(lru_in(n, LRU_STATE) == (n->state >= 0), "I4: node %u state-list membership is wrong", n->id);
+        if (n->full_lock > 0) {
+            fp += n->len;
+        }
+        else {
+            fe += n->len;
+        }
+        if (n->state >= 0) {
+            nstate++;
+            if (n->state_lock > 0) {
+                sp++;
+            }
+            else {
+                se++;
+            }
+        }
+    }
+    CHECK(nodes == t->nodes, "I7: node count %zu != %zu", t->nodes, nodes);
+    CHECK(fe == t->full_evictable && fp == t->full_protected,
+          "I7: full counters (%zu evictable, %zu protected) != (%zu, %zu)",
+          t->full_evictable, t->full_protected, fe, fp);
+    CHECK(se == t->state_evictable && sp == t->state_protected,
+          "I7: state counters (%zu evictable, %zu protected) != (%zu, %zu)",
+          t->state_evictable, t->state_protected, se, sp);
+
+    for (int w = 0; w < 2; w++) {
+        size_t expect = w == LRU_FULL ? nodes : nstate, seen = 0;
+        const mr_link *head = &t->head[w];
+        for (const mr_link *l = head->next; l != head; l = l->next) {
+            CHECK(seen < expect, "I4: %s LRU list is longer than %zu", w ? "state" : "full", expect);
+            CHECK(l->next->prev == l, "I4: %s LRU list links are broken", w ? "state" : "full");
+            const mr_node *n = link_node((mr_link *)l, w);
+            CHECK(n->id < t->nids && t->by_id[n->id] == n, "I4: %s LRU list holds a freed node", w ? "state" : "full");
+            CHECK(w == LRU_FULL || n->state >= 0, "I4: state LRU list holds tombstone %u", n->id);
+            seen++;
+        }
+        CHECK(seen == expect, "I4: %s LRU list has %zu nodes, expected %zu", w ? "state" : "full", seen, expect);
+    }
+done:
+    MR_FREE(stack);
+    return rc;
+}
+
+#undef CHECK
+
+/* ------------------------------------------------------------------------
+ * Dump */
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} strbuf;
+
+static void
+sb_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+sb_printf(strbuf *sb, const char *fmt, ...)
+{
+    if (sb->oom) {
+        return;
+    }
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(sb->buf + sb->len, sb->cap - sb->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            sb->oom = 1;
+            return;
+        }
+        if ((size_t)n < sb->cap - sb->len) {
+            sb->len += (size_t)n;
+            return;
+        }
+        size_t cap = (sb->cap + (size_t)n + 1) * 2;
+        char *b = MR_REALLOC(sb->buf, cap);
+        if (b == NULL) {
+            sb->oom = 1;
+            return;
+        }
+        sb->buf = b;
+        sb->cap = cap;
+    }
+}
+
+int
+mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
+{
+    strbuf sb = {MR_MALLOC(256), 0, 256, 0};
+    if (sb.buf == NULL) {
+        return MR_ENOMEM;
+    }
+    sb.buf[0] = '\0';
+    size_t cap = 64, top = 0;
+    const mr_node **stack = MR_MALLOC(cap * sizeof(*stack));
+    size_t *depth = MR_MALLOC(cap * sizeof(*depth));
+    if (stack == NULL || depth == NULL) {
+        MR_FREE(stack);
+        MR_FREE(depth);
+        MR_FREE(sb.buf);
+        return MR_ENOMEM;
+    }
+    sb_printf(&sb, "root (page_size=%u chunk_size=%u policy=%s) nodes=%zu full=%zu+%zu states=%zu+%zu\n",
+              t->cfg.page_size, t->cfg.chunk_size, policy_of(t)->name, t->nodes,
+              t->full_evictable, t->full_protected, t->state_evictable, t->state_protected);
+    /* Children pushed in reverse so they print in sorted order. */
+    for (uint32_t i = t->root->nchildren; i-- > 0;) {
+        stack[top] = t->root->children[i].child;
+        depth[top++] = 1;
+    }
+    while (top > 0 && !sb.oom) {
+        const mr_node *n = stack[--top];
+        size_t d = depth[top];
+        sb_printf(&sb, "%*s#%u len=%u", (int)(2 * d), "", n->id, n->len);
+        if (n->ns != 0) {
+            sb_printf(&sb, " ns=%d", n->ns);
+        }
+        sb_printf(&sb, " tokens=[");
+        const int32_t *k = node_key(n);
+        for (uint32_t i = 0; i < n->len && i < 8; i++) {
+            sb_printf(&sb, i ? " %d" : "%d", k[i]);
+        }
+        sb_printf(&sb, n->len > 8 ? " ...]" : "]");
+        sb_printf(&sb, " kv=[%lld..]", (long long)n->val[0]);
+        if (n->state >= 0) {
+            sb_printf(&sb, " state=%lld", (long long)n->state);
+        }
+        else {
+            sb_printf(&sb, " tombstone");
+        }
+        sb_printf(&sb, " lock=%d/%d\n", n->full_lock, n->state_lock);
+        if (top + n->nchildren > cap) {
+            size_t ncap = (top + n->nchildren) * 2;
+            const mr_node **s = MR_REALLOC(stack, ncap * sizeof(*stack));
+            if (s == NULL) {
+                sb.oom = 1;
+                break;
+            }
+            stack = s;
+            size_t *dd = MR_REALLOC(depth, ncap * sizeof(*depth));
+            if (dd == NULL) {
+                sb.oom = 1;
+                break;
+            }
+            depth = dd;
+            cap = ncap;
+        }
+        for (uint32_t i = n->nchildren; i-- > 0;) {
+            stack[top] = n->children[i].child;
+            depth[top++] = d + 1;
+        }
+    }
+    MR_FREE(stack);
+    MR_FREE(depth);
+    if (sb.oom) {
+        MR_FREE(sb.buf);
+        return MR_ENOMEM;
+    }
+    *out = sb.buf;
+    *outlen = sb.len;
+    return MR_OK;
+}

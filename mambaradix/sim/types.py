@@ -1,0 +1,109 @@
+"""Data types shared by the simulator's parts: workloads produce SimRequest
+lists, the engine replays them under a SimConfig and returns SimMetrics.
+
+These are plain dataclasses so a notebook can build, inspect and sweep them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass
+class SimRequest:
+    """One request of a workload.
+
+    input_ids: the prompt's token ids (int32 array).
+    output_len: tokens to decode (>= 1).
+    arrival: arrival time in seconds from the start (requests are admitted in
+      arrival order; ties keep list order).
+    extra_key: cache namespace (LoRA id / cache salt); None for the default.
+    session: conversation / client id for multi-turn workloads (None if n/a).
+    turn: 0-based turn number within the session.
+    output_ids: the tokens the request decodes, when the workload fixes them
+      (multi-turn workloads feed them into the next turn's prompt); None lets
+      the engine generate deterministic pseudo tokens.
+    """
+
+    rid: str
+    input_ids: np.ndarray
+    output_len: int
+    arrival: float = 0.0
+    extra_key: Optional[str] = None
+    session: Optional[str] = None
+    turn: int = 0
+    output_ids: Optional[np.ndarray] = None
+
+
+@dataclass
+class SimConfig:
+    """How the cache and the batching model are configured for one replay.
+
+    kv_tokens: size of the KV token pool (tokens).
+    state_slots: number of recurrent-state slots in the pool.
+    page_size: KV page size (tokens).
+    chunk_size: mamba cache chunk size C (tracked lengths are multiples of it).
+    chunked_prefill_size: max prompt tokens prefilled per request per step
+      (None: whole prompt in one step).
+    track_interval: decode snapshot interval (mamba_track_interval).
+    mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
+      "lazy" (extra_buffer_lazy) or "no_buffer".
+    lru_policy: "sglang" (v0.5.15) or "consumed".
+    match_cap: cap the match key at input_len - 1 as SGLang does.
+    max_running: max requests decoding at once (continuous batching).
+    states: "none" (no state tensors: fast) or "toy" (the toy recurrent model
+      on CPU; every hit is checked against a from-scratch recomputation).
+    """
+
+    kv_tokens: int = 1 << 20
+    state_slots: int = 256
+    page_size: int = 1
+    chunk_size: int = 64
+    chunked_prefill_size: Optional[int] = 8192
+    track_interval: int = 256
+    mode: str = "pp2"
+    lru_policy: str = "sglang"
+    match_cap: bool = True
+    max_running: int = 64
+    states: str = "none"
+    seed: int = 0
+
+
+@dataclass
+class SimMetrics:
+    """What a replay measured.  Token counts are prompt tokens."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    kv_matched_tokens: int = 0        # tokens whose KV was found in the tree
+    state_usable_tokens: int = 0      # tokens actually reused (KV + state at the end)
+    state_hits: int = 0               # requests that reused a state
+    lost_no_state: int = 0            # KV matched beyond the last state on the path
+    lost_alignment: int = 0           # lost because snapshots sit on the chunk grid
+    lost_eviction: int = 0            # once cached (by an earlier request), evicted since
+    lost_match_cap: int = 0           # the input_len - 1 cap
+    full_evictions: int = 0           # evict_full calls that released something
+    state_evictions: int = 0          # states released by evict_mamba
+    kv_tokens_evicted: int = 0
+    state_bytes_copied: int = 0       # copy-on-write and forks
+    state_bytes_donated: int = 0      # snapshot slots handed to the tree without a copy
+    peak_state_slots: int = 0
+    peak_kv_tokens: int = 0
+    prefill_flops_saved: float = 0.0
+    per_turn_hit_rate: dict = field(default_factory=dict)  # turn -> usable/prompt
+    wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.state_usable_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def kv_hit_rate(self) -> float:
+        return self.kv_matched_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def state_hit_rate(self) -> float:
+        return self.state_hits / self.requests if self.requests else 0.0
