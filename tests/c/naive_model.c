@@ -119,6 +119,8 @@ typedef struct {
     int failed;
     long step;
     const char *op;
+    nm_counts c;
+    long last_nodes;
 } nm;
 
 /* ------------------------------------------------------------------------
@@ -535,6 +537,10 @@ compare(nm *m)
     NM_EXPECT(m, s.pages == m->present, "the tree holds %ld pages, the reference %ld",
               s.pages, m->present);
     mr_radix_get_stats(m->t, &rs);
+    m->last_nodes = (long)rs.nodes;
+    if ((long)rs.nodes > m->c.max_nodes) {
+        m->c.max_nodes = (long)rs.nodes;
+    }
     NM_EXPECT(m, rs.full_evictable == s.fe && rs.full_protected == s.fp &&
               rs.state_evictable == s.se && rs.state_protected == s.sp &&
               rs.nodes == (size_t)m->nw,
@@ -624,6 +630,16 @@ evict_begin(nm *m)
     m->nrel_pages = m->nrel_states = 0;
 }
 
+static int
+has_present_child(const nm *m, int pos)
+{
+    int c;
+    for (c = m->p[pos].first_child; c >= 0; c = m->p[c].next_sibling)
+        if (present(m, c))
+            return 1;
+    return 0;
+}
+
 static void
 evict_end(nm *m)
 {
@@ -631,10 +647,18 @@ evict_end(nm *m)
     m->in_evict = 0;
     for (i = 0; i < m->nrel_pages; i++) {
         nm_pos *q = &m->p[m->rel_pages[i]];
+        int up = q->parent;
         NM_EXPECT(m, q->state < 0, "a node was removed without releasing its state %lld",
                   (long long)q->state);
-        q->removed = 0;
+        /* I8: the cascade removes every tombstone it leaves a leaf, unless
+         * that tombstone is locked. */
+        if (m->p[up].depth > 0 && present(m, up) && m->p[up].state < 0 &&
+            !has_present_child(m, up))
+            NM_EXPECT(m, m->p[up].cover > 0,
+                      "eviction left an unlocked tombstone leaf (depth %d pages)", m->p[up].depth);
     }
+    for (i = 0; i < m->nrel_pages; i++)
+        m->p[m->rel_pages[i]].removed = 0;
 }
 
 /* The candidate a one-unit eviction must take: the least recently used
@@ -669,7 +693,12 @@ op_evict(nm *m, int states, size_t want)
     rc = states ? mr_radix_evict_state(m->t, want, &m->rel, &tok, &sts)
                 : mr_radix_evict_full(m->t, want, &m->rel, &tok, &sts);
     disarm();
+    if (states)
+        m->c.evict_state++;
+    else
+        m->c.evict_full++;
     if (rc == MR_ENOMEM && armed) {
+        m->c.enomem++;
         NM_EXPECT(m, m->kv_rel == 0 && m->st_rel == 0,
                   "failed eviction released %zu KV and %zu states", m->kv_rel, m->st_rel);
         evict_end(m);
@@ -744,6 +773,7 @@ op_insert(nm *m)
     size_t len, npages, k, pp, i, expect_dup;
     int ns, rc, armed, existed;
     int64_t slot, old_state;
+    long nodes0;
 
     m->op = "insert";
     len = gen_key(m, key, &ns, 0);
@@ -758,6 +788,7 @@ op_insert(nm *m)
         rc = mr_radix_insert(m->t, key, val, odd, nm_namespaces[ns], 0, 0, dup, &res);
         NM_EXPECT(m, rc == MR_EINVAL, "insert of %zu tokens (page %u) returned %s",
                   odd, m->P, mr_strerror(rc));
+        m->c.einval++;
         compare(m);
         return;
     }
@@ -784,11 +815,14 @@ op_insert(nm *m)
     existed = len == 0 || old_state >= 0;
     expect_dup = k * m->P > pp ? k * m->P - pp : 0;
 
+    nodes0 = m->last_nodes;
     memset(&res, 0xa5, sizeof res);
     armed = arm(m);
     rc = mr_radix_insert(m->t, key, val, len, nm_namespaces[ns], slot, pp, dup, &res);
     disarm();
+    m->c.inserts++;
     if (rc == MR_ENOMEM && armed) {
+        m->c.enomem++;
         NM_EXPECT(m, res.ndup == 0, "failed insert reported %zu duplicates", res.ndup);
         for (i = pp; i < len; i++)
             pool_free(&m->kv, val[i]);
@@ -840,6 +874,10 @@ op_insert(nm *m)
         m->st.pos[slot - m->st.base] = path[npages];
     }
     compare(m);
+    if (m->last_nodes > nodes0 + (len > k * m->P ? 1 : 0))
+        m->c.splits++;
+    if (!existed && k == npages && len)
+        m->c.revived++;
     if (len && !m->failed)
         remember_handle(m, res.node, path[npages]);
 }
@@ -854,6 +892,7 @@ op_match(nm *m)
     size_t len, npages, k, l, j, kk, i;
     int ns, rc, armed;
     int64_t state, br;
+    long nodes0;
 
     m->op = "match";
     len = gen_key(m, key, &ns, 1);
@@ -870,11 +909,14 @@ op_match(nm *m)
             l = j;
     state = l ? m->p[path[l]].state : -1;
 
+    nodes0 = m->last_nodes;
     memset(&out, 0xa5, sizeof out);
     armed = arm(m);
     rc = mr_radix_match(m->t, key, len, nm_namespaces[ns], &out);
     disarm();
+    m->c.matches++;
     if (rc == MR_ENOMEM && armed) {
+        m->c.enomem++;
         NM_EXPECT(m, kk < k, "match that needs no split failed with MR_ENOMEM");
         k = kk;     /* the result describes the match without the split part */
     } else if (rc != MR_OK) {
@@ -910,6 +952,8 @@ op_match(nm *m)
                       (long long)m->p[path[i / m->P + 1]].kv[i % m->P]);
     }
     compare(m);
+    if (m->last_nodes > nodes0)
+        m->c.splits++;
     if (l && !m->failed)
         remember_handle(m, out.node, path[l]);
 }
@@ -928,7 +972,9 @@ op_lock(nm *m)
     armed = arm(m);
     rc = mr_radix_lock(m->t, n);
     disarm();
+    m->c.locks++;
     if (rc == MR_ENOMEM && armed) {
+        m->c.enomem++;
         compare(m);
         return;
     }
@@ -958,7 +1004,9 @@ op_unlock(nm *m)
         armed = arm(m);
         rc = mr_radix_unlock(m->t, m->locks[i].node);
         disarm();
+        m->c.unlocks++;
         if (rc == MR_ENOMEM && armed) {
+            m->c.enomem++;
             compare(m);
             return;
         }
@@ -1006,6 +1054,7 @@ op_dump(nm *m)
     rc = mr_radix_dump(m->t, &buf, &len);
     disarm();
     if (rc == MR_ENOMEM && armed) {
+        m->c.enomem++;
         free(buf);
         return;
     }
@@ -1027,6 +1076,7 @@ op_reset(nm *m)
     int i, k;
     m->op = "reset";
     mr_radix_reset(m->t);
+    m->c.resets++;
     /* The caller clears its pools. */
     for (i = 0; i < m->np; i++) {
         nm_pos *q = &m->p[i];
@@ -1053,7 +1103,7 @@ op_reset(nm *m)
  * The run */
 
 int
-nm_run(const nm_options *o, const nm_source *src, long *ops_done)
+nm_run(const nm_options *o, const nm_source *src, nm_counts *counts)
 {
     nm m;
     uint32_t rs = o->corpus_seed * 2654435761u + 12345u;
@@ -1105,6 +1155,8 @@ nm_run(const nm_options *o, const nm_source *src, long *ops_done)
         if (src->exhausted && src->exhausted(src->ctx))
             break;
         r = draw(&m, 1000);
+        if (o->few_evictions && r >= 810 && r < 950 && draw(&m, 8) != 0)
+            r = draw(&m, 650);      /* an insert or a match instead */
         if (r < 350)
             op_insert(&m);
         else if (r < 650)
@@ -1126,8 +1178,9 @@ nm_run(const nm_options *o, const nm_source *src, long *ops_done)
             compare(&m);
         }
     }
-    if (ops_done)
-        *ops_done = m.step;
+    m.c.ops = m.step;
+    if (counts)
+        *counts = m.c;
 
     /* Drop every lock and evict everything: all returns to the pools. */
     if (!m.failed) {

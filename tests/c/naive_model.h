@@ -36,12 +36,24 @@ typedef struct {
     size_t state_pool;     /* state slots available */
     int inject_oom;        /* make random allocations fail: needs a build
                               with -DMR_FAULT_INJECT */
+    int few_evictions;     /* evict mostly when a pool runs dry, so the
+                              tree grows to the pools' size */
 } nm_options;
+
+/* What a run did, to show that it reached the interesting cases. */
+typedef struct {
+    long ops;
+    long inserts, matches, locks, unlocks, evict_full, evict_state, resets;
+    long splits;           /* operations that added a node without a new page */
+    long revived;          /* inserts that gave a tombstone a state */
+    long einval;           /* odd-length inserts refused */
+    long enomem;           /* operations failed by fault injection */
+    long max_nodes;
+} nm_counts;
 
 /* Runs up to opts->max_ops operations and releases everything at the end.
  * Returns 0, or 1 after the first mismatch (described on stderr, with the
- * operation number).  *ops_done (may be NULL) receives the number of
- * operations run. */
-int nm_run(const nm_options *opts, const nm_source *src, long *ops_done);
+ * operation number).  *counts (may be NULL) receives what was run. */
+int nm_run(const nm_options *opts, const nm_source *src, nm_counts *counts);
 
 #endif /* MR_NAIVE_MODEL_H */

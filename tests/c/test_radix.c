@@ -29,6 +29,7 @@
  * Harness */
 
 static int n_errors;
+static int verbose;
 static long n_checks;
 static const char *cur_test = "";
 
@@ -862,6 +863,7 @@ unit_page16(void)
     CHECK_RC(mr_radix_insert(f.t, odd, val, 20, 0, 7, 0, dup, &r), MR_EINVAL);
     CHECK_RC(mr_radix_insert(f.t, odd, val, 8, 0, 7, 0, dup, &r), MR_EINVAL);
     CHECK_RC(mr_radix_insert(f.t, a, val, 47, 0, 7, 0, dup, &r), MR_EINVAL);
+    CHECK_RC(mr_radix_insert(f.t, a, val, 32, 0, -1, 0, dup, &r), MR_EINVAL);   /* no slot */
     after = fx_stats(&f);
     CHECK(memcmp(&before, &after, sizeof before) == 0);
     CHECK(dump && dump_equals(f.t, dump));
@@ -1747,21 +1749,39 @@ run_fuzz(uint64_t seed, long ops, int inject)
     nm_source src = {rng_next, NULL, NULL};
     for (i = 0; i < nc; i++) {
         nm_options o;
-        long done = 0;
+        nm_counts c;
         memset(&o, 0, sizeof o);
         o.cfg = fuzz_configs[i];
         o.max_ops = ops / (long)nc;
         o.corpus_seed = (uint32_t)(seed + i);
-        o.kv_pool = 64 + 48 * o.cfg.page_size;
-        o.state_pool = 16;
+        /* Small pools keep eviction busy; large ones grow trees past the
+         * first resize of the node registry (64 ids). */
+        o.kv_pool = i % 2 ? 640 : 64 + 48 * o.cfg.page_size;
+        o.state_pool = i % 2 ? 120 : 16;
+        o.few_evictions = i % 2;
         o.inject_oom = inject;
         rng_state = seed * 1000003ULL + i;
         cur_test = inject ? "oom_fuzz" : "fuzz";
         n_checks++;
-        if (nm_run(&o, &src, &done) != 0) {
+        memset(&c, 0, sizeof c);
+        if (nm_run(&o, &src, &c) != 0) {
             fail_at(__FILE__, __LINE__, "model mismatch: config %zu (page %u chunk %u policy %d), "
                     "--seed %llu, after %ld ops", i, o.cfg.page_size, o.cfg.chunk_size,
-                    (int)o.cfg.policy, (unsigned long long)seed, done);
+                    (int)o.cfg.policy, (unsigned long long)seed, c.ops);
+        }
+        if (verbose) {
+            printf("  page %u chunk %u policy %d: %ld ops: %ld inserts (%ld revived, %ld refused), "
+                   "%ld matches, %ld splits, %ld/%ld locks/unlocks, %ld/%ld evict full/state, "
+                   "%ld resets, %ld failed allocations, up to %ld nodes\n",
+                   o.cfg.page_size, o.cfg.chunk_size, (int)o.cfg.policy, c.ops, c.inserts,
+                   c.revived, c.einval, c.matches, c.splits, c.locks, c.unlocks, c.evict_full,
+                   c.evict_state, c.resets, c.enomem, c.max_nodes);
+        }
+        /* The run must reach the cases it exists for. */
+        if (c.ops >= 10000) {
+            CHECK(c.splits > 0 && c.revived > 0 && c.locks > 0 && c.evict_full > 0 &&
+                  c.evict_state > 0);
+            CHECK(!inject || c.enomem > 0);
         }
     }
 }
@@ -1963,6 +1983,8 @@ main(int argc, char **argv)
     long ops = 200000;
     clock_t t0 = clock();
 
+    setvbuf(stdout, NULL, _IONBF, 0);
+
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--units")) {
             units = 1;
@@ -1974,11 +1996,13 @@ main(int argc, char **argv)
             oom = 1;
         } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
+            verbose = 1;
         } else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
             ops = strtol(argv[++i], NULL, 10);
         } else {
             fprintf(stderr, "usage: %s [--units] [--regression] [--fuzz] [--oom] "
-                    "[--seed N] [--ops N]\n", argv[0]);
+                    "[--seed N] [--ops N] [--verbose]\n", argv[0]);
             return 255;
         }
     }
