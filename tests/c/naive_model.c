@@ -16,8 +16,10 @@
  *     what the callbacks saw; a removed node takes its state with it;
  *     evict_full never merely tombstones; evict_state removes KV only of a
  *     leaf whose state it took (and the tombstones above it); stopping
- *     short of the request means nothing evictable is left; a one-unit
- *     eviction takes the last candidate of the tree's own LRU list;
+ *     short of the request means nothing evictable is left; and the nodes
+ *     removed or tombstoned, and the counts, are exactly those the LRU
+ *     rule gives when replayed on a copy of the tree's own lists; no
+ *     unlocked tombstone is left a leaf (I8);
  *   - handles resolve to the node ending at their position while it lives
  *     and are stale once its pages were removed or the tree was reset;
  *   - with fault injection, a call that fails returns MR_ENOMEM, releases
@@ -661,33 +663,163 @@ evict_end(nm *m)
         m->p[m->rel_pages[i]].removed = 0;
 }
 
-/* The candidate a one-unit eviction must take: the least recently used
- * entry of the list that qualifies. */
-static mr_node *
-lru_victim(nm *m, int which)
+/* ------------------------------------------------------------------------
+ * Eviction prediction.  Before each eviction the model copies both LRU lists
+ * and replays the documented rule on the copy: repeatedly take the least
+ * recently used candidate that qualifies *now* (evict_full: an unlocked
+ * leaf; evict_state: a state without state lock, on an internal node or on
+ * a leaf whose KV is not locked), remove a leaf with its state and every
+ * tombstone left an unlocked leaf above it, or tombstone an internal node,
+ * until enough was released.  The tree must remove and tombstone exactly
+ * the predicted nodes and report the predicted counts. */
+
+typedef struct {
+    mr_node *n;
+    int parent;            /* index in the copy, -1: the root */
+    mr_handle h;
+    size_t len, nchildren;
+    int full_lock, state_lock;
+    int64_t state;         /* current in the replay */
+    int64_t state0;        /* before the eviction */
+    int dead, tomb;
+} sim_node;
+
+typedef struct {
+    sim_node *v;
+    int n;
+    int *state_order;      /* indices, MRU first */
+    int nstate;
+} sim;
+
+static int
+sim_index(const sim *s, const mr_node *n)
 {
-    mr_node *n, *v = NULL;
-    for (n = mr_radix_lru_first(m->t, which); n; n = mr_radix_lru_next(m->t, which, n)) {
-        int leaf = mr_node_nchildren(n) == 0;
-        if (which == 0 ? (leaf && mr_node_full_lock(n) == 0)
-                       : (mr_node_state_lock(n) == 0 && !(leaf && mr_node_full_lock(n) > 0)))
-            v = n;
+    int i;
+    for (i = 0; i < s->n; i++)
+        if (s->v[i].n == n)
+            return i;
+    return -1;
+}
+
+static void
+sim_take(nm *m, sim *s)
+{
+    mr_node *n;
+    int i;
+    s->n = s->nstate = 0;
+    for (n = mr_radix_lru_first(m->t, 0); n; n = mr_radix_lru_next(m->t, 0, n))
+        s->n++;
+    s->v = xmalloc((size_t)s->n * sizeof(sim_node));
+    s->state_order = xmalloc((size_t)s->n * sizeof(int));
+    i = 0;
+    for (n = mr_radix_lru_first(m->t, 0); n && i < s->n; n = mr_radix_lru_next(m->t, 0, n), i++) {
+        sim_node *x = &s->v[i];
+        x->n = n;
+        x->h = mr_node_handle(n);
+        x->len = mr_node_len(n);
+        x->nchildren = mr_node_nchildren(n);
+        x->full_lock = mr_node_full_lock(n);
+        x->state_lock = mr_node_state_lock(n);
+        x->state = x->state0 = mr_node_state(n);
+        x->dead = x->tomb = 0;
     }
-    return v;
+    for (i = 0; i < s->n; i++)
+        s->v[i].parent = sim_index(s, mr_node_parent(s->v[i].n));
+    for (n = mr_radix_lru_first(m->t, 1); n && s->nstate < s->n; n = mr_radix_lru_next(m->t, 1, n))
+        s->state_order[s->nstate++] = sim_index(s, n);
+}
+
+static void
+sim_free(sim *s)
+{
+    free(s->v);
+    free(s->state_order);
+}
+
+/* Removes leaf i and the tombstones it leaves unlocked leaves. */
+static void
+sim_remove_leaf(sim *s, int i, size_t *tok, size_t *sts)
+{
+    int p;
+    s->v[i].dead = 1;
+    *tok += s->v[i].len;
+    if (s->v[i].state >= 0)
+        (*sts)++;
+    for (p = s->v[i].parent; p >= 0; p = s->v[p].parent) {
+        sim_node *x = &s->v[p];
+        x->nchildren--;
+        if (x->nchildren > 0 || x->state >= 0 || x->full_lock > 0)
+            break;
+        x->dead = 1;
+        *tok += x->len;
+    }
+}
+
+static void
+sim_run(sim *s, int states, size_t want, size_t *tok, size_t *sts)
+{
+    *tok = *sts = 0;
+    while ((states ? *sts : *tok) < want) {
+        int i, k, v = -1;
+        if (!states) {
+            for (i = s->n - 1; i >= 0 && v < 0; i--)
+                if (!s->v[i].dead && s->v[i].nchildren == 0 && s->v[i].full_lock == 0)
+                    v = i;
+        } else {
+            for (k = s->nstate - 1; k >= 0 && v < 0; k--) {
+                sim_node *x = &s->v[s->state_order[k]];
+                if (!x->dead && !x->tomb && x->state_lock == 0 &&
+                    (x->nchildren > 0 || x->full_lock == 0))
+                    v = s->state_order[k];
+            }
+        }
+        if (v < 0)
+            break;
+        if (states && s->v[v].nchildren > 0) {
+            s->v[v].tomb = 1;
+            s->v[v].state = -1;
+            (*sts)++;
+        } else {
+            sim_remove_leaf(s, v, tok, sts);
+        }
+    }
+}
+
+/* Compares the tree after the eviction with the prediction. */
+static void
+sim_compare(nm *m, const sim *s, size_t tok, size_t sts, size_t ptok, size_t psts)
+{
+    int i;
+    NM_EXPECT(m, tok == ptok && sts == psts,
+              "%s released %zu tokens and %zu states, the LRU rule gives %zu and %zu",
+              m->op, tok, sts, ptok, psts);
+    for (i = 0; i < s->n && !m->failed; i++) {
+        const sim_node *x = &s->v[i];
+        mr_node *n = NULL;
+        int rc = mr_radix_resolve(m->t, x->h, &n);
+        if (x->dead)
+            NM_EXPECT(m, rc == MR_ESTALE, "%s kept a node the LRU rule removes "
+                      "(LRU position %d of %d, %zu tokens)", m->op, i, s->n, x->len);
+        else if (rc != MR_OK)
+            nm_fail(m, "%s removed a node the LRU rule keeps (LRU position %d of %d, "
+                    "%zu tokens, full_lock %d)", m->op, i, s->n, x->len, x->full_lock);
+        else
+            NM_EXPECT(m, mr_node_state(n) == x->state,
+                      "%s: state %lld where the LRU rule gives %lld (was %lld)", m->op,
+                      (long long)mr_node_state(n), (long long)x->state, (long long)x->state0);
+    }
 }
 
 static void
 op_evict(nm *m, int states, size_t want)
 {
-    size_t tok = 12345, sts = 12345;
-    mr_node *victim = want == 1 ? lru_victim(m, states) : NULL;
-    mr_handle vh = {0, 0};
-    int64_t vstate = victim ? mr_node_state(victim) : -1;
+    size_t tok = 12345, sts = 12345, ptok, psts;
+    sim s;
     int rc, armed, i;
 
-    if (victim)
-        vh = mr_node_handle(victim);
     m->op = states ? "evict_state" : "evict_full";
+    sim_take(m, &s);
+    sim_run(&s, states, want, &ptok, &psts);
     evict_begin(m);
     armed = arm(m);
     rc = states ? mr_radix_evict_state(m->t, want, &m->rel, &tok, &sts)
@@ -702,11 +834,13 @@ op_evict(nm *m, int states, size_t want)
         NM_EXPECT(m, m->kv_rel == 0 && m->st_rel == 0,
                   "failed eviction released %zu KV and %zu states", m->kv_rel, m->st_rel);
         evict_end(m);
+        sim_free(&s);
         return;
     }
     if (rc != MR_OK) {
         nm_fail(m, "returned %s", mr_strerror(rc));
         evict_end(m);
+        sim_free(&s);
         return;
     }
     NM_EXPECT(m, tok == m->kv_rel && sts == m->st_rel,
@@ -730,18 +864,10 @@ op_evict(nm *m, int states, size_t want)
             NM_EXPECT(m, m->p[m->rel_pages[i]].removed == 2,
                       "evict_state removed KV that is not on the path of an evicted leaf");
     }
-    if (victim) {
-        mr_node *n = NULL;
-        int r2 = mr_radix_resolve(m->t, vh, &n);
-        if (!states) {
-            NM_EXPECT(m, r2 == MR_ESTALE, "evict_full(1) did not take the LRU leaf");
-        } else {
-            int found = vstate >= 0 && m->st.owner[vstate - m->st.base] == OWN_FREE;
-            NM_EXPECT(m, found && (r2 == MR_ESTALE || (r2 == MR_OK && mr_node_state(n) < 0)),
-                      "evict_state(1) did not take the LRU state %lld", (long long)vstate);
-        }
-    }
     evict_end(m);
+    if (!m->failed)
+        sim_compare(m, &s, tok, sts, ptok, psts);
+    sim_free(&s);
     compare(m);
     if (m->failed)
         return;
