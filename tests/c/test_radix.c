@@ -1291,6 +1291,75 @@ unit_evict_order(void)
     fx_done(&f);
 }
 
+
+/* Evictions of nothing, NULL out-parameters, memory accounting. */
+static void
+unit_evict_edges_and_memory(void)
+{
+    fixture f;
+    int32_t k[4];
+    size_t tok = 99, sts = 99, i, base_mem, full_mem;
+    mr_radix_stats s;
+    cur_test = "evict_edges_and_memory";
+    fx_init(&f, 2, 2, MR_POLICY_CONSUMED, 1024, 256);
+    base_mem = fx_stats(&f).memory_bytes;
+    for (i = 0; i < 200; i++) {
+        k[0] = (int32_t)(i % 7);
+        k[1] = (int32_t)i;
+        k[2] = 3;
+        k[3] = (int32_t)i;
+        fx_put(&f, k, 4, 0, NULL, NULL);
+    }
+    s = fx_stats(&f);
+    full_mem = s.memory_bytes;
+    CHECK_EQ(s.full_evictable, 800);
+    /* 200 nodes of 4 tokens (8-byte index + 4-byte token each). */
+    CHECK(full_mem >= base_mem + 200 * 4 * 12);
+    CHECK_RC(mr_radix_evict_full(f.t, 0, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 0 && sts == 0);
+    CHECK_RC(mr_radix_evict_state(f.t, 0, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 0 && sts == 0);
+    CHECK(f.kv_calls == 0 && f.st_calls == 0);
+    CHECK_RC(mr_radix_evict_full(f.t, 5, &f.rel, NULL, NULL), MR_OK);
+    CHECK_EQ(f.kv_released, 8);       /* two whole leaves of 4 */
+    CHECK_RC(mr_radix_evict_state(f.t, 3, &f.rel, NULL, NULL), MR_OK);
+    CHECK_EQ(f.st_released, 5);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_evict_full(f.t, (size_t)-1, &f.rel, &tok, &sts), MR_OK);
+    s = fx_stats(&f);
+    CHECK(s.nodes == 0 && s.full_evictable == 0 && s.state_evictable == 0);
+    CHECK(s.memory_bytes < full_mem);
+    CHECK(s.memory_bytes >= base_mem);
+    CHECK_TREE(f.t);
+    CHECK_OWNERSHIP(&f);
+    CHECK_EQ(f.kv.nfree, f.kv.size);
+    CHECK_EQ(f.st.nfree, f.st.size);
+    fx_done(&f);
+}
+
+/* prev_prefix_len with pages: the caller's locked prefix may end inside a
+ * page; duplicates start exactly there. */
+static void
+unit_prev_prefix_pages(void)
+{
+    fixture f;
+    int32_t k[12];
+    int64_t val[12];
+    mr_insert_result r;
+    cur_test = "prev_prefix_pages";
+    fx_init(&f, 4, 4, MR_POLICY_SGLANG, 128, 16);
+    seq(k, 50, 12);
+    CHECK_RC(fx_insert_pp(&f, k, 8, 0, 0, &r, val, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, k, 12, 0, 5, &r, val, NULL), MR_OK);
+    CHECK(r.prefix_len == 8 && r.ndup == 3 && r.state_existed == 0);
+    CHECK_RC(fx_insert_pp(&f, k, 12, 0, 0, &r, val, NULL), MR_OK);
+    CHECK(r.prefix_len == 12 && r.ndup == 12 && r.state_existed == 1);
+    CHECK_RC(fx_insert_pp(&f, k, 12, 0, 11, &r, val, NULL), MR_OK);
+    CHECK(r.prefix_len == 12 && r.ndup == 1);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
 static void
 run_units(void)
 {
@@ -1311,6 +1380,8 @@ run_units(void)
     unit_evict_cascade(MR_POLICY_SGLANG);
     unit_evict_cascade(MR_POLICY_CONSUMED);
     unit_evict_order();
+    unit_evict_edges_and_memory();
+    unit_prev_prefix_pages();
 }
 
 /* ------------------------------------------------------------------------
