@@ -148,6 +148,30 @@ static int
 read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
           void **scratch, size_t *scratch_cap, argbuf *ab, const void **data, size_t *len)
 {
+    /* Fast path: a contiguous 1-D numpy array of exactly the wanted type
+     * is read in place without building a Py_buffer. */
+    if (PyArray_CheckExact(obj)) {
+        PyArrayObject *arr = (PyArrayObject *)obj;
+        int want = width == 4 ? NPY_INT32 : NPY_INT64;
+        if (PyArray_NDIM(arr) == 1 && PyArray_TYPE(arr) == want && PyArray_ISCARRAY_RO(arr)
+            && PyArray_ISNOTSWAPPED(arr)) {
+            npy_intp n = PyArray_DIM(arr, 0);
+            if (width == 8 || lo > INT32_MIN || hi < INT32_MAX) {
+                for (npy_intp i = 0; i < n; i++) {
+                    int64_t x = width == 8 ? ((const int64_t *)PyArray_DATA(arr))[i]
+                                           : ((const int32_t *)PyArray_DATA(arr))[i];
+                    if (x < lo || x > hi) {
+                        PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is out of range [%lld, %lld]",
+                                     arg, (Py_ssize_t)i, (long long)x, (long long)lo, (long long)hi);
+                        return -1;
+                    }
+                }
+            }
+            *data = PyArray_DATA(arr);
+            *len = (size_t)n;
+            return 0;
+        }
+    }
     if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) {
         if (PyObject_GetBuffer(obj, &ab->view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
             return -1;

@@ -818,7 +818,8 @@ release_node(const mr_release *rel, mr_node *n, int with_state)
 
 /* Removes an unlocked leaf and its KV and state, then every tombstone above
  * it that is left an unlocked leaf (SGLang's cascade).  *parent_emptied
- * tells whether the leaf's parent was left without children.  A callback
+ * tells whether the first ancestor that survives was left without
+ * children (then it may be the new least recently used leaf).  A callback
  * error leaves the leaf in place (or stops the cascade, leaving an unlocked
  * tombstone leaf that evict_full removes later). */
 static int
@@ -841,7 +842,6 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
     child_remove(parent, x);
     node_free(t, x);
     t->nodes--;
-    *parent_emptied = parent->nchildren == 0;
 
     while (parent != t->root && parent->state < 0 && parent->nchildren == 0
            && parent->full_lock == 0) {
@@ -857,6 +857,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         t->nodes--;
         parent = up;
     }
+    *parent_emptied = parent->nchildren == 0;
     return MR_OK;
 }
 
