@@ -190,7 +190,30 @@ typedef struct {
     long bad;                     /* releases of things the tree did not hold */
     int64_t st_log[64];           /* released state slots, in order */
     int nst_log;
+    int check_in_tree;            /* callbacks verify the node is still there */
+    long not_in_tree;
 } fixture;
+
+static int
+tree_holds(const mr_node *n, int64_t v, int state)
+{
+    size_t i, k;
+    for (i = 0; i < mr_node_nchildren(n); i++) {
+        const mr_node *c = mr_node_child(n, i);
+        if (state ? mr_node_state(c) == v : 0) {
+            return 1;
+        }
+        for (k = 0; !state && k < mr_node_len(c); k++) {
+            if (mr_node_values(c)[k] == v) {
+                return 1;
+            }
+        }
+        if (tree_holds(c, v, state)) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static int
 fx_free_kv(void *ctx, const int64_t *idx, size_t n)
@@ -200,6 +223,9 @@ fx_free_kv(void *ctx, const int64_t *idx, size_t n)
     f->kv_calls++;
     if (f->fail_kv_call && f->kv_calls == f->fail_kv_call) {
         return f->fail_code;
+    }
+    for (i = 0; f->check_in_tree && i < n; i++) {
+        f->not_in_tree += !tree_holds(mr_radix_root(f->t), idx[i], 0);
     }
     for (i = 0; i < n; i++) {
         if (!pool_free(&f->kv, idx[i], OWN_TREE)) {
@@ -217,6 +243,9 @@ fx_free_state(void *ctx, int64_t slot)
     f->st_calls++;
     if (f->fail_st_call && f->st_calls == f->fail_st_call) {
         return f->fail_code;
+    }
+    if (f->check_in_tree) {
+        f->not_in_tree += !tree_holds(mr_radix_root(f->t), slot, 1);
     }
     if (!pool_free(&f->st, slot, OWN_TREE)) {
         f->bad++;
@@ -1245,6 +1274,7 @@ unit_evict_cascade(mr_lru_policy pol)
     size_t tok, sts;
     cur_test = "evict_cascade";
     fx_init(&f, 1, 1, pol, 64, 16);
+    f.check_in_tree = 1;     /* callbacks come before the node changes */
     a = fx_put(&f, k, 3, 0, NULL, NULL);
     b = fx_put(&f, k, 5, 0, NULL, NULL);
     CHECK_RC(mr_radix_evict_state(f.t, 1, &f.rel, &tok, &sts), MR_OK);
@@ -1255,6 +1285,7 @@ unit_evict_cascade(mr_lru_policy pol)
     CHECK_EQ(tok, 5);     /* overshoot: the leaf and the tombstone above */
     CHECK_EQ(sts, 1);
     CHECK_EQ(f.kv_calls, 2);
+    CHECK_EQ(f.not_in_tree, 0);
     CHECK_EQ(fx_stats(&f).nodes, 0);
     CHECK_TREE(f.t);
     CHECK_OWNERSHIP(&f);
@@ -1951,8 +1982,6 @@ oom_units(void)
     /* A match that splits: on failure the result describes the match
      * without the split part. */
     cur_test = "oom_match";
-    k[0] = 1, k[1] = 7, k[2] = 5;
-    k[3] = 8;
     {
         int32_t kk[12];
         seq(kk, 300, 12);
