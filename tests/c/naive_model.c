@@ -20,6 +20,9 @@
  *     removed or tombstoned, and the counts, are exactly those the LRU
  *     rule gives when replayed on a copy of the tree's own lists; no
  *     unlocked tombstone is left a leaf (I8);
+ *   - LRU order: after a match or an insert the node used (and, by policy,
+ *     its path) is at the front of each list; the consumed-state policy
+ *     moves nothing else in the state list;
  *   - handles resolve to the node ending at their position while it lives
  *     and are stale once its pages were removed or the tree was reset;
  *   - with fault injection, a call that fails returns MR_ENOMEM, releases
@@ -889,6 +892,66 @@ op_evict(nm *m, int states, size_t want)
     }
 }
 
+/* ------------------------------------------------------------------------
+ * LRU order after a match or an insert (radix.h, mr_lru_policy):
+ *   - the full list starts with the node used (match: the node whose state
+ *     is used; insert: the node at the key's end), then its ancestors;
+ *   - SGLang policy: the state list starts with the state-bearing nodes of
+ *     that path, deepest first;
+ *   - consumed policy: the state list only moves the node used (match) or
+ *     adds the node given a state (insert) to the front. */
+
+static int
+lru_copy(nm *m, int which, mr_node ***out)
+{
+    mr_node *n;
+    int k = 0, cap = 64;
+    mr_node **v = xmalloc((size_t)cap * sizeof(mr_node *));
+    for (n = mr_radix_lru_first(m->t, which); n; n = mr_radix_lru_next(m->t, which, n)) {
+        if (k == cap) {
+            cap *= 2;
+            v = xrealloc(v, (size_t)cap * sizeof(mr_node *));
+        }
+        v[k++] = n;
+    }
+    *out = v;
+    return k;
+}
+
+/* `front` was moved to (or added at) the front of the list `before`. */
+static void
+expect_moved_front(nm *m, int which, mr_node **before, int nb, mr_node *front)
+{
+    mr_node *x = mr_radix_lru_first(m->t, which);
+    int i;
+    if (front) {
+        NM_EXPECT(m, x == front, "%s: the node used is not first in the %s list", m->op,
+                  which ? "state" : "full");
+        x = x ? mr_radix_lru_next(m->t, which, x) : NULL;
+    }
+    for (i = 0; i < nb && !m->failed; i++) {
+        if (before[i] == front)
+            continue;
+        NM_EXPECT(m, x == before[i], "%s (consumed policy) reordered the %s list", m->op,
+                  which ? "state" : "full");
+        x = x ? mr_radix_lru_next(m->t, which, x) : NULL;
+    }
+    NM_EXPECT(m, x == NULL || m->failed, "%s: the %s list grew", m->op, which ? "state" : "full");
+}
+
+static void
+expect_path_front(nm *m, int which, mr_node *n)
+{
+    mr_node *root = mr_radix_root(m->t), *x = mr_radix_lru_first(m->t, which);
+    for (; n != root && !m->failed; n = mr_node_parent(n)) {
+        if (which == 1 && mr_node_state(n) < 0)
+            continue;
+        NM_EXPECT(m, x == n, "%s: the %s list does not start with the path used "
+                  "(depth %zu tokens)", m->op, which ? "state" : "full", mr_radix_path_len(m->t, n));
+        x = x ? mr_radix_lru_next(m->t, which, x) : NULL;
+    }
+}
+
 static void
 op_insert(nm *m)
 {
@@ -900,6 +963,8 @@ op_insert(nm *m)
     int ns, rc, armed, existed;
     int64_t slot, old_state;
     long nodes0;
+    mr_node **before;
+    int nbefore;
 
     m->op = "insert";
     len = gen_key(m, key, &ns, 0);
@@ -942,11 +1007,22 @@ op_insert(nm *m)
     expect_dup = k * m->P > pp ? k * m->P - pp : 0;
 
     nodes0 = m->last_nodes;
+    nbefore = lru_copy(m, 1, &before);
     memset(&res, 0xa5, sizeof res);
     armed = arm(m);
     rc = mr_radix_insert(m->t, key, val, len, nm_namespaces[ns], slot, pp, dup, &res);
     disarm();
     m->c.inserts++;
+    if (rc == MR_OK && len > 0) {
+        NM_EXPECT(m, mr_radix_lru_first(m->t, 0) == res.node,
+                  "insert: the node at the key's end is not first in the full list");
+        if (m->o->cfg.policy == MR_POLICY_CONSUMED)
+            expect_moved_front(m, 1, before, nbefore, existed ? NULL : res.node);
+        else
+            NM_EXPECT(m, mr_radix_lru_first(m->t, 1) == res.node,
+                      "insert: the node at the key's end is not first in the state list");
+    }
+    free(before);
     if (rc == MR_ENOMEM && armed) {
         m->c.enomem++;
         NM_EXPECT(m, res.ndup == 0, "failed insert reported %zu duplicates", res.ndup);
@@ -1019,6 +1095,8 @@ op_match(nm *m)
     int ns, rc, armed;
     int64_t state, br;
     long nodes0;
+    mr_node **before;
+    int nbefore;
 
     m->op = "match";
     len = gen_key(m, key, &ns, 1);
@@ -1036,11 +1114,21 @@ op_match(nm *m)
     state = l ? m->p[path[l]].state : -1;
 
     nodes0 = m->last_nodes;
+    nbefore = lru_copy(m, 1, &before);
     memset(&out, 0xa5, sizeof out);
     armed = arm(m);
     rc = mr_radix_match(m->t, key, len, nm_namespaces[ns], &out);
     disarm();
     m->c.matches++;
+    if (rc == MR_OK || rc == MR_ENOMEM) {
+        expect_path_front(m, 0, out.node);
+        if (m->o->cfg.policy == MR_POLICY_CONSUMED)
+            expect_moved_front(m, 1, before, nbefore,
+                               out.node == mr_radix_root(m->t) ? NULL : out.node);
+        else
+            expect_path_front(m, 1, out.node);
+    }
+    free(before);
     if (rc == MR_ENOMEM && armed) {
         m->c.enomem++;
         NM_EXPECT(m, kk < k, "match that needs no split failed with MR_ENOMEM");
