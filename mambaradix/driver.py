@@ -487,7 +487,6 @@ class SchedulerDriver:
 
     # ------------------------------------------------------------- scheduling
     def _get_next_batch(self) -> Optional[_Batch]:
-        cfg = self.config
         # pending abort of the chunked request
         if self.chunked is not None and self.chunked.abort_pending:
             info = self.chunked
@@ -739,7 +738,6 @@ class SchedulerDriver:
                 kind = "fresh"
             elif P == 0 and info.record.chunks == 1:
                 kind = "fresh"
-            tokens = info.tokens
             batch.items.append((info, info.epoch,
                                 (P, end, track, cow, kind, int(req.mamba_pool_idx))))
 
