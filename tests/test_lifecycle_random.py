@@ -115,7 +115,8 @@ def test_random_lifecycle(mode):
                 prompt = list(stem)                  # identical prompts
             elif u < 0.35 and done:
                 # a follow-up turn: an earlier request + its output + more
-                prev = d.infos[done[int(rng.integers(len(done)))]]
+                recent = done[-8:]       # likely still cached
+                prev = d.infos[recent[int(rng.integers(len(recent)))]]
                 prompt = (list(prev.spec.input_ids) + list(prev.record.output)
                           + rng.integers(1, 5000, size=int(rng.integers(1, 60))).tolist())
                 prompt = prompt[:700]
@@ -135,9 +136,8 @@ def test_random_lifecycle(mode):
             d.abort(rid)
             aborted += 1
         d.step()
-        if len(live) > 200:
-            done += [r for r in live if d.infos[r].finished and not d.records[r].aborted]
-            live = [r for r in live if not d.infos[r].finished]
+        done += [r for r in live if d.infos[r].finished and not d.records[r].aborted]
+        live = [r for r in live if not d.infos[r].finished]
     assert d.idle
     _accounting(d, kv_total, slots_total)
     d.tree_cache.sanity_check()
@@ -148,7 +148,9 @@ def test_random_lifecycle(mode):
             + tc.mamba_evictable_size() == slots_total)
     recs = d.records.values()
     assert all(r.finished_step is not None for r in recs)
-    assert kinds["hit"] > 30, f"seed {seed}: too few hits to test anything: {kinds}"
+    # no_buffer only hits at the exact end of a cached request (follow-up turns)
+    need = 5 if mode == "no_buffer" else 30
+    assert kinds["hit"] > need, f"seed {seed}: too few hits to test anything: {kinds}"
     assert aborted > 5
     # an evicting workload: the tree cannot hold everything that was cached
     assert sum(r.prefix_len or 0 for r in recs) > 0
