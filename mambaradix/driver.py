@@ -37,6 +37,19 @@ What is modelled (and how it maps to SGLang's scheduler):
 - aborts (waiting, chunked or running requests) and decode retraction when the
   KV pool runs out.
 
+Windows where SGLang v0.5.15 hands the tree a snapshot from another position
+(reproduced here, shown by tests/test_driver.py, and visible in the
+simulator's toy mode as ``state_mismatches``):
+
+- pp2: the decode boundary check on ``kv_committed_len`` fires twice when a
+  prefill batch runs right after the boundary decode batch, so ``keep``
+  names the older track slot (``decode_boundary="batch"`` avoids it);
+- lazy: a prefill whose first decode step is a boundary is cached after that
+  step's pre-allocation flipped ``next``, so the prefill key gets the
+  boundary snapshot; and a boundary whose registration is missed (a prefill
+  batch in between) leaves ``next`` on the new snapshot while
+  ``mamba_last_track_seqlen`` stays at the previous boundary.
+
 The pure decision functions at the top (:func:`match_key_limit`,
 :func:`prefill_track_point`, :func:`decode_track_due`, :func:`state_headroom`)
 are shared with the simulator's state-free replay engine.
@@ -134,7 +147,10 @@ class DriverConfig:
       step early, and fires twice when a prefill batch runs between two
       decode batches (the second flip leaves ``keep`` on the stale track
       slot).  "batch": the length of the batch whose result it is (the
-      direction of SGLang's later fixes); it never fires twice.
+      direction of SGLang's later fixes); it never fires twice.  Not for
+      mode "lazy", whose pre-allocation flips the index when the boundary
+      batch is prepared: there SGLang's early check is the consistent one
+      (a request finishing just before a boundary must register it).
     """
 
     mode: str = "pp2"
@@ -155,6 +171,9 @@ class DriverConfig:
         if self.decode_boundary not in ("committed", "batch"):
             raise ValueError(f"decode_boundary must be 'committed' or 'batch', "
                              f"got {self.decode_boundary!r}")
+        if self.decode_boundary == "batch" and self.mode == "lazy":
+            raise ValueError("decode_boundary='batch' does not fit mode 'lazy': its "
+                             "pre-allocation at prepare time relies on SGLang's check")
         for name in ("chunk_size", "track_interval", "max_running", "max_prefill_tokens",
                      "page_size"):
             v = getattr(self, name)
@@ -487,7 +506,6 @@ class SchedulerDriver:
 
     # ------------------------------------------------------------- scheduling
     def _get_next_batch(self) -> Optional[_Batch]:
-        cfg = self.config
         # pending abort of the chunked request
         if self.chunked is not None and self.chunked.abort_pending:
             info = self.chunked
@@ -739,7 +757,6 @@ class SchedulerDriver:
                 kind = "fresh"
             elif P == 0 and info.record.chunks == 1:
                 kind = "fresh"
-            tokens = info.tokens
             batch.items.append((info, info.epoch,
                                 (P, end, track, cow, kind, int(req.mamba_pool_idx))))
 

@@ -8,10 +8,16 @@ at every prefill forward the state in the request's running slot (after the
 deferred copy-on-write or clear) must equal the toy model's state recomputed
 from scratch, token by token, for the prefix the request resumes from.
 
-Decode boundaries use the driver's "batch" check: SGLang v0.5.15's own check
-(the driver's default) caches stale snapshots in two overlap-scheduler
-windows, shown deterministically in test_driver.py; the lazy-mode window is
-also kept out of the workload.
+Decode boundaries use the driver's "batch" check in pp2 (SGLang v0.5.15's
+check caches a stale snapshot there when a prefill batch follows a boundary
+decode batch; test_driver.py shows it).  Lazy mode keeps SGLang's check and
+its windows: its pre-allocation flips the track index when a boundary batch
+is prepared, so a boundary whose registration is missed (a prefill batch in
+between), or a prefill cached after its first decode step was prepared at a
+boundary (test_driver.py), hands the tree the snapshot of a *later* boundary
+of the same sequence.  In lazy mode a hit may therefore restore such a later
+boundary snapshot, and the test checks exactly that; the prefill window is
+kept out of the workload.
 
 MAMBARADIX_TEST_SEED fixes the seed (it is printed on failure)."""
 
@@ -60,6 +66,22 @@ def _accounting(d: SchedulerDriver, kv_total: int, slots_total: int) -> None:
     assert tc.total_size() == (kv_tree, s_tree)
 
 
+def _later_boundary_state(model, d, prefix, state, interval) -> bool:
+    """True when ``state`` is the state after m tokens of some request's
+    sequence (prompt + outputs) that starts with ``prefix``, m > len(prefix)
+    and m a multiple of ``interval``."""
+    n = len(prefix)
+    for info in d.infos.values():
+        seq = np.asarray(info.tokens, dtype=np.int64)
+        if len(seq) <= n or not np.array_equal(seq[:n], prefix):
+            continue
+        pos = [m for m in range(interval, len(seq) + 1, interval) if m > n]
+        for st in model.states_along(model.zero_state(), seq, pos):
+            if st.equals(state):
+                return True
+    return False
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_random_lifecycle(mode):
     seed = _seed()
@@ -70,7 +92,7 @@ def test_random_lifecycle(mode):
     cfg = DriverConfig(mode=mode, chunk_size=16, track_interval=32,
                        chunked_prefill_size=chunked, max_running=8,
                        max_prefill_tokens=600, match_cap=bool(rng.integers(2)),
-                       decode_boundary="batch")
+                       decode_boundary="committed" if mode == "lazy" else "batch")
     model = ToyRecurrentModel(num_layers=1, state_dim=2, conv_width=3, seed=seed)
     kv_total, slots_total = 5000, 40
     di = build_dropin(cfg, kv_tokens=kv_total, state_slots=slots_total, max_context_len=1024,
@@ -79,14 +101,24 @@ def test_random_lifecycle(mode):
     memo: dict = {}
     kinds = {"hit": 0, "fresh": 0, "continue": 0}
 
+    lazy_stale = []
+
     def on_extend(rid, slot, prefix, kind):
         key = prefix.tobytes()
         want = memo.get(key)
         if want is None:
             want = memo[key] = model.reference_state(prefix)
         got = model.read_state(slot)
-        assert got.equals(want), (f"seed {seed}: {rid} ({kind}) resumed at {len(prefix)} "
-                                  f"with a wrong state")
+        if mode == "lazy" and kind == "hit" and not got.equals(want):
+            # lazy's windows cache the snapshot of a later track boundary of a
+            # request that extends the matched prefix: find it
+            assert _later_boundary_state(model, d, prefix, got, cfg.track_interval), (
+                f"seed {seed}: {rid} resumed at {len(prefix)} with a state that is no "
+                f"request's later boundary snapshot")
+            lazy_stale.append(rid)
+        else:
+            assert got.equals(want), (f"seed {seed}: {rid} ({kind}) resumed at "
+                                      f"{len(prefix)} with a wrong state")
         kinds[kind] += 1
 
     steps = [0]
@@ -115,7 +147,8 @@ def test_random_lifecycle(mode):
                 prompt = list(stem)                  # identical prompts
             elif u < 0.35 and done:
                 # a follow-up turn: an earlier request + its output + more
-                prev = d.infos[done[int(rng.integers(len(done)))]]
+                recent = done[-8:]       # likely still cached
+                prev = d.infos[recent[int(rng.integers(len(recent)))]]
                 prompt = (list(prev.spec.input_ids) + list(prev.record.output)
                           + rng.integers(1, 5000, size=int(rng.integers(1, 60))).tolist())
                 prompt = prompt[:700]
@@ -135,9 +168,8 @@ def test_random_lifecycle(mode):
             d.abort(rid)
             aborted += 1
         d.step()
-        if len(live) > 200:
-            done += [r for r in live if d.infos[r].finished and not d.records[r].aborted]
-            live = [r for r in live if not d.infos[r].finished]
+        done += [r for r in live if d.infos[r].finished and not d.records[r].aborted]
+        live = [r for r in live if not d.infos[r].finished]
     assert d.idle
     _accounting(d, kv_total, slots_total)
     d.tree_cache.sanity_check()
@@ -148,7 +180,9 @@ def test_random_lifecycle(mode):
             + tc.mamba_evictable_size() == slots_total)
     recs = d.records.values()
     assert all(r.finished_step is not None for r in recs)
-    assert kinds["hit"] > 30, f"seed {seed}: too few hits to test anything: {kinds}"
+    # no_buffer only hits at the exact end of a cached request (follow-up turns)
+    need = 5 if mode == "no_buffer" else 30
+    assert kinds["hit"] > need, f"seed {seed}: too few hits to test anything: {kinds}"
     assert aborted > 5
     # an evicting workload: the tree cannot hold everything that was cached
     assert sum(r.prefix_len or 0 for r in recs) > 0

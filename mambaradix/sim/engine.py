@@ -212,7 +212,7 @@ class _R:
 class ReplayResult:
     """Metrics plus per-request usable prefixes (rid -> tokens) of a replay."""
 
-    def __init__(self, metrics: SimMetrics, prefixes: dict, check: Optional[Callable] = None):
+    def __init__(self, metrics: SimMetrics, prefixes: dict) -> None:
         self.metrics = metrics
         self.prefixes = prefixes
 
@@ -965,8 +965,8 @@ class _Replay:
             self._sync(r)
             done = r.out >= r.output_len
             seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
-            if self.extra_buffer and r.track is not None and seq % interval == 0 \
-                    and r.j0 <= b:
+            if self.extra_buffer and r.track is not None and r.j0 <= b \
+                    and decode_track_due(seq, interval):
                 r.last_track = seq
                 if self.lazy:
                     other = 1 - r.next_idx

@@ -65,7 +65,8 @@ class SimConfig:
       batch takes max(decode_step_seconds, tokens * prefill_token_seconds).
     decode_boundary: how decode track boundaries are detected (see
       mambaradix.driver.DriverConfig): "committed" is SGLang v0.5.15's check,
-      "batch" the one that cannot fire twice under the overlap scheduler.
+      "batch" the one that cannot fire twice under the overlap scheduler
+      (pp2 / pp1 only).
     """
 
     kv_tokens: int = 1 << 20
