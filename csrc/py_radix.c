@@ -900,37 +900,24 @@ RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-RadixTree_full_evictable_size(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.full_evictable);
-}
+/* One-field getters of the tree's counters (mr_radix_get_stats). */
+#define STAT_METHOD(name, field)                                  \
+    static PyObject *                                             \
+    RadixTree_##name(RadixTree *self, PyObject *unused)           \
+    {                                                             \
+        mr_radix_stats s;                                         \
+        mr_radix_get_stats(self->tree, &s);                       \
+        return PyLong_FromSize_t(s.field);                        \
+    }
 
-static PyObject *
-RadixTree_full_protected_size(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.full_protected);
-}
+STAT_METHOD(full_evictable_size, full_evictable)
+STAT_METHOD(full_protected_size, full_protected)
+STAT_METHOD(mamba_evictable_size, state_evictable)
+STAT_METHOD(mamba_protected_size, state_protected)
+STAT_METHOD(node_count, nodes)
+STAT_METHOD(memory_bytes, memory_bytes)
 
-static PyObject *
-RadixTree_mamba_evictable_size(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.state_evictable);
-}
-
-static PyObject *
-RadixTree_mamba_protected_size(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.state_protected);
-}
+#undef STAT_METHOD
 
 PyDoc_STRVAR(RadixTree_total_size__doc__,
 "total_size($self, /)\n"
@@ -947,28 +934,12 @@ RadixTree_total_size(RadixTree *self, PyObject *unused)
                          (Py_ssize_t)(s.state_evictable + s.state_protected));
 }
 
-static PyObject *
-RadixTree_node_count(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.nodes);
-}
-
 PyDoc_STRVAR(RadixTree_memory_bytes__doc__,
 "memory_bytes($self, /)\n"
 "--\n"
 "\n"
 "Bytes of memory the tree holds: nodes, edges (4-byte token + 8-byte index\n"
 "per token), child arrays and the handle registry.");
-
-static PyObject *
-RadixTree_memory_bytes(RadixTree *self, PyObject *unused)
-{
-    mr_radix_stats s;
-    mr_radix_get_stats(self->tree, &s);
-    return PyLong_FromSize_t(s.memory_bytes);
-}
 
 PyDoc_STRVAR(RadixTree_sanity_check__doc__,
 "sanity_check($self, /)\n"
