@@ -13,6 +13,7 @@ Environment knobs:
 """
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +62,11 @@ CUDA_HOME = cuda_home_of(NVCC) if NVCC else None
 
 DEBUG = _flag("MAMBARADIX_DEBUG")
 SANITIZE = _flag("MAMBARADIX_SANITIZE")
+CUDA_ARCHS = [a.strip() for a in os.environ.get("MAMBARADIX_CUDA_ARCHS", "90").replace(";", ",").split(",")
+              if a.strip()]
+#: Everything a built _C depends on besides its sources (see BuildExt).
+BUILD_CONFIG = {"nvcc": NVCC, "cuda_archs": CUDA_ARCHS if WITH_CUDA else None, "debug": DEBUG,
+                "sanitize": SANITIZE, "python": sys.version}
 
 
 class BuildExt(build_ext):
@@ -68,6 +74,25 @@ class BuildExt(build_ext):
     approach), then lets setuptools build the C sources and link."""
 
     def build_extension(self, ext):
+        # A changed build knob must rebuild: setuptools only compares file
+        # times, so a tree built with CUDA would otherwise reinstall its old
+        # _C after MAMBARADIX_CUDA=0 (and the reverse).
+        stamp = os.path.join(self.build_temp, "mambaradix-build-config.json")
+        target = os.path.abspath(self.get_ext_fullpath(ext.name))
+        try:
+            with open(stamp) as f:
+                built = json.load(f)
+        except (OSError, ValueError):
+            built = {}
+        if built.get(target) != BUILD_CONFIG:
+            self.force = True
+        self._build_extension(ext)
+        built[target] = BUILD_CONFIG
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w") as f:
+            json.dump(built, f, indent=1, sort_keys=True)
+
+    def _build_extension(self, ext):
         cu_sources = [s for s in ext.sources if s.endswith(".cu")]
         ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
         if cu_sources:
@@ -75,7 +100,7 @@ class BuildExt(build_ext):
         super().build_extension(ext)
 
     def _nvcc_compile(self, ext, sources):
-        archs = [a.strip() for a in os.environ.get("MAMBARADIX_CUDA_ARCHS", "90").replace(";", ",").split(",") if a.strip()]
+        archs = CUDA_ARCHS
         gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
         top = max(archs, key=int)
         gencode.append(f"-gencode=arch=compute_{top},code=compute_{top}")
