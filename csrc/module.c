@@ -28,7 +28,8 @@ mr_raise(mr_state *st, int code, const char *what)
 {
     switch (code) {
     case MR_ENOMEM:
-        return PyErr_NoMemory();
+        PyErr_Format(PyExc_MemoryError, "%s: out of memory", what);
+        return NULL;
     case MR_EINVAL:
         PyErr_Format(PyExc_ValueError, "%s: invalid argument", what);
         return NULL;

@@ -622,6 +622,34 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     return (PyObject *)tensor_import(st, a[0], stream, writable, "from_dlpack(): obj");
 }
 
+/* A failed tensor allocation, with the tensor's shape and size: MemoryError
+ * when the memory is not there, ValueError when the size overflows. */
+static void
+raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape)
+{
+    char dims[MR_TENSOR_MAX_NDIM * 24 + 4];
+    size_t off = 0;
+    double bytes = (double)mr_dtype_size(dtype);
+    for (int i = 0; i < ndim && off < sizeof(dims); i++) {
+        off += (size_t)snprintf(dims + off, sizeof(dims) - off, "%s%lld", i ? ", " : "[", (long long)shape[i]);
+        bytes *= (double)shape[i];
+    }
+    if (off < sizeof(dims)) {
+        snprintf(dims + off, sizeof(dims) - off, "]");
+    }
+    char size[32];
+    snprintf(size, sizeof(size), "%.4g", bytes / 1073741824.0);
+    if (rc == MR_ENOMEM) {
+        PyErr_Format(PyExc_MemoryError, "%s %s needs %s GiB: out of memory", what, dims, size);
+    }
+    else if (rc == MR_EINVAL) {
+        PyErr_Format(PyExc_ValueError, "%s %s is too large (%s GiB)", what, dims, size);
+    }
+    else {
+        mr_raise(st, rc, what);
+    }
+}
+
 PyDoc_STRVAR(Tensor_zeros__doc__,
 "zeros(shape, dtype, device='cpu')\n"
 "--\n"
@@ -656,7 +684,8 @@ Tensor_zeros(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     int rc = mr_tensor_alloc(&o->t, dev_type, dev_id, dtype, ndim, shape);
     if (rc != MR_OK) {
         Py_DECREF(o);
-        return mr_raise(st, rc, "zeros()");
+        raise_alloc_failed(st, rc, "zeros(): tensor", dtype, ndim, shape);
+        return NULL;
     }
     return (PyObject *)o;
 }
@@ -1146,7 +1175,8 @@ StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
         PyTuple_SET_ITEM(tensors, i, (PyObject *)t);
         int rc = mr_tensor_alloc(&t->t, dev_type, dev_id, dtype, ndim + 2, shape);
         if (rc != MR_OK) {
-            mr_raise(st, rc, i < nconv ? "allocate(): conv tensor" : "allocate(): temporal tensor");
+            raise_alloc_failed(st, rc, i < nconv ? "allocate(): conv tensor" : "allocate(): temporal tensor",
+                               dtype, ndim + 2, shape);
             goto error;
         }
     }
@@ -1832,8 +1862,21 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             /* a 2-D host array is allowed without ends: flatten it */
             if (!has_ends && PyErr_ExceptionMatches(PyExc_ValueError)) {
                 PyErr_Clear();
-                PyObject *flat = PyArray_FromAny(a[3], PyArray_DescrFromType(NPY_INT64), 2, 2,
+                /* a DLPack producer (a torch CPU tensor) goes through
+                 * numpy.from_dlpack: its __array__ may not take copy= */
+                PyObject *src = a[3], *tmp = NULL;
+                if (!PyArray_Check(src) && PyObject_HasAttrString(src, "__dlpack__")) {
+                    PyObject *np = PyImport_ImportModule("numpy");
+                    tmp = np != NULL ? PyObject_CallMethod(np, "from_dlpack", "O", src) : NULL;
+                    Py_XDECREF(np);
+                    if (tmp == NULL) {
+                        goto error;
+                    }
+                    src = tmp;
+                }
+                PyObject *flat = PyArray_FromAny(src, PyArray_DescrFromType(NPY_INT64), 2, 2,
                                                  NPY_ARRAY_CARRAY_RO | NPY_ARRAY_ENSURECOPY, NULL);
+                Py_XDECREF(tmp);
                 if (flat == NULL) {
                     goto error;
                 }
@@ -1888,6 +1931,17 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                          (long long)total, (long long)nvalues);
             goto error;
         }
+        if (tt->dtype == MR_DTYPE_INT32) {
+            const int64_t *v = vals.idx.ptr;
+            for (int64_t k = 0; k < nvalues; k++) {
+                if (v[k] < INT32_MIN || v[k] > INT32_MAX) {
+                    PyErr_Format(PyExc_OverflowError,
+                                 "write_req_to_token(): values[%lld] = %lld does not fit the int32 table",
+                                 (long long)k, (long long)v[k]);
+                    goto error;
+                }
+            }
+        }
         w.values = vals.idx.ptr;
         w.value_bits = 64;
         if (dvt == MR_DL_CUDA && tt->dtype == MR_DTYPE_INT32) {
@@ -1899,12 +1953,7 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             }
             const int64_t *v = vals.idx.ptr;
             for (int64_t k = 0; k < nvalues; k++) {
-                if (v[k] < INT32_MIN || v[k] > INT32_MAX) {
-                    PyErr_Format(PyExc_OverflowError, "write_req_to_token(): values[%lld] does not fit int32",
-                                 (long long)k);
-                    goto error;
-                }
-                ((int32_t *)conv)[k] = (int32_t)v[k];
+                ((int32_t *)conv)[k] = (int32_t)v[k];  /* in range: checked above */
             }
             w.values = conv;
             w.value_bits = 32;

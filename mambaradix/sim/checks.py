@@ -29,6 +29,8 @@ class ConfigError(ValueError):
 
 def validate_config(config: SimConfig) -> None:
     """Raise ConfigError for values the cache cannot run with."""
+    if isinstance(config, SimConfig):
+        config = config.resolved()
     if config.mode not in MODES:
         raise ConfigError(f"unknown mode {config.mode!r} (choose from {', '.join(MODES)})")
     if config.lru_policy not in POLICIES:
@@ -51,6 +53,10 @@ def validate_config(config: SimConfig) -> None:
     if config.chunk_size % config.page_size:
         raise ConfigError(f"chunk_size {config.chunk_size} must be a multiple of page_size "
                           f"{config.page_size}")
+    if config.states == "toy" and config.page_size != 1:
+        raise ConfigError(f"states toy needs page_size 1, got {config.page_size}: its second "
+                          f"replay runs the reference scheduler, which allocates KV token by "
+                          f"token (use states none for paged KV)")
     if config.mode == "no_buffer" and config.page_size != 1:
         raise ConfigError("mode no_buffer needs page_size 1 (as in SGLang); use pp2, pp1 or lazy")
     if config.mode != "no_buffer" and config.track_interval % config.page_size:
@@ -61,6 +67,7 @@ def validate_config(config: SimConfig) -> None:
 def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
     """Raise ConfigError when the pools cannot hold even one request."""
     validate_config(config)
+    config = config.resolved()
     if not requests:
         raise ConfigError("the workload has no requests")
     page = config.page_size

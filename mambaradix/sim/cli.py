@@ -12,23 +12,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import importlib
 import itertools
 import json
 import math
+import os
+import re
+import shlex
 import sys
 import time
 import typing
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
 from .checks import (DECODE_BOUNDARIES, MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError,
                      check_feasible)
 from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
-from .report import (MissingDependency, config_to_dict, format_report, format_sweep,
-                     metrics_to_dict, plot_sweep)
+from .report import (DEFAULT_DEVICE_TFLOPS, MissingDependency, config_to_dict, format_report,
+                     format_sweep, metrics_to_dict, plot_sweep, prefill_estimates, write_csv)
 from .sweep import SweepPoint, config_field_type, config_fields
-from .types import SimConfig, SimMetrics, SimRequest
+from .types import SimConfig, SimMetrics, SimRequest, default_max_running
 
 __all__ = ["main", "build_parser", "UserError"]
 
@@ -117,7 +122,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     w.add_argument("--trace-format", choices=("auto", "mooncake", "tokens"), default="auto")
     w.add_argument("--limit", type=_positive_int, metavar="N",
                    help="replay only the first N requests")
-    w.add_argument("--seed", type=int, default=0, metavar="N",
+    w.add_argument("--seed", type=_nonneg_int, default=0, metavar="N",
                    help="seed of the workload and the replay")
     w.add_argument("--request-rate", type=_rate, metavar="R",
                    help="arrival rate in requests/s for generated workloads (inf: all at once)")
@@ -204,9 +209,55 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     o.add_argument("--plot", metavar="FILE.png",
                    help="plot hit rate against the (first) swept parameter; without --sweep, "
                         "against the state pool from 1/8 to 4x --state-slots (needs matplotlib)")
+    o.add_argument("--csv", metavar="FILE",
+                   help="write a table to FILE: one row per replay, the swept parameters and "
+                        "every metric")
+    o.add_argument("--save-trace", metavar="FILE",
+                   help="write the workload to FILE as token-id JSONL (gzip'd if it ends in "
+                        ".gz), which --trace replays")
+    o.add_argument("--device-tflops", type=_rate, default=DEFAULT_DEVICE_TFLOPS, metavar="T",
+                   help="sustained prefill TFLOP/s assumed per GPU for the estimated prefill "
+                        "time saved and time to first token (400: about 40%% of an H100 / "
+                        "H200's dense bf16 peak)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
     o.add_argument("--list-presets", action="store_true", help="list the model presets and exit")
+    _show_defaults(p)
     return p
+
+
+#: Defaults shown by --help for options whose parser default is None.
+_HELP_DEFAULTS = {
+    "workload": "multiturn", "trace": "none", "limit": "all requests",
+    "request_rate": "16 for multiturn, inf (all at once) for gsp and agentic",
+    "gsp_zipf_alpha": "1.0 with zipf", "kv_mem": "none: --kv-tokens",
+    "state_mem": "none: --state-slots", "max_running": "state slots // 5, at most 64",
+    "plot": "none", "csv": "none", "save_trace": "none", "sweep": "none",
+}
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: ...)" to every option's help that does not give it:
+    the parser's default, else SimConfig's (options left None fall back to
+    it), else _HELP_DEFAULTS."""
+    fields = {f.name: f for f in dataclasses.fields(SimConfig)}
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        help_text = action.help or ""
+        if "default" in help_text:
+            continue
+        if action.dest in _HELP_DEFAULTS:
+            shown = _HELP_DEFAULTS[action.dest]
+        elif action.nargs == 0:
+            shown = "off"
+        elif action.default is not None:
+            shown = str(action.default)
+        elif action.dest in fields:
+            shown = str(fields[action.dest].default)
+        else:
+            shown = "none"
+        shown = shown.replace("%", "%%")
+        action.help = f"{help_text} (default: {shown})" if help_text else f"default: {shown}"
 
 
 # --------------------------------------------------------------------------
@@ -271,14 +322,6 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
     if args.limit is not None:
         reqs = reqs[:args.limit]
     return reqs, desc
-
-
-def default_max_running(state_slots: int) -> int:
-    """Running requests allowed when --max-running is not given: each holds up
-    to 3 state slots and locks the cached state it matched, so a pool of S
-    slots runs at most S // 5 at once (at least 1, at most SimConfig's default),
-    which leaves the tree room to take snapshots."""
-    return max(1, min(SimConfig().max_running, state_slots // 5))
 
 
 def default_slot_sweep(state_slots: int, max_running: Optional[int]) -> list[int]:
@@ -424,28 +467,61 @@ def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPres
 
 
 class _Progress:
-    """Adapter from the engine's progress reports to a tqdm bar (if tqdm is
-    installed and stderr is a terminal; otherwise it does nothing)."""
+    """Adapter from the engine's progress reports to a tqdm bar when tqdm is
+    installed and stderr is a terminal; otherwise, on long runs, a plain
+    progress line on stderr every PLAIN_EVERY seconds after PLAIN_AFTER."""
+
+    PLAIN_AFTER = 5.0
+    PLAIN_EVERY = 10.0
 
     def __init__(self, total: int, desc: str, enabled: bool) -> None:
         self._bar = None
-        if enabled and sys.stderr.isatty():
+        self._plain = False
+        self._desc = desc or "replay"
+        self._total = total
+        self._done = 0
+        self._t0 = time.monotonic()
+        self._last: Optional[float] = None
+        if not enabled:
+            return
+        if sys.stderr.isatty():
             try:
                 from tqdm import tqdm
             except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self._bar = tqdm(total=total, desc=self._desc, unit="req", leave=False,
+                                 delay=1.0, file=sys.stderr, dynamic_ncols=True)
                 return
-            self._bar = tqdm(total=total, desc=desc or "replay", unit="req", leave=False,
-                             delay=1.0, file=sys.stderr, dynamic_ncols=True)
+        self._plain = True
 
     def __call__(self, done: int, total: Optional[int] = None) -> None:
         if self._bar is not None:
             if total is not None and total != self._bar.total:
                 self._bar.total = total
             self._bar.update(done - self._bar.n)
+        elif self._plain:
+            self._done = done
+            if total is not None:
+                self._total = total
+            self._plain_line()
 
     def update(self, n: int = 1) -> None:
         if self._bar is not None:
             self._bar.update(n)
+        elif self._plain:
+            self._done += n
+            self._plain_line()
+
+    def _plain_line(self) -> None:
+        now = time.monotonic()
+        if now - self._t0 < self.PLAIN_AFTER or (
+                self._last is not None and now - self._last < self.PLAIN_EVERY):
+            return
+        self._last = now
+        pct = 100.0 * self._done / self._total if self._total else 0.0
+        print(f"{self._desc}: {self._done:,} of {self._total:,} requests done ({pct:.0f}%), "
+              f"{now - self._t0:.0f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -469,29 +545,80 @@ def _run_one(run: Callable[..., SimMetrics], reqs: list[SimRequest], config: Sim
 
 
 def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelPreset,
-              base: SimConfig, points: list[SweepPoint], setup: dict[str, float]) -> dict:
-    doc: dict[str, Any] = {
+              base: SimConfig, points: list[SweepPoint], setup: dict[str, float],
+              meta: dict[str, Any]) -> dict:
+    def estimates(m: SimMetrics) -> dict[str, Any]:
+        return prefill_estimates(m, preset.flops_per_token, args.device_tflops, args.tp)
+
+    doc: dict[str, Any] = dict(meta)
+    doc.update({
         "workload": workload,
         "model": {"name": preset.name, "tp": args.tp,
                   "state_bytes_per_slot": preset.state_bytes_per_slot(args.tp),
                   "kv_bytes_per_token": preset.kv_bytes_per_token(args.tp),
                   "flops_per_token": preset.flops_per_token},
         "setup_seconds": setup,
-    }
+    })
     if len(points) == 1 and not points[0].params:
         doc["config"] = config_to_dict(points[0].config)
         doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
+        doc["estimates"] = estimates(points[0].metrics)
     else:
         doc["config"] = config_to_dict(base)
         doc["sweep"] = [{"params": p.params, "config": config_to_dict(p.config),
-                         "metrics": metrics_to_dict(p.metrics, preset)} for p in points]
+                         "metrics": metrics_to_dict(p.metrics, preset),
+                         "estimates": estimates(p.metrics)} for p in points]
     return doc
+
+
+_NEGATIVE = re.compile(r"-[0-9.]")
+
+
+def _join_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """["--state-mem", "-8GiB"] -> ["--state-mem=-8GiB"]: argparse takes a
+    value starting with "-" for an option unless it is a plain negative
+    number, and would say "expected one argument" instead of checking it."""
+    takes_value = {opt for a in parser._actions if a.option_strings and a.nargs != 0
+                   for opt in a.option_strings}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in takes_value and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def _check_output(path: str, flag: str, formats: Optional[Sequence[str]] = None) -> None:
+    """UserError unless path can be written (and, with formats, has one of
+    their extensions): checked before any replay runs."""
+    p = Path(path)
+    if formats is not None:
+        ext = p.suffix.lower().lstrip(".")
+        if ext not in formats:
+            raise UserError(f"{flag} {path}: unsupported format "
+                            f"{repr(ext) if ext else '(no extension)'}; use one of "
+                            f"{', '.join('.' + f for f in formats)}")
+    if p.is_dir():
+        raise UserError(f"{flag} {path}: is a directory")
+    parent = p.parent
+    if not parent.is_dir():
+        raise UserError(f"{flag} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UserError(f"{flag} {path}: not writable")
 
 
 def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     """Parse argv, run, print; return the exit code (raises UserError)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    meta = {"mambaradix_version": _version(),
+            "command": shlex.join(["python", "-m", "mambaradix", "sim", *argv]),
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    args = parser.parse_args(_join_negative_values(parser, argv))
     if args.list_presets:
         for p in PRESETS.values():
             sizes = ", ".join(f"tp{t} {format_bytes(p.state_bytes_per_slot(t))}"
@@ -515,6 +642,12 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         if not have_mpl:
             raise UserError("--plot needs matplotlib, which is not installed "
                             "(pip install matplotlib)")
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        _check_output(args.plot, "--plot", sorted(FigureCanvasBase.get_supported_filetypes()))
+    for flag, path in (("--csv", args.csv), ("--save-trace", args.save_trace)):
+        if path:
+            _check_output(path, flag)
 
     t0 = time.perf_counter()
     try:
@@ -523,6 +656,12 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         raise UserError(str(e)) from None
     setup = {"workload": time.perf_counter() - t0}
     workload.update(wl.workload_stats(reqs))
+    if args.save_trace:
+        try:
+            wl.save_token_trace(reqs, args.save_trace)
+        except OSError as e:
+            raise UserError(f"cannot write {args.save_trace}: {e.strerror or e}") from None
+        print(f"workload written to {args.save_trace} ({len(reqs):,} requests)", file=sys.stderr)
 
     base = _build_config(args, preset)
     if args.plot and not grid:
@@ -559,15 +698,24 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  {label}: token hit {100 * metrics.token_hit_rate:.1f}%", file=sys.stderr)
 
     if args.json:
-        json.dump(_document(args, workload, preset, base, points, setup), sys.stdout, indent=2)
+        json.dump(_document(args, workload, preset, base, points, setup, meta), sys.stdout,
+                  indent=2)
         sys.stdout.write("\n")
     elif not grid:
         print(format_report(points[0].metrics, points[0].config, workload=workload,
-                            preset=preset, tp=args.tp, extra_times=setup))
+                            preset=preset, tp=args.tp, extra_times=setup,
+                            device_tflops=args.device_tflops))
     else:
         print(f"{workload['name']}: {workload['requests']:,} requests, "
               f"{workload['prompt_tokens']:,} prompt tokens; model {preset.name} tp={args.tp}")
         print(format_sweep(points, preset))
+    if args.csv:
+        try:
+            write_csv(points, args.csv, preset)
+        except OSError as e:
+            raise UserError(f"cannot write {args.csv}: {e.strerror or e}") from None
+        if not args.json:
+            print(f"table written to {args.csv}")
     if args.plot:
         try:
             title = f"{workload['name']} ({preset.name}, tp={args.tp})"
@@ -585,6 +733,12 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         if not args.json:
             print(f"plot written to {args.plot}")
     return 0
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -76,9 +76,10 @@ import numpy as np
 
 from ..driver import (DriverConfig, decode_track_due, match_key_limit, prefill_track_point,
                       state_headroom)
+from .checks import check_feasible
 from .types import SimConfig, SimMetrics, SimRequest
 
-__all__ = ["run", "never_seen_tokens", "ReplayResult", "replay"]
+__all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
 
@@ -212,9 +213,22 @@ class _R:
 class ReplayResult:
     """Metrics plus per-request usable prefixes (rid -> tokens) of a replay."""
 
-    def __init__(self, metrics: SimMetrics, prefixes: dict) -> None:
+    def __init__(self, metrics: SimMetrics, prefixes: dict, steps: int = 0) -> None:
         self.metrics = metrics
         self.prefixes = prefixes
+        self.steps = steps      # scheduler iterations the replay took
+
+
+def step_limit(requests: list, config: SimConfig) -> int:
+    """The most scheduler iterations a replay may take before it is declared
+    stuck: 16 times the steps of running the requests one after another
+    (prefill chunks, outputs, the overlap lag), plus one per arrival."""
+    chunk = int(config.max_prefill_tokens)
+    if config.chunked_prefill_size:
+        chunk = min(chunk, int(config.chunked_prefill_size))
+    chunk = max(chunk, 1)
+    serial = sum(-(-len(r.input_ids) // chunk) + int(r.output_len) + 3 for r in requests)
+    return 16 * serial + 1000
 
 
 class _Replay:
@@ -280,6 +294,8 @@ class _Replay:
         self.agg_n = 0
         self.agg_long = 0
         self.fin_heap: list = []
+        self.steps = 0
+        self.max_steps = step_limit(requests, config)
 
     # ----------------------------------------------------------- pool helpers
     def _values(self, n: int) -> np.ndarray:
@@ -499,6 +515,14 @@ class _Replay:
                     self.clock = max(self.clock, float(self.pending[0].arrival))
                     continue
                 break
+            self.steps += 1
+            if self.steps > self.max_steps:
+                raise RuntimeError(
+                    f"the replay made no progress: {self.n_total - self.n_done} of "
+                    f"{self.n_total} requests unfinished after {self.max_steps:,} scheduler steps "
+                    f"({len(self.waiting)} waiting, {len(self.running)} running; "
+                    f"free KV {self.kv_free:,} of {self.kv_total:,}, free state slots "
+                    f"{self.slots_free} of {self.slots_total})")
             if self._fast_forward():
                 continue
             self._step()
@@ -1075,8 +1099,13 @@ class _Replay:
 def replay(requests: list, config: SimConfig, progress: Optional[Callable] = None,
            check_every_step: bool = False) -> ReplayResult:
     """The state-free replay; ``check_every_step`` verifies the pool
-    accounting after every scheduler iteration (slow; for tests)."""
+    accounting after every scheduler iteration (slow; for tests).  Raises
+    ConfigError (a ValueError) when the pools cannot hold the workload, as
+    the command line does."""
+    if isinstance(config, SimConfig):
+        config = config.resolved()
     _validate(requests, config)
+    check_feasible(requests, config)
     t0 = time.perf_counter()
     rp = _Replay(list(requests), config, progress, check_every_step)
     rp.run()
@@ -1085,7 +1114,7 @@ def replay(requests: list, config: SimConfig, progress: Optional[Callable] = Non
     m = rp.metrics()
     total = time.perf_counter() - t0
     m.wall_seconds = {"cache": rp.t_cache, "driver": total - rp.t_cache, "total": total}
-    return ReplayResult(m, dict(rp.prefixes))
+    return ReplayResult(m, dict(rp.prefixes), rp.steps)
 
 
 # ---------------------------------------------------------------------------
@@ -1158,6 +1187,8 @@ def run(requests: list, config: SimConfig,
         progress: Optional[Callable[[int, int], None]] = None) -> SimMetrics:
     """Replays ``requests`` under ``config`` and returns the metrics (see the
     module docstring for every definition)."""
+    if isinstance(config, SimConfig):
+        config = config.resolved()
     res = replay(requests, config, progress)
     m = res.metrics
     if config.states == "toy":

@@ -29,7 +29,15 @@ __all__ = [
     "format_sweep",
     "plot_sweep",
     "format_count",
+    "DEFAULT_DEVICE_TFLOPS",
+    "prefill_estimates",
+    "format_estimates",
+    "write_csv",
 ]
+
+#: Sustained prefill throughput assumed per GPU, in TFLOP/s: about 40% of an
+#: H100 / H200's dense bf16 peak (989 TFLOP/s).
+DEFAULT_DEVICE_TFLOPS = 400.0
 
 
 class MissingDependency(RuntimeError):
@@ -93,6 +101,65 @@ def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None) -
     return d
 
 
+def prefill_estimates(metrics: SimMetrics, flops_per_token: float, device_tflops: float,
+                      tp: int = 1) -> dict[str, Any]:
+    """Prefill compute time with and without the cache, from the model's FLOPs
+    per prompt token and an assumed sustained throughput of ``device_tflops``
+    per GPU on ``tp`` GPUs.  Compute only: no queueing, no attention term, no
+    decode; the time to first token is the mean prefill time of a request."""
+    rate = float(device_tflops) * 1e12 * int(tp)
+    full = metrics.prompt_tokens * float(flops_per_token) / rate
+    saved = metrics.state_usable_tokens * float(flops_per_token) / rate
+    n = max(metrics.requests, 1)
+    return {
+        "device_tflops": float(device_tflops), "tp": int(tp),
+        "flops_per_token": float(flops_per_token),
+        "assumption": (f"prefill runs at {device_tflops:g} TFLOP/s per GPU on {tp} GPU(s), "
+                       f"{flops_per_token / 1e9:g} GFLOP per prompt token (attention not "
+                       f"counted); compute only, no queueing"),
+        "prefill_seconds_without_cache": full,
+        "prefill_seconds_with_cache": full - saved,
+        "prefill_seconds_saved": saved,
+        "mean_ttft_seconds_without_cache": full / n,
+        "mean_ttft_seconds_with_cache": (full - saved) / n,
+    }
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:,.2f} s"
+
+
+def format_estimates(est: dict[str, Any]) -> list[str]:
+    """The report's lines for :func:`prefill_estimates`."""
+    return [
+        "estimated prefill time (assumed: " + est["assumption"] + ")",
+        f"  prefill time saved     {_seconds(est['prefill_seconds_saved'])} of "
+        f"{_seconds(est['prefill_seconds_without_cache'])}",
+        f"  mean time to first token  {_seconds(est['mean_ttft_seconds_with_cache'])} with the "
+        f"cache, {_seconds(est['mean_ttft_seconds_without_cache'])} without",
+    ]
+
+
+def write_csv(points: Sequence["SweepPoint"], path: str,
+              preset: Optional[ModelPreset] = None) -> None:
+    """One row per replay: the swept parameters, then every scalar of
+    :func:`metrics_to_dict` (per-turn rates and wall times as JSON text)."""
+    import csv
+    import json
+
+    rows = []
+    for p in points:
+        row: dict[str, Any] = dict(p.params)
+        for k, v in metrics_to_dict(p.metrics, preset).items():
+            row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+        rows.append(row)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
 def wall_total(metrics: SimMetrics) -> float:
     """Seconds the replay took: the engine's "total" when it reports one,
     else the sum of its phases."""
@@ -134,12 +201,15 @@ def format_report(
     preset: Optional[ModelPreset] = None,
     tp: int = 1,
     extra_times: Optional[dict[str, float]] = None,
+    device_tflops: Optional[float] = None,
 ) -> str:
     """The terminal report of one replay.
 
     workload: a description (``name`` and the sizes of
     :func:`workloads.workload_stats`); extra_times: phases timed outside the
-    engine (e.g. building the workload), shown with the engine's own.
+    engine (e.g. building the workload), shown with the engine's own;
+    device_tflops: with a preset, adds the estimated prefill time saved and
+    time to first token at that assumed throughput (see prefill_estimates).
     """
     m = metrics
     out: list[str] = []
@@ -206,6 +276,10 @@ def format_report(
                    f"({preset.flops_per_token / 1e9:.1f} GFLOP per reused token, attention "
                    f"not counted)")
         out.append("")
+        if device_tflops:
+            out.extend(format_estimates(prefill_estimates(m, preset.flops_per_token,
+                                                          device_tflops, tp)))
+            out.append("")
     elif fl:
         out.append(f"prefill FLOPs saved: {_format_flops(fl)}")
         out.append("")

@@ -6,6 +6,7 @@ These are plain dataclasses so a notebook can build, inspect and sweep them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -53,12 +54,16 @@ class SimConfig:
       "lazy" (extra_buffer_lazy) or "no_buffer".
     lru_policy: "sglang" (v0.5.15) or "consumed".
     match_cap: cap the match key at input_len - 1 as SGLang does.
-    max_running: max requests decoding at once (continuous batching).
+    max_running: max requests decoding at once (continuous batching); None
+      (the default, as on the command line): ``default_max_running(state_slots)``,
+      i.e. state_slots // 5, at least 1, at most 64.
     states: "none" (no state tensors: fast) or "toy" (the toy recurrent model
       on CPU; every hit is checked against a from-scratch recomputation).
     state_bytes_per_slot: bytes of one recurrent-state slot (all layers), for
       the copied / donated byte counts.
     flops_per_token: prefill FLOPs of one prompt token, for the FLOPs saved.
+      Both default to the command line's default model, qwen3-next at TP 1
+      (``apply_preset`` sets them for another model).
     max_prefill_tokens, new_token_ratio: admission limits (SGLang's
       --max-prefill-tokens; the reserved share of running requests' outputs).
     decode_step_seconds, prefill_token_seconds: the engine's clock; a prefill
@@ -78,18 +83,39 @@ class SimConfig:
     mode: str = "pp2"
     lru_policy: str = "sglang"
     match_cap: bool = True
-    max_running: int = 64
+    max_running: Optional[int] = None          # None: default_max_running(state_slots)
     states: str = "none"
     seed: int = 0
     # model costs (the front end fills these from a model preset)
     state_bytes_per_slot: int = 77_266_944   # one Qwen3-Next state at TP1
-    flops_per_token: float = 0.0             # prefill FLOPs saved per reused token
+    flops_per_token: float = 6.0e9           # prefill FLOPs of a token (Qwen3-Next: 2 x 3B active)
     # batching and time model of the replay engine
     max_prefill_tokens: int = 16384          # prompt tokens per prefill batch
     new_token_ratio: float = 1.0             # share of remaining outputs admission reserves
     decode_step_seconds: float = 0.02        # one decode step of the running batch
     prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
     decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
+
+    def resolved(self) -> "SimConfig":
+        """This configuration with its derived defaults filled in (the
+        replay and the command line both run the resolved one)."""
+        if self.max_running is not None:
+            return self
+        return dataclasses.replace(self, max_running=default_max_running(self.state_slots))
+
+
+#: The most requests the default configuration runs at once.
+MAX_RUNNING_CAP = 64
+
+
+def default_max_running(state_slots: int) -> int:
+    """Running requests allowed when max_running is not given: each holds up
+    to 3 state slots and locks the cached state it matched, so a pool of S
+    slots runs at most S // 5 at once (at least 1, at most 64), which leaves
+    the tree room to take snapshots."""
+    if isinstance(state_slots, bool) or not isinstance(state_slots, int):
+        return MAX_RUNNING_CAP  # validate_config reports the bad state_slots
+    return max(1, min(MAX_RUNNING_CAP, state_slots // 5))
 
 
 @dataclass

@@ -44,7 +44,6 @@ chat service) ships with the package: :func:`mooncake_conversation`.
 from __future__ import annotations
 
 import gzip
-import io
 import itertools
 import json
 import math
@@ -370,7 +369,7 @@ def agentic_branching(
 # --------------------------------------------------------------------------
 
 
-def _open_text(path: PathLike) -> IO[str]:
+def _open_bytes(path: PathLike) -> IO[bytes]:
     """Open a JSONL file for reading, gunzipping it when it is gzip'd."""
     p = Path(path)
     try:
@@ -379,16 +378,21 @@ def _open_text(path: PathLike) -> IO[str]:
     except OSError as e:
         raise WorkloadError(f"cannot read trace {path}: {e.strerror or e}") from None
     if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-    return open(p, "r", encoding="utf-8")
+        return gzip.open(p, "rb")
+    return open(p, "rb")
 
 
 def _records(path: PathLike) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line; malformed JSON raises."""
     name = str(path)
-    with _open_text(path) as f:
+    with _open_bytes(path) as f:
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise TraceFormatError(name, lineno, f"not UTF-8 text (byte {e.start + 1} "
+                                                         f"of the line; a binary file?)") from None
                 if not line.strip():
                     continue
                 try:
@@ -399,7 +403,7 @@ def _records(path: PathLike) -> Iterator[tuple[int, dict]]:
                     raise TraceFormatError(name, lineno,
                                            f"expected a JSON object, got {type(obj).__name__}")
                 yield lineno, obj
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as e:
+        except (EOFError, gzip.BadGzipFile, OSError) as e:
             raise WorkloadError(f"cannot read trace {name}: {e}") from None
 
 
