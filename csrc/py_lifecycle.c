@@ -538,6 +538,11 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
         PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %u", len, ps);
         goto error;
     }
+    if ((uint64_t)prev > len) {
+        PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
+                     (long long)prev, len);
+        goto error;
+    }
     if (grow_i64(&self->buf, &self->bufcap, len + 1) < 0) {
         goto error;
     }

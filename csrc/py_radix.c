@@ -8,6 +8,7 @@
  * (StaleNodeError when used then). */
 #include "py_common.h"
 #include "py_numpy.h"
+#include "idset.h"
 #include "radix.h"
 
 #include <string.h>
@@ -32,6 +33,10 @@ typedef struct {
     int64_t *valbuf;       /* scratch for converted values */
     size_t valcap;
     PyObject *weakreflist;
+    int check_ownership;   /* RadixTree(check_ownership=True): */
+    mr_idset kv_owned;     /*   KV indices the tree holds */
+    mr_idset st_owned;     /*   state slots the tree holds */
+    mr_idset kv_seen;      /*   scratch: one insert's new indices */
 } RadixTree;
 
 typedef struct {
@@ -493,10 +498,12 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", NULL};
+    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "check_ownership", NULL};
     PyObject *page_obj = NULL, *chunk_obj = Py_None;
     const char *policy = "consumed";
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs:RadixTree", kwlist, &page_obj, &chunk_obj, &policy)) {
+    int check_ownership = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$p:RadixTree", kwlist, &page_obj, &chunk_obj, &policy,
+                                     &check_ownership)) {
         return NULL;
     }
     int64_t page = 1, chunk;
@@ -526,6 +533,10 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
+    self->check_ownership = check_ownership;
+    mr_idset_init(&self->kv_owned);
+    mr_idset_init(&self->st_owned);
+    mr_idset_init(&self->kv_seen);
     self->ns_ids = PyDict_New();
     self->ns_names = PyList_New(0);
     if (self->ns_ids == NULL || self->ns_names == NULL) {
@@ -550,6 +561,9 @@ RadixTree_dealloc(RadixTree *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     }
     mr_radix_free(self->tree);
+    mr_idset_free(&self->kv_owned);
+    mr_idset_free(&self->st_owned);
+    mr_idset_free(&self->kv_seen);
     Py_XDECREF(self->ns_ids);
     Py_XDECREF(self->ns_names);
     PyMem_Free(self->keybuf);
@@ -636,6 +650,59 @@ error:
     return NULL;
 }
 
+/* RadixTree(check_ownership=True): before an insert, the caller's KV
+ * indices past prev_prefix_len and its state slot must not be the tree's
+ * already (a later eviction would return them twice), nor listed twice;
+ * prev_prefix_len cannot exceed the key.  Reserves room to record them. */
+static int
+check_owned(RadixTree *self, const int64_t *val, size_t klen, int64_t state, int64_t prev)
+{
+    if ((uint64_t)prev > klen) {
+        PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
+                     (long long)prev, klen);
+        return -1;
+    }
+    if (mr_idset_has(&self->st_owned, state)) {
+        PyErr_Format(PyExc_ValueError,
+                     "insert(): state %lld is already in the tree (a slot cannot be inserted twice)",
+                     (long long)state);
+        return -1;
+    }
+    int rc = mr_idset_reserve(&self->kv_seen, klen - (size_t)prev);
+    if (rc == MR_OK) {
+        rc = mr_idset_reserve(&self->kv_owned, klen - (size_t)prev);
+    }
+    if (rc == MR_OK) {
+        rc = mr_idset_reserve(&self->st_owned, 1);
+    }
+    if (rc != MR_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int bad = 0;
+    size_t i;
+    for (i = (size_t)prev; i < klen && !bad; i++) {
+        if (mr_idset_has(&self->kv_owned, val[i])) {
+            PyErr_Format(PyExc_ValueError,
+                         "insert(): value[%zu] = %lld is already in the tree (a KV index cannot be "
+                         "inserted twice; pass the tree's own prefix as prev_prefix_len)",
+                         i, (long long)val[i]);
+            bad = 1;
+        }
+        else if (mr_idset_has(&self->kv_seen, val[i])) {
+            PyErr_Format(PyExc_ValueError, "insert(): value[%zu] = %lld is listed twice", i, (long long)val[i]);
+            bad = 1;
+        }
+        else {
+            (void)mr_idset_add(&self->kv_seen, val[i]);
+        }
+    }
+    for (size_t j = (size_t)prev; j < i; j++) {
+        (void)mr_idset_remove(&self->kv_seen, val[j]);
+    }
+    return bad ? -1 : 0;
+}
+
 PyDoc_STRVAR(RadixTree_insert__doc__,
 "insert($self, key, value, state, /, *, extra_key=None, prev_prefix_len=0)\n"
 "--\n"
@@ -693,11 +760,24 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
+    if (self->check_ownership && check_owned(self, val, klen, state, prev) < 0) {
+        goto done;
+    }
     mr_insert_result ir;
     int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, NULL, &ir);
     if (rc != MR_OK) {
         mr_raise(st, rc, "insert()");
         goto done;
+    }
+    if (self->check_ownership) {
+        /* the tree holds the tokens past the cached prefix, and the state
+         * unless the end node had one (room reserved by check_owned) */
+        for (size_t i = ir.prefix_len; i < klen; i++) {
+            (void)mr_idset_add(&self->kv_owned, val[i]);
+        }
+        if (!ir.state_existed) {
+            (void)mr_idset_add(&self->st_owned, state);
+        }
     }
     /* Past this point the tree changed: build the result, and on a
      * (memory) failure still report it as an exception. */
@@ -788,6 +868,14 @@ do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
     int rc = states ? mr_radix_evict_state(self->tree, (size_t)n, &rel, &tokens, &nstates)
                     : mr_radix_evict_full(self->tree, (size_t)n, &rel, &tokens, &nstates);
     PyObject *res = NULL, *v;
+    if (self->check_ownership) {
+        for (size_t i = 0; i < sink.nkv; i++) {
+            (void)mr_idset_remove(&self->kv_owned, sink.kv[i]);
+        }
+        for (size_t i = 0; i < sink.nst; i++) {
+            (void)mr_idset_remove(&self->st_owned, sink.st[i]);
+        }
+    }
     if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0) {
         mr_raise(st, rc, fname);
         goto done;
@@ -973,6 +1061,8 @@ static PyObject *
 RadixTree_reset(RadixTree *self, PyObject *unused)
 {
     mr_radix_reset(self->tree);
+    mr_idset_clear(&self->kv_owned);
+    mr_idset_clear(&self->st_owned);
     Py_RETURN_NONE;
 }
 
@@ -1117,7 +1207,7 @@ static PyMemberDef RadixTree_members[] = {
 };
 
 PyDoc_STRVAR(RadixTree__doc__,
-"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed')\n"
+"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *, check_ownership=False)\n"
 "--\n"
 "\n"
 "SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"
@@ -1126,7 +1216,12 @@ PyDoc_STRVAR(RadixTree__doc__,
 "page_size: tokens per page; matches and splits are per page and inserted\n"
 "keys must be whole pages.  chunk_size: alignment of branching lengths\n"
 "(default max(64, page_size)).  lru_policy: 'consumed' (a match refreshes\n"
-"only the node whose state is used) or 'sglang' (v0.5.15 behaviour).");
+"only the node whose state is used) or 'sglang' (v0.5.15 behaviour).\n"
+"check_ownership: track the KV indices and state slots the tree holds and\n"
+"make insert() raise ValueError, leaving the tree unchanged, for a KV index\n"
+"past prev_prefix_len or a state slot the tree already holds (a later\n"
+"eviction would return it twice), an index listed twice, or a\n"
+"prev_prefix_len longer than the key (SGLang accepts all of these).");
 
 static PyType_Slot RadixTree_slots[] = {
     {Py_tp_new, RadixTree_new},

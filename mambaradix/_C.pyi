@@ -117,6 +117,11 @@ class RadixTree:
     lru_policy: "consumed" (default; a match refreshes only the node whose
       state is used, SGLang PR #31643) or "sglang" (v0.5.15: every state on
       the matched path, and states on insert walks and splits).
+    check_ownership: track the KV indices and state slots the tree holds;
+      insert() then raises ValueError (tree unchanged) for a KV index past
+      prev_prefix_len or a state slot the tree already holds, an index listed
+      twice, or a prev_prefix_len longer than the key.  Off by default, as
+      SGLang accepts all of these.
     """
 
     def __init__(
@@ -124,6 +129,8 @@ class RadixTree:
         page_size: int = 1,
         chunk_size: Optional[int] = None,
         lru_policy: Literal["consumed", "sglang"] = "consumed",
+        *,
+        check_ownership: bool = False,
     ) -> None: ...
     @property
     def page_size(self) -> int: ...

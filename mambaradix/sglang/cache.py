@@ -476,8 +476,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         state = int(_np_index(params.mamba_value)[0])
         if len(tokens) == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
+        # SGLang passes a protected length past a shorter cached key (the
+        # tracked length); the tree's own prefix then covers the whole key.
+        prev = min(int(params.prev_prefix_len), len(tokens))
         pl, existed, nid, ngen, dups = self._lc.insert(
-            tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=int(params.prev_prefix_len)
+            tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev
         )
         if not self._native and dups.size:
             self.token_to_kv_pool_allocator.free(self._indices(dups))
