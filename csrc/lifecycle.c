@@ -250,9 +250,13 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
-    /* past the caller's locked prefix (whole pages), every index is the
-     * caller's: one the tree holds would come back twice from evictions */
-    const size_t mine = prev_prefix_len >= len ? len : (prev_prefix_len + (size_t)ps - 1) / (size_t)ps * (size_t)ps;
+    /* past the tree's own prefix (cached and within the caller's locked
+     * prefix), every index is the caller's: one the tree holds would come
+     * back twice from evictions */
+    size_t mine = mr_radix_cached_len(lc->tree, key, len, ns);
+    if (mine > prev_prefix_len) {
+        mine = prev_prefix_len;
+    }
     for (size_t i = 0; i < len; i++) {
         int64_t pg = ps == 1 ? val[i] : val[i] / ps;
         if (val[i] < 0 || pg > np) {

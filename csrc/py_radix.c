@@ -651,11 +651,13 @@ error:
 }
 
 /* RadixTree(check_ownership=True): before an insert, the caller's KV
- * indices past prev_prefix_len and its state slot must not be the tree's
- * already (a later eviction would return them twice), nor listed twice;
- * prev_prefix_len cannot exceed the key.  Reserves room to record them. */
+ * indices past the tree's own prefix (cached and within prev_prefix_len)
+ * and its state slot must not be the tree's already (a later eviction would
+ * return them twice), nor listed twice; prev_prefix_len cannot exceed the
+ * key.  Reserves room to record them. */
 static int
-check_owned(RadixTree *self, const int64_t *val, size_t klen, int64_t state, int64_t prev)
+check_owned(RadixTree *self, const int32_t *key, const int64_t *val, size_t klen, int32_t ns, int64_t state,
+            int64_t prev)
 {
     if ((uint64_t)prev > klen) {
         PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
@@ -668,9 +670,13 @@ check_owned(RadixTree *self, const int64_t *val, size_t klen, int64_t state, int
                      (long long)state);
         return -1;
     }
-    int rc = mr_idset_reserve(&self->kv_seen, klen - (size_t)prev);
+    /* the tree's own prefix: what is cached and declared locked; every
+     * index past it is the caller's (stored, or handed back as duplicates) */
+    size_t cached = mr_radix_cached_len(self->tree, key, klen, ns);
+    size_t from = cached < (size_t)prev ? cached : (size_t)prev;
+    int rc = mr_idset_reserve(&self->kv_seen, klen - from);
     if (rc == MR_OK) {
-        rc = mr_idset_reserve(&self->kv_owned, klen - (size_t)prev);
+        rc = mr_idset_reserve(&self->kv_owned, klen - from);
     }
     if (rc == MR_OK) {
         rc = mr_idset_reserve(&self->st_owned, 1);
@@ -681,7 +687,7 @@ check_owned(RadixTree *self, const int64_t *val, size_t klen, int64_t state, int
     }
     int bad = 0;
     size_t i;
-    for (i = (size_t)prev; i < klen && !bad; i++) {
+    for (i = from; i < klen && !bad; i++) {
         if (mr_idset_has(&self->kv_owned, val[i])) {
             PyErr_Format(PyExc_ValueError,
                          "insert(): value[%zu] = %lld is already in the tree (a KV index cannot be "
@@ -697,7 +703,7 @@ check_owned(RadixTree *self, const int64_t *val, size_t klen, int64_t state, int
             (void)mr_idset_add(&self->kv_seen, val[i]);
         }
     }
-    for (size_t j = (size_t)prev; j < i; j++) {
+    for (size_t j = from; j < i; j++) {
         (void)mr_idset_remove(&self->kv_seen, val[j]);
     }
     return bad ? -1 : 0;
@@ -760,7 +766,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
-    if (self->check_ownership && check_owned(self, val, klen, state, prev) < 0) {
+    if (self->check_ownership && check_owned(self, key, val, klen, ns, state, prev) < 0) {
         goto done;
     }
     mr_insert_result ir;

@@ -743,6 +743,27 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
     return MR_OK;
 }
 
+size_t
+mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, int32_t ns)
+{
+    const mr_node *node = t->root;
+    size_t pos = 0;
+    while (pos + t->cfg.page_size <= len) {
+        int64_t idx = child_find(t, node, ns, key + pos);
+        if (idx < 0) {
+            break;
+        }
+        const mr_node *child = node->children[idx].child;
+        size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
+        pos += p;
+        if (p < child->len) {
+            break;
+        }
+        node = child;
+    }
+    return pos;
+}
+
 /* ------------------------------------------------------------------------
  * Locks */
 

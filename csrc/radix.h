@@ -166,6 +166,10 @@ int mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t 
                     int32_t ns, int64_t state, size_t prev_prefix_len,
                     int64_t *dup_out, mr_insert_result *out);
 
+/* Tokens of key[0:len) already in the tree in namespace ns: the prefix_len
+ * mr_radix_insert would report.  Changes nothing (no split, no LRU touch). */
+size_t mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, int32_t ns);
+
 /* ------------------------------------------------------------------------
  * Locks */
 
