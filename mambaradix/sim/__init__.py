@@ -25,10 +25,13 @@ from . import presets, workloads
 from .presets import PRESETS, ModelPreset, apply_preset, get_preset
 from .types import SimConfig, SimMetrics, SimRequest
 
+# Bound here, after the submodule of the same name loaded, so that
+# mambaradix.sim.sweep is the function whatever was imported before.
+from .sweep import sweep  # noqa: E402  (isort: skip)
+
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import run
     from .report import format_report, metrics_to_dict
-    from .sweep import sweep
 
 __all__ = [
     "run",
@@ -48,7 +51,6 @@ __all__ = [
 
 _LAZY = {
     "run": ("engine", "run"),
-    "sweep": ("sweep", "sweep"),
     "format_report": ("report", "format_report"),
     "metrics_to_dict": ("report", "metrics_to_dict"),
 }

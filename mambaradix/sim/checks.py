@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..driver import DriverConfig
 from .types import SimConfig, SimRequest
 
 __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "SLOTS_PER_REQUEST",
@@ -71,14 +72,22 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
     if not requests:
         raise ConfigError("the workload has no requests")
     page = config.page_size
-    worst = max(requests, key=lambda r: len(r.input_ids) + r.output_len)
-    need = len(worst.input_ids) + worst.output_len
-    need = -(-need // page) * page
-    if config.kv_tokens < need:
+    # Admission (SGLang's PrefillAdder) takes a request only while its
+    # remaining prompt, its outputs (clipped) and a page of headroom stay
+    # below the free plus evictable KV: a cold request needs more than that.
+    clip = DriverConfig.clip_max_new_tokens
+
+    def need_of(r: SimRequest) -> int:
+        return -(-len(r.input_ids) // page) * page + min(int(r.output_len), clip) + page
+
+    worst = max(requests, key=need_of)
+    need = need_of(worst)
+    if config.kv_tokens <= need:
         raise ConfigError(
             f"the KV pool ({config.kv_tokens:,} tokens) is smaller than one request's need: "
             f"{worst.rid} has {len(worst.input_ids):,} prompt + {worst.output_len:,} output "
-            f"tokens ({need:,} with page size {page}); raise --kv-tokens / --kv-mem")
+            f"tokens, and admission needs more than {need:,} free (a page of headroom, page size "
+            f"{page}); raise --kv-tokens / --kv-mem")
     slots = SLOTS_PER_REQUEST[config.mode]
     if config.state_slots < slots:
         raise ConfigError(
