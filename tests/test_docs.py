@@ -1,0 +1,128 @@
+"""Every code block of README.md and docs/*.md runs, small and on CPU, so the
+documentation cannot rot:
+
+- ``python``: executed as a script (in a scratch folder, this tree first on
+  the path); ``python gpu``: the same on a GPU (marked cuda; run by
+  benchmarks/gpu_check.sh);
+- ``console``: a transcript; each ``$ `` line runs in bash (in the scratch
+  folder, this tree on the path) and must exit as its output says (2 after a
+  ``mambaradix sim: error:`` line, else 0) with the first line of output shown;
+- ``bash``: commands CI runs: each one must appear in .ci/run;
+- ``json``: a token-id trace line, which the trace reader must accept.
+
+A block of any other kind fails, so every block is covered."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^( *)```([^\n`]*)\n(.*?)^\1```[ \t]*$", re.S | re.M)
+
+
+def blocks():
+    out = []
+    for path in DOCS:
+        text = path.read_text()
+        for m in FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            info = m.group(2).split()
+            body = textwrap.dedent("\n".join(ln[len(m.group(1)):] if ln.startswith(m.group(1)) else ln
+                                             for ln in m.group(3).splitlines()))
+            out.append(pytest.param(info, body, id=f"{path.name}:{line}",
+                                    marks=_marks(info, body)))
+    return out
+
+
+def _marks(info, body):
+    marks = []
+    if info[1:] == ["gpu"]:
+        marks.append(pytest.mark.cuda)
+    if info[:1] == ["console"] and "benchmarks/" in body:
+        marks.append(pytest.mark.slow)
+    return marks
+
+
+def _env() -> dict:
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ""))
+
+
+def _needs(body: str) -> None:
+    if re.search(r"^\s*import torch|^\s*import torch,|mambaradix\.sglang|torch\.", body, re.M):
+        pytest.importorskip("torch")
+    if "--plot" in body:
+        pytest.importorskip("matplotlib")
+
+
+def test_every_block_has_a_known_kind():
+    kinds = {tuple(p.values[0]) for p in blocks()}
+    assert kinds <= {("python",), ("python", "gpu"), ("console",), ("bash",), ("json",)}, kinds
+
+
+@pytest.mark.parametrize("info, body", blocks())
+def test_block_runs(info, body, tmp_path):
+    kind = info[0] if info else ""
+    if kind == "python":
+        if info[1:] == ["gpu"]:
+            torch = pytest.importorskip("torch")
+            import mambaradix
+
+            if not torch.cuda.is_available() or mambaradix.cuda_device_count() == 0:
+                pytest.skip("needs a CUDA device and a CUDA build")
+        _needs(body)
+        script = tmp_path / "block.py"
+        script.write_text(body)
+        r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+    elif kind == "console":
+        _needs(body)
+        _run_transcript(body, tmp_path)
+    elif kind == "bash":
+        ci = " ".join((ROOT / ".ci" / "run").read_text().replace("\\\n", " ").split())
+        for command in body.replace("\\\n", " ").splitlines():
+            command = " ".join(command.split("#")[0].split())
+            if command:
+                assert command in ci, f"not run by .ci/run: {command}"
+    elif kind == "json":
+        from mambaradix.sim import workloads
+
+        trace = tmp_path / "t.jsonl"
+        trace.write_text(body)
+        assert len(workloads.load_trace(str(trace))) == len(body.strip().splitlines())
+    else:
+        pytest.fail(f"code block of unknown kind {info!r}")
+
+
+def _run_transcript(body: str, tmp: Path) -> None:
+    (tmp / "benchmarks").symlink_to(ROOT / "benchmarks")
+    steps: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+    assert steps, "a console block shows at least one command"
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)        # `python` is this interpreter
+    env = _env()
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    for command, shown in steps:
+        r = subprocess.run(["bash", "-c", command], cwd=tmp, env=env, capture_output=True,
+                           text=True, timeout=900)
+        shown = [ln for ln in shown if ln.strip()]
+        error = any("mambaradix sim: error:" in ln for ln in shown)
+        assert r.returncode == (2 if error else 0), f"{command}\n{r.stdout}{r.stderr}"
+        if shown and shown[0] != "...":
+            produced = (r.stderr if error else r.stdout).splitlines()
+            assert produced and produced[0] == shown[0], f"{command}: {produced[:1]} != {shown[:1]}"

@@ -1,0 +1,29 @@
+"""Declared dependencies: a torch extra pinned as CI pins torch, and skipped
+tests that say why."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_torch_extra_is_pinned_as_ci_pins_it():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    ci_pins = set(re.findall(r"torch==[0-9][0-9.]*", (ROOT / ".ci" / "run").read_text()))
+    assert extras["torch"] == ["torch==2.13.0"] and ci_pins == {"torch==2.13.0"}
+    assert {"matplotlib", "tqdm"} <= set(extras["sim"]) and "pytest" in extras["test"]
+
+
+def test_skipped_tests_say_why(tmp_path):
+    (tmp_path / "test_skip.py").write_text(
+        "import pytest\n\ndef test_needs_it():\n    pytest.skip('needs the moon')\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                        "--rootdir", str(tmp_path), "-p", "no:cacheprovider", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"SKIPPED \[1\] .*test_skip\.py:\d+: needs the moon", r.stdout), r.stdout
