@@ -6,10 +6,12 @@
     metrics = run(reqs, config)
     print(metrics.token_hit_rate, metrics.lost_eviction, metrics.state_bytes_donated)
 
-Each running request holds up to 3 state slots and locks the state it
-matched: keep ``max_running`` well below ``state_slots / 3`` (the command line
-uses ``state_slots // 5``), or the replay stops with a RuntimeError when the
-pool runs dry.
+``SimConfig()`` has the command line's defaults.  Each running request holds
+up to 3 state slots and locks the state it matched, so ``max_running`` left at
+None follows the pool (``state_slots // 5``, at most 64); a larger one can make
+the replay stop with a RuntimeError when the pool runs dry.  ``run`` refuses a
+configuration that cannot serve the workload (``ConfigError``) before it
+replays, as the command line does.
 
 ``run`` (the replay engine, :mod:`mambaradix.sim.engine`) is imported on first
 use, so ``import mambaradix.sim`` stays light and never imports torch.
