@@ -48,6 +48,8 @@ def _marks(info, body):
         marks.append(pytest.mark.cuda)
     if info[:1] == ["console"] and "benchmarks/" in body:
         marks.append(pytest.mark.slow)
+        marks.append(pytest.mark.skipif(os.environ.get("MAMBARADIX_UNDER_ASAN") == "1",
+                                        reason="a timing benchmark; the plain run covers it"))
     return marks
 
 
