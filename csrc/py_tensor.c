@@ -1773,8 +1773,9 @@ PyDoc_STRVAR(write_req_to_token__doc__,
 "table[rows[i], starts[i]:ends[i]] = the next ends[i] - starts[i] entries\n"
 "of values (1-D, concatenated in row order).  Without ends, values is\n"
 "[n] or [n, w] and table[rows[i], starts[i]:starts[i] + w] = values[i].\n"
-"Device index tensors give one launch (entries out of range are skipped);\n"
-"host ones are checked and, for a CUDA table, copied row by row.");
+"Device index tensors give one launch (entries out of range are skipped;\n"
+"values are not range-checked);  host ones are checked (OverflowError for a\n"
+"value an int32 table cannot hold) and, for a CUDA table, copied row by row.");
 
 static PyObject *
 mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)

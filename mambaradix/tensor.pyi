@@ -111,4 +111,6 @@ def write_req_to_token(table: _Tensorish, rows: _Index, starts: _Index, values: 
                        ends: Optional[_Index] = None, stream: Optional[int] = None) -> None:
     """table[rows[i], starts[i]:ends[i]] = next values (ragged, values 1-D in
     row order); without ends, values is [n] or [n, w] and row i gets w
-    values at starts[i].  table: int32/int64 [num_rows, max_context_len]."""
+    values at starts[i].  table: int32/int64 [num_rows, max_context_len].
+    Host values an int32 table cannot hold raise OverflowError (nothing is
+    written); device index tensors are not checked (no host sync)."""
