@@ -1774,7 +1774,7 @@ PyDoc_STRVAR(write_req_to_token__doc__,
 "of values (1-D, concatenated in row order).  Without ends, values is\n"
 "[n] or [n, w] and table[rows[i], starts[i]:starts[i] + w] = values[i].\n"
 "Device index tensors give one launch (entries out of range are skipped;\n"
-"values are not range-checked);  host ones are checked (OverflowError for a\n"
+"values are not range-checked); host ones are checked (OverflowError for a\n"
 "value an int32 table cannot hold) and, for a CUDA table, copied row by row.");
 
 static PyObject *
