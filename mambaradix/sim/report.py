@@ -211,6 +211,7 @@ def format_report(
     device_tflops: with a preset, adds the estimated prefill time saved and
     time to first token at that assumed throughput (see prefill_estimates).
     """
+    config = config.resolved() if isinstance(config, SimConfig) else config
     m = metrics
     out: list[str] = []
     if workload:

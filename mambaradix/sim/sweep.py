@@ -83,7 +83,8 @@ def sweep(
     points = []
     for combo in itertools.product(*(list(grid[n]) for n in names)):
         params = dict(zip(names, combo))
-        config = dataclasses.replace(base, **params)
+        # resolved per point: max_running left at None follows each point's pool
+        config = dataclasses.replace(base, **params).resolved()
         if model is not None:
             config = apply_preset(config, model, tp)
         point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
