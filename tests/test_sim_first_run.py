@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import mambaradix
-from mambaradix.sim import SimConfig, SimRequest, cli, engine, run, workloads
+from mambaradix.sim import SimConfig, SimRequest, cli, engine, run, sweep, workloads
 from mambaradix.sim.checks import ConfigError
 from mambaradix.sim.report import config_to_dict
 
@@ -128,6 +128,9 @@ def test_max_running_follows_the_state_pool_unless_given():
     assert SimConfig(state_slots=4).resolved().max_running == 1
     assert SimConfig(state_slots=10_000).resolved().max_running == 64
     assert SimConfig(state_slots=40, max_running=3).resolved().max_running == 3
+    reqs = workloads.multi_turn(4, 2, 64, 8)
+    points = sweep(reqs, SimConfig(), state_slots=[10, 100])
+    assert [p.config.max_running for p in points] == [2, 20]
 
 
 def test_empty_workload_is_refused_like_the_cli(tmp_path, capsys):
