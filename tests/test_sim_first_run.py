@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mambaradix
@@ -60,9 +61,9 @@ def _random_case(rng: random.Random):
     reqs = []
     for i in range(n):
         tail = [rng.randrange(1, 50) for _ in range(rng.randrange(1, 40))]
-        reqs.append(SimRequest(rid=f"r{i}", input_ids=__import__("numpy").array(
-            shared[:rng.randrange(len(shared) + 1)] + tail, dtype="int32"),
-            output_len=rng.randrange(1, 30), arrival=rng.choice([0.0, rng.random()])))
+        ids = np.array(shared[:rng.randrange(len(shared) + 1)] + tail, dtype=np.int32)
+        reqs.append(SimRequest(rid=f"r{i}", input_ids=ids, output_len=rng.randrange(1, 30),
+                               arrival=rng.choice([0.0, rng.random()])))
     page = rng.choice([1, 1, 2, 4])
     cfg = SimConfig(kv_tokens=rng.randrange(8, 200), state_slots=rng.randrange(3, 16),
                     page_size=page, chunk_size=page * rng.choice([1, 2, 4]),
