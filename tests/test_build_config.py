@@ -45,3 +45,26 @@ def test_changed_knob_rebuilds_and_same_knobs_do_not(tmp_path):
     assert built and debug != plain              # a changed knob rebuilds
     built, back = _build(tmp_path)
     assert built and back != debug
+
+
+def _nvcc():
+    return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(os.environ.get("MAMBARADIX_UNDER_ASAN") == "1",
+                    reason="builds the extension twice; the plain run covers it")
+@pytest.mark.skipif(_nvcc() is None, reason="needs nvcc to build the CUDA kernels")
+def test_cuda_build_then_cpu_only_build_is_cpu_only(tmp_path):
+    """The reported case: a tree built with CUDA, rebuilt with MAMBARADIX_CUDA=0."""
+    _copy_tree(tmp_path)
+
+    def compiled() -> str:
+        out = subprocess.run([sys.executable, "-c", "import mambaradix; print(mambaradix.cuda_compiled)"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    _build(tmp_path, MAMBARADIX_CUDA="1", NVCC_THREADS="2")
+    assert compiled() == "True"
+    built, _ = _build(tmp_path, MAMBARADIX_CUDA="0")
+    assert built and compiled() == "False"
