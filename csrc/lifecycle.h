@@ -20,6 +20,25 @@
  * so mr_lc_check() can prove free + request-owned + tree-owned == total,
  * and that the tree's own counts equal the TREE-owned units, at any time.
  *
+ * Request records (mr_req, req_pool.h).  The batched calls keep each
+ * request's record in its ReqPool row (rp->req[r]); between calls every
+ * record satisfies, checked by mr_lc_check():
+ *   Q1  a free row's record is reset (mr_req_reset): no slot, no lock;
+ *   Q2  running, track[0] and track[1] are -1 or distinct slots owned by
+ *       REQ(r); cow_src == -1 (a copy-on-write pair lives within one call);
+ *   Q3  next_track is -1 (no buffer: no_buffer mode, or not admitted) or 0 /
+ *       1 with extra_buffer, and then track[next_track] != -1; only lazy
+ *       mode leaves the other one empty; a record with a running slot has
+ *       its slots in the row's maps (state_map[r], track_map[r]);
+ *   Q4  locked implies has_node and last_node resolves to a node with a
+ *       lock (at least one lock per locked record on that node);
+ *   Q5  0 <= protected_len <= prefix_len <= committed <= max_ctx,
+ *       protected_len is whole pages, last_track_seqlen <= committed;
+ *   Q6  table entries [0, protected_len) lie in TREE-owned KV pages (the
+ *       tree's prefix), [protected_len, committed) in pages owned by REQ(r).
+ * Records of the per-request calls live with the caller; a row admitted
+ * with them keeps a reset record in the pool.
+ *
  * A lifecycle owns its tree.  Without pools (state == kv == NULL) it is a
  * tree whose evictions are collected for the caller to free (used when the
  * pools are someone else's Python objects); the request-level functions
@@ -67,7 +86,8 @@ typedef struct mr_lifecycle mr_lifecycle;
  * must outlive it), or a tree-only lifecycle when state, kv and rp are all
  * NULL.  MR_EINVAL for a bad config (page/chunk as mr_radix_new; lazy
  * without track_buffer_size 2; track_interval < 1; kv page size differing
- * from cfg->page_size), MR_ENOMEM. */
+ * from cfg->page_size; with pools, no_buffer at a page size above 1, which
+ * SGLang's MambaRadixCache refuses too), MR_ENOMEM. */
 int mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp,
               mr_lifecycle **out);
 void mr_lc_free(mr_lifecycle *lc);
@@ -199,8 +219,10 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int32_t *ns, int is_insert);
 
-/* Verifies the tree (mr_radix_check), every pool, and that the tree's KV
- * tokens and states equal the TREE-owned units of the pools. */
+/* Verifies the tree (mr_radix_check), every pool, that the tree's KV
+ * tokens and states equal the TREE-owned units of the pools, and the
+ * request records Q1..Q6 (top of this file).  MR_ECORRUPT with the
+ * invariant's number in msg. */
 int mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen);
 
 #endif /* MR_LIFECYCLE_H */

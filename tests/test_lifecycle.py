@@ -436,6 +436,31 @@ def test_batch_api_random_batches(page_size: int) -> None:
     assert kc["req"] == 0 and kc["held"] == 0   # every KV page is free or the tree's
 
 
+def test_batch_admission_counts_kv_in_pages() -> None:
+    """Three 2-token requests need three KV pages of 4 tokens; with two free
+    the batch is refused and nothing is taken (it once took 3 rows, 9 state
+    slots and every KV token while reporting a refusal); with three it is
+    admitted."""
+    for pages, admitted in ((2, False), (3, True)):
+        st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(4 * pages, 4), _C.ReqPool(6, 64, 2)
+        lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+        out = lc.prefill_batch([[1, 2], [3, 4], [5, 6]])
+        assert (out is not None) == admitted
+        if admitted:
+            assert (st.available_size(), kv.available_size(), rp.available_size()) == (32 - 9, 0, 3)
+        else:
+            assert (st.available_size(), kv.available_size(), rp.available_size()) == (32, 4 * pages, 6)
+        assert st.counts()["held"] == 0 and kv.counts()["held"] == 0
+        lc.check()
+
+
+def test_no_buffer_needs_page_size_one() -> None:
+    """SGLang's MambaRadixCache asserts page_size == 1 without the extra buffer."""
+    with pytest.raises(ValueError):
+        _C.Lifecycle(_C.SlotAllocator(8), _C.SlotAllocator(64, 4), _C.ReqPool(2, 16, 2), page_size=4,
+                     extra_buffer=False)
+
+
 def test_batch_api_bad_input() -> None:
     loop = BatchLoop()
     out = loop.prefill([list(range(1, 100))])
