@@ -80,6 +80,74 @@ make_key(int32_t *k, size_t n, int base, int salt)
 }
 
 #ifdef MR_FAULT_INJECT
+/* A tree-only lifecycle (no pools) collects what eviction releases.  With
+ * an allocation failing at every point of an eviction in turn, what was
+ * handed out and what the tree still holds must split the inserted KV
+ * indices and states exactly: nothing in both, nothing lost.  (The KV hook
+ * reserves room for the node's state, so the state hook cannot fail after
+ * the node's KV was handed out.) */
+static void
+test_tree_only_oom(void)
+{
+    enum { NK = 12, LEN = 6 };
+    long n;
+    for (n = 1; n < 10000; n++) {
+        mr_lifecycle *lc = NULL;
+        mr_lc_config cfg = {.page_size = 1, .chunk_size = 1, .policy = MR_POLICY_SGLANG, .track_buffer_size = 2,
+                            .track_interval = 8};
+        CHECK(mr_lc_new(&cfg, NULL, NULL, NULL, &lc) == MR_OK, "tree-only init");
+        int32_t key[LEN];
+        int64_t val[LEN], dup[LEN];
+        for (int k = 0; k < NK; k++) {
+            for (int j = 0; j < LEN; j++) {
+                key[j] = k * 100 + j;
+                val[j] = 1 + k * LEN + j;
+            }
+            mr_insert_result r;
+            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r) == MR_OK, "tree-only insert");
+        }
+        mr_fault_fail_at(n);
+        int rc = mr_lc_evict(lc, NK * LEN, 0, NULL, NULL);
+        long used = mr_fault_count();
+        mr_fault_fail_at(0);
+        CHECK(rc == MR_OK || rc == MR_ENOMEM, "tree-only evict: rc %d", rc);
+        uint8_t seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
+        const int64_t *kv, *st;
+        size_t nkv, nst;
+        mr_lc_take_released(lc, &kv, &nkv, &st, &nst);
+        for (size_t i = 0; i < nkv; i++) {
+            seen_kv[kv[i]]++;
+        }
+        for (size_t i = 0; i < nst; i++) {
+            seen_st[st[i] - 1000]++;
+        }
+        mr_radix *t = mr_lc_tree(lc);
+        for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
+            const int64_t *v = mr_node_values(x);
+            for (size_t j = 0; j < mr_node_len(x); j++) {
+                seen_kv[v[j]]++;
+            }
+            if (mr_node_state(x) >= 0) {
+                seen_st[mr_node_state(x) - 1000]++;
+            }
+        }
+        for (int i = 1; i <= NK * LEN; i++) {
+            CHECK(seen_kv[i] == 1, "fail_at=%ld: KV %d is held %d times (released + tree)", n, i, seen_kv[i]);
+        }
+        for (int i = 0; i < NK; i++) {
+            CHECK(seen_st[i] == 1, "fail_at=%ld: state %d is held %d times (released + tree)", n, 1000 + i,
+                  seen_st[i]);
+        }
+        char msg[256];
+        CHECK(mr_lc_check(lc, msg, sizeof(msg)) == MR_OK, "%s", msg);
+        mr_lc_free(lc);
+        if (used < n) {
+            break;
+        }
+    }
+    printf("oom: tree-only eviction: %ld allocation failure points checked\n", n - 1);
+}
+
 static int
 world_init(world *w, int extra, int64_t ps)
 {
@@ -402,6 +470,7 @@ main(int argc, char **argv)
     }
 #ifdef MR_FAULT_INJECT
     if (oom) {
+        test_tree_only_oom();
         const int64_t pss[3] = {1, 4, 16};
         for (int p = 0; p < 3; p++) {
             test_oom(1, pss[p]);
