@@ -25,7 +25,8 @@
  * decode step must have evicted everything evictable.
  *
  *   test_lc_model [--ops N] [--seed S]   (N in total over page sizes 1, 4
- *                                         and 16 and the three modes)
+ *                                         and 16 and the four modes:
+ *                                         no_buffer, pp2, pp1, lazy)
  * Exits with the number of failed runs.
  */
 #include <stdarg.h>
@@ -74,7 +75,7 @@ typedef struct {
 typedef struct {
     /* configuration */
     int64_t ps, npages, nslots, nrows, C, iv;
-    int extra, pp;
+    int extra, pp, lazy;
     /* the model */
     mnode *nd;                    /* npages + 1; [0] is the root */
     int32_t *kv_owner;            /* per page */
@@ -102,8 +103,8 @@ fail(model *m, const char *fmt, ...)
     m->failed = 1;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "lc_model: ps=%lld extra=%d pp=%d op %ld (%s): ", (long long)m->ps, m->extra, m->pp, m->op,
-            m->what);
+    fprintf(stderr, "lc_model: ps=%lld extra=%d pp=%d lazy=%d op %ld (%s): ", (long long)m->ps, m->extra, m->pp,
+            m->lazy, m->op, m->what);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -513,6 +514,9 @@ model_insert(model *m, int64_t r, const int32_t *tok, const int32_t *table_befor
 static int
 keep_of(const model *m, const mr_req *st)
 {
+    if (m->lazy) {
+        return st->next_track;  /* the newest snapshot stays where it was taken */
+    }
     return m->pp == 2 ? 1 - st->next_track : st->next_track;
 }
 
@@ -598,7 +602,7 @@ op_prefill(model *m)
         int64_t ev_pages, ev_states;
         mark_locks(m, kp, xlen, (int)n);
         evictable(m, &ev_pages, &ev_states);
-        int64_t need_slots = (int64_t)n * (1 + (m->extra ? m->pp : 0));
+        int64_t need_slots = (int64_t)n * (1 + (m->extra ? (m->lazy ? 1 : m->pp) : 0));
         int64_t free_pages = mr_slots_available(&m->kv.pages), free_slots = mr_slots_available(&m->state);
         if (!((int64_t)n > free_rows || free_pages + ev_pages < need_pages || free_slots + ev_states < need_slots)) {
             fail(m, "a batch of %zu was refused with %d free rows, %lld + %lld pages for %lld, %lld + %lld slots for "
@@ -625,7 +629,7 @@ op_prefill(model *m)
         }
         take_slot(m, st->running, r, "running");
         if (m->extra) {
-            for (int j = 0; j < m->pp; j++) {
+            for (int j = 0; j < (m->lazy ? 1 : m->pp); j++) {
                 take_slot(m, st->track[j], r, "track");
             }
             int64_t want = -1;
@@ -860,7 +864,23 @@ op_decode(model *m)
                  (long long)pos);
         }
         int boundary = (pos + 1) % m->iv == 0;
-        if (m->extra) {
+        if (m->lazy) {
+            /* at a boundary the other track slot is borrowed before the
+             * forward (when one can be had) and the old one given back
+             * after it: the snapshot is taken in the borrowed slot */
+            int borrowed = st->next_track != b->next_track;
+            if (borrowed) {
+                take_slot(m, st->track[st->next_track], r, "borrowed track");
+                m->st_owner[b->track[b->next_track]] = M_FREE;
+            }
+            int64_t want_track = boundary ? pos + 1 : b->last_track_seqlen;
+            if ((borrowed && (!boundary || st->track[b->next_track] != -1)) || st->last_track_seqlen != want_track
+                || tm[i] != boundary || ts[i] != st->track[st->next_track]) {
+                fail(m, "row %lld lazy decode at %lld: tracked %lld next %d (was %d)", (long long)r, (long long)pos,
+                     (long long)st->last_track_seqlen, (int)st->next_track, (int)b->next_track);
+            }
+        }
+        else if (m->extra) {
             int64_t want_track = boundary ? pos + 1 : b->last_track_seqlen;
             int32_t want_next = boundary && m->pp == 2 ? 1 - b->next_track : b->next_track;
             if (st->last_track_seqlen != want_track || st->next_track != want_next || tm[i] != boundary
@@ -946,13 +966,15 @@ run(int64_t ps, int mode, long ops, uint64_t seed, long *done)
     m.ps = ps;
     m.extra = mode != 0;
     m.pp = mode == 2 ? 1 : 2;
+    m.lazy = mode == 3;
     m.C = ps == 16 ? 32 : 16;
     m.iv = ps == 16 ? 32 : 8;
     m.nslots = 6 + rnd(24);
     m.npages = (ps == 1 ? 60 : 8) + rnd(ps == 1 ? 600 : 60);
     m.nrows = 2 + rnd(5);
     mr_lc_config cfg = {.page_size = (uint32_t)ps, .chunk_size = (uint32_t)m.C, .policy = MR_POLICY_SGLANG,
-                        .extra_buffer = m.extra, .track_buffer_size = m.pp, .track_interval = m.iv};
+                        .extra_buffer = m.extra, .lazy = m.lazy, .track_buffer_size = m.pp,
+                        .track_interval = m.iv};
     if (mr_slots_init(&m.state, m.nslots) != MR_OK || mr_kv_init(&m.kv, m.npages * ps, ps) != MR_OK
         || mr_reqpool_init(&m.rp, m.nrows, MAXCTX, m.pp) != MR_OK || mr_lc_new(&cfg, &m.state, &m.kv, &m.rp, &m.lc) != MR_OK) {
         fprintf(stderr, "lc_model: init\n");
@@ -1040,19 +1062,20 @@ main(int argc, char **argv)
             seed = (uint64_t)atoll(argv[++i]);
         }
     }
-    /* modes: 0 no_buffer (page size 1 only), 1 extra_buffer pp2, 2 pp1 */
+    /* modes: 0 no_buffer (page size 1 only), 1 extra_buffer pp2, 2 pp1,
+     * 3 extra_buffer_lazy (pp2) */
     const int64_t pss[3] = {1, 4, 16};
     long done = 0, runs = 0;
     int failed = 0;
     long per_run = 2000;
     for (uint64_t s = seed; done < ops; s++) {
         for (int p = 0; p < 3 && done < ops; p++) {
-            for (int mode = 0; mode < 3 && done < ops; mode++) {
+            for (int mode = 0; mode < 4 && done < ops; mode++) {
                 if (mode == 0 && pss[p] != 1) {
                     continue;
                 }
                 long left = ops - done < per_run ? ops - done : per_run;
-                failed += run(pss[p], mode, left, s * 7 + (uint64_t)(p * 3 + mode), &done);
+                failed += run(pss[p], mode, left, s * 13 + (uint64_t)(p * 4 + mode), &done);
                 runs++;
                 if (failed > 3) {
                     printf("lc_model: stopping after %d failed runs\n", failed);
