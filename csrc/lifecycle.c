@@ -136,6 +136,59 @@ keep_idx(const mr_lifecycle *lc, const mr_req *st)
     return lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
 }
 
+/* Frees a caller's KV indices: to the pool, or (tree-only) to the collected
+ * arrays, for the caller's allocator.  Room is reserved first (reserve_out). */
+static int
+out_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
+{
+    if (n == 0) {
+        return MR_OK;
+    }
+    if (lc->kv != NULL) {
+        return mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_CALLER, NULL);
+    }
+    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
+    lc->nrkv += n;
+    return MR_OK;
+}
+
+/* Frees a caller's state slots (as out_kv). */
+static int
+out_slots(mr_lifecycle *lc, const int64_t *slots, size_t k)
+{
+    if (k == 0) {
+        return MR_OK;
+    }
+    if (lc->state != NULL) {
+        return mr_slots_free(lc->state, slots, (int64_t)k, MR_FROM_CALLER, 0, NULL);
+    }
+    if (grow(&lc->rst, &lc->caprst, lc->nrst + k) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    memcpy(lc->rst + lc->nrst, slots, k * sizeof(int64_t));
+    lc->nrst += k;
+    return MR_OK;
+}
+
+/* Tree-only: room in the collected arrays for nkv more KV indices and nst
+ * more slots, so that a call can hand them out after a change it cannot
+ * undo.  With pools: the KV allocator's scratch for nkv. */
+static int
+reserve_out(mr_lifecycle *lc, size_t nkv, size_t nst)
+{
+    if (lc->kv != NULL) {
+        return mr_kv_reserve(lc->kv, (int64_t)nkv);
+    }
+    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + nkv) != MR_OK
+        || grow(&lc->rst, &lc->caprst, lc->nrst + nst) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    return MR_OK;
+}
+
 /* frees a caller's state slot, ignoring -1 */
 static int
 free_slot(mr_lifecycle *lc, int64_t slot)
@@ -143,7 +196,16 @@ free_slot(mr_lifecycle *lc, int64_t slot)
     if (slot < 0) {
         return MR_OK;
     }
-    return mr_slots_free(lc->state, &slot, 1, MR_FROM_CALLER, 0, NULL);
+    return out_slots(lc, &slot, 1);
+}
+
+/* syncs a row's maps when there are pools and a row */
+static void
+sync_row(mr_lifecycle *lc, int64_t row, const mr_req *st)
+{
+    if (lc->rp != NULL && row >= 1) {
+        mr_reqpool_sync_maps(lc->rp, row, st);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -521,9 +583,7 @@ mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len,
             if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) == MR_OK) {
                 st->track[other] = s;
                 st->next_track = other;
-                if (row >= 1) {
-                    mr_reqpool_sync_maps(lc->rp, row, st);
-                }
+                sync_row(lc, row, st);
             }
         }
     }
@@ -544,9 +604,7 @@ mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed
         if (st->track[other] != -1) {
             (void)free_slot(lc, st->track[other]);
             st->track[other] = -1;
-            if (row >= 1) {
-                mr_reqpool_sync_maps(lc->rp, row, st);
-            }
+            sync_row(lc, row, st);
         }
         else if (finished) {
             st->lazy_is_insert = 0;
@@ -564,9 +622,6 @@ mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed
 int
 mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep)
 {
-    if (!has_pools(lc)) {
-        return MR_ESTATE;
-    }
     if (st->running < 0) {
         return MR_ESTATE;
     }
@@ -581,7 +636,7 @@ mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep)
             slots[k++] = st->track[j];
         }
     }
-    int rc = mr_slots_free(lc->state, slots, k, MR_FROM_CALLER, 0, NULL);
+    int rc = out_slots(lc, slots, (size_t)k);
     if (rc != MR_OK) {
         return rc;
     }
@@ -612,29 +667,47 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
     return rc;
 }
 
-int
-mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t committed_len,
-                     int32_t ns, int is_insert)
+/* Inserts a request's prefix with ownership: with pools through
+ * mr_lc_insert; tree-only, the caller's duplicates are handed out with the
+ * collected frees (room reserved by the caller). */
+static int
+insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
+           size_t prev, mr_insert_result *res)
 {
-    if (!has_pools(lc)) {
-        return MR_ESTATE;
+    if (has_pools(lc)) {
+        return mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res);
     }
+    int rc = mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res);
+    if (rc == MR_OK) {
+        rc = out_kv(lc, lc->b, res->ndup);
+    }
+    return rc;
+}
+
+/* cache_finished_req over the row's table (kv_in NULL) or, tree-only, over
+ * the caller's KV indices kv_in[0:committed_len). */
+static int
+cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
+               size_t committed_len, int32_t ns, int is_insert)
+{
     const mr_lc_config *c = &lc->cfg;
-    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
-        return MR_EINVAL;
-    }
     if (st->running < 0) {
         return MR_ESTATE;  /* finished twice, or its states were freed */
     }
     int rc = scratch(lc, committed_len + 1);
     if (rc == MR_OK) {
-        rc = mr_kv_reserve(lc->kv, (int64_t)committed_len);
+        rc = reserve_out(lc, 2 * committed_len, 3);
     }
     if (rc != MR_OK) {
         return rc;
     }
     int64_t *kv = lc->a;
-    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    if (kv_in != NULL) {
+        memcpy(kv, kv_in, committed_len * sizeof(int64_t));
+    }
+    else {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    }
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
@@ -661,7 +734,7 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
         if (cache_len > 0) {
             mr_insert_result res;
             size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
-            rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, NULL, &res);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, &res);
             if (rc != MR_OK) {
                 return rc;
             }
@@ -670,15 +743,14 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
         /* the tail beyond what is cached (and beyond the tree's own prefix) */
         int64_t end = cache_len > protected_len ? cache_len : protected_len;
         if (end < (int64_t)committed_len) {
-            rc = mr_kv_free(lc->kv, kv + end, (int64_t)committed_len - end, MR_FROM_CALLER, NULL);
+            rc = out_kv(lc, kv + end, committed_len - (size_t)end);
             if (rc != MR_OK) {
                 return rc;
             }
         }
     }
     else if (protected_len < (int64_t)committed_len) {
-        rc = mr_kv_free(lc->kv, kv + protected_len, (int64_t)committed_len - protected_len, MR_FROM_CALLER,
-                        NULL);
+        rc = out_kv(lc, kv + protected_len, committed_len - (size_t)protected_len);
         if (rc != MR_OK) {
             return rc;
         }
@@ -705,23 +777,50 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
 }
 
 int
-mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
-                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t committed_len,
+                     int32_t ns, int is_insert)
 {
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
-    const mr_lc_config *c = &lc->cfg;
-    *fork_src = *fork_dst = -1;
-    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
         return MR_EINVAL;
     }
+    return cache_finished(lc, row, st, tokens, NULL, committed_len, ns, is_insert);
+}
+
+int
+mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                         size_t committed_len, int32_t ns, int is_insert)
+{
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    return cache_finished(lc, -1, st, tokens, kv, committed_len, ns, is_insert);
+}
+
+/* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
+ * allocated here) or, tree-only, over the caller's KV indices
+ * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
+ * collected frees when not needed). */
+static int
+cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
+                 size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out, int64_t *fork_src,
+                 int64_t *fork_dst)
+{
+    const mr_lc_config *c = &lc->cfg;
+    *fork_src = *fork_dst = -1;
     int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
+        if (kv_in != NULL) {
+            memcpy(prefix_out, kv_in, fill_len * sizeof(int64_t));
+        }
+        else {
+            (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
+        }
         st->prefix_len = (int64_t)fill_len;
-        return MR_OK;
+        return free_slot(lc, given);
     }
     if (cache_len > (int64_t)fill_len || cache_len % c->page_size != 0) {
         return MR_EINVAL;
@@ -741,28 +840,35 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     }
     int rc = scratch(lc, fill_len + 1);
     if (rc == MR_OK) {
-        rc = mr_kv_reserve(lc->kv, (int64_t)fill_len);
+        rc = reserve_out(lc, fill_len, 2);
     }
     if (rc != MR_OK) {
         return rc;
     }
     int64_t *kv = lc->a;
-    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    if (kv_in != NULL) {
+        memcpy(kv, kv_in, fill_len * sizeof(int64_t));
+    }
+    else {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    }
     mr_node *old = NULL;
     if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
         return MR_ESTATE;
     }
     /* 1. the slot the tree gets: the newest snapshot (extra_buffer, replaced
      *    by a fresh slot) or a fork of the running slot (no_buffer) */
-    int64_t fresh = -1, donated = -1;
-    rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
-    if (rc != MR_OK) {
-        return rc;
+    int64_t fresh = given, donated = -1;
+    if (kv_in == NULL) {
+        rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
+        if (rc != MR_OK) {
+            return rc;
+        }
     }
     if (c->extra_buffer) {
         donated = st->track[keep];
         st->track[keep] = fresh;
-        mr_reqpool_sync_maps(lc->rp, row, st);
+        sync_row(lc, row, st);
     }
     else {
         donated = fresh;
@@ -773,7 +879,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     /* 2. insert */
     mr_insert_result res;
     size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
-    rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, NULL, &res);
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, &res);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);
@@ -800,7 +906,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     int64_t *newidx = lc->b;
     size_t nnew = mr_radix_path_values(lc->tree, m.node, newidx);
     int64_t pl = st->protected_len;
-    if ((int64_t)nnew > pl) {
+    if ((int64_t)nnew > pl && kv_in == NULL) {
         (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
     }
     /* 4. move the lock */
@@ -822,6 +928,34 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     st->protected_len = (int64_t)nnew;
     st->last_track_seqlen = -1;
     return MR_OK;
+}
+
+int
+mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
+                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+{
+    *fork_src = *fork_dst = -1;
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
+        return MR_EINVAL;
+    }
+    return cache_unfinished(lc, row, st, tokens, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst);
+}
+
+int
+mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv, size_t fill_len,
+                           int32_t ns, int64_t fresh, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+{
+    *fork_src = *fork_dst = -1;
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    if (fresh < 1) {
+        return MR_EINVAL;
+    }
+    return cache_unfinished(lc, -1, st, tokens, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst);
 }
 
 /* ------------------------------------------------------------------------

@@ -176,9 +176,26 @@ int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int3
 int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                          size_t committed_len, int32_t ns, int is_insert);
 
+/* The same two calls in tree-only mode, for pools that are someone else's
+ * (SGLang's own): the request's KV indices are the caller's kv[0:n), and
+ * cache_unfinished takes the fresh state slot the caller allocated (>= 1;
+ * handed back when not needed).  Every KV index and state slot the
+ * caller's allocators must free (duplicates, the tail, slots the tree does
+ * not keep) is appended to the collected arrays, with what eviction
+ * released: the caller takes them (mr_lc_take_released) and frees each
+ * kind in one call.  The table rewrite is the caller's: prefix_out holds
+ * the request's indices, the tree's for [0, st->protected_len).  MR_ESTATE
+ * with pools. */
+int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                               size_t fill_len, int32_t ns, int64_t fresh, int64_t *prefix_out,
+                               int64_t *fork_src, int64_t *fork_dst);
+int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                             size_t committed_len, int32_t ns, int is_insert);
+
 /* free_mamba_cache(req, keep): frees the running slot and, with
- * extra_buffer, every track slot but track[keep] (keep < 0: all).
- * MR_ESTATE when the request holds no running slot (double free). */
+ * extra_buffer, every track slot but track[keep] (keep < 0: all); tree-only,
+ * they go to the collected arrays.  MR_ESTATE when the request holds no
+ * running slot (double free). */
 int mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep);
 
 /* ------------------------------------------------------------------------

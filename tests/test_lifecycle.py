@@ -515,9 +515,10 @@ def test_donated_track_slot_cannot_be_cached_again() -> None:
 
 @pytest.mark.parametrize("mode", ["no_buffer", "extra_buffer", "lazy"])
 def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
-    """The same random workload through the C lifecycle (own pools) and
-    through the Python path the cache takes over someone else's pools: the
-    same hits for every request and the same tree sizes after each."""
+    """The same random workload through the C lifecycle over its own pools
+    and in its tree-only mode, which the cache takes over someone else's
+    pools (what those must free handed back per call): the same hits for
+    every request and the same tree sizes after each."""
     extra_buffer = mode != "no_buffer"
     rng = random.Random(77 + len(mode))
     bases = [[rng.randint(1, 40) for _ in range(rng.randint(64, 260))] for _ in range(3)]

@@ -13,8 +13,10 @@ common.py: it reads ``mamba_allocator.schedulable_available_size()``, calls
 - "dropin-own-pools": mambaradix.sglang's MambaRadixCache over its own pools.
 
 After every scheduler step the free rows, free state slots, free KV tokens,
-and the cache's evictable and protected sizes must equal SGLang's, and every
-request must get the same prefix.  The state pool is small enough that the
+and the cache's evictable and protected sizes must equal SGLang's, every
+state slot and KV index must be exactly one of free, cached or a live
+request's (over SGLang's pools; the drop-in's own pools check their owners
+themselves), and every request must get the same prefix.  The state pool is small enough that the
 headroom eviction runs.  SGLang's function checks
 ``isinstance(pool, HybridReqToTokenPool)`` against its own class, so over
 mambaradix's pools it skips that eviction; the drop-in's pool takes the same
@@ -93,6 +95,25 @@ def _sizes(d):
             cache.mamba_protected_size())
 
 
+def _partition(d, name):
+    """Over SGLang's pools (no ownership records there): every state slot is
+    exactly one of free, the tree's, or a live request's (running or track
+    buffer), and every KV index one of free, the tree's, or a live request's
+    own (table positions from cache_protected_len to kv_allocated_len)."""
+    pool, cache = d.req_to_token_pool, d.tree_cache
+    slots = pool.mamba_allocator.free_slots.tolist() + cache.all_mamba_values_flatten().tolist()
+    kv = d.allocator.free_pages.tolist() + cache.all_values_flatten().tolist()
+    for req in d.live_requests():
+        if req.mamba_pool_idx is not None:
+            slots.append(int(req.mamba_pool_idx))
+        if req.mamba_ping_pong_track_buffer is not None:
+            slots += [int(x) for x in req.mamba_ping_pong_track_buffer.tolist() if int(x) != -1]
+        if req.req_pool_idx is not None:
+            kv += pool.req_to_token[req.req_pool_idx, req.cache_protected_len:req.kv_allocated_len].tolist()
+    assert sorted(int(x) for x in slots) == list(range(1, pool.mamba_allocator.size + 1)), (name, "state slots")
+    assert sorted(int(x) for x in kv) == list(range(1, d.allocator.size + 1)), (name, "KV indices")
+
+
 SIZE_NAMES = ("free rows", "free state slots", "free KV", "full evictable", "full protected",
               "state evictable", "state protected")
 
@@ -154,6 +175,9 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
         for d in drivers.values():
             d.step()
         want = _sizes(drivers["sglang"])
+        for name in ("sglang", "dropin-sglang-pools"):
+            _partition(drivers[name], name)
+        drivers["dropin-own-pools"].tree_cache.sanity_check()
         for name, d in drivers.items():
             got = _sizes(d)
             assert got == want, "step %d, %s: %s" % (
