@@ -537,6 +537,58 @@ def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
         assert own.tree._lc.sizes() == other.tree._lc.sizes()
 
 
+def _rs(running: int, track=(-1, -1), nxt: int = -1, last_track: int = -1, protected: int = 0,
+        node=(-1, 0), locked: int = 0) -> tuple:
+    return (running, track[0], track[1], nxt, last_track, -1, -1, 0, 1, protected, node[0], node[1], locked)
+
+
+def test_tree_only_calls_hand_back_what_to_free() -> None:
+    """Tree-only mode (the cache over SGLang's own pools): what the caller's
+    allocators must free comes back from each call, per kind."""
+    lc = _C.Lifecycle(chunk_size=4)                      # no_buffer, page size 1
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(5), [1, 2, 3], np.array([10, 11, 12]))
+    assert rs[0] == -1 and kv_free.size == 0 and st_free.size == 0   # the tree took slot 5 and the KV
+    # a longer request over the same prefix: its first three KV indices are
+    # duplicates; its slot ends the new node
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(6), [1, 2, 3, 4], np.array([20, 21, 22, 23]))
+    assert sorted(kv_free.tolist()) == [20, 21, 22] and st_free.size == 0
+    # the same prefix again: all duplicates, and the state exists: its slot comes back
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(8), [1, 2, 3], np.array([30, 31, 32]))
+    assert sorted(kv_free.tolist()) == [30, 31, 32] and st_free.tolist() == [8]
+    # not inserted: everything past the protected prefix goes back
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(7), [9, 9], np.array([40, 41]), is_insert=False)
+    assert sorted(kv_free.tolist()) == [40, 41] and st_free.tolist() == [7]
+    assert lc.sizes()[2] + lc.sizes()[3] == 2                        # states 5 and 6 cached
+    # extra_buffer: the newest snapshot (track[keep]) is donated; the fresh slot replaces it
+    lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
+    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+        _rs(1, track=(2, 3), nxt=0, last_track=4), [1, 2, 3, 4, 5], np.array([11, 12, 13, 14, 15]), 9)
+    assert rs[1:3] == (2, 9)        # keep = other(next) = 1: slot 3 went to the tree, 9 took its place
+    assert prefix.tolist() == [11, 12, 13, 14, 15] and rs[9] == 4 and (fs, fd) == (-1, -1)
+    assert kv_free.size == 0 and st_free.size == 0
+    # nothing tracked: the fresh slot comes back unused
+    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+        _rs(4, track=(5, 6), nxt=0), [7, 7], np.array([50, 51]), 8)
+    assert st_free.tolist() == [8] and prefix.tolist() == [50, 51]
+    lc.check()
+
+
+def test_tree_only_calls_bad_input() -> None:
+    own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
+    with pytest.raises(RuntimeError, match="own pools"):
+        own.cache_finished_foreign(_rs(1), [1], np.array([1]))
+    lc = _C.Lifecycle(extra_buffer=True)
+    with pytest.raises(ValueError, match="fresh"):
+        lc.cache_unfinished_foreign(_rs(1, track=(2, 3), nxt=0, last_track=1), [1], np.array([1]), 0)
+    with pytest.raises(ValueError, match="tokens"):
+        lc.cache_finished_foreign(_rs(1, track=(2, 3), nxt=0), [1], np.array([1, 2]))
+    with pytest.raises(ValueError):
+        lc.cache_finished_foreign(_rs(1), [1, 2], np.array([-1, 2]))
+    with pytest.raises(_C.OwnershipError):
+        lc.cache_finished_foreign(_rs(-1), [1], np.array([1]))   # no running slot: finished twice
+    lc.check()
+
+
 def test_disabled_cache_frees_everything() -> None:
     """disable=True: nothing is cached, finishing frees the request's KV and
     every state slot it holds."""
