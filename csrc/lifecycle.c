@@ -570,17 +570,32 @@ mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t prefix_l
     (void)row;
 }
 
-int
-mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t *track_slot,
-                     uint8_t *mask)
+/* The decode tracking decision; the lazy borrow takes a slot from the pool
+ * or, tree-only, the caller's `given` (*need set when one is wanted and
+ * none was given). */
+static void
+decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t given, int64_t *track_slot,
+               uint8_t *mask, int *need)
 {
     const int64_t iv = lc->cfg.track_interval;
     int at = seq_len % iv == 0;
+    *need = 0;
     if (lc->cfg.lazy && at && st->next_track >= 0) {
         int other = 1 - st->next_track;
         if (st->track[other] == -1) {
             int64_t s = -1;
-            if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) == MR_OK) {
+            if (lc->state != NULL) {
+                if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) != MR_OK) {
+                    s = -1;
+                }
+            }
+            else if (given >= 1) {
+                s = given;
+            }
+            else {
+                *need = 1;
+            }
+            if (s >= 0) {
                 st->track[other] = s;
                 st->next_track = other;
                 sync_row(lc, row, st);
@@ -589,6 +604,25 @@ mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len,
     }
     *track_slot = st->next_track >= 0 ? st->track[st->next_track] : -1;
     *mask = (uint8_t)at;
+}
+
+int
+mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t *track_slot,
+                     uint8_t *mask)
+{
+    int need = 0;
+    decode_prepare(lc, row, st, seq_len, -1, track_slot, mask, &need);
+    return MR_OK;
+}
+
+int
+mr_lc_decode_prepare_ext(mr_lifecycle *lc, mr_req *st, int64_t seq_len, int64_t fresh, int64_t *track_slot,
+                         uint8_t *mask, int *need)
+{
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    decode_prepare(lc, -1, st, seq_len, fresh, track_slot, mask, need);
     return MR_OK;
 }
 

@@ -151,6 +151,12 @@ void mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t pre
  * track[next]; *mask = seq_len % interval == 0. */
 int mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len,
                          int64_t *track_slot, uint8_t *mask);
+/* The same, tree-only: the lazy borrow uses `fresh` (a slot the caller
+ * allocated, >= 1); when it needs one and fresh < 1, *need = 1 and nothing
+ * changes (the caller allocates and calls again; without a slot it goes
+ * on unborrowed, as SGLang does).  MR_ESTATE with pools. */
+int mr_lc_decode_prepare_ext(mr_lifecycle *lc, mr_req *st, int64_t seq_len, int64_t fresh,
+                             int64_t *track_slot, uint8_t *mask, int *need);
 /* Decode, after the result: a boundary when committed % interval == 0 sets
  * last_track_seqlen and flips next (lazy: gives the borrowed slot back, or
  * marks a finished request not insertable).  Returns 1 at a boundary. */

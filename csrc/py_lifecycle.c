@@ -1335,6 +1335,37 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     return Py_BuildValue("(NNN)", build_rs(&st), kvf, stf);
 }
 
+PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
+"decode_prepare_foreign($self, rs, seq_len, fresh=-1, /)\n"
+"--\n"
+"\n"
+"decode_prepare on a Lifecycle without pools.  Returns (rs, track_slot,\n"
+"track_mask, need_slot): need_slot when lazy mode wants to borrow a slot at\n"
+"this boundary and fresh gave none (call again with one; nothing changed).");
+
+static PyObject *
+Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t sl = 0, fresh = -1;
+    mr_req st;
+    if (!mr_check_nargs("decode_prepare_foreign", nargs, 2, 3) || parse_rs(args[0], &st) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
+        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)) {
+        return NULL;
+    }
+    int64_t slot = -1;
+    uint8_t mask = 0;
+    int need = 0;
+    int rc = mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
+    if (rc != MR_OK) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "decode_prepare_foreign(): this Lifecycle has its own pools; use decode_prepare");
+        return NULL;
+    }
+    return Py_BuildValue("(NLOO)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False,
+                         need ? Py_True : Py_False);
+}
+
 PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
 "decode_finish_foreign($self, rs, committed_len, finished, /)\n"
 "--\n"
@@ -1813,6 +1844,8 @@ static PyMethodDef Lifecycle_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished_foreign__doc__},
     {"decode_finish_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_finish_foreign, METH_FASTCALL,
      Lifecycle_decode_finish_foreign__doc__},
+    {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
+     Lifecycle_decode_prepare_foreign__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},

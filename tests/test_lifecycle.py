@@ -573,6 +573,23 @@ def test_tree_only_calls_hand_back_what_to_free() -> None:
     lc.check()
 
 
+def test_tree_only_lazy_decode_borrows_a_caller_slot() -> None:
+    """Lazy mode over someone else's pools: at a boundary the lifecycle asks
+    for a slot to borrow (nothing changes until it gets one), snapshots into
+    it, and after the step hands the old one back to be freed."""
+    lc = _C.Lifecycle(extra_buffer=True, lazy=True, track_interval=4)
+    rs = _rs(1, track=(2, -1), nxt=0)
+    assert lc.decode_prepare_foreign(rs, 7) == (rs, 2, False, False)       # no boundary
+    assert lc.decode_prepare_foreign(rs, 8) == (rs, 2, True, True)         # wants a slot
+    rs2, slot, mask, need = lc.decode_prepare_foreign(rs, 8, 9)
+    assert rs2[1:4] == (2, 9, 1) and (slot, mask, need) == (9, True, False)
+    rs3, at, st_free = lc.decode_finish_foreign(rs2, 8, False)
+    assert at and rs3[1:5] == (-1, 9, 1, 8) and st_free.tolist() == [2]
+    # no slot to be had: the step goes on in the slot it has
+    rs4, at, st_free = lc.decode_finish_foreign(rs, 8, True)
+    assert at and rs4[1:5] == (2, -1, 0, 8) and rs4[8] == 0 and st_free.size == 0   # not insertable
+
+
 def test_tree_only_calls_bad_input() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
     with pytest.raises(RuntimeError, match="own pools"):

@@ -670,21 +670,22 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _foreign_decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
         pool = self.req_to_token_pool
-        buf = req.mamba_ping_pong_track_buffer
-        if buf is None:
+        if req.mamba_ping_pong_track_buffer is None:
             return -1, False
-        at = seq_len % self.mamba_track_interval == 0
-        if self.enable_mamba_extra_buffer_lazy and at:
-            other = 1 - req.mamba_next_track_idx
-            if int(buf[other]) == -1:
-                slot = pool.mamba_allocator.alloc(1)
-                if slot is None:
-                    self.evict(EvictParams(num_tokens=0, mamba_num=1))
-                    slot = pool.mamba_allocator.alloc(1)
-                if slot is not None:
-                    pool.set_mamba_ping_pong_slot(req, other, slot[0])
-                    req.mamba_next_track_idx = other
-        return int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx]), at
+        old = _rs_of(req)
+        rs, slot, mask, need = self._lc.decode_prepare_foreign(old, seq_len)
+        if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
+            fresh = pool.mamba_allocator.alloc(1)
+            if fresh is None:
+                self.evict(EvictParams(num_tokens=0, mamba_num=1))
+                fresh = pool.mamba_allocator.alloc(1)
+            if fresh is not None:
+                rs, slot, mask, _ = self._lc.decode_prepare_foreign(old, seq_len, int(fresh[0]))
+        for j in (0, 1):
+            if rs[1 + j] != old[1 + j]:
+                pool.set_mamba_ping_pong_slot(req, j, rs[1 + j])
+        req.mamba_next_track_idx = rs[3]
+        return int(slot), bool(mask)
 
     def decode_track_done(self, req: Req, finished: bool = False) -> bool:
         """After a decode result: at a boundary (kv_committed_len a multiple
