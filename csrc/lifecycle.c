@@ -79,7 +79,10 @@ free_kv_hook(void *ctx, const int64_t *idx, size_t n)
 {
     mr_lifecycle *lc = ctx;
     if (lc->kv == NULL) {
-        if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK) {
+        /* room for the node's state too: free_state must not fail once
+         * this node's KV is handed over (radix.h, mr_release) */
+        if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK
+            || grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {
             return MR_ENOMEM;
         }
         memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
@@ -133,6 +136,59 @@ keep_idx(const mr_lifecycle *lc, const mr_req *st)
     return lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
 }
 
+/* Frees a caller's KV indices: to the pool, or (tree-only) to the collected
+ * arrays, for the caller's allocator.  Room is reserved first (reserve_out). */
+static int
+out_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
+{
+    if (n == 0) {
+        return MR_OK;
+    }
+    if (lc->kv != NULL) {
+        return mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_CALLER, NULL);
+    }
+    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
+    lc->nrkv += n;
+    return MR_OK;
+}
+
+/* Frees a caller's state slots (as out_kv). */
+static int
+out_slots(mr_lifecycle *lc, const int64_t *slots, size_t k)
+{
+    if (k == 0) {
+        return MR_OK;
+    }
+    if (lc->state != NULL) {
+        return mr_slots_free(lc->state, slots, (int64_t)k, MR_FROM_CALLER, 0, NULL);
+    }
+    if (grow(&lc->rst, &lc->caprst, lc->nrst + k) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    memcpy(lc->rst + lc->nrst, slots, k * sizeof(int64_t));
+    lc->nrst += k;
+    return MR_OK;
+}
+
+/* Tree-only: room in the collected arrays for nkv more KV indices and nst
+ * more slots, so that a call can hand them out after a change it cannot
+ * undo.  With pools: the KV allocator's scratch for nkv. */
+static int
+reserve_out(mr_lifecycle *lc, size_t nkv, size_t nst)
+{
+    if (lc->kv != NULL) {
+        return mr_kv_reserve(lc->kv, (int64_t)nkv);
+    }
+    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + nkv) != MR_OK
+        || grow(&lc->rst, &lc->caprst, lc->nrst + nst) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    return MR_OK;
+}
+
 /* frees a caller's state slot, ignoring -1 */
 static int
 free_slot(mr_lifecycle *lc, int64_t slot)
@@ -140,7 +196,16 @@ free_slot(mr_lifecycle *lc, int64_t slot)
     if (slot < 0) {
         return MR_OK;
     }
-    return mr_slots_free(lc->state, &slot, 1, MR_FROM_CALLER, 0, NULL);
+    return out_slots(lc, &slot, 1);
+}
+
+/* syncs a row's maps when there are pools and a row */
+static void
+sync_row(mr_lifecycle *lc, int64_t row, const mr_req *st)
+{
+    if (lc->rp != NULL && row >= 1) {
+        mr_reqpool_sync_maps(lc->rp, row, st);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -157,7 +222,8 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
         || (cfg->lazy && (!cfg->extra_buffer || cfg->track_buffer_size != 2))) {
         return MR_EINVAL;
     }
-    if (with && ((uint32_t)kv->page_size != cfg->page_size || rp->pp != cfg->track_buffer_size)) {
+    if (with && ((uint32_t)kv->page_size != cfg->page_size || rp->pp != cfg->track_buffer_size
+                 || (!cfg->extra_buffer && cfg->page_size != 1))) {
         return MR_EINVAL;
     }
     mr_lifecycle *lc = MR_CALLOC(1, sizeof(*lc));
@@ -270,6 +336,9 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
         }
     }
     rc = scratch(lc, len);
+    if (rc == MR_OK) {
+        rc = mr_kv_reserve(lc->kv, (int64_t)len);  /* steps 2 and 3 cannot fail then */
+    }
     if (rc != MR_OK) {
         return rc;
     }
@@ -511,27 +580,59 @@ mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t prefix_l
     (void)row;
 }
 
-int
-mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t *track_slot,
-                     uint8_t *mask)
+/* The decode tracking decision; the lazy borrow takes a slot from the pool
+ * or, tree-only, the caller's `given` (*need set when one is wanted and
+ * none was given). */
+static void
+decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t given, int64_t *track_slot,
+               uint8_t *mask, int *need)
 {
     const int64_t iv = lc->cfg.track_interval;
     int at = seq_len % iv == 0;
+    *need = 0;
     if (lc->cfg.lazy && at && st->next_track >= 0) {
         int other = 1 - st->next_track;
         if (st->track[other] == -1) {
             int64_t s = -1;
-            if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) == MR_OK) {
+            if (lc->state != NULL) {
+                if (mr_lc_alloc_state(lc, row_owner(row), NULL, &s) != MR_OK) {
+                    s = -1;
+                }
+            }
+            else if (given >= 1) {
+                s = given;
+            }
+            else {
+                *need = 1;
+            }
+            if (s >= 0) {
                 st->track[other] = s;
                 st->next_track = other;
-                if (row >= 1) {
-                    mr_reqpool_sync_maps(lc->rp, row, st);
-                }
+                sync_row(lc, row, st);
             }
         }
     }
     *track_slot = st->next_track >= 0 ? st->track[st->next_track] : -1;
     *mask = (uint8_t)at;
+}
+
+int
+mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64_t *track_slot,
+                     uint8_t *mask)
+{
+    int need = 0;
+    decode_prepare(lc, row, st, seq_len, -1, track_slot, mask, &need);
+    return MR_OK;
+}
+
+int
+mr_lc_decode_prepare_ext(mr_lifecycle *lc, mr_req *st, int64_t seq_len, int64_t fresh, int64_t *track_slot,
+                         uint8_t *mask, int *need)
+{
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    decode_prepare(lc, -1, st, seq_len, fresh, track_slot, mask, need);
     return MR_OK;
 }
 
@@ -547,9 +648,7 @@ mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed
         if (st->track[other] != -1) {
             (void)free_slot(lc, st->track[other]);
             st->track[other] = -1;
-            if (row >= 1) {
-                mr_reqpool_sync_maps(lc->rp, row, st);
-            }
+            sync_row(lc, row, st);
         }
         else if (finished) {
             st->lazy_is_insert = 0;
@@ -567,9 +666,6 @@ mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed
 int
 mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep)
 {
-    if (!has_pools(lc)) {
-        return MR_ESTATE;
-    }
     if (st->running < 0) {
         return MR_ESTATE;
     }
@@ -584,7 +680,7 @@ mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep)
             slots[k++] = st->track[j];
         }
     }
-    int rc = mr_slots_free(lc->state, slots, k, MR_FROM_CALLER, 0, NULL);
+    int rc = out_slots(lc, slots, (size_t)k);
     if (rc != MR_OK) {
         return rc;
     }
@@ -615,26 +711,47 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
     return rc;
 }
 
-int
-mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t committed_len,
-                     int32_t ns, int is_insert)
+/* Inserts a request's prefix with ownership: with pools through
+ * mr_lc_insert; tree-only, the caller's duplicates are handed out with the
+ * collected frees (room reserved by the caller). */
+static int
+insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
+           size_t prev, mr_insert_result *res)
 {
-    if (!has_pools(lc)) {
-        return MR_ESTATE;
+    if (has_pools(lc)) {
+        return mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res);
     }
+    int rc = mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res);
+    if (rc == MR_OK) {
+        rc = out_kv(lc, lc->b, res->ndup);
+    }
+    return rc;
+}
+
+/* cache_finished_req over the row's table (kv_in NULL) or, tree-only, over
+ * the caller's KV indices kv_in[0:committed_len). */
+static int
+cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
+               size_t committed_len, int32_t ns, int is_insert)
+{
     const mr_lc_config *c = &lc->cfg;
-    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
-        return MR_EINVAL;
-    }
     if (st->running < 0) {
         return MR_ESTATE;  /* finished twice, or its states were freed */
     }
     int rc = scratch(lc, committed_len + 1);
+    if (rc == MR_OK) {
+        rc = reserve_out(lc, 2 * committed_len, 3);
+    }
     if (rc != MR_OK) {
         return rc;
     }
     int64_t *kv = lc->a;
-    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    if (kv_in != NULL) {
+        memcpy(kv, kv_in, committed_len * sizeof(int64_t));
+    }
+    else {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    }
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
@@ -656,27 +773,28 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
                 return MR_ESTATE;  /* the slot was donated already */
             }
         }
-        /* the tail beyond what is cached (and beyond the tree's own prefix) */
-        int64_t end = cache_len > protected_len ? cache_len : protected_len;
-        if (end < (int64_t)committed_len) {
-            rc = mr_kv_free(lc->kv, kv + end, (int64_t)committed_len - end, MR_FROM_CALLER, NULL);
-            if (rc != MR_OK) {
-                return rc;
-            }
-        }
+        /* insert first: it is the step that can fail, and then nothing
+         * has changed */
         if (cache_len > 0) {
             mr_insert_result res;
             size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
-            rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, NULL, &res);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, &res);
             if (rc != MR_OK) {
                 return rc;
             }
             existed = res.state_existed;
         }
+        /* the tail beyond what is cached (and beyond the tree's own prefix) */
+        int64_t end = cache_len > protected_len ? cache_len : protected_len;
+        if (end < (int64_t)committed_len) {
+            rc = out_kv(lc, kv + end, committed_len - (size_t)end);
+            if (rc != MR_OK) {
+                return rc;
+            }
+        }
     }
     else if (protected_len < (int64_t)committed_len) {
-        rc = mr_kv_free(lc->kv, kv + protected_len, (int64_t)committed_len - protected_len, MR_FROM_CALLER,
-                        NULL);
+        rc = out_kv(lc, kv + protected_len, committed_len - (size_t)protected_len);
         if (rc != MR_OK) {
             return rc;
         }
@@ -703,23 +821,50 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
 }
 
 int
-mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
-                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t committed_len,
+                     int32_t ns, int is_insert)
 {
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
-    const mr_lc_config *c = &lc->cfg;
-    *fork_src = *fork_dst = -1;
-    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
         return MR_EINVAL;
     }
+    return cache_finished(lc, row, st, tokens, NULL, committed_len, ns, is_insert);
+}
+
+int
+mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                         size_t committed_len, int32_t ns, int is_insert)
+{
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    return cache_finished(lc, -1, st, tokens, kv, committed_len, ns, is_insert);
+}
+
+/* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
+ * allocated here) or, tree-only, over the caller's KV indices
+ * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
+ * collected frees when not needed). */
+static int
+cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
+                 size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out, int64_t *fork_src,
+                 int64_t *fork_dst)
+{
+    const mr_lc_config *c = &lc->cfg;
+    *fork_src = *fork_dst = -1;
     int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
+        if (kv_in != NULL) {
+            memcpy(prefix_out, kv_in, fill_len * sizeof(int64_t));
+        }
+        else {
+            (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
+        }
         st->prefix_len = (int64_t)fill_len;
-        return MR_OK;
+        return free_slot(lc, given);
     }
     if (cache_len > (int64_t)fill_len || cache_len % c->page_size != 0) {
         return MR_EINVAL;
@@ -738,26 +883,36 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
         }
     }
     int rc = scratch(lc, fill_len + 1);
+    if (rc == MR_OK) {
+        rc = reserve_out(lc, fill_len, 2);
+    }
     if (rc != MR_OK) {
         return rc;
     }
     int64_t *kv = lc->a;
-    (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    if (kv_in != NULL) {
+        memcpy(kv, kv_in, fill_len * sizeof(int64_t));
+    }
+    else {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    }
     mr_node *old = NULL;
     if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
         return MR_ESTATE;
     }
     /* 1. the slot the tree gets: the newest snapshot (extra_buffer, replaced
      *    by a fresh slot) or a fork of the running slot (no_buffer) */
-    int64_t fresh = -1, donated = -1;
-    rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
-    if (rc != MR_OK) {
-        return rc;
+    int64_t fresh = given, donated = -1;
+    if (kv_in == NULL) {
+        rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
+        if (rc != MR_OK) {
+            return rc;
+        }
     }
     if (c->extra_buffer) {
         donated = st->track[keep];
         st->track[keep] = fresh;
-        mr_reqpool_sync_maps(lc->rp, row, st);
+        sync_row(lc, row, st);
     }
     else {
         donated = fresh;
@@ -768,7 +923,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     /* 2. insert */
     mr_insert_result res;
     size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
-    rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, NULL, &res);
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, &res);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);
@@ -795,7 +950,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     int64_t *newidx = lc->b;
     size_t nnew = mr_radix_path_values(lc->tree, m.node, newidx);
     int64_t pl = st->protected_len;
-    if ((int64_t)nnew > pl) {
+    if ((int64_t)nnew > pl && kv_in == NULL) {
         (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
     }
     /* 4. move the lock */
@@ -819,8 +974,131 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     return MR_OK;
 }
 
+int
+mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
+                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+{
+    *fork_src = *fork_dst = -1;
+    if (!has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
+        return MR_EINVAL;
+    }
+    return cache_unfinished(lc, row, st, tokens, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst);
+}
+
+int
+mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv, size_t fill_len,
+                           int32_t ns, int64_t fresh, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+{
+    *fork_src = *fork_dst = -1;
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    if (fresh < 1) {
+        return MR_EINVAL;
+    }
+    return cache_unfinished(lc, -1, st, tokens, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst);
+}
+
 /* ------------------------------------------------------------------------
  * Check */
+
+#define Q_FAIL(...)                              \
+    do {                                         \
+        snprintf(msg, msglen, __VA_ARGS__);      \
+        return MR_ECORRUPT;                      \
+    } while (0)
+
+/* Q1..Q6 of lifecycle.h for the record of row r. */
+static int
+check_record(mr_lifecycle *lc, int64_t r, char *msg, size_t msglen)
+{
+    const mr_reqpool *rp = lc->rp;
+    const mr_lc_config *c = &lc->cfg;
+    const mr_req *st = &rp->req[r];
+    long long R = (long long)r;
+    if (!mr_reqpool_in_use(rp, r)) {
+        mr_req z;
+        mr_req_reset(&z);
+        if (memcmp(&z, st, sizeof(z)) != 0) {
+            Q_FAIL("Q1: free row %lld has a record that is not reset", R);
+        }
+        return MR_OK;
+    }
+    const int64_t slots[3] = {st->running, st->track[0], st->track[1]};
+    for (int j = 0; j < 3; j++) {
+        int32_t o = 0;
+        if (slots[j] < 0) {
+            continue;
+        }
+        if (mr_slots_owner(lc->state, slots[j], &o) != MR_OK || o != (int32_t)r) {
+            Q_FAIL("Q2: row %lld's slot %lld is not owned by it (owner %d)", R, (long long)slots[j], (int)o);
+        }
+        for (int k = 0; k < j; k++) {
+            if (slots[k] == slots[j]) {
+                Q_FAIL("Q2: row %lld holds slot %lld twice", R, (long long)slots[j]);
+            }
+        }
+    }
+    if (st->cow_src != -1) {
+        Q_FAIL("Q2: row %lld keeps a copy-on-write source between calls", R);
+    }
+    if (st->next_track >= 0) {
+        if (!c->extra_buffer || st->next_track >= c->track_buffer_size || st->track[st->next_track] < 0) {
+            Q_FAIL("Q3: row %lld's next track slot is %d", R, (int)st->next_track);
+        }
+        for (int j = 0; j < 2; j++) {
+            int want = j < c->track_buffer_size && !c->lazy;
+            if ((want && st->track[j] < 0) || (j >= c->track_buffer_size && st->track[j] >= 0)) {
+                Q_FAIL("Q3: row %lld's track buffer entry %d is %lld", R, j, (long long)st->track[j]);
+            }
+        }
+    }
+    else if (st->track[0] >= 0 || st->track[1] >= 0) {
+        Q_FAIL("Q3: row %lld has track slots but no next track index", R);
+    }
+    if (st->running >= 0) {
+        if (rp->state_map[r] != st->running) {
+            Q_FAIL("Q3: row %lld's state map says %d, its record %lld", R, (int)rp->state_map[r],
+                   (long long)st->running);
+        }
+        for (int32_t j = 0; j < rp->pp; j++) {
+            if (rp->track_map[(size_t)r * (size_t)rp->pp + (size_t)j] != st->track[j]) {
+                Q_FAIL("Q3: row %lld's track map entry %d differs from its record", R, (int)j);
+            }
+        }
+    }
+    if (st->locked) {
+        mr_node *node = NULL;
+        if (!st->has_node || mr_radix_resolve(lc->tree, st->last_node, &node) != MR_OK) {
+            Q_FAIL("Q4: row %lld holds a lock on a node that is gone", R);
+        }
+        if (node != mr_radix_root(lc->tree) && mr_node_full_lock(node) < 1) {
+            Q_FAIL("Q4: row %lld's locked node has no lock", R);
+        }
+    }
+    if (!(0 <= st->protected_len && st->protected_len <= st->prefix_len && st->prefix_len <= st->committed
+          && st->committed <= rp->max_ctx && st->protected_len % (int64_t)c->page_size == 0
+          && st->last_track_seqlen <= st->committed)) {
+        Q_FAIL("Q5: row %lld's lengths are out of order (protected %lld, prefix %lld, committed %lld, "
+               "tracked %lld)",
+               R, (long long)st->protected_len, (long long)st->prefix_len, (long long)st->committed,
+               (long long)st->last_track_seqlen);
+    }
+    const int32_t *tab = rp->table + (size_t)r * (size_t)rp->max_ctx;
+    const int64_t ps = lc->kv->page_size;
+    for (int64_t j = 0; j < st->committed; j++) {
+        int64_t pg = tab[j] / ps;
+        int32_t want = j < st->protected_len ? MR_OWNER_TREE : (int32_t)r;
+        if (tab[j] < 1 || pg > lc->kv->pages.n || lc->kv->pages.owner[pg] != want) {
+            Q_FAIL("Q6: row %lld's token %lld (KV %d) is not in a page owned by %s", R, (long long)j,
+                   (int)tab[j], want == MR_OWNER_TREE ? "the tree" : "the request");
+        }
+    }
+    return MR_OK;
+}
 
 int
 mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen)
@@ -851,6 +1129,11 @@ mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen)
                  (long long)lc->state->n_tree);
         return MR_ECORRUPT;
     }
+    for (int64_t r = 1; r <= lc->rp->size; r++) {
+        if ((rc = check_record(lc, r, msg, msglen)) != MR_OK) {
+            return rc;
+        }
+    }
     return MR_OK;
 }
 
@@ -869,6 +1152,24 @@ undo_cow(mr_lifecycle *lc, mr_req *sts, size_t n)
     }
 }
 
+/* Undoes a batch that is not admitted: every lock taken, every copy-on-write
+ * slot held, every row and slot admission took (the requests' records are
+ * reset), every KV page taken.  Eviction done on the way stays done. */
+static void
+undo_prefill(mr_lifecycle *lc, mr_req *sts, size_t n, const int64_t *rows, int admitted)
+{
+    for (size_t i = 0; i < n; i++) {
+        (void)drop_lock(lc, &sts[i]);
+        if (admitted) {
+            (void)mr_lc_free_states(lc, &sts[i], -1);
+            (void)mr_reqpool_free(lc->rp, rows[i]);
+        }
+    }
+    if (!admitted) {
+        undo_cow(lc, sts, n);
+    }
+}
+
 int
 mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
                     const int32_t *ns, mr_lc_prefill_out *out)
@@ -876,78 +1177,103 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
-    mr_req *sts = MR_CALLOC(n + 1, sizeof(mr_req));
-    if (sts == NULL) {
-        return MR_ENOMEM;
-    }
-    int rc = MR_OK;
+    const int64_t ps = lc->kv->page_size;
     size_t maxlen = 1;
     for (size_t i = 0; i < n; i++) {
         maxlen = lens[i] > maxlen ? lens[i] : maxlen;
         if ((int64_t)lens[i] > lc->rp->max_ctx) {
-            MR_FREE(sts);
             return MR_EINVAL;
         }
     }
-    rc = scratch(lc, maxlen + 1);
+    /* every buffer the batch needs is taken first: nothing below fails for
+     * memory once a unit has moved, except the tree's own operations */
+    int rc = scratch(lc, maxlen + (size_t)ps + 1);
     if (rc != MR_OK) {
-        MR_FREE(sts);
         return rc;
     }
-    /* 1. match with copy-on-write (slots HELD until admission) */
-    int64_t need_kv = 0;
+    mr_req *sts = MR_CALLOC(n + 1, sizeof(mr_req));
+    if (sts == NULL) {
+        return MR_ENOMEM;
+    }
+    /* 1. match with copy-on-write (slots HELD until admission); each matched
+     *    node is locked at once, so a later request's eviction (a state for
+     *    its copy-on-write, KV for the batch) cannot take it */
+    int64_t need_pages = 0;
+    for (size_t i = 0; i < n; i++) {
+        mr_req_reset(&sts[i]);
+    }
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &sts[i];
-        mr_req_reset(st);
         size_t cap = lens[i] > 0 ? lens[i] - 1 : 0;
         mr_match m;
         rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, lc->b);
         if (rc != MR_OK) {
             break;
         }
+        rc = mr_radix_lock(lc->tree, m.node);
+        if (rc != MR_OK) {
+            break;
+        }
+        st->locked = 1;
         st->prefix_len = st->protected_len = (int64_t)m.prefix_len;
         st->branching_seqlen = m.branching_seqlen;
         st->last_node = mr_node_handle(m.node);
         st->has_node = 1;
-        need_kv += (int64_t)lens[i] - st->prefix_len;
+        /* the prefix is whole pages; the extend starts a fresh page */
+        need_pages += ((int64_t)lens[i] - st->prefix_len + ps - 1) / ps;
         out->prefix_len[i] = st->prefix_len;
     }
-    /* 2. KV for every extend, evicting when short: lock the matched nodes
-     *    first so eviction cannot take a prefix a request was just given */
-    if (rc == MR_OK) {
-        for (size_t i = 0; i < n; i++) {
-            mr_node *node = NULL;
-            if (mr_radix_resolve(lc->tree, sts[i].last_node, &node) != MR_OK) {
-                rc = MR_ESTALE;  /* an earlier match's split never removes nodes */
-                break;
-            }
-            (void)mr_radix_lock(lc->tree, node);
-            sts[i].locked = 1;
-        }
-        int64_t avail = mr_kv_available(lc->kv);
-        if (rc == MR_OK && avail < need_kv) {
-            rc = mr_radix_evict_full(lc->tree, (size_t)(need_kv - avail), &lc->rel, NULL, NULL);
-            if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
-                rc = MR_ENOSPC;
-            }
+    /* 2. KV pages for every extend, evicting when short */
+    int64_t need_kv = need_pages * ps;
+    if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
+        rc = mr_radix_evict_full(lc->tree, (size_t)(need_kv - mr_kv_available(lc->kv)), &lc->rel, NULL, NULL);
+        if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
+            rc = MR_ENOSPC;
         }
     }
-    /* 3. admission */
+    /* 3. admission (rows and state slots, all or none) */
+    for (size_t i = 0; i < n; i++) {
+        out->rows[i] = -1;
+    }
     if (rc == MR_OK) {
-        for (size_t i = 0; i < n; i++) {
-            out->rows[i] = -1;
-        }
         rc = mr_lc_admit(lc, sts, out->rows, n, 1);
     }
     if (rc != MR_OK) {
-        for (size_t i = 0; i < n; i++) {
-            (void)drop_lock(lc, &sts[i]);
-        }
-        undo_cow(lc, sts, n);
+        undo_prefill(lc, sts, n, out->rows, 0);
         MR_FREE(sts);
         return rc;
     }
-    /* 4. per request: table row, KV, tracking, forward lists */
+    /* 4. KV pages, all or none (admission evicts states only, which never
+     *    takes KV pages, so the count above still holds) */
+    int64_t done = 0;
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
+        int64_t ealloc = ((int64_t)lens[i] - sts[i].prefix_len + ps - 1) / ps * ps;
+        rc = mr_kv_alloc(lc->kv, ealloc, (int32_t)out->rows[i], lc->a);
+        if (rc == MR_OK) {
+            /* the unused rest of a last partial page stays the request's:
+             * the next decode tokens go there */
+            int64_t P = sts[i].prefix_len;
+            (void)mr_reqpool_write(lc->rp, out->rows[i], P, lc->a, (int64_t)lens[i] - P);
+            done++;
+        }
+    }
+    if (rc != MR_OK) {
+        for (int64_t i = 0; i < done; i++) {
+            int64_t P = sts[i].prefix_len, E = (int64_t)lens[i] - P;
+            if (E > 0) {
+                (void)mr_reqpool_read(lc->rp, out->rows[i], P, E, lc->a);
+                (void)mr_kv_free(lc->kv, lc->a, E, MR_FROM_CALLER, NULL);
+            }
+        }
+        undo_prefill(lc, sts, n, out->rows, 1);
+        for (size_t i = 0; i < n; i++) {
+            out->rows[i] = -1;
+        }
+        MR_FREE(sts);
+        return rc;
+    }
+    /* 5. per request: the prefix in the table, tracking, forward lists;
+     *    nothing here can fail */
     for (size_t i = 0; i < n; i++) {
         mr_req *st = &sts[i];
         int64_t row = out->rows[i];
@@ -956,15 +1282,6 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
         (void)mr_radix_resolve(lc->tree, st->last_node, &node);
         size_t np = mr_radix_path_values(lc->tree, node, lc->b);
         (void)mr_reqpool_write(lc->rp, row, 0, lc->b, (int64_t)np);
-        int64_t ps = lc->kv->page_size;
-        int64_t ealloc = (E + ps - 1) / ps * ps;
-        if (scratch(lc, (size_t)ealloc + 1) != MR_OK
-            || mr_kv_alloc(lc->kv, ealloc, (int32_t)row, lc->a) != MR_OK) {
-            return MR_ENOSPC;  /* counted above; page rounding aside */
-        }
-        /* the unused rest of a last partial page stays the request's: the
-         * next decode tokens go there */
-        (void)mr_reqpool_write(lc->rp, row, P, lc->a, E);
         st->committed = (int64_t)lens[i];
         if (lc->cfg.extra_buffer) {
             mr_lc_prepare_extend(lc, row, st, P, E, &out->track_slot[i], &out->track_mask[i],

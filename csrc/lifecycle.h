@@ -20,6 +20,25 @@
  * so mr_lc_check() can prove free + request-owned + tree-owned == total,
  * and that the tree's own counts equal the TREE-owned units, at any time.
  *
+ * Request records (mr_req, req_pool.h).  The batched calls keep each
+ * request's record in its ReqPool row (rp->req[r]); between calls every
+ * record satisfies, checked by mr_lc_check():
+ *   Q1  a free row's record is reset (mr_req_reset): no slot, no lock;
+ *   Q2  running, track[0] and track[1] are -1 or distinct slots owned by
+ *       REQ(r); cow_src == -1 (a copy-on-write pair lives within one call);
+ *   Q3  next_track is -1 (no buffer: no_buffer mode, or not admitted) or 0 /
+ *       1 with extra_buffer, and then track[next_track] != -1; only lazy
+ *       mode leaves the other one empty; a record with a running slot has
+ *       its slots in the row's maps (state_map[r], track_map[r]);
+ *   Q4  locked implies has_node and last_node resolves to a node with a
+ *       lock (at least one lock per locked record on that node);
+ *   Q5  0 <= protected_len <= prefix_len <= committed <= max_ctx,
+ *       protected_len is whole pages, last_track_seqlen <= committed;
+ *   Q6  table entries [0, protected_len) lie in TREE-owned KV pages (the
+ *       tree's prefix), [protected_len, committed) in pages owned by REQ(r).
+ * Records of the per-request calls live with the caller; a row admitted
+ * with them keeps a reset record in the pool.
+ *
  * A lifecycle owns its tree.  Without pools (state == kv == NULL) it is a
  * tree whose evictions are collected for the caller to free (used when the
  * pools are someone else's Python objects); the request-level functions
@@ -67,7 +86,8 @@ typedef struct mr_lifecycle mr_lifecycle;
  * must outlive it), or a tree-only lifecycle when state, kv and rp are all
  * NULL.  MR_EINVAL for a bad config (page/chunk as mr_radix_new; lazy
  * without track_buffer_size 2; track_interval < 1; kv page size differing
- * from cfg->page_size), MR_ENOMEM. */
+ * from cfg->page_size; with pools, no_buffer at a page size above 1, which
+ * SGLang's MambaRadixCache refuses too), MR_ENOMEM. */
 int mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp,
               mr_lifecycle **out);
 void mr_lc_free(mr_lifecycle *lc);
@@ -131,6 +151,12 @@ void mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t pre
  * track[next]; *mask = seq_len % interval == 0. */
 int mr_lc_decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len,
                          int64_t *track_slot, uint8_t *mask);
+/* The same, tree-only: the lazy borrow uses `fresh` (a slot the caller
+ * allocated, >= 1); when it needs one and fresh < 1, *need = 1 and nothing
+ * changes (the caller allocates and calls again; without a slot it goes
+ * on unborrowed, as SGLang does).  MR_ESTATE with pools. */
+int mr_lc_decode_prepare_ext(mr_lifecycle *lc, mr_req *st, int64_t seq_len, int64_t fresh,
+                             int64_t *track_slot, uint8_t *mask, int *need);
 /* Decode, after the result: a boundary when committed % interval == 0 sets
  * last_track_seqlen and flips next (lazy: gives the borrowed slot back, or
  * marks a finished request not insertable).  Returns 1 at a boundary. */
@@ -156,9 +182,26 @@ int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int3
 int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                          size_t committed_len, int32_t ns, int is_insert);
 
+/* The same two calls in tree-only mode, for pools that are someone else's
+ * (SGLang's own): the request's KV indices are the caller's kv[0:n), and
+ * cache_unfinished takes the fresh state slot the caller allocated (>= 1;
+ * handed back when not needed).  Every KV index and state slot the
+ * caller's allocators must free (duplicates, the tail, slots the tree does
+ * not keep) is appended to the collected arrays, with what eviction
+ * released: the caller takes them (mr_lc_take_released) and frees each
+ * kind in one call.  The table rewrite is the caller's: prefix_out holds
+ * the request's indices, the tree's for [0, st->protected_len).  MR_ESTATE
+ * with pools. */
+int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                               size_t fill_len, int32_t ns, int64_t fresh, int64_t *prefix_out,
+                               int64_t *fork_src, int64_t *fork_dst);
+int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
+                             size_t committed_len, int32_t ns, int is_insert);
+
 /* free_mamba_cache(req, keep): frees the running slot and, with
- * extra_buffer, every track slot but track[keep] (keep < 0: all).
- * MR_ESTATE when the request holds no running slot (double free). */
+ * extra_buffer, every track slot but track[keep] (keep < 0: all); tree-only,
+ * they go to the collected arrays.  MR_ESTATE when the request holds no
+ * running slot (double free). */
 int mr_lc_free_states(mr_lifecycle *lc, mr_req *st, int keep);
 
 /* ------------------------------------------------------------------------
@@ -199,8 +242,10 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int32_t *ns, int is_insert);
 
-/* Verifies the tree (mr_radix_check), every pool, and that the tree's KV
- * tokens and states equal the TREE-owned units of the pools. */
+/* Verifies the tree (mr_radix_check), every pool, that the tree's KV
+ * tokens and states equal the TREE-owned units of the pools, and the
+ * request records Q1..Q6 (top of this file).  MR_ECORRUPT with the
+ * invariant's number in msg. */
 int mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen);
 
 #endif /* MR_LIFECYCLE_H */

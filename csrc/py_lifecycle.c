@@ -1182,6 +1182,231 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     return build_rs(&st);
 }
 
+/* ------------------------------------------------------------------------
+ * Tree-only: the same two calls over someone else's pools */
+
+/* The collected frees as two int64 arrays (then forgotten). */
+static int
+take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
+{
+    const int64_t *kvp, *stp;
+    size_t nkv, nst;
+    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
+    *kv = new_i64_from(kvp, nkv);
+    *states = new_i64_from(stp, nst);
+    mr_lc_clear_released(self->lc);
+    if (*kv == NULL || *states == NULL) {
+        Py_CLEAR(*kv);
+        Py_CLEAR(*states);
+        return -1;
+    }
+    return 0;
+}
+
+/* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
+ * ns.  Leaves the tokens in keybuf and returns the kv array (new ref). */
+static PyObject *
+foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
+             PyObject *ns_obj, mr_req *st, int64_t *ns, npy_intp *n)
+{
+    char arg[96];
+    if (self->rp_obj != NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has its own pools; use the call without _foreign",
+                     fname);
+        return NULL;
+    }
+    if (parse_rs(rs, st) < 0) {
+        return NULL;
+    }
+    snprintf(arg, sizeof(arg), "%s(): ns", fname);
+    if (ns_obj != NULL && mr_as_int64(ns_obj, 0, INT32_MAX, arg, ns) < 0) {
+        return NULL;
+    }
+    snprintf(arg, sizeof(arg), "%s(): kv", fname);
+    PyObject *arr = mr_pools_index_array(kv, arg);
+    if (arr == NULL) {
+        return NULL;
+    }
+    *n = PyArray_SIZE((PyArrayObject *)arr);
+    size_t len = 0;
+    snprintf(arg, sizeof(arg), "%s(): tokens", fname);
+    if (read_key(self, tokens, *n, arg, &len) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    if ((npy_intp)len < *n) {
+        PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zd KV indices", fname, len, (Py_ssize_t)*n);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    mr_lc_clear_released(self->lc);
+    return arr;
+}
+
+PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
+"cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0)\n"
+"--\n"
+"\n"
+"cache_unfinished_req on a Lifecycle without pools (the pools are someone\n"
+"else's): kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
+"state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
+"fork_src, fork_dst, kv_to_free, slots_to_free): the caller writes\n"
+"prefix_indices[old protected_len : new protected_len] to its table and\n"
+"frees the two arrays with one call each (fresh is among the slots when it\n"
+"was not needed).");
+
+static PyObject *
+Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", NULL};
+    int64_t ns = 0, fresh = 0;
+    npy_intp n = 0;
+    mr_req st;
+    if (!mr_check_nargs("cache_unfinished_foreign", nargs, 4, 4)
+        || mr_check_kwnames("cache_unfinished_foreign", kwnames, allowed) < 0
+        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0) {
+        return NULL;
+    }
+    PyObject *kv = foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2],
+                                mr_find_kw(kwnames, args + nargs, "ns"), &st, &ns, &n);
+    if (kv == NULL) {
+        return NULL;
+    }
+    PyObject *prefix = mr_pools_new_i64((Py_ssize_t)n);
+    if (prefix == NULL) {
+        Py_DECREF(kv);
+        return NULL;
+    }
+    int64_t fs = -1, fd = -1;
+    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+                                        (size_t)n, (int32_t)ns, fresh,
+                                        (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
+    Py_DECREF(kv);
+    PyObject *kvf = NULL, *stf = NULL;
+    if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
+        Py_DECREF(prefix);
+        Py_XDECREF(kvf);
+        Py_XDECREF(stf);
+        if (rc == MR_EINVAL) {
+            PyErr_SetString(PyExc_ValueError, "cache_unfinished_foreign(): the tracked length is not page aligned "
+                                              "or beyond len(kv)");
+            return NULL;
+        }
+        return rc != MR_OK ? lc_raise(self, rc, "cache_unfinished_foreign()") : NULL;
+    }
+    return Py_BuildValue("(NNLLNN)", build_rs(&st), prefix, (long long)fs, (long long)fd, kvf, stf);
+}
+
+PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
+"cache_finished_foreign($self, rs, tokens, kv, /, ns=0, is_insert=True)\n"
+"--\n"
+"\n"
+"cache_finished_req on a Lifecycle without pools: kv holds the request's\n"
+"committed KV indices.  Returns (rs, kv_to_free, slots_to_free), each array\n"
+"for one free call of the caller's allocator.");
+
+static PyObject *
+Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    int64_t ns = 0;
+    int ins = 1;
+    npy_intp n = 0;
+    mr_req st;
+    if (!mr_check_nargs("cache_finished_foreign", nargs, 3, 3)
+        || mr_check_kwnames("cache_finished_foreign", kwnames, allowed) < 0) {
+        return NULL;
+    }
+    PyObject *o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
+    PyObject *kv = foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2],
+                                mr_find_kw(kwnames, args + nargs, "ns"), &st, &ns, &n);
+    if (kv == NULL) {
+        return NULL;
+    }
+    int rc = mr_lc_cache_finished_ext(self->lc, &st, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+                                      (size_t)n, (int32_t)ns, ins);
+    Py_DECREF(kv);
+    PyObject *kvf = NULL, *stf = NULL;
+    if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
+        Py_XDECREF(kvf);
+        Py_XDECREF(stf);
+        return rc != MR_OK ? lc_raise(self, rc, "cache_finished_foreign()") : NULL;
+    }
+    return Py_BuildValue("(NNN)", build_rs(&st), kvf, stf);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
+"decode_prepare_foreign($self, rs, seq_len, fresh=-1, /)\n"
+"--\n"
+"\n"
+"decode_prepare on a Lifecycle without pools.  Returns (rs, track_slot,\n"
+"track_mask, need_slot): need_slot when lazy mode wants to borrow a slot at\n"
+"this boundary and fresh gave none (call again with one; nothing changed).");
+
+static PyObject *
+Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t sl = 0, fresh = -1;
+    mr_req st;
+    if (!mr_check_nargs("decode_prepare_foreign", nargs, 2, 3) || parse_rs(args[0], &st) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
+        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)) {
+        return NULL;
+    }
+    int64_t slot = -1;
+    uint8_t mask = 0;
+    int need = 0;
+    int rc = mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
+    if (rc != MR_OK) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "decode_prepare_foreign(): this Lifecycle has its own pools; use decode_prepare");
+        return NULL;
+    }
+    return Py_BuildValue("(NLOO)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False,
+                         need ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
+"decode_finish_foreign($self, rs, committed_len, finished, /)\n"
+"--\n"
+"\n"
+"decode_finish on a Lifecycle without pools: the decode boundary's\n"
+"bookkeeping (lazy: the borrowed slot given back).  Returns (rs, at_boundary,\n"
+"slots_to_free).");
+
+static PyObject *
+Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t c = 0;
+    mr_req st;
+    if (!mr_check_nargs("decode_finish_foreign", nargs, 3, 3) || parse_rs(args[0], &st) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
+        return NULL;
+    }
+    if (self->rp_obj != NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "decode_finish_foreign(): this Lifecycle has its own pools; use decode_finish");
+        return NULL;
+    }
+    int fin = PyObject_IsTrue(args[2]);
+    if (fin < 0) {
+        return NULL;
+    }
+    mr_lc_clear_released(self->lc);
+    int at = mr_lc_decode_finish(self->lc, -1, &st, c, fin);
+    PyObject *kvf = NULL, *stf = NULL;
+    if (take_frees(self, &kvf, &stf) < 0) {
+        return NULL;
+    }
+    Py_DECREF(kvf);
+    return Py_BuildValue("(NON)", build_rs(&st), at ? Py_True : Py_False, stf);
+}
+
 PyDoc_STRVAR(Lifecycle_free_states__doc__,
 "free_states($self, rs, /, keep=-1)\n"
 "--\n"
@@ -1618,6 +1843,14 @@ static PyMethodDef Lifecycle_methods[] = {
     {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
+    {"cache_unfinished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished_foreign,
+     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished_foreign__doc__},
+    {"cache_finished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_finished_foreign,
+     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished_foreign__doc__},
+    {"decode_finish_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_finish_foreign, METH_FASTCALL,
+     Lifecycle_decode_finish_foreign__doc__},
+    {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
+     Lifecycle_decode_prepare_foreign__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},

@@ -431,19 +431,32 @@ cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int
+mr_kv_reserve(mr_kv *kv, int64_t ntok)
+{
+    if (ntok < 0) {
+        return MR_EINVAL;
+    }
+    if (kv->page_size == 1 || (size_t)ntok <= kv->scratch_cap) {
+        return MR_OK;
+    }
+    int64_t *p = MR_REALLOC(kv->scratch, (size_t)ntok * sizeof(int64_t));
+    if (p == NULL) {
+        return MR_ENOMEM;
+    }
+    kv->scratch = p;
+    kv->scratch_cap = (size_t)ntok;
+    return MR_OK;
+}
+
 /* Fills kv->scratch with the distinct pages of tok[0:k), sorted; *np gets
  * their number.  MR_EINVAL (negative token, *bad set) or MR_ENOMEM. */
 static int
 pages_of(mr_kv *kv, const int64_t *tok, int64_t k, int64_t *np, int64_t *bad)
 {
-    if ((size_t)k > kv->scratch_cap) {
-        size_t cap = (size_t)k;
-        int64_t *p = MR_REALLOC(kv->scratch, cap * sizeof(int64_t));
-        if (p == NULL) {
-            return MR_ENOMEM;
-        }
-        kv->scratch = p;
-        kv->scratch_cap = cap;
+    int rc = mr_kv_reserve(kv, k);
+    if (rc != MR_OK) {
+        return rc;
     }
     for (int64_t i = 0; i < k; i++) {
         if (tok[i] < 0) {

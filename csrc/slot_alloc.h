@@ -136,6 +136,9 @@ int mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out);
  * paged mode; each token once with page_size 1).  Errors as mr_slots_free
  * (*bad is a token index); MR_ENOMEM when the scratch cannot grow. */
 int mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad);
+/* Makes the next free / transfer of up to ntok tokens need no memory (so a
+ * caller can take it after a change it cannot undo).  MR_ENOMEM. */
+int mr_kv_reserve(mr_kv *kv, int64_t ntok);
 /* Moves the pages of tokens tok[0:k) to owner `to` (see mr_slots_transfer). */
 int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,
                    int64_t *bad);

@@ -335,12 +335,17 @@ class SchedulerDriver:
       request's tokens run; ``kind`` is "hit" (state restored from the tree),
       "fresh" (cleared slot) or "continue" (next prefill chunk).
     on_step: called after every step with the driver (for invariant checks).
+    alloc_req_slots: the scheduler's admission, called as
+      ``alloc_req_slots(req_to_token_pool, reqs, tree_cache)`` (SGLang's own
+      function, for example); default: the state headroom eviction below,
+      then ``req_to_token_pool.alloc``.
     """
 
     def __init__(self, config: DriverConfig, tree_cache: Any, req_to_token_pool: Any,
                  token_to_kv_pool_allocator: Any, api: Any = None, model: Any = None,
                  on_extend: Optional[Callable[[str, int, np.ndarray, str], None]] = None,
-                 on_step: Optional[Callable[["SchedulerDriver"], None]] = None) -> None:
+                 on_step: Optional[Callable[["SchedulerDriver"], None]] = None,
+                 alloc_req_slots: Optional[Callable[[Any, list, Any], Any]] = None) -> None:
         import torch  # the drop-in objects are torch based
 
         if config.page_size != 1:
@@ -355,6 +360,7 @@ class SchedulerDriver:
         self.model = model
         self.on_extend = on_extend
         self.on_step = on_step
+        self.alloc_req_slots = alloc_req_slots
         self.waiting: list[_Info] = []
         self.running: list[_Info] = []
         self.chunked: Optional[_Info] = None
@@ -708,12 +714,15 @@ class SchedulerDriver:
         cfg = self.config
         pool = self.req_to_token_pool
         reqs = [i.req for i in infos]
-        # state-slot headroom, then request slots (HybridReqToTokenPool.alloc)
-        evict = state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
-        if evict > 0:
-            self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=evict))
-        if pool.alloc(reqs) is None:
-            raise RuntimeError("request slots exhausted: lower max_running")
+        if self.alloc_req_slots is not None:
+            self.alloc_req_slots(pool, reqs, self.tree_cache)
+        else:
+            # state-slot headroom, then request slots (HybridReqToTokenPool.alloc)
+            evict = state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
+            if evict > 0:
+                self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=evict))
+            if pool.alloc(reqs) is None:
+                raise RuntimeError("request slots exhausted: lower max_running")
         ext_total = sum(r.extend_range.end - len(r.prefix_indices) for r in reqs)
         out = self._alloc_tokens(ext_total)
         pt = 0

@@ -30,7 +30,9 @@ def _compiler():
     return None
 
 
-def test_c_core():
+def run_make(target: str) -> str:
+    """Runs `make -C tests/c target` with a clean environment; skips without a
+    compiler or make, fails with the output when it fails, returns the output."""
     cc = _compiler()
     if cc is None:
         pytest.skip("no C compiler installed")
@@ -40,7 +42,7 @@ def test_c_core():
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env["CC"] = cc
     proc = subprocess.run(
-        [make, "-C", C_DIR, "test"],
+        [make, "-C", C_DIR, target],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -48,4 +50,9 @@ def test_c_core():
         timeout=900,
     )
     if proc.returncode != 0:
-        pytest.fail(f"make -C tests/c test exited with {proc.returncode}:\n{proc.stdout}", pytrace=False)
+        pytest.fail(f"make -C tests/c {target} exited with {proc.returncode}:\n{proc.stdout}", pytrace=False)
+    return proc.stdout
+
+
+def test_c_core():
+    run_make("test")

@@ -436,6 +436,31 @@ def test_batch_api_random_batches(page_size: int) -> None:
     assert kc["req"] == 0 and kc["held"] == 0   # every KV page is free or the tree's
 
 
+def test_batch_admission_counts_kv_in_pages() -> None:
+    """Three 2-token requests need three KV pages of 4 tokens; with two free
+    the batch is refused and nothing is taken (it once took 3 rows, 9 state
+    slots and every KV token while reporting a refusal); with three it is
+    admitted."""
+    for pages, admitted in ((2, False), (3, True)):
+        st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(4 * pages, 4), _C.ReqPool(6, 64, 2)
+        lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+        out = lc.prefill_batch([[1, 2], [3, 4], [5, 6]])
+        assert (out is not None) == admitted
+        if admitted:
+            assert (st.available_size(), kv.available_size(), rp.available_size()) == (32 - 9, 0, 3)
+        else:
+            assert (st.available_size(), kv.available_size(), rp.available_size()) == (32, 4 * pages, 6)
+        assert st.counts()["held"] == 0 and kv.counts()["held"] == 0
+        lc.check()
+
+
+def test_no_buffer_needs_page_size_one() -> None:
+    """SGLang's MambaRadixCache asserts page_size == 1 without the extra buffer."""
+    with pytest.raises(ValueError):
+        _C.Lifecycle(_C.SlotAllocator(8), _C.SlotAllocator(64, 4), _C.ReqPool(2, 16, 2), page_size=4,
+                     extra_buffer=False)
+
+
 def test_batch_api_bad_input() -> None:
     loop = BatchLoop()
     out = loop.prefill([list(range(1, 100))])
@@ -490,9 +515,10 @@ def test_donated_track_slot_cannot_be_cached_again() -> None:
 
 @pytest.mark.parametrize("mode", ["no_buffer", "extra_buffer", "lazy"])
 def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
-    """The same random workload through the C lifecycle (own pools) and
-    through the Python path the cache takes over someone else's pools: the
-    same hits for every request and the same tree sizes after each."""
+    """The same random workload through the C lifecycle over its own pools
+    and in its tree-only mode, which the cache takes over someone else's
+    pools (what those must free handed back per call): the same hits for
+    every request and the same tree sizes after each."""
     extra_buffer = mode != "no_buffer"
     rng = random.Random(77 + len(mode))
     bases = [[rng.randint(1, 40) for _ in range(rng.randint(64, 260))] for _ in range(3)]
@@ -509,6 +535,75 @@ def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
         assert own.run(toks, out_len) == other.run(toks, out_len)
         assert own.tree.total_size() == other.tree.total_size()
         assert own.tree._lc.sizes() == other.tree._lc.sizes()
+
+
+def _rs(running: int, track=(-1, -1), nxt: int = -1, last_track: int = -1, protected: int = 0,
+        node=(-1, 0), locked: int = 0) -> tuple:
+    return (running, track[0], track[1], nxt, last_track, -1, -1, 0, 1, protected, node[0], node[1], locked)
+
+
+def test_tree_only_calls_hand_back_what_to_free() -> None:
+    """Tree-only mode (the cache over SGLang's own pools): what the caller's
+    allocators must free comes back from each call, per kind."""
+    lc = _C.Lifecycle(chunk_size=4)                      # no_buffer, page size 1
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(5), [1, 2, 3], np.array([10, 11, 12]))
+    assert rs[0] == -1 and kv_free.size == 0 and st_free.size == 0   # the tree took slot 5 and the KV
+    # a longer request over the same prefix: its first three KV indices are
+    # duplicates; its slot ends the new node
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(6), [1, 2, 3, 4], np.array([20, 21, 22, 23]))
+    assert sorted(kv_free.tolist()) == [20, 21, 22] and st_free.size == 0
+    # the same prefix again: all duplicates, and the state exists: its slot comes back
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(8), [1, 2, 3], np.array([30, 31, 32]))
+    assert sorted(kv_free.tolist()) == [30, 31, 32] and st_free.tolist() == [8]
+    # not inserted: everything past the protected prefix goes back
+    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(7), [9, 9], np.array([40, 41]), is_insert=False)
+    assert sorted(kv_free.tolist()) == [40, 41] and st_free.tolist() == [7]
+    assert lc.sizes()[2] + lc.sizes()[3] == 2                        # states 5 and 6 cached
+    # extra_buffer: the newest snapshot (track[keep]) is donated; the fresh slot replaces it
+    lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
+    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+        _rs(1, track=(2, 3), nxt=0, last_track=4), [1, 2, 3, 4, 5], np.array([11, 12, 13, 14, 15]), 9)
+    assert rs[1:3] == (2, 9)        # keep = other(next) = 1: slot 3 went to the tree, 9 took its place
+    assert prefix.tolist() == [11, 12, 13, 14, 15] and rs[9] == 4 and (fs, fd) == (-1, -1)
+    assert kv_free.size == 0 and st_free.size == 0
+    # nothing tracked: the fresh slot comes back unused
+    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+        _rs(4, track=(5, 6), nxt=0), [7, 7], np.array([50, 51]), 8)
+    assert st_free.tolist() == [8] and prefix.tolist() == [50, 51]
+    lc.check()
+
+
+def test_tree_only_lazy_decode_borrows_a_caller_slot() -> None:
+    """Lazy mode over someone else's pools: at a boundary the lifecycle asks
+    for a slot to borrow (nothing changes until it gets one), snapshots into
+    it, and after the step hands the old one back to be freed."""
+    lc = _C.Lifecycle(extra_buffer=True, lazy=True, track_interval=4)
+    rs = _rs(1, track=(2, -1), nxt=0)
+    assert lc.decode_prepare_foreign(rs, 7) == (rs, 2, False, False)       # no boundary
+    assert lc.decode_prepare_foreign(rs, 8) == (rs, 2, True, True)         # wants a slot
+    rs2, slot, mask, need = lc.decode_prepare_foreign(rs, 8, 9)
+    assert rs2[1:4] == (2, 9, 1) and (slot, mask, need) == (9, True, False)
+    rs3, at, st_free = lc.decode_finish_foreign(rs2, 8, False)
+    assert at and rs3[1:5] == (-1, 9, 1, 8) and st_free.tolist() == [2]
+    # no slot to be had: the step goes on in the slot it has
+    rs4, at, st_free = lc.decode_finish_foreign(rs, 8, True)
+    assert at and rs4[1:5] == (2, -1, 0, 8) and rs4[8] == 0 and st_free.size == 0   # not insertable
+
+
+def test_tree_only_calls_bad_input() -> None:
+    own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
+    with pytest.raises(RuntimeError, match="own pools"):
+        own.cache_finished_foreign(_rs(1), [1], np.array([1]))
+    lc = _C.Lifecycle(extra_buffer=True)
+    with pytest.raises(ValueError, match="fresh"):
+        lc.cache_unfinished_foreign(_rs(1, track=(2, 3), nxt=0, last_track=1), [1], np.array([1]), 0)
+    with pytest.raises(ValueError, match="tokens"):
+        lc.cache_finished_foreign(_rs(1, track=(2, 3), nxt=0), [1], np.array([1, 2]))
+    with pytest.raises(ValueError):
+        lc.cache_finished_foreign(_rs(1), [1, 2], np.array([-1, 2]))
+    with pytest.raises(_C.OwnershipError):
+        lc.cache_finished_foreign(_rs(-1), [1], np.array([1]))   # no running slot: finished twice
+    lc.check()
 
 
 def test_disabled_cache_frees_everything() -> None:

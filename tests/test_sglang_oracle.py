@@ -117,11 +117,16 @@ def _radix_key_source(path):
 _SERVER_ARGS = types.SimpleNamespace(mamba_cache_chunk_size=64)
 
 
-def load_sglang():
+def load_sglang(more=None):
     """Returns a namespace with MambaRadixCache, RadixKey, InsertParams,
     MatchPrefixParams, EvictParams and a cache factory; raises ImportError
-    (with the reason) when it cannot."""
+    (with the reason) when it cannot.  With `more`, the cache module is
+    always loaded on its own, and more(sglang_dir) is called once the
+    stand-ins are in place, before it loads: it may load more of SGLang's
+    files over them, and the dict it returns is added to the namespace."""
     try:  # a complete installation
+        if more is not None:
+            raise ImportError("loading SGLang's files on their own")
         from sglang.srt.mem_cache import base_prefix_cache as bpc
         from sglang.srt.mem_cache import mamba_radix_cache as mrc
         from sglang.srt.mem_cache.radix_cache import RadixKey
@@ -192,11 +197,14 @@ def load_sglang():
             ),
         }
         sys.modules.update(stubs)
+        extra = more(d) if more is not None else {}
         rk = _exec_module("sglang.srt.mem_cache.radix_cache", os.path.join(mc, "radix_cache.py"),
                           _radix_key_source(os.path.join(mc, "radix_cache.py")))
         bpc = _exec_module("sglang.srt.mem_cache.base_prefix_cache", os.path.join(mc, "base_prefix_cache.py"))
         mrc = _exec_module("sglang.srt.mem_cache.mamba_radix_cache", os.path.join(mc, "mamba_radix_cache.py"))
-        return _namespace(mrc, bpc, rk.RadixKey, TokenToKVPoolAllocator, isolated=True)
+        ns = _namespace(mrc, bpc, rk.RadixKey, TokenToKVPoolAllocator, isolated=True)
+        ns.__dict__.update(extra)
+        return ns
     except Exception as e:  # noqa: BLE001
         raise ImportError("cannot load SGLang's mamba_radix_cache.py: %r (normal import: %r)" % (e, first_error))
     finally:

@@ -37,7 +37,7 @@ from ._api import (
     RadixKey,
     Req,
 )
-from .pools import HybridReqToTokenPool, TokenToKVPoolAllocator, _np_index, _rs_of
+from .pools import HybridReqToTokenPool, TokenToKVPoolAllocator, _np_index, _rs_of, _to_device
 
 __all__ = ["MambaRadixCache", "TreeNode"]
 
@@ -593,82 +593,59 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         req.last_node = self._node(rs[10], rs[11])
 
     # -- the same two operations over someone else's pools -------------------------
+    # The C lifecycle decides (tree-only mode); what the pools' allocators must
+    # free comes back as two arrays, each freed with one call.
 
     def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
         pool = self.req_to_token_pool
-        alloc = self.token_to_kv_pool_allocator
-        token_ids = (req.origin_input_ids + req.output_ids)[:committed]
-        kv = pool.req_to_token[req.req_pool_idx, :committed]
-        keep: Optional[int] = None
-        if is_insert:
-            if self.enable_mamba_extra_buffer:
-                cache_len = req.mamba_last_track_seqlen or 0
-            else:
-                cache_len = len(token_ids)
-            if cache_len != len(token_ids):
-                alloc.free(kv[max(cache_len, req.cache_protected_len) :].to(torch.int64))
-                token_ids = token_ids[:cache_len]
-                kv = kv[:cache_len]
-            aligned = len(kv) // self.page_size * self.page_size
-            if self.enable_mamba_extra_buffer:
-                keep = pool.get_mamba_ping_pong_keep_idx(req)
-                src = req.mamba_ping_pong_track_buffer[keep].reshape(1)
-                if int(src[0]) == -1:
-                    raise _C.OwnershipError(f"request {req.rid!r}: the snapshot slot was already donated")
-                mamba_value = src.clone()
-            else:
-                mamba_value = req.mamba_pool_idx.reshape(1).clone()
-            res = self.insert(
-                InsertParams(
-                    key=RadixKey(token_ids[:aligned], req.extra_key),
-                    value=kv[:aligned].to(torch.int64),
-                    mamba_value=mamba_value,
-                    prev_prefix_len=req.cache_protected_len,
-                )
-            )
-            exist = res.mamba_exist
-        else:
-            alloc.free(kv[req.cache_protected_len :].to(torch.int64))
-            exist = True
-        if exist:
-            keep = None
-        if self.enable_mamba_extra_buffer or exist:
-            pool.free_mamba_cache(req, mamba_ping_pong_track_buffer_to_keep=keep)
-        self.dec_lock_ref(req.last_node)
+        kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed])
+        old = _rs_of(req, with_node=True, cache=self)
+        _, kv_free, st_free = self._lc.cache_finished_foreign(
+            old, req.origin_input_ids + req.output_ids, kv, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+        )
+        self._free_foreign(kv_free, st_free)
+        # the request's fields as SGLang's free_mamba_cache leaves them: a
+        # no_buffer request whose running slot the tree took keeps pointing at it
+        if self.enable_mamba_extra_buffer or bool((st_free == old[0]).any()):
+            req.mamba_pool_idx = None
+        if self.enable_mamba_extra_buffer:
+            req.mamba_ping_pong_track_buffer = None
+            req.mamba_next_track_idx = None
 
     def _foreign_cache_unfinished(self, req: Req, chunked: bool) -> None:
         pool = self.req_to_token_pool
         token_ids = req.get_fill_ids()
         cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else len(token_ids)
+        row = req.req_pool_idx
         if self.disable or cache_len is None:
-            req.prefix_indices = pool.req_to_token[req.req_pool_idx, : req.extend_range.end].to(torch.int64)
+            req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
-        kv_orig = pool.req_to_token[req.req_pool_idx, : len(token_ids)]
-        kv = kv_orig[:cache_len].to(torch.int64)
-        if len(kv) % self.page_size:
-            raise ValueError(f"cache_unfinished_req(): tracked length {cache_len} is not page aligned")
-        toks = token_ids[:cache_len]
+        kv = _np_index(pool.req_to_token[row, : len(token_ids)])
+        fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
+        old = _rs_of(req, with_node=True, cache=self)
+        try:
+            rs, prefix, fs, fd, kv_free, st_free = self._lc.cache_unfinished_foreign(
+                old, token_ids, kv, int(fresh[0]), ns=self._ns(req.extra_key)
+            )
+        except BaseException:
+            pool.mamba_allocator.free(fresh)
+            raise
+        if fs >= 0:
+            pool.mamba_pool.copy_from(
+                torch.tensor([fs], dtype=torch.int64, device=self.device),
+                torch.tensor([fd], dtype=torch.int64, device=self.device),
+            )
         if self.enable_mamba_extra_buffer:
-            donated = pool.donate_mamba_ping_pong_slot(req, self._alloc_mamba_slot())
-        else:
-            donated = self._alloc_mamba_slot()
-            pool.mamba_pool.copy_from(req.mamba_pool_idx.reshape(1), donated)
-        res = self.insert(
-            InsertParams(key=RadixKey(toks, req.extra_key), value=kv, mamba_value=donated,
-                         prev_prefix_len=req.cache_protected_len, chunked=chunked)
-        )
-        if res.mamba_exist:
-            pool.mamba_allocator.free(donated)
-        m = self.match_prefix(MatchPrefixParams(key=RadixKey(toks, req.extra_key)))
-        new_indices, new_node = m.device_indices, m.last_device_node
-        p = req.cache_protected_len
-        pool.write((req.req_pool_idx, slice(p, len(new_indices))), new_indices[p:].to(pool.req_to_token.dtype))
-        self.dec_lock_ref(req.last_node)
-        self.inc_lock_ref(new_node)
-        req.prefix_indices = torch.cat([new_indices, kv_orig[len(new_indices) :].to(torch.int64)])
-        req.cache_protected_len = len(new_indices)
+            # the tree took the newest snapshot's slot; the buffer gets the fresh one
+            pool.set_mamba_ping_pong_slot(req, pool.get_mamba_ping_pong_keep_idx(req), fresh[0])
+        self._free_foreign(kv_free, st_free)
+        p, n = int(old[9]), int(rs[9])
+        if n > p:
+            pool.write((row, slice(p, n)), _to_device(prefix[p:n], pool.req_to_token.device).to(pool.req_to_token.dtype))
+        req.prefix_indices = self._indices(prefix)
+        req.cache_protected_len = n
         req.mamba_last_track_seqlen = None
-        req.last_node = new_node
+        req.last_node = self._node(rs[10], rs[11])
 
     # -- tracking helpers for a driver (ScheduleBatch's mamba parts) ----------------
 
@@ -696,21 +673,22 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _foreign_decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
         pool = self.req_to_token_pool
-        buf = req.mamba_ping_pong_track_buffer
-        if buf is None:
+        if req.mamba_ping_pong_track_buffer is None:
             return -1, False
-        at = seq_len % self.mamba_track_interval == 0
-        if self.enable_mamba_extra_buffer_lazy and at:
-            other = 1 - req.mamba_next_track_idx
-            if int(buf[other]) == -1:
-                slot = pool.mamba_allocator.alloc(1)
-                if slot is None:
-                    self.evict(EvictParams(num_tokens=0, mamba_num=1))
-                    slot = pool.mamba_allocator.alloc(1)
-                if slot is not None:
-                    pool.set_mamba_ping_pong_slot(req, other, slot[0])
-                    req.mamba_next_track_idx = other
-        return int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx]), at
+        old = _rs_of(req)
+        rs, slot, mask, need = self._lc.decode_prepare_foreign(old, seq_len)
+        if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
+            fresh = pool.mamba_allocator.alloc(1)
+            if fresh is None:
+                self.evict(EvictParams(num_tokens=0, mamba_num=1))
+                fresh = pool.mamba_allocator.alloc(1)
+            if fresh is not None:
+                rs, slot, mask, _ = self._lc.decode_prepare_foreign(old, seq_len, int(fresh[0]))
+        for j in (0, 1):
+            if rs[1 + j] != old[1 + j]:
+                pool.set_mamba_ping_pong_slot(req, j, rs[1 + j])
+        req.mamba_next_track_idx = rs[3]
+        return int(slot), bool(mask)
 
     def decode_track_done(self, req: Req, finished: bool = False) -> bool:
         """After a decode result: at a boundary (kv_committed_len a multiple
@@ -719,19 +697,17 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         not insertable).  Returns True at a boundary."""
         pool = self.req_to_token_pool
         if not self._native:
-            if req.mamba_ping_pong_track_buffer is None or req.kv_committed_len % self.mamba_track_interval:
-                return False
-            req.mamba_last_track_seqlen = int(req.kv_committed_len)
-            if self.enable_mamba_extra_buffer_lazy:
-                other = 1 - req.mamba_next_track_idx
-                if int(req.mamba_ping_pong_track_buffer[other]) != -1:
-                    pool.mamba_allocator.free(req.mamba_ping_pong_track_buffer[other].reshape(1).clone())
-                    pool.set_mamba_ping_pong_slot(req, other, -1)
-                elif finished:
-                    req.mamba_lazy_is_insert = False
-            else:
-                req.mamba_next_track_idx = pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
-            return True
+            old = _rs_of(req)
+            rs, at, st_free = self._lc.decode_finish_foreign(old, int(req.kv_committed_len), bool(finished))
+            self._free_foreign(st_free[:0], st_free)
+            for j in (0, 1):
+                if rs[1 + j] != old[1 + j]:  # lazy: the borrowed slot given back
+                    pool.set_mamba_ping_pong_slot(req, j, rs[1 + j])
+            if at:
+                req.mamba_last_track_seqlen = rs[4]
+                req.mamba_next_track_idx = rs[3]
+                req.mamba_lazy_is_insert = bool(rs[8])
+            return bool(at)
         old = _rs_of(req)
         rs, at = self._lc.decode_finish(int(req.req_pool_idx or 0), old, int(req.kv_committed_len), bool(finished))
         pool._apply_rs(req, rs, old)

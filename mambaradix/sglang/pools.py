@@ -586,13 +586,20 @@ class HybridReqToTokenPool(ReqToTokenPool):
         """Rows for the requests without one, a running slot for those
         without one (mamba_needs_clear) and, with extra_buffer, track
         buffers.  None when rows are short; RuntimeError when state slots
-        are short (nothing is taken either way)."""
+        are short (nothing is taken either way).
+
+        The state headroom of SGLang's ``alloc_req_slots`` is taken here too
+        (the C lifecycle evicts cached states when fewer than ``len(reqs) *
+        3`` slots, lazy 2, are free): SGLang's scheduler skips it for a pool
+        that is not its own class, and after it has run there is nothing
+        left to evict, so the drop-in behaves as SGLang's pools do under
+        either."""
         need = sum(1 for r in reqs if r.req_pool_idx is None)
-        if need > self._rp.available_size():
-            return None
         rows = [-1 if r.req_pool_idx is None else int(r.req_pool_idx) for r in reqs]
         olds = [_rs_of(r) for r in reqs]
-        got = self._lc.admit(rows, olds)
+        got = self._lc.admit(rows, olds, headroom=True)
+        if got is None and need > self._rp.available_size():
+            return None
         if got is None:
             raise RuntimeError(
                 "Not enough space for mamba cache: "

@@ -1,11 +1,16 @@
-/* test_lifecycle.c - the pools and the request lifecycle without Python:
- * out-of-memory injection (every allocation of a batch of operations made
- * to fail in turn) must leave the tree, the pools and their ownership
- * accounting valid, and the operation must either succeed or report
- * MR_ENOMEM.  Built with -DMR_FAULT_INJECT; exits with the error count.
+/* test_lifecycle.c - the pools and the request lifecycle without Python.
  *
- *   cc -std=c11 -DMR_FAULT_INJECT -Icsrc tests/c/test_lifecycle.c \
- *      csrc/slot_alloc.c csrc/req_pool.c csrc/lifecycle.c csrc/radix.c csrc/common.c
+ *   --oom       out-of-memory injection (built with -DMR_FAULT_INJECT): every
+ *               allocation of a round of batched calls made to fail in turn,
+ *               at page sizes 1, 4 and 16, must leave the tree, the pools,
+ *               their ownership accounting and the request records valid,
+ *               and the call must succeed or report MR_ENOMEM;
+ *   --room      pools too small (page sizes 4 and 16): every point where a
+ *               batched call takes a row, a state slot or a KV page runs out
+ *               of room in turn; a refused batch takes nothing;
+ *   (default: both; --oom is skipped without -DMR_FAULT_INJECT).
+ * Exits with the number of failed checks.  tests/c/Makefile builds it in
+ * the four variants (plain, ASan+UBSan, fault injection, valgrind).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +38,16 @@ typedef struct {
     mr_lifecycle *lc;
 } world;
 
+/* A lifecycle over pools of the given sizes (KV in tokens). */
 static int
-world_init(world *w, int extra)
+world_make(world *w, int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_tokens, int64_t rows)
 {
     memset(w, 0, sizeof(*w));
-    mr_lc_config cfg = {.page_size = 1, .chunk_size = 16, .policy = MR_POLICY_SGLANG, .extra_buffer = extra,
-                        .lazy = 0, .track_buffer_size = 2, .track_interval = 8};
-    if (mr_slots_init(&w->state, 24) != MR_OK || mr_kv_init(&w->kv, 600, 1) != MR_OK
-        || mr_reqpool_init(&w->rp, 6, 256, 2) != MR_OK || mr_lc_new(&cfg, &w->state, &w->kv, &w->rp, &w->lc) != MR_OK) {
+    mr_lc_config cfg = {.page_size = (uint32_t)ps, .chunk_size = 16, .policy = MR_POLICY_SGLANG,
+                        .extra_buffer = extra, .lazy = lazy, .track_buffer_size = 2, .track_interval = 8};
+    if (mr_slots_init(&w->state, slots) != MR_OK || mr_kv_init(&w->kv, kv_tokens, ps) != MR_OK
+        || mr_reqpool_init(&w->rp, rows, 256, 2) != MR_OK
+        || mr_lc_new(&cfg, &w->state, &w->kv, &w->rp, &w->lc) != MR_OK) {
         return -1;
     }
     return 0;
@@ -70,6 +77,81 @@ make_key(int32_t *k, size_t n, int base, int salt)
     for (size_t i = 0; i < n; i++) {
         k[i] = (int32_t)(i < 40 ? base * 100 + (int)i : 50000 + salt * 1000 + (int)i);
     }
+}
+
+#ifdef MR_FAULT_INJECT
+/* A tree-only lifecycle (no pools) collects what eviction releases.  With
+ * an allocation failing at every point of an eviction in turn, what was
+ * handed out and what the tree still holds must split the inserted KV
+ * indices and states exactly: nothing in both, nothing lost.  (The KV hook
+ * reserves room for the node's state, so the state hook cannot fail after
+ * the node's KV was handed out.) */
+static void
+test_tree_only_oom(void)
+{
+    enum { NK = 12, LEN = 6 };
+    long n;
+    for (n = 1; n < 10000; n++) {
+        mr_lifecycle *lc = NULL;
+        mr_lc_config cfg = {.page_size = 1, .chunk_size = 1, .policy = MR_POLICY_SGLANG, .track_buffer_size = 2,
+                            .track_interval = 8};
+        CHECK(mr_lc_new(&cfg, NULL, NULL, NULL, &lc) == MR_OK, "tree-only init");
+        int32_t key[LEN];
+        int64_t val[LEN], dup[LEN];
+        for (int k = 0; k < NK; k++) {
+            for (int j = 0; j < LEN; j++) {
+                key[j] = k * 100 + j;
+                val[j] = 1 + k * LEN + j;
+            }
+            mr_insert_result r;
+            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r) == MR_OK, "tree-only insert");
+        }
+        mr_fault_fail_at(n);
+        int rc = mr_lc_evict(lc, NK * LEN, 0, NULL, NULL);
+        long used = mr_fault_count();
+        mr_fault_fail_at(0);
+        CHECK(rc == MR_OK || rc == MR_ENOMEM, "tree-only evict: rc %d", rc);
+        uint8_t seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
+        const int64_t *kv, *st;
+        size_t nkv, nst;
+        mr_lc_take_released(lc, &kv, &nkv, &st, &nst);
+        for (size_t i = 0; i < nkv; i++) {
+            seen_kv[kv[i]]++;
+        }
+        for (size_t i = 0; i < nst; i++) {
+            seen_st[st[i] - 1000]++;
+        }
+        mr_radix *t = mr_lc_tree(lc);
+        for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
+            const int64_t *v = mr_node_values(x);
+            for (size_t j = 0; j < mr_node_len(x); j++) {
+                seen_kv[v[j]]++;
+            }
+            if (mr_node_state(x) >= 0) {
+                seen_st[mr_node_state(x) - 1000]++;
+            }
+        }
+        for (int i = 1; i <= NK * LEN; i++) {
+            CHECK(seen_kv[i] == 1, "fail_at=%ld: KV %d is held %d times (released + tree)", n, i, seen_kv[i]);
+        }
+        for (int i = 0; i < NK; i++) {
+            CHECK(seen_st[i] == 1, "fail_at=%ld: state %d is held %d times (released + tree)", n, 1000 + i,
+                  seen_st[i]);
+        }
+        char msg[256];
+        CHECK(mr_lc_check(lc, msg, sizeof(msg)) == MR_OK, "%s", msg);
+        mr_lc_free(lc);
+        if (used < n) {
+            break;
+        }
+    }
+    printf("oom: tree-only eviction: %ld allocation failure points checked\n", n - 1);
+}
+
+static int
+world_init(world *w, int extra, int64_t ps)
+{
+    return world_make(w, extra, 0, ps, 24, ps == 1 ? 600 : 64 * ps, 6);
 }
 
 /* One round: a batch of 3 requests through prefill, end-of-prefill
@@ -111,13 +193,13 @@ round_trip(world *w, int round)
 }
 
 static void
-test_oom(int extra)
+test_oom(int extra, int64_t ps)
 {
     /* Fail allocation 1, 2, ... of the round until the round needs fewer. */
     long n;
     for (n = 1; n < 100000; n++) {
         world w;
-        if (world_init(&w, extra) != 0) {
+        if (world_init(&w, extra, ps) != 0) {
             CHECK(0, "init");
             return;
         }
@@ -128,7 +210,8 @@ test_oom(int extra)
         int rc = round_trip(&w, 5);
         long used = mr_fault_count();
         mr_fault_fail_at(0);
-        CHECK(rc == MR_OK || rc == MR_ENOMEM, "extra=%d fail_at=%ld: rc %d (%s)", extra, n, rc, mr_strerror(rc));
+        CHECK(rc == MR_OK || rc == MR_ENOMEM, "extra=%d ps=%lld fail_at=%ld: rc %d (%s)", extra, (long long)ps,
+              n, rc, mr_strerror(rc));
         check_world(&w, "after injected failure");
         world_free(&w);
         if (used < n) {
@@ -136,8 +219,10 @@ test_oom(int extra)
         }
     }
     CHECK(n > 3 && n < 100000, "extra=%d: %ld injection points", extra, n);
-    printf("extra_buffer=%d: %ld allocation failure points checked\n", extra, n - 1);
+    printf("oom: extra_buffer=%d page_size=%lld: %ld allocation failure points checked\n", extra, (long long)ps,
+           n - 1);
 }
+#endif
 
 static void
 test_double_free_and_tree_owned(void)
@@ -155,12 +240,248 @@ test_double_free_and_tree_owned(void)
     mr_slots_destroy(&s);
 }
 
-int
-main(void)
+/* ------------------------------------------------------------------------
+ * Out of room */
+
+/* What callers hold: a refused call must leave it as it was. */
+typedef struct {
+    int64_t rows_free, st_req, st_held, kv_req, kv_held;
+} held;
+
+static held
+held_now(const world *w)
 {
+    held h = {mr_slots_available(&w->rp.rows), w->state.n_req, w->state.n_held, w->kv.pages.n_req,
+              w->kv.pages.n_held};
+    return h;
+}
+
+static int
+same_held(held a, held b)
+{
+    return a.rows_free == b.rows_free && a.st_req == b.st_req && a.st_held == b.st_held && a.kv_req == b.kv_req
+           && a.kv_held == b.kv_held;
+}
+
+/* The issue's reproducer: three 2-token requests need three KV pages of 4;
+ * two are free.  The batch is refused whole, then admitted with a third. */
+static void
+test_batch_in_pages(void)
+{
+    /* no_buffer needs page size 1, as SGLang's MambaRadixCache asserts */
+    {
+        mr_slots s;
+        mr_kv kv;
+        mr_reqpool rp;
+        mr_lifecycle *lc = NULL;
+        mr_lc_config cfg = {.page_size = 4, .chunk_size = 4, .policy = MR_POLICY_SGLANG, .extra_buffer = 0,
+                            .track_buffer_size = 2, .track_interval = 8};
+        CHECK(mr_slots_init(&s, 4) == MR_OK && mr_kv_init(&kv, 16, 4) == MR_OK && mr_reqpool_init(&rp, 2, 8, 2) == MR_OK,
+              "init");
+        CHECK(mr_lc_new(&cfg, &s, &kv, &rp, &lc) == MR_EINVAL && lc == NULL, "no_buffer at page size 4 accepted");
+        mr_reqpool_destroy(&rp);
+        mr_kv_destroy(&kv);
+        mr_slots_destroy(&s);
+    }
+    /* kv_pages 2: refused; 3: admitted; 3 with one page cached in the tree:
+     * admitted once eviction frees a page (counted in pages, not tokens) */
+    for (int c = 0; c < 3; c++) {
+        int64_t kv_pages = c == 0 ? 2 : 3;
+        world w;
+        mr_lc_config cfg = {.page_size = 4, .chunk_size = 4, .policy = MR_POLICY_SGLANG, .extra_buffer = 1,
+                            .track_buffer_size = 2, .track_interval = 8};
+        memset(&w, 0, sizeof(w));
+        CHECK(mr_slots_init(&w.state, 32) == MR_OK && mr_kv_init(&w.kv, kv_pages * 4, 4) == MR_OK
+                  && mr_reqpool_init(&w.rp, 6, 64, 2) == MR_OK
+                  && mr_lc_new(&cfg, &w.state, &w.kv, &w.rp, &w.lc) == MR_OK,
+              "init");
+        int64_t rows[3], pl[3], cs[3], cd[3], cl[3], ts[3], tl[3];
+        uint8_t tm[3];
+        mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
+        int64_t slots0 = 32;
+        if (c == 2) {
+            /* 5 tokens: two pages; finishing caches the tracked first page */
+            const int32_t k0[5] = {9, 9, 9, 9, 9};
+            const int32_t *kp0[1] = {k0};
+            size_t len0[1] = {5};
+            CHECK(mr_lc_prefill_batch(w.lc, 1, kp0, len0, NULL, &out) == MR_OK, "warm prefill");
+            CHECK(mr_lc_finish_batch(w.lc, 1, rows, kp0, NULL, 1) == MR_OK, "warm finish");
+            CHECK(w.kv.pages.n_tree == 1 && mr_kv_available(&w.kv) == 8, "warm: %lld tree pages, %lld free tokens",
+                  (long long)w.kv.pages.n_tree, (long long)mr_kv_available(&w.kv));
+            slots0 = mr_slots_available(&w.state);
+        }
+        int32_t k[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+        const int32_t *kp[3] = {k[0], k[1], k[2]};
+        size_t lens[3] = {2, 2, 2};
+        int rc = mr_lc_prefill_batch(w.lc, 3, kp, lens, NULL, &out);
+        if (c == 0) {
+            CHECK(rc == MR_ENOSPC, "2 pages for 3 requests: rc %d", rc);
+            CHECK(mr_slots_available(&w.state) == 32 && mr_kv_available(&w.kv) == 8
+                      && mr_slots_available(&w.rp.rows) == 6,
+                  "a refused batch kept slots %lld, kv %lld, rows %lld", (long long)mr_slots_available(&w.state),
+                  (long long)mr_kv_available(&w.kv), (long long)mr_slots_available(&w.rp.rows));
+        }
+        else {
+            CHECK(rc == MR_OK, "3 pages for 3 requests (case %d): rc %d", c, rc);
+            CHECK(mr_kv_available(&w.kv) == 0 && w.kv.pages.n_tree == 0
+                      && mr_slots_available(&w.state) == slots0 - 9 + (c == 2),
+                  "admitted batch (case %d)", c);
+        }
+        check_world(&w, "batch in pages");
+        world_free(&w);
+    }
+}
+
+/* Which batched call ran out of room, and for what. */
+enum { R_PREFILL_ROWS, R_PREFILL_SLOTS, R_PREFILL_KV, R_DECODE_KV, R_UNFINISHED_SLOT, R_ADMITTED, R_N };
+static const char *const room_names[R_N] = {"prefill: rows", "prefill: state slots", "prefill: KV pages",
+                                            "decode: KV page", "cache_unfinished: state slot",
+                                            "(batches admitted)"};
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t
+rnd(uint32_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+/* Runs rounds of batches over small pools; a refused call must take
+ * nothing and leave everything valid.  Counts refusals by cause in hits. */
+static void
+room_run(int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_pages, int64_t nrows, long *hits)
+{
+    world w;
+    if (world_make(&w, extra, lazy, ps, slots, kv_pages * ps, nrows) != 0) {
+        CHECK(0, "init");
+        world_free(&w);
+        return;
+    }
+    enum { NB = 3, MAXLEN = 96 };
+    int32_t keys[NB][MAXLEN + 40];
+    const int32_t *kp[NB];
+    for (int round = 0; round < 6; round++) {
+        size_t n = 1 + rnd(NB), lens[NB];
+        for (size_t i = 0; i < n; i++) {
+            lens[i] = 1 + rnd(MAXLEN);
+            make_key(keys[i], lens[i] + 40, (int)rnd(3), (int)rnd(4));
+            kp[i] = keys[i];
+        }
+        int64_t rows[NB], pl[NB], cs[NB], cd[NB], cl[NB], ts[NB], tl[NB];
+        uint8_t tm[NB];
+        mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
+        held before = held_now(&w);
+        int64_t kv_free = mr_kv_available(&w.kv), st_free = mr_slots_available(&w.state);
+        int rc = mr_lc_prefill_batch(w.lc, n, kp, lens, NULL, &out);
+        check_world(&w, "prefill_batch");
+        if (rc != MR_OK) {
+            CHECK(rc == MR_ENOSPC, "prefill_batch: rc %d", rc);
+            CHECK(same_held(before, held_now(&w)), "a refused prefill batch took something");
+            if ((int64_t)n > before.rows_free) {
+                hits[R_PREFILL_ROWS]++;
+            }
+            else if (mr_kv_available(&w.kv) <= kv_free && mr_slots_available(&w.state) >= st_free) {
+                hits[R_PREFILL_KV]++;  /* eviction found no KV to give */
+            }
+            else {
+                hits[R_PREFILL_SLOTS]++;
+            }
+            continue;
+        }
+        hits[R_ADMITTED]++;
+        int64_t fs[NB], fd[NB];
+        rc = mr_lc_unfinished_batch(w.lc, n, rows, kp, NULL, fs, fd);
+        check_world(&w, "unfinished_batch");
+        if (rc != MR_OK) {
+            CHECK(rc == MR_ENOSPC, "unfinished_batch: rc %d", rc);
+            hits[R_UNFINISHED_SLOT]++;
+        }
+        for (int s = 0; s < 40; s++) {
+            int64_t committed[NB];
+            for (size_t i = 0; i < n; i++) {
+                committed[i] = w.rp.req[rows[i]].committed;
+            }
+            before = held_now(&w);
+            rc = mr_lc_decode_batch(w.lc, n, rows, ts, tm);
+            check_world(&w, "decode_batch");
+            if (rc != MR_OK) {
+                CHECK(rc == MR_ENOSPC, "decode_batch: rc %d", rc);
+                CHECK(same_held(before, held_now(&w)), "a refused decode step took something");
+                for (size_t i = 0; i < n; i++) {
+                    CHECK(w.rp.req[rows[i]].committed == committed[i], "a refused decode step advanced a row");
+                }
+                hits[R_DECODE_KV]++;
+                break;
+            }
+        }
+        rc = mr_lc_finish_batch(w.lc, n, rows, kp, NULL, 1);
+        CHECK(rc == MR_OK, "finish_batch: rc %d", rc);
+        check_world(&w, "finish_batch");
+        CHECK(w.state.n_req == 0 && w.kv.pages.n_req == 0 && mr_slots_available(&w.rp.rows) == nrows,
+              "finished requests left units behind");
+    }
+    world_free(&w);
+}
+
+static void
+test_out_of_room(void)
+{
+    const int64_t pss[2] = {4, 16};
+    for (int p = 0; p < 2; p++) {
+        long hits[R_N] = {0};
+        long runs = 0;
+        /* no_buffer needs page size 1 (as SGLang's MambaRadixCache asserts) */
+        for (int mode = 1; mode < 3; mode++) {
+            int extra = mode > 0, lazy = mode == 2;
+            for (int64_t nrows = 1; nrows <= 3; nrows++) {
+                for (int64_t slots = 1; slots <= 10; slots++) {
+                    for (int64_t kv_pages = 1; kv_pages <= 3 + 96 / pss[p]; kv_pages += 1) {
+                        room_run(extra, lazy, pss[p], slots, kv_pages, nrows, hits);
+                        runs++;
+                    }
+                }
+            }
+        }
+        printf("room: page_size=%lld: %ld pool shapes;", (long long)pss[p], runs);
+        for (int r = 0; r < R_N; r++) {
+            printf(" %s %ld%s", room_names[r], hits[r], r + 1 < R_N ? "," : "\n");
+            CHECK(hits[r] > 0, "page_size=%lld: %s never ran out", (long long)pss[p], room_names[r]);
+        }
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    int oom = 1, room = 1;
+    if (argc > 1) {
+        oom = room = 0;
+        for (int i = 1; i < argc; i++) {
+            oom |= strcmp(argv[i], "--oom") == 0;
+            room |= strcmp(argv[i], "--room") == 0;
+        }
+    }
     test_double_free_and_tree_owned();
-    test_oom(1);
-    test_oom(0);
-    printf("%d passed, %d failed\n", errors == 0 ? 3 : 0, errors);
+    if (room) {
+        test_batch_in_pages();
+        test_out_of_room();
+    }
+#ifdef MR_FAULT_INJECT
+    if (oom) {
+        test_tree_only_oom();
+        const int64_t pss[3] = {1, 4, 16};
+        for (int p = 0; p < 3; p++) {
+            test_oom(1, pss[p]);
+            if (pss[p] == 1) {
+                test_oom(0, pss[p]);
+            }
+        }
+    }
+#else
+    (void)oom;
+#endif
+    printf("%s: %d failed checks\n", errors == 0 ? "passed" : "FAILED", errors);
     return errors;
 }

@@ -1,0 +1,282 @@
+"""The drop-in against SGLang v0.5.15's own classes, side by side in one run
+(CPU tensors).
+
+  sglang        SGLang's own MambaRadixCache (mamba_radix_cache.py), its
+                HybridReqToTokenPool (memory_pool.py), MambaSlotAllocator and
+                TokenToKVPoolAllocator, loaded from the installed 0.5.15
+                wheel's files as tests/test_sglang_oracle.py loads them
+                (tests/sglang_wheel.py)
+  dropin/sg     mambaradix.sglang.MambaRadixCache over those same SGLang pools
+  dropin/own    mambaradix.sglang.MambaRadixCache over its own pools
+  batch         mambaradix._C.Lifecycle's one-call-per-batch API (per request
+                only)
+
+Per operation: match miss, insert, match hit, on 64 groups x 16 prompts of
+2048 shared + 128 own tokens (keys, KV indices and state slots built before
+the timer); the median over the operations of one timed pass after a
+warm-up pass on a fresh cache.  The inserts run inside one free group of the
+KV allocator (the duplicate indices they free are gathered, as SGLang's
+scheduler gathers a batch's frees; the group's end is not timed).
+
+Per request, scheduler-side, in batches of --batch requests (the batch API's
+call size; a batch's requests cannot hit each other's prefixes): each request
+is matched (capped at len - 1, copy-on-write) and locked, the batch is
+admitted by SGLang's own alloc_req_slots (read from the wheel's common.py),
+each request gets its extend KV written to the req-to-token table and the
+prefill tracking decision, then cache_unfinished_req, one decode token,
+cache_finished_req and the row's release, the KV frees of each step inside
+one free group as SGLang's scheduler does; no model runs.  Workloads: the
+shared-prefix generator and the Mooncake conversation trace of
+bench_lifecycle.py.  The median of --repeat runs, each on fresh caches.
+
+  python3 benchmarks/bench_dropin.py [--requests N] [--groups G] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import types
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import sglang_wheel  # noqa: E402
+from bench_lifecycle import mooncake_workload, run_batch, shared_prefix_workload  # noqa: E402
+from mambaradix import sglang as mrs  # noqa: E402
+from mambaradix.driver import prefill_track_point  # noqa: E402
+from test_sglang_oracle import _SERVER_ARGS  # noqa: E402
+
+CHUNK = 64
+INTERVAL = 256
+
+
+# ---------------------------------------------------------------------------
+# The three set-ups
+
+
+def _own_pools(rows, slots, kv, ctx):
+    shape = mrs.Mamba2StateShape(conv=[(1,)], temporal=(1,), intermediate_size=1, conv_dim=1, ssm_state_size=1,
+                                 num_heads=1, head_dim=1, state_size=1, conv_kernel=2)
+    params = mrs.Mamba2CacheParams(shape=shape, layers=[0],
+                                   dtype=mrs.Mamba2StateDType(conv=torch.int64, temporal=torch.int64))
+    pool = mrs.HybridReqToTokenPool(size=rows, mamba_size=slots, mamba_spec_state_size=0, max_context_len=ctx,
+                                    device="cpu", enable_memory_saver=False, cache_params=params,
+                                    mamba_layer_ids=[0], enable_mamba_extra_buffer=True,
+                                    mamba_cache_chunk_size=CHUNK, mamba_track_interval=INTERVAL)
+    alloc = mrs.TokenToKVPoolAllocator(kv, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    return pool, alloc
+
+
+def setup(sg, impl, rows, slots, kv, ctx):
+    """(cache, pool, allocator, api) for one implementation."""
+    if impl == "dropin/own":
+        pool, alloc = _own_pools(rows, slots, kv, ctx)
+    else:
+        pool, alloc = sglang_wheel.make_pools(sg, size=rows, mamba_size=slots, max_context_len=ctx, kv_size=kv,
+                                              extra_buffer=True)
+    if impl == "sglang":
+        _SERVER_ARGS.mamba_cache_chunk_size = CHUNK
+        params = types.SimpleNamespace(req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1,
+                                       disable=False, enable_kv_cache_events=False, enable_mamba_extra_buffer=True,
+                                       enable_mamba_extra_buffer_lazy=False, enable_metrics=False)
+        cache = sg.MambaRadixCache(params)
+        api = types.SimpleNamespace(RadixKey=sg.RadixKey, MatchPrefixParams=sg.MatchPrefixParams,
+                                    InsertParams=sg.InsertParams, EvictParams=sg.EvictParams)
+    else:
+        init = mrs.CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc,
+                                   page_size=1, enable_mamba_extra_buffer=True)
+        cache = mrs.MambaRadixCache(init, chunk_size=CHUNK, track_interval=INTERVAL)
+        api = types.SimpleNamespace(RadixKey=mrs.RadixKey, MatchPrefixParams=mrs.MatchPrefixParams,
+                                    InsertParams=mrs.InsertParams, EvictParams=mrs.EvictParams)
+    api.alloc_req_slots = sglang_wheel.alloc_req_slots_for(sg, api.EvictParams)
+    return cache, pool, alloc, api
+
+
+# ---------------------------------------------------------------------------
+# Per operation
+
+
+def per_op(sg, impl, groups, per_group, shared, own, seed=0):
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for _ in range(groups):
+        head = rng.integers(1, 50000, size=shared).tolist()
+        for _ in range(per_group):
+            prompts.append(array("q", head + rng.integers(1, 50000, size=own).tolist()))
+    misses = [array("q", rng.integers(50001, 99999, size=shared + own).tolist()) for _ in range(len(prompts))]
+    n = len(prompts)
+    out = {}
+    for timed in (False, True):   # a warm-up pass on its own cache, then the timed one
+        cache, pool, alloc, api = setup(sg, impl, 8, n + 8, n * (shared + own) + 64, shared + own + 8)
+        keys = [api.RadixKey(p, None) for p in prompts]
+        miss_keys = [api.RadixKey(m, None) for m in misses]
+        values = [alloc.alloc(len(p)) for p in prompts]
+        slots = [pool.mamba_allocator.alloc(1) for _ in prompts]
+        t_miss, t_ins, t_hit = [], [], []
+        # an insert frees the caller's duplicate KV indices; SGLang's
+        # allocator appends them to a torch free list (a torch.cat over the
+        # whole pool), so, as SGLang's scheduler does around a batch, the
+        # frees are grouped and the group's end is not timed
+        alloc.free_group_begin()
+        for k in miss_keys:
+            p = api.MatchPrefixParams(key=k)
+            t0 = time.perf_counter_ns()
+            cache.match_prefix(p)
+            t_miss.append(time.perf_counter_ns() - t0)
+        for k, v, s in zip(keys, values, slots):
+            p = api.InsertParams(key=k, value=v, mamba_value=s)
+            t0 = time.perf_counter_ns()
+            cache.insert(p)
+            t_ins.append(time.perf_counter_ns() - t0)
+        alloc.free_group_end()
+        for k in keys:
+            p = api.MatchPrefixParams(key=k)
+            t0 = time.perf_counter_ns()
+            r = cache.match_prefix(p)
+            t_hit.append(time.perf_counter_ns() - t0)
+            assert len(r.device_indices) == len(k), (impl, len(r.device_indices))
+        if timed:
+            out = {"match miss": statistics.median(t_miss) / 1e3, "insert": statistics.median(t_ins) / 1e3,
+                   "match hit": statistics.median(t_hit) / 1e3}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Per request
+
+
+def per_request(sg, impl, reqs, cfg, batch):
+    """Batches of `batch` requests, as a scheduler runs them: KV frees of a
+    batch's results inside one free group (SGLang's scheduler does this)."""
+    cache, pool, alloc, api = setup(sg, impl, cfg["rows"], cfg["states"], cfg["kv"], cfg["ctx"])
+    hits = 0
+    t0 = time.perf_counter()
+    for s in range(0, len(reqs), batch):
+        group = [mrs.Req(rid=s + i, origin_input_ids=toks) for i, toks in enumerate(reqs[s : s + batch])]
+        for req in group:                                     # match (copy-on-write)
+            toks = req.origin_input_ids
+            res = cache.match_prefix(api.MatchPrefixParams(key=api.RadixKey(toks[: len(toks) - 1], None),
+                                                           cow_mamba=True, req=req))
+            req.prefix_indices = res.device_indices
+            req.last_node = res.last_device_node
+            req.mamba_branching_seqlen = res.mamba_branching_seqlen
+            req.cache_protected_len = len(req.prefix_indices)
+            req.set_extend_range(len(req.prefix_indices), len(toks))
+            cache.inc_lock_ref(req.last_node)
+        api.alloc_req_slots(pool, group, cache)               # SGLang's own admission
+        for req in group:                                     # KV, table, tracking decision
+            n, P = len(req.origin_input_ids), len(req.prefix_indices)
+            E = n - P
+            if alloc.available_size() < E:
+                cache.evict(api.EvictParams(num_tokens=E))
+            kv = alloc.alloc(E)
+            row = req.req_pool_idx
+            if P:
+                pool.write((row, slice(0, P)), req.prefix_indices.to(torch.int32))
+            pool.write((row, slice(P, n)), kv.to(torch.int32))
+            req.kv_committed_len = req.kv_allocated_len = n
+            req.mamba_cow_src_index = None
+            req.mamba_needs_clear = False
+            point = prefill_track_point(P, E, CHUNK, req.mamba_branching_seqlen)
+            if point is not None:
+                req.mamba_next_track_idx = pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
+                req.mamba_last_track_seqlen = point
+            hits += P
+        alloc.free_group_begin()
+        for req in group:                                     # end of prefill
+            req.output_ids.append(1)
+            req._refresh_fill_ids()
+            cache.cache_unfinished_req(req)
+        alloc.free_group_end()
+        for req in group:                                     # one decode token
+            n = len(req.origin_input_ids)
+            if alloc.available_size() < 1:
+                cache.evict(api.EvictParams(num_tokens=1))
+            loc = alloc.alloc(1)
+            pool.write((req.req_pool_idx, slice(n, n + 1)), loc.to(torch.int32))
+            req.kv_committed_len = req.kv_allocated_len = n + 1
+            req.output_ids.append(2)
+            req._refresh_fill_ids()
+        alloc.free_group_begin()
+        for req in group:                                     # finish
+            cache.cache_finished_req(req)
+            pool.free(req)
+        alloc.free_group_end()
+    dt = time.perf_counter() - t0
+    cache.sanity_check()
+    return {"seconds": dt, "hits": hits}
+
+
+# ---------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--groups", type=int, default=64)
+    ap.add_argument("--per-group", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--ops-only", action="store_true", help="only the per-operation table")
+    ap.add_argument("--trace", default=os.path.join(ROOT, "..", "shared", "data", "mooncake_conversation_trace.jsonl"))
+    args = ap.parse_args()
+    sg = sglang_wheel.load()
+    impls = ("sglang", "dropin/sg", "dropin/own")
+
+    print(f"Per operation (us, median; {args.groups} groups x {args.per_group} prompts of 2048 + 128 tokens)")
+    ops = {impl: per_op(sg, impl, args.groups, args.per_group, 2048, 128) for impl in impls}
+    head = f"{'operation':12}" + "".join(f"{i:>12}" for i in impls) + "".join(f"{'x ' + i:>14}" for i in impls[1:])
+    print(head)
+    print("-" * len(head))
+    for op in ("match miss", "insert", "match hit"):
+        base = ops["sglang"][op]
+        print(f"{op:12}" + "".join(f"{ops[i][op]:12.1f}" for i in impls)
+              + "".join(f"{base / ops[i][op]:13.1f}x" for i in impls[1:]))
+
+    if args.ops_only:
+        return
+    workloads = [("shared-prefix", shared_prefix_workload(args.requests))]
+    if os.path.exists(args.trace):
+        workloads.append(("mooncake", mooncake_workload(args.trace, args.requests)))
+    else:
+        print(f"(no Mooncake trace at {args.trace}; skipped)")
+    print()
+    print(f"Per request (us, median of {args.repeat} runs; batch API: {args.batch} requests a call)")
+    head = f"{'workload':14}" + "".join(f"{i:>12}" for i in impls + ("batch",)) \
+        + "".join(f"{'x ' + i:>14}" for i in impls[1:] + ("batch",))
+    print(head)
+    print("-" * len(head))
+    for name, reqs in workloads:
+        reqs = [array("q", r) for r in reqs]
+        ctx = max(len(r) for r in reqs) + 8
+        total = sum(len(r) for r in reqs)
+        cfg = {"kv": max(400_000, min(total // 4, 4_000_000)), "states": 192, "rows": 64, "ctx": ctx}
+        us, hits = {}, {}
+        for impl in impls + ("batch",):
+            runs = []
+            for _ in range(args.repeat):
+                r = (run_batch(reqs, cfg, args.batch) if impl == "batch"
+                     else per_request(sg, impl, reqs, cfg, args.batch))
+                runs.append(r["seconds"])
+                hits[impl] = r["hits"]
+            us[impl] = statistics.median(runs) / len(reqs) * 1e6
+        base = us["sglang"]
+        print(f"{name:14}" + "".join(f"{us[i]:12.1f}" for i in impls + ("batch",))
+              + "".join(f"{base / us[i]:13.1f}x" for i in impls[1:] + ("batch",)))
+        print(f"  ({len(reqs)} requests, {total / len(reqs):.0f} tokens/request; hit tokens: "
+              + ", ".join(f"{i} {hits[i]}" for i in impls + ("batch",)) + ")")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""SGLang v0.5.15's own pools, allocators and scheduler admission function,
+loaded from the installed wheel's files the way test_sglang_oracle.py loads
+mamba_radix_cache.py (SGLang's package imports a large stack that is not
+installed here):
+
+- allocator/base.py, allocator/token.py and allocator/mamba.py, whole:
+  TokenToKVPoolAllocator and MambaSlotAllocator;
+- memory_pool.py's ReqToTokenPool and HybridReqToTokenPool classes (their
+  source, read from the file), over a stand-in for MambaPool (the state
+  tensors play no part in slot accounting);
+- common.py's alloc_req_slots function and its headroom factors.
+
+`load()` returns test_sglang_oracle's namespace with these added, or raises
+ImportError with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+
+from test_sglang_oracle import _exec_module, _stub, load_sglang
+
+_MC = ("srt", "mem_cache")
+
+
+def _sources(path: str, classes: tuple = (), functions: tuple = (), assigns: tuple = ()) -> str:
+    """The source of the named top-level classes, functions and assignments
+    of a file, in file order."""
+    src = open(path).read()
+    want = set(classes) | set(functions) | set(assigns)
+    out, found = [], set()
+    for node in ast.parse(src).body:
+        name = None
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            name = node.name
+        elif isinstance(node, ast.FunctionDef) and node.name in functions:
+            name = node.name
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name) and node.targets[0].id in assigns):
+            name = node.targets[0].id
+        if name is not None:
+            out.append(ast.get_source_segment(src, node))
+            found.add(name)
+    missing = want - found
+    if missing:
+        raise ImportError("%s has no %s" % (path, sorted(missing)))
+    return "from __future__ import annotations\n" + "\n\n".join(out) + "\n"
+
+
+class _MambaPoolStandIn:
+    """What HybridReqToTokenPool and MambaRadixCache touch of MambaPool when
+    no state is computed: its size, no ReplaySSM ring, copies as no-ops."""
+
+    def __init__(self, *, size: int, **_: Any) -> None:
+        self.size = size
+        self.replayssm_write_pos = None
+
+    def copy_from(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def clear_slots(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class _NoMemorySaver:
+    @staticmethod
+    def create(enable: bool = False) -> "_NoMemorySaver":
+        return _NoMemorySaver()
+
+    def region(self, *_: Any, **__: Any):
+        return contextlib.nullcontext()
+
+
+_CKPT = "sglang.srt.mem_cache.mamba_checkpoint_pool"
+
+
+def _more(d: str) -> dict:
+    mc = os.path.join(d, *_MC)
+    al = os.path.join(mc, "allocator")
+    # the allocator files, whole, over the package stand-in
+    base = _exec_module("sglang.srt.mem_cache.allocator.base", os.path.join(al, "base.py"))
+    token = _exec_module("sglang.srt.mem_cache.allocator.token", os.path.join(al, "token.py"))
+    mamba = _exec_module("sglang.srt.mem_cache.allocator.mamba", os.path.join(al, "mamba.py"))
+    alloc_pkg = sys.modules["sglang.srt.mem_cache.allocator"]
+    alloc_pkg.BaseTokenToKVPoolAllocator = base.BaseTokenToKVPoolAllocator
+    alloc_pkg.TokenToKVPoolAllocator = token.TokenToKVPoolAllocator
+    # the two pool classes of memory_pool.py
+    pool_ns = {"torch": torch, "logger": logging.getLogger("sglang.memory_pool"),
+               "TorchMemorySaverAdapter": _NoMemorySaver, "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache",
+               "MambaPool": _MambaPoolStandIn, "MambaSlotAllocator": mamba.MambaSlotAllocator,
+               "__name__": "sglang.srt.mem_cache.memory_pool"}
+    exec("from typing import *\n", pool_ns)
+    exec(_sources(os.path.join(mc, "memory_pool.py"), classes=("ReqToTokenPool", "HybridReqToTokenPool")),
+         pool_ns)
+    mp = sys.modules["sglang.srt.mem_cache.memory_pool"]
+    mp.ReqToTokenPool = pool_ns["ReqToTokenPool"]
+    mp.HybridReqToTokenPool = pool_ns["HybridReqToTokenPool"]
+    # the scheduler's admission
+    common_src = _sources(os.path.join(mc, "common.py"), functions=("alloc_req_slots",),
+                          assigns=("MAMBA_STATE_PER_REQ_PREFIX_CACHE", "MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY",
+                                   "MAMBA_STATE_PER_REQ_NO_CACHE"))
+    return {"TokenToKVPoolAllocator": token.TokenToKVPoolAllocator,
+            "MambaSlotAllocator": mamba.MambaSlotAllocator,
+            "HybridReqToTokenPool": pool_ns["HybridReqToTokenPool"],
+            "common_source": common_src}
+
+
+def alloc_req_slots_for(sg: Any, evict_params: Any):
+    """SGLang's alloc_req_slots, unchanged (its HybridReqToTokenPool is
+    SGLang's class), building its evictions with evict_params (the cache's
+    own EvictParams class)."""
+    g = {"HybridReqToTokenPool": sg.HybridReqToTokenPool, "EvictParams": evict_params,
+         "ReqToTokenPool": object, "BasePrefixCache": object, "Req": object,
+         "__name__": "sglang.srt.mem_cache.common"}
+    exec(sg.common_source, g)
+    return g["alloc_req_slots"]
+
+
+def make_pools(sg: Any, *, size: int, mamba_size: int, max_context_len: int, kv_size: int,
+               extra_buffer: bool, lazy: bool = False, overlap: bool = True):
+    """SGLang's HybridReqToTokenPool and TokenToKVPoolAllocator on CPU."""
+    saved = sys.modules.get(_CKPT)
+    sys.modules[_CKPT] = _stub(_CKPT, maybe_init_int8_mamba_checkpoint_pool=lambda **_: None)
+    try:
+        pool = sg.HybridReqToTokenPool(
+            size=size, mamba_size=mamba_size, mamba_spec_state_size=0, max_context_len=max_context_len,
+            device="cpu", enable_memory_saver=False, cache_params=types.SimpleNamespace(),
+            mamba_layer_ids=[0], enable_mamba_extra_buffer=extra_buffer,
+            enable_mamba_extra_buffer_lazy=lazy, enable_overlap_schedule=overlap)
+    finally:
+        if saved is None:
+            del sys.modules[_CKPT]
+        else:
+            sys.modules[_CKPT] = saved
+    alloc = sg.TokenToKVPoolAllocator(size=kv_size, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                      need_sort=False)
+    return pool, alloc
+
+
+def load() -> Any:
+    return load_sglang(more=_more)

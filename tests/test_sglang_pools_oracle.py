@@ -1,0 +1,192 @@
+"""The drop-in under SGLang v0.5.15's own scheduler admission, over both pool
+sets, against SGLang's own classes, with a small state pool.
+
+Three set-ups run the same requests through the reference driver, whose
+admission is SGLang's own ``alloc_req_slots`` (read from the wheel's
+common.py: it reads ``mamba_allocator.schedulable_available_size()``, calls
+``tree_cache.evict(mamba_num=...)``, then ``req_to_token_pool.alloc``):
+
+- "sglang": SGLang's MambaRadixCache over SGLang's HybridReqToTokenPool,
+  MambaSlotAllocator and TokenToKVPoolAllocator (all from the wheel's files);
+- "dropin-sglang-pools": mambaradix.sglang's MambaRadixCache over those same
+  SGLang pools;
+- "dropin-own-pools": mambaradix.sglang's MambaRadixCache over its own pools.
+
+After every scheduler step the free rows, free state slots, free KV tokens,
+and the cache's evictable and protected sizes must equal SGLang's, every
+state slot and KV index must be exactly one of free, cached or a live
+request's (over SGLang's pools; the drop-in's own pools check their owners
+themselves), and every request must get the same prefix.  The state pool is small enough that the
+headroom eviction runs.  SGLang's function checks
+``isinstance(pool, HybridReqToTokenPool)`` against its own class, so over
+mambaradix's pools it skips that eviction; the drop-in's pool takes the same
+headroom itself.  (With small pools SGLang's own classes often stop on an
+assertion of theirs -- a slot for cache_unfinished_req, a track buffer at
+admission; the configurations below are ones they run through.)  Needs torch
+and the sglang 0.5.15 wheel.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+from array import array
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_sglang_oracle import SG, SKIP_REASON, _SERVER_ARGS  # noqa: E402
+
+pytestmark = pytest.mark.skipif(SG is None, reason="SGLang oracle unavailable: %s" % SKIP_REASON)
+
+from mambaradix import sglang as mrs  # noqa: E402
+from mambaradix.driver import DriverConfig, DriverRequest, SchedulerDriver, api_from_module  # noqa: E402
+
+CHUNK = 64
+CTX = 4096
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    import sglang_wheel
+
+    try:
+        return sglang_wheel, sglang_wheel.load()
+    except ImportError as e:
+        pytest.skip(str(e))
+
+
+def _sglang_cache(sg, pool, alloc, cfg):
+    _SERVER_ARGS.mamba_cache_chunk_size = CHUNK
+    params = types.SimpleNamespace(
+        req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, disable=False,
+        enable_kv_cache_events=False, enable_mamba_extra_buffer=cfg.extra_buffer,
+        enable_mamba_extra_buffer_lazy=cfg.lazy, enable_metrics=False)
+    return sg.MambaRadixCache(params)
+
+
+def _dropin_cache(pool, alloc, cfg):
+    init = mrs.CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc,
+                               page_size=1, enable_mamba_extra_buffer=cfg.extra_buffer,
+                               enable_mamba_extra_buffer_lazy=cfg.lazy)
+    return mrs.MambaRadixCache(init, chunk_size=CHUNK, track_interval=cfg.track_interval)
+
+
+def _own_pools(cfg, rows, slots, kv):
+    shape = mrs.Mamba2StateShape(conv=[(1,)], temporal=(1,), intermediate_size=1, conv_dim=1,
+                                 ssm_state_size=1, num_heads=1, head_dim=1, state_size=1, conv_kernel=2)
+    params = mrs.Mamba2CacheParams(shape=shape, layers=[0],
+                                   dtype=mrs.Mamba2StateDType(conv=torch.int64, temporal=torch.int64))
+    pool = mrs.HybridReqToTokenPool(
+        size=rows, mamba_size=slots, mamba_spec_state_size=0, max_context_len=CTX, device="cpu",
+        enable_memory_saver=False, cache_params=params, mamba_layer_ids=[0],
+        enable_mamba_extra_buffer=cfg.extra_buffer, enable_mamba_extra_buffer_lazy=cfg.lazy,
+        enable_overlap_schedule=cfg.overlap, mamba_cache_chunk_size=CHUNK,
+        mamba_track_interval=cfg.track_interval)
+    alloc = mrs.TokenToKVPoolAllocator(kv, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    return pool, alloc
+
+
+def _sizes(d):
+    pool, cache = d.req_to_token_pool, d.tree_cache
+    return (pool.available_size(), pool.mamba_allocator.available_size(), d.allocator.available_size(),
+            cache.full_evictable_size(), cache.full_protected_size(), cache.mamba_evictable_size(),
+            cache.mamba_protected_size())
+
+
+def _partition(d, name):
+    """Over SGLang's pools (no ownership records there): every state slot is
+    exactly one of free, the tree's, or a live request's (running or track
+    buffer), and every KV index one of free, the tree's, or a live request's
+    own (table positions from cache_protected_len to kv_allocated_len)."""
+    pool, cache = d.req_to_token_pool, d.tree_cache
+    slots = pool.mamba_allocator.free_slots.tolist() + cache.all_mamba_values_flatten().tolist()
+    kv = d.allocator.free_pages.tolist() + cache.all_values_flatten().tolist()
+    for req in d.live_requests():
+        if req.mamba_pool_idx is not None:
+            slots.append(int(req.mamba_pool_idx))
+        if req.mamba_ping_pong_track_buffer is not None:
+            slots += [int(x) for x in req.mamba_ping_pong_track_buffer.tolist() if int(x) != -1]
+        if req.req_pool_idx is not None:
+            kv += pool.req_to_token[req.req_pool_idx, req.cache_protected_len:req.kv_allocated_len].tolist()
+    assert sorted(int(x) for x in slots) == list(range(1, pool.mamba_allocator.size + 1)), (name, "state slots")
+    assert sorted(int(x) for x in kv) == list(range(1, d.allocator.size + 1)), (name, "KV indices")
+
+
+SIZE_NAMES = ("free rows", "free state slots", "free KV", "full evictable", "full protected",
+              "state evictable", "state protected")
+
+
+def _workload(seed, n):
+    rng = random.Random(seed)
+    stems = [[rng.randrange(1, 5000) for _ in range(rng.randrange(64, 400))] for _ in range(4)]
+    out = []
+    for i in range(n):
+        s = rng.choice(stems)
+        prompt = s[: rng.randrange(1, len(s))] + [rng.randrange(1, 5000) for _ in range(rng.randrange(1, 160))]
+        out.append((i * 2 // 3, DriverRequest(f"r{i}", prompt, rng.randrange(1, 40))))
+    return out
+
+
+CONFIGS = [("pp2", 12, 2, 1, None), ("pp2", 12, 2, 1, 128), ("pp2", 12, 2, 2, None), ("pp1", 12, 2, 1, None),
+           ("pp1", 9, 2, 1, None), ("lazy", 12, 3, 1, None), ("lazy", 9, 2, 1, 128), ("no_buffer", 12, 3, 1, 128),
+           ("no_buffer", 9, 2, 1, 128)]
+
+
+@pytest.mark.parametrize("mode,slots,max_running,seed,chunked", CONFIGS)
+def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, seed, chunked):
+    w, sg = wheel
+    cfg = DriverConfig(mode=mode, chunk_size=CHUNK, track_interval=32, max_running=max_running,
+                       chunked_prefill_size=chunked, new_token_ratio=1.0)
+    rows, kv = 6, 20000
+    sg_api = types.SimpleNamespace(RadixKey=sg.RadixKey, MatchPrefixParams=sg.MatchPrefixParams,
+                                   EvictParams=sg.EvictParams, Req=mrs.Req, SamplingParams=mrs.SamplingParams)
+    ours_api = api_from_module(mrs)
+    drivers = {}
+    headroom_evictions = []
+    for name in ("sglang", "dropin-sglang-pools", "dropin-own-pools"):
+        if name == "dropin-own-pools":
+            pool, alloc = _own_pools(cfg, rows, slots, kv)
+        else:
+            pool, alloc = w.make_pools(sg, size=rows, mamba_size=slots, max_context_len=CTX, kv_size=kv,
+                                       extra_buffer=cfg.extra_buffer, lazy=cfg.lazy, overlap=cfg.overlap)
+        if name == "sglang":
+            cache, api, evict = _sglang_cache(sg, pool, alloc, cfg), sg_api, sg.EvictParams
+        else:
+            cache, api, evict = _dropin_cache(pool, alloc, cfg), ours_api, mrs.EvictParams
+        admit = w.alloc_req_slots_for(sg, evict)
+        if name == "sglang":
+            def admit(pool, reqs, cache, _admit=admit):
+                before = cache.mamba_evictable_size()
+                out = _admit(pool, reqs, cache)
+                headroom_evictions.append(before - cache.mamba_evictable_size())
+                return out
+        drivers[name] = SchedulerDriver(cfg, cache, pool, alloc, api=api, alloc_req_slots=admit)
+    arrivals = _workload(seed, 14)
+    step = 0
+    while step < 5000:
+        for _, d in drivers.items():
+            for at, req in arrivals:
+                if at == step:
+                    d.submit(DriverRequest(req.rid, list(req.input_ids), req.output_len))
+        if step > arrivals[-1][0] and all(d.idle for d in drivers.values()):
+            break
+        for d in drivers.values():
+            d.step()
+        want = _sizes(drivers["sglang"])
+        for name in ("sglang", "dropin-sglang-pools"):
+            _partition(drivers[name], name)
+        drivers["dropin-own-pools"].tree_cache.sanity_check()
+        for name, d in drivers.items():
+            got = _sizes(d)
+            assert got == want, "step %d, %s: %s" % (
+                step, name, {n: (g, x) for n, g, x in zip(SIZE_NAMES, got, want) if g != x})
+        step += 1
+    assert all(d.idle for d in drivers.values())
+    prefixes = {name: [d.records[r.rid].prefix_len for _, r in arrivals] for name, d in drivers.items()}
+    assert prefixes["dropin-sglang-pools"] == prefixes["sglang"]
+    assert prefixes["dropin-own-pools"] == prefixes["sglang"]
+    assert any(headroom_evictions), "the state pool was never short at admission"
+    for d in drivers.values():
+        d.tree_cache.sanity_check()
