@@ -145,13 +145,35 @@ def test_empty_workload_is_refused_like_the_cli(tmp_path, capsys):
 
 # --- item 4: --states toy with paged KV ---------------------------------------------------
 
-def test_toy_states_with_pages_are_refused_before_any_replay(no_replay, capsys):
-    with pytest.raises(ConfigError, match="states toy needs page_size 1, got 16"):
-        run(workloads.multi_turn(2, 2, 64, 8), SimConfig(states="toy", page_size=16))
-    code, _, err = main(capsys, *SMALL, "--states", "toy", "--page-size", "16")
-    assert code == 2 and "states toy needs page_size 1" in err and "Lifecycle" not in err
-    code, _, err = main(capsys, *SMALL, "--states", "toy", "--sweep", "page_size=1,16")
-    assert code == 2 and "page_size=16: states toy needs page_size 1" in err
+@pytest.mark.parametrize("page", [4, 16])
+def test_toy_states_run_with_pages_from_the_api(page):
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    reqs = workloads.multi_turn(6, 3, 100, 24, seed=3)
+    m = run(reqs, SimConfig(states="toy", page_size=page))
+    # run() raises unless every request's usable prefix through the drop-in
+    # (paged allocator) equals the state-free replay's
+    assert m.requests == 18 and m.state_hits > 0 and m.state_mismatches == 0
+    assert "toy" in m.wall_seconds
+    # SGLang runs no_buffer with page size 1 only
+    with pytest.raises(ValueError, match="page_size must be 1 in no_buffer mode"):
+        run(reqs, SimConfig(states="toy", mode="no_buffer", page_size=page))
+
+
+@pytest.mark.parametrize("page", ["4", "16"])
+def test_toy_states_run_with_pages_from_the_command_line(capsys, page):
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    code, out, err = main(capsys, *SMALL, "--states", "toy", "--page-size", page, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    m = doc["metrics"]
+    assert doc["config"]["page_size"] == int(page)
+    assert m["requests"] == 18 and m["state_hits"] > 0 and m["state_mismatches"] == 0
+    code, out, err = main(capsys, *SMALL, "--states", "toy", "--sweep", f"page_size=1,{page}",
+                          "--json")
+    assert code == 0, err
+    assert "Lifecycle" not in err
 
 
 # --- item 7: one-line errors, exit code 2 -------------------------------------------------
