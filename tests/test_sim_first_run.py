@@ -160,6 +160,18 @@ def test_toy_states_run_with_pages_from_the_api(page):
         run(reqs, SimConfig(states="toy", mode="no_buffer", page_size=page))
 
 
+def test_paged_kv_pool_counts_whole_pages_up_front():
+    # 64 prompt + 8 output tokens + a page of headroom = 88 tokens, but a pool of
+    # 95 tokens holds five pages of 16 (80 tokens): refused before any replay
+    reqs = [SimRequest("a", np.arange(1, 65, dtype=np.int32), 8)]
+    with pytest.raises(ConfigError, match="smaller than one request's need"):
+        run(reqs, SimConfig(kv_tokens=95, page_size=16, chunk_size=64, track_interval=64,
+                            state_slots=8, max_running=1))
+    m = run(reqs, SimConfig(kv_tokens=95, page_size=1, chunk_size=64, track_interval=64,
+                            state_slots=8, max_running=1))
+    assert m.requests == 1
+
+
 @pytest.mark.parametrize("page", ["4", "16"])
 def test_toy_states_run_with_pages_from_the_command_line(capsys, page):
     pytest.importorskip("torch")
