@@ -188,6 +188,36 @@ def test_toy_states_run_with_pages_from_the_command_line(capsys, page):
     assert "Lifecycle" not in err
 
 
+def test_toy_replays_of_random_tiny_pools_agree_at_every_page_size():
+    """The random tight cases above (page 1, 2 and 4), replayed state-free
+    (pool accounting checked after every step) and with toy states through
+    the drop-in: both stop on a pool error, or both finish with the same
+    usable prefix for every request and no restored state differs (lazy
+    aside: its SGLang window)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    rng = random.Random(1)
+    finished, stopped = [], 0
+    for _ in range(150):
+        reqs, cfg = _random_case(rng)
+        cfg = dataclasses.replace(cfg, states="toy", decode_boundary=(
+            "committed" if cfg.mode == "lazy" else "batch")).resolved()
+        try:
+            res = engine.replay(reqs, cfg, check_every_step=True)
+        except ConfigError:
+            continue
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                engine._toy_replay(reqs, cfg)
+            stopped += 1
+            continue
+        got, _, bad = engine._toy_replay(reqs, cfg)
+        assert {rid: got[rid] for rid in res.prefixes} == res.prefixes, cfg
+        assert bad == 0 or cfg.mode == "lazy"
+        finished.append(cfg.page_size)
+    assert finished.count(2) > 5 and finished.count(4) > 5 and stopped > 5, (finished, stopped)
+
+
 # --- item 7: one-line errors, exit code 2 -------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
