@@ -172,7 +172,7 @@ def test_paged_kv_pool_counts_whole_pages_up_front():
     assert m.requests == 1
 
 
-@pytest.mark.parametrize("page", ["4", "16"])
+@pytest.mark.parametrize("page", ["4", "16", "64"])
 def test_toy_states_run_with_pages_from_the_command_line(capsys, page):
     pytest.importorskip("torch")
     pytest.importorskip("mambaradix.sglang")
