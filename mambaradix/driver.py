@@ -35,7 +35,12 @@ What is modelled (and how it maps to SGLang's scheduler):
   running slot advances over its new tokens and track points are written into
   the track slots; decode boundaries copy running -> track slot;
 - aborts (waiting, chunked or running requests) and decode retraction when the
-  KV pool runs out.
+  KV pool runs out;
+- paged KV (``page_size`` > 1, a ``PagedTokenToKVPoolAllocator``): extend and
+  decode take KV through ``alloc_extend`` / ``alloc_decode`` with each
+  request's last KV index, evicting first for the batch plus a page per
+  request as SGLang's alloc_for_extend / alloc_for_decode do; the decode
+  memory check counts a page for each request whose next token starts one.
 
 Windows where SGLang v0.5.15 hands the tree a snapshot from another position
 (reproduced here, shown by tests/test_driver.py, and visible in the
@@ -51,7 +56,8 @@ simulator's toy mode as ``state_mismatches``):
   ``mamba_last_track_seqlen`` stays at the previous boundary.
 
 The pure decision functions at the top (:func:`match_key_limit`,
-:func:`prefill_track_point`, :func:`decode_track_due`, :func:`state_headroom`)
+:func:`prefill_track_point`, :func:`decode_track_due`,
+:func:`chunk_continuation`, :func:`state_headroom`)
 are shared with the simulator's state-free replay engine.
 
 torch is imported lazily: the drop-in objects hold torch tensors.
@@ -113,6 +119,25 @@ def decode_track_due(seq_len: int, interval: int) -> bool:
     return seq_len % interval == 0
 
 
+def chunk_continuation(prefix_len: int, cand: int, budget: int, page_size: int) -> tuple:
+    """How much of its remaining ``cand`` tokens the chunked request prefills
+    next, given ``budget`` tokens (SGLang's add_chunked_req):
+    ``(extend_len, truncated)``.
+
+    A cut (``truncated``) ends on a page boundary: SGLang v0.5.15 cuts at
+    ``budget`` wherever it falls, so with pages a later snapshot can land off
+    the page grid, where its ``cache_unfinished_req`` asserts; later versions
+    round the cut down (``floor_chunked_tokens``).  Here it is rounded down to
+    a page, or up to the next page when that would leave nothing."""
+    n = min(cand, budget)
+    if page_size > 1 and n < cand:
+        end = (prefix_len + n) // page_size * page_size
+        if end <= prefix_len:
+            end = (prefix_len // page_size + 1) * page_size
+        n = min(end - prefix_len, cand)
+    return n, n < cand
+
+
 def state_headroom(available: int, num_reqs: int, lazy: bool) -> int:
     """States to evict before allocating request slots for ``num_reqs``
     requests when only ``available`` slots are free (SGLang's alloc_req_slots):
@@ -137,7 +162,8 @@ class DriverConfig:
     max_prefill_tokens: prompt tokens per prefill batch (only binding without
       chunking, as in SGLang).
     match_cap: cap the match key at ``fill_len - 1`` as SGLang does.
-    page_size: KV page size (1 in no_buffer mode).
+    page_size: KV page size (1 in no_buffer mode); the KV allocator must have
+      the same (a PagedTokenToKVPoolAllocator above 1).
     new_token_ratio: share of each running request's remaining output that
       admission reserves (SGLang starts at 0.7 and decays; 1.0 never retracts).
     decode_boundary: how a decode result decides that a track boundary was
@@ -348,9 +374,11 @@ class SchedulerDriver:
                  alloc_req_slots: Optional[Callable[[Any, list, Any], Any]] = None) -> None:
         import torch  # the drop-in objects are torch based
 
-        if config.page_size != 1:
-            raise ValueError("SchedulerDriver: config.page_size must be 1 (paged KV "
-                             "allocation is not modelled)")
+        kv_page = int(getattr(token_to_kv_pool_allocator, "page_size", 1))
+        if kv_page != config.page_size:
+            raise ValueError(f"SchedulerDriver: token_to_kv_pool_allocator has page_size "
+                             f"{kv_page} but config.page_size is {config.page_size} (use a "
+                             f"PagedTokenToKVPoolAllocator of the same page size)")
         self._torch = torch
         self.config = config
         self.tree_cache = tree_cache
@@ -495,6 +523,53 @@ class SchedulerDriver:
                                f"(available {self.allocator.available_size()})")
         return out
 
+    def _alloc_extend(self, reqs: list, ext_total: int) -> Any:
+        """KV for an extend batch (SGLang's alloc_for_extend): token by token
+        at page size 1; with pages, ``alloc_extend`` fills each request's last
+        partial page (after its last KV index) and then takes whole pages,
+        after evicting for the batch's tokens plus a page per request."""
+        torch = self._torch
+        page = self.config.page_size
+        if page == 1:
+            return self._alloc_tokens(ext_total)
+        self._evict_tokens(ext_total + len(reqs) * page)
+        prefix = torch.tensor([len(r.prefix_indices) for r in reqs], dtype=torch.int64)
+        seq = torch.tensor([r.extend_range.end for r in reqs], dtype=torch.int64)
+        last = torch.tensor([int(r.prefix_indices[-1]) if len(r.prefix_indices) else -1
+                             for r in reqs], dtype=torch.int64)
+        out = self.allocator.alloc_extend(prefix, prefix, seq, seq, last, ext_total)
+        if out is None:
+            raise RuntimeError(f"KV pool exhausted allocating {ext_total} tokens in pages of "
+                               f"{page} (available {self.allocator.available_size()})")
+        return out
+
+    def _decode_tokens_needed(self) -> int:
+        """KV tokens the next decode step takes (SGLang's
+        new_tokens_required_next_decode): one each, or with pages a whole
+        page for each request whose next token starts one."""
+        page = self.config.page_size
+        if page == 1:
+            return len(self.running)
+        return page * sum(1 for i in self.running if i.req.kv_committed_len % page == 0)
+
+    def _alloc_decode(self) -> Any:
+        """KV for one decode step (SGLang's alloc_for_decode)."""
+        torch = self._torch
+        page = self.config.page_size
+        if page == 1:
+            return self._alloc_tokens(len(self.running))
+        self._evict_tokens(len(self.running) * page)
+        table = self.req_to_token_pool.req_to_token
+        reqs = [i.req for i in self.running]
+        last = torch.tensor([int(table[r.req_pool_idx, r.kv_committed_len - 1]) for r in reqs],
+                            dtype=torch.int64)
+        seq = torch.tensor([r.kv_committed_len + 1 for r in reqs], dtype=torch.int64)
+        out = self.allocator.alloc_decode(seq, seq, last)
+        if out is None:
+            raise RuntimeError(f"KV pool exhausted allocating a decode step in pages of {page} "
+                               f"(available {self.allocator.available_size()})")
+        return out
+
     def _match(self, info: _Info) -> None:
         """Req.init_next_round_input with the tree (copy-on-write match)."""
         req = info.req
@@ -605,8 +680,7 @@ class SchedulerDriver:
             if rem <= 0:
                 rem = rem_chunk if rem_chunk is not None else 1
             cand = len(req.full_untruncated_fill_ids) - len(req.prefix_indices)
-            truncated = cand > rem
-            n = min(cand, rem)
+            n, truncated = chunk_continuation(len(req.prefix_indices), cand, rem, page)
             req.set_extend_range(len(req.prefix_indices), len(req.prefix_indices) + n)
             can_run.append(info)
             charge(n, 0 if truncated else min(info.spec.output_len, cfg.clip_max_new_tokens))
@@ -724,7 +798,7 @@ class SchedulerDriver:
             if pool.alloc(reqs) is None:
                 raise RuntimeError("request slots exhausted: lower max_running")
         ext_total = sum(r.extend_range.end - len(r.prefix_indices) for r in reqs)
-        out = self._alloc_tokens(ext_total)
+        out = self._alloc_extend(reqs, ext_total)
         pt = 0
         for info in infos:
             req = info.req
@@ -770,7 +844,7 @@ class SchedulerDriver:
                                 (P, end, track, cow, kind, int(req.mamba_pool_idx))))
 
     def _check_decode_mem(self) -> bool:
-        n = len(self.running)
+        n = self._decode_tokens_needed()
         self._evict_tokens(n)
         return self.allocator.available_size() >= n
 
@@ -820,7 +894,7 @@ class SchedulerDriver:
         cfg = self.config
         pool = self.req_to_token_pool
         batch = _Batch("decode")
-        out = self._alloc_tokens(len(self.running))
+        out = self._alloc_decode()
         for k, info in enumerate(self.running):
             req = info.req
             pos = req.kv_committed_len          # position of the input token
@@ -1001,8 +1075,13 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
         enable_overlap_schedule=config.overlap,
         mamba_cache_chunk_size=config.chunk_size,
         mamba_track_interval=config.track_interval)
-    alloc = sg.TokenToKVPoolAllocator(int(kv_tokens), dtype=torch.bfloat16, device="cpu",
-                                      kvcache=None, need_sort=False)
+    if config.page_size == 1:
+        alloc = sg.TokenToKVPoolAllocator(int(kv_tokens), dtype=torch.bfloat16, device="cpu",
+                                          kvcache=None, need_sort=False)
+    else:
+        alloc = sg.PagedTokenToKVPoolAllocator(int(kv_tokens), config.page_size,
+                                               dtype=torch.bfloat16, device="cpu",
+                                               kvcache=None, need_sort=False)
     init = sg.CacheInitParams(disable=False, req_to_token_pool=pool,
                               token_to_kv_pool_allocator=alloc, page_size=config.page_size,
                               enable_mamba_extra_buffer=config.extra_buffer,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaradix.driver import (DriverConfig, DriverRequest, SchedulerDriver, decode_track_due,
-                               match_key_limit, prefill_track_point, state_headroom)
+from mambaradix.driver import (DriverConfig, DriverRequest, SchedulerDriver, chunk_continuation,
+                               decode_track_due, match_key_limit, prefill_track_point,
+                               state_headroom)
 from mambaradix.toy_model import P, ToyRecurrentModel
 
 torch = pytest.importorskip("torch")
@@ -176,6 +177,87 @@ def test_chunked_prefill_tracks_per_chunk_grid(mode):
         d.run()
         got.append(d.records[f"b{i}"].prefix_len)
     assert got == [264, 164, 64]
+
+
+# ---------------------------------------------------------------- paged KV
+def test_chunk_continuation_cuts_on_pages():
+    assert chunk_continuation(0, 300, 100, 1) == (100, True)
+    assert chunk_continuation(96, 300, 100, 16) == (96, True)     # 196 -> 192
+    assert chunk_continuation(96, 50, 100, 16) == (50, False)     # the last chunk
+    assert chunk_continuation(96, 300, 10, 16) == (16, True)      # up to the next page
+    assert chunk_continuation(96, 8, 10, 16) == (8, False)
+
+
+@pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
+def test_paged_kv_layout_and_accounting(mode):
+    """Page size 4: every request's KV sits page by page as SGLang's paged
+    allocator lays it out (position p at offset p % 4 of the page of its
+    page-start position), the pool moves in whole pages, and a request holds
+    the pages of its tokens past the tree's prefix: free == size - tree tokens
+    - (ceil(committed / 4) * 4 - protected) per request.  A follow-up turn
+    then hits the prefill snapshot at 64."""
+    page, size = 4, 400
+    d, checked = _setup(mode, chunk_size=16, track_interval=16, page_size=page, kv=size)
+    seen = []
+
+    def on_step(drv):
+        held = 0
+        for req in drv.live_requests():
+            if req.req_pool_idx is None or not req.kv_committed_len:
+                continue
+            n = req.kv_committed_len
+            row = drv.req_to_token_pool.req_to_token[req.req_pool_idx, :n].tolist()
+            for p in range(n):
+                start = row[p - p % page]
+                assert start % page == 0 and row[p] == start + p % page, (req.rid, p, row)
+            held += -(-n // page) * page - req.cache_protected_len
+            seen.append(-(-n // page) * page)
+        tree = drv.tree_cache.total_size()[0]
+        free = drv.allocator.available_size()
+        assert free % page == 0 and free == size - tree - held, (free, tree, held)
+
+    d.on_step = on_step
+    rng = np.random.default_rng()
+    prompt = rng.integers(1, 50000, size=70).tolist()
+    d.submit(DriverRequest("a", prompt, 9))
+    d.run()
+    assert max(seen) == 80    # 79 tokens (80 with an overlap step) in 20 pages
+    assert d.tree_cache.total_size()[0] == 64
+    assert d.allocator.available_size() == size - 64
+    d.submit(DriverRequest("b", prompt[:66] + [7, 8, 9], 5))
+    d.run()
+    assert d.records["b"].prefix_len == 64
+    assert [k for r, _, k in checked if r == "b"] == ["hit"]
+
+
+@pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
+def test_paged_chunked_prefill_snapshots_stay_on_the_page_grid(mode):
+    """Page 16, C = 64, chunks of 100 tokens: the first cut is 96 (a page
+    multiple), later cuts end on pages too (96 + 100 -> 192), so the chunk
+    snapshots sit at 64, 160, 256 and 352, and follow-ups sharing 380, 300 and
+    200 tokens hit those."""
+    rng = np.random.default_rng()
+    base = rng.integers(1, 50000, size=400).tolist()
+    d, checked = _setup(mode, chunk_size=64, track_interval=64, page_size=16,
+                        chunked_prefill_size=100)
+    d.submit(DriverRequest("a", base, 1))
+    d.run()
+    assert d.records["a"].chunks == 5
+    got = []
+    for i, n in enumerate([380, 300, 200]):
+        d.submit(DriverRequest(f"b{i}", base[:n] + rng.integers(50001, 60000, size=30).tolist(),
+                               1))
+        d.run()
+        got.append(d.records[f"b{i}"].prefix_len)
+    assert got == [352, 256, 160]
+
+
+def test_driver_refuses_an_allocator_of_another_page_size():
+    cfg = DriverConfig(mode="pp2", page_size=16)
+    di = build_dropin(DriverConfig(mode="pp2"), kv_tokens=1000, state_slots=16,
+                      max_context_len=256)
+    with pytest.raises(ValueError, match="page_size 1 but config.page_size is 16"):
+        SchedulerDriver(cfg, di.tree_cache, di.req_to_token_pool, di.allocator, api=di.api)
 
 
 # ---------------------------------------------------------------- multi-turn

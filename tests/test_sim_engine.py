@@ -225,20 +225,22 @@ def _toy_workload(rng, n=60, race_free=True, interval=64):
     return reqs
 
 
-@pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy", "no_buffer"])
-def test_toy_mode_every_hit_restores_the_exact_state(mode):
+@pytest.mark.parametrize("mode, page", [("pp2", 1), ("pp1", 1), ("lazy", 1), ("no_buffer", 1),
+                                        ("pp2", 4), ("pp1", 4), ("lazy", 4),
+                                        ("pp2", 16), ("pp1", 16), ("lazy", 16)])
+def test_toy_mode_every_hit_restores_the_exact_state(mode, page):
     """The toy run through mambaradix.sglang checks each resumed state against
     the toy model's recomputation, and every request's usable prefix must equal
-    the state-free replay's (run() raises otherwise).  With the "batch" decode
-    boundary check (lazy: SGLang's) and the lazy window kept out of the
-    workload, no state may differ."""
+    the state-free replay's (run() raises otherwise), with KV in pages too.
+    With the "batch" decode boundary check (lazy: SGLang's) and the lazy
+    window kept out of the workload, no state may differ."""
     pytest.importorskip("torch")
     pytest.importorskip("mambaradix.sglang")
     seed = _seed()
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
     reqs = _toy_workload(rng)
-    cfg = SimConfig(mode=mode, states="toy", chunk_size=16, track_interval=64,
+    cfg = SimConfig(mode=mode, states="toy", chunk_size=16, track_interval=64, page_size=page,
                     chunked_prefill_size=96, max_running=6, kv_tokens=6000, state_slots=30,
                     seed=int(rng.integers(1 << 30)),
                     decode_boundary="committed" if mode == "lazy" else "batch")
@@ -252,6 +254,55 @@ def test_toy_mode_every_hit_restores_the_exact_state(mode):
     assert m.state_hits > 5
     assert "toy" in m.wall_seconds
     _split_adds_up(m)
+
+
+@pytest.mark.parametrize("page", [4, 16])
+@pytest.mark.parametrize("mode", ["pp2", "pp1"])
+def test_toy_mode_with_pages_agrees_under_kv_pressure(mode, page):
+    """A KV pool of a few requests: admission, the paged allocator's eviction
+    (for the batch plus a page per request) and the decode page check decide
+    which prefixes survive, and both replays must decide alike: the same
+    usable prefix per request (run() raises otherwise), every restored state
+    exact.  Chunked prefill cuts mid-page under this pressure; the cut ends on
+    a page boundary so that snapshots stay on the page grid."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    seed = _seed()
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    reqs = _toy_workload(rng, n=40)
+    cfg = SimConfig(mode=mode, states="toy", chunk_size=16, track_interval=64, page_size=page,
+                    chunked_prefill_size=96, max_running=6, kv_tokens=1200, state_slots=30,
+                    seed=int(rng.integers(1 << 30)), decode_boundary="batch")
+    m = engine.run(reqs, cfg)
+    assert m.state_mismatches == 0
+    assert m.state_hits > 3 and m.full_evictions > 0
+    assert m.peak_kv_tokens <= 1200 // page * page
+    _split_adds_up(m)
+
+
+@pytest.mark.parametrize("page", [4, 16])
+def test_toy_mode_with_pages_agrees_through_decode_retractions(page, monkeypatch):
+    """Admission that reserves a fifth of the outputs (new_token_ratio 0.2)
+    over-commits a small KV pool, so decode steps retract requests when the
+    next step's pages (one for each request whose next token starts a page)
+    do not fit.  Both replays must retract alike (fixed seeds)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    from mambaradix import driver as drv
+
+    retracted = []
+    real = drv.SchedulerDriver._retract
+    monkeypatch.setattr(drv.SchedulerDriver, "_retract",
+                        lambda self, info: (retracted.append(info.spec.rid), real(self, info)))
+    for seed in range(3):
+        reqs = _toy_workload(np.random.default_rng(seed), n=40)
+        cfg = SimConfig(mode="pp2", states="toy", chunk_size=16, track_interval=64,
+                        page_size=page, chunked_prefill_size=96, max_running=6, kv_tokens=700,
+                        state_slots=30, seed=seed, new_token_ratio=0.2, decode_boundary="batch")
+        m = engine.run(reqs, cfg)
+        assert m.state_mismatches == 0
+    assert retracted
 
 
 def test_toy_mode_reports_the_lazy_race():

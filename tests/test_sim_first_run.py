@@ -145,13 +145,77 @@ def test_empty_workload_is_refused_like_the_cli(tmp_path, capsys):
 
 # --- item 4: --states toy with paged KV ---------------------------------------------------
 
-def test_toy_states_with_pages_are_refused_before_any_replay(no_replay, capsys):
-    with pytest.raises(ConfigError, match="states toy needs page_size 1, got 16"):
-        run(workloads.multi_turn(2, 2, 64, 8), SimConfig(states="toy", page_size=16))
-    code, _, err = main(capsys, *SMALL, "--states", "toy", "--page-size", "16")
-    assert code == 2 and "states toy needs page_size 1" in err and "Lifecycle" not in err
-    code, _, err = main(capsys, *SMALL, "--states", "toy", "--sweep", "page_size=1,16")
-    assert code == 2 and "page_size=16: states toy needs page_size 1" in err
+@pytest.mark.parametrize("page", [4, 16])
+def test_toy_states_run_with_pages_from_the_api(page):
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    reqs = workloads.multi_turn(6, 3, 100, 24, seed=3)
+    m = run(reqs, SimConfig(states="toy", page_size=page))
+    # run() raises unless every request's usable prefix through the drop-in
+    # (paged allocator) equals the state-free replay's
+    assert m.requests == 18 and m.state_hits > 0 and m.state_mismatches == 0
+    assert "toy" in m.wall_seconds
+    # SGLang runs no_buffer with page size 1 only
+    with pytest.raises(ValueError, match="page_size must be 1 in no_buffer mode"):
+        run(reqs, SimConfig(states="toy", mode="no_buffer", page_size=page))
+
+
+def test_paged_kv_pool_counts_whole_pages_up_front():
+    # 64 prompt + 8 output tokens + a page of headroom = 88 tokens, but a pool of
+    # 95 tokens holds five pages of 16 (80 tokens): refused before any replay
+    reqs = [SimRequest("a", np.arange(1, 65, dtype=np.int32), 8)]
+    with pytest.raises(ConfigError, match="smaller than one request's need"):
+        run(reqs, SimConfig(kv_tokens=95, page_size=16, chunk_size=64, track_interval=64,
+                            state_slots=8, max_running=1))
+    m = run(reqs, SimConfig(kv_tokens=95, page_size=1, chunk_size=64, track_interval=64,
+                            state_slots=8, max_running=1))
+    assert m.requests == 1
+
+
+@pytest.mark.parametrize("page", ["4", "16", "64"])
+def test_toy_states_run_with_pages_from_the_command_line(capsys, page):
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    code, out, err = main(capsys, *SMALL, "--states", "toy", "--page-size", page, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    m = doc["metrics"]
+    assert doc["config"]["page_size"] == int(page)
+    assert m["requests"] == 18 and m["state_hits"] > 0 and m["state_mismatches"] == 0
+    code, out, err = main(capsys, *SMALL, "--states", "toy", "--sweep", f"page_size=1,{page}",
+                          "--json")
+    assert code == 0, err
+    assert "Lifecycle" not in err
+
+
+def test_toy_replays_of_random_tiny_pools_agree_at_every_page_size():
+    """The random tight cases above (page 1, 2 and 4), replayed state-free
+    (pool accounting checked after every step) and with toy states through
+    the drop-in: both stop on a pool error, or both finish with the same
+    usable prefix for every request and no restored state differs (lazy
+    aside: its SGLang window)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    rng = random.Random(1)
+    finished, stopped = [], 0
+    for _ in range(150):
+        reqs, cfg = _random_case(rng)
+        cfg = dataclasses.replace(cfg, states="toy", decode_boundary=(
+            "committed" if cfg.mode == "lazy" else "batch")).resolved()
+        try:
+            res = engine.replay(reqs, cfg, check_every_step=True)
+        except ConfigError:
+            continue
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                engine._toy_replay(reqs, cfg)
+            stopped += 1
+            continue
+        got, _, bad = engine._toy_replay(reqs, cfg)
+        assert {rid: got[rid] for rid in res.prefixes} == res.prefixes, cfg
+        assert bad == 0 or cfg.mode == "lazy"
+        finished.append(cfg.page_size)
+    assert finished.count(2) > 5 and finished.count(4) > 5 and stopped > 5, (finished, stopped)
 
 
 # --- item 7: one-line errors, exit code 2 -------------------------------------------------

@@ -54,10 +54,6 @@ def validate_config(config: SimConfig) -> None:
     if config.chunk_size % config.page_size:
         raise ConfigError(f"chunk_size {config.chunk_size} must be a multiple of page_size "
                           f"{config.page_size}")
-    if config.states == "toy" and config.page_size != 1:
-        raise ConfigError(f"states toy needs page_size 1, got {config.page_size}: its second "
-                          f"replay runs the reference scheduler, which allocates KV token by "
-                          f"token (use states none for paged KV)")
     if config.mode == "no_buffer" and config.page_size != 1:
         raise ConfigError("mode no_buffer needs page_size 1 (as in SGLang); use pp2, pp1 or lazy")
     if config.mode != "no_buffer" and config.track_interval % config.page_size:
@@ -82,7 +78,7 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
 
     worst = max(requests, key=need_of)
     need = need_of(worst)
-    if config.kv_tokens <= need:
+    if config.kv_tokens // page * page <= need:
         raise ConfigError(
             f"the KV pool ({config.kv_tokens:,} tokens) is smaller than one request's need: "
             f"{worst.rid} has {len(worst.input_ids):,} prompt + {worst.output_len:,} output "

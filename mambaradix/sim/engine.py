@@ -15,7 +15,10 @@ scheduler's one-step lag in pp2 / lazy modes):
   kept as counters (no tensors, no torch).  KV indices and state slots carry no
   data here, so only their counts are tracked; every tree operation (match with
   its splits, insert with its duplicates, both evictions, locks) is the real
-  one.  Runs of decode steps in which nothing can change (no request finishes,
+  one.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
+  paged allocator does: a request holds ``ceil(len / page)`` pages past its
+  cached prefix, and evictions before a prefill or decode batch follow
+  alloc_for_extend / alloc_for_decode (the same rules as the driver's).  Runs of decode steps in which nothing can change (no request finishes,
   reaches a track boundary or needs an eviction, and no request can be
   admitted) are applied in one go; everything else is stepped one scheduler
   iteration at a time.
@@ -74,8 +77,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..driver import (DriverConfig, decode_track_due, match_key_limit, prefill_track_point,
-                      state_headroom)
+from ..driver import (DriverConfig, chunk_continuation, decode_track_due, match_key_limit,
+                      prefill_track_point, state_headroom)
 from .checks import check_feasible
 from .types import SimConfig, SimMetrics, SimRequest
 
@@ -248,8 +251,14 @@ class _Replay:
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
-        self.kv_total = int(config.kv_tokens)
+        # KV counts tokens; with pages (SGLang's paged allocator) the pool
+        # holds whole pages and a request holds the pages of its tokens
+        self.page = int(config.page_size)
+        self.kv_total = int(config.kv_tokens) // self.page * self.page
         self.kv_free = self.kv_total
+        # requests in the decode aggregates by the residue (mod page) of the
+        # decode batches that start a new page for them
+        self.page_due = [0] * self.page
         self.slots_total = int(config.state_slots)
         self.slots_free = self.slots_total
         self.rows_total = int(config.max_running) + 2
@@ -328,9 +337,15 @@ class _Replay:
             self.m.state_evictions += r.states_evicted
         self.t_cache += time.perf_counter() - t0
 
-    def _alloc_kv(self, n: int) -> None:
-        if self.kv_free < n:
-            self._evict(num_tokens=n)
+    def _ceil_page(self, n: int) -> int:
+        return -(-n // self.page) * self.page
+
+    def _alloc_kv(self, n: int, evict_below: Optional[int] = None) -> None:
+        """Take n KV tokens, first evicting when fewer than ``evict_below``
+        (default n) are free (SGLang evicts for an estimate with pages)."""
+        want = n if evict_below is None else evict_below
+        if self.kv_free < want:
+            self._evict(num_tokens=want)
         if self.kv_free < n:
             raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
                                f"(free {self.kv_free}): raise kv_tokens")
@@ -430,7 +445,7 @@ class _Replay:
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
         committed = r.committed
         if not is_insert:
-            self.kv_free += committed - r.cpl
+            self.kv_free += self._ceil_page(committed) - r.cpl
             self._free_states(r, None)
         else:
             if self.dcfg.extra_buffer:
@@ -438,7 +453,7 @@ class _Replay:
             else:
                 cache_len = committed
             if cache_len != committed:
-                self.kv_free += committed - max(cache_len, r.cpl)
+                self.kv_free += self._ceil_page(committed) - max(cache_len, r.cpl)
             if self.dcfg.extra_buffer:
                 keep: Optional[int] = self._keep_idx(r)
                 if r.track is None or r.track[keep] <= 0:
@@ -469,7 +484,7 @@ class _Replay:
                 self.slots_free += 1
             return
         self._cache_finished(r, is_insert)
-        self.kv_free += r.allocated - r.committed
+        self.kv_free += self._ceil_page(r.allocated) - self._ceil_page(r.committed)
         r.row = False
         self.rows_free += 1
 
@@ -620,8 +635,7 @@ class _Replay:
             if rem <= 0:
                 rem = rem_chunk if rem_chunk is not None else 1
             cand = r.prompt_len + r.out - r.prefix_len
-            truncated = cand > rem
-            n = min(cand, rem)
+            n, truncated = chunk_continuation(r.prefix_len, cand, rem, page)
             r.ext_end = r.prefix_len + n
             can_run.append(r)
             e = ceil_page(n)
@@ -651,6 +665,8 @@ class _Replay:
                 status = "no_token"
             elif rem_chunk is None and can_run and real_input >= rem_input:
                 status = "other"
+            elif self._locked_short(r, total, total_off):
+                status = "no_token"
             elif rem_chunk is None or real_input <= rem_chunk:
                 r.ext_end = fill_len
                 added = (real_input, min(r.output_len, d.clip_max_new_tokens))
@@ -702,6 +718,16 @@ class _Replay:
         if self.chunked is not None:
             self.chunked.inflight += 1
         return self._prepare_extend(can_run)
+
+    def _locked_short(self, r: _R, total: int, total_off: float) -> bool:
+        """PrefillAdder's second budget check with the match locked: locking
+        takes the matched path out of the evictable KV."""
+        t0 = time.perf_counter()
+        self.tree.inc_lock_ref(r.node)
+        short = total >= self._rem_total(total_off)
+        self.tree.dec_lock_ref(r.node)
+        self.t_cache += time.perf_counter() - t0
+        return short
 
     def _account_admission(self, r: _R, kv_m: int, seen: int) -> None:
         m = self.m
@@ -769,7 +795,13 @@ class _Replay:
             E = r.ext_end - P
             ext_total += E
         self._note_peaks()
-        self._alloc_kv(ext_total)
+        if self.page == 1:
+            self._alloc_kv(ext_total)
+        else:
+            # alloc_extend: the rest of each request's last page, then whole
+            # pages; eviction first for the tokens plus a page per request
+            pages = sum(self._ceil_page(r.ext_end) - self._ceil_page(r.prefix_len) for r in rs)
+            self._alloc_kv(pages, evict_below=ext_total + len(rs) * self.page)
         for r in rs:
             P = r.prefix_len
             E = r.ext_end - P
@@ -816,6 +848,8 @@ class _Replay:
         self.agg_obase += sign * r.o_base
         self.agg_j0 += sign * r.j0
         self.agg_n += sign
+        if self.page > 1:
+            self.page_due[(r.j0 - r.c_base) % self.page] += sign
         if r.output_len > self.dcfg.clip_max_new_tokens:
             self.agg_long += sign
 
@@ -855,8 +889,19 @@ class _Replay:
         r.j0 = None
         self.need_filter = True
 
+    def _decode_tokens_needed(self) -> int:
+        """KV tokens the next decode batch takes: one per request, or with
+        pages a page for each request whose next token starts one (batch b
+        does for an aggregated request when b = j0 - c_base mod page)."""
+        page = self.page
+        if page == 1:
+            return len(self.running)
+        n = self.page_due[self.next_bid % page]
+        n += sum(1 for r in self.pending_join if r.in_run and r.committed % page == 0)
+        return n * page
+
     def _check_decode_mem(self) -> bool:
-        n = len(self.running)
+        n = self._decode_tokens_needed()
         if self.kv_free < n:
             self._evict(num_tokens=n)
         return self.kv_free >= n
@@ -918,7 +963,11 @@ class _Replay:
             self._agg(r, +1)
             self._add_fin(r)
         self.pending_join = []
-        self._alloc_kv(len(self.running))
+        if self.page == 1:
+            self._alloc_kv(len(self.running))
+        else:
+            self._alloc_kv(self.page * self.page_due[b % self.page],
+                           evict_below=len(self.running) * self.page)
         self.prep_id = b
         if self.extra_buffer and self.lazy:
             due = self.bucket.get(b % interval)
@@ -1026,7 +1075,10 @@ class _Replay:
         if self.pending and not self.batch_is_full:
             k = int((float(self.pending[0].arrival) - self.clock) / self.cfg_step()) - 1
         bs = len(self.running)
-        k = min(k, self.kv_free // bs - 1)
+        page = self.page
+        # no eviction in the k steps: a request takes at most k + page - 1
+        # tokens in them, and a step evicts below bs * page free with pages
+        k = min(k, self.kv_free // bs - (1 if page == 1 else 2 * page))
         heap = self.fin_heap
         while heap and heap[0] not in self.fin_at:
             heapq.heappop(heap)
@@ -1049,7 +1101,13 @@ class _Replay:
         self.next_bid += k
         self.prep_id += k
         self.res_id += k
-        self.kv_free -= k * bs
+        if page == 1:
+            self.kv_free -= k * bs
+        else:
+            # batches P+1 .. P+k, each a page for the requests of its residue
+            self.kv_free -= page * sum(
+                n * ((P + k - res) // page - (P - res) // page)
+                for res, n in enumerate(self.page_due) if n)
         if overlap:
             self.result_queue[0] = ("decode", self.prep_id)
         self.last_batch = ("decode", self.prep_id)
@@ -1070,7 +1128,7 @@ class _Replay:
                 continue
             self._sync(r)
             if r.row:
-                req_kv += r.allocated - r.cpl
+                req_kv += self._ceil_page(r.allocated) - r.cpl
             if r.running:
                 req_slots += 1
             if r.track is not None:
