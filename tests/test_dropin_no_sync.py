@@ -96,3 +96,23 @@ def test_request_fields_live_in_the_record() -> None:
     assert rs.track1 == 5
     r.mamba_ping_pong_track_buffer = None
     assert r.mamba_next_track_idx is None and (rs.track0, rs.track1, rs.next_track) == (-1, -1, -1)
+
+
+def test_slot_index_views_and_buffers() -> None:
+    """SlotIndex hands out slot v as a view of one tensor (slot -1 included)
+    and a track buffer as a new tensor, which a caller may overwrite."""
+    from mambaradix import _C
+    from mambaradix.sglang import SlotIndex
+
+    ix = SlotIndex(4, "cpu", pp=2)
+    assert [int(ix.slot(v)) for v in (-1, 0, 3, 4)] == [-1, 0, 3, 4]
+    assert ix.slot1(2).tolist() == [2] and ix.slot(2).data_ptr() == ix.ids.data_ptr() + 3 * 8
+    assert int(ix.slot(9)) == 9  # grows past the pool's size
+    rs = _C.ReqState((1, 2, 3, 0, -1, -1, -1, 0, 1, 0, -1, 0, 0))
+    buf = ix.buffer(rs, 2)
+    assert buf.tolist() == [2, 3]
+    buf[0] = 7
+    assert int(ix.slot(2)) == 2
+    assert ix.buffer(rs, 1).tolist() == [2]
+    rs.track1 = -1  # lazy: one slot held
+    assert ix.buffer(rs, 2).tolist() == [2, -1]

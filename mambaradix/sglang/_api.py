@@ -408,13 +408,13 @@ class SlotIndex:
         return self.ids[v + 1 : v + 2]
 
     def buffer(self, rs: Any, pp: int) -> torch.Tensor:
+        """A new tensor of the record's pp track entries (the caller may
+        write to it; `ids` stays untouched)."""
         a, b = rs.track0, rs.track1
         if max(a, b) + 1 >= self.ids.numel():
             self._grow(max(a, b))
         if pp == 1:
-            return self.ids[a + 1 : a + 2]
-        if b == a + 1:
-            return self.ids[a + 1 : a + 3]
+            return self.ids[a + 1 : a + 2].clone()
         return torch.stack((self.ids[a + 1], self.ids[b + 1]))
 
 

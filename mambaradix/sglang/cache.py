@@ -41,7 +41,7 @@ from ._api import (
 from .pools import (
     HybridReqToTokenPool,
     TokenToKVPoolAllocator,
-    _apply_fields,
+    _apply_record,
     _np_index,
     _owns_record,
     _rs_of,
@@ -415,13 +415,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         return _to_device(a, self.device)
 
     def _apply(self, req: Any, rs: Any) -> None:
-        """After a C call on the request's record: ours was updated in place
-        (bind its fields to the index tensors); another request type gets
-        its fields written back from the temporary record."""
-        if rs is getattr(req, "_rs", None):
-            req._ix = self._ix
-        else:
-            _apply_fields(req, rs, self._ix)
+        _apply_record(req, rs, self._ix)
 
     def _keep_running(self, req: Any, running: int, drop: bool) -> None:
         """A finished request's running slot as SGLang leaves it: None,

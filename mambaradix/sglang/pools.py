@@ -484,6 +484,16 @@ def _rs_of(req: Any, *, with_node: bool = False, cache: Any = None) -> Any:
     return rs
 
 
+def _apply_record(req: Any, rs: Any, ix: SlotIndex) -> None:
+    """After a C call on the request's record: ours was updated in place
+    (its fields read the record; bind them to the pool's index tensors);
+    another request type gets its fields written back."""
+    if rs is getattr(req, "_rs", None):
+        req._ix = ix
+    else:
+        _apply_fields(req, rs, ix)
+
+
 def _apply_fields(req: Any, rs: Any, ix: SlotIndex) -> None:
     """Writes a temporary record back into a request object that is not
     ours (only the fields that changed, so tensors the scheduler holds stay
@@ -496,7 +506,7 @@ def _apply_fields(req: Any, rs: Any, ix: SlotIndex) -> None:
             req.mamba_ping_pong_track_buffer = None
             req.mamba_next_track_idx = None
         else:
-            req.mamba_ping_pong_track_buffer = ix.buffer(rs, ix.pp).clone()
+            req.mamba_ping_pong_track_buffer = ix.buffer(rs, ix.pp)
             req.mamba_next_track_idx = rs.next_track
     if rs.last_track_seqlen != old[4]:
         req.mamba_last_track_seqlen = None if rs.last_track_seqlen < 0 else rs.last_track_seqlen
@@ -586,13 +596,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         return self._ix.slot1(v)
 
     def _apply_rs(self, req: Any, rs: Any, old: Any = None) -> None:
-        """After a C call on the request's record: ours was updated in place
-        (its fields read the record; bind them to this pool's index
-        tensors); another request type gets its fields written back."""
-        if rs is getattr(req, "_rs", None):
-            req._ix = self._ix
-        else:
-            _apply_fields(req, rs, self._ix)
+        _apply_record(req, rs, self._ix)
 
     def _sync_maps_to_device(self, rows: Sequence[int]) -> None:
         """Copies the maps' rows from the C pool to the device mirror, queued
