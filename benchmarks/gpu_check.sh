@@ -7,8 +7,10 @@
 #   1. install the wheels carried in .whl/ (fla-core for the realism test)
 #      into /tmp/site, without a registry;
 #   2. build the extension in place with CUDA (MAMBARADIX_CUDA=1);
-#   3. pytest: tests/test_kernels_gpu.py tests/test_dlpack.py, and the
-#      documentation's GPU code blocks (tests/test_docs.py -m cuda);
+#   3. pytest: tests/test_kernels_gpu.py tests/test_dlpack.py, the drop-in
+#      batch under torch.cuda's sync debug mode
+#      (tests/test_dropin_no_sync_gpu.py), and the documentation's GPU code
+#      blocks (tests/test_docs.py -m cuda);
 #   4. the benchmark at full size (Qwen3-Next shapes, 256 slots, ~20 GB);
 #   5. pytest tests/test_fla_realism.py (FLA's chunked gated delta rule);
 #   6. compute-sanitizer memcheck, then racecheck, over a short GPU test
@@ -86,6 +88,8 @@ except Exception as e:
 
 # ---- 3. tests ------------------------------------------------------------
 stage pytest 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_kernels_gpu.py tests/test_dlpack.py
+# the drop-in's per-request path over pools on the GPU: no host-device sync
+stage nosync 60 python3 -m pytest -q -rs -p no:cacheprovider tests/test_dropin_no_sync_gpu.py
 # the README's GPU code blocks (```python gpu), through the docs test
 stage docs 60 python3 -m pytest -q -rs -p no:cacheprovider tests/test_docs.py -m cuda
 

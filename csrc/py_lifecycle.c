@@ -3,19 +3,24 @@
  * SlotAllocator (KV tokens) and a ReqPool, or with no pools (then
  * evictions are handed back as arrays).
  *
- * Per-request calls take and return the request's cache-side state as a
- * 13-tuple of ints ("rs", -1 = None):
+ * Per-request calls take the request's cache-side state ("rs") as a
+ * ReqState: a C record (mr_req) that the call updates in place and hands
+ * back, so nothing is packed or unpacked per request; mambaradix.sglang's
+ * Req keeps its mamba_* fields in one.  A 13-tuple of ints (-1 = None)
  *   (running, track0, track1, next_track, last_track_seqlen,
  *    branching_seqlen, cow_src, needs_clear, lazy_is_insert,
  *    protected_len, node_id, node_gen, locked)
- * so a Python request object stays the authority for its fields.  The
- * batched calls (prefill_batch, decode_batch, finish_batch) keep that state
- * in the ReqPool's records instead and do a whole batch in one call. */
+ * is still accepted (a new tuple comes back), for request objects that are
+ * not ours.  A call that fails leaves the record unchanged.  The batched
+ * calls (prefill_batch, decode_batch, finish_batch) keep that state in the
+ * ReqPool's records instead and do a whole batch in one call. */
 #include "py_pools.h"
 #include "py_numpy.h"
 #include "lifecycle.h"
 
+#include <stddef.h>
 #include <string.h>
+#include <structmember.h>
 
 #define RS_LEN 13
 
@@ -190,10 +195,24 @@ need_pools(LifecycleObject *self, const char *fname)
     return 0;
 }
 
-static int
-parse_rs(PyObject *obj, mr_req *st)
+/* ------------------------------------------------------------------------
+ * ReqState: one request's record */
+
+typedef struct {
+    PyObject_HEAD
+    mr_req st;
+} ReqStateObject;
+
+static PyTypeObject *
+req_state_type(LifecycleObject *self)
 {
-    PyObject *seq = PySequence_Fast(obj, "rs must be a sequence of 13 ints");
+    return (PyTypeObject *)lc_state(self)->pools[MR_POOLS_REQ_STATE];
+}
+
+static int
+tuple_to_req(PyObject *obj, mr_req *st)
+{
+    PyObject *seq = PySequence_Fast(obj, "rs must be a ReqState or a sequence of 13 ints");
     if (seq == NULL) {
         return -1;
     }
@@ -232,7 +251,7 @@ parse_rs(PyObject *obj, mr_req *st)
 }
 
 static PyObject *
-build_rs(const mr_req *st)
+req_to_tuple(const mr_req *st)
 {
     return Py_BuildValue("(LLLiLLLiiLLLi)", (long long)st->running, (long long)st->track[0],
                          (long long)st->track[1], (int)st->next_track, (long long)st->last_track_seqlen,
@@ -240,6 +259,29 @@ build_rs(const mr_req *st)
                          (int)st->lazy_is_insert, (long long)st->protected_len,
                          (long long)(st->has_node ? (int64_t)st->last_node.id : -1),
                          (long long)st->last_node.gen, (int)st->locked);
+}
+
+/* Reads rs (a ReqState or a 13-tuple) into *st, a working copy. */
+static int
+parse_rs(LifecycleObject *self, PyObject *obj, mr_req *st)
+{
+    if (Py_IS_TYPE(obj, req_state_type(self))) {
+        *st = ((ReqStateObject *)obj)->st;
+        return 0;
+    }
+    return tuple_to_req(obj, st);
+}
+
+/* The call succeeded: a ReqState gets the working copy back (and is
+ * returned, a new reference); for a tuple a new tuple is built. */
+static PyObject *
+build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
+{
+    if (Py_IS_TYPE(obj, req_state_type(self))) {
+        ((ReqStateObject *)obj)->st = *st;
+        return Py_NewRef(obj);
+    }
+    return req_to_tuple(st);
 }
 
 static int
@@ -419,18 +461,20 @@ Lifecycle_dealloc(LifecycleObject *self)
  * Tree operations */
 
 PyDoc_STRVAR(Lifecycle_match__doc__,
-"match($self, key, /, ns=0, cow=False, running=-1, owner=-2, limit=-1)\n"
+"match($self, key, /, ns=0, cow=False, running=-1, owner=-2, limit=-1, rs=None)\n"
 "--\n"
 "\n"
 "Match key (its first `limit` tokens when limit >= 0) in namespace ns.\n"
 "Returns (indices, node_id, node_gen, node_state, branching_seqlen, running)\n"
 "(-1 = None).  With cow and a node that has a state, running gets a slot\n"
-"(owner: -2 held, or a request row) if it is -1.");
+"(owner: -2 held, or a request row) if it is -1.  rs: the request's\n"
+"ReqState (then `running` is its own); with cow and a hit it records the\n"
+"running slot, the copy-on-write source and needs_clear = False.");
 
 static PyObject *
 Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "cow", "running", "owner", "limit", NULL};
+    static const char *const allowed[] = {"ns", "cow", "running", "owner", "limit", "rs", NULL};
     if (!mr_check_nargs("match", nargs, 1, 1) || mr_check_kwnames("match", kwnames, allowed) < 0) {
         return NULL;
     }
@@ -471,8 +515,21 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     }
     mr_req st;
-    mr_req_reset(&st);
-    st.running = running;
+    PyObject *rs = mr_find_kw(kwnames, args + nargs, "rs");
+    if (rs == Py_None) {
+        rs = NULL;
+    }
+    if (rs != NULL && !Py_IS_TYPE(rs, req_state_type(self))) {
+        PyErr_SetString(PyExc_TypeError, "match(): rs must be a ReqState");
+        return NULL;
+    }
+    if (rs != NULL) {
+        st = ((ReqStateObject *)rs)->st;
+    }
+    else {
+        mr_req_reset(&st);
+        st.running = running;
+    }
     mr_match m;
     int rc = mr_lc_match(self->lc, self->keybuf, len, (int32_t)ns, cow, &st, (int32_t)owner, &m, self->buf);
     if (rc != MR_OK && rc != MR_ENOSPC) {
@@ -484,6 +541,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     PyObject *idx = new_i64_from(self->buf, m.prefix_len);
     if (idx == NULL) {
         return NULL;
+    }
+    if (rs != NULL) {
+        ((ReqStateObject *)rs)->st = st;
     }
     mr_handle h = mr_node_handle(m.node);
     return Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
@@ -950,7 +1010,7 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (mr_as_int64(PySequence_Fast_GET_ITEM(rows_seq, i), INT64_MIN, INT64_MAX, "admit(): rows", &rows[i]) < 0
-            || parse_rs(PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]) < 0) {
+            || parse_rs(self, PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]) < 0) {
             goto error;
         }
     }
@@ -980,7 +1040,7 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyLong_FromLongLong(rows[i]);
-        PyObject *t = build_rs(&sts[i]);
+        PyObject *t = build_rs(self, PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]);
         if (r == NULL || t == NULL) {
             Py_XDECREF(r);
             Py_XDECREF(t);
@@ -1014,7 +1074,7 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (!mr_check_nargs("prepare_extend", nargs, 4, 4)
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "prepare_extend(): row", &row) < 0
-        || parse_rs(args[1], &st) < 0
+        || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "prepare_extend(): prefix_len", &p) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "prepare_extend(): extend_len", &e) < 0) {
         return NULL;
@@ -1022,7 +1082,7 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     int64_t slot = -1, seqlen = -1;
     uint8_t mask = 0;
     mr_lc_prepare_extend(self->lc, row, &st, p, e, &slot, &mask, &seqlen);
-    return Py_BuildValue("(NLOL)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False, (long long)seqlen);
+    return Py_BuildValue("(NLOL)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False, (long long)seqlen);
 }
 
 PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
@@ -1040,7 +1100,7 @@ Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (!mr_check_nargs("decode_prepare", nargs, 3, 3) || need_pools(self, "decode_prepare") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
-        || parse_rs(args[1], &st) < 0
+        || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0) {
         return NULL;
     }
@@ -1050,7 +1110,7 @@ Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_
     if (rc != MR_OK) {
         return lc_raise(self, rc, "decode_prepare()");
     }
-    return Py_BuildValue("(NLO)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False);
+    return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
 }
 
 PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
@@ -1068,7 +1128,7 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     mr_req st;
     if (!mr_check_nargs("decode_finish", nargs, 4, 4) || need_pools(self, "decode_finish") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
-        || parse_rs(args[1], &st) < 0
+        || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1077,7 +1137,7 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
-    return Py_BuildValue("(NO)", build_rs(&st), at ? Py_True : Py_False);
+    return Py_BuildValue("(NO)", build_rs(self, args[1], &st), at ? Py_True : Py_False);
 }
 
 PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
@@ -1096,7 +1156,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     mr_req st;
     if (!mr_check_nargs("cache_unfinished", nargs, 4, 4) || mr_check_kwnames("cache_unfinished", kwnames, allowed) < 0
         || need_pools(self, "cache_unfinished") < 0
-        || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0 || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
         return NULL;
     }
@@ -1129,7 +1189,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
         }
         return lc_raise(self, rc, "cache_unfinished()");
     }
-    return Py_BuildValue("(NNLL)", build_rs(&st), prefix, (long long)fs, (long long)fd);
+    return Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
@@ -1150,7 +1210,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (!mr_check_nargs("cache_finished", nargs, 4, 4) || mr_check_kwnames("cache_finished", kwnames, allowed) < 0
         || need_pools(self, "cache_finished") < 0
-        || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0 || parse_rs(args[1], &st) < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1179,7 +1239,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     if (rc != MR_OK) {
         return lc_raise(self, rc, "cache_finished()");
     }
-    return build_rs(&st);
+    return build_rs(self, args[1], &st);
 }
 
 /* ------------------------------------------------------------------------
@@ -1215,7 +1275,7 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
                      fname);
         return NULL;
     }
-    if (parse_rs(rs, st) < 0) {
+    if (parse_rs(self, rs, st) < 0) {
         return NULL;
     }
     snprintf(arg, sizeof(arg), "%s(): ns", fname);
@@ -1295,7 +1355,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         }
         return rc != MR_OK ? lc_raise(self, rc, "cache_unfinished_foreign()") : NULL;
     }
-    return Py_BuildValue("(NNLLNN)", build_rs(&st), prefix, (long long)fs, (long long)fd, kvf, stf);
+    return Py_BuildValue("(NNLLNN)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf);
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
@@ -1337,7 +1397,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
         Py_XDECREF(stf);
         return rc != MR_OK ? lc_raise(self, rc, "cache_finished_foreign()") : NULL;
     }
-    return Py_BuildValue("(NNN)", build_rs(&st), kvf, stf);
+    return Py_BuildValue("(NNN)", build_rs(self, args[0], &st), kvf, stf);
 }
 
 PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
@@ -1353,7 +1413,7 @@ Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, P
 {
     int64_t sl = 0, fresh = -1;
     mr_req st;
-    if (!mr_check_nargs("decode_prepare_foreign", nargs, 2, 3) || parse_rs(args[0], &st) < 0
+    if (!mr_check_nargs("decode_prepare_foreign", nargs, 2, 3) || parse_rs(self, args[0], &st) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
         || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)) {
         return NULL;
@@ -1367,7 +1427,7 @@ Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, P
                         "decode_prepare_foreign(): this Lifecycle has its own pools; use decode_prepare");
         return NULL;
     }
-    return Py_BuildValue("(NLOO)", build_rs(&st), (long long)slot, mask ? Py_True : Py_False,
+    return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
                          need ? Py_True : Py_False);
 }
 
@@ -1384,7 +1444,7 @@ Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py
 {
     int64_t c = 0;
     mr_req st;
-    if (!mr_check_nargs("decode_finish_foreign", nargs, 3, 3) || parse_rs(args[0], &st) < 0
+    if (!mr_check_nargs("decode_finish_foreign", nargs, 3, 3) || parse_rs(self, args[0], &st) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1404,7 +1464,7 @@ Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py
         return NULL;
     }
     Py_DECREF(kvf);
-    return Py_BuildValue("(NON)", build_rs(&st), at ? Py_True : Py_False, stf);
+    return Py_BuildValue("(NON)", build_rs(self, args[0], &st), at ? Py_True : Py_False, stf);
 }
 
 PyDoc_STRVAR(Lifecycle_free_states__doc__,
@@ -1422,7 +1482,7 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     int64_t keep = -1;
     mr_req st;
     if (!mr_check_nargs("free_states", nargs, 1, 1) || mr_check_kwnames("free_states", kwnames, allowed) < 0
-        || need_pools(self, "free_states") < 0 || parse_rs(args[0], &st) < 0) {
+        || need_pools(self, "free_states") < 0 || parse_rs(self, args[0], &st) < 0) {
         return NULL;
     }
     PyObject *o = mr_find_kw(kwnames, args + nargs, "keep");
@@ -1433,7 +1493,7 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     if (rc != MR_OK) {
         return lc_raise(self, rc, "free_states()");
     }
-    return build_rs(&st);
+    return build_rs(self, args[0], &st);
 }
 
 /* ------------------------------------------------------------------------
@@ -1891,6 +1951,140 @@ static PyType_Spec Lifecycle_spec = {
     .slots = Lifecycle_slots,
 };
 
+/* ------------------------------------------------------------------------
+ * ReqState type */
+
+static PyObject *
+ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"rs", NULL};
+    PyObject *init = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:ReqState", kwlist, &init)) {
+        return NULL;
+    }
+    ReqStateObject *self = (ReqStateObject *)tp->tp_alloc(tp, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    mr_req_reset(&self->st);
+    if (init != NULL && init != Py_None && tuple_to_req(init, &self->st) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+ReqState_dealloc(ReqStateObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+ReqState_astuple(ReqStateObject *self, PyObject *unused)
+{
+    return req_to_tuple(&self->st);
+}
+
+static PyObject *
+ReqState_reset(ReqStateObject *self, PyObject *unused)
+{
+    mr_req_reset(&self->st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ReqState_get_node_id(ReqStateObject *self, void *c)
+{
+    return PyLong_FromLongLong(self->st.has_node ? (long long)self->st.last_node.id : -1);
+}
+
+static int
+ReqState_set_node_id(ReqStateObject *self, PyObject *v, void *c)
+{
+    int64_t id = -1;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "node_id cannot be deleted");
+        return -1;
+    }
+    if (mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0) {
+        return -1;
+    }
+    self->st.has_node = id >= 0;
+    self->st.last_node.id = (uint32_t)(id >= 0 ? id : 0);
+    if (id < 0) {
+        self->st.locked = 0;
+    }
+    return 0;
+}
+
+/* The track buffer's two int64 entries as a writable buffer: a CPU tensor
+ * over it (torch.frombuffer) is the request's ping-pong buffer itself. */
+static int
+ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
+}
+
+#define RS_MEMBER(name, type, field, doc) {name, type, offsetof(ReqStateObject, st) + offsetof(mr_req, field), 0, doc}
+
+static PyMemberDef ReqState_members[] = {
+    RS_MEMBER("running", T_LONGLONG, running, "mamba_pool_idx (-1 = None)."),
+    RS_MEMBER("track0", T_LONGLONG, track[0], "mamba_ping_pong_track_buffer[0] (-1 = empty)."),
+    RS_MEMBER("track1", T_LONGLONG, track[1], "mamba_ping_pong_track_buffer[1] (-1 = empty)."),
+    RS_MEMBER("next_track", T_INT, next_track, "mamba_next_track_idx (-1 = None)."),
+    RS_MEMBER("last_track_seqlen", T_LONGLONG, last_track_seqlen, "mamba_last_track_seqlen (-1 = None)."),
+    RS_MEMBER("branching_seqlen", T_LONGLONG, branching_seqlen, "mamba_branching_seqlen (-1 = None)."),
+    RS_MEMBER("cow_src", T_LONGLONG, cow_src, "mamba_cow_src_index (-1 = None)."),
+    RS_MEMBER("needs_clear", T_UBYTE, needs_clear, "mamba_needs_clear."),
+    RS_MEMBER("lazy_is_insert", T_UBYTE, lazy_is_insert, "mamba_lazy_is_insert."),
+    RS_MEMBER("protected_len", T_LONGLONG, protected_len, "cache_protected_len."),
+    RS_MEMBER("node_gen", T_UINT, last_node.gen, "last_node's generation."),
+    RS_MEMBER("locked", T_UBYTE, locked, "last_node holds a lock of this request."),
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef ReqState_getset[] = {
+    {"node_id", (getter)ReqState_get_node_id, (setter)ReqState_set_node_id, "last_node's id (-1 = None).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef ReqState_methods[] = {
+    {"astuple", (PyCFunction)ReqState_astuple, METH_NOARGS, "The record as the 13-tuple the calls also accept."},
+    {"reset", (PyCFunction)ReqState_reset, METH_NOARGS, "Every field None / 0 (lazy_is_insert 1)."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(ReqState__doc__,
+"ReqState(rs=None)\n"
+"--\n"
+"\n"
+"One request's cache-side record (running slot, ping-pong track buffer,\n"
+"tracked and branching lengths, copy-on-write source, lock): the C struct\n"
+"the Lifecycle's per-request calls read and update in place.  rs: a\n"
+"13-tuple to start from.  Its buffer is the two track entries (int64).");
+
+static PyType_Slot ReqState_slots[] = {
+    {Py_tp_new, ReqState_new},
+    {Py_tp_dealloc, ReqState_dealloc},
+    {Py_tp_members, ReqState_members},
+    {Py_tp_getset, ReqState_getset},
+    {Py_tp_methods, ReqState_methods},
+    {Py_bf_getbuffer, ReqState_getbuffer},
+    {Py_tp_doc, (void *)ReqState__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec ReqState_spec = {
+    .name = "mambaradix._C.ReqState",
+    .basicsize = sizeof(ReqStateObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = ReqState_slots,
+};
+
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)
 {
@@ -1899,5 +2093,13 @@ mr_py_lifecycle_init(PyObject *m, mr_state *st)
         return -1;
     }
     st->pools[MR_POOLS_LIFECYCLE] = tp;
+    if (PyModule_AddType(m, (PyTypeObject *)tp) < 0) {
+        return -1;
+    }
+    tp = PyType_FromModuleAndSpec(m, &ReqState_spec, NULL);
+    if (tp == NULL) {
+        return -1;
+    }
+    st->pools[MR_POOLS_REQ_STATE] = tp;
     return PyModule_AddType(m, (PyTypeObject *)tp);
 }

@@ -12,6 +12,7 @@
 #define MR_POOLS_SLOT_ALLOCATOR  1
 #define MR_POOLS_REQ_POOL        2
 #define MR_POOLS_LIFECYCLE       3
+#define MR_POOLS_REQ_STATE       4
 
 /* obj as a C-contiguous 1-D int64 numpy array (a new reference); TypeError
  * naming arg otherwise.  A scalar becomes a 1-element array. */
@@ -28,7 +29,7 @@ PyObject *mr_pools_raise_owner(mr_state *st, int rc, const char *what, const cha
 mr_kv *mr_pools_slot_allocator_kv(PyObject *obj, mr_state *st);
 mr_reqpool *mr_pools_req_pool(PyObject *obj, mr_state *st);
 
-/* Registers the Lifecycle type (py_lifecycle.c). */
+/* Registers the Lifecycle and ReqState types (py_lifecycle.c). */
 int mr_py_lifecycle_init(PyObject *m, mr_state *st);
 
 #endif /* MR_PY_POOLS_H */

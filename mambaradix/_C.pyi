@@ -185,10 +185,37 @@ class RadixTree:
 # Pools and the request lifecycle (csrc/slot_alloc.c, req_pool.c,
 # lifecycle.c; binding py_pools.c, py_lifecycle.c)
 
-_Rs = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int]
-"""A request's cache-side state, -1 = None: (running, track0, track1,
-next_track, last_track_seqlen, branching_seqlen, cow_src, needs_clear,
-lazy_is_insert, protected_len, node_id, node_gen, locked)."""
+_RsTuple = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int]
+"""A request's cache-side state as a tuple, -1 = None: (running, track0,
+track1, next_track, last_track_seqlen, branching_seqlen, cow_src,
+needs_clear, lazy_is_insert, protected_len, node_id, node_gen, locked)."""
+
+class ReqState:
+    """One request's cache-side record (the C struct the per-request calls
+    update in place; a call given a ReqState returns that same object).  Its
+    buffer is the two track entries, int64: ``torch.frombuffer(rs,
+    dtype=torch.int64)`` is a zero-copy view of the ping-pong buffer."""
+
+    def __init__(self, rs: Optional[_RsTuple] = None) -> None: ...
+    running: int
+    track0: int
+    track1: int
+    next_track: int
+    last_track_seqlen: int
+    branching_seqlen: int
+    cow_src: int
+    needs_clear: int
+    lazy_is_insert: int
+    protected_len: int
+    node_id: int
+    node_gen: int
+    locked: int
+    def astuple(self) -> _RsTuple: ...
+    def reset(self) -> None: ...
+
+_Rs = Union[ReqState, _RsTuple]
+"""A ReqState (updated in place and returned) or a tuple (a new one is
+returned)."""
 
 class OwnershipError(Error, ValueError):
     """A slot, token or row was freed twice, or by someone who does not own it."""
@@ -260,7 +287,7 @@ class Lifecycle:
     has_pools: bool
     # tree
     def match(self, key: _Key, *, ns: int = 0, cow: bool = False, running: int = -1, owner: int = -2,
-              limit: int = -1) -> tuple[npt.NDArray[np.int64], int, int, int, int, int]: ...
+              limit: int = -1, rs: Optional[ReqState] = None) -> tuple[npt.NDArray[np.int64], int, int, int, int, int]: ...
     def insert(self, key: _Key, value: _Values, state: int, *, ns: int = 0,
                prev_prefix_len: int = 0) -> tuple[int, bool, int, int, npt.NDArray[np.int64]]: ...
     def evict(self, num_tokens: int = 0, num_states: int = 0, /) -> tuple[int, int, npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...

@@ -29,6 +29,7 @@ from ._api import (
     RadixKey,
     Range,
     Req,
+    SlotIndex,
     SamplingParams,
 )
 from .cache import MambaRadixCache, TreeNode
@@ -71,6 +72,7 @@ __all__ = [
     "Range",
     "Req",
     "ReqToTokenPool",
+    "SlotIndex",
     "SamplingParams",
     "TokenToKVPoolAllocator",
     "TreeNode",

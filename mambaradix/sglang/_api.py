@@ -15,6 +15,8 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 import torch
 
+from .. import _C
+
 __all__ = [
     "RadixKey",
     "MatchPrefixParams",
@@ -33,6 +35,7 @@ __all__ = [
     "Range",
     "SamplingParams",
     "Req",
+    "SlotIndex",
 ]
 
 
@@ -339,6 +342,82 @@ class SamplingParams:
     max_new_tokens: int = 128
 
 
+def _slot_value(value: Any) -> int:
+    """A slot given as None, an int or a one-element tensor, as an int (-1 =
+    None).  A device tensor is read back here: the drop-in never assigns
+    one, it writes the record."""
+    if value is None:
+        return -1
+    if isinstance(value, torch.Tensor):
+        return int(value.reshape(-1)[0])
+    return int(value)
+
+
+def _record_int(field: str, doc: str) -> property:
+    """A Req field over an int of its record, -1 read as None."""
+
+    def get(self: "Req") -> Optional[int]:
+        v = getattr(self._rs, field)
+        return None if v < 0 else v
+
+    def set_(self: "Req", value: Optional[int]) -> None:
+        setattr(self._rs, field, -1 if value is None else int(value))
+
+    return property(get, set_, doc=doc)
+
+
+def _record_flag(field: str, doc: str) -> property:
+    """A Req field over a 0/1 byte of its record, read as a bool."""
+
+    def get(self: "Req") -> bool:
+        return bool(getattr(self._rs, field))
+
+    def set_(self: "Req", value: bool) -> None:
+        setattr(self._rs, field, 1 if value else 0)
+
+    return property(get, set_, doc=doc)
+
+
+class SlotIndex:
+    """The index tensors of a state pool, made once on its device:
+    `ids[v + 1] == v` for every slot v >= -1, so a request's slot (0-d) or
+    copy-on-write source (shape (1,)) is a view of `ids`, and a ping-pong
+    buffer is gathered from it on the device: no host-device transfer per
+    request.  pp: the track buffer's width."""
+
+    __slots__ = ("ids", "pp", "device", "on_cpu")
+
+    def __init__(self, size: int, device: Any, pp: int = 2) -> None:
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.on_cpu = self.device.type == "cpu"
+        self.ids = torch.arange(-1, int(size) + 1, dtype=torch.int64, device=self.device)
+        self.pp = int(pp)
+
+    def _grow(self, v: int) -> None:
+        n = max(v + 2, 2 * self.ids.numel())
+        self.ids = torch.arange(-1, n - 1, dtype=torch.int64, device=self.device)
+
+    def slot(self, v: int) -> torch.Tensor:
+        if v + 1 >= self.ids.numel():
+            self._grow(v)
+        return self.ids[v + 1]
+
+    def slot1(self, v: int) -> torch.Tensor:
+        if v + 1 >= self.ids.numel():
+            self._grow(v)
+        return self.ids[v + 1 : v + 2]
+
+    def buffer(self, rs: Any, pp: int) -> torch.Tensor:
+        """A new tensor of the record's pp track entries (the caller may
+        write to it; `ids` stays untouched)."""
+        a, b = rs.track0, rs.track1
+        if max(a, b) + 1 >= self.ids.numel():
+            self._grow(max(a, b))
+        if pp == 1:
+            return self.ids[a + 1 : a + 2].clone()
+        return torch.stack((self.ids[a + 1], self.ids[b + 1]))
+
+
 class Req:
     """A request as the cache sees it: SGLang's constructor keywords and the
     fields MambaRadixCache and HybridReqToTokenPool read and write."""
@@ -356,6 +435,12 @@ class Req:
         priority: Optional[int] = None,
         **_ignored: Any,
     ) -> None:
+        # recurrent state bookkeeping: a C record the cache's calls update in
+        # place (the mamba_* properties below read and write it)
+        self._rs = _C.ReqState()
+        self._ix: Optional[SlotIndex] = None
+        self._track_t: Optional[torch.Tensor] = None
+        self._pp = 2
         self.rid = rid
         self.origin_input_text = origin_input_text
         ids = origin_input_ids if origin_input_ids is not None else array("q")
@@ -388,15 +473,78 @@ class Req:
         self.kv_allocated_len = 0
         self.kv_committed_freed = False
         self.kv_overallocated_freed = False
-        # recurrent state bookkeeping
-        self.mamba_pool_idx: Optional[torch.Tensor] = None
-        self.mamba_ping_pong_track_buffer: Optional[torch.Tensor] = None
-        self.mamba_next_track_idx: Optional[int] = None
-        self.mamba_last_track_seqlen: Optional[int] = None
-        self.mamba_branching_seqlen: Optional[int] = None
-        self.mamba_cow_src_index: Optional[torch.Tensor] = None
-        self.mamba_needs_clear = False
-        self.mamba_lazy_is_insert = True
+
+    # -- the recurrent-state fields, over the C record -------------------------
+    # Index tensors are views of one device tensor made once (SlotIndex); on
+    # CPU the ping-pong buffer is a zero-copy tensor over the record itself,
+    # so writing an entry writes the record.  Assigning a tensor reads it back
+    # to the host (the cache and pools never do: they write the record).
+
+    @property
+    def mamba_pool_idx(self) -> Optional[torch.Tensor]:
+        v = self._rs.running
+        if v < 0:
+            return None
+        ix = self._ix
+        return torch.tensor(v, dtype=torch.int64) if ix is None else ix.slot(v)
+
+    @mamba_pool_idx.setter
+    def mamba_pool_idx(self, value: Any) -> None:
+        self._rs.running = _slot_value(value)
+
+    @property
+    def mamba_cow_src_index(self) -> Optional[torch.Tensor]:
+        v = self._rs.cow_src
+        if v < 0:
+            return None
+        ix = self._ix
+        return torch.tensor([v], dtype=torch.int64) if ix is None else ix.slot1(v)
+
+    @mamba_cow_src_index.setter
+    def mamba_cow_src_index(self, value: Any) -> None:
+        self._rs.cow_src = _slot_value(value)
+
+    @property
+    def mamba_ping_pong_track_buffer(self) -> Optional[torch.Tensor]:
+        rs = self._rs
+        if rs.next_track < 0 and rs.track0 < 0 and rs.track1 < 0:
+            return None
+        ix = self._ix
+        pp = self._pp if ix is None else ix.pp
+        if ix is not None and not ix.on_cpu:
+            return ix.buffer(rs, pp)
+        t = self._track_t
+        if t is None:
+            t = self._track_t = torch.frombuffer(rs, dtype=torch.int64)
+        return t if pp == 2 else t[:pp]
+
+    @mamba_ping_pong_track_buffer.setter
+    def mamba_ping_pong_track_buffer(self, value: Any) -> None:
+        rs = self._rs
+        if value is None:
+            rs.track0 = rs.track1 = -1
+            rs.next_track = -1
+            return
+        vals = value.reshape(-1).tolist() if isinstance(value, torch.Tensor) else [int(v) for v in value]
+        if not 1 <= len(vals) <= 2:
+            raise ValueError(f"mamba_ping_pong_track_buffer must hold 1 or 2 slots, not {len(vals)}")
+        self._pp = len(vals)
+        rs.track0 = int(vals[0])
+        rs.track1 = int(vals[1]) if len(vals) > 1 else -1
+
+    mamba_next_track_idx = _record_int("next_track", "mamba_next_track_idx (None = no buffer).")
+    mamba_last_track_seqlen = _record_int("last_track_seqlen", "The length the newest snapshot stands for.")
+    mamba_branching_seqlen = _record_int("branching_seqlen", "The match's branching point, if any.")
+    mamba_needs_clear = _record_flag("needs_clear", "The running slot must be zeroed before the forward.")
+    mamba_lazy_is_insert = _record_flag("lazy_is_insert", "Lazy mode: the finished request may be cached.")
+
+    @property
+    def cache_protected_len(self) -> int:
+        return self._rs.protected_len
+
+    @cache_protected_len.setter
+    def cache_protected_len(self, value: Optional[int]) -> None:
+        self._rs.protected_len = int(value or 0)
 
     # -- lengths and ids ---------------------------------------------------
 
@@ -486,13 +634,9 @@ class Req:
         self.extend_range = None
         self.is_retracted = True
         self.inflight_middle_chunks = 0
-        self.mamba_pool_idx = None
-        self.mamba_ping_pong_track_buffer = None
-        self.mamba_next_track_idx = None
-        self.mamba_last_track_seqlen = None
-        self.mamba_branching_seqlen = None
-        self.mamba_cow_src_index = None
-        self.mamba_needs_clear = False
+        lazy_is_insert = self._rs.lazy_is_insert
+        self._rs.reset()
+        self._rs.lazy_is_insert = lazy_is_insert
         self.kv_allocated_len = 0
         self.kv_committed_len = 0
         self.kv_committed_freed = False

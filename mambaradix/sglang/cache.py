@@ -36,8 +36,17 @@ from ._api import (
     MatchResult,
     RadixKey,
     Req,
+    SlotIndex,
 )
-from .pools import HybridReqToTokenPool, TokenToKVPoolAllocator, _np_index, _rs_of, _to_device
+from .pools import (
+    HybridReqToTokenPool,
+    TokenToKVPoolAllocator,
+    _apply_record,
+    _np_index,
+    _owns_record,
+    _rs_of,
+    _to_device,
+)
 
 __all__ = ["MambaRadixCache", "TreeNode"]
 
@@ -280,8 +289,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self._native:
             self._lc = _C.Lifecycle(pool.mamba_allocator._slots, self.token_to_kv_pool_allocator._slots, pool._rp, **kw)
             pool._lc = self._lc  # admission through the same lifecycle
+            self._ix = pool._ix
         else:
             self._lc = _C.Lifecycle(**kw)
+            size = getattr(getattr(pool, "mamba_pool", None), "size", 0)
+            self._ix = SlotIndex(int(size or 0), self.device, kw["track_buffer_size"])
 
     # -- nodes and namespaces ------------------------------------------------------
 
@@ -400,8 +412,18 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         return torch.empty((0,), dtype=torch.int64, device=self.device)
 
     def _indices(self, a: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(a)
-        return t if self.device == "cpu" or str(self.device) == "cpu" else t.to(self.device)
+        return _to_device(a, self.device)
+
+    def _apply(self, req: Any, rs: Any) -> None:
+        _apply_record(req, rs, self._ix)
+
+    def _keep_running(self, req: Any, running: int, drop: bool) -> None:
+        """A finished request's running slot as SGLang leaves it: None,
+        unless the tree took it (no_buffer), then still pointing at it."""
+        if drop:
+            req.mamba_pool_idx = None
+        elif _owns_record(req):
+            req._rs.running = running
 
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
         """KV indices of the longest cached prefix whose state is cached,
@@ -421,16 +443,13 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         tokens = key.token_ids
         limit = -1 if key.limit is None else int(key.limit)
         if self._native and cow:
-            running = int(req.mamba_pool_idx) if req.mamba_pool_idx is not None else -1
+            rs = _rs_of(req)
             owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
-            idx, nid, ngen, state, branching, new_running = self._lc.match(
-                tokens, ns=ns, cow=True, running=running, owner=owner, limit=limit
+            idx, nid, ngen, state, branching, _ = self._lc.match(
+                tokens, ns=ns, cow=True, owner=owner, limit=limit, rs=rs
             )
-            if state >= 0:
-                if new_running != running:
-                    req.mamba_pool_idx = self.req_to_token_pool._slot(new_running)
-                req.mamba_cow_src_index = self.req_to_token_pool._slot1(state)
-                req.mamba_needs_clear = False
+            if state >= 0:  # the record has the running slot and the source
+                self._apply(req, rs)
         else:
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
             if cow and state >= 0:
@@ -458,7 +477,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 if dst is None:
                     raise RuntimeError("match_prefix(): no state slot for copy-on-write even after eviction")
             req.mamba_pool_idx = dst[0]
-        req.mamba_cow_src_index = torch.tensor([state], dtype=torch.int64, device=self.device)
+        if _owns_record(req):
+            req._rs.cow_src = state
+            req._ix = self._ix
+        else:
+            req.mamba_cow_src_index = self._ix.slot1(state)
         req.mamba_needs_clear = False
 
     # -- insert / evict --------------------------------------------------------------------
@@ -549,18 +572,17 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return self._foreign_cache_finished(req, is_insert, committed)
         if req.mamba_pool_idx is None:
             raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
-        old = _rs_of(req, with_node=True, cache=self)
+        rs = _rs_of(req, with_node=True, cache=self)
         tokens = req.origin_input_ids + req.output_ids
-        running = old[0]
-        rs = self._lc.cache_finished(
-            int(req.req_pool_idx), old, tokens, committed, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+        running = rs.running
+        self._lc.cache_finished(
+            int(req.req_pool_idx), rs, tokens, committed, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
         )
-        if self.enable_mamba_extra_buffer or pool.mamba_allocator._slots.owner(running) != "tree":
-            req.mamba_pool_idx = None
+        drop = self.enable_mamba_extra_buffer or pool.mamba_allocator._slots.owner(running) != "tree"
+        self._keep_running(req, running, drop)
         if self.enable_mamba_extra_buffer:
             req.mamba_ping_pong_track_buffer = None
             req.mamba_next_track_idx = None
-        del rs
 
     def cache_unfinished_req(self, req: Req, chunked: bool = False, **kwargs: Any) -> None:
         """Cache a running request's prefix (end of a prefill chunk / of the
@@ -577,20 +599,17 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self.disable or cache_len is None:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
-        old = _rs_of(req, with_node=True, cache=self)
-        rs, prefix, fs, fd = self._lc.cache_unfinished(row, old, token_ids, len(token_ids), ns=self._ns(req.extra_key))
+        rs = _rs_of(req, with_node=True, cache=self)
+        _, prefix, fs, fd = self._lc.cache_unfinished(row, rs, token_ids, len(token_ids), ns=self._ns(req.extra_key))
         if fs >= 0:
-            pool.mamba_pool.copy_from(
-                torch.tensor([fs], dtype=torch.int64, device=self.device),
-                torch.tensor([fd], dtype=torch.int64, device=self.device),
-            )
-        pool._apply_rs(req, rs, old)
+            pool.mamba_pool.copy_from(self._ix.slot1(fs), self._ix.slot1(fd))
+        self._apply(req, rs)
         pool._sync_maps_to_device([row])
         pool.sync_device()
         req.prefix_indices = self._indices(prefix)
-        req.cache_protected_len = int(rs[9])
+        req.cache_protected_len = rs.protected_len
         req.mamba_last_track_seqlen = None
-        req.last_node = self._node(rs[10], rs[11])
+        req.last_node = self._node(rs.node_id, rs.node_gen)
 
     # -- the same two operations over someone else's pools -------------------------
     # The C lifecycle decides (tree-only mode); what the pools' allocators must
@@ -599,15 +618,15 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
         pool = self.req_to_token_pool
         kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed])
-        old = _rs_of(req, with_node=True, cache=self)
+        rs = _rs_of(req, with_node=True, cache=self)
+        running = rs.running
         _, kv_free, st_free = self._lc.cache_finished_foreign(
-            old, req.origin_input_ids + req.output_ids, kv, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+            rs, req.origin_input_ids + req.output_ids, kv, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
         )
         self._free_foreign(kv_free, st_free)
         # the request's fields as SGLang's free_mamba_cache leaves them: a
         # no_buffer request whose running slot the tree took keeps pointing at it
-        if self.enable_mamba_extra_buffer or bool((st_free == old[0]).any()):
-            req.mamba_pool_idx = None
+        self._keep_running(req, running, self.enable_mamba_extra_buffer or bool((st_free == running).any()))
         if self.enable_mamba_extra_buffer:
             req.mamba_ping_pong_track_buffer = None
             req.mamba_next_track_idx = None
@@ -622,30 +641,29 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return
         kv = _np_index(pool.req_to_token[row, : len(token_ids)])
         fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
-        old = _rs_of(req, with_node=True, cache=self)
+        keep = pool.get_mamba_ping_pong_keep_idx(req) if self.enable_mamba_extra_buffer else -1
+        rs = _rs_of(req, with_node=True, cache=self)
+        p = rs.protected_len
         try:
-            rs, prefix, fs, fd, kv_free, st_free = self._lc.cache_unfinished_foreign(
-                old, token_ids, kv, int(fresh[0]), ns=self._ns(req.extra_key)
+            _, prefix, fs, fd, kv_free, st_free = self._lc.cache_unfinished_foreign(
+                rs, token_ids, kv, int(fresh[0]), ns=self._ns(req.extra_key)
             )
         except BaseException:
             pool.mamba_allocator.free(fresh)
             raise
         if fs >= 0:
-            pool.mamba_pool.copy_from(
-                torch.tensor([fs], dtype=torch.int64, device=self.device),
-                torch.tensor([fd], dtype=torch.int64, device=self.device),
-            )
+            pool.mamba_pool.copy_from(self._ix.slot1(fs), self._ix.slot1(fd))
         if self.enable_mamba_extra_buffer:
             # the tree took the newest snapshot's slot; the buffer gets the fresh one
-            pool.set_mamba_ping_pong_slot(req, pool.get_mamba_ping_pong_keep_idx(req), fresh[0])
+            pool.set_mamba_ping_pong_slot(req, keep, fresh[0])
         self._free_foreign(kv_free, st_free)
-        p, n = int(old[9]), int(rs[9])
+        n = rs.protected_len
         if n > p:
             pool.write((row, slice(p, n)), _to_device(prefix[p:n], pool.req_to_token.device).to(pool.req_to_token.dtype))
         req.prefix_indices = self._indices(prefix)
         req.cache_protected_len = n
         req.mamba_last_track_seqlen = None
-        req.last_node = self._node(rs[10], rs[11])
+        req.last_node = self._node(rs.node_id, rs.node_gen)
 
     # -- tracking helpers for a driver (ScheduleBatch's mamba parts) ----------------
 
@@ -653,9 +671,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         """The prefill tracking decision for one request: (track_slot,
         track_mask, track_seqlen); records mamba_last_track_seqlen and
         flips the ping-pong index as SGLang's ScheduleBatch does."""
-        old = _rs_of(req)
-        rs, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), old, int(prefix_len), int(extend_len))
-        self.req_to_token_pool._apply_rs(req, rs, old)
+        rs = _rs_of(req)
+        _, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), rs, int(prefix_len), int(extend_len))
+        self._apply(req, rs)
         return slot, mask, seqlen
 
     def decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
@@ -665,30 +683,39 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         pool = self.req_to_token_pool
         if not self._native:
             return self._foreign_decode_track(req, int(seq_len))
-        old = _rs_of(req)
-        rs, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), old, int(seq_len))
-        pool._apply_rs(req, rs, old)
-        pool._sync_maps_to_device([int(req.req_pool_idx)] if req.req_pool_idx is not None else [])
+        rs = _rs_of(req)
+        tracks = rs.track0, rs.track1
+        _, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), rs, int(seq_len))
+        self._apply(req, rs)
+        if (rs.track0, rs.track1) != tracks and req.req_pool_idx is not None:  # lazy borrow
+            pool._sync_maps_to_device([int(req.req_pool_idx)])
         return slot, mask
 
     def _foreign_decode_track(self, req: Req, seq_len: int) -> Tuple[int, bool]:
         pool = self.req_to_token_pool
         if req.mamba_ping_pong_track_buffer is None:
             return -1, False
-        old = _rs_of(req)
-        rs, slot, mask, need = self._lc.decode_prepare_foreign(old, seq_len)
+        rs = _rs_of(req)
+        tracks = rs.track0, rs.track1
+        _, slot, mask, need = self._lc.decode_prepare_foreign(rs, seq_len)
         if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
             fresh = pool.mamba_allocator.alloc(1)
             if fresh is None:
                 self.evict(EvictParams(num_tokens=0, mamba_num=1))
                 fresh = pool.mamba_allocator.alloc(1)
             if fresh is not None:
-                rs, slot, mask, _ = self._lc.decode_prepare_foreign(old, seq_len, int(fresh[0]))
-        for j in (0, 1):
-            if rs[1 + j] != old[1 + j]:
-                pool.set_mamba_ping_pong_slot(req, j, rs[1 + j])
-        req.mamba_next_track_idx = rs[3]
+                _, slot, mask, _ = self._lc.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
+        self._set_foreign_tracks(req, rs, tracks)
+        req.mamba_next_track_idx = rs.next_track
         return int(slot), bool(mask)
+
+    def _set_foreign_tracks(self, req: Any, rs: Any, before: tuple) -> None:
+        """The track entries a tree-only call changed, through SGLang's pool
+        (its map row follows)."""
+        pool = self.req_to_token_pool
+        for j, v in enumerate((rs.track0, rs.track1)):
+            if v != before[j]:
+                pool.set_mamba_ping_pong_slot(req, j, v)
 
     def decode_track_done(self, req: Req, finished: bool = False) -> bool:
         """After a decode result: at a boundary (kv_committed_len a multiple
@@ -697,19 +724,18 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         not insertable).  Returns True at a boundary."""
         pool = self.req_to_token_pool
         if not self._native:
-            old = _rs_of(req)
-            rs, at, st_free = self._lc.decode_finish_foreign(old, int(req.kv_committed_len), bool(finished))
+            rs = _rs_of(req)
+            tracks = rs.track0, rs.track1
+            _, at, st_free = self._lc.decode_finish_foreign(rs, int(req.kv_committed_len), bool(finished))
             self._free_foreign(st_free[:0], st_free)
-            for j in (0, 1):
-                if rs[1 + j] != old[1 + j]:  # lazy: the borrowed slot given back
-                    pool.set_mamba_ping_pong_slot(req, j, rs[1 + j])
+            self._set_foreign_tracks(req, rs, tracks)  # lazy: the borrowed slot given back
             if at:
-                req.mamba_last_track_seqlen = rs[4]
-                req.mamba_next_track_idx = rs[3]
-                req.mamba_lazy_is_insert = bool(rs[8])
+                req.mamba_last_track_seqlen = rs.last_track_seqlen
+                req.mamba_next_track_idx = rs.next_track
+                req.mamba_lazy_is_insert = bool(rs.lazy_is_insert)
             return bool(at)
-        old = _rs_of(req)
-        rs, at = self._lc.decode_finish(int(req.req_pool_idx or 0), old, int(req.kv_committed_len), bool(finished))
-        pool._apply_rs(req, rs, old)
+        rs = _rs_of(req)
+        _, at = self._lc.decode_finish(int(req.req_pool_idx or 0), rs, int(req.kv_committed_len), bool(finished))
+        self._apply(req, rs)
         return bool(at)
 

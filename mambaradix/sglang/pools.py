@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ._api import Mamba2CacheParams, Req
+from ._api import Mamba2CacheParams, Req, SlotIndex
 
 __all__ = [
     "MambaSlotAllocator",
@@ -41,9 +41,11 @@ def _np_index(x: Any) -> np.ndarray:
 
 
 def _to_device(a: np.ndarray, device: Any) -> torch.Tensor:
+    """A host array's copy on `device`, queued on the current stream (the
+    host does not wait for it)."""
     t = torch.from_numpy(a)
     if str(device) != "cpu":
-        t = t.to(device)
+        t = t.to(device, non_blocking=True)
     return t
 
 
@@ -435,8 +437,9 @@ class ReqToTokenPool:
         self._rp.check()
 
 
-def _rs_of(req: Req, *, with_node: bool = False, cache: Any = None) -> tuple:
-    """A request's cache-side state as the 13-tuple the C lifecycle takes."""
+def _fields_of(req: Any) -> tuple:
+    """The 13-tuple of a request object that is not ours (SGLang's Req: its
+    fields are tensors and ints); ours keep a ReqState."""
     buf = req.mamba_ping_pong_track_buffer
     if buf is not None:
         b = buf.tolist()
@@ -445,10 +448,6 @@ def _rs_of(req: Req, *, with_node: bool = False, cache: Any = None) -> tuple:
     else:
         t0 = t1 = -1
     nxt = req.mamba_next_track_idx
-    node_id, node_gen, locked = -1, 0, 0
-    if with_node and req.last_node is not None and cache is not None:
-        node_id, node_gen = req.last_node._id, req.last_node._gen
-        locked = 1
     return (
         int(req.mamba_pool_idx) if req.mamba_pool_idx is not None else -1,
         t0,
@@ -460,10 +459,61 @@ def _rs_of(req: Req, *, with_node: bool = False, cache: Any = None) -> tuple:
         1 if req.mamba_needs_clear else 0,
         1 if req.mamba_lazy_is_insert else 0,
         int(req.cache_protected_len or 0),
-        node_id,
-        node_gen,
-        locked,
+        -1,
+        0,
+        0,
     )
+
+
+def _owns_record(req: Any) -> bool:
+    return type(getattr(req, "_rs", None)) is _C.ReqState
+
+
+def _rs_of(req: Any, *, with_node: bool = False, cache: Any = None) -> Any:
+    """The request's record for a C lifecycle call.  Ours is the request's
+    own ReqState (the call updates it in place; nothing is packed); another
+    request type gets a temporary one built from its fields, which
+    _apply_rs writes back.  with_node: last_node's handle and lock too."""
+    rs = req._rs if _owns_record(req) else _C.ReqState(_fields_of(req))
+    if with_node:
+        node = req.last_node if cache is not None else None
+        if node is None:
+            rs.node_id = -1
+        else:
+            rs.node_id, rs.node_gen, rs.locked = node._id, node._gen, 1
+    return rs
+
+
+def _apply_record(req: Any, rs: Any, ix: SlotIndex) -> None:
+    """After a C call on the request's record: ours was updated in place
+    (its fields read the record; bind them to the pool's index tensors);
+    another request type gets its fields written back."""
+    if rs is getattr(req, "_rs", None):
+        req._ix = ix
+    else:
+        _apply_fields(req, rs, ix)
+
+
+def _apply_fields(req: Any, rs: Any, ix: SlotIndex) -> None:
+    """Writes a temporary record back into a request object that is not
+    ours (only the fields that changed, so tensors the scheduler holds stay
+    put)."""
+    old = _fields_of(req)
+    if rs.running != old[0]:
+        req.mamba_pool_idx = None if rs.running < 0 else ix.slot(rs.running)
+    if (rs.track0, rs.track1, rs.next_track) != old[1:4]:
+        if rs.next_track < 0:
+            req.mamba_ping_pong_track_buffer = None
+            req.mamba_next_track_idx = None
+        else:
+            req.mamba_ping_pong_track_buffer = ix.buffer(rs, ix.pp)
+            req.mamba_next_track_idx = rs.next_track
+    if rs.last_track_seqlen != old[4]:
+        req.mamba_last_track_seqlen = None if rs.last_track_seqlen < 0 else rs.last_track_seqlen
+    if rs.cow_src != old[6]:
+        req.mamba_cow_src_index = None if rs.cow_src < 0 else ix.slot1(rs.cow_src)
+    req.mamba_needs_clear = bool(rs.needs_clear)
+    req.mamba_lazy_is_insert = bool(rs.lazy_is_insert)
 
 
 class HybridReqToTokenPool(ReqToTokenPool):
@@ -521,8 +571,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
             self.req_index_to_mamba_ping_pong_track_buffer_mapping = (
                 self.req_index_to_mamba_ping_pong_track_buffer_mapping.to(device)
             )
-        self._slot_t: dict = {}
-        self._slot1_t: dict = {}
+        # index tensors made once on the device; requests' fields are views
+        self._ix = SlotIndex(mamba_size, device, pp)
         # Admission runs in C; until a MambaRadixCache binds its own
         # lifecycle, the pool uses one over a zero-sized KV allocator.
         self._lc = _C.Lifecycle(
@@ -538,47 +588,25 @@ class HybridReqToTokenPool(ReqToTokenPool):
     # -- request state <-> tensors -----------------------------------------
 
     def _slot(self, v: int) -> torch.Tensor:
-        """The 0-d int64 tensor of slot v (one per slot, reused: the
-        scheduler only reads these)."""
-        t = self._slot_t.get(v)
-        if t is None:
-            t = self._slot_t[v] = torch.tensor(v, dtype=torch.int64, device=self.device)
-        return t
+        """The 0-d int64 tensor of slot v: a view of the index tensor."""
+        return self._ix.slot(v)
 
     def _slot1(self, v: int) -> torch.Tensor:
-        """The shape-(1,) int64 tensor of slot v, reused likewise."""
-        t = self._slot1_t.get(v)
-        if t is None:
-            t = self._slot1_t[v] = torch.tensor([v], dtype=torch.int64, device=self.device)
-        return t
+        """The shape-(1,) int64 tensor of slot v: a view likewise."""
+        return self._ix.slot1(v)
 
-    def _apply_rs(self, req: Req, rs: tuple, old: tuple) -> None:
-        """Writes a C-updated state back into the request's fields (only the
-        ones that changed, so tensors the scheduler holds stay put)."""
-        if rs[0] != old[0]:
-            req.mamba_pool_idx = None if rs[0] < 0 else self._slot(rs[0])
-        if rs[1:4] != old[1:4]:
-            if rs[3] < 0:
-                req.mamba_ping_pong_track_buffer = None
-                req.mamba_next_track_idx = None
-            else:
-                req.mamba_ping_pong_track_buffer = torch.tensor(
-                    list(rs[1 : 1 + self.mamba_ping_pong_track_buffer_size]), dtype=torch.int64, device=self.device
-                )
-                req.mamba_next_track_idx = rs[3]
-        if rs[4] != old[4]:
-            req.mamba_last_track_seqlen = None if rs[4] < 0 else rs[4]
-        if rs[6] != old[6]:
-            req.mamba_cow_src_index = None if rs[6] < 0 else self._slot1(rs[6])
-        req.mamba_needs_clear = bool(rs[7])
-        req.mamba_lazy_is_insert = bool(rs[8])
+    def _apply_rs(self, req: Any, rs: Any, old: Any = None) -> None:
+        _apply_record(req, rs, self._ix)
 
     def _sync_maps_to_device(self, rows: Sequence[int]) -> None:
+        """Copies the maps' rows from the C pool to the device mirror, queued
+        on the stream (host arrays in, no read back)."""
         if _is_cpu(self.device) or not rows:
             return
-        idx = torch.tensor(list(rows), dtype=torch.int64)
-        self.req_index_to_mamba_index_mapping[idx.to(self.device)] = torch.from_numpy(self._rp.state_map)[idx].to(self.device)
-        self.req_index_to_mamba_ping_pong_track_buffer_mapping[idx.to(self.device)] = torch.from_numpy(self._rp.track_map)[idx].to(self.device)
+        idx = np.asarray(rows, dtype=np.int64)
+        d = _to_device(idx, self.device)
+        self.req_index_to_mamba_index_mapping[d] = _to_device(self._rp.state_map[idx], self.device)
+        self.req_index_to_mamba_ping_pong_track_buffer_mapping[d] = _to_device(self._rp.track_map[idx], self.device)
 
     # -- SGLang API -----------------------------------------------------------
 
@@ -607,9 +635,9 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 "increase the number of state slots (--max-mamba-cache-size)"
             )
         new_rows, new_rs = got
-        for r, row, rs, old in zip(reqs, new_rows, new_rs, olds):
+        for r, row, rs in zip(reqs, new_rows, new_rs):
             r.req_pool_idx = row
-            self._apply_rs(r, rs, old)
+            self._apply_rs(r, rs)
         self._sync_maps_to_device(new_rows)
         return list(new_rows)
 
@@ -640,6 +668,16 @@ class HybridReqToTokenPool(ReqToTokenPool):
         return self.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
 
     def set_mamba_ping_pong_slot(self, req: Req, idx: int, value: Any) -> None:
+        if _owns_record(req):  # the record, then the row's map from it
+            v = value if isinstance(value, int) else int(value)
+            if idx == 0:
+                req._rs.track0 = v
+            else:
+                req._rs.track1 = v
+            row = int(req.req_pool_idx)
+            self._rp.track_map[row, idx] = v
+            self._sync_maps_to_device([row])
+            return
         req.mamba_ping_pong_track_buffer[idx] = value
         self.req_index_to_mamba_ping_pong_track_buffer_mapping[req.req_pool_idx] = req.mamba_ping_pong_track_buffer
 
@@ -665,13 +703,12 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 raise ValueError("mamba_ping_pong_track_buffer_to_keep must be 0 with a track buffer of 1")
         if req.mamba_pool_idx is None:
             raise OwnershipError(f"free_mamba_cache(): request {req.rid!r} holds no state slot (double free?)")
-        old = _rs_of(req)
-        rs = self._lc.free_states(old, keep=-1 if keep is None else keep)
+        rs = self._lc.free_states(_rs_of(req), keep=-1 if keep is None else keep)
+        del rs
         req.mamba_pool_idx = None
         if self.enable_mamba_extra_buffer:
             req.mamba_ping_pong_track_buffer = None
             req.mamba_next_track_idx = None
-        del rs
 
     def clear(self) -> None:
         super().clear()

@@ -1,0 +1,118 @@
+"""The drop-in's per-request path reads nothing back from the pools'
+device: a full batch (match, admission, copy-on-write, prefill tracking,
+cache_unfinished_req, decode tracking, cache_finished_req) over
+mambaradix's own pools makes no device-to-host conversion of a tensor.
+
+On a GPU each such conversion (`.tolist()`, `.item()`, `int(t)`, `.cpu()`,
+`.numpy()`, ...) is a stream synchronisation.  Here the pools live on the
+CPU, so the guard counts the conversions themselves, on every tensor,
+while a drop-in call runs; test_dropin_no_sync_gpu.py runs the same batch
+under torch.cuda's sync debug mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dropin_batch import MODES, run_batch  # noqa: E402
+
+# every way a tensor's values reach the host as Python or NumPy values
+CONVERSIONS = ["tolist", "item", "numpy", "cpu", "__int__", "__index__", "__float__", "__bool__", "__array__"]
+
+
+class ConversionGuard:
+    """Counts the conversions made while a guarded call runs (the calls the
+    harness makes between them are not counted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.active = 0
+        self.seen: List[str] = []
+        for name in CONVERSIONS:
+            orig = getattr(torch.Tensor, name)
+            monkeypatch.setattr(torch.Tensor, name, self._wrap(name, orig))
+
+    def _wrap(self, name: str, orig):
+        guard = self
+
+        def counted(self, *args, **kwargs):
+            if guard.active:
+                guard.seen.append(name)
+            return orig(self, *args, **kwargs)
+
+        return counted
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_full_batch_makes_no_host_conversion(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = ConversionGuard(monkeypatch)
+    hits = run_batch(mode, "cpu", guard)
+    assert guard.seen == []
+    # the batch did what it should: the second round hit what the first cached
+    assert hits[:2] == [0, 0] and min(hits[3:]) >= 16
+
+
+def test_guard_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard sees a conversion made inside it, and only there."""
+    guard = ConversionGuard(monkeypatch)
+    t = torch.tensor([3, 4])
+    int(t[0])
+    with guard():
+        int(t[0])
+        t.tolist()
+        list(range(10))[t[1]]
+    assert guard.seen == ["__int__", "tolist", "__index__"]
+
+
+def test_request_fields_live_in_the_record() -> None:
+    """The Req's state fields are the C record the lifecycle updates: after
+    admission the running slot and track buffer read through to it, and a
+    write to the CPU buffer tensor is a write to the record."""
+    from mambaradix.sglang import Req
+
+    from dropin_batch import make
+
+    cache, pool, _ = make("extra_buffer", "cpu")
+    r = Req(rid=1, origin_input_ids=[1, 2, 3])
+    r.init_next_round_input(cache)
+    pool.alloc([r])
+    rs = r._rs
+    assert rs.running >= 1 and int(r.mamba_pool_idx) == rs.running
+    assert r.mamba_ping_pong_track_buffer.tolist() == [rs.track0, rs.track1]
+    assert pool._rp.state_map[r.req_pool_idx] == rs.running
+    r.mamba_ping_pong_track_buffer[1] = 5
+    assert rs.track1 == 5
+    r.mamba_ping_pong_track_buffer = None
+    assert r.mamba_next_track_idx is None and (rs.track0, rs.track1, rs.next_track) == (-1, -1, -1)
+
+
+def test_slot_index_views_and_buffers() -> None:
+    """SlotIndex hands out slot v as a view of one tensor (slot -1 included)
+    and a track buffer as a new tensor, which a caller may overwrite."""
+    from mambaradix import _C
+    from mambaradix.sglang import SlotIndex
+
+    ix = SlotIndex(4, "cpu", pp=2)
+    assert [int(ix.slot(v)) for v in (-1, 0, 3, 4)] == [-1, 0, 3, 4]
+    assert ix.slot1(2).tolist() == [2] and ix.slot(2).data_ptr() == ix.ids.data_ptr() + 3 * 8
+    assert int(ix.slot(9)) == 9  # grows past the pool's size
+    rs = _C.ReqState((1, 2, 3, 0, -1, -1, -1, 0, 1, 0, -1, 0, 0))
+    buf = ix.buffer(rs, 2)
+    assert buf.tolist() == [2, 3]
+    buf[0] = 7
+    assert int(ix.slot(2)) == 2
+    assert ix.buffer(rs, 1).tolist() == [2]
+    rs.track1 = -1  # lazy: one slot held
+    assert ix.buffer(rs, 2).tolist() == [2, -1]
