@@ -166,6 +166,9 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     }
     mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy};
     int err = mr_radix_new(&rc, &lc->tree);
+    if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
+        mr_radix_free(lc->tree);
+    }
     if (err != MR_OK) {
         MR_FREE(lc);
         return err;
@@ -286,6 +289,10 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     /* 3. the caller's duplicates go back to the pool */
     if (out->ndup > 0) {
         rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
+    }
+    /* 4. the per-path state budget */
+    if (rc == MR_OK && !out->state_existed) {
+        rc = mr_radix_trim_path(lc->tree, out->node, &lc->rel, NULL);
     }
     return rc;
 }
@@ -628,9 +635,16 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
+    /* end of turn: the running slot holds the state at committed_len */
+    int eot = is_insert && c->extra_buffer && c->end_of_turn && committed_len > 0
+              && committed_len % c->page_size == 0
+              && mr_slots_available(lc->state) >= (c->lazy ? 2 : 3);   /* headroom */
     if (is_insert) {
         int64_t cache_len = c->extra_buffer ? (st->last_track_seqlen < 0 ? 0 : st->last_track_seqlen)
                                             : (int64_t)committed_len;
+        if (eot) {
+            cache_len = (int64_t)committed_len;
+        }
         if (cache_len > (int64_t)committed_len) {
             cache_len = (int64_t)committed_len;
         }
@@ -644,6 +658,10 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
             slot = st->track[keep];
             if (slot < 0) {
                 return MR_ESTATE;  /* the slot was donated already */
+            }
+            if (eot) {
+                slot = st->running;
+                keep = -1;
             }
         }
         /* the tail beyond what is cached (and beyond the tree's own prefix) */
@@ -674,7 +692,23 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
     if (existed) {
         keep = -1;
     }
-    if (c->extra_buffer) {
+    if (eot && !existed) {
+        /* the running slot is the tree's now; the track slots go back */
+        int64_t spare[2];
+        int k = 0;
+        for (int j = 0; j < c->track_buffer_size && st->next_track >= 0; j++) {
+            if (st->track[j] >= 0) {
+                spare[k++] = st->track[j];
+            }
+        }
+        rc = k > 0 ? mr_slots_free(lc->state, spare, k, MR_FROM_CALLER, 0, NULL) : MR_OK;
+        if (rc == MR_OK) {
+            st->running = -1;
+            st->track[0] = st->track[1] = -1;
+            st->next_track = -1;
+        }
+    }
+    else if (c->extra_buffer) {
         if (keep >= 0) {
             st->track[keep] = -1;  /* the tree's now: not freed below */
         }
