@@ -937,10 +937,10 @@ RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsK}", "states_admitted", (unsigned long long)s.states_admitted,
+    return Py_BuildValue("{sKsKsKsdsdsK}", "states_admitted", (unsigned long long)s.states_admitted,
                          "states_used", (unsigned long long)s.states_used, "states_trimmed",
-                         (unsigned long long)s.states_trimmed, "alpha", s.alpha, "tunes",
-                         (unsigned long long)s.tunes);
+                         (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight", s.kv_weight,
+                         "tunes", (unsigned long long)s.tunes);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,

@@ -58,6 +58,7 @@ enum { LRU_FULL = 0, LRU_STATE = 1 };
 struct mr_radix {
     mr_radix_config cfg;
     mr_radix_options opt;
+    double kv_weight;         /* utility: share of a leaf's KV bytes counted (tuned: 1 or 0) */
     mr_node *root;
     mr_link head[2];          /* LRU sentinels */
     /* Node registry for handles (I9). */
@@ -85,9 +86,12 @@ struct mr_radix {
     mr_radix *snap;
     int32_t *log_keys;
     size_t log_len, log_cap;
-    size_t *log_off;          /* tune_window + 1 offsets */
+    size_t *log_off;          /* nlog + 1 offsets */
     int32_t *log_ns;
-    size_t nlog;
+    size_t nlog, log_ncap;
+    size_t snap_tokens;       /* KV tokens of the snapshot */
+    uint64_t work;            /* tokens walked by matches and insertions */
+    uint64_t spent;           /* tokens the tuner copied or replayed */
     size_t max_states;        /* most states the tree held during the window */
 };
 
@@ -286,7 +290,7 @@ static double
 node_flops_per_byte(const mr_radix *t, const mr_node *n)
 {
     const mr_radix_options *c = &t->opt;
-    double bytes = c->state_bytes + (n->nchildren == 0 ? c->kv_bytes_per_token * n->len : 0.0);
+    double bytes = c->state_bytes + (n->nchildren == 0 ? t->kv_weight * c->kv_bytes_per_token * n->len : 0.0);
     if (n->state < 0) {
         return 0.0;
     }
@@ -569,6 +573,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
         return MR_ENOMEM;
     }
     t->cfg = *cfg;
+    t->kv_weight = 1.0;
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }
@@ -654,7 +659,7 @@ mr_radix_set_options(mr_radix *t, const mr_radix_options *o)
     MR_FREE(t->log_ns);
     t->log_off = NULL;
     t->log_ns = NULL;
-    t->nlog = t->log_len = 0;
+    t->nlog = t->log_len = t->log_ncap = 0;
     return MR_OK;
 }
 
@@ -773,6 +778,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
         best_len = pos;
     }
     policy_of(t)->on_match(t, best);
+    t->work += len;
     if (best != t->root && !best->used) {
         best->used = 1;
         t->states_used++;
@@ -1170,20 +1176,25 @@ mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *st
  * Utility policy: alpha tuning by replay
  *
  * At the first eviction the tree takes a snapshot of itself and logs the
- * keys of the next tune_window insertions.  Then, for each alpha of the
- * grid, a copy of the snapshot replays them (match, then insert with a
- * state, then state evictions down to the most states the tree held during
- * the window), summing the prefill FLOPs each match saved; the best alpha
- * is adopted (ties keep the current one), and a new window starts from a
- * snapshot of the tree as it is.  The cost per insertion is bounded:
- * (grid + 1) copies of the tree per window plus grid replays of it. */
+ * keys of the insertions that follow.  When the window holds tune_window
+ * insertions and at least as many tokens as the snapshot, one copy of the
+ * snapshot per alpha of a fixed grid, each with a leaf's KV bytes counted
+ * or not (the KV pool may be no bottleneck), replays it (match, then insert
+ * with a state, then state evictions down to the most states the tree held
+ * during the window), summing the prefill FLOPs each match saved; the best
+ * pair is adopted (the one in use wins ties).  A new window then starts from a
+ * snapshot of the tree as it is, once the tuner's own work (tokens copied
+ * and replayed) is at most TUNE_BUDGET times the tree's (tokens walked by
+ * matches and insertions): its cost is a bounded share of the cache's. */
 
-static const double tune_grid[] = {0.0, 0.25, 0.5, 1.0, 2.0, 4.0};
+static const double tune_grid[] = {0.0, 1.0, 4.0, 16.0, 64.0};
+enum { TUNE_GRID = sizeof(tune_grid) / sizeof(tune_grid[0]) };
+#define TUNE_BUDGET 0.5
 
 /* A copy of src's nodes, edges, states and list orders, without locks, with
  * alpha and no tuning.  MR_ENOMEM: *out untouched. */
 static int
-radix_clone(const mr_radix *src, double alpha, mr_radix **out)
+radix_clone(const mr_radix *src, double alpha, double kv_weight, mr_radix **out)
 {
     mr_radix *t;
     int rc = mr_radix_new(&src->cfg, &t);
@@ -1193,6 +1204,7 @@ radix_clone(const mr_radix *src, double alpha, mr_radix **out)
     t->opt = src->opt;
     t->opt.alpha = alpha;
     t->opt.tune_window = 0;
+    t->kv_weight = kv_weight;
     mr_node **map = MR_CALLOC(src->nids + 1, sizeof(*map));
     size_t cap = 64, top = 0;
     const mr_node **stack = MR_MALLOC(cap * sizeof(*stack));
@@ -1261,31 +1273,39 @@ done:
 static void
 tune_start(mr_radix *t)
 {
-    if (t->cfg.policy != MR_POLICY_UTILITY || t->opt.tune_window == 0 || t->snap != NULL) {
+    if (t->cfg.policy != MR_POLICY_UTILITY || t->opt.tune_window == 0 || t->snap != NULL
+        || (double)t->spent > TUNE_BUDGET * (double)t->work) {
         return;
     }
     if (t->log_off == NULL) {
-        t->log_off = MR_MALLOC(((size_t)t->opt.tune_window + 1) * sizeof(size_t));
-        t->log_ns = MR_MALLOC(((size_t)t->opt.tune_window + 1) * sizeof(int32_t));
+        t->log_ncap = (size_t)t->opt.tune_window + 1;
+        t->log_off = MR_MALLOC(t->log_ncap * sizeof(size_t));
+        t->log_ns = MR_MALLOC(t->log_ncap * sizeof(int32_t));
         if (t->log_off == NULL || t->log_ns == NULL) {
+            MR_FREE(t->log_off);
+            MR_FREE(t->log_ns);
+            t->log_off = NULL;
+            t->log_ns = NULL;
             return;
         }
     }
-    if (radix_clone(t, t->opt.alpha, &t->snap) != MR_OK) {
+    if (radix_clone(t, t->opt.alpha, t->kv_weight, &t->snap) != MR_OK) {
         t->snap = NULL;
         return;
     }
     t->nlog = t->log_len = 0;
     t->log_off[0] = 0;
     t->max_states = t->state_evictable + t->state_protected;
+    t->snap_tokens = t->full_evictable + t->full_protected;
+    t->spent += t->snap_tokens;
 }
 
 /* Replays the log on a copy of the snapshot with alpha; the FLOPs saved. */
 static double
-tune_replay(mr_radix *t, double alpha, const int64_t *zeros)
+tune_replay(mr_radix *t, double alpha, double kv_weight, const int64_t *zeros)
 {
     mr_radix *c;
-    if (radix_clone(t->snap, alpha, &c) != MR_OK) {
+    if (radix_clone(t->snap, alpha, kv_weight, &c) != MR_OK) {
         return -1.0;
     }
     const mr_radix_options *cf = &t->opt;
@@ -1323,19 +1343,25 @@ tune_run(mr_radix *t)
     }
     int64_t *zeros = MR_CALLOC(longest, sizeof(int64_t));
     if (zeros != NULL) {
-        double best = tune_replay(t, t->opt.alpha, zeros), best_alpha = t->opt.alpha;
-        for (size_t g = 0; g < sizeof(tune_grid) / sizeof(tune_grid[0]); g++) {
-            if (tune_grid[g] == t->opt.alpha) {
-                continue;
-            }
-            double v = tune_replay(t, tune_grid[g], zeros);
-            if (v > best) {
-                best = v;
-                best_alpha = tune_grid[g];
+        double best = tune_replay(t, t->opt.alpha, t->kv_weight, zeros);
+        double best_alpha = t->opt.alpha, best_w = t->kv_weight;
+        for (int g = 0; g < TUNE_GRID; g++) {
+            for (int w = 1; w >= 0; w--) {
+                if (tune_grid[g] == t->opt.alpha && (double)w == t->kv_weight) {
+                    continue;
+                }
+                double v = tune_replay(t, tune_grid[g], (double)w, zeros);
+                if (v > best) {
+                    best = v;
+                    best_alpha = tune_grid[g];
+                    best_w = (double)w;
+                }
             }
         }
         t->opt.alpha = best_alpha;
+        t->kv_weight = best_w;
         t->tunes++;
+        t->spent += (uint64_t)(2 * TUNE_GRID) * (t->snap_tokens + 2 * t->log_len);
         MR_FREE(zeros);
     }
     mr_radix_free(t->snap);
@@ -1346,7 +1372,11 @@ tune_run(mr_radix *t)
 static void
 tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
 {
+    t->work += len;
     if (t->snap == NULL) {
+        if (t->tunes > 0) {
+            tune_start(t);   /* a window deferred by the budget */
+        }
         return;
     }
     size_t states = t->state_evictable + t->state_protected;
@@ -1363,11 +1393,25 @@ tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
         t->log_keys = k;
         t->log_cap = cap;
     }
+    if (t->nlog + 2 > t->log_ncap) {
+        size_t cap = t->log_ncap * 2;
+        size_t *off = MR_REALLOC(t->log_off, cap * sizeof(size_t));
+        if (off == NULL) {
+            return;
+        }
+        t->log_off = off;
+        int32_t *ns_arr = MR_REALLOC(t->log_ns, cap * sizeof(int32_t));
+        if (ns_arr == NULL) {
+            return;
+        }
+        t->log_ns = ns_arr;
+        t->log_ncap = cap;
+    }
     memcpy(t->log_keys + t->log_len, key, len * sizeof(int32_t));
     t->log_len += len;
     t->log_ns[t->nlog] = ns;
     t->log_off[++t->nlog] = t->log_len;
-    if (t->nlog >= t->opt.tune_window) {
+    if (t->nlog >= t->opt.tune_window && t->log_len >= t->snap_tokens) {
         tune_run(t);
     }
 }
@@ -1388,6 +1432,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->states_used = t->states_used;
     out->states_trimmed = t->states_trimmed;
     out->alpha = t->opt.alpha;
+    out->kv_weight = t->kv_weight;
     out->tunes = t->tunes;
 }
 

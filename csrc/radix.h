@@ -255,6 +255,7 @@ typedef struct {
     uint64_t states_used;       /* of those, states a match used at least once */
     uint64_t states_trimmed;    /* states dropped by the per-path budget */
     double alpha;               /* utility policy: the alpha in use */
+    double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
     uint64_t tunes;             /* utility policy: alpha re-tunings done */
 } mr_radix_stats;
 

@@ -118,9 +118,24 @@ def test_utility_alpha_zero_is_consumed_lru() -> None:
 
 
 def test_utility_alpha_is_tuned_by_replay() -> None:
+    """Shared system prompts under a small pool: recency alone (alpha 0)
+    thrashes, FLOPs per byte keeps the shared states.  Started at alpha 0,
+    the tuner's replays find that out and the hit rate follows."""
+    import dataclasses
+    reqs = workloads.generated_shared_prefix(32, 16, 1024, 64, 32, request_rate=float("inf"), seed=0)
+    base = apply_preset(SimConfig(state_slots=80, max_running=8, kv_tokens=1 << 22, lru_policy="utility",
+                                  utility_alpha=0.0), "qwen3-next")
+    fixed = engine.run(reqs, dataclasses.replace(base, tune_window=0))
+    tuned = engine.run(reqs, dataclasses.replace(base, tune_window=16))
+    assert fixed.utility_tunes == 0 and fixed.utility_alpha == 0.0
+    assert tuned.utility_tunes >= 1 and tuned.utility_alpha in (1.0, 4.0, 16.0, 64.0)
+    assert tuned.token_hit_rate > 1.5 * fixed.token_hit_rate
+
+
+def test_utility_tuner_keeps_the_tree_valid() -> None:
     rng = random.Random(7)
     t = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="utility",
-                             policy_options=dict(OPTS, tune_window=16))
+                             policy_options=dict(OPTS, tune_window=4))
     sys_prompts = [[rng.randint(1, 50) for _ in range(60)] for _ in range(3)]
     for i in range(400):
         key = rng.choice(sys_prompts) + [rng.randint(1, 50) for _ in range(rng.randint(1, 20))]
@@ -130,8 +145,8 @@ def test_utility_alpha_is_tuned_by_replay() -> None:
             t.evict_mamba(t.total_size()[1] - 12)
         t.sanity_check()
     s = t.policy_stats()
-    assert s["tunes"] >= 20
-    assert s["alpha"] in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+    assert s["tunes"] >= 1
+    assert s["alpha"] in (0.0, 1.0, 4.0, 16.0, 64.0)
     assert 0 < s["states_used"] <= s["states_admitted"]
 
 

@@ -189,7 +189,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--max-states-per-path", type=_nonneg_int, metavar="N",
                    help="per-path state budget: a path keeps at most N states (0: none)")
     c.add_argument("--utility-alpha", type=float, metavar="A",
-                   help="utility policy: initial weight of FLOPs per byte (default 0, then tuned)")
+                   help="utility policy: initial weight of FLOPs saved per byte against recency (default 16, then tuned)")
     c.add_argument("--tune-window", type=_nonneg_int, metavar="N",
                    help="utility policy: re-tune alpha every N insertions (default 64; 0: fixed)")
     c.add_argument("--no-match-cap", action="store_true",

@@ -131,7 +131,8 @@ class _Future:
         pos = 0
         for r in requests:
             toks = np.asarray(r.input_ids, dtype=np.int64).astype(np.uint64) + np.uint64(1)
-            h = np.cumsum(toks * self.pw[:len(toks)], dtype=np.uint64) + self._seed(r.extra_key)
+            with np.errstate(over="ignore"):
+                h = np.cumsum(toks * self.pw[:len(toks)], dtype=np.uint64) + self._seed(r.extra_key)
             parts.append(h)
             starts.append(pos)
             lens.append(len(toks) - 1 if match_cap else len(toks))
@@ -163,12 +164,48 @@ class _Future:
             L = len(toks)
             h = np.uint64(0)
             if L <= len(self.pw):
-                h = np.sum(toks * self.pw[:L], dtype=np.uint64) + self._seed(node.extra_key)
+                with np.errstate(over="ignore"):
+                    h = np.sum(toks * self.pw[:L], dtype=np.uint64) + self._seed(node.extra_key)
             got = self.paths[node] = (L, h)
         return got
 
-    def next_use(self, node: Any) -> float:
+    def _prefix_hash(self, node: Any, length: int) -> Optional[np.uint64]:
+        """Hash of the first ``length`` tokens of node's path (length > its
+        parent's path length)."""
+        parent = node.parent
+        if parent is None or parent.is_root:
+            start, h = 0, self._seed(node.extra_key)
+        else:
+            start, h = self.path_of(parent)
+        n = length - start
+        if n <= 0 or length > len(self.pw):
+            return None
+        toks = node.key[:n].astype(np.int64).astype(np.uint64) + np.uint64(1)
+        with np.errstate(over="ignore"):
+            return np.uint64(h + np.sum(toks * self.pw[start:length], dtype=np.uint64))
+
+    def next_use(self, node: Any, chunk: int = 0) -> float:
+        """The next use of node's state; for a leaf (chunk > 0) also of the
+        KV its eviction removes: a request that matches a chunk past the
+        nearest surviving ancestor would have checkpointed there."""
         L, h = self.path_of(node)
+        nu = self._next(L, h)
+        if chunk > 0 and not node.children:
+            top = node
+            while (not top.parent.is_root and top.parent.state is None
+                   and len(top.parent.children) == 1):
+                top = top.parent
+            A = 0 if top.parent.is_root else top.parent.prefix_len
+            Lk = min(L, (A // chunk + 1) * chunk)
+            x = node
+            while not x.parent.is_root and x.parent.prefix_len >= Lk:
+                x = x.parent
+            hk = self._prefix_hash(x, Lk)
+            if hk is not None:
+                nu = min(nu, self._next(Lk, hk))
+        return nu
+
+    def _next(self, L: int, h: Any) -> float:
         if L > len(self.pw) or L == 0:
             return float("inf")
         tab = self.tables.get(L)
@@ -447,7 +484,7 @@ class _Replay:
             for x in reversed(self.tree.lru_order("mamba")):
                 if x.state_lock_ref or (x.full_lock_ref and not x.children):
                     continue
-                nu = fut.next_use(x)
+                nu = fut.next_use(x, self.cfg.chunk_size)
                 if nu > best_next:
                     best, best_next = x, nu
                     if nu == inf:

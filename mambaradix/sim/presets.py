@@ -119,7 +119,7 @@ class ModelPreset:
         positions = (start + end - 1) * n / 2.0  # sum of p over [start, end)
         return self.flops_per_token * n + self.attn_flops_per_token_position * positions
 
-    def policy_options(self, tp: int = 1, alpha: float = 0.0, tune_window: int = 64) -> dict:
+    def policy_options(self, tp: int = 1, alpha: float = 16.0, tune_window: int = 64) -> dict:
         """The ``policy_options`` of ``RadixTree`` / ``Lifecycle`` /
         ``MambaRadixCache`` for ``lru_policy="utility"`` with this model's
         costs (state and KV bytes per GPU at tp)."""

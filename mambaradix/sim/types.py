@@ -96,7 +96,7 @@ class SimConfig:
     # beyond SGLang (see docs/simulator.md, "State policies")
     end_of_turn_states: bool = False         # keep the state at a finished request's exact end
     max_states_per_path: int = 0             # per-path state budget (0: none)
-    utility_alpha: float = 0.0               # lru_policy="utility": initial alpha
+    utility_alpha: float = 16.0              # lru_policy="utility": initial alpha
     tune_window: int = 64                    # lru_policy="utility": re-tune alpha every N inserts (0: fixed)
     attn_flops_per_pos: float = 0.0          # attention FLOPs per token per earlier token (preset)
     kv_bytes_per_token: int = 0              # bytes of KV per token (preset)
