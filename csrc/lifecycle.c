@@ -234,9 +234,32 @@ mr_lc_clear_released(mr_lifecycle *lc)
 /* ------------------------------------------------------------------------
  * Tree operations with ownership */
 
+static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+                     int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
+                     int trim);
+
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
              int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
+{
+    return lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+}
+
+/* The per-path budget for the node a request's insertion ended at, once the
+ * request's own lock no longer holds the state the new one supersedes. */
+static int
+trim_inserted(mr_lifecycle *lc, mr_handle h)
+{
+    mr_node *n = NULL;
+    if (mr_radix_resolve(lc->tree, h, &n) != MR_OK) {
+        return MR_OK;   /* evicted meanwhile: nothing to trim */
+    }
+    return mr_radix_trim_path(lc->tree, n, &lc->rel, NULL);
+}
+
+static int
+lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim)
 {
     int rc;
     if (!has_pools(lc)) {
@@ -291,7 +314,7 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
         rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
     }
     /* 4. the per-path state budget */
-    if (rc == MR_OK && !out->state_existed) {
+    if (rc == MR_OK && trim && !out->state_existed) {
         rc = mr_radix_trim_path(lc->tree, out->node, &lc->rel, NULL);
     }
     return rc;
@@ -635,6 +658,7 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
+    mr_handle inserted = {0, 0};
     /* end of turn: the running slot holds the state at committed_len */
     int eot = is_insert && c->extra_buffer && c->end_of_turn && committed_len > 0
               && committed_len % c->page_size == 0
@@ -675,11 +699,12 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
         if (cache_len > 0) {
             mr_insert_result res;
             size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
-            rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, NULL, &res);
+            rc = lc_insert(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, NULL, &res, 0);
             if (rc != MR_OK) {
                 return rc;
             }
             existed = res.state_existed;
+            inserted = mr_node_handle(res.node);
         }
     }
     else if (protected_len < (int64_t)committed_len) {
@@ -723,7 +748,11 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
     if (rc != MR_OK) {
         return rc;
     }
-    return drop_lock(lc, st);
+    rc = drop_lock(lc, st);
+    if (rc == MR_OK && !existed) {
+        rc = trim_inserted(lc, inserted);
+    }
+    return rc;
 }
 
 int
@@ -792,7 +821,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     /* 2. insert */
     mr_insert_result res;
     size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
-    rc = mr_lc_insert(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, NULL, &res);
+    rc = lc_insert(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, NULL, &res, 0);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);
@@ -840,7 +869,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;
     st->last_track_seqlen = -1;
-    return MR_OK;
+    return res.state_existed ? MR_OK : trim_inserted(lc, mr_node_handle(res.node));
 }
 
 /* ------------------------------------------------------------------------

@@ -57,8 +57,10 @@ typedef struct {
      * state never forces an eviction.  no_buffer always does this. */
     int end_of_turn;
     /* The tree's utility policy and per-path budget settings.  The budget
-     * is applied by mr_lc_insert with pools (a tree-only lifecycle leaves it
-     * to its caller: mr_radix_trim_path). */
+     * is applied by mr_lc_insert with pools, and by cache_unfinished /
+     * cache_finished once the request's lock has left the state the new one
+     * supersedes (a tree-only lifecycle leaves it to its caller:
+     * mr_radix_trim_path). */
     mr_radix_options tree;
 } mr_lc_config;
 

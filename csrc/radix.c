@@ -1149,11 +1149,13 @@ mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *st
                 continue;
             }
             count++;
-            if (a != node && a->state_lock == 0 && (victim == NULL || a->stamp < victim->stamp)) {
-                victim = a;
+            if (a != node && victim == NULL) {
+                victim = a;   /* the deepest: the one the new state makes most redundant */
             }
         }
-        if (count <= budget || victim == NULL) {
+        /* a locked victim (a request still resumes from it) waits: dropping
+         * a shallower, shared one instead would cost more */
+        if (count <= budget || victim == NULL || victim->state_lock > 0) {
             break;
         }
         /* victim is an ancestor, so internal: it keeps its KV */

@@ -227,8 +227,9 @@ int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
                          size_t *tokens_out, size_t *states_out);
 
 /* Per-path state budget: while the path root..node holds more than
- * max_states_per_path states, drops the least recently used unlocked
- * state above node (a tombstone keeps its KV), through rel.  node's own
+ * max_states_per_path states, drops the deepest state above node (the one
+ * the new state makes most redundant; shared prefixes sit higher up; its
+ * node keeps its KV), through rel; stops at a locked one.  node's own
  * state is never dropped.  Does nothing when the budget is 0.
  * *states_out (may be NULL) receives the number dropped. */
 int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *states_out);

@@ -170,7 +170,7 @@ def test_policy_options_are_checked() -> None:
 # per-path budget and external victims
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("budget", [1, 2, 3])
-def test_trim_path_keeps_budget_and_drops_least_recent(budget: int) -> None:
+def test_trim_path_keeps_budget_and_drops_the_deepest(budget: int) -> None:
     rng = random.Random(budget)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="consumed", max_states_per_path=budget)
     conv = [rng.randint(1, 9) for _ in range(200)]
@@ -184,15 +184,14 @@ def test_trim_path_keeps_budget_and_drops_least_recent(budget: int) -> None:
         slot += 1
         if r.state_existed:
             continue
-        before = [n.state for n in tree.lru_order("mamba")]       # most recent first
-        path = []
+        path = []                         # ancestors' states, deepest first
         x = r.node.parent
         while not x.is_root:
             if x.state is not None:
                 path.append(x.state)
             x = x.parent
         excess = len(path) + 1 - budget
-        want = sorted(path, key=before.index, reverse=True)[:max(0, excess)]
+        want = path[:max(0, excess)]
         got = tree.trim_path(r.node)
         assert sorted(got.state_slots.tolist()) == sorted(want)
         assert got.tokens_evicted == 0
@@ -211,7 +210,7 @@ def test_trim_path_skips_locked_states() -> None:
     a = tree.insert([1, 2, 3, 4], [1, 2, 3, 4], 1)
     tree.inc_lock_ref(a.node)
     b = tree.insert([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], 2)
-    assert tree.trim_path(b.node).states_evicted == 0     # the only ancestor state is locked
+    assert tree.trim_path(b.node).states_evicted == 0     # the deepest ancestor state is locked
     tree.dec_lock_ref(a.node)
     assert tree.trim_path(b.node).state_slots.tolist() == [1]
     assert tree.match_prefix([1, 2, 3, 4, 9]).state is None
@@ -449,3 +448,31 @@ def test_sim_metrics_replay_distance_and_memory_share() -> None:
     assert all(b >= 64 and b & (b - 1) == 0 for b in m.replay_distance)
     assert 0.0 < m.state_memory_share < 1.0
     assert m.states_admitted > 0
+
+
+def test_cli_utility_with_end_of_turn_states() -> None:
+    """`python -m mambaradix sim --policy utility --end-of-turn-states` as the
+    README shows it, and the new metrics in --json."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [sys.executable, "-m", "mambaradix", "sim", "--num-clients", "8", "--num-rounds", "3",
+            "--state-slots", "40", "--no-progress"]
+    p = subprocess.run(args + ["--policy", "utility", "--end-of-turn-states"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "policy utility" in p.stdout and "utility alpha" in p.stdout and "never used" in p.stdout
+    p = subprocess.run(args + ["--policy", "clairvoyant", "--max-states-per-path", "2", "--json"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)["metrics"]
+    for key in ("replay_distance", "states_admitted", "states_never_used", "state_memory_share"):
+        assert key in m
+    p = subprocess.run(args + ["--policy", "clairvoyant", "--states", "toy"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 2 and "clairvoyant" in p.stderr

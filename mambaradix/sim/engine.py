@@ -388,6 +388,7 @@ class _Replay:
         self.eot = bool(getattr(config, "end_of_turn_states", False))
         self.distance: dict = {}
         self.n_submitted = 0
+        self.inserted: Any = None
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
@@ -523,13 +524,19 @@ class _Replay:
         self._note_peaks()
         return True
 
+    def _trim(self, node: Any) -> None:
+        """The per-path budget for a request's inserted node, once its lock
+        left the state the new one supersedes (lifecycle.c's trim_inserted)."""
+        if node is not None and node.valid:
+            self.slots_free += self.tree.trim_path(node).states_evicted
+
     def _insert(self, r: _R, n: int, prev: int) -> bool:
-        """Insert r's first n tokens; returns state_existed.  Frees duplicates."""
+        """Insert r's first n tokens; returns state_existed.  Frees duplicates.
+        self.inserted: the node to trim once r's lock has moved (or None)."""
         t0 = time.perf_counter()
         res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
                                prev_prefix_len=prev)
-        if self.budget and not res.state_existed:
-            self.slots_free += self.tree.trim_path(res.node).states_evicted
+        self.inserted = res.node if self.budget and not res.state_existed else None
         if n > r.seen and res.prefix_len < n:
             # the shadow holds every key ever inserted (it never evicts): it has
             # r's first r.seen tokens already, and any key the cache still had
@@ -593,13 +600,16 @@ class _Replay:
             self.slots_free += 1
             if self.dcfg.extra_buffer:
                 self.donations -= 1
+        inserted = self.inserted
         new_len = self._rematch(r, cache_len)
         r.prefix_len = fill_len          # tree part + request-owned rest
         r.cpl = new_len
         r.last_track = None
+        self._trim(inserted)
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
         committed = r.committed
+        self.inserted = None
         if not is_insert:
             self.kv_free += committed - r.cpl
             self._free_states(r, None)
@@ -640,10 +650,12 @@ class _Replay:
                     self.donations += 1
                     r.running = False
                     r.track = None
+        inserted = self.inserted
         t0 = time.perf_counter()
         self.tree.dec_lock_ref(r.node)
         self.t_cache += time.perf_counter() - t0
         r.node = None
+        self._trim(inserted)
 
     def _release(self, r: _R, is_insert: bool) -> None:
         if not r.row:
