@@ -160,7 +160,7 @@ def plot(results: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.6), squeeze=False)
     colors = {"sglang": "tab:blue", "consumed": "tab:orange", "utility": "tab:green",
               "utility+budget": "tab:red", "clairvoyant": "black", "clairvoyant+budget": "gray"}
     for ax, name in zip(axes[0], names):
@@ -179,10 +179,11 @@ def plot(results: dict, path: str) -> None:
         ax.set_title(name)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("token hit rate (%)")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=7, frameon=False)
     fig.suptitle("Token hit rate vs state slots (qwen3-next, pp2, chunk 64, track 256, KV pool unbounded; "
                  "clairvoyant = Belady ceiling)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -194,7 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", default=None, help="write the plot here (needs matplotlib)")
     ap.add_argument("--json", default=None, help="write all numbers here")
     ap.add_argument("--no-timing", action="store_true", help="skip the Mooncake cost check")
+    ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw --plot from a --json file")
     args = ap.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f)["results"], args.plot or "policy_sweep.png")
+        return 0
 
     t0 = time.perf_counter()
     wls = workloads(args.mooncake_limit)

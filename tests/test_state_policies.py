@@ -401,6 +401,7 @@ def _chat():
 @pytest.mark.parametrize("policy,eot,budget", [("utility", False, 0), ("consumed", True, 0),
                                                ("utility", True, 2), ("sglang", True, 1)])
 def test_sim_toy_mode_new_paths_are_exact(mode: str, policy: str, eot: bool, budget: int) -> None:
+    pytest.importorskip("torch")   # the toy replay runs through mambaradix.sglang
     cfg = apply_preset(SimConfig(mode=mode, chunk_size=32, track_interval=32, state_slots=20, max_running=3,
                                  lru_policy=policy, end_of_turn_states=eot, max_states_per_path=budget,
                                  tune_window=8, states="toy", kv_tokens=8192,
@@ -414,6 +415,7 @@ def test_sim_toy_mode_new_paths_are_exact(mode: str, policy: str, eot: bool, bud
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
 def test_sim_end_of_turn_adds_exact_hits(mode: str) -> None:
     """The added hits are verified by the toy model (states='toy')."""
+    pytest.importorskip("torch")
     import dataclasses
     reqs = workloads.multi_turn(6, 4, 90, 37, request_rate=2.0, seed=3)   # ends off the chunk grid
     # decode_boundary "batch": v0.5.15's check can fire twice under overlap and
