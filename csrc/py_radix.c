@@ -1222,7 +1222,7 @@ PyDoc_STRVAR(RadixTree__doc__,
 "alpha * FLOPs-saved-per-byte + recency, Marconi-style).  policy_options:\n"
 "a dict of the utility policy's alpha, flops_per_token, attn_flops_per_pos,\n"
 "state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
-"victim, default 64) and tune_window (> 0: re-tune alpha by replaying that\n"
+"victim, default and most 1024) and tune_window (> 0: re-tune alpha by replaying that\n"
 "many insertions against a snapshot).  max_states_per_path: a per-path\n"
 "state budget enforced by trim_path().");
 

@@ -314,7 +314,7 @@ utility_victim(const mr_radix *t, int w)
     enum { MAXWIN = 1024 };
     mr_node *cand[MAXWIN];
     double eff[MAXWIN];
-    size_t win = t->opt.evict_window ? t->opt.evict_window : 64, k = 0;
+    size_t win = t->opt.evict_window ? t->opt.evict_window : MAXWIN, k = 0;
     if (win > MAXWIN) {
         win = MAXWIN;
     }

@@ -102,7 +102,7 @@ typedef struct {
     double attn_flops_per_pos;
     double state_bytes;
     double kv_bytes_per_token;
-    uint32_t evict_window;      /* candidates scored per victim (0: 64) */
+    uint32_t evict_window;      /* candidates scored per victim (0: 1024, the most) */
     /* > 0: alpha is re-tuned every tune_window insertions (after the first
      * eviction) by replaying them against a snapshot of the tree taken at
      * the window's start, once per alpha of a fixed grid, and keeping the
