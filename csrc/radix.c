@@ -50,6 +50,7 @@ struct mr_node {
     uint32_t gen;
     mr_link lru[2];
     uint64_t stamp;        /* state-list recency: larger is more recent */
+    uint64_t end;          /* tokens from the root to the node's end (fixed for its life) */
     uint8_t used;          /* a match used this node's current state */
 };
 
@@ -294,15 +295,12 @@ node_flops_per_byte(const mr_radix *t, const mr_node *n)
     if (n->state < 0) {
         return 0.0;
     }
-    size_t span = n->len, start = 0;
     const mr_node *a = n->parent;
-    for (; a != t->root && a->state < 0; a = a->parent) {
-        span += a->len;
+    while (a != t->root && a->state < 0) {
+        a = a->parent;
     }
-    for (; a != t->root; a = a->parent) {
-        start += a->len;
-    }
-    double end = (double)(start + span);
+    size_t start = (size_t)a->end, span = (size_t)(n->end - a->end);
+    double end = (double)n->end;
     double flops = c->flops_per_token * (double)span
                    + c->attn_flops_per_pos * ((double)start + end - 1.0) * (double)span / 2.0;
     return flops / (bytes > 0.0 ? bytes : 1.0);
@@ -712,6 +710,7 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     memcpy(upper->val, child->val, p * sizeof(int64_t));
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
+    upper->end = child->end - (child->len - p);
 
     mr_node *parent = child->parent;
     uint32_t idx = child_index(parent, child);
@@ -883,6 +882,7 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
         memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
         leaf->state = state;
+        leaf->end = (uint64_t)len;
         t->states_admitted++;
         child_add(node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
@@ -1093,10 +1093,15 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
         tune_start(t);
     }
     mr_node *x = pol->state_victim(t, NULL);
+    int first = 1;
     while (states < num_states && x != NULL) {
         /* Re-validate: evicting the previous victim may have made x a leaf
-         * whose KV is locked, which must not be taken. */
-        x = pol->state_victim(t, pol->rescan ? NULL : &x->lru[LRU_STATE]);
+         * whose KV is locked, which must not be taken.  (A rescanning policy
+         * picks afresh after each victim; its first pick is current.) */
+        if (!(pol->rescan && first)) {
+            x = pol->state_victim(t, pol->rescan ? NULL : &x->lru[LRU_STATE]);
+        }
+        first = 0;
         if (x == NULL) {
             break;
         }
@@ -1185,13 +1190,14 @@ mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *st
  * with a state, then state evictions down to the most states the tree held
  * during the window), summing the prefill FLOPs each match saved; the best
  * pair is adopted (the one in use wins ties).  A new window then starts from a
- * snapshot of the tree as it is, once the tuner's own work (tokens copied
- * and replayed) is at most TUNE_BUDGET times the tree's (tokens walked by
- * matches and insertions): its cost is a bounded share of the cache's. */
+ * snapshot of the tree as it is, if the tuner's own work (tokens copied
+ * and replayed) with the window's projected cost stays within TUNE_BUDGET
+ * times the tree's (tokens walked by matches and insertions): its cost is
+ * a bounded share of the cache's. */
 
 static const double tune_grid[] = {0.0, 1.0, 4.0, 16.0, 64.0};
 enum { TUNE_GRID = sizeof(tune_grid) / sizeof(tune_grid[0]) };
-#define TUNE_BUDGET 0.5
+#define TUNE_BUDGET 0.75
 
 /* A copy of src's nodes, edges, states and list orders, without locks, with
  * alpha and no tuning.  MR_ENOMEM: *out untouched. */
@@ -1228,6 +1234,7 @@ radix_clone(const mr_radix *src, double alpha, double kv_weight, mr_radix **out)
             memcpy(d->val, c->val, (size_t)c->len * (sizeof(int64_t) + sizeof(int32_t)));
             d->state = c->state;
             d->used = c->used;
+            d->end = c->end;
             child_add(dn, d);
             /* in the lists now (so a failure frees it); reordered below */
             lru_insert_after(&t->head[LRU_FULL], d, LRU_FULL);
@@ -1275,8 +1282,14 @@ done:
 static void
 tune_start(mr_radix *t)
 {
-    if (t->cfg.policy != MR_POLICY_UTILITY || t->opt.tune_window == 0 || t->snap != NULL
-        || (double)t->spent > TUNE_BUDGET * (double)t->work) {
+    if (t->cfg.policy != MR_POLICY_UTILITY || t->opt.tune_window == 0 || t->snap != NULL) {
+        return;
+    }
+    /* what the window will cost: copies of the tree and replays of a window
+     * at least as large, once per grid point */
+    double size = (double)(t->full_evictable + t->full_protected);
+    double projected = (double)(2 * TUNE_GRID + 1) * 3.0 * size;
+    if ((double)t->spent + projected > TUNE_BUDGET * (double)t->work) {
         return;
     }
     if (t->log_off == NULL) {
@@ -1519,6 +1532,8 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
             CHECK(ch != NULL && ch->parent == n, "I2: child %u of node %u has a wrong parent", i, n->id);
             CHECK(ch->len > 0 && ch->len % page == 0, "I2: node %u has length %u (page size %zu)", ch->id, ch->len, page);
             CHECK(c->ns == ch->ns && c->tok == node_key(ch)[0], "I2: child entry of node %u is stale", ch->id);
+            CHECK(ch->end == n->end + ch->len, "I2: node %u ends at %llu, not %llu", ch->id,
+                  (unsigned long long)ch->end, (unsigned long long)(n->end + ch->len));
             CHECK(n == root || ch->ns == n->ns, "I3: node %u is in namespace %d below namespace %d", ch->id, ch->ns, n->ns);
             if (i > 0) {
                 const mr_child *b = &n->children[i - 1];
