@@ -59,7 +59,7 @@ enum { LRU_FULL = 0, LRU_STATE = 1 };
 struct mr_radix {
     mr_radix_config cfg;
     mr_radix_options opt;
-    double kv_weight;         /* utility: share of a leaf's KV bytes counted (tuned: 1 or 0) */
+    double kv_weight;         /* utility: share of a leaf's KV bytes counted (0 at first; tuned: 0 or 1) */
     mr_node *root;
     mr_link head[2];          /* LRU sentinels */
     /* Node registry for handles (I9). */
@@ -571,7 +571,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
         return MR_ENOMEM;
     }
     t->cfg = *cfg;
-    t->kv_weight = 1.0;
+    t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }

@@ -96,7 +96,8 @@ typedef struct {
      * kv_bytes_per_token.  A state's FLOPs saved are those of prefilling
      * from the nearest state-bearing ancestor to the node's end (the
      * replay it spares); its bytes are state_bytes plus, for a leaf, its
-     * edge's KV. */
+     * edge's KV once the alpha tuner finds that counting it pays (at first
+     * the KV pool is assumed plentiful). */
     double alpha;               /* initial weight of the FLOP efficiency */
     double flops_per_token;
     double attn_flops_per_pos;

@@ -44,7 +44,8 @@ def _ref_utility_victim(tree, alpha: float, window: int):
             a = a.parent
         start = 0 if a.is_root else a.prefix_len
         flops = OPTS["flops_per_token"] * span + OPTS["attn_flops_per_pos"] * sum(range(start, start + span))
-        nbytes = OPTS["state_bytes"] + (0 if n.children else OPTS["kv_bytes_per_token"] * len(n.key))
+        # a leaf's KV bytes count only once the tuner finds they pay (no tuning here)
+        nbytes = OPTS["state_bytes"]
         return flops / nbytes
 
     if len(cands) == 1:
