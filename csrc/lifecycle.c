@@ -232,6 +232,9 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     }
     mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy};
     int err = mr_radix_new(&rc, &lc->tree);
+    if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
+        mr_radix_free(lc->tree);
+    }
     if (err != MR_OK) {
         MR_FREE(lc);
         return err;
@@ -297,9 +300,32 @@ mr_lc_clear_released(mr_lifecycle *lc)
 /* ------------------------------------------------------------------------
  * Tree operations with ownership */
 
+static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+                     int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
+                     int trim);
+
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
              int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
+{
+    return lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+}
+
+/* The per-path budget for the node a request's insertion ended at, once the
+ * request's own lock no longer holds the state the new one supersedes. */
+static int
+trim_inserted(mr_lifecycle *lc, mr_handle h)
+{
+    mr_node *n = NULL;
+    if (mr_radix_resolve(lc->tree, h, &n) != MR_OK) {
+        return MR_OK;   /* evicted meanwhile: nothing to trim */
+    }
+    return mr_radix_trim_path(lc->tree, n, &lc->rel, NULL);
+}
+
+static int
+lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim)
 {
     int rc;
     if (!has_pools(lc)) {
@@ -365,6 +391,10 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     /* 3. the caller's duplicates go back to the pool */
     if (out->ndup > 0) {
         rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
+    }
+    /* 4. the per-path state budget */
+    if (rc == MR_OK && trim && !out->state_existed) {
+        rc = mr_radix_trim_path(lc->tree, out->node, &lc->rel, NULL);
     }
     return rc;
 }
@@ -718,10 +748,12 @@ static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
            size_t prev, mr_insert_result *res)
 {
+    /* the per-path budget is applied by the caller, once the request's lock
+     * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0);
     }
-    int rc = mr_lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res);
+    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0);
     if (rc == MR_OK) {
         rc = out_kv(lc, lc->b, res->ndup);
     }
@@ -755,9 +787,17 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
+    mr_handle inserted = {0, 0};
+    /* end of turn: the running slot holds the state at committed_len */
+    int eot = is_insert && c->extra_buffer && c->end_of_turn && has_pools(lc) && committed_len > 0
+              && committed_len % c->page_size == 0
+              && mr_slots_available(lc->state) >= (c->lazy ? 2 : 3);   /* headroom */
     if (is_insert) {
         int64_t cache_len = c->extra_buffer ? (st->last_track_seqlen < 0 ? 0 : st->last_track_seqlen)
                                             : (int64_t)committed_len;
+        if (eot) {
+            cache_len = (int64_t)committed_len;
+        }
         if (cache_len > (int64_t)committed_len) {
             cache_len = (int64_t)committed_len;
         }
@@ -772,6 +812,10 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
             if (slot < 0) {
                 return MR_ESTATE;  /* the slot was donated already */
             }
+            if (eot) {
+                slot = st->running;
+                keep = -1;
+            }
         }
         /* insert first: it is the step that can fail, and then nothing
          * has changed */
@@ -783,6 +827,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                 return rc;
             }
             existed = res.state_existed;
+            inserted = mr_node_handle(res.node);
         }
         /* the tail beyond what is cached (and beyond the tree's own prefix) */
         int64_t end = cache_len > protected_len ? cache_len : protected_len;
@@ -802,7 +847,23 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (existed) {
         keep = -1;
     }
-    if (c->extra_buffer) {
+    if (eot && !existed) {
+        /* the running slot is the tree's now; the track slots go back */
+        int64_t spare[2];
+        int k = 0;
+        for (int j = 0; j < c->track_buffer_size && st->next_track >= 0; j++) {
+            if (st->track[j] >= 0) {
+                spare[k++] = st->track[j];
+            }
+        }
+        rc = k > 0 ? out_slots(lc, spare, (size_t)k) : MR_OK;
+        if (rc == MR_OK) {
+            st->running = -1;
+            st->track[0] = st->track[1] = -1;
+            st->next_track = -1;
+        }
+    }
+    else if (c->extra_buffer) {
         if (keep >= 0) {
             st->track[keep] = -1;  /* the tree's now: not freed below */
         }
@@ -817,7 +878,11 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (rc != MR_OK) {
         return rc;
     }
-    return drop_lock(lc, st);
+    rc = drop_lock(lc, st);
+    if (rc == MR_OK && !existed) {
+        rc = trim_inserted(lc, inserted);
+    }
+    return rc;
 }
 
 int
@@ -971,7 +1036,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;
     st->last_track_seqlen = -1;
-    return MR_OK;
+    return res.state_existed ? MR_OK : trim_inserted(lc, mr_node_handle(res.node));
 }
 
 int

@@ -68,6 +68,19 @@ typedef struct {
     int lazy;                 /* extra_buffer_lazy (needs track_buffer_size 2) */
     int32_t track_buffer_size;/* 2 with the overlap scheduler, 1 without */
     int64_t track_interval;   /* mamba_track_interval (decode) */
+    /* extra_buffer: a finished request whose committed length is whole
+     * pages donates its running slot, which holds the state at exactly
+     * that length, and the tree keeps it there instead of the last track
+     * snapshot (no copy; the track slots are freed).  Only while the state
+     * pool has one admission's headroom free (3 slots, lazy 2): the extra
+     * state never forces an eviction.  no_buffer always does this. */
+    int end_of_turn;
+    /* The tree's utility policy and per-path budget settings.  The budget
+     * is applied by mr_lc_insert with pools, and by cache_unfinished /
+     * cache_finished once the request's lock has left the state the new one
+     * supersedes (a tree-only lifecycle leaves it to its caller:
+     * mr_radix_trim_path). */
+    mr_radix_options tree;
 } mr_lc_config;
 
 /* Counters of state traffic, for benchmarks and tests. */

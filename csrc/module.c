@@ -6,6 +6,7 @@
  * (py_radix.c, py_tensor.c, py_pools.c) to add its types. */
 #include "py_common.h"
 #include "cuda_api.h"
+#include "radix.h"
 
 #define MR_NUMPY_IMPORT
 #include "py_numpy.h"
@@ -113,6 +114,103 @@ mr_check_kwnames(const char *fname, PyObject *kwnames, const char *const *allowe
             PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, k);
             return -1;
         }
+    }
+    return 0;
+}
+
+const char *
+mr_policy_name(int policy)
+{
+    return policy == MR_POLICY_SGLANG ? "sglang" : policy == MR_POLICY_UTILITY ? "utility" : "consumed";
+}
+
+int
+mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObject *budget, void *cfgp,
+               void *optp)
+{
+    mr_radix_config *pcfg = cfgp;
+    mr_radix_options *cfg = optp;
+    static const char *const dnames[] = {"alpha", "flops_per_token", "attn_flops_per_pos", "state_bytes",
+                                         "kv_bytes_per_token"};
+    double *dvals[] = {&cfg->alpha, &cfg->flops_per_token, &cfg->attn_flops_per_pos, &cfg->state_bytes,
+                       &cfg->kv_bytes_per_token};
+    static const char *const inames[] = {"evict_window", "tune_window"};
+    uint32_t *ivals[] = {&cfg->evict_window, &cfg->tune_window};
+    if (strcmp(policy, "sglang") == 0) {
+        pcfg->policy = MR_POLICY_SGLANG;
+    }
+    else if (strcmp(policy, "consumed") == 0) {
+        pcfg->policy = MR_POLICY_CONSUMED;
+    }
+    else if (strcmp(policy, "utility") == 0) {
+        pcfg->policy = MR_POLICY_UTILITY;
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "%s: lru_policy must be 'sglang', 'consumed' or 'utility', not '%s'",
+                     fname, policy);
+        return -1;
+    }
+    if (budget != NULL && budget != Py_None) {
+        int64_t b;
+        if (mr_as_int64(budget, 0, UINT32_MAX, "max_states_per_path", &b) < 0) {
+            return -1;
+        }
+        cfg->max_states_per_path = (uint32_t)b;
+    }
+    if (options == NULL || options == Py_None) {
+        return 0;
+    }
+    if (!PyMapping_Check(options) || PyList_Check(options) || PyTuple_Check(options)) {
+        PyErr_Format(PyExc_TypeError, "%s: policy_options must be a mapping, not %s", fname,
+                     Py_TYPE(options)->tp_name);
+        return -1;
+    }
+    Py_ssize_t seen = 0;
+    for (size_t i = 0; i < sizeof(dnames) / sizeof(dnames[0]); i++) {
+        PyObject *v = PyMapping_GetItemString(options, dnames[i]);
+        if (v == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        seen++;
+        double d = PyFloat_AsDouble(v);
+        Py_DECREF(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "%s: policy_options['%s'] must be a number", fname, dnames[i]);
+            return -1;
+        }
+        if (!(d >= 0.0) || d == Py_HUGE_VAL) {
+            PyErr_Format(PyExc_ValueError, "%s: policy_options['%s'] must be finite and >= 0", fname,
+                         dnames[i]);
+            return -1;
+        }
+        *dvals[i] = d;
+    }
+    for (size_t i = 0; i < sizeof(inames) / sizeof(inames[0]); i++) {
+        PyObject *v = PyMapping_GetItemString(options, inames[i]);
+        if (v == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        seen++;
+        int64_t x;
+        char arg[64];
+        snprintf(arg, sizeof(arg), "policy_options['%s']", inames[i]);
+        int r = mr_as_int64(v, 0, i == 0 ? 1024 : 1 << 20, arg, &x);
+        Py_DECREF(v);
+        if (r < 0) {
+            return -1;
+        }
+        *ivals[i] = (uint32_t)x;
+    }
+    Py_ssize_t n = PyMapping_Size(options);
+    if (n < 0) {
+        return -1;
+    }
+    if (n != seen) {
+        PyErr_Format(PyExc_ValueError, "%s: policy_options has unknown keys (known: alpha, flops_per_token, "
+                     "attn_flops_per_pos, state_bytes, kv_bytes_per_token, evict_window, tune_window)", fname);
+        return -1;
     }
     return 0;
 }

@@ -48,6 +48,18 @@ int mr_check_kwnames(const char *fname, PyObject *kwnames, const char *const *al
 /* Converts an int-like object to int64 within [lo, hi]; names arg in errors. */
 int mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out);
 
+/* The tree's policy settings shared by RadixTree and Lifecycle: the policy
+ * name ("sglang", "consumed", "utility"), policy_options (None or a mapping
+ * with the utility policy's alpha, flops_per_token, attn_flops_per_pos,
+ * state_bytes, kv_bytes_per_token, evict_window, tune_window) and
+ * max_states_per_path (None or an int >= 0).  Fills cfg's policy (an
+ * mr_radix_config) and opt (an mr_radix_options);
+ * returns -1 with ValueError / TypeError naming fname and the argument. */
+int mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObject *budget, void *cfg,
+                   void *opt);
+/* The policy's name for a config. */
+const char *mr_policy_name(int policy);
+
 /* Registration hooks, one per binding file, called from the module's exec
  * slot.  Each adds its types/functions to m and fills its block of state.
  * Return 0 or -1 with an exception set. */

@@ -347,17 +347,19 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"state_allocator", "kv_allocator", "req_pool", "page_size", "chunk_size",
                              "lru_policy", "extra_buffer", "lazy", "track_buffer_size",
-                             "track_interval", NULL};
-    PyObject *so = Py_None, *ko = Py_None, *ro = Py_None;
+                             "track_interval", "end_of_turn_states", "policy_options", "max_states_per_path",
+                             NULL};
+    PyObject *so = Py_None, *ko = Py_None, *ro = Py_None, *opts = Py_None, *budget = Py_None;
     long long page = 1, chunk = 64, interval = 256;
     const char *policy = "sglang";
-    int extra = 0, lazy = 0, pp = 2;
+    int extra = 0, lazy = 0, pp = 2, eot = 0;
     mr_state *st = mr_state_from_type(tp);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$LLsppiL:Lifecycle", kwlist, &so, &ko, &ro, &page,
-                                     &chunk, &policy, &extra, &lazy, &pp, &interval)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$LLsppiLpOO:Lifecycle", kwlist, &so, &ko, &ro, &page,
+                                     &chunk, &policy, &extra, &lazy, &pp, &interval, &eot, &opts, &budget)) {
         return NULL;
     }
     mr_lc_config cfg = {0};
+    cfg.end_of_turn = eot;
     if (page < 1 || page > (1 << 24) || chunk < 1 || chunk > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "Lifecycle(): page_size and chunk_size must be in [1, 2**24]");
         return NULL;
@@ -367,16 +369,11 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                      chunk, page);
         return NULL;
     }
-    if (strcmp(policy, "sglang") == 0) {
-        cfg.policy = MR_POLICY_SGLANG;
-    }
-    else if (strcmp(policy, "consumed") == 0) {
-        cfg.policy = MR_POLICY_CONSUMED;
-    }
-    else {
-        PyErr_Format(PyExc_ValueError, "Lifecycle(): lru_policy must be 'sglang' or 'consumed', not '%s'", policy);
+    mr_radix_config pc = {1, 1, MR_POLICY_SGLANG};
+    if (mr_read_policy("Lifecycle()", policy, opts, budget, &pc, &cfg.tree) < 0) {
         return NULL;
     }
+    cfg.policy = pc.policy;
     if (pp != 1 && pp != 2) {
         PyErr_SetString(PyExc_ValueError, "Lifecycle(): track_buffer_size must be 1 or 2");
         return NULL;
@@ -1929,11 +1926,17 @@ static PyGetSetDef Lifecycle_getset[] = {
 PyDoc_STRVAR(Lifecycle__doc__,
 "Lifecycle(state_allocator=None, kv_allocator=None, req_pool=None, *, page_size=1,\n"
 "          chunk_size=64, lru_policy='sglang', extra_buffer=False, lazy=False,\n"
-"          track_buffer_size=2, track_interval=256)\n"
+"          track_buffer_size=2, track_interval=256, end_of_turn_states=False,\n"
+"          policy_options=None, max_states_per_path=None)\n"
 "--\n"
 "\n"
 "A prefix tree plus the request lifecycle over mambaradix's pools (or, with\n"
-"no pools, a tree whose evictions are handed back for the caller to free).");
+"no pools, a tree whose evictions are handed back for the caller to free).\n"
+"lru_policy, policy_options and max_states_per_path as RadixTree's (the\n"
+"budget is applied after every insertion that adds a state).\n"
+"end_of_turn_states (extra_buffer): a finished request whose length is\n"
+"whole pages leaves the state at its exact end in the tree (its running\n"
+"slot, no copy) instead of the last track snapshot.");
 
 static PyType_Slot Lifecycle_slots[] = {
     {Py_tp_new, Lifecycle_new},

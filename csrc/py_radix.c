@@ -498,12 +498,13 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "check_ownership", NULL};
-    PyObject *page_obj = NULL, *chunk_obj = Py_None;
+    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "check_ownership", "policy_options",
+                             "max_states_per_path", NULL};
+    PyObject *page_obj = NULL, *chunk_obj = Py_None, *opts = Py_None, *budget = Py_None;
     const char *policy = "consumed";
     int check_ownership = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$p:RadixTree", kwlist, &page_obj, &chunk_obj, &policy,
-                                     &check_ownership)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$pOO:RadixTree", kwlist, &page_obj, &chunk_obj, &policy,
+                                     &check_ownership, &opts, &budget)) {
         return NULL;
     }
     int64_t page = 1, chunk;
@@ -522,11 +523,8 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     mr_radix_config cfg = {(uint32_t)page, (uint32_t)chunk, MR_POLICY_CONSUMED};
-    if (strcmp(policy, "sglang") == 0) {
-        cfg.policy = MR_POLICY_SGLANG;
-    }
-    else if (strcmp(policy, "consumed") != 0) {
-        PyErr_Format(PyExc_ValueError, "lru_policy must be 'consumed' or 'sglang', not '%s'", policy);
+    mr_radix_options opt = {0};
+    if (mr_read_policy("RadixTree()", policy, opts, budget, &cfg, &opt) < 0) {
         return NULL;
     }
     RadixTree *self = (RadixTree *)type->tp_alloc(type, 0);
@@ -543,6 +541,9 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto error;
     }
     int rc = mr_radix_new(&cfg, &self->tree);
+    if (rc == MR_OK) {
+        rc = mr_radix_set_options(self->tree, &opt);
+    }
     if (rc != MR_OK) {
         mr_raise(mr_state_from_type(type), rc, "RadixTree()");
         goto error;
@@ -860,6 +861,9 @@ sink_free_state(void *ctx, int64_t slot)
     return 0;
 }
 
+static PyObject *evict_result(RadixTree *self, mr_state *st, evict_sink *sink, int rc, size_t tokens,
+                              size_t nstates, const char *fname);
+
 static PyObject *
 do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
 {
@@ -873,6 +877,15 @@ do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
     size_t tokens = 0, nstates = 0;
     int rc = states ? mr_radix_evict_state(self->tree, (size_t)n, &rel, &tokens, &nstates)
                     : mr_radix_evict_full(self->tree, (size_t)n, &rel, &tokens, &nstates);
+    return evict_result(self, st, &sink, rc, tokens, nstates, fname);
+}
+
+/* The EvictResult of what the sink collected (freeing the sink). */
+static PyObject *
+evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens, size_t nstates,
+             const char *fname)
+{
+    evict_sink sink = *s;
     PyObject *res = NULL, *v;
     if (self->check_ownership) {
         for (size_t i = 0; i < sink.nkv; i++) {
@@ -949,6 +962,80 @@ static PyObject *
 RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
 {
     return do_evict(self, arg, 1, "evict_mamba()");
+}
+
+PyDoc_STRVAR(RadixTree_trim_path__doc__,
+"trim_path($self, node, /)\n"
+"--\n"
+"\n"
+"Per-path state budget: while the path root..node holds more than\n"
+"max_states_per_path states, drop the deepest state above node (the one\n"
+"the new state makes most redundant; its node keeps its KV); stop at a\n"
+"locked one.  Does nothing without a budget.\n"
+"Returns EvictResult; the caller frees the returned state slots.");
+
+static PyObject *
+RadixTree_trim_path(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    evict_sink sink = {0};
+    mr_release rel = {sink_free_kv, sink_free_state, &sink};
+    size_t nstates = 0;
+    int rc = mr_radix_trim_path(self->tree, n, &rel, &nstates);
+    return evict_result(self, st, &sink, rc, 0, nstates, "trim_path()");
+}
+
+PyDoc_STRVAR(RadixTree_evict_node_state__doc__,
+"evict_node_state($self, node, /)\n"
+"--\n"
+"\n"
+"Evict node's state as evict_mamba would if it picked node (for a policy\n"
+"decided outside the tree).  ValueError if node is the root, has no state,\n"
+"its state is locked or it is a leaf whose KV is locked.  Returns\n"
+"EvictResult.");
+
+static PyObject *
+RadixTree_evict_node_state(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    if (n == mr_radix_root(self->tree) || mr_node_state(n) < 0 || mr_node_state_lock(n) > 0
+        || (mr_node_nchildren(n) == 0 && mr_node_full_lock(n) > 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "evict_node_state(): node must have an unlocked state (and, for a leaf, unlocked KV)");
+        return NULL;
+    }
+    evict_sink sink = {0};
+    mr_release rel = {sink_free_kv, sink_free_state, &sink};
+    size_t tokens = 0, nstates = 0;
+    int rc = mr_radix_evict_node_state(self->tree, n, &rel, &tokens, &nstates);
+    return evict_result(self, st, &sink, rc, tokens, nstates, "evict_node_state()");
+}
+
+PyDoc_STRVAR(RadixTree_policy_stats__doc__,
+"policy_stats($self, /)\n"
+"--\n"
+"\n"
+"A dict: states_admitted (states inserted), states_used (of those, used by\n"
+"a match at least once), states_trimmed (dropped by the per-path budget),\n"
+"alpha (the utility policy's weight in use) and tunes (its re-tunings).");
+
+static PyObject *
+RadixTree_policy_stats(RadixTree *self, PyObject *unused)
+{
+    mr_radix_stats s;
+    mr_radix_get_stats(self->tree, &s);
+    return Py_BuildValue("{sKsKsKsdsdsK}", "states_admitted", (unsigned long long)s.states_admitted,
+                         "states_used", (unsigned long long)s.states_used, "states_trimmed",
+                         (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight", s.kv_weight,
+                         "tunes", (unsigned long long)s.tunes);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
@@ -1158,7 +1245,7 @@ RadixTree_get_chunk_size(RadixTree *self, void *closure)
 static PyObject *
 RadixTree_get_lru_policy(RadixTree *self, void *closure)
 {
-    return PyUnicode_FromString(mr_radix_config_of(self->tree)->policy == MR_POLICY_SGLANG ? "sglang" : "consumed");
+    return PyUnicode_FromString(mr_policy_name(mr_radix_config_of(self->tree)->policy));
 }
 
 static PyObject *
@@ -1192,6 +1279,9 @@ static PyMethodDef RadixTree_methods[] = {
     {"node_count", (PyCFunction)RadixTree_node_count, METH_NOARGS,
      "node_count($self, /)\n--\n\nNon-root nodes."},
     {"memory_bytes", (PyCFunction)RadixTree_memory_bytes, METH_NOARGS, RadixTree_memory_bytes__doc__},
+    {"trim_path", (PyCFunction)RadixTree_trim_path, METH_O, RadixTree_trim_path__doc__},
+    {"evict_node_state", (PyCFunction)RadixTree_evict_node_state, METH_O, RadixTree_evict_node_state__doc__},
+    {"policy_stats", (PyCFunction)RadixTree_policy_stats, METH_NOARGS, RadixTree_policy_stats__doc__},
     {"sanity_check", (PyCFunction)RadixTree_sanity_check, METH_NOARGS, RadixTree_sanity_check__doc__},
     {"reset", (PyCFunction)RadixTree_reset, METH_NOARGS, RadixTree_reset__doc__},
     {"pretty_print", (PyCFunction)RadixTree_pretty_print, METH_NOARGS, RadixTree_pretty_print__doc__},
@@ -1203,7 +1293,7 @@ static PyGetSetDef RadixTree_getset[] = {
     {"root", (getter)RadixTree_get_root, NULL, "The root node.", NULL},
     {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
     {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
-    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL, "'consumed' or 'sglang'.", NULL},
+    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL, "'consumed', 'sglang' or 'utility'.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1213,7 +1303,10 @@ static PyMemberDef RadixTree_members[] = {
 };
 
 PyDoc_STRVAR(RadixTree__doc__,
-"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *, check_ownership=False)\n"
+"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *,
+"
+"          check_ownership=False, policy_options=None, max_states_per_path=None)
+"
 "--\n"
 "\n"
 "SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"
@@ -1222,7 +1315,14 @@ PyDoc_STRVAR(RadixTree__doc__,
 "page_size: tokens per page; matches and splits are per page and inserted\n"
 "keys must be whole pages.  chunk_size: alignment of branching lengths\n"
 "(default max(64, page_size)).  lru_policy: 'consumed' (a match refreshes\n"
-"only the node whose state is used) or 'sglang' (v0.5.15 behaviour).\n"
+"only the node whose state is used), 'sglang' (v0.5.15 behaviour) or\n"
+"'utility' (touches as 'consumed'; the victim scores lowest on\n"
+"alpha * FLOPs-saved-per-byte + recency, Marconi-style).  policy_options:\n"
+"a dict of the utility policy's alpha, flops_per_token, attn_flops_per_pos,\n"
+"state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
+"victim, default and most 1024) and tune_window (> 0: re-tune alpha by replaying that\n"
+"many insertions against a snapshot).  max_states_per_path: a per-path\n"
+"state budget enforced by trim_path().\n"
 "check_ownership: track the KV indices and state slots the tree holds and\n"
 "make insert() raise ValueError, leaving the tree unchanged, for a KV index\n"
 "past prev_prefix_len or a state slot the tree already holds (a later\n"

@@ -49,12 +49,17 @@ struct mr_node {
     uint32_t id;
     uint32_t gen;
     mr_link lru[2];
+    uint64_t stamp;        /* state-list recency: larger is more recent */
+    uint64_t end;          /* tokens from the root to the node's end (fixed for its life) */
+    uint8_t used;          /* a match used this node's current state */
 };
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
 
 struct mr_radix {
     mr_radix_config cfg;
+    mr_radix_options opt;
+    double kv_weight;         /* utility: share of a leaf's KV bytes counted (0 at first; tuned: 0 or 1) */
     mr_node *root;
     mr_link head[2];          /* LRU sentinels */
     /* Node registry for handles (I9). */
@@ -71,7 +76,28 @@ struct mr_radix {
     size_t state_protected;
     size_t nodes;
     size_t bytes;             /* memory held by nodes, edges and child arrays */
+    /* State admission / use counters (mr_radix_stats). */
+    uint64_t clock;           /* state-list stamps */
+    uint64_t states_admitted;
+    uint64_t states_used;
+    uint64_t states_trimmed;
+    uint64_t tunes;
+    /* Utility policy's alpha tuner: a snapshot taken at the window's start
+     * and the keys inserted since (concatenated). */
+    mr_radix *snap;
+    int32_t *log_keys;
+    size_t log_len, log_cap;
+    size_t *log_off;          /* nlog + 1 offsets */
+    int32_t *log_ns;
+    size_t nlog, log_ncap;
+    size_t snap_tokens;       /* KV tokens of the snapshot */
+    uint64_t work;            /* tokens walked by matches and insertions */
+    uint64_t spent;           /* tokens the tuner copied or replayed */
+    size_t max_states;        /* most states the tree held during the window */
 };
+
+static void tune_start(mr_radix *t);
+static void tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns);
 
 MR_INLINE int32_t *
 node_key(const mr_node *n)
@@ -118,6 +144,9 @@ MR_INLINE void
 lru_push_mru(mr_radix *t, mr_node *n, int w)
 {
     lru_insert_after(&t->head[w], n, w);
+    if (w == LRU_STATE) {
+        n->stamp = ++t->clock;
+    }
 }
 
 MR_INLINE void
@@ -134,11 +163,20 @@ static void
 lru_touch_path(mr_radix *t, mr_node *n, int w)
 {
     mr_link *prev = &t->head[w];
+    uint64_t k = 0;   /* stamps decrease along the chain, as the list order */
+    for (const mr_node *m = n; w == LRU_STATE && m != t->root; m = m->parent) {
+        k += m->state >= 0;
+    }
+    uint64_t stamp = t->clock + k;
+    t->clock += k;
     for (; n != t->root; n = n->parent) {
         if (w == LRU_FULL || n->state >= 0) {
             lru_remove(n, w);
             lru_insert_after(prev, n, w);
             prev = &n->lru[w];
+            if (w == LRU_STATE) {
+                n->stamp = stamp--;
+            }
         }
     }
 }
@@ -162,6 +200,9 @@ typedef struct {
     mr_node *(*state_victim)(const mr_radix *t, const mr_link *from);
     /* Least valuable evictable leaf, likewise. */
     mr_node *(*leaf_victim)(const mr_radix *t, const mr_link *from);
+    /* 1: the victims are not an order along a list: the eviction loops ask
+     * for a fresh victim (from = NULL) after each one. */
+    int rescan;
 } mr_evict_policy;
 
 static void
@@ -239,11 +280,95 @@ lru_leaf_victim(const mr_radix *t, const mr_link *from)
     return NULL;
 }
 
+/* Utility (Marconi): among the evict_window least recently used candidates
+ * of a list, the one with the lowest
+ *     alpha * minmax(FLOPs saved / bytes) + minmax(recency rank)
+ * where the rank counts from the LRU end (0) and ties go to the less
+ * recently used.  A state's FLOPs saved are those of the replay it spares:
+ * prefilling from the nearest ancestor with a state to the node's end.  A
+ * tombstone leaf (leaf list) saves nothing. */
+static double
+node_flops_per_byte(const mr_radix *t, const mr_node *n)
+{
+    const mr_radix_options *c = &t->opt;
+    double bytes = c->state_bytes + (n->nchildren == 0 ? t->kv_weight * c->kv_bytes_per_token * n->len : 0.0);
+    if (n->state < 0) {
+        return 0.0;
+    }
+    const mr_node *a = n->parent;
+    while (a != t->root && a->state < 0) {
+        a = a->parent;
+    }
+    size_t start = (size_t)a->end, span = (size_t)(n->end - a->end);
+    double end = (double)n->end;
+    double flops = c->flops_per_token * (double)span
+                   + c->attn_flops_per_pos * ((double)start + end - 1.0) * (double)span / 2.0;
+    return flops / (bytes > 0.0 ? bytes : 1.0);
+}
+
+static mr_node *
+utility_victim(const mr_radix *t, int w)
+{
+    enum { MAXWIN = 1024 };
+    mr_node *cand[MAXWIN];
+    double eff[MAXWIN];
+    size_t win = t->opt.evict_window ? t->opt.evict_window : MAXWIN, k = 0;
+    if (win > MAXWIN) {
+        win = MAXWIN;
+    }
+    const mr_link *head = &t->head[w];
+    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, w);
+        int ok = w == LRU_STATE ? n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)
+                                : n->full_lock == 0 && n->nchildren == 0;
+        if (ok) {
+            cand[k] = n;
+            eff[k] = node_flops_per_byte(t, n);
+            k++;
+        }
+    }
+    if (k <= 1) {
+        return k ? cand[0] : NULL;
+    }
+    double lo = eff[0], hi = eff[0];
+    for (size_t i = 1; i < k; i++) {
+        lo = eff[i] < lo ? eff[i] : lo;
+        hi = eff[i] > hi ? eff[i] : hi;
+    }
+    size_t best = 0;
+    double best_u = 0.0;
+    for (size_t i = 0; i < k; i++) {
+        double e = hi > lo ? (eff[i] - lo) / (hi - lo) : 0.0;
+        double u = t->opt.alpha * e + (double)i / (double)(k - 1);
+        if (i == 0 || u < best_u) {
+            best = i;
+            best_u = u;
+        }
+    }
+    return cand[best];
+}
+
+static mr_node *
+utility_state_victim(const mr_radix *t, const mr_link *from)
+{
+    (void)from;
+    return utility_victim(t, LRU_STATE);
+}
+
+static mr_node *
+utility_leaf_victim(const mr_radix *t, const mr_link *from)
+{
+    (void)from;
+    return utility_victim(t, LRU_FULL);
+}
+
 static const mr_evict_policy policies[] = {
     [MR_POLICY_SGLANG] = {"sglang", sglang_on_match, sglang_on_insert_visit, sglang_on_split,
-                          lru_state_victim, lru_leaf_victim},
+                          lru_state_victim, lru_leaf_victim, 0},
     [MR_POLICY_CONSUMED] = {"consumed", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
-                            lru_state_victim, lru_leaf_victim},
+                            lru_state_victim, lru_leaf_victim, 0},
+    [MR_POLICY_UTILITY] = {"utility", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
+                           utility_state_victim, utility_leaf_victim, 1},
 };
 
 MR_INLINE const mr_evict_policy *
@@ -437,7 +562,8 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
 {
     if (cfg == NULL || cfg->page_size == 0 || cfg->chunk_size == 0
         || (cfg->page_size % cfg->chunk_size != 0 && cfg->chunk_size % cfg->page_size != 0)
-        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED)) {
+        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED
+            && cfg->policy != MR_POLICY_UTILITY)) {
         return MR_EINVAL;
     }
     mr_radix *t = MR_CALLOC(1, sizeof(*t));
@@ -445,6 +571,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
         return MR_ENOMEM;
     }
     t->cfg = *cfg;
+    t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }
@@ -483,6 +610,10 @@ mr_radix_free(mr_radix *t)
     }
     free_all_nodes(t);
     node_free(t, t->root);
+    mr_radix_free(t->snap);
+    MR_FREE(t->log_keys);
+    MR_FREE(t->log_off);
+    MR_FREE(t->log_ns);
     MR_FREE(t->by_id);
     MR_FREE(t->gens);
     MR_FREE(t->free_ids);
@@ -500,12 +631,40 @@ mr_radix_reset(mr_radix *t)
     t->full_evictable = t->full_protected = 0;
     t->state_evictable = t->state_protected = 0;
     t->nodes = 0;
+    mr_radix_free(t->snap);
+    t->snap = NULL;
+    t->nlog = t->log_len = 0;
 }
 
 const mr_radix_config *
 mr_radix_config_of(const mr_radix *t)
 {
     return &t->cfg;
+}
+
+int
+mr_radix_set_options(mr_radix *t, const mr_radix_options *o)
+{
+    if (!(o->alpha >= 0.0) || !(o->flops_per_token >= 0.0) || !(o->attn_flops_per_pos >= 0.0)
+        || !(o->state_bytes >= 0.0) || !(o->kv_bytes_per_token >= 0.0) || o->evict_window > 1024) {
+        return MR_EINVAL;
+    }
+    t->opt = *o;
+    /* a new tuning window starts at the next eviction */
+    mr_radix_free(t->snap);
+    t->snap = NULL;
+    MR_FREE(t->log_off);
+    MR_FREE(t->log_ns);
+    t->log_off = NULL;
+    t->log_ns = NULL;
+    t->nlog = t->log_len = t->log_ncap = 0;
+    return MR_OK;
+}
+
+const mr_radix_options *
+mr_radix_options_of(const mr_radix *t)
+{
+    return &t->opt;
 }
 
 /* ------------------------------------------------------------------------
@@ -551,6 +710,7 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     memcpy(upper->val, child->val, p * sizeof(int64_t));
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
+    upper->end = child->end - (child->len - p);
 
     mr_node *parent = child->parent;
     uint32_t idx = child_index(parent, child);
@@ -617,6 +777,11 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
         best_len = pos;
     }
     policy_of(t)->on_match(t, best);
+    t->work += len;
+    if (best != t->root && !best->used) {
+        best->used = 1;
+        t->states_used++;
+    }
 
     out->node = best;
     out->prefix_len = best_len;
@@ -717,6 +882,8 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
         memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
         leaf->state = state;
+        leaf->end = (uint64_t)len;
+        t->states_admitted++;
         child_add(node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
         lru_push_mru(t, leaf, LRU_STATE);
@@ -728,6 +895,8 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
     }
     else if (node->state < 0) {
         node->state = state;
+        node->used = 0;
+        t->states_admitted++;
         lru_touch(t, node, LRU_FULL);
         lru_push_mru(t, node, LRU_STATE);
         t->state_evictable += 1;   /* state_lock is 0 on a tombstone (I6) */
@@ -740,6 +909,7 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
     }
     out->prefix_len = pos;
     out->ndup = ndup;
+    tune_log(t, key, len, ns);
     return MR_OK;
 }
 
@@ -891,15 +1061,76 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
     const mr_evict_policy *pol = policy_of(t);
     size_t tokens = 0, states = 0;
     int rc = MR_OK;
+    if (num_tokens > 0) {
+        tune_start(t);
+    }
     mr_node *x = pol->leaf_victim(t, NULL);
     while (tokens < num_tokens && x != NULL) {
-        mr_node *next = pol->leaf_victim(t, x->lru[LRU_FULL].prev);
+        mr_node *next = pol->rescan ? NULL : pol->leaf_victim(t, x->lru[LRU_FULL].prev);
         int emptied = 0;
         if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
             break;
         }
         /* The parent may have become the least recently used leaf. */
-        x = emptied ? pol->leaf_victim(t, NULL) : next;
+        x = emptied || pol->rescan ? pol->leaf_victim(t, NULL) : next;
+    }
+    if (tokens_out) {
+        *tokens_out = tokens;
+    }
+    if (states_out) {
+        *states_out = states;
+    }
+    return rc;
+}
+
+/* Evicts x's state: an internal node becomes a tombstone (KV kept); a
+ * leaf goes with its KV and the tombstones above it. */
+static int
+evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states)
+{
+    int rc;
+    if (x->nchildren > 0) {
+        if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
+            return rc;
+        }
+        lru_remove(x, LRU_STATE);
+        x->state = -1;
+        t->state_evictable -= 1;
+        *states += 1;
+        return MR_OK;
+    }
+    int emptied = 0;
+    return evict_leaf(t, x, rel, tokens, states, &emptied);
+}
+
+int
+mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
+                     size_t *tokens_out, size_t *states_out)
+{
+    const mr_evict_policy *pol = policy_of(t);
+    size_t tokens = 0, states = 0;
+    int rc = MR_OK;
+    if (num_states > 0) {
+        tune_start(t);
+    }
+    mr_node *x = pol->state_victim(t, NULL);
+    int first = 1;
+    while (states < num_states && x != NULL) {
+        /* Re-validate: evicting the previous victim may have made x a leaf
+         * whose KV is locked, which must not be taken.  (A rescanning policy
+         * picks afresh after each victim; its first pick is current.) */
+        if (!(pol->rescan && first)) {
+            x = pol->state_victim(t, pol->rescan ? NULL : &x->lru[LRU_STATE]);
+        }
+        first = 0;
+        if (x == NULL) {
+            break;
+        }
+        mr_node *next = pol->rescan ? t->root : pol->state_victim(t, x->lru[LRU_STATE].prev);
+        if ((rc = evict_one_state(t, x, rel, &tokens, &states)) != MR_OK) {
+            break;
+        }
+        x = next;
     }
     if (tokens_out) {
         *tokens_out = tokens;
@@ -911,39 +1142,14 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
 }
 
 int
-mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
-                     size_t *tokens_out, size_t *states_out)
+mr_radix_evict_node_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens_out,
+                          size_t *states_out)
 {
-    const mr_evict_policy *pol = policy_of(t);
     size_t tokens = 0, states = 0;
-    int rc = MR_OK;
-    mr_node *x = pol->state_victim(t, NULL);
-    while (states < num_states && x != NULL) {
-        /* Re-validate: evicting the previous victim may have made x a leaf
-         * whose KV is locked, which must not be taken. */
-        x = pol->state_victim(t, &x->lru[LRU_STATE]);
-        if (x == NULL) {
-            break;
-        }
-        mr_node *next = pol->state_victim(t, x->lru[LRU_STATE].prev);
-        if (x->nchildren > 0) {
-            /* Internal: drop the state only; the KV stays (tombstone). */
-            if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
-                break;
-            }
-            lru_remove(x, LRU_STATE);
-            x->state = -1;
-            t->state_evictable -= 1;
-            states += 1;
-        }
-        else {
-            int emptied = 0;
-            if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
-                break;
-            }
-        }
-        x = next;
+    if (x == t->root || x->state < 0 || x->state_lock > 0 || (x->nchildren == 0 && x->full_lock > 0)) {
+        return MR_EINVAL;
     }
+    int rc = evict_one_state(t, x, rel, &tokens, &states);
     if (tokens_out) {
         *tokens_out = tokens;
     }
@@ -951,6 +1157,299 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
         *states_out = states;
     }
     return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Per-path state budget */
+
+int
+mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *states_out)
+{
+    size_t dropped = 0, budget = t->opt.max_states_per_path;
+    int rc = MR_OK;
+    while (budget > 0 && node != t->root) {
+        size_t count = 0;
+        mr_node *victim = NULL;
+        for (mr_node *a = node; a != t->root; a = a->parent) {
+            if (a->state < 0) {
+                continue;
+            }
+            count++;
+            if (a != node && victim == NULL) {
+                victim = a;   /* the deepest: the one the new state makes most redundant */
+            }
+        }
+        /* a locked victim (a request still resumes from it) waits: dropping
+         * a shallower, shared one instead would cost more */
+        if (count <= budget || victim == NULL || victim->state_lock > 0) {
+            break;
+        }
+        /* victim is an ancestor, so internal: it keeps its KV */
+        if (rel != NULL && rel->free_state != NULL && (rc = rel->free_state(rel->ctx, victim->state)) != 0) {
+            break;
+        }
+        lru_remove(victim, LRU_STATE);
+        victim->state = -1;
+        t->state_evictable -= 1;
+        t->states_trimmed++;
+        dropped++;
+    }
+    if (states_out != NULL) {
+        *states_out = dropped;
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Utility policy: alpha tuning by replay
+ *
+ * At the first eviction the tree takes a snapshot of itself and logs the
+ * keys of the insertions that follow.  When the window holds tune_window
+ * insertions and at least as many tokens as the snapshot, one copy of the
+ * snapshot per alpha of a fixed grid, each with a leaf's KV bytes counted
+ * or not (the KV pool may be no bottleneck), replays it (match, then insert
+ * with a state, then state evictions down to the most states the tree held
+ * during the window), summing the prefill FLOPs each match saved; the best
+ * pair is adopted (the one in use wins ties).  A new window then starts from a
+ * snapshot of the tree as it is, if the tuner's own work (tokens copied
+ * and replayed) with the window's projected cost stays within TUNE_BUDGET
+ * times the tree's (tokens walked by matches and insertions): its cost is
+ * a bounded share of the cache's. */
+
+static const double tune_grid[] = {0.0, 1.0, 4.0, 16.0, 64.0};
+enum { TUNE_GRID = sizeof(tune_grid) / sizeof(tune_grid[0]) };
+#define TUNE_BUDGET 0.75
+
+/* A copy of src's nodes, edges, states and list orders, without locks, with
+ * alpha and no tuning.  MR_ENOMEM: *out untouched. */
+static int
+radix_clone(const mr_radix *src, double alpha, double kv_weight, mr_radix **out)
+{
+    mr_radix *t;
+    int rc = mr_radix_new(&src->cfg, &t);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    t->opt = src->opt;
+    t->opt.alpha = alpha;
+    t->opt.tune_window = 0;
+    t->kv_weight = kv_weight;
+    mr_node **map = MR_CALLOC(src->nids + 1, sizeof(*map));
+    size_t cap = 64, top = 0;
+    const mr_node **stack = MR_MALLOC(cap * sizeof(*stack));
+    if (map == NULL || stack == NULL) {
+        rc = MR_ENOMEM;
+        goto done;
+    }
+    map[src->root->id] = t->root;
+    stack[top++] = src->root;
+    while (top > 0) {
+        const mr_node *n = stack[--top];
+        mr_node *dn = map[n->id];
+        for (uint32_t i = 0; i < n->nchildren; i++) {
+            const mr_node *c = n->children[i].child;
+            mr_node *d;
+            if ((rc = child_reserve(t, dn)) != MR_OK || (rc = node_new(t, c->len, c->ns, &d)) != MR_OK) {
+                goto done;
+            }
+            memcpy(d->val, c->val, (size_t)c->len * (sizeof(int64_t) + sizeof(int32_t)));
+            d->state = c->state;
+            d->used = c->used;
+            d->end = c->end;
+            child_add(dn, d);
+            /* in the lists now (so a failure frees it); reordered below */
+            lru_insert_after(&t->head[LRU_FULL], d, LRU_FULL);
+            if (d->state >= 0) {
+                lru_insert_after(&t->head[LRU_STATE], d, LRU_STATE);
+            }
+            t->nodes++;
+            t->full_evictable += c->len;
+            t->state_evictable += c->state >= 0;
+            map[c->id] = d;
+            if (top == cap) {
+                const mr_node **ns = MR_REALLOC(stack, 2 * cap * sizeof(*stack));
+                if (ns == NULL) {
+                    rc = MR_ENOMEM;
+                    goto done;
+                }
+                stack = ns;
+                cap *= 2;
+            }
+            stack[top++] = c;
+        }
+    }
+    for (int w = 0; w < 2; w++) {
+        const mr_link *head = &src->head[w];
+        t->head[w].prev = t->head[w].next = &t->head[w];
+        for (const mr_link *l = head->prev; l != head; l = l->prev) {
+            const mr_node *n = link_node((mr_link *)l, w);
+            mr_node *d = map[n->id];
+            lru_insert_after(&t->head[w], d, w);
+            d->stamp = n->stamp;
+        }
+    }
+    t->clock = src->clock;
+done:
+    MR_FREE(map);
+    MR_FREE(stack);
+    if (rc != MR_OK) {
+        mr_radix_free(t);
+        return rc;
+    }
+    *out = t;
+    return MR_OK;
+}
+
+static void
+tune_start(mr_radix *t)
+{
+    if (t->cfg.policy != MR_POLICY_UTILITY || t->opt.tune_window == 0 || t->snap != NULL) {
+        return;
+    }
+    /* what the window will cost: copies of the tree and replays of a window
+     * at least as large, once per grid point */
+    double size = (double)(t->full_evictable + t->full_protected);
+    double projected = (double)(2 * TUNE_GRID + 1) * 3.0 * size;
+    if ((double)t->spent + projected > TUNE_BUDGET * (double)t->work) {
+        return;
+    }
+    if (t->log_off == NULL) {
+        t->log_ncap = (size_t)t->opt.tune_window + 1;
+        t->log_off = MR_MALLOC(t->log_ncap * sizeof(size_t));
+        t->log_ns = MR_MALLOC(t->log_ncap * sizeof(int32_t));
+        if (t->log_off == NULL || t->log_ns == NULL) {
+            MR_FREE(t->log_off);
+            MR_FREE(t->log_ns);
+            t->log_off = NULL;
+            t->log_ns = NULL;
+            return;
+        }
+    }
+    if (radix_clone(t, t->opt.alpha, t->kv_weight, &t->snap) != MR_OK) {
+        t->snap = NULL;
+        return;
+    }
+    t->nlog = t->log_len = 0;
+    t->log_off[0] = 0;
+    t->max_states = t->state_evictable + t->state_protected;
+    t->snap_tokens = t->full_evictable + t->full_protected;
+    t->spent += t->snap_tokens;
+}
+
+/* Replays the log on a copy of the snapshot with alpha; the FLOPs saved. */
+static double
+tune_replay(mr_radix *t, double alpha, double kv_weight, const int64_t *zeros)
+{
+    mr_radix *c;
+    if (radix_clone(t->snap, alpha, kv_weight, &c) != MR_OK) {
+        return -1.0;
+    }
+    const mr_radix_options *cf = &t->opt;
+    double saved = 0.0;
+    mr_release none = {NULL, NULL, NULL};
+    for (size_t i = 0; i < t->nlog; i++) {
+        const int32_t *key = t->log_keys + t->log_off[i];
+        size_t len = t->log_off[i + 1] - t->log_off[i];
+        mr_match m;
+        if (mr_radix_match(c, key, len, t->log_ns[i], &m) != MR_OK) {
+            break;
+        }
+        double p = (double)m.prefix_len;
+        saved += cf->flops_per_token * p + cf->attn_flops_per_pos * p * (p - 1.0) / 2.0;
+        mr_insert_result ir;
+        if (mr_radix_insert(c, key, zeros, len, t->log_ns[i], 1, 0, NULL, &ir) != MR_OK) {
+            break;
+        }
+        size_t states = c->state_evictable + c->state_protected;
+        if (states > t->max_states) {
+            (void)mr_radix_evict_state(c, states - t->max_states, &none, NULL, NULL);
+        }
+    }
+    mr_radix_free(c);
+    return saved;
+}
+
+static void
+tune_run(mr_radix *t)
+{
+    size_t longest = 1;
+    for (size_t i = 0; i < t->nlog; i++) {
+        size_t len = t->log_off[i + 1] - t->log_off[i];
+        longest = len > longest ? len : longest;
+    }
+    int64_t *zeros = MR_CALLOC(longest, sizeof(int64_t));
+    if (zeros != NULL) {
+        double best = tune_replay(t, t->opt.alpha, t->kv_weight, zeros);
+        double best_alpha = t->opt.alpha, best_w = t->kv_weight;
+        for (int g = 0; g < TUNE_GRID; g++) {
+            for (int w = 1; w >= 0; w--) {
+                if (tune_grid[g] == t->opt.alpha && (double)w == t->kv_weight) {
+                    continue;
+                }
+                double v = tune_replay(t, tune_grid[g], (double)w, zeros);
+                if (v > best) {
+                    best = v;
+                    best_alpha = tune_grid[g];
+                    best_w = (double)w;
+                }
+            }
+        }
+        t->opt.alpha = best_alpha;
+        t->kv_weight = best_w;
+        t->tunes++;
+        t->spent += (uint64_t)(2 * TUNE_GRID) * (t->snap_tokens + 2 * t->log_len);
+        MR_FREE(zeros);
+    }
+    mr_radix_free(t->snap);
+    t->snap = NULL;
+    tune_start(t);
+}
+
+static void
+tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
+{
+    t->work += len;
+    if (t->snap == NULL) {
+        if (t->tunes > 0) {
+            tune_start(t);   /* a window deferred by the budget */
+        }
+        return;
+    }
+    size_t states = t->state_evictable + t->state_protected;
+    t->max_states = states > t->max_states ? states : t->max_states;
+    if (t->log_len + len > t->log_cap) {
+        size_t cap = t->log_cap ? t->log_cap : 4096;
+        while (cap < t->log_len + len) {
+            cap *= 2;
+        }
+        int32_t *k = MR_REALLOC(t->log_keys, cap * sizeof(int32_t));
+        if (k == NULL) {
+            return;   /* the window just misses this insertion */
+        }
+        t->log_keys = k;
+        t->log_cap = cap;
+    }
+    if (t->nlog + 2 > t->log_ncap) {
+        size_t cap = t->log_ncap * 2;
+        size_t *off = MR_REALLOC(t->log_off, cap * sizeof(size_t));
+        if (off == NULL) {
+            return;
+        }
+        t->log_off = off;
+        int32_t *ns_arr = MR_REALLOC(t->log_ns, cap * sizeof(int32_t));
+        if (ns_arr == NULL) {
+            return;
+        }
+        t->log_ns = ns_arr;
+        t->log_ncap = cap;
+    }
+    memcpy(t->log_keys + t->log_len, key, len * sizeof(int32_t));
+    t->log_len += len;
+    t->log_ns[t->nlog] = ns;
+    t->log_off[++t->nlog] = t->log_len;
+    if (t->nlog >= t->opt.tune_window && t->log_len >= t->snap_tokens) {
+        tune_run(t);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -965,6 +1464,12 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->state_protected = t->state_protected;
     out->nodes = t->nodes;
     out->memory_bytes = sizeof(*t) + t->bytes;
+    out->states_admitted = t->states_admitted;
+    out->states_used = t->states_used;
+    out->states_trimmed = t->states_trimmed;
+    out->alpha = t->opt.alpha;
+    out->kv_weight = t->kv_weight;
+    out->tunes = t->tunes;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }
@@ -1048,6 +1553,8 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
             CHECK(ch != NULL && ch->parent == n, "I2: child %u of node %u has a wrong parent", i, n->id);
             CHECK(ch->len > 0 && ch->len % page == 0, "I2: node %u has length %u (page size %zu)", ch->id, ch->len, page);
             CHECK(c->ns == ch->ns && c->tok == node_key(ch)[0], "I2: child entry of node %u is stale", ch->id);
+            CHECK(ch->end == n->end + ch->len, "I2: node %u ends at %llu, not %llu", ch->id,
+                  (unsigned long long)ch->end, (unsigned long long)(n->end + ch->len));
             CHECK(n == root || ch->ns == n->ns, "I3: node %u is in namespace %d below namespace %d", ch->id, ch->ns, n->ns);
             if (i > 0) {
                 const mr_child *b = &n->children[i - 1];

@@ -75,6 +75,10 @@ typedef enum {
     /* SGLang PR #31643: a match refreshes only the node whose state is used;
      * insert walks and splits leave the state LRU alone. */
     MR_POLICY_CONSUMED = 1,
+    /* Marconi-style utility: touches as CONSUMED; the victim is the lowest
+     * alpha * norm(FLOPs saved per byte) + norm(recency) among the
+     * evict_window least recently used candidates (see mr_radix_options). */
+    MR_POLICY_UTILITY = 2,
 } mr_lru_policy;
 
 typedef struct {
@@ -82,6 +86,33 @@ typedef struct {
     uint32_t chunk_size;  /* >= 1: branching lengths are aligned down to it */
     mr_lru_policy policy;
 } mr_radix_config;
+
+/* Options beyond SGLang, set after creation (mr_radix_set_options); all
+ * zero by default. */
+typedef struct {
+    /* MR_POLICY_UTILITY only.  The model's costs: prefill
+     * FLOPs of a token at position p are flops_per_token +
+     * attn_flops_per_pos * p; a state slot is state_bytes, one token of KV
+     * kv_bytes_per_token.  A state's FLOPs saved are those of prefilling
+     * from the nearest state-bearing ancestor to the node's end (the
+     * replay it spares); its bytes are state_bytes plus, for a leaf, its
+     * edge's KV once the alpha tuner finds that counting it pays (at first
+     * the KV pool is assumed plentiful). */
+    double alpha;               /* initial weight of the FLOP efficiency */
+    double flops_per_token;
+    double attn_flops_per_pos;
+    double state_bytes;
+    double kv_bytes_per_token;
+    uint32_t evict_window;      /* candidates scored per victim (0: 1024, the most) */
+    /* > 0: alpha is re-tuned every tune_window insertions (after the first
+     * eviction) by replaying them against a snapshot of the tree taken at
+     * the window's start, once per alpha of a fixed grid, and keeping the
+     * alpha that saved the most prefill FLOPs (Marconi's tuner). */
+    uint32_t tune_window;
+    /* Any policy: > 0 caps the states on one root-to-node path
+     * (mr_radix_trim_path). */
+    uint32_t max_states_per_path;
+} mr_radix_options;
 
 /* A node handle: stays comparable after the node is gone, and resolves to
  * MR_ESTALE then. */
@@ -116,6 +147,10 @@ void mr_radix_free(mr_radix *t);
 void mr_radix_reset(mr_radix *t);
 
 const mr_radix_config *mr_radix_config_of(const mr_radix *t);
+/* Sets the options.  MR_EINVAL (nothing changed) for a negative or NaN cost
+ * or alpha, or evict_window > 1024. */
+int mr_radix_set_options(mr_radix *t, const mr_radix_options *opt);
+const mr_radix_options *mr_radix_options_of(const mr_radix *t);
 
 /* ------------------------------------------------------------------------
  * Match and insert */
@@ -196,6 +231,21 @@ int mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
 int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
                          size_t *tokens_out, size_t *states_out);
 
+/* Per-path state budget: while the path root..node holds more than
+ * max_states_per_path states, drops the deepest state above node (the one
+ * the new state makes most redundant; shared prefixes sit higher up; its
+ * node keeps its KV), through rel; stops at a locked one.  node's own
+ * state is never dropped.  Does nothing when the budget is 0.
+ * *states_out (may be NULL) receives the number dropped. */
+int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *states_out);
+
+/* Evicts node's state as mr_radix_evict_state would if it picked node (an
+ * external policy's choice, e.g. a simulator's clairvoyant one).
+ * MR_EINVAL (nothing changed) if node is the root, has no state, its state
+ * is locked, or it is a leaf whose KV is locked. */
+int mr_radix_evict_node_state(mr_radix *t, mr_node *node, const mr_release *rel, size_t *tokens_out,
+                              size_t *states_out);
+
 /* ------------------------------------------------------------------------
  * Sizes, checks, inspection */
 
@@ -206,6 +256,13 @@ typedef struct {
     size_t state_protected;
     size_t nodes;          /* non-root nodes */
     size_t memory_bytes;   /* bytes the tree holds (nodes, edges, tables) */
+    /* State admission and use (every policy). */
+    uint64_t states_admitted;   /* states inserted (new leaf or revived tombstone) */
+    uint64_t states_used;       /* of those, states a match used at least once */
+    uint64_t states_trimmed;    /* states dropped by the per-path budget */
+    double alpha;               /* utility policy: the alpha in use */
+    double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
+    uint64_t tunes;             /* utility policy: alpha re-tunings done */
 } mr_radix_stats;
 
 void mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out);

@@ -1040,12 +1040,14 @@ class DropIn:
 
 def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
                  max_context_len: int, model: Any = None, lru_policy: str = "sglang",
-                 req_rows: Optional[int] = None) -> DropIn:
+                 req_rows: Optional[int] = None, **cache_options: Any) -> DropIn:
     """``mambaradix.sglang``'s ``MambaRadixCache`` over its own
     ``HybridReqToTokenPool`` and ``TokenToKVPoolAllocator`` on CPU, configured
     for ``config``'s mode.  With a toy ``model`` the state pool holds int64
     tensors of the model's shapes and the model is bound to them; without
-    one, a minimal state of one int64 per slot."""
+    one, a minimal state of one int64 per slot.  cache_options go to
+    ``MambaRadixCache`` (end_of_turn_states, policy_options,
+    max_states_per_path)."""
     import torch
 
     from . import sglang as sg  # type: ignore[attr-defined]
@@ -1087,7 +1089,7 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
                               enable_mamba_extra_buffer=config.extra_buffer,
                               enable_mamba_extra_buffer_lazy=config.lazy)
     cache = sg.MambaRadixCache(init, chunk_size=config.chunk_size, lru_policy=lru_policy,
-                               track_interval=config.track_interval)
+                               track_interval=config.track_interval, **cache_options)
     if model is not None:
         model.bind_pool(pool.mamba_pool)
     return DropIn(cache, pool, alloc, api_from_module(sg), model)

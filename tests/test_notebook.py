@@ -47,8 +47,11 @@ def test_hit_rates_notebook_runs():
         if o.get("output_type") == "stream")
     assert "multi-turn chat: 12 replays" in outputs
     assert "Mooncake conversation: 12 replays" in outputs
+    assert "multi-turn chat: 18 more replays" in outputs
+    assert "Mooncake conversation: 18 more replays" in outputs
+    assert "never used" in outputs and "replay distance" in outputs
     assert "notebook ran in" in outputs
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
-    assert len(images) == 1
+    assert len(images) == 2
     assert elapsed < 120, f"notebook took {elapsed:.0f} s (budget 60 s)"

@@ -218,9 +218,13 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     chunk_size: mamba_cache_chunk_size.  Inside SGLang it is read from the
       global server args; standalone from this keyword, else the pool's
       `mamba_cache_chunk_size`, else max(64, page_size).
-    lru_policy: "sglang" (v0.5.15, default) or "consumed" (refresh only the
-      state a match uses).
+    lru_policy: "sglang" (v0.5.15, default), "consumed" (refresh only the
+      state a match uses) or "utility" (FLOPs saved per byte + recency, with
+      ``policy_options``: see ``mambaradix.RadixTree``).
     track_interval: mamba_track_interval, for the decode helpers.
+    end_of_turn_states: extra_buffer: a finished request keeps the state at
+      its exact end (its running slot, no copy) when its length is whole pages.
+    max_states_per_path: per-path state budget (None or 0: none).
     """
 
     def __init__(
@@ -230,7 +234,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         chunk_size: Optional[int] = None,
         lru_policy: str = "sglang",
         track_interval: Optional[int] = None,
+        end_of_turn_states: bool = False,
+        policy_options: Optional[dict] = None,
+        max_states_per_path: Optional[int] = None,
     ) -> None:
+        self._policy_kw = dict(end_of_turn_states=bool(end_of_turn_states), policy_options=policy_options,
+                               max_states_per_path=max_states_per_path)
+        if max_states_per_path and not (isinstance(params.req_to_token_pool, HybridReqToTokenPool)
+                                        and isinstance(params.token_to_kv_pool_allocator, TokenToKVPoolAllocator)):
+            raise ValueError("max_states_per_path needs mambaradix's own pools (HybridReqToTokenPool, "
+                             "TokenToKVPoolAllocator)")
         self.req_to_token_pool = params.req_to_token_pool
         self.token_to_kv_pool_allocator = params.token_to_kv_pool_allocator
         self.page_size = int(params.page_size)
@@ -285,6 +298,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             lazy=self.enable_mamba_extra_buffer_lazy,
             track_buffer_size=getattr(pool, "mamba_ping_pong_track_buffer_size", 2),
             track_interval=self.mamba_track_interval,
+            **self._policy_kw,
         )
         if self._native:
             self._lc = _C.Lifecycle(pool.mamba_allocator._slots, self.token_to_kv_pool_allocator._slots, pool._rp, **kw)

@@ -12,7 +12,7 @@ __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "S
            "validate_config", "check_feasible"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
-POLICIES = ("sglang", "consumed")
+POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
 
@@ -39,6 +39,12 @@ def validate_config(config: SimConfig) -> None:
             f"unknown eviction policy {config.lru_policy!r} (choose from {', '.join(POLICIES)})")
     if config.states not in STATES:
         raise ConfigError(f"unknown states {config.states!r} (choose from {', '.join(STATES)})")
+    if config.lru_policy == "clairvoyant" and config.states != "none":
+        raise ConfigError("policy clairvoyant reads the future from the trace: it runs with "
+                          "--states none only")
+    budget = getattr(config, "max_states_per_path", 0)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ConfigError(f"max_states_per_path must be an integer >= 0, got {budget!r}")
     boundary = getattr(config, "decode_boundary", "committed")
     if boundary not in DECODE_BOUNDARIES:
         raise ConfigError(f"unknown decode_boundary {boundary!r} "

@@ -185,7 +185,18 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
-                   help="eviction policy: sglang (v0.5.15 LRU) or consumed")
+                   help="eviction policy: sglang (v0.5.15 LRU), consumed (refresh only the used "
+                        "state), utility (FLOPs saved per byte + recency, alpha tuned online) or "
+                        "clairvoyant (Belady, from the trace: the ceiling)")
+    c.add_argument("--end-of-turn-states", action="store_true", default=None,
+                   help="a finished request leaves the state at its exact end in the tree "
+                        "(its running slot, no copy) instead of the last track snapshot")
+    c.add_argument("--max-states-per-path", type=_nonneg_int, metavar="N",
+                   help="per-path state budget: a path keeps at most N states (0: none)")
+    c.add_argument("--utility-alpha", type=float, metavar="A",
+                   help="utility policy: initial weight of FLOPs saved per byte against recency (default 16, then tuned)")
+    c.add_argument("--tune-window", type=_nonneg_int, metavar="N",
+                   help="utility policy: re-tune alpha every N insertions (default 64; 0: fixed)")
     c.add_argument("--no-match-cap", action="store_true",
                    help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
     c.add_argument("--max-running", type=_positive_int, metavar="N",
@@ -352,7 +363,8 @@ def _tokens_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
 def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
     cfg: dict[str, Any] = {"seed": args.seed}
     for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
-                 "max_running", "states", "max_prefill_tokens", "decode_boundary"):
+                 "max_running", "states", "max_prefill_tokens", "decode_boundary",
+                 "end_of_turn_states", "max_states_per_path", "utility_alpha", "tune_window"):
         value = getattr(args, name)
         if value is not None:
             cfg[name] = value

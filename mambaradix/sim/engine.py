@@ -85,6 +85,148 @@ from .types import SimConfig, SimMetrics, SimRequest
 __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
+_POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+
+
+def tree_options(config: SimConfig) -> dict:
+    """Keyword arguments of RadixTree / MambaRadixCache for config's state
+    policy: lru_policy (clairvoyant runs over "consumed" touches and picks
+    its victims itself), the utility policy's model costs and the per-path
+    budget."""
+    pol = config.lru_policy
+    kw: dict = {"lru_policy": "consumed" if pol == "clairvoyant" else pol}
+    budget = int(getattr(config, "max_states_per_path", 0) or 0)
+    if budget:
+        kw["max_states_per_path"] = budget
+    if pol == "utility":
+        kw["policy_options"] = {
+            "alpha": float(getattr(config, "utility_alpha", 0.0)),
+            "flops_per_token": float(getattr(config, "flops_per_token", 0.0)),
+            "attn_flops_per_pos": float(getattr(config, "attn_flops_per_pos", 0.0)),
+            "state_bytes": float(getattr(config, "state_bytes_per_slot", 0)),
+            "kv_bytes_per_token": float(getattr(config, "kv_bytes_per_token", 0)),
+            "tune_window": int(getattr(config, "tune_window", 0)),
+        }
+    return kw
+
+
+def _distance_bucket(d: int) -> int:
+    """Upper bound of d's replay-distance bucket: 64, 128, 256, ..."""
+    b = 64
+    while b < d:
+        b *= 2
+    return b
+
+
+_HASH_B = np.uint64(0x100000001B3)
+
+
+class _Future:
+    """The trace's prompts, for the clairvoyant policy: the next request (in
+    arrival order, not admitted yet) whose match key starts with a given
+    path.  Prefixes are compared by a polynomial hash mod 2**64."""
+
+    def __init__(self, requests: list, match_cap: bool) -> None:
+        self.n = len(requests)
+        maxlen = max((len(r.input_ids) for r in requests), default=1)
+        self.pw = np.cumprod(np.concatenate([[np.uint64(1)], np.full(maxlen, _HASH_B, dtype=np.uint64)]),
+                             dtype=np.uint64)[:maxlen]
+        parts, starts, lens = [], [], []
+        pos = 0
+        for r in requests:
+            toks = np.asarray(r.input_ids, dtype=np.int64).astype(np.uint64) + np.uint64(1)
+            with np.errstate(over="ignore"):
+                h = np.cumsum(toks * self.pw[:len(toks)], dtype=np.uint64) + self._seed(r.extra_key)
+            parts.append(h)
+            starts.append(pos)
+            lens.append(len(toks) - 1 if match_cap else len(toks))
+            pos += len(toks)
+        self.flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.lens = np.asarray(lens, dtype=np.int64)
+        self.admitted = np.zeros(self.n, dtype=bool)
+        self.tables: dict = {}
+        self.ptr: dict = {}
+        self.paths: dict = {}
+
+    @staticmethod
+    def _seed(ns: Any) -> np.uint64:
+        if ns is None:
+            return np.uint64(0)
+        import zlib
+        return np.uint64(zlib.crc32(str(ns).encode()) * 2654435761)
+
+    def path_of(self, node: Any) -> tuple:
+        got = self.paths.get(node)
+        if got is None:
+            keys = []
+            x = node
+            while x is not None and not x.is_root:
+                keys.append(x.key)
+                x = x.parent
+            toks = np.concatenate(keys[::-1]).astype(np.int64).astype(np.uint64) + np.uint64(1)
+            L = len(toks)
+            h = np.uint64(0)
+            if L <= len(self.pw):
+                with np.errstate(over="ignore"):
+                    h = np.sum(toks * self.pw[:L], dtype=np.uint64) + self._seed(node.extra_key)
+            got = self.paths[node] = (L, h)
+        return got
+
+    def _prefix_hash(self, node: Any, length: int) -> Optional[np.uint64]:
+        """Hash of the first ``length`` tokens of node's path (length > its
+        parent's path length)."""
+        parent = node.parent
+        if parent is None or parent.is_root:
+            start, h = 0, self._seed(node.extra_key)
+        else:
+            start, h = self.path_of(parent)
+        n = length - start
+        if n <= 0 or length > len(self.pw):
+            return None
+        toks = node.key[:n].astype(np.int64).astype(np.uint64) + np.uint64(1)
+        with np.errstate(over="ignore"):
+            return np.uint64(h + np.sum(toks * self.pw[start:length], dtype=np.uint64))
+
+    def next_use(self, node: Any, chunk: int = 0) -> float:
+        """The next use of node's state; for a leaf (chunk > 0) also of the
+        KV its eviction removes: a request that matches a chunk past the
+        nearest surviving ancestor would have checkpointed there."""
+        L, h = self.path_of(node)
+        nu = self._next(L, h)
+        if chunk > 0 and not node.children:
+            top = node
+            while (not top.parent.is_root and top.parent.state is None
+                   and len(top.parent.children) == 1):
+                top = top.parent
+            A = 0 if top.parent.is_root else top.parent.prefix_len
+            Lk = min(L, (A // chunk + 1) * chunk)
+            x = node
+            while not x.parent.is_root and x.parent.prefix_len >= Lk:
+                x = x.parent
+            hk = self._prefix_hash(x, Lk)
+            if hk is not None:
+                nu = min(nu, self._next(Lk, hk))
+        return nu
+
+    def _next(self, L: int, h: Any) -> float:
+        if L > len(self.pw) or L == 0:
+            return float("inf")
+        tab = self.tables.get(L)
+        if tab is None:
+            idx = np.nonzero(self.lens >= L)[0]
+            hs = self.flat[self.starts[idx] + L - 1]
+            order = np.lexsort((idx, hs))
+            tab = self.tables[L] = (hs[order], idx[order])
+        hs, ids = tab
+        lo = int(np.searchsorted(hs, h, "left"))
+        hi = int(np.searchsorted(hs, h, "right"))
+        key = (L, int(h))
+        i = max(lo, self.ptr.get(key, lo))
+        while i < hi and self.admitted[ids[i]]:
+            i += 1
+        self.ptr[key] = i
+        return float(ids[i]) if i < hi else float("inf")
 
 
 def never_seen_tokens(m: SimMetrics) -> int:
@@ -120,9 +262,20 @@ def _validate(requests: list, config: SimConfig) -> None:
         raise ValueError(f"config.mode must be one of {_MODES}, got {config.mode!r}")
     if config.states not in ("none", "toy"):
         raise ValueError(f"config.states must be 'none' or 'toy', got {config.states!r}")
-    if config.lru_policy not in ("sglang", "consumed"):
-        raise ValueError(f"config.lru_policy must be 'sglang' or 'consumed', "
+    if config.lru_policy not in _POLICIES:
+        raise ValueError(f"config.lru_policy must be one of {_POLICIES}, "
                          f"got {config.lru_policy!r}")
+    if config.lru_policy == "clairvoyant" and config.states != "none":
+        raise ValueError("config.lru_policy 'clairvoyant' reads the future from the trace: "
+                         "it runs in the state-free replay only (states='none')")
+    budget = getattr(config, "max_states_per_path", 0)
+    if not isinstance(budget, (int, np.integer)) or budget < 0:
+        raise ValueError(f"config.max_states_per_path must be an int >= 0, got {budget!r}")
+    if float(getattr(config, "utility_alpha", 0.0)) < 0:
+        raise ValueError("config.utility_alpha must be >= 0")
+    tw = getattr(config, "tune_window", 0)
+    if not isinstance(tw, (int, np.integer)) or tw < 0:
+        raise ValueError(f"config.tune_window must be an int >= 0, got {tw!r}")
     for name in ("kv_tokens", "state_slots", "page_size", "chunk_size", "track_interval",
                  "max_running"):
         v = getattr(config, name)
@@ -171,7 +324,7 @@ class _R:
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
-                 "j0", "c_base", "o_base", "seq", "res_key", "seen")
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx")
 
     def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
         self.rid = sim.rid
@@ -211,6 +364,7 @@ class _R:
         self.seq = 0
         self.res_key = 0
         self.seen = 0                 # tokens of it the shadow tree is known to hold
+        self.aidx = 0                 # index in arrival order
 
 
 class ReplayResult:
@@ -246,8 +400,12 @@ class _Replay:
         self.progress = progress
         self.check_every_step = check_every_step
         self.tree = mambaradix.RadixTree(page_size=config.page_size,
-                                         chunk_size=config.chunk_size,
-                                         lru_policy=config.lru_policy)
+                                         chunk_size=config.chunk_size, **tree_options(config))
+        self.budget = int(getattr(config, "max_states_per_path", 0) or 0)
+        self.eot = bool(getattr(config, "end_of_turn_states", False))
+        self.distance: dict = {}
+        self.n_submitted = 0
+        self.inserted: Any = None
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
@@ -273,6 +431,8 @@ class _Replay:
         self.clock = 0.0
         order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
         self.pending: deque = deque(requests[i] for i in order)
+        self.future = (_Future([requests[i] for i in order], config.match_cap)
+                       if config.lru_policy == "clairvoyant" else None)
         self.n_total = len(requests)
         self.n_done = 0
         self.waiting: list[_R] = []
@@ -329,13 +489,39 @@ class _Replay:
             self.kv_free += r.tokens_evicted
             self.slots_free += r.states_evicted
             self.m.kv_tokens_evicted += r.tokens_evicted
-        if num_states > 0:
+        if num_states > 0 and self.future is not None:
+            self._evict_clairvoyant(num_states)
+        elif num_states > 0:
             r = self.tree.evict_mamba(num_states)
             self.kv_free += r.tokens_evicted
             self.slots_free += r.states_evicted
             self.m.kv_tokens_evicted += r.tokens_evicted
             self.m.state_evictions += r.states_evicted
         self.t_cache += time.perf_counter() - t0
+
+    def _evict_clairvoyant(self, num_states: int) -> None:
+        """Belady: evict the evictable state whose next use (the next request
+        not admitted yet whose match key starts with its path) lies furthest
+        ahead; never-used states first, least recently used among equals."""
+        fut = self.future
+        inf = float("inf")
+        for _ in range(num_states):
+            best, best_next = None, -1.0
+            for x in reversed(self.tree.lru_order("mamba")):
+                if x.state_lock_ref or (x.full_lock_ref and not x.children):
+                    continue
+                nu = fut.next_use(x, self.cfg.chunk_size)
+                if nu > best_next:
+                    best, best_next = x, nu
+                    if nu == inf:
+                        break
+            if best is None:
+                break
+            r = self.tree.evict_node_state(best)
+            self.kv_free += r.tokens_evicted
+            self.slots_free += r.states_evicted
+            self.m.kv_tokens_evicted += r.tokens_evicted
+            self.m.state_evictions += r.states_evicted
 
     def _ceil_page(self, n: int) -> int:
         return -(-n // self.page) * self.page
@@ -369,11 +555,19 @@ class _Replay:
         self._note_peaks()
         return True
 
+    def _trim(self, node: Any) -> None:
+        """The per-path budget for a request's inserted node, once its lock
+        left the state the new one supersedes (lifecycle.c's trim_inserted)."""
+        if node is not None and node.valid:
+            self.slots_free += self.tree.trim_path(node).states_evicted
+
     def _insert(self, r: _R, n: int, prev: int) -> bool:
-        """Insert r's first n tokens; returns state_existed.  Frees duplicates."""
+        """Insert r's first n tokens; returns state_existed.  Frees duplicates.
+        self.inserted: the node to trim once r's lock has moved (or None)."""
         t0 = time.perf_counter()
         res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
                                prev_prefix_len=prev)
+        self.inserted = res.node if self.budget and not res.state_existed else None
         if n > r.seen and res.prefix_len < n:
             # the shadow holds every key ever inserted (it never evicts): it has
             # r's first r.seen tokens already, and any key the cache still had
@@ -437,19 +631,26 @@ class _Replay:
             self.slots_free += 1
             if self.dcfg.extra_buffer:
                 self.donations -= 1
+        inserted = self.inserted
         new_len = self._rematch(r, cache_len)
         r.prefix_len = fill_len          # tree part + request-owned rest
         r.cpl = new_len
         r.last_track = None
+        self._trim(inserted)
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
         committed = r.committed
+        self.inserted = None
         if not is_insert:
             self.kv_free += self._ceil_page(committed) - r.cpl
             self._free_states(r, None)
         else:
+            # end of turn: the running slot holds the state at committed
+            eot = (self.eot and self.dcfg.extra_buffer and committed > 0
+                   and committed % self.cfg.page_size == 0
+                   and self.slots_free >= (2 if self.dcfg.lazy else 3))   # headroom
             if self.dcfg.extra_buffer:
-                cache_len = r.last_track or 0
+                cache_len = committed if eot else (r.last_track or 0)
             else:
                 cache_len = committed
             if cache_len != committed:
@@ -459,11 +660,19 @@ class _Replay:
                 if r.track is None or r.track[keep] <= 0:
                     raise AssertionError(f"{r.rid}: cached track slot missing")
                 existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
-                if existed:
-                    keep = None
-                else:
+                if eot and not existed:
+                    # the running slot is the tree's; every track slot goes back
                     self.donations += 1
-                self._free_states(r, keep)
+                    self.slots_free += sum(1 for s in r.track if s > 0)
+                    r.running = False
+                    r.track = None
+                    r.next_idx = 0
+                else:
+                    if existed:
+                        keep = None
+                    else:
+                        self.donations += 1
+                    self._free_states(r, keep)
             else:
                 existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
                 if existed:
@@ -472,10 +681,12 @@ class _Replay:
                     self.donations += 1
                     r.running = False
                     r.track = None
+        inserted = self.inserted
         t0 = time.perf_counter()
         self.tree.dec_lock_ref(r.node)
         self.t_cache += time.perf_counter() - t0
         r.node = None
+        self._trim(inserted)
 
     def _release(self, r: _R, is_insert: bool) -> None:
         if not r.row:
@@ -555,6 +766,8 @@ class _Replay:
             # after the request finished)
             tokens = np.concatenate([ids, _pseudo_outputs(sim.rid, sim.output_len + 2)])
         r = _R(sim, tokens)
+        r.aidx = self.n_submitted
+        self.n_submitted += 1
         self.waiting.append(r)
         self.live.append(r)
 
@@ -747,6 +960,11 @@ class _Replay:
         m.lost_eviction += min(seen, cap) - kv_m
         m.lost_match_cap += seen - min(seen, cap)
         m.never_seen_tokens += L - seen
+        if kv_m > U:
+            b = _distance_bucket(kv_m - U)
+            self.distance[b] = self.distance.get(b, 0) + kv_m - U
+        if self.future is not None:
+            self.future.admitted[r.aidx] = True
         if U > 0:
             m.state_hits += 1
         t = int(r.sim.turn)
@@ -1151,6 +1369,16 @@ class _Replay:
         m.per_turn_hit_rate = {t: (self.turn_usable[t] / self.turn_prompt[t]
                                    if self.turn_prompt[t] else 0.0)
                                for t in sorted(self.turn_prompt)}
+        m.replay_distance = {b: self.distance[b] for b in sorted(self.distance)}
+        ps = self.tree.policy_stats()
+        m.states_admitted = int(ps["states_admitted"])
+        m.states_never_used = int(ps["states_admitted"] - ps["states_used"])
+        m.states_trimmed = int(ps["states_trimmed"])
+        m.utility_alpha = float(ps["alpha"])
+        m.utility_tunes = int(ps["tunes"])
+        sb = float(m.peak_state_slots) * per
+        kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
+        m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0
         return m
 
 
@@ -1192,7 +1420,8 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
     max_len = max(len(r.input_ids) + int(r.output_len) + 2 for r in requests) if requests else 1
     setup = drv.build_dropin(dcfg, kv_tokens=int(config.kv_tokens),
                              state_slots=int(config.state_slots), max_context_len=max_len,
-                             model=model, lru_policy=config.lru_policy)
+                             model=model, **tree_options(config),
+                             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)))
     memo: dict = {}
     counts = {"checked": 0, "bad": 0}
 

@@ -119,6 +119,16 @@ class ModelPreset:
         positions = (start + end - 1) * n / 2.0  # sum of p over [start, end)
         return self.flops_per_token * n + self.attn_flops_per_token_position * positions
 
+    def policy_options(self, tp: int = 1, alpha: float = 16.0, tune_window: int = 64) -> dict:
+        """The ``policy_options`` of ``RadixTree`` / ``Lifecycle`` /
+        ``MambaRadixCache`` for ``lru_policy="utility"`` with this model's
+        costs (state and KV bytes per GPU at tp)."""
+        return {"alpha": float(alpha), "flops_per_token": self.flops_per_token,
+                "attn_flops_per_pos": self.attn_flops_per_token_position,
+                "state_bytes": float(self.state_bytes_per_slot(tp)),
+                "kv_bytes_per_token": float(self.kv_bytes_per_token(tp)),
+                "tune_window": int(tune_window)}
+
     def summary(self, tp: int = 1) -> str:
         return (f"{self.name} tp={tp}: state {format_bytes(self.state_bytes_per_slot(tp))}/slot, "
                 f"KV {format_bytes(self.kv_bytes_per_token(tp))}/token")
@@ -162,7 +172,7 @@ def get_preset(name: str) -> ModelPreset:
 
 #: What a preset tells the replay engine about the model (bytes of a state slot
 #: for the copied / donated bytes, FLOPs per token for the FLOPs saved).
-PRESET_ATTRS = ("state_bytes_per_slot", "flops_per_token")
+PRESET_ATTRS = ("state_bytes_per_slot", "flops_per_token", "attn_flops_per_pos", "kv_bytes_per_token")
 
 
 def apply_preset(config: SimConfig, preset: Union[ModelPreset, str], tp: int = 1) -> SimConfig:
@@ -174,7 +184,9 @@ def apply_preset(config: SimConfig, preset: Union[ModelPreset, str], tp: int = 1
     if isinstance(preset, str):
         preset = get_preset(preset)
     values = {"state_bytes_per_slot": preset.state_bytes_per_slot(tp),
-              "flops_per_token": preset.flops_per_token}
+              "flops_per_token": preset.flops_per_token,
+              "attn_flops_per_pos": preset.attn_flops_per_token_position,
+              "kv_bytes_per_token": preset.kv_bytes_per_token(tp)}
     names = {f.name for f in dataclasses.fields(SimConfig)}
     config = dataclasses.replace(config, **{k: v for k, v in values.items() if k in names})
     for k, v in values.items():

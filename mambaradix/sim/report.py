@@ -265,11 +265,26 @@ def format_report(
         ("state bytes donated", format_bytes(m.state_bytes_donated),
          "snapshots handed to the tree without a copy"),
     ]
+    pool_rows.append(("states admitted", f"{getattr(m, 'states_admitted', 0):,}",
+                      f"{getattr(m, 'states_never_used', 0):,} never used by a match"))
+    if getattr(m, "states_trimmed", 0):
+        pool_rows.append(("states trimmed", f"{m.states_trimmed:,}", "by the per-path budget"))
+    pool_rows.append(("states' share of memory", f"{100 * getattr(m, 'state_memory_share', 0.0):.1f}%",
+                      "peak state bytes / (peak state + KV bytes)"))
+    if config.lru_policy == "utility":
+        pool_rows.append(("utility alpha", f"{getattr(m, 'utility_alpha', 0.0):g}",
+                          f"after {getattr(m, 'utility_tunes', 0)} re-tunings"))
     if config.states == "toy":
         pool_rows.append(("toy states that differed", f"{getattr(m, 'state_mismatches', 0):,}",
                           "restored states checked against a recomputation"))
     out.extend(_table(pool_rows))
     out.append("")
+
+    dist = getattr(m, "replay_distance", {}) or {}
+    if dist:
+        out.append("tokens recomputed for want of a state at the KV match end, by replay distance")
+        out.extend(_table([(f"<= {b:,} tokens", f"{t:,}", "") for b, t in dist.items()]))
+        out.append("")
 
     fl = flops_saved(m, preset)
     if preset is not None:

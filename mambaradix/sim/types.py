@@ -52,7 +52,10 @@ class SimConfig:
     track_interval: decode snapshot interval (mamba_track_interval).
     mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
       "lazy" (extra_buffer_lazy) or "no_buffer".
-    lru_policy: "sglang" (v0.5.15) or "consumed".
+    lru_policy: "sglang" (v0.5.15), "consumed", "utility" (Marconi-style
+      FLOPs-per-byte + recency, alpha tuned online) or "clairvoyant" (Belady:
+      evicts the state whose next use lies furthest ahead in the trace; the
+      state-free replay only, as a ceiling).
     match_cap: cap the match key at input_len - 1 as SGLang does.
     max_running: max requests decoding at once (continuous batching); None
       (the default, as on the command line): ``default_max_running(state_slots)``,
@@ -95,6 +98,13 @@ class SimConfig:
     decode_step_seconds: float = 0.02        # one decode step of the running batch
     prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
     decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
+    # beyond SGLang (see docs/simulator.md, "State policies")
+    end_of_turn_states: bool = False         # keep the state at a finished request's exact end
+    max_states_per_path: int = 0             # per-path state budget (0: none)
+    utility_alpha: float = 16.0              # lru_policy="utility": initial alpha
+    tune_window: int = 64                    # lru_policy="utility": re-tune alpha every N inserts (0: fixed)
+    attn_flops_per_pos: float = 0.0          # attention FLOPs per token per earlier token (preset)
+    kv_bytes_per_token: int = 0              # bytes of KV per token (preset)
 
     def resolved(self) -> "SimConfig":
         """This configuration with its derived defaults filled in (the
@@ -142,6 +152,15 @@ class SimMetrics:
     state_mismatches: int = 0         # toy mode: restored states that differ from the recomputation
     prefill_flops_saved: float = 0.0
     per_turn_hit_rate: dict = field(default_factory=dict)  # turn -> usable/prompt
+    # tokens recomputed because no state stood at the KV match end, by the
+    # distance back to the last usable state: bucket upper bound -> tokens
+    replay_distance: dict = field(default_factory=dict)
+    states_admitted: int = 0          # states the tree took (new or revived node)
+    states_never_used: int = 0        # of those, never used by a match
+    states_trimmed: int = 0           # dropped by the per-path budget
+    state_memory_share: float = 0.0   # peak state bytes / (peak state + peak KV bytes)
+    utility_alpha: float = 0.0        # lru_policy="utility": final alpha
+    utility_tunes: int = 0
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property
