@@ -1303,10 +1303,8 @@ static PyMemberDef RadixTree_members[] = {
 };
 
 PyDoc_STRVAR(RadixTree__doc__,
-"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *,
-"
-"          check_ownership=False, policy_options=None, max_states_per_path=None)
-"
+"RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *,\n"
+"          check_ownership=False, policy_options=None, max_states_per_path=None)\n"
 "--\n"
 "\n"
 "SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"

@@ -326,3 +326,15 @@ def test_prefill_estimates_state_their_assumption(capsys):
     code, out, _ = main(capsys, *SMALL)
     assert "estimated prefill time (assumed: prefill runs at 400 TFLOP/s per GPU" in out
     assert "mean time to first token" in out
+
+
+def test_simconfig_model_costs_are_the_default_presets():
+    """SimConfig()'s model costs are the command line's default model
+    (qwen3-next at TP 1), each one as the preset computes it."""
+    from mambaradix.sim.presets import get_preset
+    p = get_preset("qwen3-next")
+    c = SimConfig()
+    assert c.state_bytes_per_slot == p.state_bytes_per_slot(1)
+    assert c.flops_per_token == p.flops_per_token
+    assert c.kv_bytes_per_token == p.kv_bytes_per_token(1)
+    assert c.attn_flops_per_pos == p.attn_flops_per_token_position

@@ -103,8 +103,8 @@ class SimConfig:
     max_states_per_path: int = 0             # per-path state budget (0: none)
     utility_alpha: float = 16.0              # lru_policy="utility": initial alpha
     tune_window: int = 64                    # lru_policy="utility": re-tune alpha every N inserts (0: fixed)
-    attn_flops_per_pos: float = 0.0          # attention FLOPs per token per earlier token (preset)
-    kv_bytes_per_token: int = 0              # bytes of KV per token (preset)
+    attn_flops_per_pos: float = 196_608.0    # attention FLOPs per token per earlier token (Qwen3-Next TP1)
+    kv_bytes_per_token: int = 24_576         # bytes of KV per token (Qwen3-Next TP1)
 
     def resolved(self) -> "SimConfig":
         """This configuration with its derived defaults filled in (the
