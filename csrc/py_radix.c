@@ -493,10 +493,12 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", NULL};
+    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "semantics", "kv_only", NULL};
     PyObject *page_obj = NULL, *chunk_obj = Py_None;
-    const char *policy = "consumed";
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs:RadixTree", kwlist, &page_obj, &chunk_obj, &policy)) {
+    const char *policy = "consumed", *semantics = "v0.5.15";
+    int kv_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$sp:RadixTree", kwlist, &page_obj, &chunk_obj, &policy,
+                                     &semantics, &kv_only)) {
         return NULL;
     }
     int64_t page = 1, chunk;
@@ -520,6 +522,14 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     else if (strcmp(policy, "consumed") != 0) {
         PyErr_Format(PyExc_ValueError, "lru_policy must be 'consumed' or 'sglang', not '%s'", policy);
+        return NULL;
+    }
+    cfg.kv_only = kv_only;
+    if (strcmp(semantics, "v0.5.23") == 0) {
+        cfg.semantics = MR_SEMANTICS_V0523;
+    }
+    else if (strcmp(semantics, "v0.5.15") != 0) {
+        PyErr_Format(PyExc_ValueError, "semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
         return NULL;
     }
     RadixTree *self = (RadixTree *)type->tp_alloc(type, 0);
@@ -630,6 +640,10 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
         goto error;
     }
     PyStructSequence_SetItem(res, 4, v);
+    if ((v = node_new_handle(st, self, m.kv_node)) == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 5, v);
     return res;
 error:
     Py_DECREF(res);
@@ -641,7 +655,7 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 "--\n"
 "\n"
 "Insert key with its KV indices (value, same length) and the state slot at\n"
-"its end.  len(key) must be a multiple of page_size.\n"
+"its end (None: no state).  len(key) must be a multiple of page_size.\n"
 "\n"
 "Returns InsertResult(prefix_len, state_existed, node, duplicates):\n"
 "tokens already cached; whether the end node already had a state (then the\n"
@@ -659,8 +673,8 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     PyObject *extra = mr_find_kw(kwnames, args + nargs, "extra_key");
     PyObject *prev_obj = mr_find_kw(kwnames, args + nargs, "prev_prefix_len");
-    int64_t state, prev = 0;
-    if (mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
+    int64_t state = MR_NO_STATE, prev = 0;
+    if (args[2] != Py_None && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
         return NULL;
     }
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
@@ -1382,6 +1396,7 @@ static PyStructSequence_Field MatchResult_fields[] = {
     {"state", "its state slot, or None"},
     {"kv_matched_len", "tokens whose KV matched, through stateless nodes"},
     {"branching_seqlen", "kv_matched_len aligned down to chunk_size when deeper than node, else None"},
+    {"kv_node", "deepest node whose KV matched (attribute only, not unpacked)"},
     {NULL, NULL},
 };
 static PyStructSequence_Desc MatchResult_desc = {"mambaradix.MatchResult", "Result of RadixTree.match_prefix.",

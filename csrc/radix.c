@@ -437,7 +437,8 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
 {
     if (cfg == NULL || cfg->page_size == 0 || cfg->chunk_size == 0
         || (cfg->page_size % cfg->chunk_size != 0 && cfg->chunk_size % cfg->page_size != 0)
-        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED)) {
+        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED)
+        || (cfg->semantics != MR_SEMANTICS_V0515 && cfg->semantics != MR_SEMANTICS_V0523)) {
         return MR_EINVAL;
     }
     mr_radix *t = MR_CALLOC(1, sizeof(*t));
@@ -612,7 +613,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
         node = child;
         pos += p;
     }
-    if (node->state >= 0) {
+    if (node->state >= 0 || t->cfg.kv_only) {
         best = node;
         best_len = pos;
     }
@@ -622,6 +623,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     out->prefix_len = best_len;
     out->kv_matched_len = pos;
     out->state = best->state;
+    out->kv_node = node;
     out->branching_seqlen = -1;
     if (pos > best_len) {
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
@@ -662,7 +664,7 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
                 int64_t *dup_out, mr_insert_result *out)
 {
     const mr_evict_policy *pol = policy_of(t);
-    if (len % t->cfg.page_size != 0 || state < 0) {
+    if (len % t->cfg.page_size != 0 || (state < 0 && state != MR_NO_STATE)) {
         return MR_EINVAL;
     }
     out->prefix_len = 0;
@@ -719,12 +721,19 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         leaf->state = state;
         child_add(node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
-        lru_push_mru(t, leaf, LRU_STATE);
+        if (state != MR_NO_STATE) {
+            lru_push_mru(t, leaf, LRU_STATE);
+            t->state_evictable += 1;
+        }
         t->full_evictable += rest;
-        t->state_evictable += 1;
         t->nodes++;
         out->state_existed = 0;
         out->node = leaf;
+    }
+    else if (state == MR_NO_STATE) {
+        /* Stateless insert ending at an existing node: nothing to attach. */
+        out->state_existed = node->state >= 0;
+        out->node = node;
     }
     else if (node->state < 0) {
         node->state = state;
@@ -845,8 +854,8 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
     node_free(t, x);
     t->nodes--;
 
-    while (parent != t->root && parent->state < 0 && parent->nchildren == 0
-           && parent->full_lock == 0) {
+    while (t->cfg.semantics == MR_SEMANTICS_V0515 && parent != t->root && parent->state < 0
+           && parent->nchildren == 0 && parent->full_lock == 0) {
         if ((rc = release_node(rel, parent, 0)) != MR_OK) {
             return rc;
         }

@@ -77,10 +77,25 @@ typedef enum {
     MR_POLICY_CONSUMED = 1,
 } mr_lru_policy;
 
+/* Which SGLang release's tree rules the tree follows where they differ. */
+typedef enum {
+    /* v0.5.15 MambaRadixCache: removing a leaf also removes every tombstone
+     * above it that is left childless and unlocked. */
+    MR_SEMANTICS_V0515 = 0,
+    /* 0.5.23 UnifiedRadixCache: a node lives as long as its KV does, so a
+     * tombstone left childless stays (a stateless leaf) until the KV
+     * eviction picks it; stateless inserts are its "insert without state". */
+    MR_SEMANTICS_V0523 = 1,
+} mr_semantics;
+
 typedef struct {
     uint32_t page_size;   /* >= 1: matching, splits and children are per page */
     uint32_t chunk_size;  /* >= 1: branching lengths are aligned down to it */
     mr_lru_policy policy;
+    mr_semantics semantics;  /* zero-initialized: v0.5.15 */
+    /* Non-zero: attention-only model (SGLang's [FULL] tree).  No node needs a
+     * state to be usable: a match uses the whole KV-matched path. */
+    int kv_only;
 } mr_radix_config;
 
 /* A node handle: stays comparable after the node is gone, and resolves to
@@ -128,6 +143,8 @@ typedef struct {
                                   the KV match goes deeper than node, else -1;
                                   also -1 when the aligned value is 0 */
     int64_t state;             /* node's state slot, -1 at the root */
+    mr_node *kv_node;          /* deepest node whose KV matched (end of
+                                  kv_matched_len; root when none) */
 } mr_match;
 
 /* Matches key[0:len) (truncated to whole pages) in namespace ns (0 = none).
@@ -144,6 +161,8 @@ size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst
 /* Number of tokens from the root to the end of node. */
 size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
 
+#define MR_NO_STATE ((int64_t)-1)
+
 typedef struct {
     size_t prefix_len;   /* tokens of the key that were already in the tree */
     int state_existed;   /* 1: the node at the key's end already had a state;
@@ -154,7 +173,9 @@ typedef struct {
 } mr_insert_result;
 
 /* Inserts key/val[0:len) in namespace ns with state slot `state` (>= 0) at
- * its end.  len must be a multiple of page_size (MR_EINVAL otherwise).
+ * its end, or with no state when state is MR_NO_STATE (SGLang 0.5.23's
+ * insert without a Mamba value: a new leaf is a tombstone, an existing end
+ * node keeps what it has; state_existed then tells whether it has one).  len must be a multiple of page_size (MR_EINVAL otherwise).
  * Indices the caller passed for tokens already in the tree are written to
  * dup_out (capacity len) for the caller to free, except those of the first
  * prev_prefix_len tokens (the caller's locked prefix, which are the tree's
