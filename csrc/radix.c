@@ -745,6 +745,10 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
     }
     else {
         pol->on_insert_visit(t, node);
+        if (t->cfg.semantics == MR_SEMANTICS_V0523) {
+            /* 0.5.23: re-inserting an existing state refreshes it. */
+            lru_touch(t, node, LRU_STATE);
+        }
         out->node = node;
     }
     out->prefix_len = pos;

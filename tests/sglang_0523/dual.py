@@ -4,6 +4,7 @@ compared after every step."""
 
 from __future__ import annotations
 
+import functools
 import random
 from array import array
 from dataclasses import replace
@@ -57,14 +58,11 @@ def configs(page_sizes=(1, 4, 16, 64, 128)):
 class Side:
     def __init__(self, cfg, backend, strategy):
         if strategy == "extra_buffer_lazy":
-            from sglang.srt.environ import envs
-
-            ctx = envs.SGLANG_MAMBA_EXTRA_BUFFER_LAZY.override(True) if hasattr(envs, "SGLANG_MAMBA_EXTRA_BUFFER_LAZY") else None
-        else:
-            ctx = None
-        if ctx is not None:
-            with ctx:
+            # The lazy ping-pong buffer is a pool option build_fixture does not expose.
+            pool_cls = functools.partial(fixtures.HybridReqToTokenPool, enable_mamba_extra_buffer_lazy=True)
+            with mock.patch.object(fixtures, "HybridReqToTokenPool", pool_cls):
                 self.cache, self.alloc, self.pool = build(cfg, backend)
+            assert self.pool.enable_mamba_extra_buffer_lazy
         else:
             self.cache, self.alloc, self.pool = build(cfg, backend)
         self.core = self.cache.tree_core

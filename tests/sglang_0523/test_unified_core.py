@@ -1,0 +1,130 @@
+"""mambaradix's TreeCore against SGLang 0.5.23's own Python TreeCore.
+
+Run by tests/test_sglang_unified.py in a subprocess that loads SGLang 0.5.23
+(see sgl_env.py).  MAMBARADIX_DIFF_OPS scales the differential run (the
+nightly script sets it high)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+
+import pytest
+import torch
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefParams,
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+from sglang.test.kits.unified_radix_cache.config import CacheConfig
+
+import dual
+import mambaradix.sglang.unified as mr_unified
+
+OPS = int(os.environ.get("MAMBARADIX_DIFF_OPS", "700"))
+CONFIGS = dual.configs()
+
+
+@pytest.mark.parametrize("cfg,strategy", CONFIGS, ids=[f"{c.label}-{s}" for c, s in CONFIGS])
+def test_differential(cfg, strategy):
+    d = dual.Differ(cfg, strategy, seed=1000 + cfg.page_size)
+    steps = d.run(OPS)
+    assert steps >= OPS
+
+
+def test_differential_covers_ten_thousand_ops():
+    assert OPS * len(CONFIGS) >= 10_000
+
+
+def test_registered_name_selects_native_core(monkeypatch):
+    mr_unified.register()
+    mr_unified.register()  # idempotent
+    from sglang.srt.environ import envs
+
+    cfg = CacheConfig(page_size=4, components=(ComponentType.FULL, ComponentType.MAMBA), enable_mamba_extra_buffer=True)
+    with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override("mambaradix"):
+        cache, _, _ = dual.build(cfg, None)
+    assert type(cache.tree_core).__name__ == "MambaradixTreeCore"
+
+
+@pytest.mark.parametrize(
+    "cfg,kwargs,reason",
+    [
+        (CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4), {}, "components"),
+        (CacheConfig(page_size=1, components=(ComponentType.FULL,)), {"enable_session_radix_cache": True}, "session"),
+        (CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="lfu"), {}, "eviction policy"),
+    ],
+)
+def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"):
+        with mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+            cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix", **kwargs)
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any(reason in r.getMessage() and "Python TreeCore" in r.getMessage() for r in caplog.records)
+
+
+def _key(tokens):
+    return RadixKey(array("q", tokens))
+
+
+def test_errors_name_the_argument_and_never_poison_the_core():
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=5)
+    d.run(60)
+    side = d.b
+    core, cache = side.core, side.cache
+    bad_calls = [
+        (lambda: core.inc_lock_ref("x"), TypeError, "node_id"),
+        (lambda: core.inc_lock_ref(10**9), KeyError, "node_id"),
+        (lambda: core.dec_lock_ref(core.root_node_handle(), DecLockRefParams(node_id=12345)), ValueError, "params"),
+        (lambda: core.match_prefix(MatchPrefixParams(key=[1, 2, 3])), TypeError, "key"),
+        (
+            lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=[1, 2, 3], mamba_value=torch.tensor([0]))),
+            TypeError,
+            "params.value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1]), mamba_value=torch.tensor([0]))
+            ),
+            ValueError,
+            "params.value",
+        ),
+        (lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]))), ValueError, "mamba_value"),
+        (lambda: core.collect_full_device_indices(core.root_node_handle(), 10**9), KeyError, "until_node_id"),
+    ]
+    for call, exc, name in bad_calls:
+        before = d.snapshot(side)
+        with pytest.raises(exc, match=name):
+            call()
+        core.sanity_check([], [])
+        assert d.snapshot(side)["sizes"] == before["sizes"]
+    # An unlock of an unlocked node is refused and changes nothing.
+    m = cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
+    if not core.is_root(m.best_match_node):
+        with pytest.raises(ValueError):
+            core.dec_lock_ref(m.best_match_node, DecLockRefParams(node_id=m.best_match_node))
+        core.sanity_check([], [])
+    # Still in lockstep with SGLang's core afterwards.
+    d.a.cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
+    d.run(200)
+
+
+def test_memory_per_cached_token_is_reported():
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=3)
+    d.run(100)
+    tree = d.b.core._tree
+    tokens = sum(d.b.core.total_size()[:1])
+    assert tree.memory_bytes() > 0 and (tokens == 0 or tree.memory_bytes() / tokens < 200)
