@@ -47,7 +47,14 @@ def test_registered_name_selects_native_core(monkeypatch):
     from sglang.srt.environ import envs
 
     cfg = CacheConfig(page_size=4, components=(ComponentType.FULL, ComponentType.MAMBA), enable_mamba_extra_buffer=True)
-    with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override("mambaradix"):
+    from unittest import mock
+
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    # build_fixture pins "python" unless its module-level default is cleared.
+    with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override("mambaradix"), mock.patch.object(
+        fixtures, "TREE_CORE_TEST_BACKEND", None
+    ):
         cache, _, _ = dual.build(cfg, None)
     assert type(cache.tree_core).__name__ == "MambaradixTreeCore"
 
@@ -128,3 +135,17 @@ def test_memory_per_cached_token_is_reported():
     tree = d.b.core._tree
     tokens = sum(d.b.core.total_size()[:1])
     assert tree.memory_bytes() > 0 and (tokens == 0 or tree.memory_bytes() / tokens < 200)
+
+
+def test_readme_snippet_runs_as_written():
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    block = re.search(r"## SGLang 0\.5\.23 TreeCore.*?```python\n(.*?)```", readme, re.S).group(1)
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), {})
+    assert out.getvalue().split() == ["MambaradixTreeCore", "3"]
