@@ -871,6 +871,42 @@ RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
     return do_evict(self, arg, 1, "evict_mamba()");
 }
 
+PyDoc_STRVAR(RadixTree_evict_path_states__doc__,
+"evict_path_states($self, node, cap, /)\n"
+"--\n"
+"\n"
+"SGLang 0.5.23's mamba_max_states_per_path: drop the shallowest states on\n"
+"the path to node beyond cap (KV kept), skipping node itself, locked states,\n"
+"forks and leaves.  Returns the dropped state slots (numpy int64) to free.");
+
+static PyObject *
+RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    int64_t cap;
+    if (!mr_check_nargs("evict_path_states", nargs, 2, 2)
+        || resolve_node(st, self, args[0], "node", &n) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0) {
+        return NULL;
+    }
+    evict_sink sink = {0};
+    mr_release rel = {sink_free_kv, sink_free_state, &sink};
+    size_t dropped = 0;
+    int rc = mr_radix_evict_path_states(self->tree, n, (size_t)cap, &rel, &dropped);
+    PyObject *res = NULL;
+    if (rc != MR_OK && sink.nst == 0) {
+        mr_raise(st, rc, "evict_path_states()");
+    }
+    else {
+        res = wrap_owned_i64(sink.st, sink.nst);
+        sink.st = NULL;
+    }
+    PyMem_Free(sink.kv);
+    PyMem_Free(sink.st);
+    return res;
+}
+
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
 "inc_lock_ref($self, node, /)\n"
 "--\n"
@@ -1096,6 +1132,8 @@ static PyMethodDef RadixTree_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
     {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
     {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"evict_path_states", (PyCFunction)(void (*)(void))RadixTree_evict_path_states, METH_FASTCALL,
+     RadixTree_evict_path_states__doc__},
     {"inc_lock_ref", (PyCFunction)RadixTree_inc_lock_ref, METH_O, RadixTree_inc_lock_ref__doc__},
     {"dec_lock_ref", (PyCFunction)RadixTree_dec_lock_ref, METH_O, RadixTree_dec_lock_ref__doc__},
     {"full_evictable_size", (PyCFunction)RadixTree_full_evictable_size, METH_NOARGS,

@@ -945,6 +945,52 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
     return rc;
 }
 
+int
+mr_radix_evict_path_states(mr_radix *t, mr_node *tail, size_t cap, const mr_release *rel,
+                           size_t *states_out)
+{
+    size_t held = 0, dropped = 0;
+    int rc = MR_OK;
+    for (mr_node *n = tail; n != t->root; n = n->parent) {
+        held += n->state >= 0;
+    }
+    if (held > cap) {
+        size_t excess = held - cap;
+        mr_node **path = MR_MALLOC(held * sizeof(*path));
+        if (path == NULL) {
+            return MR_ENOMEM;
+        }
+        size_t k = held;
+        for (mr_node *n = tail; n != t->root; n = n->parent) {
+            if (n->state >= 0) {
+                path[--k] = n;   /* root first */
+            }
+        }
+        for (k = 0; k < held && excess > 0; k++) {
+            mr_node *x = path[k];
+            if (x == tail) {
+                break;
+            }
+            if (x->state_lock > 0 || x->nchildren != 1) {
+                continue;
+            }
+            if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
+                break;
+            }
+            lru_remove(x, LRU_STATE);
+            x->state = -1;
+            t->state_evictable -= 1;
+            dropped++;
+            excess--;
+        }
+        MR_FREE(path);
+    }
+    if (states_out) {
+        *states_out = dropped;
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------------------------
  * Inspection */
 

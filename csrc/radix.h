@@ -213,6 +213,14 @@ int mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
 int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
                          size_t *tokens_out, size_t *states_out);
 
+/* SGLang 0.5.23's mamba_max_states_per_path: when the path root..tail holds
+ * more than cap states, drops the shallowest ones (KV kept, tombstones)
+ * until it holds cap, skipping the tail, locked states and nodes that are
+ * not a single-child link (forks and leaves): a best-effort cap, as in
+ * SGLang.  *states_out (may be NULL) receives how many were dropped. */
+int mr_radix_evict_path_states(mr_radix *t, mr_node *tail, size_t cap, const mr_release *rel,
+                               size_t *states_out);
+
 /* ------------------------------------------------------------------------
  * Sizes, checks, inspection */
 

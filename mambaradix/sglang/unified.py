@@ -116,7 +116,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
     )
     from sglang.srt.mem_cache.events import KVCacheEventRecorder
     from sglang.srt.mem_cache.radix_cache import RadixKey
-    from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV
+    from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV, MambaEvictExcessPathStates
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
         DecSwaLockOnlyResult,
@@ -176,6 +176,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 comp = components[MAMBA]
                 chunk = int(getattr(comp, "mamba_checkpoint_grid", None) or self.page_size)
             self._chunk = chunk
+            cap = -1
+            if self.has_mamba:
+                from sglang.srt.runtime_context import get_exec
+
+                cap = get_exec().mamba.mamba_max_states_per_path
+            self._path_cap = int(cap) if cap is not None else -1
             self.kv_events = KVCacheEventRecorder(
                 enabled=params.enable_kv_cache_events,
                 page_size=self.page_size,
@@ -492,6 +498,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if len(r.duplicates):
                 actions.append(FreeDeviceKV([torch.from_numpy(np.array(r.duplicates)).to(self.device)]))
             node = r.node
+            if state is not None and not r.state_existed and self._path_cap >= 0:
+                actions.append(MambaEvictExcessPathStates(self._nid(node)))
             if self.kv_events.enabled and r.prefix_len < n:
                 self._record_store(node, key, params.session_id)
             res = InsertResult(
@@ -511,7 +519,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return []
 
         def evict_excess_path_states(self, tail_node_id, device_frees, host_frees, cache_actions) -> None:
-            self._node(tail_node_id, "tail_node_id")
+            node = self._node(tail_node_id, "tail_node_id")
+            if self._path_cap < 0 or not self.has_mamba:
+                return
+            slots = self._tree.evict_path_states(node, self._path_cap)
+            if len(slots):
+                device_frees[MAMBA].append(torch.from_numpy(np.array(slots)).to(self.device))
 
         # ---- KV events ---------------------------------------------------------
 

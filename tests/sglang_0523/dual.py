@@ -17,17 +17,22 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
 from sglang.test.kits.unified_radix_cache import fixtures
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
+from sglang.test.mem_cache_utils import finish_req
 
 import mambaradix.sglang.unified as mr_unified
 
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
 
 
-def build(cfg: CacheConfig, backend: str, events: bool = True):
+def build(cfg: CacheConfig, backend: str, events: bool = True, path_cap: int = -1):
     """build_fixture's pools and cache; the kit's inspector check is bypassed
-    for the mambaradix core (it is a production core, not an inspector)."""
+    for the mambaradix core (it is a production core, not an inspector).
+    path_cap >= 0 sets --mamba-max-states-per-path."""
     mr_unified.register()
-    with mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+    args = functools.partial(fixtures.ServerArgs, mamba_max_states_per_path=path_cap)
+    with mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface), mock.patch.object(
+        fixtures, "ServerArgs", args
+    ):
         return fixtures.build_fixture(cfg, tree_core_backend=backend, enable_kv_cache_events=events)
 
 
@@ -56,15 +61,15 @@ def configs(page_sizes=(1, 4, 16, 64, 128)):
 
 
 class Side:
-    def __init__(self, cfg, backend, strategy):
+    def __init__(self, cfg, backend, strategy, path_cap=-1):
         if strategy == "extra_buffer_lazy":
             # The lazy ping-pong buffer is a pool option build_fixture does not expose.
             pool_cls = functools.partial(fixtures.HybridReqToTokenPool, enable_mamba_extra_buffer_lazy=True)
             with mock.patch.object(fixtures, "HybridReqToTokenPool", pool_cls):
-                self.cache, self.alloc, self.pool = build(cfg, backend)
+                self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap)
             assert self.pool.enable_mamba_extra_buffer_lazy
         else:
-            self.cache, self.alloc, self.pool = build(cfg, backend)
+            self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap)
         self.core = self.cache.tree_core
         self.locks = []  # (node_id, receipt)
 
@@ -74,15 +79,17 @@ def _key(tokens, extra=None, salt=None, limit=None):
 
 
 class Differ:
-    def __init__(self, cfg: CacheConfig, strategy: str, seed: int):
+    def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1):
         self.cfg = cfg
         self.rng = random.Random(seed)
-        self.a = Side(cfg, "python", strategy)
-        self.b = Side(cfg, "mambaradix", strategy)
+        self.a = Side(cfg, "python", strategy, path_cap)
+        self.b = Side(cfg, "mambaradix", strategy, path_cap)
         assert type(self.b.core).__name__ == "MambaradixTreeCore", type(self.b.core)
         self.has_mamba = cfg.has_mamba
         self.ps = cfg.page_size
         self.log = []
+        self.requests = True
+        self.requests_done = 0
         self.check("init")
 
     # -- observables ----------------------------------------------------------
@@ -220,6 +227,77 @@ class Differ:
             out.append((r.num_tokens_evicted, r.mamba_num_evicted))
         self.check(f"evict {n} {m}", out[0], out[1])
 
+    def op_request(self):
+        """A request through the controller's own paths: match its prompt,
+        lock the prefix, compute the rest (fresh KV), cache it unfinished once
+        or more (chunked prefill), then finished; the request row is freed."""
+        toks = self._tokens() + self._tokens()
+        extra, salt = self._ns()
+        chunks = sorted({self.rng.randint(1, len(toks)) for _ in range(self.rng.randint(0, 2))} | {len(toks)})
+        out = []
+        for side in (self.a, self.b):
+            out.append(self._run_request(side, toks, extra, salt, chunks))
+        self.check(f"request {toks} chunks={chunks} ns={extra, salt}", out[0], out[1])
+        if isinstance(out[0], list):
+            self.requests_done += 1
+
+    def _run_request(self, side, toks, extra, salt, chunks):
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH, Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        cache, pool, alloc = side.cache, side.pool, side.alloc
+        req = Req(
+            rid=f"r{len(self.log)}",
+            origin_input_text="",
+            origin_input_ids=array("q", toks),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+        )
+        req.extra_key = extra
+        req.cache_salt = salt
+        if not pool.free_slots:
+            return "no row"
+        # A scheduler admits a request only with state slots for it (running
+        # slot, ping-pong pair, a fork on checkpoint): evict first, as it does.
+        if self.has_mamba and pool.mamba_allocator.available_size() < 8:
+            cache.evict(EvictParams(mamba_num=8))
+            if pool.mamba_allocator.available_size() < 8:
+                return "no state slots"
+        pool.alloc([req])
+        req.output_ids = array("q")
+        req.full_untruncated_fill_ids = array("q", toks)
+        m = cache.match_prefix(MatchPrefixParams(key=_key(toks, extra, salt)))
+        pre = m.device_prefix_len
+        req.last_node = m.last_device_node
+        req.lock = cache.lock(m.last_device_node)
+        prefix = cache.tree_core.collect_full_device_indices(m.last_device_node, cache.tree_core.root_node_handle())
+        n = len(toks)
+        fresh = alloc.alloc(n - pre) if n > pre else torch.empty(0, dtype=torch.int64)
+        if fresh is None:
+            cache.unlock(req.lock)
+            pool.free(req)
+            return "no kv"
+        pool.write((req.kv.req_pool_idx, slice(0, n)), torch.cat([prefix, fresh]))
+        req.kv.cache_protected_len = pre
+        req.kv.kv_allocated_len = n
+        trace = [pre]
+        chunks = [c for c in chunks if c > pre] or [n]
+        for i, upto in enumerate(chunks):
+            last = i == len(chunks) - 1
+            req.kv.kv_committed_len = upto
+            if self.has_mamba:
+                req.kv.mamba_last_track_seqlen = upto
+                if pool.enable_mamba_extra_buffer:
+                    req.kv.mamba_last_track_idx = 0
+            if last:
+                req.finished_reason = FINISH_LENGTH(length=0)
+                finish_req(cache, req, upto)
+            else:
+                cache.checkpoint(req, up_to=upto)
+            trace.append((req.kv.cache_protected_len, None if req.lock is None else 1))
+        if req.kv.holds_kv:
+            pool.free(req)
+        return trace
+
     def op_reset(self):
         for side in (self.a, self.b):
             for node, receipt in side.locks:
@@ -229,8 +307,10 @@ class Differ:
 
     def step(self):
         r = self.rng.random()
-        if r < 0.4:
+        if r < 0.3:
             self.op_insert()
+        elif r < 0.4 and self.requests:
+            self.op_request()
         elif r < 0.7:
             self.op_match()
         elif r < 0.8:

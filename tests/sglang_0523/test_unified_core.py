@@ -35,6 +35,17 @@ def test_differential(cfg, strategy):
     d = dual.Differ(cfg, strategy, seed=1000 + cfg.page_size)
     steps = d.run(OPS)
     assert steps >= OPS
+    assert d.requests_done >= OPS // 20  # the request paths really ran
+
+
+MAMBA_CONFIGS = [(c, s) for c, s in CONFIGS if c.has_mamba]
+
+
+@pytest.mark.parametrize("cfg,strategy", MAMBA_CONFIGS, ids=[f"{c.label}-{s}" for c, s in MAMBA_CONFIGS])
+def test_differential_mamba_max_states_per_path(cfg, strategy):
+    d = dual.Differ(cfg, strategy, seed=2000 + cfg.page_size, path_cap=1 + cfg.page_size % 2)
+    assert d.b.core._path_cap >= 1
+    assert d.run(OPS // 2) >= OPS // 2
 
 
 def test_differential_covers_ten_thousand_ops():
