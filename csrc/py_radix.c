@@ -871,6 +871,29 @@ RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
     return do_evict(self, arg, 1, "evict_mamba()");
 }
 
+PyDoc_STRVAR(RadixTree_path_indices__doc__,
+"path_indices($self, node, /)\n"
+"--\n"
+"\n"
+"KV indices of the path from the root to node's end, in token order\n"
+"(numpy int64).");
+
+static PyObject *
+RadixTree_path_indices(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)mr_radix_path_len(self->tree, n)};
+    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (idx != NULL) {
+        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
+    }
+    return idx;
+}
+
 PyDoc_STRVAR(RadixTree_evict_path_states__doc__,
 "evict_path_states($self, node, cap, /)\n"
 "--\n"
@@ -1132,6 +1155,7 @@ static PyMethodDef RadixTree_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
     {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
     {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"path_indices", (PyCFunction)RadixTree_path_indices, METH_O, RadixTree_path_indices__doc__},
     {"evict_path_states", (PyCFunction)(void (*)(void))RadixTree_evict_path_states, METH_FASTCALL,
      RadixTree_evict_path_states__doc__},
     {"inc_lock_ref", (PyCFunction)RadixTree_inc_lock_ref, METH_O, RadixTree_inc_lock_ref__doc__},

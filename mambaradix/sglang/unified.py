@@ -439,6 +439,10 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def collect_full_device_indices(self, from_node_id, until_node_id):
             node = self._node(from_node_id, "from_node_id")
             until = self._node(until_node_id, "until_node_id")
+            if until.is_root:
+                if node.is_root:
+                    return self._empty
+                return torch.from_numpy(self._tree.path_indices(node)).to(self.device)
             chunks = []
             while node != until:
                 if node.is_root:
@@ -449,20 +453,6 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 return self._empty
             chunks.reverse()
             return torch.from_numpy(np.concatenate(chunks)).to(self.device)
-
-        def path_device_indices(self, node_id):
-            node = self._node(node_id)
-            return torch.from_numpy(self._tree_path_values(node)).to(self.device)
-
-        def _tree_path_values(self, node):
-            chunks = []
-            while not node.is_root:
-                chunks.append(node.value)
-                node = node.parent
-            if not chunks:
-                return np.empty(0, dtype=np.int64)
-            chunks.reverse()
-            return np.concatenate(chunks)
 
         # ---- insert ------------------------------------------------------------
 
