@@ -772,6 +772,135 @@ def _build_class():  # noqa: C901 - one class, built lazily
     return Core
 
 
+_INSPECTOR = None
+
+
+def inspection_core_class():
+    """The TreeCore with SGLang's test-kit inspection interface
+    (``sglang.test.kits.unified_radix_cache``'s ``UnifiedTreeCoreInspectionInterface``),
+    for SGLang-style unit suites.  Read-side inspection is served; the kit's
+    white-box mutators (raw value / lock / size writes) raise NotImplementedError:
+    the C tree's internals are only changed through its operations."""
+    global _INSPECTOR
+    if _INSPECTOR is not None:
+        return _INSPECTOR
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
+        UnifiedTreeCoreInspectionInterface,
+    )
+
+    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+    Core = _core_class()
+
+    class Inspector(Core, UnifiedTreeCoreInspectionInterface):
+        def contains_node(self, node_id):
+            node = self._nodes.get(int(node_id))
+            return node is not None and node.valid
+
+        def get_parent_node_id(self, node_id):
+            parent = self._node(node_id).parent
+            return None if parent is None else self._nid(parent)
+
+        def get_child_node_ids(self, node_id):
+            return [self._nid(c) for c in self._node(node_id).children]
+
+        def get_node_key_length(self, node_id):
+            return len(self._node(node_id).key)
+
+        def get_node_token_ids(self, node_id):
+            return [int(t) for t in self._node(node_id).key]
+
+        def is_node_key_bigram(self, node_id):
+            self._node(node_id)
+            return False
+
+        def get_component_host_value(self, node_id, component_type):
+            self._node(node_id)
+            return None
+
+        def get_component_device_lock_ref(self, node_id, component_type):
+            node = self._node(node_id)
+            if node.is_root:
+                return 1  # SGLang's root holds one reference of each component
+            if component_type == FULL:
+                return node.full_lock_ref
+            if component_type == MAMBA and self.has_mamba:
+                return node.state_lock_ref
+            return 0
+
+        def get_component_host_lock_ref(self, node_id, component_type):
+            self._node(node_id)
+            return 0
+
+        def get_node_hit_count(self, node_id):
+            self._node(node_id)
+            return 0
+
+        def get_write_through_pending_id(self, node_id):
+            self._node(node_id)
+            return None
+
+        def is_external_cache_stored(self, node_id):
+            self._node(node_id)
+            return False
+
+        def is_node_in_device_lru(self, node_id, component_type):
+            node = self._node(node_id)
+            if node.is_root:
+                return False
+            # SGLang's FULL eviction orders by access time, not through a device LRU list.
+            return component_type == MAMBA and self.has_mamba and node.state is not None
+
+        def is_node_in_host_lru(self, node_id, component_type):
+            self._node(node_id)
+            return False
+
+        def get_component_device_lru_node_ids(self, component_type):
+            if component_type == MAMBA and self.has_mamba:
+                return [self._nid(n) for n in self._tree.lru_order("mamba")]
+            return []
+
+        def is_device_leaf(self, node_id):
+            node = self._node(node_id)
+            return (not node.is_root and not node.children and node.full_lock_ref == 0
+                    and (node.state_lock_ref == 0))
+
+        def is_device_evictable_leaf(self, node_id):
+            node = self._nodes.get(int(node_id))
+            return node is not None and node.valid and self.is_device_leaf(node_id)
+
+        def is_host_evictable_leaf(self, node_id):
+            return False
+
+        def get_all_node_ids(self):
+            out, stack = [], [self._root]
+            while stack:
+                n = stack.pop()
+                out.append(self._nid(n))
+                stack.extend(n.children)
+            return out
+
+    def _no_raw_writes(name):
+        def method(self, *a, **k):
+            raise NotImplementedError(f"{name}: the C tree is changed only through its operations")
+
+        method.__name__ = name
+        return method
+
+    for name in (
+        "set_node_hash_values", "set_component_device_value_raw", "set_component_host_value_raw",
+        "set_component_device_lock_ref", "remove_node_from_device_lru", "insert_node_into_host_lru",
+        "set_component_evictable_size", "set_component_protected_size", "update_duplicate_tracking",
+        "advance_insert_walk_once", "evict_component", "validate_cascade_evict",
+        "cleanup_tombstone_ancestors", "finalize_component_match_result", "build_backup_node_ids",
+    ):
+        setattr(Inspector, name, _no_raw_writes(name))
+    Inspector.__abstractmethods__ = frozenset()
+    Inspector.__name__ = Inspector.__qualname__ = "MambaradixTreeCoreInspector"
+    _INSPECTOR = Inspector
+    return Inspector
+
+
 def array_q(tokens):
     from array import array
 
