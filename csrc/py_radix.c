@@ -266,6 +266,26 @@ read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
         if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
             goto fail;
         }
+        if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
+            /* int64 keys (SGLang's array('q') tokens): one narrowing pass the
+             * compiler vectorizes, range-checked by min/max afterwards. */
+            const int64_t *src = v->buf;
+            int32_t *dst = *scratch;
+            int64_t mn = 0, mx = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t x = src[i];
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+                dst[i] = (int32_t)x;
+            }
+            if (mn >= lo && mx <= hi) {
+                argbuf_release(ab);
+                *data = *scratch;
+                *len = (size_t)n;
+                return 0;
+            }
+            /* Out of range somewhere: the loop below names the first index. */
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             int overflow = 0;
             int64_t x = buf_item(v, kind, i, &overflow);
@@ -516,7 +536,7 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      (long long)chunk, (long long)page);
         return NULL;
     }
-    mr_radix_config cfg = {(uint32_t)page, (uint32_t)chunk, MR_POLICY_CONSUMED};
+    mr_radix_config cfg = {.page_size = (uint32_t)page, .chunk_size = (uint32_t)chunk, .policy = MR_POLICY_CONSUMED};
     if (strcmp(policy, "sglang") == 0) {
         cfg.policy = MR_POLICY_SGLANG;
     }
@@ -655,7 +675,8 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 "--\n"
 "\n"
 "Insert key with its KV indices (value, same length) and the state slot at\n"
-"its end (None: no state).  len(key) must be a multiple of page_size.\n"
+"its end (None: no state, semantics='v0.5.23' only).  len(key) must be a\n"
+"multiple of page_size.\n"
 "\n"
 "Returns InsertResult(prefix_len, state_existed, node, duplicates):\n"
 "tokens already cached; whether the end node already had a state (then the\n"
@@ -674,7 +695,9 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     PyObject *extra = mr_find_kw(kwnames, args + nargs, "extra_key");
     PyObject *prev_obj = mr_find_kw(kwnames, args + nargs, "prev_prefix_len");
     int64_t state = MR_NO_STATE, prev = 0;
-    if (args[2] != Py_None && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
+    /* None (no state) is SGLang 0.5.23's insert without a Mamba value. */
+    int stateless = args[2] == Py_None && mr_radix_config_of(self->tree)->semantics == MR_SEMANTICS_V0523;
+    if (!stateless && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
         return NULL;
     }
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {

@@ -664,7 +664,8 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
                 int64_t *dup_out, mr_insert_result *out)
 {
     const mr_evict_policy *pol = policy_of(t);
-    if (len % t->cfg.page_size != 0 || (state < 0 && state != MR_NO_STATE)) {
+    if (len % t->cfg.page_size != 0
+        || (state < 0 && !(state == MR_NO_STATE && t->cfg.semantics == MR_SEMANTICS_V0523))) {
         return MR_EINVAL;
     }
     out->prefix_len = 0;

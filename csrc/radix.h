@@ -173,7 +173,7 @@ typedef struct {
 } mr_insert_result;
 
 /* Inserts key/val[0:len) in namespace ns with state slot `state` (>= 0) at
- * its end, or with no state when state is MR_NO_STATE (SGLang 0.5.23's
+ * its end, or (MR_SEMANTICS_V0523 only) with no state when state is MR_NO_STATE (SGLang 0.5.23's
  * insert without a Mamba value: a new leaf is a tombstone, an existing end
  * node keeps what it has; state_existed then tells whether it has one).  len must be a multiple of page_size (MR_EINVAL otherwise).
  * Indices the caller passed for tokens already in the tree are written to
