@@ -12,7 +12,10 @@ adds Q tokens of its own.  Per prompt, in order:
   insert      - insert its KV and Mamba state
   match hit   - match_prefix again (whole prompt cached), with path_device_indices
 Then `evict` frees one prompt's worth of tokens at a time until the tree is empty.
-`core only` repeats a warm hit against tree_core.match_prefix alone, to show what
+KV frees are deferred in allocator free groups, as the scheduler defers them.
+`cache hit (warm)` repeats a hit through the cache, `core only` the same hit
+against tree_core.match_prefix alone, and `insert (core only)` replays the inserts
+through tree_core.begin_insert/end_insert on a fresh cache: the difference is what
 the controller's own Python costs on top of each core.
 
     python3 benchmarks/bench_treecore.py [--groups 64 --prompts 16 --shared 2048 --unique 128] [--quick]
@@ -90,6 +93,30 @@ def python_heap_growth(cfg, backend, keys):
     return m1 - m0
 
 
+def core_insert_times(cfg, backend, keys):
+    """Insert through tree_core.begin_insert/end_insert alone (a fresh cache),
+    frees applied untimed: the core's share of an insert."""
+    cache, alloc, pool = build(cfg, backend)
+    core = cache.tree_core
+    kvs = [alloc.alloc(len(k)) for k in keys]
+    states = [pool.mamba_allocator.alloc(1) for _ in keys]
+    times = []
+    alloc.free_group_begin()
+    for key, kv, st in zip(keys, kvs, states):
+        params = InsertParams(key=key, value=kv, mamba_value=st)
+        t0 = now()
+        step = core.begin_insert(params)
+        actions = list(step.actions)
+        while step.result is None:
+            step = core.resume_insert()
+            actions += step.actions
+        actions += core.end_insert()
+        times.append(now() - t0)
+        cache._apply_cache_actions(actions)
+    alloc.free_group_end()
+    return times
+
+
 def run_backend(backend, cfg, prompts, evict_step):
     gc.collect()
     cache, alloc, pool = build(cfg, backend)
@@ -101,6 +128,9 @@ def run_backend(backend, cfg, prompts, evict_step):
     assert all(v is not None for v in kvs) and all(s is not None for s in states), "pools too small"
     t = {"match miss": [], "insert": [], "match hit": [], "evict": [], "core only": [], "cache hit (warm)": []}
     results = []
+    # Frees are deferred as the scheduler defers them (a free group per batch),
+    # so the allocator's torch.cat is not billed to each call.
+    alloc.free_group_begin()
     for key, kv, st in zip(keys, kvs, states):
         p = MatchPrefixParams(key=key)
         t0 = now()
@@ -118,6 +148,7 @@ def run_backend(backend, cfg, prompts, evict_step):
         results.append((m.device_prefix_len, len(idx), r.prefix_len, m2.device_prefix_len, len(idx2)))
         if r.mamba_exist:
             pool.mamba_allocator.free(st)
+    alloc.free_group_end()
     tokens = cache.tree_core.total_size()[0]
     if core_name == "MambaradixTreeCore":
         tree_bytes = cache.tree_core._tree.memory_bytes()
@@ -136,11 +167,14 @@ def run_backend(backend, cfg, prompts, evict_step):
         t["cache hit (warm)"].append(t1 - t0)
         t["core only"].append(t2 - t1)
     sizes = (cache.full_evictable_size(), cache.mamba_evictable_size())
+    alloc.free_group_begin()
     while cache.full_evictable_size() > 0:
         t0 = now()
         cache.evict(EvictParams(num_tokens=evict_step))
         t["evict"].append(now() - t0)
+    alloc.free_group_end()
     assert root == cache.root_node_handle()
+    t["insert (core only)"] = core_insert_times(cfg, backend, keys)
     return core_name, t, results, sizes, tree_bytes / max(tokens, 1)
 
 
@@ -184,6 +218,11 @@ def main():
     print(f"{a.groups} groups x {a.prompts} prompts of {a.shared} + {a.unique} tokens "
           f"({n} prompts, {total} cached tokens), page 1, [FULL, MAMBA]; "
           f"{platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
+    # The allocator's free list grows by torch.cat; glibc serves the first
+    # buffers of that size by fresh mmap (page faults) until its dynamic mmap
+    # threshold adapts, which would bill whichever core runs first.  Warm it.
+    for _ in range(3):
+        torch.cat((torch.zeros(cfg.kv_size, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)))
     out = {}
     for b in a.backends.split(","):
         try:
@@ -194,12 +233,13 @@ def main():
     ref = out[names[0]][2]
     same = all(out[b][2] == ref for b in names)
     print(f"cores: {', '.join(f'{b}={out[b][0]}' for b in names)}; identical results: {same}")
-    ops = ["match miss", "insert", "match hit", "evict", "cache hit (warm)", "core only"]
+    ops = ["match miss", "insert", "match hit", "evict", "cache hit (warm)", "core only", "insert (core only)"]
     head = f"| op (median us) | " + " | ".join(names) + " | " + " | ".join(f"{x}/mambaradix" for x in names[1:]) + " |"
     print(head)
     print("|" + "---|" * (1 + 2 * len(names) - 1))
     for op in ops:
         meds = [med_us(out[b][1][op]) for b in names]
+        op = {"core only": "match hit (core only, warm)"}.get(op, op)
         ratios = [f"{m / meds[0]:.1f}x" for m in meds[1:]]
         print(f"| {op} | " + " | ".join(f"{m:.1f}" for m in meds) + " | " + " | ".join(ratios) + " |")
     print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " | |")

@@ -180,6 +180,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self.is_host_memory_buffer_only = False
             alloc = params.token_to_kv_pool_allocator
             self.device = alloc.device if alloc is not None else torch.device("cpu")
+            self._on_cpu = torch.device(self.device).type == "cpu"
             chunk = self.page_size
             if self.has_mamba:
                 comp = components[MAMBA]
@@ -217,12 +218,19 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return nid
 
         def _node(self, node_id, arg="node_id"):
-            if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
-                raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}")
-            node = self._nodes.get(int(node_id))
+            node = self._nodes.get(node_id) if type(node_id) is int else None
             if node is None or not node.valid:
-                raise KeyError(f"{arg}={node_id} names no live node")
+                if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
+                    raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}")
+                node = self._nodes.get(int(node_id))
+                if node is None or not node.valid:
+                    raise KeyError(f"{arg}={node_id} names no live node")
             return node
+
+        def _tensor(self, arr):
+            """A device tensor over a numpy int64 array the tree handed out (owned, no copy on CPU)."""
+            t = torch.from_numpy(arr)
+            return t if self._on_cpu else t.to(self.device)
 
         def _namespace(self, key):
             extra, salt = key.extra_key, key.cache_salt
@@ -446,7 +454,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if until.is_root:
                 if node.is_root:
                     return self._empty
-                return torch.from_numpy(self._tree.path_indices(node)).to(self.device)
+                return self._tensor(self._tree.path_indices(node))
             chunks = []
             while node != until:
                 if node.is_root:
@@ -456,7 +464,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if not chunks:
                 return self._empty
             chunks.reverse()
-            return torch.from_numpy(np.concatenate(chunks)).to(self.device)
+            return self._tensor(np.concatenate(chunks))
 
         # ---- insert ------------------------------------------------------------
 
@@ -474,7 +482,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     raise TypeError(f"params.value must be a torch.Tensor, not {type(value).__name__}")
                 if value.numel() < n:
                     raise ValueError(f"params.value has {value.numel()} indices for a key of {n} tokens")
-                if value.dtype == torch.int64 and value.device.type == "cpu" and not value.requires_grad:
+                if value.dtype is torch.int64 and value.is_cpu:
                     value_np = value.numpy()[:n]
                 else:
                     value_np = value[:n].detach().to("cpu", torch.int64).numpy()
@@ -483,7 +491,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 mv = params.mamba_value
                 if mv is None:
                     raise ValueError("params.mamba_value is required with a MAMBA component")
-                state = int(mv.reshape(-1)[0])
+                if not isinstance(mv, torch.Tensor) or mv.numel() != 1:
+                    raise ValueError("params.mamba_value must be a one-element tensor (the state slot)")
+                state = mv.item()
             if n == 0:
                 return InsertStepResult(
                     actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._root.id)
@@ -492,8 +502,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
             ns = self._namespace(key)
             r = self._tree.insert(toks, value_np, state, extra_key=ns, prev_prefix_len=prev)
             actions = []
-            if len(r.duplicates):
-                actions.append(FreeDeviceKV([torch.from_numpy(np.array(r.duplicates)).to(self.device)]))
+            nd = len(r.duplicates)
+            if nd:
+                # The tree's duplicates are always the caller's value[prefix_len - nd : prefix_len]:
+                # hand back that slice of the caller's tensor, as SGLang's core does.
+                src = value if value is not None else torch.from_numpy(value_np)
+                actions.append(FreeDeviceKV([src[r.prefix_len - nd : r.prefix_len]]))
             node = r.node
             if state is not None and not r.state_existed and self._path_cap >= 0:
                 actions.append(MambaEvictExcessPathStates(self._nid(node)))
@@ -521,7 +535,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 return
             slots = self._tree.evict_path_states(node, self._path_cap)
             if len(slots):
-                device_frees[MAMBA].append(torch.from_numpy(np.array(slots)).to(self.device))
+                device_frees[MAMBA].append(self._tensor(slots))
 
         # ---- KV events ---------------------------------------------------------
 
@@ -585,10 +599,10 @@ def _build_class():  # noqa: C901 - one class, built lazily
             res.made_progress = True
             if len(r.kv_indices):
                 self._record_removed(r.kv_indices)
-                res.device_frees[FULL].append(torch.from_numpy(np.array(r.kv_indices)).to(self.device))
+                res.device_frees[FULL].append(self._tensor(r.kv_indices))
                 res.tracker[FULL] += int(r.tokens_evicted)
             if len(r.state_slots):
-                res.device_frees[MAMBA].append(torch.from_numpy(np.array(r.state_slots)).to(self.device))
+                res.device_frees[MAMBA].append(self._tensor(r.state_slots))
                 res.tracker[MAMBA] += int(r.states_evicted)
             return res
 
@@ -656,7 +670,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             vals = [n.value for n in self._tree.lru_order("full")]
             if not vals:
                 return self._empty
-            return torch.from_numpy(np.concatenate(vals)).to(self.device)
+            return self._tensor(np.concatenate(vals))
 
         def all_mamba_values_flatten(self):
             if not self.has_mamba:
@@ -689,7 +703,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def get_component_device_value(self, node_id, component_type):
             node = self._node(node_id)
             if component_type == FULL:
-                return None if node.is_root else torch.from_numpy(node.value).to(self.device)
+                return None if node.is_root else self._tensor(node.value)
             if component_type == MAMBA and self.has_mamba:
                 s = node.state
                 return None if s is None else torch.tensor([s], dtype=torch.int64, device=self.device)
