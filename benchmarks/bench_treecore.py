@@ -55,6 +55,30 @@ from unittest import mock  # noqa: E402
 
 import mambaradix.sglang.unified as mr_unified  # noqa: E402
 
+
+def mooncake_prompts(path, n):
+    """The first n prompts of a Mooncake trace, each hash id expanded to 512
+    deterministic pseudo-tokens (benchmarks/bench_tree.py's expansion)."""
+    import gzip
+    import json
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from bench_tree import block_tokens
+
+    out, blocks = [], {}
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        for line in f:
+            if len(out) >= n:
+                break
+            rec = json.loads(line)
+            parts = [blocks.setdefault(h, block_tokens(h)) for h in rec["hash_ids"]]
+            if parts:
+                import numpy as np
+
+                out.append(np.concatenate(parts)[: rec["input_length"]])
+    return out
+
 torch.set_num_threads(1)
 now = time.perf_counter_ns
 BACKENDS = ("mambaradix", "rust", "python")
@@ -178,6 +202,66 @@ def run_backend(backend, cfg, prompts, evict_step):
     return core_name, t, results, sizes, tree_bytes / max(tokens, 1)
 
 
+def run_mooncake(backend, prompts, kv_cap, state_cap):
+    """Replay Mooncake prompts as a scheduler would: match (prefix locked),
+    evict to capacity, insert with the matched prefix's own indices."""
+    cfg = CacheConfig(
+        page_size=1,
+        components=(ComponentType.FULL, ComponentType.MAMBA),
+        num_layers=2,
+        full_attention_layer_ids=(1,),
+        head_num=1,
+        head_dim=16,
+        kv_size=kv_cap,
+        max_context_len=max(len(p) for p in prompts) + 16,
+        mamba_cache_size=state_cap,
+        mamba_intermediate_size=32,
+        mamba_num_heads=1,
+        mamba_head_dim=16,
+        mamba_state_size=8,
+        max_num_reqs=4,
+    )
+    gc.collect()
+    cache, alloc, pool = build(cfg, backend)
+    keys = [RadixKey(array("q", p.tolist())) for p in prompts]
+    t = {"match": [], "evict": [], "insert": []}
+    results = []
+    alloc.free_group_begin()
+    for key in keys:
+        p = MatchPrefixParams(key=key)
+        t0 = now()
+        m = cache.match_prefix(p)
+        prefix = cache.path_device_indices(m.last_device_node)
+        t1 = now()
+        t["match"].append(t1 - t0)
+        receipt = cache.inc_lock_ref(m.last_device_node)
+        need = len(key) - m.device_prefix_len
+        short_kv = need - alloc.available_size()
+        short_st = 1 - pool.mamba_allocator.available_size()
+        if short_kv > 0 or short_st > 0:
+            alloc.free_group_end()
+            t0 = now()
+            r = cache.evict(EvictParams(num_tokens=max(short_kv, 0), mamba_num=max(short_st, 0)))
+            t["evict"].append(now() - t0)
+            alloc.free_group_begin()
+            results.append(("evict", r.num_tokens_evicted, r.mamba_num_evicted))
+        alloc.free_group_end()
+        fresh = alloc.alloc(need)
+        alloc.free_group_begin()
+        st = pool.mamba_allocator.alloc(1)
+        value = torch.cat([prefix, fresh])
+        params = InsertParams(key=key, value=value, mamba_value=st, prev_prefix_len=m.device_prefix_len)
+        t0 = now()
+        r = cache.insert(params)
+        t["insert"].append(now() - t0)
+        cache.dec_lock_ref(m.last_device_node, receipt.to_dec_params())
+        if r.mamba_exist:
+            pool.mamba_allocator.free(st)
+        results.append((m.device_prefix_len, m.full_kv_hit_length, r.prefix_len))
+    alloc.free_group_end()
+    return type(cache.tree_core).__name__, t, results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=64)
@@ -186,6 +270,8 @@ def main():
     ap.add_argument("--unique", type=int, default=128)
     ap.add_argument("--quick", action="store_true", help="8 x 4 prompts of 512 + 64")
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--mooncake", type=int, default=300, help="Mooncake requests to replay (0: skip)")
+    ap.add_argument("--trace", default=os.path.join(ROOT, "mambaradix", "sim", "data", "mooncake_conversation_trace.jsonl.gz"))
     a = ap.parse_args()
     if a.quick:
         a.groups, a.prompts, a.shared, a.unique = 8, 4, 512, 64
@@ -245,6 +331,23 @@ def main():
     print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " | |")
     print("(tree bytes: mambaradix = the C tree's own count; others = Python-heap growth while caching, "
           "tensor storage excluded; the Rust core's native heap is not visible to tracemalloc)")
+    if a.mooncake and os.path.exists(a.trace):
+        n = a.mooncake if not a.quick else min(a.mooncake, 60)
+        prompts = mooncake_prompts(a.trace, n)
+        kv_cap, state_cap = 1 << 20, 48
+        print(f"\nMooncake replay: first {len(prompts)} requests ({sum(len(p) for p in prompts)} prompt tokens), "
+              f"room for {kv_cap} KV tokens and {state_cap} states")
+        mc = {}
+        for b in names:
+            mc[b] = run_mooncake(b, prompts, kv_cap, state_cap)
+        same = all(mc[b][2] == mc[names[0]][2] for b in names)
+        print(f"identical results: {same}")
+        print("| op (median us) | " + " | ".join(names) + " | " + " | ".join(f"{x}/mambaradix" for x in names[1:]) + " |")
+        print("|" + "---|" * (2 * len(names)))
+        for op in ("match", "insert", "evict"):
+            meds = [med_us(mc[b][1][op]) for b in names]
+            print(f"| {op} ({len(mc[names[0]][1][op])} calls) | " + " | ".join(f"{m:.1f}" for m in meds) + " | "
+                  + " | ".join(f"{m / meds[0]:.1f}x" for m in meds[1:]) + " |")
 
 
 if __name__ == "__main__":
