@@ -27,12 +27,13 @@ import dual
 import mambaradix.sglang.unified as mr_unified
 
 OPS = int(os.environ.get("MAMBARADIX_DIFF_OPS", "700"))
+SEED = int(os.environ.get("MAMBARADIX_DIFF_SEED", "0"))
 CONFIGS = dual.configs()
 
 
 @pytest.mark.parametrize("cfg,strategy", CONFIGS, ids=[f"{c.label}-{s}" for c, s in CONFIGS])
 def test_differential(cfg, strategy):
-    d = dual.Differ(cfg, strategy, seed=1000 + cfg.page_size)
+    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size)
     steps = d.run(OPS)
     assert steps >= OPS
     assert d.requests_done >= 1 + OPS // 200  # the request paths really ran
@@ -43,7 +44,7 @@ MAMBA_CONFIGS = [(c, s) for c, s in CONFIGS if c.has_mamba]
 
 @pytest.mark.parametrize("cfg,strategy", MAMBA_CONFIGS, ids=[f"{c.label}-{s}" for c, s in MAMBA_CONFIGS])
 def test_differential_mamba_max_states_per_path(cfg, strategy):
-    d = dual.Differ(cfg, strategy, seed=2000 + cfg.page_size, path_cap=1 + cfg.page_size % 2)
+    d = dual.Differ(cfg, strategy, seed=SEED + 2000 + cfg.page_size, path_cap=1 + cfg.page_size % 2)
     assert d.b.core._path_cap >= 1
     assert d.run(OPS // 2) >= OPS // 2
 
