@@ -211,6 +211,7 @@ class Differ:
 
     def op_unlock(self):
         if not self.a.locks:
+            self.check("unlock (none held)")
             return
         i = self.rng.randrange(len(self.a.locks))
         for side in (self.a, self.b):
@@ -271,6 +272,9 @@ class Differ:
         req.lock = cache.lock(m.last_device_node)
         prefix = cache.tree_core.collect_full_device_indices(m.last_device_node, cache.tree_core.root_node_handle())
         n = len(toks)
+        short = (n - pre) - alloc.available_size()
+        if short > 0:  # the scheduler evicts before it allocates (the prefix is locked)
+            cache.evict(EvictParams(num_tokens=short))
         fresh = alloc.alloc(n - pre) if n > pre else torch.empty(0, dtype=torch.int64)
         if fresh is None:
             cache.unlock(req.lock)
@@ -311,7 +315,7 @@ class Differ:
             self.op_insert()
         elif r < 0.4 and self.requests:
             self.op_request()
-        elif r < 0.7:
+        elif r < 0.65:
             self.op_match()
         elif r < 0.8:
             self.op_unlock()
