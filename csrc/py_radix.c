@@ -894,6 +894,46 @@ RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
     return do_evict(self, arg, 1, "evict_mamba()");
 }
 
+PyDoc_STRVAR(RadixTree_inc_kv_lock__doc__,
+"inc_kv_lock($self, node, /)\n"
+"--\n"
+"\n"
+"Protect the KV of node's path, not its state (SGLang 0.5.23's lock that\n"
+"skips the Mamba component).  Undo with dec_kv_lock.");
+
+PyDoc_STRVAR(RadixTree_dec_kv_lock__doc__,
+"dec_kv_lock($self, node, /)\n"
+"--\n"
+"\n"
+"Undo one inc_kv_lock(node).  ValueError if node holds none.");
+
+static PyObject *
+kv_lock_call(RadixTree *self, PyObject *arg, int lock)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    int rc = lock ? mr_radix_lock_kv(self->tree, n) : mr_radix_unlock_kv(self->tree, n);
+    if (rc != MR_OK) {
+        return mr_raise(st, rc, lock ? "inc_kv_lock(): node" : "dec_kv_lock(): node holds no KV-only lock");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RadixTree_inc_kv_lock(RadixTree *self, PyObject *arg)
+{
+    return kv_lock_call(self, arg, 1);
+}
+
+static PyObject *
+RadixTree_dec_kv_lock(RadixTree *self, PyObject *arg)
+{
+    return kv_lock_call(self, arg, 0);
+}
+
 PyDoc_STRVAR(RadixTree_path_indices__doc__,
 "path_indices($self, node, /)\n"
 "--\n"
@@ -1178,6 +1218,8 @@ static PyMethodDef RadixTree_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
     {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
     {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"inc_kv_lock", (PyCFunction)RadixTree_inc_kv_lock, METH_O, RadixTree_inc_kv_lock__doc__},
+    {"dec_kv_lock", (PyCFunction)RadixTree_dec_kv_lock, METH_O, RadixTree_dec_kv_lock__doc__},
     {"path_indices", (PyCFunction)RadixTree_path_indices, METH_O, RadixTree_path_indices__doc__},
     {"evict_path_states", (PyCFunction)(void (*)(void))RadixTree_evict_path_states, METH_FASTCALL,
      RadixTree_evict_path_states__doc__},

@@ -219,7 +219,9 @@ lru_state_victim(const mr_radix *t, const mr_link *from)
     const mr_link *head = &t->head[LRU_STATE];
     for (const mr_link *l = from ? from : head->prev; l != head; l = l->prev) {
         mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)) {
+        /* v0.5.23 takes a KV-locked leaf's state too (its KV stays). */
+        if (n->state_lock == 0
+            && (n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523)) {
             return n;
         }
     }
@@ -740,7 +742,12 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         node->state = state;
         lru_touch(t, node, LRU_FULL);
         lru_push_mru(t, node, LRU_STATE);
-        t->state_evictable += 1;   /* state_lock is 0 on a tombstone (I6) */
+        if (node->state_lock > 0) {   /* v0.5.23: locked while a tombstone */
+            t->state_protected += 1;
+        }
+        else {
+            t->state_evictable += 1;  /* v0.5.15: state_lock is 0 on a tombstone (I6) */
+        }
         out->state_existed = 0;
         out->node = node;
     }
@@ -760,14 +767,31 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
 /* ------------------------------------------------------------------------
  * Locks */
 
+static void
+path_lock_delta(mr_radix *t, mr_node *node, int delta)
+{
+    for (mr_node *n = node; n != t->root; n = n->parent) {
+        if (delta > 0 && n->full_lock++ == 0) {
+            t->full_evictable -= n->len;
+            t->full_protected += n->len;
+        }
+        else if (delta < 0 && --n->full_lock == 0) {
+            t->full_protected -= n->len;
+            t->full_evictable += n->len;
+        }
+    }
+}
+
 int
 mr_radix_lock(mr_radix *t, mr_node *node)
 {
     if (node == t->root) {
         return MR_OK;
     }
-    if (node->state >= 0) {
-        if (node->state_lock == 0) {
+    if (node->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523) {
+        /* v0.5.23 counts the state lock on a tombstone too (SGLang's Mamba
+         * lock_ref); a state attached under it is protected at once. */
+        if (node->state_lock == 0 && node->state >= 0) {
             t->state_evictable--;
             t->state_protected++;
         }
@@ -792,6 +816,18 @@ mr_radix_unlock(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
+    if (t->cfg.semantics == MR_SEMANTICS_V0523) {
+        /* Locks are told apart (mr_radix_lock vs mr_radix_lock_kv). */
+        if (node->state_lock == 0) {
+            return MR_EINVAL;
+        }
+        if (--node->state_lock == 0 && node->state >= 0) {
+            t->state_protected--;
+            t->state_evictable++;
+        }
+        path_lock_delta(t, node, -1);
+        return MR_OK;
+    }
     if (node->state_lock + node->nostate_lock == 0) {
         return MR_EINVAL;
     }
@@ -811,6 +847,31 @@ mr_radix_unlock(mr_radix *t, mr_node *node)
             t->full_evictable += n->len;
         }
     }
+    return MR_OK;
+}
+
+int
+mr_radix_lock_kv(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    node->nostate_lock++;
+    path_lock_delta(t, node, +1);
+    return MR_OK;
+}
+
+int
+mr_radix_unlock_kv(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    if (node->nostate_lock == 0) {
+        return MR_EINVAL;
+    }
+    node->nostate_lock--;
+    path_lock_delta(t, node, -1);
     return MR_OK;
 }
 
@@ -919,7 +980,7 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
             break;
         }
         mr_node *next = pol->state_victim(t, x->lru[LRU_STATE].prev);
-        if (x->nchildren > 0) {
+        if (x->nchildren > 0 || x->full_lock > 0) {
             /* Internal: drop the state only; the KV stays (tombstone). */
             if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
                 break;
@@ -1115,7 +1176,8 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
         CHECK(n->full_lock == lock_sum, "I5: node %u full_lock %d != %lld (own locks + children)",
               n->id, n->full_lock, (long long)lock_sum);
         CHECK(n->state_lock >= 0 && n->nostate_lock >= 0, "I5: node %u has a negative lock count", n->id);
-        CHECK(n->state_lock == 0 || n->state >= 0, "I6: node %u has a state lock but no state", n->id);
+        CHECK(n->state_lock == 0 || n->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523,
+              "I6: node %u has a state lock but no state", n->id);
         CHECK(lru_in(n, LRU_FULL), "I4: node %u is missing from the full LRU list", n->id);
         CHECK(lru_in(n, LRU_STATE) == (n->state >= 0), "I4: node %u state-list membership is wrong", n->id);
         if (n->full_lock > 0) {

@@ -33,7 +33,9 @@
  *       when the node had a state when the lock was taken (nostate_lock
  *       counts the locks taken on a tombstone, so a later unlock never
  *       releases a state reference that was never taken).
- *   I6  state_lock(n) > 0 implies n has a state.
+ *   I6  state_lock(n) > 0 implies n has a state (v0.5.15 semantics; in
+ *       v0.5.23 a lock counts on a tombstone too, like SGLang's Mamba
+ *       lock_ref, and a state attached under it is protected).
  *   I7  The four counters equal their definitions: full_evictable (resp.
  *       full_protected) is the number of tokens of non-root nodes with
  *       full_lock == 0 (resp. > 0); state_evictable (resp. state_protected)
@@ -196,6 +198,13 @@ int mr_radix_lock(mr_radix *t, mr_node *node);
 /* Undoes one mr_radix_lock(node).  MR_EINVAL if node is not locked (the tree
  * is unchanged).  Unlocking the root does nothing. */
 int mr_radix_unlock(mr_radix *t, mr_node *node);
+
+/* Locks only the KV of the path root..node, never node's state (SGLang
+ * 0.5.23's lock that skips the Mamba component, and its FULL pin).  Counted
+ * as a lock that took no state reference. */
+int mr_radix_lock_kv(mr_radix *t, mr_node *node);
+/* Undoes one mr_radix_lock_kv(node).  MR_EINVAL if node holds no such lock. */
+int mr_radix_unlock_kv(mr_radix *t, mr_node *node);
 
 /* ------------------------------------------------------------------------
  * Eviction */

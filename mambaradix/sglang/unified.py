@@ -347,9 +347,14 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def inc_lock_ref(self, node_id, skip_lock_components: Sequence = ()):
             node = self._node(node_id)
             skipped = tuple(skip_lock_components)
-            if skipped:
-                raise ValueError("skip_lock_components: component-selective locks are not served natively")
-            self._tree.inc_lock_ref(node)
+            if any(ct not in self.component_types for ct in skipped) or FULL in skipped:
+                raise ValueError(
+                    f"skip_lock_components={skipped!r}: only MAMBA can be skipped (FULL is always locked)"
+                )
+            if skipped and self.has_mamba:
+                self._tree.inc_kv_lock(node)  # the path's KV, not the node's state
+            else:
+                self._tree.inc_lock_ref(node)
             return IncLockRefResult(node_id=node.id, skipped_lock_components=skipped)
 
         def dec_lock_ref(self, node_id, params, skip_swa: bool = False):
@@ -359,7 +364,10 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     f"params: lock receipt anchored on node {getattr(params, 'node_id', None)} "
                     f"released on node {node.id}"
                 )
-            self._tree.dec_lock_ref(node)
+            if self.has_mamba and MAMBA in params.skipped_lock_components:
+                self._tree.dec_kv_lock(node)
+            else:
+                self._tree.dec_lock_ref(node)
             return DecLockRefResult()
 
         def dec_swa_lock_only(self, node_id, params):
@@ -367,13 +375,11 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return DecSwaLockOnlyResult()
 
         def inc_full_pin(self, node_id) -> None:
-            # A pin locks the path's KV: a lock on the node's parent chain.
-            node = self._node(node_id)
-            self._tree.inc_lock_ref(node)
+            # A pin protects the path's KV only, never the node's state.
+            self._tree.inc_kv_lock(self._node(node_id))
 
         def dec_full_pin(self, node_id) -> None:
-            node = self._node(node_id)
-            self._tree.dec_lock_ref(node)
+            self._tree.dec_kv_lock(self._node(node_id))
 
         # ---- match -------------------------------------------------------------
 
