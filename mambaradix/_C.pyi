@@ -157,6 +157,10 @@ class RadixTree:
     ) -> InsertResult:
         """Insert key with its KV indices and the state slot at its end
         (None: no state, semantics="v0.5.23" only)."""
+    def inc_kv_lock(self, node: Node) -> None:
+        """Lock only the KV of node's path, never its state."""
+    def dec_kv_lock(self, node: Node) -> None:
+        """Undo one inc_kv_lock(node); ValueError if node holds none."""
     def path_indices(self, node: Node) -> npt.NDArray[np.int64]:
         """KV indices of the path root..node, in token order."""
     def evict_path_states(self, node: Node, cap: int) -> npt.NDArray[np.int64]:

@@ -1413,6 +1413,14 @@ v0523_free_state(void *ctx, int64_t slot)
     return 0;
 }
 
+static mr_radix_stats
+fx_stats_of(const mr_radix *t)
+{
+    mr_radix_stats st;
+    mr_radix_get_stats(t, &st);
+    return st;
+}
+
 static void
 unit_v0523_mode(void)
 {
@@ -1452,6 +1460,26 @@ unit_v0523_mode(void)
     CHECK_RC(mr_radix_insert(t, a, va, 6, 0, 3, 0, NULL, &r), MR_OK);
     CHECK_RC(mr_radix_evict_path_states(t, r.node, 1, &rel, &sts), MR_OK);
     CHECK(sts == 2 && v0523_nfreed == 2 && v0523_freed_st[0] == 1 && v0523_freed_st[1] == 2);
+    CHECK_TREE(t);
+    /* Locks count as SGLang 0.5.23 counts them: a lock taken on a tombstone
+     * protects a state attached later; a KV-only lock never protects it. */
+    mr_radix_reset(t);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, MR_NO_STATE, 0, NULL, &r), MR_OK);
+    mr_node *tomb = r.node;
+    CHECK_RC(mr_radix_lock(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_lock_kv(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, 9, 0, NULL, &r), MR_OK);
+    CHECK(r.node == tomb && !r.state_existed);
+    CHECK(fx_stats_of(t).state_protected == 1 && fx_stats_of(t).state_evictable == 0);
+    CHECK_TREE(t);
+    CHECK_RC(mr_radix_unlock(t, tomb), MR_OK);      /* the state lock, not the KV one */
+    CHECK(fx_stats_of(t).state_evictable == 1 && fx_stats_of(t).full_protected == 4);
+    CHECK_RC(mr_radix_unlock(t, tomb), MR_EINVAL);  /* no state lock left */
+    /* A KV-locked leaf's state can still be evicted; its KV stays. */
+    CHECK_RC(mr_radix_evict_state(t, 1, &rel, &toks, &sts), MR_OK);
+    CHECK(sts == 1 && toks == 0 && mr_node_state(tomb) == -1);
+    CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_EINVAL);
     CHECK_TREE(t);
     /* A v0.5.15 tree refuses a stateless insert. */
     mr_radix_free(t);
