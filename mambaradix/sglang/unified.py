@@ -313,9 +313,32 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return 0
 
         def dfs_weight_order(self, node_ids):
-            # Subtree weight order over the given nodes: deeper-first within a branch.
-            nodes = [self._node(n) for n in node_ids]
-            return sorted(range(len(nodes)), key=lambda i: -nodes[i].prefix_len)
+            """Request indices in depth-first order, heavier subtrees (more
+            requests ending in them) first, as SGLang's scheduler orders them.
+            Equal-weight siblings follow the tree's child order (namespace,
+            first token), where SGLang's follow child creation order."""
+            at: dict = {}
+            for i, nid in enumerate(node_ids):
+                at.setdefault(self._node(nid), []).append(i)
+            weight = {n: len(ix) for n, ix in at.items()}
+            # Only the paths to the given nodes carry weight: sum it upward.
+            for n, w in list(weight.items()):
+                p = n.parent
+                while p is not None:
+                    weight[p] = weight.get(p, 0) + w
+                    p = p.parent
+            order: list[int] = []
+            stack = [(self._root, False)]
+            while stack:
+                node, visited = stack.pop()
+                if visited:
+                    order.extend(at.get(node, ()))
+                    continue
+                stack.append((node, True))
+                kids = [c for c in node.children if c in weight]
+                kids.sort(key=lambda c: -weight[c])
+                stack.extend((c, False) for c in reversed(kids))
+            return order
 
         def collect_path_info(self, end_node_ids):
             from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import TreePathNodeInfo

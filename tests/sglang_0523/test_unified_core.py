@@ -161,3 +161,28 @@ def test_readme_snippet_runs_as_written():
     with contextlib.redirect_stdout(out):
         exec(compile(block, "README.md", "exec"), {})
     assert out.getvalue().split() == ["MambaradixTreeCore", "3"]
+
+
+def test_dfs_weight_order_matches_sglang_up_to_equal_weight_ties():
+    """The same order shape as SGLang's core (per position, the weight of the
+    request's branch); only equal-weight siblings may swap."""
+    import random
+
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL,))
+    d = dual.Differ(cfg, "none", seed=9)
+    d.run(150)
+    rng = random.Random(4)
+    for _ in range(30):
+        picks = [[rng.randint(1, 4) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 12))]
+        seqs = []
+        for side in (d.a, d.b):
+            ids = [side.cache.match_prefix(MatchPrefixParams(key=_key(p))).last_device_node for p in picks]
+            order = side.cache.dfs_weight_order(ids)
+            assert sorted(order) == list(range(len(picks)))
+            # Each request's matched path, in the order given; and the weight of its root branch.
+            paths = [tuple(side.core.collect_full_device_indices(i, side.core.root_node_handle()).tolist()) for i in ids]
+            branch = [p[:1] for p in paths]
+            weights = [branch.count(branch[i]) for i in order]
+            seqs.append((weights, sorted(paths)))
+        assert seqs[0] == seqs[1]
+    d.run(50)
