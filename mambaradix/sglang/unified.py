@@ -57,11 +57,24 @@ def fallback_reason(params) -> Optional[str]:
         return "eviction_policy_config is not served natively"
     if getattr(params, "is_eagle", False) and ComponentType.MAMBA not in comps:
         return "EAGLE bigram keys are not served natively"
-    if getattr(params, "enable_storage", False) or getattr(params, "hicache_storage_backend", None):
-        return "storage backends are not served natively"
-    for flag in ("enable_hierarchical_cache", "enable_hicache"):
-        if getattr(params, flag, False):
+    # The host tier, storage and external linkers are switched on by server
+    # arguments after the cache is built (registry.py -> init_hicache), so
+    # read the settings in effect.
+    try:
+        from sglang.srt.runtime_context import get_disagg, get_memory
+
+        mem, disagg = get_memory(), get_disagg()
+    except Exception:  # no server arguments installed (unit use): nothing enabled
+        mem = disagg = None
+    if mem is not None:
+        if getattr(mem, "enable_hierarchical_cache", False):
             return "the HiCache host tier is not served natively"
+        if getattr(mem, "hicache_storage_backend", None):
+            return "storage backends are not served natively"
+        if getattr(mem, "enable_unified_cache_external_linker", False):
+            return "external cache linkers are not served natively"
+    if disagg is not None and getattr(disagg, "disaggregation_decode_retraction_backup", None) == "host_pool":
+        return "the decode retraction host pool is not served natively"
     ps = int(params.page_size)
     if ps < 1 or ps > 128:
         return f"page_size {ps} is outside 1..128"

@@ -93,6 +93,26 @@ def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
     assert any(reason in r.getMessage() and "Python TreeCore" in r.getMessage() for r in caplog.records)
 
 
+def test_hicache_server_setting_falls_back(caplog):
+    """HiCache is switched on by server arguments after the cache is built; the
+    factory reads them and hands the whole cache to the Python core."""
+    import functools
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    args = functools.partial(fixtures.ServerArgs, enable_hierarchical_cache=True)
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"), mock.patch.object(
+        fixtures, "ServerArgs", args
+    ), mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix")
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any("HiCache" in r.getMessage() for r in caplog.records)
+
+
 def _key(tokens):
     return RadixKey(array("q", tokens))
 
