@@ -118,6 +118,11 @@ class Differ:
             "kv_free": side.alloc.available_size(),
             "mamba_free": side.pool.mamba_allocator.available_size() if self.has_mamba else 0,
             "events": [repr(e) for e in c.take_events()],
+            "values": (sorted(c.all_values_flatten().tolist()), sorted(c.all_mamba_values_flatten().tolist())),
+            "canary": [
+                sorted(zip(*(t.tolist() for t in (w.slot_indices, w.positions, w.prev_slot_indices))))
+                for w in (c.walk_for_kv_canary(uo, False) for uo in (False, True))
+            ],
         }
 
     def check(self, what, ra=None, rb=None):
@@ -199,6 +204,8 @@ class Differ:
                     None if m.last_visited_node_id is None else len(self._path(side, m.last_visited_node_id)),
                 )
             )
+            fm = side.core.match_full_device_prefix(_key(toks, extra, salt, limit))
+            out[-1] += (fm[0], fm[2], self._path(side, fm[1]))
             if self.rng.random() < 0.0:
                 pass
             side._last_match = m

@@ -50,6 +50,8 @@ def test_differential_mamba_max_states_per_path(cfg, strategy):
 
 
 def test_differential_covers_ten_thousand_ops():
+    if os.environ.get("MAMBARADIX_UNDER_ASAN"):
+        pytest.skip("the sanitizer pass runs fewer operations; the plain run does 10^4")
     assert OPS * len(CONFIGS) >= 10_000
 
 
