@@ -271,6 +271,26 @@ read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
         if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
             goto fail;
         }
+        if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
+            /* int64 keys (SGLang's array('q') tokens): one narrowing pass the
+             * compiler vectorizes, range-checked by min/max afterwards. */
+            const int64_t *src = v->buf;
+            int32_t *dst = *scratch;
+            int64_t mn = 0, mx = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t x = src[i];
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+                dst[i] = (int32_t)x;
+            }
+            if (mn >= lo && mx <= hi) {
+                argbuf_release(ab);
+                *data = *scratch;
+                *len = (size_t)n;
+                return 0;
+            }
+            /* Out of range somewhere: the loop below names the first index. */
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             int overflow = 0;
             int64_t x = buf_item(v, kind, i, &overflow);
@@ -499,12 +519,12 @@ static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "check_ownership", "policy_options",
-                             "max_states_per_path", NULL};
+                             "max_states_per_path", "semantics", "kv_only", NULL};
     PyObject *page_obj = NULL, *chunk_obj = Py_None, *opts = Py_None, *budget = Py_None;
-    const char *policy = "consumed";
-    int check_ownership = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$pOO:RadixTree", kwlist, &page_obj, &chunk_obj, &policy,
-                                     &check_ownership, &opts, &budget)) {
+    const char *policy = "consumed", *semantics = "v0.5.15";
+    int check_ownership = 0, kv_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$pOOsp:RadixTree", kwlist, &page_obj, &chunk_obj,
+                                     &policy, &check_ownership, &opts, &budget, &semantics, &kv_only)) {
         return NULL;
     }
     int64_t page = 1, chunk;
@@ -522,9 +542,17 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      (long long)chunk, (long long)page);
         return NULL;
     }
-    mr_radix_config cfg = {(uint32_t)page, (uint32_t)chunk, MR_POLICY_CONSUMED};
+    mr_radix_config cfg = {.page_size = (uint32_t)page, .chunk_size = (uint32_t)chunk, .policy = MR_POLICY_CONSUMED};
     mr_radix_options opt = {0};
     if (mr_read_policy("RadixTree()", policy, opts, budget, &cfg, &opt) < 0) {
+        return NULL;
+    }
+    cfg.kv_only = kv_only;
+    if (strcmp(semantics, "v0.5.23") == 0) {
+        cfg.semantics = MR_SEMANTICS_V0523;
+    }
+    else if (strcmp(semantics, "v0.5.15") != 0) {
+        PyErr_Format(PyExc_ValueError, "semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
         return NULL;
     }
     RadixTree *self = (RadixTree *)type->tp_alloc(type, 0);
@@ -645,6 +673,10 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
         goto error;
     }
     PyStructSequence_SetItem(res, 4, v);
+    if ((v = node_new_handle(st, self, m.kv_node)) == NULL) {
+        goto error;
+    }
+    PyStructSequence_SetItem(res, 5, v);
     return res;
 error:
     Py_DECREF(res);
@@ -715,7 +747,8 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 "--\n"
 "\n"
 "Insert key with its KV indices (value, same length) and the state slot at\n"
-"its end.  len(key) must be a multiple of page_size.\n"
+"its end (None: no state, semantics='v0.5.23' only).  len(key) must be a\n"
+"multiple of page_size.\n"
 "\n"
 "Returns InsertResult(prefix_len, state_existed, node, duplicates):\n"
 "tokens already cached; whether the end node already had a state (then the\n"
@@ -733,8 +766,10 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     PyObject *extra = mr_find_kw(kwnames, args + nargs, "extra_key");
     PyObject *prev_obj = mr_find_kw(kwnames, args + nargs, "prev_prefix_len");
-    int64_t state, prev = 0;
-    if (mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
+    int64_t state = MR_NO_STATE, prev = 0;
+    /* None (no state) is SGLang 0.5.23's insert without a Mamba value. */
+    int stateless = args[2] == Py_None && mr_radix_config_of(self->tree)->semantics == MR_SEMANTICS_V0523;
+    if (!stateless && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0) {
         return NULL;
     }
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
@@ -962,6 +997,110 @@ static PyObject *
 RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
 {
     return do_evict(self, arg, 1, "evict_mamba()");
+}
+
+PyDoc_STRVAR(RadixTree_inc_kv_lock__doc__,
+"inc_kv_lock($self, node, /)\n"
+"--\n"
+"\n"
+"Protect the KV of node's path, not its state (SGLang 0.5.23's lock that\n"
+"skips the Mamba component).  Undo with dec_kv_lock.");
+
+PyDoc_STRVAR(RadixTree_dec_kv_lock__doc__,
+"dec_kv_lock($self, node, /)\n"
+"--\n"
+"\n"
+"Undo one inc_kv_lock(node).  ValueError if node holds none.");
+
+static PyObject *
+kv_lock_call(RadixTree *self, PyObject *arg, int lock)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    int rc = lock ? mr_radix_lock_kv(self->tree, n) : mr_radix_unlock_kv(self->tree, n);
+    if (rc != MR_OK) {
+        return mr_raise(st, rc, lock ? "inc_kv_lock(): node" : "dec_kv_lock(): node holds no KV-only lock");
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RadixTree_inc_kv_lock(RadixTree *self, PyObject *arg)
+{
+    return kv_lock_call(self, arg, 1);
+}
+
+static PyObject *
+RadixTree_dec_kv_lock(RadixTree *self, PyObject *arg)
+{
+    return kv_lock_call(self, arg, 0);
+}
+
+PyDoc_STRVAR(RadixTree_path_indices__doc__,
+"path_indices($self, node, /)\n"
+"--\n"
+"\n"
+"KV indices of the path from the root to node's end, in token order\n"
+"(numpy int64).");
+
+static PyObject *
+RadixTree_path_indices(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)mr_radix_path_len(self->tree, n)};
+    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (idx != NULL) {
+        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
+    }
+    return idx;
+}
+
+PyDoc_STRVAR(RadixTree_evict_path_states__doc__,
+"evict_path_states($self, node, cap, /)\n"
+"--\n"
+"\n"
+"SGLang 0.5.23's mamba_max_states_per_path: drop the shallowest states on\n"
+"the path to node beyond cap (KV kept), skipping node itself, locked states,\n"
+"forks and leaves.  Returns the dropped state slots (numpy int64) to free.");
+
+static PyObject *
+RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    int64_t cap;
+    if (!mr_check_nargs("evict_path_states", nargs, 2, 2)
+        || resolve_node(st, self, args[0], "node", &n) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0) {
+        return NULL;
+    }
+    evict_sink sink = {0};
+    mr_release rel = {sink_free_kv, sink_free_state, &sink};
+    size_t dropped = 0;
+    int rc = mr_radix_evict_path_states(self->tree, n, (size_t)cap, &rel, &dropped);
+    if (self->check_ownership) {
+        for (size_t i = 0; i < sink.nst; i++) {
+            (void)mr_idset_remove(&self->st_owned, sink.st[i]);
+        }
+    }
+    PyObject *res = NULL;
+    if (rc != MR_OK && sink.nst == 0) {
+        mr_raise(st, rc, "evict_path_states()");
+    }
+    else {
+        res = wrap_owned_i64(sink.st, sink.nst);
+        sink.st = NULL;
+    }
+    PyMem_Free(sink.kv);
+    PyMem_Free(sink.st);
+    return res;
 }
 
 PyDoc_STRVAR(RadixTree_trim_path__doc__,
@@ -1265,6 +1404,11 @@ static PyMethodDef RadixTree_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
     {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
     {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"inc_kv_lock", (PyCFunction)RadixTree_inc_kv_lock, METH_O, RadixTree_inc_kv_lock__doc__},
+    {"dec_kv_lock", (PyCFunction)RadixTree_dec_kv_lock, METH_O, RadixTree_dec_kv_lock__doc__},
+    {"path_indices", (PyCFunction)RadixTree_path_indices, METH_O, RadixTree_path_indices__doc__},
+    {"evict_path_states", (PyCFunction)(void (*)(void))RadixTree_evict_path_states, METH_FASTCALL,
+     RadixTree_evict_path_states__doc__},
     {"inc_lock_ref", (PyCFunction)RadixTree_inc_lock_ref, METH_O, RadixTree_inc_lock_ref__doc__},
     {"dec_lock_ref", (PyCFunction)RadixTree_dec_lock_ref, METH_O, RadixTree_dec_lock_ref__doc__},
     {"full_evictable_size", (PyCFunction)RadixTree_full_evictable_size, METH_NOARGS,
@@ -1304,7 +1448,8 @@ static PyMemberDef RadixTree_members[] = {
 
 PyDoc_STRVAR(RadixTree__doc__,
 "RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *,\n"
-"          check_ownership=False, policy_options=None, max_states_per_path=None)\n"
+"          check_ownership=False, policy_options=None, max_states_per_path=None,\n"
+"          semantics='v0.5.15', kv_only=False)\n"
 "--\n"
 "\n"
 "SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"
@@ -1325,7 +1470,11 @@ PyDoc_STRVAR(RadixTree__doc__,
 "make insert() raise ValueError, leaving the tree unchanged, for a KV index\n"
 "past prev_prefix_len or a state slot the tree already holds (a later\n"
 "eviction would return it twice), an index listed twice, or a\n"
-"prev_prefix_len longer than the key (SGLang accepts all of these).");
+"prev_prefix_len longer than the key (SGLang accepts all of these).\n"
+"semantics: 'v0.5.15' (MambaRadixCache) or 'v0.5.23' (UnifiedRadixCache's\n"
+"tree rules: inserts without a state, no cascade through stateless\n"
+"ancestors on eviction).  kv_only: the whole KV match is usable\n"
+"(attention-only trees).");
 
 static PyType_Slot RadixTree_slots[] = {
     {Py_tp_new, RadixTree_new},
@@ -1581,6 +1730,7 @@ static PyStructSequence_Field MatchResult_fields[] = {
     {"state", "its state slot, or None"},
     {"kv_matched_len", "tokens whose KV matched, through stateless nodes"},
     {"branching_seqlen", "kv_matched_len aligned down to chunk_size when deeper than node, else None"},
+    {"kv_node", "deepest node whose KV matched (attribute only, not unpacked)"},
     {NULL, NULL},
 };
 static PyStructSequence_Desc MatchResult_desc = {"mambaradix.MatchResult", "Result of RadixTree.match_prefix.",

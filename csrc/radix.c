@@ -260,7 +260,9 @@ lru_state_victim(const mr_radix *t, const mr_link *from)
     const mr_link *head = &t->head[LRU_STATE];
     for (const mr_link *l = from ? from : head->prev; l != head; l = l->prev) {
         mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)) {
+        /* v0.5.23 takes a KV-locked leaf's state too (its KV stays). */
+        if (n->state_lock == 0
+            && (n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523)) {
             return n;
         }
     }
@@ -563,7 +565,8 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
     if (cfg == NULL || cfg->page_size == 0 || cfg->chunk_size == 0
         || (cfg->page_size % cfg->chunk_size != 0 && cfg->chunk_size % cfg->page_size != 0)
         || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED
-            && cfg->policy != MR_POLICY_UTILITY)) {
+            && cfg->policy != MR_POLICY_UTILITY)
+        || (cfg->semantics != MR_SEMANTICS_V0515 && cfg->semantics != MR_SEMANTICS_V0523)) {
         return MR_EINVAL;
     }
     mr_radix *t = MR_CALLOC(1, sizeof(*t));
@@ -772,7 +775,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
         node = child;
         pos += p;
     }
-    if (node->state >= 0) {
+    if (node->state >= 0 || t->cfg.kv_only) {
         best = node;
         best_len = pos;
     }
@@ -787,6 +790,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     out->prefix_len = best_len;
     out->kv_matched_len = pos;
     out->state = best->state;
+    out->kv_node = node;
     out->branching_seqlen = -1;
     if (pos > best_len) {
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
@@ -827,7 +831,8 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
                 int64_t *dup_out, mr_insert_result *out)
 {
     const mr_evict_policy *pol = policy_of(t);
-    if (len % t->cfg.page_size != 0 || state < 0) {
+    if (len % t->cfg.page_size != 0
+        || (state < 0 && !(state == MR_NO_STATE && t->cfg.semantics == MR_SEMANTICS_V0523))) {
         return MR_EINVAL;
     }
     out->prefix_len = 0;
@@ -886,12 +891,19 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         t->states_admitted++;
         child_add(node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
-        lru_push_mru(t, leaf, LRU_STATE);
+        if (state != MR_NO_STATE) {
+            lru_push_mru(t, leaf, LRU_STATE);
+            t->state_evictable += 1;
+        }
         t->full_evictable += rest;
-        t->state_evictable += 1;
         t->nodes++;
         out->state_existed = 0;
         out->node = leaf;
+    }
+    else if (state == MR_NO_STATE) {
+        /* Stateless insert ending at an existing node: nothing to attach. */
+        out->state_existed = node->state >= 0;
+        out->node = node;
     }
     else if (node->state < 0) {
         node->state = state;
@@ -899,12 +911,21 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         t->states_admitted++;
         lru_touch(t, node, LRU_FULL);
         lru_push_mru(t, node, LRU_STATE);
-        t->state_evictable += 1;   /* state_lock is 0 on a tombstone (I6) */
+        if (node->state_lock > 0) {   /* v0.5.23: locked while a tombstone */
+            t->state_protected += 1;
+        }
+        else {
+            t->state_evictable += 1;  /* v0.5.15: state_lock is 0 on a tombstone (I6) */
+        }
         out->state_existed = 0;
         out->node = node;
     }
     else {
         pol->on_insert_visit(t, node);
+        if (t->cfg.semantics == MR_SEMANTICS_V0523) {
+            /* 0.5.23: re-inserting an existing state refreshes it. */
+            lru_touch(t, node, LRU_STATE);
+        }
         out->node = node;
     }
     out->prefix_len = pos;
@@ -937,14 +958,31 @@ mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, int32_t n
 /* ------------------------------------------------------------------------
  * Locks */
 
+static void
+path_lock_delta(mr_radix *t, mr_node *node, int delta)
+{
+    for (mr_node *n = node; n != t->root; n = n->parent) {
+        if (delta > 0 && n->full_lock++ == 0) {
+            t->full_evictable -= n->len;
+            t->full_protected += n->len;
+        }
+        else if (delta < 0 && --n->full_lock == 0) {
+            t->full_protected -= n->len;
+            t->full_evictable += n->len;
+        }
+    }
+}
+
 int
 mr_radix_lock(mr_radix *t, mr_node *node)
 {
     if (node == t->root) {
         return MR_OK;
     }
-    if (node->state >= 0) {
-        if (node->state_lock == 0) {
+    if (node->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523) {
+        /* v0.5.23 counts the state lock on a tombstone too (SGLang's Mamba
+         * lock_ref); a state attached under it is protected at once. */
+        if (node->state_lock == 0 && node->state >= 0) {
             t->state_evictable--;
             t->state_protected++;
         }
@@ -969,6 +1007,18 @@ mr_radix_unlock(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
+    if (t->cfg.semantics == MR_SEMANTICS_V0523) {
+        /* Locks are told apart (mr_radix_lock vs mr_radix_lock_kv). */
+        if (node->state_lock == 0) {
+            return MR_EINVAL;
+        }
+        if (--node->state_lock == 0 && node->state >= 0) {
+            t->state_protected--;
+            t->state_evictable++;
+        }
+        path_lock_delta(t, node, -1);
+        return MR_OK;
+    }
     if (node->state_lock + node->nostate_lock == 0) {
         return MR_EINVAL;
     }
@@ -988,6 +1038,31 @@ mr_radix_unlock(mr_radix *t, mr_node *node)
             t->full_evictable += n->len;
         }
     }
+    return MR_OK;
+}
+
+int
+mr_radix_lock_kv(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    node->nostate_lock++;
+    path_lock_delta(t, node, +1);
+    return MR_OK;
+}
+
+int
+mr_radix_unlock_kv(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    if (node->nostate_lock == 0) {
+        return MR_EINVAL;
+    }
+    node->nostate_lock--;
+    path_lock_delta(t, node, -1);
     return MR_OK;
 }
 
@@ -1036,8 +1111,8 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
     node_free(t, x);
     t->nodes--;
 
-    while (parent != t->root && parent->state < 0 && parent->nchildren == 0
-           && parent->full_lock == 0) {
+    while (t->cfg.semantics == MR_SEMANTICS_V0515 && parent != t->root && parent->state < 0
+           && parent->nchildren == 0 && parent->full_lock == 0) {
         if ((rc = release_node(rel, parent, 0)) != MR_OK) {
             return rc;
         }
@@ -1083,13 +1158,15 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
     return rc;
 }
 
-/* Evicts x's state: an internal node becomes a tombstone (KV kept); a
- * leaf goes with its KV and the tombstones above it. */
+/* Evicts x's state: an internal node becomes a tombstone (KV kept); an
+ * unlocked leaf goes with its KV and the tombstones above it. */
 static int
 evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states)
 {
     int rc;
-    if (x->nchildren > 0) {
+    /* a leaf whose KV is locked loses only its state (v0.5.23; v0.5.15 never
+     * picks one) */
+    if (x->nchildren > 0 || x->full_lock > 0) {
         if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
             return rc;
         }
@@ -1155,6 +1232,52 @@ mr_radix_evict_node_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t
     }
     if (states_out) {
         *states_out = states;
+    }
+    return rc;
+}
+
+int
+mr_radix_evict_path_states(mr_radix *t, mr_node *tail, size_t cap, const mr_release *rel,
+                           size_t *states_out)
+{
+    size_t held = 0, dropped = 0;
+    int rc = MR_OK;
+    for (mr_node *n = tail; n != t->root; n = n->parent) {
+        held += n->state >= 0;
+    }
+    if (held > cap) {
+        size_t excess = held - cap;
+        mr_node **path = MR_MALLOC(held * sizeof(*path));
+        if (path == NULL) {
+            return MR_ENOMEM;
+        }
+        size_t k = held;
+        for (mr_node *n = tail; n != t->root; n = n->parent) {
+            if (n->state >= 0) {
+                path[--k] = n;   /* root first */
+            }
+        }
+        for (k = 0; k < held && excess > 0; k++) {
+            mr_node *x = path[k];
+            if (x == tail) {
+                break;
+            }
+            if (x->state_lock > 0 || x->nchildren != 1) {
+                continue;
+            }
+            if (rel->free_state != NULL && (rc = rel->free_state(rel->ctx, x->state)) != 0) {
+                break;
+            }
+            lru_remove(x, LRU_STATE);
+            x->state = -1;
+            t->state_evictable -= 1;
+            dropped++;
+            excess--;
+        }
+        MR_FREE(path);
+    }
+    if (states_out) {
+        *states_out = dropped;
     }
     return rc;
 }
@@ -1583,7 +1706,8 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
         CHECK(n->full_lock == lock_sum, "I5: node %u full_lock %d != %lld (own locks + children)",
               n->id, n->full_lock, (long long)lock_sum);
         CHECK(n->state_lock >= 0 && n->nostate_lock >= 0, "I5: node %u has a negative lock count", n->id);
-        CHECK(n->state_lock == 0 || n->state >= 0, "I6: node %u has a state lock but no state", n->id);
+        CHECK(n->state_lock == 0 || n->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523,
+              "I6: node %u has a state lock but no state", n->id);
         CHECK(lru_in(n, LRU_FULL), "I4: node %u is missing from the full LRU list", n->id);
         CHECK(lru_in(n, LRU_STATE) == (n->state >= 0), "I4: node %u state-list membership is wrong", n->id);
         if (n->full_lock > 0) {

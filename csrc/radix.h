@@ -33,7 +33,9 @@
  *       when the node had a state when the lock was taken (nostate_lock
  *       counts the locks taken on a tombstone, so a later unlock never
  *       releases a state reference that was never taken).
- *   I6  state_lock(n) > 0 implies n has a state.
+ *   I6  state_lock(n) > 0 implies n has a state (v0.5.15 semantics; in
+ *       v0.5.23 a lock counts on a tombstone too, like SGLang's Mamba
+ *       lock_ref, and a state attached under it is protected).
  *   I7  The four counters equal their definitions: full_evictable (resp.
  *       full_protected) is the number of tokens of non-root nodes with
  *       full_lock == 0 (resp. > 0); state_evictable (resp. state_protected)
@@ -81,10 +83,25 @@ typedef enum {
     MR_POLICY_UTILITY = 2,
 } mr_lru_policy;
 
+/* Which SGLang release's tree rules the tree follows where they differ. */
+typedef enum {
+    /* v0.5.15 MambaRadixCache: removing a leaf also removes every tombstone
+     * above it that is left childless and unlocked. */
+    MR_SEMANTICS_V0515 = 0,
+    /* 0.5.23 UnifiedRadixCache: a node lives as long as its KV does, so a
+     * tombstone left childless stays (a stateless leaf) until the KV
+     * eviction picks it; stateless inserts are its "insert without state". */
+    MR_SEMANTICS_V0523 = 1,
+} mr_semantics;
+
 typedef struct {
     uint32_t page_size;   /* >= 1: matching, splits and children are per page */
     uint32_t chunk_size;  /* >= 1: branching lengths are aligned down to it */
     mr_lru_policy policy;
+    mr_semantics semantics;  /* zero-initialized: v0.5.15 */
+    /* Non-zero: attention-only model (SGLang's [FULL] tree).  No node needs a
+     * state to be usable: a match uses the whole KV-matched path. */
+    int kv_only;
 } mr_radix_config;
 
 /* Options beyond SGLang, set after creation (mr_radix_set_options); all
@@ -163,6 +180,8 @@ typedef struct {
                                   the KV match goes deeper than node, else -1;
                                   also -1 when the aligned value is 0 */
     int64_t state;             /* node's state slot, -1 at the root */
+    mr_node *kv_node;          /* deepest node whose KV matched (end of
+                                  kv_matched_len; root when none) */
 } mr_match;
 
 /* Matches key[0:len) (truncated to whole pages) in namespace ns (0 = none).
@@ -179,6 +198,8 @@ size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst
 /* Number of tokens from the root to the end of node. */
 size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
 
+#define MR_NO_STATE ((int64_t)-1)
+
 typedef struct {
     size_t prefix_len;   /* tokens of the key that were already in the tree */
     int state_existed;   /* 1: the node at the key's end already had a state;
@@ -189,7 +210,9 @@ typedef struct {
 } mr_insert_result;
 
 /* Inserts key/val[0:len) in namespace ns with state slot `state` (>= 0) at
- * its end.  len must be a multiple of page_size (MR_EINVAL otherwise).
+ * its end, or (MR_SEMANTICS_V0523 only) with no state when state is MR_NO_STATE (SGLang 0.5.23's
+ * insert without a Mamba value: a new leaf is a tombstone, an existing end
+ * node keeps what it has; state_existed then tells whether it has one).  len must be a multiple of page_size (MR_EINVAL otherwise).
  * Indices the caller passed for tokens already in the tree are written to
  * dup_out (capacity len) for the caller to free, except those of the first
  * prev_prefix_len tokens (the caller's locked prefix, which are the tree's
@@ -214,6 +237,13 @@ int mr_radix_lock(mr_radix *t, mr_node *node);
 /* Undoes one mr_radix_lock(node).  MR_EINVAL if node is not locked (the tree
  * is unchanged).  Unlocking the root does nothing. */
 int mr_radix_unlock(mr_radix *t, mr_node *node);
+
+/* Locks only the KV of the path root..node, never node's state (SGLang
+ * 0.5.23's lock that skips the Mamba component, and its FULL pin).  Counted
+ * as a lock that took no state reference. */
+int mr_radix_lock_kv(mr_radix *t, mr_node *node);
+/* Undoes one mr_radix_lock_kv(node).  MR_EINVAL if node holds no such lock. */
+int mr_radix_unlock_kv(mr_radix *t, mr_node *node);
 
 /* ------------------------------------------------------------------------
  * Eviction */
@@ -245,6 +275,14 @@ int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t
  * is locked, or it is a leaf whose KV is locked. */
 int mr_radix_evict_node_state(mr_radix *t, mr_node *node, const mr_release *rel, size_t *tokens_out,
                               size_t *states_out);
+
+/* SGLang 0.5.23's mamba_max_states_per_path: when the path root..tail holds
+ * more than cap states, drops the shallowest ones (KV kept, tombstones)
+ * until it holds cap, skipping the tail, locked states and nodes that are
+ * not a single-child link (forks and leaves): a best-effort cap, as in
+ * SGLang.  *states_out (may be NULL) receives how many were dropped. */
+int mr_radix_evict_path_states(mr_radix *t, mr_node *tail, size_t cap, const mr_release *rel,
+                               size_t *states_out);
 
 /* ------------------------------------------------------------------------
  * Sizes, checks, inspection */

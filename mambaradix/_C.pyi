@@ -82,6 +82,8 @@ class MatchResult:
     branching_seqlen: Optional[int]
     """kv_matched_len aligned down to chunk_size when the KV match goes deeper
     than `node` (and the aligned value is > 0); else None."""
+    kv_node: Node
+    """The deepest node whose KV matched (attribute only: not unpacked)."""
 
 class InsertResult:
     """Result of RadixTree.insert (a named tuple)."""
@@ -131,7 +133,12 @@ class RadixTree:
         lru_policy: Literal["consumed", "sglang"] = "consumed",
         *,
         check_ownership: bool = False,
-    ) -> None: ...
+        semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
+        kv_only: bool = False,
+    ) -> None:
+        """semantics="v0.5.23": SGLang 0.5.23's tree rules (state None on
+        insert; no cascade through stateless ancestors on eviction).
+        kv_only: the whole KV match is usable (attention-only trees)."""
     @property
     def page_size(self) -> int: ...
     @property
@@ -149,12 +156,22 @@ class RadixTree:
         self,
         key: _Key,
         value: _Values,
-        state: int,
+        state: Optional[int],
         *,
         extra_key: Optional[str] = None,
         prev_prefix_len: int = 0,
     ) -> InsertResult:
-        """Insert key with its KV indices and the state slot at its end."""
+        """Insert key with its KV indices and the state slot at its end
+        (None: no state, semantics="v0.5.23" only)."""
+    def inc_kv_lock(self, node: Node) -> None:
+        """Lock only the KV of node's path, never its state."""
+    def dec_kv_lock(self, node: Node) -> None:
+        """Undo one inc_kv_lock(node); ValueError if node holds none."""
+    def path_indices(self, node: Node) -> npt.NDArray[np.int64]:
+        """KV indices of the path root..node, in token order."""
+    def evict_path_states(self, node: Node, cap: int) -> npt.NDArray[np.int64]:
+        """Drop the shallowest states beyond cap on the path to node (KV kept);
+        returns their slots to free (SGLang 0.5.23's mamba_max_states_per_path)."""
     def evict_full(self, num_tokens: int) -> EvictResult:
         """Evict LRU unlocked leaves until num_tokens KV tokens are released."""
     def evict_mamba(self, num_states: int) -> EvictResult:

@@ -261,7 +261,7 @@ static void
 fx_init(fixture *f, uint32_t page, uint32_t chunk, mr_lru_policy pol,
         int64_t kv_size, int64_t st_size)
 {
-    mr_radix_config cfg;
+    mr_radix_config cfg = {0};
     memset(f, 0, sizeof *f);
     cfg.page_size = page;
     cfg.chunk_size = chunk;
@@ -457,12 +457,12 @@ static void
 unit_new_and_empty(void)
 {
     mr_radix_config bad[] = {
-        {0, 1, MR_POLICY_SGLANG}, {1, 0, MR_POLICY_SGLANG}, {3, 4, MR_POLICY_SGLANG},
-        {4, 6, MR_POLICY_CONSUMED}, {16, 24, MR_POLICY_SGLANG},
+        {0, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {1, 0, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {3, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+        {4, 6, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0}, {16, 24, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
     };
     mr_radix_config good[] = {
-        {1, 64, MR_POLICY_SGLANG}, {16, 64, MR_POLICY_CONSUMED}, {4, 2, MR_POLICY_SGLANG},
-        {64, 64, MR_POLICY_SGLANG}, {1, 1, MR_POLICY_CONSUMED},
+        {1, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {16, 64, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0}, {4, 2, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+        {64, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {1, 1, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
     };
     size_t i;
     mr_radix *t;
@@ -1391,10 +1391,118 @@ unit_prev_prefix_pages(void)
     fx_done(&f);
 }
 
+/* SGLang 0.5.23 mode: stateless inserts, tombstones survive as leaves, the
+ * [FULL]-only match, and the per-path state cap. */
+static int64_t v0523_freed_st[16];
+static int v0523_nfreed;
+
+static int
+v0523_free_kv(void *ctx, const int64_t *v, size_t n)
+{
+    (void)ctx;
+    (void)v;
+    (void)n;
+    return 0;
+}
+
+static int
+v0523_free_state(void *ctx, int64_t slot)
+{
+    (void)ctx;
+    v0523_freed_st[v0523_nfreed++] = slot;
+    return 0;
+}
+
+static mr_radix_stats
+fx_stats_of(const mr_radix *t)
+{
+    mr_radix_stats st;
+    mr_radix_get_stats(t, &st);
+    return st;
+}
+
+static void
+unit_v0523_mode(void)
+{
+    mr_radix_config cfg = {.page_size = 1, .chunk_size = 1, .policy = MR_POLICY_CONSUMED,
+                           .semantics = MR_SEMANTICS_V0523};
+    mr_radix *t;
+    mr_insert_result r;
+    mr_match m;
+    size_t toks = 0, sts = 0;
+    mr_release rel = {v0523_free_kv, v0523_free_state, NULL};
+    int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 9, 9, 9};
+    int64_t va[6] = {10, 11, 12, 13, 14, 15}, vb[6] = {20, 21, 22, 23, 24, 25};
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    /* A stateless insert makes a tombstone leaf; a state insert over its prefix. */
+    CHECK_RC(mr_radix_insert(t, a, va, 6, 0, MR_NO_STATE, 0, NULL, &r), MR_OK);
+    CHECK(!r.state_existed && mr_node_state(r.node) == -1);
+    CHECK_RC(mr_radix_insert(t, b, vb, 6, 0, 7, 0, NULL, &r), MR_OK);
+    CHECK_EQ(r.prefix_len, 3);
+    CHECK_TREE(t);
+    CHECK_RC(mr_radix_match(t, a, 6, 0, &m), MR_OK);
+    CHECK(m.node == mr_radix_root(t) && m.kv_matched_len == 6 && mr_node_len(m.kv_node) == 3);
+    /* Removing b's leaf (its state) leaves the split's tombstone parent, which
+     * still has a's leaf; removing that leaf then keeps the tombstone [1 2 3]
+     * as a stateless leaf (v0.5.15 would cascade it away). */
+    CHECK_RC(mr_radix_evict_state(t, 1, &rel, &toks, &sts), MR_OK);
+    CHECK(toks == 3 && sts == 1 && v0523_freed_st[0] == 7);
+    CHECK_RC(mr_radix_evict_full(t, 1, &rel, &toks, &sts), MR_OK);
+    CHECK_EQ(toks, 3);
+    CHECK_EQ(mr_node_nchildren(mr_radix_root(t)), 1);
+    CHECK_TREE(t);
+    /* Per-path cap: states at 1..2, 1..4, 1..6 on one chain; cap 1 drops the
+     * shallowest ones that are single-child links, never the tail. */
+    mr_radix_reset(t);
+    v0523_nfreed = 0;
+    CHECK_RC(mr_radix_insert(t, a, va, 2, 0, 1, 0, NULL, &r), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, 2, 0, NULL, &r), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 6, 0, 3, 0, NULL, &r), MR_OK);
+    CHECK_RC(mr_radix_evict_path_states(t, r.node, 1, &rel, &sts), MR_OK);
+    CHECK(sts == 2 && v0523_nfreed == 2 && v0523_freed_st[0] == 1 && v0523_freed_st[1] == 2);
+    CHECK_TREE(t);
+    /* Locks count as SGLang 0.5.23 counts them: a lock taken on a tombstone
+     * protects a state attached later; a KV-only lock never protects it. */
+    mr_radix_reset(t);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, MR_NO_STATE, 0, NULL, &r), MR_OK);
+    mr_node *tomb = r.node;
+    CHECK_RC(mr_radix_lock(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_lock_kv(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, 9, 0, NULL, &r), MR_OK);
+    CHECK(r.node == tomb && !r.state_existed);
+    CHECK(fx_stats_of(t).state_protected == 1 && fx_stats_of(t).state_evictable == 0);
+    CHECK_TREE(t);
+    CHECK_RC(mr_radix_unlock(t, tomb), MR_OK);      /* the state lock, not the KV one */
+    CHECK(fx_stats_of(t).state_evictable == 1 && fx_stats_of(t).full_protected == 4);
+    CHECK_RC(mr_radix_unlock(t, tomb), MR_EINVAL);  /* no state lock left */
+    /* A KV-locked leaf's state can still be evicted; its KV stays. */
+    CHECK_RC(mr_radix_evict_state(t, 1, &rel, &toks, &sts), MR_OK);
+    CHECK(sts == 1 && toks == 0 && mr_node_state(tomb) == -1);
+    CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_OK);
+    CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_EINVAL);
+    CHECK_TREE(t);
+    /* A v0.5.15 tree refuses a stateless insert. */
+    mr_radix_free(t);
+    cfg.semantics = MR_SEMANTICS_V0515;
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 6, 0, MR_NO_STATE, 0, NULL, &r), MR_EINVAL);
+    mr_radix_free(t);
+    /* kv_only: the whole KV match is usable. */
+    cfg.semantics = MR_SEMANTICS_V0523;
+    cfg.kv_only = 1;
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    CHECK_RC(mr_radix_insert(t, a, va, 6, 0, MR_NO_STATE, 0, NULL, &r), MR_OK);
+    CHECK_RC(mr_radix_match(t, b, 6, 0, &m), MR_OK);
+    CHECK(m.prefix_len == 3 && m.node == m.kv_node);
+    CHECK_TREE(t);
+    mr_radix_free(t);
+}
+
 static void
 run_units(void)
 {
     unit_new_and_empty();
+    unit_v0523_mode();
     unit_sglang_cache_1(MR_POLICY_SGLANG);
     unit_sglang_cache_1(MR_POLICY_CONSUMED);
     unit_insert_prev_prefix_len();
@@ -1836,12 +1944,12 @@ rng_next(void *ctx)
 }
 
 static const mr_radix_config fuzz_configs[] = {
-    {1, 1, MR_POLICY_SGLANG},
-    {1, 4, MR_POLICY_CONSUMED},
-    {2, 4, MR_POLICY_SGLANG},
-    {4, 2, MR_POLICY_CONSUMED},
-    {1, 3, MR_POLICY_SGLANG},
-    {2, 2, MR_POLICY_CONSUMED},
+    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+    {1, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
+    {2, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+    {4, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
+    {1, 3, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+    {2, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
 };
 
 static void
@@ -1926,7 +2034,7 @@ oom_units(void)
 {
     fixture f;
     mr_radix *t = NULL;
-    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG};
+    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0};
     int rc;
     int32_t k[12];
     int64_t val[12], dup[12], slot;

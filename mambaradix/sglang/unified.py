@@ -1,0 +1,969 @@
+"""mambaradix as a TreeCore for SGLang 0.5.23's ``UnifiedRadixCache``.
+
+SGLang 0.5.23 runs hybrid models on ``UnifiedRadixCache``, a controller over a
+pluggable *TreeCore* ("tree decides, cache executes").  This module plugs the
+C tree (``mambaradix.RadixTree``, in its 0.5.23 mode: stateless inserts,
+consumed-state LRU refresh) in as that TreeCore::
+
+    import mambaradix.sglang.unified as mr_unified
+    mr_unified.register()     # registers the backend name "mambaradix"
+    # then SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=mambaradix, or
+    # CacheInitParams(tree_core_backend="mambaradix", ...)
+
+Served natively: components ``[FULL]`` and ``[FULL, MAMBA]``, page sizes 1 to
+128, the Mamba strategies no_buffer / extra_buffer / extra_buffer_lazy (they
+differ only in the controller), ``extra_key`` / ``cache_salt`` namespaces, the
+``lru`` eviction policy, KV events.  Everything else (HiCache host tier,
+storage backends, SWA, session cache, custom components, other eviction
+policies, EAGLE bigram keys, KV sharding) is built on SGLang's Python TreeCore
+instead, with the reason logged; see ``fallback_reason``.
+
+Importing this module imports nothing from SGLang; ``register()`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .. import _C
+
+logger = logging.getLogger(__name__)
+
+BACKEND_NAME = "mambaradix"
+
+# What the native core serves; everything else falls back to SGLang's Python core.
+_SERVED_POLICIES = ("lru",)
+
+
+def fallback_reason(params) -> Optional[str]:
+    """Why ``params`` needs SGLang's Python TreeCore, or None when ours serves it."""
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    comps = tuple(params.tree_components or (ComponentType.FULL,))
+    if comps not in ((ComponentType.FULL,), (ComponentType.FULL, ComponentType.MAMBA)):
+        names = ", ".join(c.name for c in comps)
+        return f"components [{names}] are not served natively (only [FULL] and [FULL, MAMBA])"
+    if params.component_registry_override:
+        return "custom components are not served natively"
+    if getattr(params, "enable_session_radix_cache", False):
+        return "session-aware caching is not served natively"
+    policy = (params.eviction_policy or "lru").lower()
+    if policy not in _SERVED_POLICIES:
+        return f"eviction policy {policy!r} is not served natively (only 'lru')"
+    if getattr(params, "eviction_policy_config", None):
+        return "eviction_policy_config is not served natively"
+    if getattr(params, "is_eagle", False) and ComponentType.MAMBA not in comps:
+        return "EAGLE bigram keys are not served natively"
+    # The host tier, storage and external linkers are switched on by server
+    # arguments after the cache is built (registry.py -> init_hicache), so
+    # read the settings in effect.
+    try:
+        from sglang.srt.runtime_context import get_disagg, get_memory
+
+        mem, disagg = get_memory(), get_disagg()
+    except Exception:  # no server arguments installed (unit use): nothing enabled
+        mem = disagg = None
+    if mem is not None:
+        if getattr(mem, "enable_hierarchical_cache", False):
+            return "the HiCache host tier is not served natively"
+        if getattr(mem, "hicache_storage_backend", None):
+            return "storage backends are not served natively"
+        if getattr(mem, "enable_unified_cache_external_linker", False):
+            return "external cache linkers are not served natively"
+    if disagg is not None and getattr(disagg, "disaggregation_decode_retraction_backup", None) == "host_pool":
+        return "the decode retraction host pool is not served natively"
+    ps = int(params.page_size)
+    if ps < 1 or ps > 128:
+        return f"page_size {ps} is outside 1..128"
+    try:
+        from sglang.srt.mem_cache.page_interleave import page_interleave_shard_size
+
+        if page_interleave_shard_size(params.token_to_kv_pool_allocator) > 1:
+            return "logical-page KV sharding is not served natively"
+    except Exception:  # pragma: no cover - older layouts
+        pass
+    return None
+
+
+def _factory(params, components):
+    reason = fallback_reason(params)
+    if reason is not None:
+        logger.info("mambaradix TreeCore: using SGLang's Python TreeCore: %s", reason)
+        from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+
+        return UnifiedTreeCore(params, components)
+    return _core_class()(params, components)
+
+
+def register() -> None:
+    """Register the TreeCore under ``"mambaradix"`` (idempotent)."""
+    from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
+
+    if reg.get_tree_core_factory(BACKEND_NAME) is None:
+        reg.register_tree_core_backend(BACKEND_NAME, _factory)
+
+
+def _core_class():
+    """Builds the TreeCore class on first use (it subclasses SGLang's interface)."""
+    global MambaradixTreeCore
+    if MambaradixTreeCore is not None:
+        return MambaradixTreeCore
+    MambaradixTreeCore = _build_class()
+    return MambaradixTreeCore
+
+
+MambaradixTreeCore: Any = None
+
+
+def _build_class():  # noqa: C901 - one class, built lazily
+    import torch
+    from sglang.srt.disaggregation.kv_events import BlockRemoved, StorageMedium
+    from sglang.srt.mem_cache.base_prefix_cache import (
+        DecLockRefResult,
+        IncLockRefResult,
+        InsertResult,
+        MatchResult,
+    )
+    from sglang.srt.mem_cache.events import KVCacheEventRecorder
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV, MambaEvictExcessPathStates
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+        DecSwaLockOnlyResult,
+        EvictDeviceNextNodeResult,
+        InsertStepResult,
+        RadixCacheWalkResult,
+        UnifiedTreeCoreInterface,
+    )
+    from sglang.srt.disaggregation.kv_events import namespaced_block_hash
+    from sglang.srt.mem_cache.utils import compute_node_event_hash_values, hash_str_to_int64
+
+    FULL = ComponentType.FULL
+    MAMBA = ComponentType.MAMBA
+    assert MatchResult._fields[:14] == (
+        "device_prefix_len", "last_device_node", "last_host_node", "best_match_node", "host_hit_length",
+        "swa_host_hit_length", "swa_branching_seqlen", "mamba_host_hit_length", "mamba_branching_seqlen",
+        "cache_protected_len", "full_kv_hit_length", "cache_actions", "last_visited_node_id",
+        "full_device_match_len",
+    ), MatchResult._fields
+
+    def _new_match(values):
+        return tuple.__new__(MatchResult, values)
+
+    def _unserved(name):
+        def method(self, *a, **k):
+            raise NotImplementedError(
+                f"MambaradixTreeCore.{name}: HiCache, storage, SWA and external linkers are "
+                "served by SGLang's Python TreeCore (select it, or let the mambaradix factory fall back)"
+            )
+
+        method.__name__ = name
+        return method
+
+    class _EvNode:
+        """The attributes SGLang's KVCacheEventRecorder reads from a node."""
+
+        __slots__ = ("key", "parent", "hash_value", "event_hash_value")
+
+        def __init__(self, key, parent, hash_value=None, event_hash_value=None):
+            self.key = key
+            self.parent = parent
+            self.hash_value = hash_value
+            self.event_hash_value = event_hash_value
+
+    class Core(UnifiedTreeCoreInterface):
+        """SGLang 0.5.23 TreeCore over the C tree (see the module docstring)."""
+
+        supports_rotation_base = False
+
+        def __init__(self, params, components):
+            self.page_size = int(params.page_size)
+            self.component_types = tuple(components.keys()) if components else (FULL,)
+            self.has_mamba = MAMBA in self.component_types
+            self.is_eagle = False
+            self.enable_hicache = False
+            self.enable_storage = False
+            self.enable_external_cache_linker = False
+            self.write_through_threshold = 256
+            self.is_write_back = False
+            self.has_swa_host_pool = False
+            self.is_host_memory_buffer_only = False
+            alloc = params.token_to_kv_pool_allocator
+            self.device = alloc.device if alloc is not None else torch.device("cpu")
+            self._on_cpu = torch.device(self.device).type == "cpu"
+            chunk = self.page_size
+            if self.has_mamba:
+                comp = components[MAMBA]
+                chunk = int(getattr(comp, "mamba_checkpoint_grid", None) or self.page_size)
+            self._chunk = chunk
+            cap = -1
+            if self.has_mamba:
+                from sglang.srt.runtime_context import get_exec
+
+                cap = get_exec().mamba.mamba_max_states_per_path
+            self._path_cap = int(cap) if cap is not None else -1
+            self.kv_events = KVCacheEventRecorder(
+                enabled=params.enable_kv_cache_events,
+                page_size=self.page_size,
+                dynamo_format=params.dynamo_kv_event_format,
+                lora_names=params.kv_event_lora_names,
+            )
+            self._tree = _C.RadixTree(
+                page_size=self.page_size,
+                chunk_size=max(chunk, self.page_size) if chunk % self.page_size == 0 or self.page_size % chunk == 0 else self.page_size,
+                lru_policy="consumed",
+                semantics="v0.5.23",
+                kv_only=not self.has_mamba,
+            )
+            self._ns_of: dict = {}
+            self._ns_key: dict = {}
+            self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+            self.reset()
+
+        # ---- ids and namespaces -------------------------------------------------
+
+        def _nid(self, node) -> int:
+            nid = node.id
+            self._nodes[nid] = node
+            return nid
+
+        def _node(self, node_id, arg="node_id"):
+            node = self._nodes.get(node_id) if type(node_id) is int else None
+            if node is None or not node.valid:
+                if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
+                    raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}")
+                node = self._nodes.get(int(node_id))
+                if node is None or not node.valid:
+                    raise KeyError(f"{arg}={node_id} names no live node")
+            return node
+
+        def _tensor(self, arr):
+            """A device tensor over a numpy int64 array the tree handed out (owned, no copy on CPU)."""
+            t = torch.from_numpy(arr)
+            return t if self._on_cpu else t.to(self.device)
+
+        def _namespace(self, key):
+            extra, salt = key.extra_key, key.cache_salt
+            if extra is None and salt is None:
+                return None
+            if extra is not None and not isinstance(extra, str):
+                raise TypeError(f"key.extra_key must be a str or None, not {type(extra).__name__}")
+            ns = self._ns_of.get((extra, salt))
+            if ns is None:
+                ns = f"{'' if extra is None else extra}\x00{'' if salt is None else salt}\x00{len(self._ns_of)}"
+                self._ns_of[(extra, salt)] = ns
+                self._ns_key[ns] = (extra, salt)
+            return ns
+
+        @staticmethod
+        def _tokens(key, arg="key"):
+            if not isinstance(key, RadixKey):
+                raise TypeError(f"{arg} must be a RadixKey, not {type(key).__name__}")
+            if key.is_bigram:
+                raise ValueError(f"{arg}: bigram (EAGLE) keys are served by the Python TreeCore")
+            raw = key.raw_token_ids()
+            return np.frombuffer(raw, dtype=np.int64) if isinstance(raw, (bytes, bytearray)) or hasattr(raw, "typecode") else np.asarray(raw, dtype=np.int64)
+
+        # ---- tree API -----------------------------------------------------------
+
+        def reset(self) -> None:
+            if getattr(self, "_insert_state", None) is not None:
+                self._insert_state = None
+            self._tree.reset()
+            root = self._tree.root
+            self._root = root
+            self._nodes = {root.id: root}
+            self._pin: dict[int, int] = {}
+            self._page_hash: dict[int, tuple] = {}
+            self._insert_state = None
+            self._insert_pending: list = []
+            self._evict_walk: Optional[ComponentType] = None
+            self._evict_quota = 0
+            self._empty_match = MatchResult(
+                device_prefix_len=0,
+                last_device_node=root.id,
+                last_host_node=root.id,
+                best_match_node=root.id,
+                cache_actions=[],
+            )
+
+        def node_by_id(self, node_id):
+            return self._node(node_id)
+
+        def is_write_through_compatible(self) -> bool:
+            return True
+
+        def is_backuped(self, node_id) -> bool:
+            self._node(node_id)
+            return False
+
+        def is_root(self, node_id) -> bool:
+            return self._node(node_id).is_root
+
+        def root_node_handle(self, extra_key=None):
+            return self._root.id
+
+        @property
+        def root_node(self):
+            return self._root
+
+        def get_last_hash_value(self, node_id):
+            self._node(node_id)
+            return None
+
+        def get_prefix_hash_values(self, node_id):
+            self._node(node_id)
+            return []
+
+        def get_hash_values(self, node_id):
+            self._node(node_id)
+            return []
+
+        def backfill_missing_hash_values(self) -> int:
+            return 0
+
+        def dfs_weight_order(self, node_ids):
+            """Request indices in depth-first order, heavier subtrees (more
+            requests ending in them) first, as SGLang's scheduler orders them.
+            Equal-weight siblings follow the tree's child order (namespace,
+            first token), where SGLang's follow child creation order."""
+            at: dict = {}
+            for i, nid in enumerate(node_ids):
+                at.setdefault(self._node(nid), []).append(i)
+            weight = {n: len(ix) for n, ix in at.items()}
+            # Only the paths to the given nodes carry weight: sum it upward.
+            for n, w in list(weight.items()):
+                p = n.parent
+                while p is not None:
+                    weight[p] = weight.get(p, 0) + w
+                    p = p.parent
+            order: list[int] = []
+            stack = [(self._root, False)]
+            while stack:
+                node, visited = stack.pop()
+                if visited:
+                    order.extend(at.get(node, ()))
+                    continue
+                stack.append((node, True))
+                kids = [c for c in node.children if c in weight]
+                kids.sort(key=lambda c: -weight[c])
+                stack.extend((c, False) for c in reversed(kids))
+            return order
+
+        def collect_path_info(self, end_node_ids):
+            from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import TreePathNodeInfo
+
+            out = []
+            for nid in end_node_ids:
+                node = self._node(nid)
+                path = []
+                while not node.is_root:
+                    end = node.prefix_len
+                    parent = node.parent
+                    path.append(
+                        TreePathNodeInfo(
+                            node_id=node.id,
+                            parent_id=parent.id,
+                            path_start=end - len(node.key),
+                            path_end=end,
+                            full_value_len=len(node.key),
+                            num_children=len(node.children),
+                        )
+                    )
+                    self._nodes[parent.id] = parent
+                    node = parent
+                out.append(tuple(reversed(path)))
+            return tuple(out)
+
+        # ---- locks -------------------------------------------------------------
+
+        def inc_lock_ref(self, node_id, skip_lock_components: Sequence = ()):
+            node = self._node(node_id)
+            skipped = tuple(skip_lock_components)
+            if any(ct not in self.component_types for ct in skipped) or FULL in skipped:
+                raise ValueError(
+                    f"skip_lock_components={skipped!r}: only MAMBA can be skipped (FULL is always locked)"
+                )
+            if skipped and self.has_mamba:
+                self._tree.inc_kv_lock(node)  # the path's KV, not the node's state
+            else:
+                self._tree.inc_lock_ref(node)
+            return IncLockRefResult(node_id=node.id, skipped_lock_components=skipped)
+
+        def dec_lock_ref(self, node_id, params, skip_swa: bool = False):
+            node = self._node(node_id)
+            if params is None or params.node_id != node.id:
+                raise ValueError(
+                    f"params: lock receipt anchored on node {getattr(params, 'node_id', None)} "
+                    f"released on node {node.id}"
+                )
+            if self.has_mamba and MAMBA in params.skipped_lock_components:
+                self._tree.dec_kv_lock(node)
+            else:
+                self._tree.dec_lock_ref(node)
+            return DecLockRefResult()
+
+        def dec_swa_lock_only(self, node_id, params):
+            self._node(node_id)
+            return DecSwaLockOnlyResult()
+
+        def inc_full_pin(self, node_id) -> None:
+            # A pin protects the path's KV only, never the node's state.
+            self._tree.inc_kv_lock(self._node(node_id))
+
+        def dec_full_pin(self, node_id) -> None:
+            self._tree.dec_kv_lock(self._node(node_id))
+
+        # ---- match -------------------------------------------------------------
+
+        def _aligned(self, key):
+            toks = self._tokens(key)
+            n = len(toks) // self.page_size * self.page_size
+            return toks[:n] if n != len(toks) else toks
+
+        def match_prefix(self, params):
+            key = params.key
+            toks = self._aligned(key)
+            if len(toks) == 0:
+                return self._empty_match
+            m = self._tree.match_prefix(toks, extra_key=self._namespace(key))
+            kv_node = m.kv_node
+            best = m.node
+            if self.has_mamba:
+                dev_len = len(m.indices)
+                kv_len = m.kv_matched_len
+                grid = self._chunk
+                aligned = kv_len // grid * grid
+                branching = aligned if aligned > dev_len else None
+            else:
+                dev_len = m.kv_matched_len
+                kv_len = dev_len
+                branching = None
+            bid = self._nid(best)
+            # Positional (MatchResult's field order): a keyword NamedTuple build costs microseconds.
+            return _new_match(
+                (dev_len, bid, bid, bid, 0, 0, None, 0, branching, None, kv_len, [],
+                 None if kv_node.is_root else self._nid(kv_node), None)
+            )
+
+        def match_full_device_prefix(self, key):
+            toks = self._aligned(key)
+            node = self._root
+            matched = 0
+            ns = self._namespace(key)
+            # Read-only: walk children without splitting.
+            while matched < len(toks):
+                nxt = None
+                for c in node.children:
+                    if c.extra_key == ns and int(c.key[0]) == int(toks[matched]):
+                        ck = c.key
+                        if len(ck) >= self.page_size and np.array_equal(
+                            ck[: self.page_size], toks[matched : matched + self.page_size]
+                        ):
+                            nxt = c
+                            break
+                if nxt is None:
+                    break
+                ck = nxt.key
+                n = min(len(ck), len(toks) - matched)
+                eq = ck[:n] == toks[matched : matched + n]
+                common = n if eq.all() else int(np.argmin(eq))
+                common = common // self.page_size * self.page_size
+                node = nxt
+                if common < len(ck):
+                    matched += common
+                    return matched, self._nid(node), nxt.prefix_len
+                matched += common
+            return matched, self._nid(node), node.prefix_len
+
+        @property
+        def empty_match_result(self):
+            return self._empty_match
+
+        def supports_fast_match_prefix(self) -> bool:
+            return True
+
+        def is_full_device_evicted(self, node_id) -> bool:
+            self._node(node_id)
+            return False
+
+        def collect_full_device_indices(self, from_node_id, until_node_id):
+            node = self._node(from_node_id, "from_node_id")
+            until = self._node(until_node_id, "until_node_id")
+            if until.is_root:
+                if node.is_root:
+                    return self._empty
+                return self._tensor(self._tree.path_indices(node))
+            chunks = []
+            while node != until:
+                if node.is_root:
+                    raise ValueError("until_node_id is not an ancestor of from_node_id")
+                chunks.append(node.value)
+                node = node.parent
+            if not chunks:
+                return self._empty
+            chunks.reverse()
+            return self._tensor(np.concatenate(chunks))
+
+        # ---- insert ------------------------------------------------------------
+
+        def begin_insert(self, params):
+            if self._insert_state is not None:
+                raise RuntimeError("concurrent insert walks")
+            key = params.key
+            toks = self._aligned(key)
+            n = len(toks)
+            value = params.value
+            if value is None:
+                value_np = toks.copy()
+            else:
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"params.value must be a torch.Tensor, not {type(value).__name__}")
+                if value.numel() < n:
+                    raise ValueError(f"params.value has {value.numel()} indices for a key of {n} tokens")
+                if value.dtype is torch.int64 and value.is_cpu:
+                    value_np = value.numpy()[:n]
+                else:
+                    value_np = value[:n].detach().to("cpu", torch.int64).numpy()
+            state = None
+            if self.has_mamba and n > 0:
+                mv = params.mamba_value
+                if mv is None:
+                    raise ValueError("params.mamba_value is required with a MAMBA component")
+                if not isinstance(mv, torch.Tensor) or mv.numel() != 1:
+                    raise ValueError("params.mamba_value must be a one-element tensor (the state slot)")
+                state = mv.item()
+            if n == 0:
+                return InsertStepResult(
+                    actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._root.id)
+                )
+            prev = int(params.prev_prefix_len or 0)
+            ns = self._namespace(key)
+            r = self._tree.insert(toks, value_np, state, extra_key=ns, prev_prefix_len=prev)
+            actions = []
+            nd = len(r.duplicates)
+            if nd:
+                # The tree's duplicates are always the caller's value[prefix_len - nd : prefix_len]:
+                # hand back that slice of the caller's tensor, as SGLang's core does.
+                src = value if value is not None else torch.from_numpy(value_np)
+                actions.append(FreeDeviceKV([src[r.prefix_len - nd : r.prefix_len]]))
+            node = r.node
+            if state is not None and not r.state_existed and self._path_cap >= 0:
+                actions.append(MambaEvictExcessPathStates(self._nid(node)))
+            if self.kv_events.enabled and r.prefix_len < n:
+                self._record_store(node, key, params.session_id)
+            res = InsertResult(
+                prefix_len=r.prefix_len,
+                last_device_node=self._nid(node),
+                mamba_exist=bool(r.state_existed) if self.has_mamba else False,
+            )
+            return InsertStepResult(actions=actions, result=res)
+
+        def resume_insert(self):
+            raise RuntimeError("no insert walk is suspended")
+
+        def has_ongoing_insert(self) -> bool:
+            return False
+
+        def end_insert(self):
+            return []
+
+        def evict_excess_path_states(self, tail_node_id, device_frees, host_frees, cache_actions) -> None:
+            node = self._node(tail_node_id, "tail_node_id")
+            if self._path_cap < 0 or not self.has_mamba:
+                return
+            slots = self._tree.evict_path_states(node, self._path_cap)
+            if len(slots):
+                device_frees[MAMBA].append(self._tensor(slots))
+
+        # ---- KV events ---------------------------------------------------------
+
+        def _record_store(self, leaf, key, session_id):
+            extra, salt = key.extra_key, key.cache_salt
+            namespaced = extra is not None or salt is not None
+            ps = self.page_size
+            root = _EvNode(RadixKey(array_q([]), None), None, [], [])
+            parent_node = leaf.parent
+            if parent_node.is_root:
+                parent = root
+            else:
+                pv = parent_node.value
+                chain = self._page_hash[int(pv[len(pv) - ps])][0]
+                parent = _EvNode(
+                    RadixKey(array_q(parent_node.key[-ps:]), extra, cache_salt=salt),
+                    root,
+                    [chain],
+                    [chain] if namespaced else None,
+                )
+            ev = _EvNode(RadixKey(array_q(leaf.key), extra, cache_salt=salt), parent)
+            start = len(self.kv_events._queue)
+            self.kv_events.record_store(ev, session_id=session_id)
+            hv = ev.hash_value if not namespaced else compute_node_event_hash_values(ev, ps)
+            seed = self.kv_events._namespace_seed(ev)
+            vals = leaf.value
+            for i, h in enumerate(hv):
+                self._page_hash[int(vals[i * ps])] = (h, namespaced_block_hash(hash_str_to_int64(h), namespace_seed=seed))
+            del start
+
+        def _record_removed(self, kv: np.ndarray):
+            if not self.kv_events.enabled or len(kv) == 0:
+                return
+            ps = self.page_size
+            hashes = []
+            for i in range(0, len(kv), ps):
+                h = self._page_hash.pop(int(kv[i]), None)
+                if h is not None:
+                    hashes.append(h[1])
+            if hashes:
+                self.kv_events.enqueue(BlockRemoved(block_hashes=hashes, medium=StorageMedium.GPU))
+
+        # ---- eviction ----------------------------------------------------------
+
+        def evict_device_start(self, component_type, request_cnt) -> None:
+            self._evict_walk = component_type
+            self._evict_quota = int(request_cnt)
+
+        def evict_device_next_node(self, component_type, tracker):
+            res = EvictDeviceNextNodeResult()
+            if tracker[component_type] >= self._evict_quota:
+                return res
+            if component_type == MAMBA:
+                if not self.has_mamba:
+                    return res
+                r = self._tree.evict_mamba(1)
+            else:
+                r = self._tree.evict_full(1)
+            if r.tokens_evicted == 0 and r.states_evicted == 0:
+                return res
+            res.made_progress = True
+            if len(r.kv_indices):
+                self._record_removed(r.kv_indices)
+                res.device_frees[FULL].append(self._tensor(r.kv_indices))
+                res.tracker[FULL] += int(r.tokens_evicted)
+            if len(r.state_slots):
+                res.device_frees[MAMBA].append(self._tensor(r.state_slots))
+                res.tracker[MAMBA] += int(r.states_evicted)
+            return res
+
+        def evict_device_end(self, component_type) -> None:
+            self._evict_walk = None
+
+        def evict_device_leaf(self, node_id, is_write_back):
+            raise RuntimeError("evict_device_next_node never hands out a leaf in this TreeCore")
+
+        def finish_mamba_state_eviction(self, node_id):
+            raise RuntimeError("no Mamba backup is pending (no host tier)")
+
+        def finish_swa_state_eviction(self, node_id):
+            raise RuntimeError("no SWA component")
+
+        # ---- sizes -------------------------------------------------------------
+
+        def full_evictable_size(self) -> int:
+            return self._tree.full_evictable_size()
+
+        def full_protected_size(self) -> int:
+            return self._tree.full_protected_size()
+
+        def mamba_evictable_size(self) -> int:
+            return self._tree.mamba_evictable_size() if self.has_mamba else 0
+
+        def mamba_protected_size(self) -> int:
+            return self._tree.mamba_protected_size() if self.has_mamba else 0
+
+        def swa_evictable_size(self) -> int:
+            return 0
+
+        def swa_protected_size(self) -> int:
+            return 0
+
+        def evictable_size(self) -> int:
+            return self.full_evictable_size()
+
+        def protected_size(self) -> int:
+            return self.full_protected_size()
+
+        def component_evictable_size(self, component_type) -> int:
+            if component_type == FULL:
+                return self.full_evictable_size()
+            if component_type == MAMBA:
+                return self.mamba_evictable_size()
+            return 0
+
+        def component_protected_size(self, component_type) -> int:
+            if component_type == FULL:
+                return self.full_protected_size()
+            if component_type == MAMBA:
+                return self.mamba_protected_size()
+            return 0
+
+        def adjust_component_size(self, node_id, component_type, delta) -> None:
+            raise NotImplementedError("adjust_component_size: no component changes its backing here")
+
+        def total_size(self):
+            full = self.full_evictable_size() + self.full_protected_size()
+            aux = self.mamba_evictable_size() + self.mamba_protected_size()
+            return full, aux
+
+        def all_values_flatten(self):
+            vals = [n.value for n in self._tree.lru_order("full")]
+            if not vals:
+                return self._empty
+            return self._tensor(np.concatenate(vals))
+
+        def all_mamba_values_flatten(self):
+            if not self.has_mamba:
+                return self._empty
+            s = [n.state for n in self._tree.lru_order("mamba")]
+            return torch.tensor(s, dtype=torch.int64, device=self.device)
+
+        def walk_for_kv_canary(self, unlocked_only, swa_resident_only):
+            slots, pos, prev = [], [], []
+            stack = [(self._root, -1)]
+            while stack:
+                node, last = stack.pop()
+                if not node.is_root:
+                    v = node.value
+                    start = node.prefix_len - len(v)
+                    lock_ok = not unlocked_only or node.full_lock_ref == 0
+                    for i, s in enumerate(v):
+                        if lock_ok:
+                            slots.append(int(s))
+                            pos.append(start + i)
+                            prev.append(last)
+                        last = int(s)
+                for c in node.children:
+                    stack.append((c, last))
+            t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)  # noqa: E731
+            return RadixCacheWalkResult(slot_indices=t(slots), positions=t(pos), prev_slot_indices=t(prev))
+
+        # ---- component values --------------------------------------------------
+
+        def get_component_device_value(self, node_id, component_type):
+            node = self._node(node_id)
+            if component_type == FULL:
+                return None if node.is_root else self._tensor(node.value)
+            if component_type == MAMBA and self.has_mamba:
+                s = node.state
+                return None if s is None else torch.tensor([s], dtype=torch.int64, device=self.device)
+            return None
+
+        def set_component_device_value(self, node_id, component_type, value) -> None:
+            raise NotImplementedError(
+                "set_component_device_value: values reach this TreeCore through insert only"
+            )
+
+        def component_has_host_value_only(self, node_id, component_type) -> bool:
+            self._node(node_id)
+            return False
+
+        # ---- checks and printing -----------------------------------------------
+
+        def sanity_check(self, ongoing_write_through=(), ongoing_load_back=()) -> None:
+            try:
+                self._tree.sanity_check()
+            except _C.InvariantError as e:
+                raise AssertionError(str(e)) from e
+
+        def pretty_print(self) -> None:
+            self._tree.pretty_print()
+
+        # ---- host tier and friends: served by the Python TreeCore -------------
+
+        def set_hicache_enabled(self) -> None:
+            raise NotImplementedError(
+                "set_hicache_enabled: the HiCache host tier is served by SGLang's Python TreeCore"
+            )
+
+        def set_host_memory_buffer_only(self) -> None:
+            raise NotImplementedError(
+                "set_host_memory_buffer_only: the HiCache host tier is served by SGLang's Python TreeCore"
+            )
+
+        def inc_host_lock_ref(self, node_id):
+            self._node(node_id)
+            return IncLockRefResult(node_id=int(node_id))
+
+        def dec_host_lock_ref(self, node_id, params):
+            self._node(node_id)
+            return DecLockRefResult()
+
+        def drive_host_eviction(self, component_type, num_tokens):
+            from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import DriveHostEvictionResult
+
+            return DriveHostEvictionResult()
+
+    for _name in (
+        "snapshot_buffer_backup",
+        "validate_buffer_backup",
+        "dec_window_lock_only",
+        "drop_subtree_no_host",
+        "demote",
+        "insert_host",
+        "build_backup_spec",
+        "build_backup_kv_action",
+        "build_storage_backup_spec",
+        "build_hicache_transfers",
+        "build_load_back_spec",
+        "prefetch_anchor_info",
+        "commit_hicache_transfers",
+        "commit_backup",
+        "commit_load_back",
+        "finish_load_back",
+        "build_external_linker_offload_transfers",
+        "mark_external_cache_stored_path",
+        "mark_external_linker_offload_pending",
+        "finish_external_linker_offload",
+        "mark_write_through_pending",
+        "finish_write_through",
+        "swa_tombstone_ranges",
+        "attach_swa_window",
+    ):
+        setattr(Core, _name, _unserved(_name))
+    Core.__abstractmethods__ = frozenset()
+    Core.__name__ = Core.__qualname__ = "MambaradixTreeCore"
+    return Core
+
+
+_INSPECTOR = None
+
+
+def inspection_core_class():
+    """The TreeCore with SGLang's test-kit inspection interface
+    (``sglang.test.kits.unified_radix_cache``'s ``UnifiedTreeCoreInspectionInterface``),
+    for SGLang-style unit suites.  Read-side inspection is served; the kit's
+    white-box mutators (raw value / lock / size writes) raise NotImplementedError:
+    the C tree's internals are only changed through its operations."""
+    global _INSPECTOR
+    if _INSPECTOR is not None:
+        return _INSPECTOR
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
+        UnifiedTreeCoreInspectionInterface,
+    )
+
+    FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+    Core = _core_class()
+
+    class Inspector(Core, UnifiedTreeCoreInspectionInterface):
+        def contains_node(self, node_id):
+            node = self._nodes.get(int(node_id))
+            return node is not None and node.valid
+
+        def get_parent_node_id(self, node_id):
+            parent = self._node(node_id).parent
+            return None if parent is None else self._nid(parent)
+
+        def get_child_node_ids(self, node_id):
+            return [self._nid(c) for c in self._node(node_id).children]
+
+        def get_node_key_length(self, node_id):
+            return len(self._node(node_id).key)
+
+        def get_node_token_ids(self, node_id):
+            return [int(t) for t in self._node(node_id).key]
+
+        def is_node_key_bigram(self, node_id):
+            self._node(node_id)
+            return False
+
+        def get_component_host_value(self, node_id, component_type):
+            self._node(node_id)
+            return None
+
+        def get_component_device_lock_ref(self, node_id, component_type):
+            node = self._node(node_id)
+            if node.is_root:
+                return 1  # SGLang's root holds one reference of each component
+            if component_type == FULL:
+                return node.full_lock_ref
+            if component_type == MAMBA and self.has_mamba:
+                return node.state_lock_ref
+            return 0
+
+        def get_component_host_lock_ref(self, node_id, component_type):
+            self._node(node_id)
+            return 0
+
+        def get_node_hit_count(self, node_id):
+            self._node(node_id)
+            return 0
+
+        def get_write_through_pending_id(self, node_id):
+            self._node(node_id)
+            return None
+
+        def is_external_cache_stored(self, node_id):
+            self._node(node_id)
+            return False
+
+        def is_node_in_device_lru(self, node_id, component_type):
+            node = self._node(node_id)
+            if node.is_root:
+                return False
+            # SGLang's FULL eviction orders by access time, not through a device LRU list.
+            return component_type == MAMBA and self.has_mamba and node.state is not None
+
+        def is_node_in_host_lru(self, node_id, component_type):
+            self._node(node_id)
+            return False
+
+        def get_component_device_lru_node_ids(self, component_type):
+            if component_type == MAMBA and self.has_mamba:
+                return [self._nid(n) for n in self._tree.lru_order("mamba")]
+            return []
+
+        def is_device_leaf(self, node_id):
+            node = self._node(node_id)
+            return (not node.is_root and not node.children and node.full_lock_ref == 0
+                    and (node.state_lock_ref == 0))
+
+        def is_device_evictable_leaf(self, node_id):
+            node = self._nodes.get(int(node_id))
+            return node is not None and node.valid and self.is_device_leaf(node_id)
+
+        def is_host_evictable_leaf(self, node_id):
+            return False
+
+        def get_all_node_ids(self):
+            out, stack = [], [self._root]
+            while stack:
+                n = stack.pop()
+                out.append(self._nid(n))
+                stack.extend(n.children)
+            return out
+
+    def _no_raw_writes(name):
+        def method(self, *a, **k):
+            raise NotImplementedError(f"{name}: the C tree is changed only through its operations")
+
+        method.__name__ = name
+        return method
+
+    for name in (
+        "set_node_hash_values", "set_component_device_value_raw", "set_component_host_value_raw",
+        "set_component_device_lock_ref", "remove_node_from_device_lru", "insert_node_into_host_lru",
+        "set_component_evictable_size", "set_component_protected_size", "update_duplicate_tracking",
+        "advance_insert_walk_once", "evict_component", "validate_cascade_evict",
+        "cleanup_tombstone_ancestors", "finalize_component_match_result", "build_backup_node_ids",
+    ):
+        setattr(Inspector, name, _no_raw_writes(name))
+    Inspector.__abstractmethods__ = frozenset()
+    Inspector.__name__ = Inspector.__qualname__ = "MambaradixTreeCoreInspector"
+    _INSPECTOR = Inspector
+    return Inspector
+
+
+def array_q(tokens):
+    from array import array
+
+    return array("q", [int(t) for t in tokens])
+
+
+def __getattr__(name):
+    if name == "MambaradixTreeCoreClass":
+        return _core_class()
+    raise AttributeError(name)

@@ -1,0 +1,210 @@
+"""mambaradix's TreeCore against SGLang 0.5.23's own Python TreeCore.
+
+Run by tests/test_sglang_unified.py in a subprocess that loads SGLang 0.5.23
+(see sgl_env.py).  MAMBARADIX_DIFF_OPS scales the differential run (the
+nightly script sets it high)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+
+import pytest
+import torch
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefParams,
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+from sglang.test.kits.unified_radix_cache.config import CacheConfig
+
+import dual
+import mambaradix.sglang.unified as mr_unified
+
+OPS = int(os.environ.get("MAMBARADIX_DIFF_OPS", "700"))
+SEED = int(os.environ.get("MAMBARADIX_DIFF_SEED", "0"))
+CONFIGS = dual.configs()
+
+
+@pytest.mark.parametrize("cfg,strategy", CONFIGS, ids=[f"{c.label}-{s}" for c, s in CONFIGS])
+def test_differential(cfg, strategy):
+    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size)
+    steps = d.run(OPS)
+    assert steps >= OPS
+    assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
+
+
+MAMBA_CONFIGS = [(c, s) for c, s in CONFIGS if c.has_mamba]
+
+
+@pytest.mark.parametrize("cfg,strategy", MAMBA_CONFIGS, ids=[f"{c.label}-{s}" for c, s in MAMBA_CONFIGS])
+def test_differential_mamba_max_states_per_path(cfg, strategy):
+    d = dual.Differ(cfg, strategy, seed=SEED + 2000 + cfg.page_size, path_cap=1 + cfg.page_size % 2)
+    assert d.b.core._path_cap >= 1
+    assert d.run(OPS // 2) >= OPS // 2
+
+
+def test_differential_covers_ten_thousand_ops():
+    if os.environ.get("MAMBARADIX_UNDER_ASAN"):
+        pytest.skip("the sanitizer pass runs fewer operations; the plain run does 10^4")
+    assert OPS * len(CONFIGS) >= 10_000
+
+
+def test_registered_name_selects_native_core(monkeypatch):
+    mr_unified.register()
+    mr_unified.register()  # idempotent
+    from sglang.srt.environ import envs
+
+    cfg = CacheConfig(page_size=4, components=(ComponentType.FULL, ComponentType.MAMBA), enable_mamba_extra_buffer=True)
+    from unittest import mock
+
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    # build_fixture pins "python" unless its module-level default is cleared.
+    with envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.override("mambaradix"), mock.patch.object(
+        fixtures, "TREE_CORE_TEST_BACKEND", None
+    ):
+        cache, _, _ = dual.build(cfg, None)
+    assert type(cache.tree_core).__name__ == "MambaradixTreeCore"
+
+
+@pytest.mark.parametrize(
+    "cfg,kwargs,reason",
+    [
+        (CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4), {}, "components"),
+        (CacheConfig(page_size=1, components=(ComponentType.FULL,)), {"enable_session_radix_cache": True}, "session"),
+        (CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="lfu"), {}, "eviction policy"),
+    ],
+)
+def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"):
+        with mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+            cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix", **kwargs)
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any(reason in r.getMessage() and "Python TreeCore" in r.getMessage() for r in caplog.records)
+
+
+def test_hicache_server_setting_falls_back(caplog):
+    """HiCache is switched on by server arguments after the cache is built; the
+    factory reads them and hands the whole cache to the Python core."""
+    import functools
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    args = functools.partial(fixtures.ServerArgs, enable_hierarchical_cache=True)
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"), mock.patch.object(
+        fixtures, "ServerArgs", args
+    ), mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix")
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any("HiCache" in r.getMessage() for r in caplog.records)
+
+
+def _key(tokens):
+    return RadixKey(array("q", tokens))
+
+
+def test_errors_name_the_argument_and_never_poison_the_core():
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=5)
+    d.run(60)
+    side = d.b
+    core, cache = side.core, side.cache
+    bad_calls = [
+        (lambda: core.inc_lock_ref("x"), TypeError, "node_id"),
+        (lambda: core.inc_lock_ref(10**9), KeyError, "node_id"),
+        (lambda: core.dec_lock_ref(core.root_node_handle(), DecLockRefParams(node_id=12345)), ValueError, "params"),
+        (lambda: core.match_prefix(MatchPrefixParams(key=[1, 2, 3])), TypeError, "key"),
+        (
+            lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=[1, 2, 3], mamba_value=torch.tensor([0]))),
+            TypeError,
+            "params.value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1]), mamba_value=torch.tensor([0]))
+            ),
+            ValueError,
+            "params.value",
+        ),
+        (lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]))), ValueError, "mamba_value"),
+        (lambda: core.collect_full_device_indices(core.root_node_handle(), 10**9), KeyError, "until_node_id"),
+    ]
+    for call, exc, name in bad_calls:
+        before = d.snapshot(side)
+        with pytest.raises(exc, match=name):
+            call()
+        core.sanity_check([], [])
+        assert d.snapshot(side)["sizes"] == before["sizes"]
+    # An unlock of an unlocked node is refused and changes nothing.
+    m = cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
+    if not core.is_root(m.best_match_node):
+        with pytest.raises(ValueError):
+            core.dec_lock_ref(m.best_match_node, DecLockRefParams(node_id=m.best_match_node))
+        core.sanity_check([], [])
+    # Still in lockstep with SGLang's core afterwards.
+    d.a.cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
+    d.run(200)
+
+
+def test_memory_per_cached_token_is_reported():
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=3)
+    d.run(100)
+    tree = d.b.core._tree
+    tokens = sum(d.b.core.total_size()[:1])
+    assert tree.memory_bytes() > 0 and (tokens == 0 or tree.memory_bytes() / tokens < 200)
+
+
+def test_readme_snippet_runs_as_written():
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    block = re.search(r"## SGLang 0\.5\.23 TreeCore.*?```python\n(.*?)```", readme, re.S).group(1)
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), {})
+    assert out.getvalue().split() == ["MambaradixTreeCore", "3"]
+
+
+def test_dfs_weight_order_matches_sglang_up_to_equal_weight_ties():
+    """The same order shape as SGLang's core (per position, the weight of the
+    request's branch); only equal-weight siblings may swap."""
+    import random
+
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL,))
+    d = dual.Differ(cfg, "none", seed=9)
+    d.run(150)
+    rng = random.Random(4)
+    for _ in range(30):
+        picks = [[rng.randint(1, 4) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 12))]
+        seqs = []
+        for side in (d.a, d.b):
+            ids = [side.cache.match_prefix(MatchPrefixParams(key=_key(p))).last_device_node for p in picks]
+            order = side.cache.dfs_weight_order(ids)
+            assert sorted(order) == list(range(len(picks)))
+            # Each request's matched path, in the order given; and the weight of its root branch.
+            paths = [tuple(side.core.collect_full_device_indices(i, side.core.root_node_handle()).tolist()) for i in ids]
+            branch = [p[:1] for p in paths]
+            weights = [branch.count(branch[i]) for i in order]
+            seqs.append((weights, sorted(paths)))
+        assert seqs[0] == seqs[1]
+    d.run(50)
