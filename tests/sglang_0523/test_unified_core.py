@@ -175,7 +175,7 @@ def test_readme_snippet_runs_as_written():
     import re
 
     readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-    block = re.search(r"## SGLang 0\.5\.23 TreeCore.*?```python\n(.*?)```", readme, re.S).group(1)
+    block = re.search(r"## SGLang 0\.5\.23 TreeCore.*?```python sglang-0\.5\.23\n(.*?)```", readme, re.S).group(1)
     import contextlib
     import io
 
