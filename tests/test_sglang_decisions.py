@@ -487,3 +487,39 @@ def test_sglang_source_is_the_wheels() -> None:
     """The functions compared above are v0.5.15's text, not a paraphrase."""
     src = S.source_of("srt/managers/schedule_batch.py", "ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend")
     assert "_force_track_h(req.mamba_branching_seqlen)" in src
+
+
+# --------------------------------------------------------------------------
+# what the forward does with track_seqlen (tests/kernel_inputs.py)
+
+
+def test_kernel_inputs_model_matches_sglangs_backend() -> None:
+    """tracked_length, which the lifecycle tests' stand-in forward uses, is
+    what SGLang's MambaAttnBackendBase._init_track_ssm_indices makes of the
+    same inputs: the final state when track_seqlen - prefix is a multiple of
+    C, else h[(track_seqlen - prefix) // C] (the state after prefix + that
+    many chunks)."""
+    from kernel_inputs import tracked_length
+
+    class GDNBackend:  # not Mamba2AttnBackend: h holds one state per started chunk
+        device = "cpu"
+
+    fn = S.load_functions("srt/layers/attention/hybrid_linear_attn_backend.py",
+                          ["MambaAttnBackendBase._init_track_ssm_indices"],
+                          dict(_ENV, Mamba2AttnBackend=type("Mamba2AttnBackend", (), {})))._init_track_ssm_indices
+    for C in (1, 4, 8):
+        SA.mamba_cache_chunk_size = C
+        for P, E in itertools.product(range(0, 2 * C + 2), range(C, 4 * C + 2)):
+            seqlens = {P + E} | {b + 1 for b in range(C, P + E, C) if P < b < P + E and (b - P) % C == 0}
+            for tsl in sorted(seqlens):
+                fb = types.SimpleNamespace(
+                    mamba_track_mask=torch.tensor([True]), extend_seq_lens=torch.tensor([E]),
+                    mamba_track_indices=torch.tensor([5]), mamba_track_seqlens=torch.tensor([tsl]),
+                    extend_prefix_lens=torch.tensor([P]))
+                h_src, h_dst, f_src, f_dst = fn(GDNBackend(), torch.tensor([9]), fb)
+                if len(f_src):
+                    got = P + E                                   # last_recurrent_state
+                else:
+                    assert len(h_src) == 1
+                    got = P + int(h_src[0]) * C                   # h[k]: state after k chunks
+                assert tracked_length(P, E, tsl, C) == got, (C, P, E, tsl)
