@@ -18,8 +18,15 @@ from __future__ import annotations
 
 
 def tracked_length(prefix_len: int, extend_len: int, track_seqlen: int, chunk: int) -> int:
-    """The sequence length whose state the forward writes to the track slot."""
+    """The sequence length whose state the forward writes to the track slot.
+    AssertionError when the inputs point outside this request's ``h`` (the
+    chunked kernel keeps ``(extend_len - 1) // chunk + 1`` of them): the
+    backend would read another request's state."""
     L = track_seqlen - prefix_len
     if L % chunk == 0:
         return prefix_len + extend_len
-    return prefix_len + (L // chunk) * chunk
+    k = L // chunk
+    assert 0 <= k < (extend_len - 1) // chunk + 1, (
+        "track_seqlen %d after prefix %d points at h[%d]; the extend of %d tokens has %d"
+        % (track_seqlen, prefix_len, k, extend_len, (extend_len - 1) // chunk + 1))
+    return prefix_len + k * chunk

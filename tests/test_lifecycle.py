@@ -239,6 +239,44 @@ def test_chunked_prefill_snapshots_relative_to_chunk_start() -> None:
     assert loop.run(toks + [999]) == 264
 
 
+@pytest.mark.parametrize("extend", [C - 1, C, C + 1])
+def test_an_extend_of_exactly_one_chunk_is_tracked(extend: int) -> None:
+    """A prompt of C - 1, C, C + 1 tokens: the snapshot is taken when the
+    extend has at least C tokens (at C), and the next request hits it."""
+    for loop in (Loop(extra_buffer=True, overlap=False), Loop(extra_buffer=True)):
+        toks = list(range(1, extend + 1))
+        assert loop.run(toks) == 0
+        assert loop.run(toks + [999, 998]) == (C if extend >= C else 0)
+
+
+def test_branching_point_at_a_chunk_end() -> None:
+    """Chunked prefill (256) of a(1) + a(3) after a(1) + a(2) was cached: the
+    match reports the branching point 256, which is the first piece's end.
+    That piece tracks its own end (its final state, not an h past its
+    chunks); a(1) + a(4) then hits 256 with the state at 256."""
+    a = lambda v: [v] * 256  # noqa: E731
+    loop = Loop(extra_buffer=True)
+    assert loop.run(a(1) + a(2)) == 0
+    loop.chunk = 256
+    assert loop.run(a(1) + a(3)) == 0
+    assert loop.run(a(1) + a(4)) == 256
+
+
+def test_branching_point_equal_to_the_prefix_is_no_branch() -> None:
+    """Cached: a(1) + a(2) (state at 512) and, from a(1) + a(3), the state at
+    the branching point 256.  a(1) + a(2)[:40] + 100 new tokens matches 296
+    KV tokens with the state at 256: the aligned branching point is the
+    prefix itself, so the usual point is tracked, 256 + (140 // 64) * 64 =
+    384, and a follow-up hits it."""
+    a = lambda v: [v] * 256  # noqa: E731
+    loop = Loop(extra_buffer=True)
+    assert loop.run(a(1) + a(2)) == 0
+    assert loop.run(a(1) + a(3)) == 0
+    third = a(1) + a(2)[:40] + list(range(1000, 1100))
+    assert loop.run(third) == 256
+    assert loop.run(third + [5, 6]) == 384
+
+
 def test_decode_boundaries_cache_interval_multiples() -> None:
     """Output >= 2: end-of-prefill caching clears the tracked length; a
     decode step that reaches a multiple of the interval snapshots again."""

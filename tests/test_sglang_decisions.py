@@ -456,11 +456,14 @@ def test_match_cap_matches_sglang() -> None:
     for page in (1, 4):
         st = _C.SlotAllocator(4 * L)
         kv = _C.SlotAllocator(64 * L, page)
-        lc = _C.Lifecycle(st, kv, _C.ReqPool(8, 4 * L, 2), page_size=page, chunk_size=max(4, page),
+        rp = _C.ReqPool(8, 4 * L, 2)
+        lc = _C.Lifecycle(st, kv, rp, page_size=page, chunk_size=max(4, page),
                           extra_buffer=True, track_buffer_size=2)
         toks = list(range(1, L + 1))
+        state_at = {}
         for n in range(page, L + 1, page):
-            lc.insert(toks[:n], kv.alloc(n), lc.alloc_state())
+            state_at[n] = lc.alloc_state()
+            lc.insert(toks[:n], kv.alloc(n), state_at[n])
         for n in range(0, L + 3):
             cap = SGReq()._compute_max_prefix_len(n)
             assert match_key_limit(n, True) == cap
@@ -472,7 +475,16 @@ def test_match_cap_matches_sglang() -> None:
             key = toks[:n] if n <= L else toks + [999] * (n - L)
             out = lc.prefill_batch([key])
             assert out is not None
-            assert int(out["prefix_len"][0]) == min(cap, L) // page * page, (page, n)
+            hit = min(cap, L) // page * page
+            assert int(out["prefix_len"][0]) == hit, (page, n)
+            # the deferred copy-on-write: the node's state into the request's
+            # running slot (SGLang: mamba_cow_src_index = the node's mamba_value)
+            row = int(out["rows"][0])
+            if hit:
+                assert int(out["cow_src"][0]) == state_at[hit]
+                assert int(out["cow_dst"][0]) == int(rp.state_map[row]) and out["clear"][0] == -1
+            else:
+                assert out["cow_src"][0] == -1 and out["clear"][0] == int(rp.state_map[row])
             lc.finish_batch(out["rows"], [key], is_insert=False)
             lc.check()
     # the logprob cap of the drop-in Req

@@ -42,7 +42,7 @@ T_DRIVER = ["tests/test_driver.py"]
 T_TREE = ["tests/test_tree_sglang_flows.py", "tests/test_tree_handles.py", "tests/test_tree_bad_input.py",
           "tests/test_tree_differential.py"]
 T_POOLS = ["tests/test_pools.py"]
-T_KERN = ["tests/test_kernels_cpu.py", "tests/test_dlpack.py"]
+T_KERN = ["tests/test_kernels_cpu.py", "tests/test_kernels_numpy.py", "tests/test_dlpack.py"]
 
 
 @dataclass
@@ -125,7 +125,7 @@ MUTANTS: List[Mutant] = [
     Mutant("SA_OWNER", "csrc/slot_alloc.c", "        s->owner[u] = MR_OWNER_FREE;\n        if (front) {",
            "        if (front) {", T_POOLS + T_LIFE, "free does not clear the owner"),
     Mutant("SA_FRONT", "csrc/slot_alloc.c", "int64_t u = idx[front ? k - 1 - i : i];", "int64_t u = idx[i];",
-           T_POOLS, "front free reverses the order of the freed units"),
+           T_POOLS + T_DROPIN + T_LIFE, "paged KV free puts the freed pages back in reverse order"),
     # ---- kernels' C twins (csrc/kernels_cpu.c)
     Mutant("K_COPY", "csrc/kernels_cpu.c", "memcpy(row_ptr(d, l, dst[i]), row_ptr(d, l, src[i]), (size_t)d->row_bytes);",
            "memcpy(row_ptr(d, l, src[i]), row_ptr(d, l, dst[i]), (size_t)d->row_bytes);", T_KERN + T_DROPIN,
