@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mambaradix import _C  # noqa: E402
+from seeds import seeds  # noqa: E402
 from mambaradix.sglang import (  # noqa: E402
     CacheInitParams,
     EvictParams,
@@ -450,3 +451,37 @@ def test_admission_rejects_slots_the_request_does_not_own() -> None:
         pool.alloc([other])
     assert other.req_pool_idx is None
     _check(tree, pool, alloc)
+
+
+@pytest.mark.parametrize("seed", seeds(2))
+def test_paged_allocator_order_matches_sglangs(seed) -> None:
+    """The same random allocs and frees (several pages at a time) through our
+    PagedTokenToKVPoolAllocator and SGLang's own (from the wheel): the same
+    indices, in the same order, every time."""
+    import random
+
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    sg = _sglang()
+    rng = random.Random(seed)
+    ps = 4
+    with sg.active():
+        theirs = sg.PagedTokenToKVPoolAllocator(size=128, page_size=ps, dtype=torch.float32, device="cpu",
+                                                kvcache=None, need_sort=False)
+        ours = PagedTokenToKVPoolAllocator(size=128, page_size=ps, dtype=torch.float32, device="cpu",
+                                           kvcache=None, need_sort=False)
+        held = []
+        for step in range(400):
+            if held and rng.random() < 0.45:
+                k = min(len(held), rng.randint(1, 3))       # free several allocations at once
+                pick = [held.pop(rng.randrange(len(held))) for _ in range(k)]
+                theirs.free(torch.cat([p[0] for p in pick]))
+                ours.free(torch.cat([p[1] for p in pick]))
+            else:
+                n = ps * rng.randint(1, 3)
+                a, b = theirs.alloc(n), ours.alloc(n)
+                assert (a is None) == (b is None), step
+                if a is not None:
+                    assert b.tolist() == a.tolist(), step
+                    held.append((a, b))
+            assert ours.available_size() == theirs.available_size(), step
