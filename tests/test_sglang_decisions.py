@@ -356,14 +356,11 @@ def test_driver_decode_track_due_matches_sglang() -> None:
 # keep / other ping-pong indices: the slot cache_unfinished_req donates
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("nxt", [0, 1])
+@pytest.mark.parametrize("mode,nxt", [(m, n) for m in sorted(MODES) for n in range(MODES[m][1])])
 def test_donated_slot_is_sglangs_keep_index(mode, nxt) -> None:
     """cache_unfinished gives the tree track[keep] with SGLang's keep index,
     and the request's buffer gets a fresh slot in that place only."""
     lazy, pp = MODES[mode]
-    if nxt >= pp:
-        pytest.skip("one ping-pong slot")
     SA.lazy = lazy
     st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(64), _C.ReqPool(4, 1 << 16, pp)
     lc = _C.Lifecycle(st, kv, rp, extra_buffer=True, lazy=lazy, track_buffer_size=pp, track_interval=256,
