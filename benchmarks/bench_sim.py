@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_SECONDS = 10.0
+EXPAND_TARGET_SECONDS = 2.0   # expanding the bundled trace (was a test's wall-clock bound)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "token_hit_rate": m.token_hit_rate,
         "kv_hit_rate": m.kv_hit_rate,
         "target_seconds": TARGET_SECONDS,
+        "expand_target_seconds": EXPAND_TARGET_SECONDS,
         "cpus": os.cpu_count(),
     }
     if args.json:
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Mooncake conversation trace: {stats['requests']:,} requests, "
           f"{stats['prompt_tokens']:,} prompt tokens (states=none, {args.state_slots} slots, "
           f"{args.kv_tokens:,} KV tokens, policy {args.policy})")
-    print(f"  trace expansion {t_expand:7.2f} s")
+    print(f"  trace expansion {t_expand:7.2f} s  (target <= {EXPAND_TARGET_SECONDS:.0f} s)")
     print(f"  Python driver   {driver:7.2f} s")
     print(f"  C cache         {cache:7.2f} s")
     print(f"  total           {total:7.2f} s  ({result['prompt_tokens_per_second'] / 1e6:.1f}M "

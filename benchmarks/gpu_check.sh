@@ -4,8 +4,11 @@
 #
 #   bash benchmarks/gpu_check.sh
 #
-#   1. install the wheels carried in .whl/ (fla-core for the realism test)
-#      into /tmp/site, without a registry;
+#   1. install the wheels carried in .whl/ (fla-core 0.6.0 and einops for
+#      the realism test) into /tmp/site, without a registry.  .whl/ is not
+#      tracked: fill it where a registry is reachable, then carry it to the
+#      GPU machine with the checkout:
+#        python3 -m pip download --no-deps -d .whl "fla-core==0.6.0" einops;
 #   2. build the extension in place with CUDA (MAMBARADIX_CUDA=1);
 #   3. pytest: tests/test_kernels_gpu.py tests/test_dlpack.py, the drop-in
 #      batch under torch.cuda's sync debug mode
@@ -67,7 +70,7 @@ if ls .whl/*.whl > /dev/null 2>&1; then
         --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 else
-    printf '%-12s %-8s %5ss  %s\n' wheels SKIPPED 0 "(no .whl/ directory)" >> "$SUMMARY"
+    printf '%-12s %-8s %5ss  %s\n' wheels SKIPPED 0 "(no .whl/: the FLA realism test will skip)" >> "$SUMMARY"
 fi
 
 # ---- 2. build ------------------------------------------------------------

@@ -6,7 +6,10 @@ decode boundaries, cache_finished_req.
 A stand-in "forward" writes into the state pool a fingerprint of exactly
 the tokens a state has consumed (running slot after every step, track slot
 at every snapshot), so every hit can be checked: the state a request copies
-from the tree must be the fingerprint of the prefix it was given.
+from the tree must be the fingerprint of the prefix it was given.  The
+prefill snapshot is taken where the kernel's inputs (``track_seqlen``, the
+mask) put it (tests/kernel_inputs.py), never at the length the decision
+code meant, so a wrong ``track_seqlen`` shows as a wrong state at a hit.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 import pytest
+from kernel_inputs import tracked_length
 
 torch = pytest.importorskip("torch")
 
@@ -83,6 +87,7 @@ class Loop:
         return float(self.temporal[0, slot, 0, 0, 0])
 
     def set_state(self, slot: int, v: float) -> None:
+        assert slot >= 1, "no slot (-1) or the padding slot: a negative index would write another slot"
         self.temporal[0, slot, 0, 0, 0] = v
 
     def check(self) -> None:
@@ -126,9 +131,9 @@ class Loop:
         if P > 0:
             assert self.state(run) == fingerprint(tokens[:P]), "a hit handed out the wrong state"
         if self.extra:
-            slot, mask, _ = self.tree.prepare_extend_track(req, P, E)
+            slot, mask, seqlen = self.tree.prepare_extend_track(req, P, E)
             if mask:
-                self.set_state(slot, fingerprint(tokens[: req.mamba_last_track_seqlen]))
+                self.set_state(slot, fingerprint(tokens[: tracked_length(P, E, seqlen, C)]))
         self.set_state(run, fingerprint(tokens[:end]))
 
     def decode(self, req: Req, token: int, finished: bool = False) -> None:
@@ -140,7 +145,7 @@ class Loop:
         req.kv_committed_len = req.kv_allocated_len = seq
         slot, mask = self.tree.decode_track(req, seq)
         tokens = list(req.origin_input_ids) + list(req.output_ids)
-        if mask:
+        if mask and self.extra:  # no_buffer tracks nothing
             self.set_state(slot, fingerprint(tokens[:seq]))
         self.set_state(int(req.mamba_pool_idx), fingerprint(tokens[:seq]))
         if finished:
@@ -234,6 +239,44 @@ def test_chunked_prefill_snapshots_relative_to_chunk_start() -> None:
     assert loop.run(toks + [999]) == 264
 
 
+@pytest.mark.parametrize("extend", [C - 1, C, C + 1])
+def test_an_extend_of_exactly_one_chunk_is_tracked(extend: int) -> None:
+    """A prompt of C - 1, C, C + 1 tokens: the snapshot is taken when the
+    extend has at least C tokens (at C), and the next request hits it."""
+    for loop in (Loop(extra_buffer=True, overlap=False), Loop(extra_buffer=True)):
+        toks = list(range(1, extend + 1))
+        assert loop.run(toks) == 0
+        assert loop.run(toks + [999, 998]) == (C if extend >= C else 0)
+
+
+def test_branching_point_at_a_chunk_end() -> None:
+    """Chunked prefill (256) of a(1) + a(3) after a(1) + a(2) was cached: the
+    match reports the branching point 256, which is the first piece's end.
+    That piece tracks its own end (its final state, not an h past its
+    chunks); a(1) + a(4) then hits 256 with the state at 256."""
+    a = lambda v: [v] * 256  # noqa: E731
+    loop = Loop(extra_buffer=True)
+    assert loop.run(a(1) + a(2)) == 0
+    loop.chunk = 256
+    assert loop.run(a(1) + a(3)) == 0
+    assert loop.run(a(1) + a(4)) == 256
+
+
+def test_branching_point_equal_to_the_prefix_is_no_branch() -> None:
+    """Cached: a(1) + a(2) (state at 512) and, from a(1) + a(3), the state at
+    the branching point 256.  a(1) + a(2)[:40] + 100 new tokens matches 296
+    KV tokens with the state at 256: the aligned branching point is the
+    prefix itself, so the usual point is tracked, 256 + (140 // 64) * 64 =
+    384, and a follow-up hits it."""
+    a = lambda v: [v] * 256  # noqa: E731
+    loop = Loop(extra_buffer=True)
+    assert loop.run(a(1) + a(2)) == 0
+    assert loop.run(a(1) + a(3)) == 0
+    third = a(1) + a(2)[:40] + list(range(1000, 1100))
+    assert loop.run(third) == 256
+    assert loop.run(third + [5, 6]) == 384
+
+
 def test_decode_boundaries_cache_interval_multiples() -> None:
     """Output >= 2: end-of-prefill caching clears the tracked length; a
     decode step that reaches a multiple of the interval snapshots again."""
@@ -283,28 +326,37 @@ def test_overlap_finish_keeps_tree_slot(overlap: bool) -> None:
 
 
 @pytest.mark.parametrize("extra_buffer", [True, False])
-def test_random_workload_against_reference(extra_buffer: bool) -> None:
+def test_random_workload_states_match_from_scratch_fingerprints(extra_buffer: bool) -> None:
     """Random shared-prefix requests (mixed output lengths, chunking, small
-    pools so eviction happens): every hit's state is the right
-    fingerprint (checked in prefill) and all accounting holds after every
-    step; hits are never longer than the matched tokens allow."""
+    pools so eviction happens).  The reference is the from-scratch
+    fingerprint of each hit's prefix (checked in Loop.prefill); all
+    accounting holds after every step; a hit is a prefix some earlier request
+    had, at a length the tracking rules can produce: with extra_buffer a
+    multiple of gcd(C, interval, chunked-prefill size) = 32."""
     rng = random.Random(11 + extra_buffer)
     loop = Loop(extra_buffer=extra_buffer, overlap=extra_buffer, mamba_size=12, kv_size=3000,
                 chunk=rng.choice([None, 128]) if extra_buffer else None, interval=32)
     bases = [[rng.randint(1, 50) for _ in range(rng.randint(64, 300))] for _ in range(4)]
     seen: list[list[int]] = []
+    hits = 0
     for i in range(60):
-        base = rng.choice(bases)
+        # a new prompt on a shared stem, or the next turn of an earlier one
+        base = rng.choice(seen) if seen and rng.random() < 0.4 else rng.choice(bases)
         toks = base[: rng.randint(1, len(base))] + [rng.randint(1, 50) for _ in range(rng.randint(1, 120))]
+        if base in seen and rng.random() < 0.7:
+            toks = base + toks[len(base) // 2:][:60]
         hit = loop.run(toks, out_len=rng.choice([1, 1, 3, 40]))
         assert hit < len(toks)
         if hit:
+            hits += 1
             # a hit is a prefix some earlier request really had
             assert any(s[:hit] == toks[:hit] for s in seen)
             if extra_buffer:
-                assert hit % C == 0 or hit == 0 or any(len(s) >= hit for s in seen)
+                assert hit % 32 == 0
         seen.append(toks + [7])
+    assert hits >= 10  # the workload shares prefixes: the fingerprint checks above ran
     traffic = loop.tree.state_traffic()
+    assert traffic["cow"] == hits
     if extra_buffer:
         assert traffic["forks"] == 0
 
@@ -354,25 +406,46 @@ class BatchLoop:
                                track_buffer_size=pp, track_interval=interval)
         self.states = np.zeros(mamba_size + 1)
         self.extra = extra_buffer
+        self.chunk = max(C, page_size)
 
-    def prefill(self, keys):
+    def prefill(self, keys, may_fail: bool = False):
+        """One prefill batch; runs the forward's deferred copy-on-write or
+        clear, checks the request's running slot holds its prefix's state,
+        then writes the running state and the track snapshot."""
         out = self.lc.prefill_batch(keys)
+        if out is None and may_fail:
+            return None
         assert out is not None
         for i, toks in enumerate(keys):
             P = int(out["prefix_len"][i])
+            run = int(self.rp.state_map[int(out["rows"][i])])
             if out["cow_src"][i] >= 0:
+                assert out["cow_dst"][i] == run and out["clear"][i] == -1
                 self.states[out["cow_dst"][i]] = self.states[out["cow_src"][i]]
-                assert self.states[out["cow_dst"][i]] == fingerprint(toks[:P])
             else:
-                assert P == 0
+                assert P == 0 and out["clear"][i] == run
+                self.states[out["clear"][i]] = 0.0
+            assert self.states[run] == (fingerprint(toks[:P]) if P else 0.0), "a hit handed out the wrong state"
+            self.states[run] = fingerprint(toks)
             if out["track_mask"][i]:
-                # the kernel snapshots at the aligned length (seqlen, or B + 1 at a branch)
-                sl = int(out["track_seqlen"][i])
-                ln = sl - 1 if (sl - 1) % C == 0 and sl - 1 > P and sl != len(toks) else sl
-                ln = P + (ln - P) // C * C
+                # where the kernel snapshots, given its inputs
+                ln = tracked_length(P, len(toks) - P, int(out["track_seqlen"][i]), self.chunk)
                 self.states[out["track_slot"][i]] = fingerprint(toks[:ln])
         self.lc.check()
         return out
+
+    def decode(self, rows, seqs):
+        """One decode step: seqs[i] is row i's tokens, the new one last."""
+        got = self.lc.decode_batch(rows)
+        assert got is not None
+        slots, mask = got
+        for i, r in enumerate(rows):
+            fp = fingerprint(seqs[i])
+            self.states[int(self.rp.state_map[r])] = fp
+            if mask[i]:
+                self.states[slots[i]] = fp
+        self.lc.check()
+        return got
 
     def finish(self, rows, keys):
         self.lc.finish_batch(rows, keys)
@@ -404,11 +477,9 @@ def test_batch_api_random_batches(page_size: int) -> None:
     for step in range(80):
         if running and rng.random() < 0.4:
             rows = list(running)
-            got = loop.lc.decode_batch(rows)
-            assert got is not None
             for r in rows:
                 running[r].append(rng.randint(1, 30))
-            loop.lc.check()
+            loop.decode(rows, [running[r] for r in rows])
         if running and rng.random() < 0.4:
             done = rng.sample(list(running), rng.randint(1, len(running)))
             loop.finish(done, [running[r] + [0] for r in done])
@@ -421,7 +492,7 @@ def test_batch_api_random_batches(page_size: int) -> None:
                 b = rng.choice(bases)
                 keys.append(b[: rng.randint(1, len(b))] + [rng.randint(1, 30) for _ in range(rng.randint(1, 80))])
             before = (loop.state_alloc.counts(), loop.kv_alloc.counts(), loop.rp.available_size())
-            out = loop.lc.prefill_batch(keys)
+            out = loop.prefill(keys, may_fail=True)
             if out is None:
                 assert (loop.state_alloc.counts()["held"], loop.rp.available_size()) == (before[0]["held"], before[2])
             else:
@@ -477,6 +548,31 @@ def test_batch_api_bad_input() -> None:
     loop.lc.check()
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_batch_headroom_evicts_the_shortfall(lazy: bool) -> None:
+    """prefill_batch's admission first evicts cached states until n * factor
+    slots are free (factor 3: running + two ping-pong; lazy 2), as SGLang's
+    alloc_req_slots does.  30 slots, 8 cached states (22 free); a batch of 6
+    needs 18 (lazy 12): nothing evicted, 4 (lazy 10) left free; then a batch
+    of 2 (lazy 6) needs 6 (lazy 12): exactly 2 states are evicted."""
+    loop = BatchLoop(lazy=lazy, mamba_size=30)
+    for i in range(8):
+        toks = [1000 * (i + 1) + k for k in range(70)]   # one chunk tracked: one state each
+        out = loop.prefill([toks])
+        loop.finish(out["rows"], [toks + [7]])
+    assert loop.lc.sizes()[2] == 8 and loop.state_alloc.available_size() == 22
+
+    def batch(n, base):
+        before = loop.lc.stats()["states_evicted"]
+        loop.prefill([[base * (j + 1) + k for k in range(10)] for j in range(n)])
+        return loop.lc.stats()["states_evicted"] - before
+
+    assert batch(6, 50000) == 0
+    assert loop.state_alloc.available_size() == (10 if lazy else 4)
+    assert batch(6 if lazy else 2, 90000) == 2
+    assert loop.lc.sizes()[2] == 6
+
+
 def test_state_pool_exhaustion_is_a_clear_error() -> None:
     """Admission beyond the state pool: SGLang's headroom eviction first,
     then a clear RuntimeError (not an assert), with nothing leaked."""
@@ -514,11 +610,15 @@ def test_donated_track_slot_cannot_be_cached_again() -> None:
 
 
 @pytest.mark.parametrize("mode", ["no_buffer", "extra_buffer", "lazy"])
-def test_c_lifecycle_matches_python_path_over_foreign_pools(mode: str) -> None:
+def test_own_and_foreign_pools_give_the_same_hits(mode: str) -> None:
     """The same random workload through the C lifecycle over its own pools
     and in its tree-only mode, which the cache takes over someone else's
     pools (what those must free handed back per call): the same hits for
-    every request and the same tree sizes after each."""
+    every request and the same tree sizes after each.  Both use the C
+    decisions (checked against SGLang's own code in
+    test_sglang_decisions.py); what this compares is the two ownership
+    paths, and each hit's state is checked against the from-scratch
+    fingerprint in Loop.prefill."""
     extra_buffer = mode != "no_buffer"
     rng = random.Random(77 + len(mode))
     bases = [[rng.randint(1, 40) for _ in range(rng.randint(64, 260))] for _ in range(3)]

@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mambaradix import _C  # noqa: E402
+from seeds import seeds  # noqa: E402
 from mambaradix.sglang import (  # noqa: E402
     CacheInitParams,
     EvictParams,
@@ -187,20 +188,32 @@ def test_mamba_radix_cache_1(setup: str) -> None:
     assert req9.mamba_pool_idx is not None
     assert int(req9.mamba_cow_src_index[0]) == int(last.mamba_value[0])
     assert req9.mamba_needs_clear is False
-    # the copy is deferred to the forward: do it as the model runner would
+    # the copy is deferred to the forward: do it as the model runner would,
+    # from a source slot holding values the destination does not have
+    src, dst = int(last.mamba_value[0]), int(req9.mamba_pool_idx)
+    gen = torch.Generator().manual_seed(3)
+    cache = mamba_pool.mamba_cache
+    for t in list(cache.conv) + [cache.temporal]:
+        t[:, src] = torch.rand(t[:, src].shape, generator=gen).to(t.dtype) + 1
+        t[:, dst] = 0
+    want = [t[:, src].clone() for t in list(cache.conv) + [cache.temporal]]
     mamba_pool.copy_from(req9.mamba_cow_src_index, req9.mamba_pool_idx.reshape(1))
-    for conv in mamba_pool.mamba_cache.conv:
-        assert torch.equal(conv[:, req9.mamba_pool_idx], conv[:, last.mamba_value[0]])
-    assert torch.equal(mamba_pool.mamba_cache.temporal[:, req9.mamba_pool_idx],
-                       mamba_pool.mamba_cache.temporal[:, last.mamba_value[0]])
+    for t, w in zip(list(cache.conv) + [cache.temporal], want):
+        assert torch.equal(t[:, dst], w)
+        assert torch.equal(t[:, src], w)
     assert "Available full tokens" in tree.available_and_evictable_str()
     _check(tree, pool, alloc)
     # every state slot is free, a request's, or the tree's
     c = pool.mamba_allocator._slots.counts()
-    held = sum(1 for r in (req1, req2, req3, req4, req9) if r.mamba_pool_idx is not None)
     assert c["free"] + c["held"] + c["req"] + c["tree"] == 20
+    # req1..req4's slots went to the tree with their inserts; req9 holds the
+    # copy-on-write destination only.  Over foreign pools the allocator does
+    # not know the tree: its states count as the callers'.
     if setup == "own":
+        assert c["held"] + c["req"] == 1
         assert c["tree"] == tree.total_size()[1]
+    else:
+        assert c["held"] + c["req"] == 1 + tree.total_size()[1] and c["tree"] == 0
 
 
 @pytest.mark.parametrize("setup", ["own", "foreign"])
@@ -298,7 +311,9 @@ def test_paged_allocator_extend_and_decode() -> None:
     assert all(t // ps == got[2] // ps for t in got[2:6]) and got[6] // ps != got[2] // ps
     # request 1: 5 tokens = one whole page + 1 token of another
     assert len(got) == 7 + 5
-    assert len({t // ps for t in got}) == len({t // ps for t in got})
+    r1 = got[7:]
+    assert r1[0] % ps == 0 and r1[:4] == list(range(r1[0], r1[0] + 4))   # one whole page
+    assert r1[4] % ps == 0 and r1[4] // ps not in {t // ps for t in got[:7]}  # + 1 token of a fresh page
     pages_used = {t // ps for t in got[2:]}
     assert a.available_size() == 64 - 8 - len(pages_used) * ps
     # decode: request 1 is at 5 tokens (its page has room), request 0 at 13 (room too)
@@ -337,35 +352,46 @@ def test_paged_extra_buffer_cache() -> None:
     alloc.check()
 
 
-def _sglang_pools():
-    """SGLang's own HybridReqToTokenPool and TokenToKVPoolAllocator (the
-    fixture of its test_mamba_unittest.py), or skip when the sglang wheel
-    does not import here."""
+def _sglang():
+    """SGLang's classes from the wheel (tests/sglang_isolated.py), or skip
+    naming the cause."""
+    import sglang_isolated
+
     try:
-        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator as SGAlloc  # type: ignore
-        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool as SGPool  # type: ignore
-        from sglang.srt.configs.mamba_utils import Mamba2CacheParams as SGParams  # type: ignore
-        from sglang.srt.configs.mamba_utils import Mamba2StateShape as SGShape  # type: ignore
-        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # type: ignore
-    except Exception as e:  # the wheel needs most of SGLang's dependencies
-        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
-    args = ServerArgs(model_path="dummy", page_size=1)
-    args._mamba_cache_chunk_size = 64
-    set_global_server_args_for_scheduler(args)
-    shape = SGShape.create(tp_world_size=1, intermediate_size=64, n_groups=2, num_heads=4, head_dim=8,
-                           state_size=8, conv_kernel=4)
-    pool = SGPool(size=10, mamba_size=20, mamba_spec_state_size=10, max_context_len=128, device="cpu",
-                  enable_memory_saver=False, cache_params=SGParams(shape=shape, layers=MAMBA_LAYERS),
-                  mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=False,
-                  speculative_num_draft_tokens=3)
-    alloc = SGAlloc(size=128, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
-    return pool, alloc
+        return sglang_isolated.load()
+    except ImportError as e:
+        pytest.skip(str(e))
 
 
-def test_mamba_radix_cache_1_with_sglang_pools() -> None:
+@pytest.fixture
+def sglang_pools():
+    """SGLang's own HybridReqToTokenPool and TokenToKVPoolAllocator (the
+    fixture of its test_mamba_unittest.py, without the speculative-decoding
+    buffers, which SGLang allocates on "cuda"), loaded from the wheel
+    (tests/sglang_isolated.py); skips naming the cause when they do not
+    load."""
+    import sglang_isolated
+
+    sg = _sglang()
+    sglang_isolated.configure(sg, chunk_size=64, strategy="no_buffer")
+    with sg.active():
+        shape = sg.Mamba2StateShape.create(tp_world_size=1, intermediate_size=64, n_groups=2, num_heads=4,
+                                           head_dim=8, state_size=8, conv_kernel=4)
+        pool = sg.HybridReqToTokenPool(size=10, mamba_size=20, mamba_spec_state_size=10, max_context_len=128,
+                                       device="cpu", enable_memory_saver=False,
+                                       cache_params=sg.Mamba2CacheParams(shape=shape, layers=MAMBA_LAYERS),
+                                       mamba_layer_ids=MAMBA_LAYERS, enable_mamba_extra_buffer=False,
+                                       speculative_num_draft_tokens=None)
+        alloc = sg.TokenToKVPoolAllocator(size=128, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                          need_sort=False)
+        assert type(pool).__module__ == "sglang.srt.mem_cache.memory_pool"
+        yield pool, alloc
+
+
+def test_mamba_radix_cache_1_with_sglang_pools(sglang_pools) -> None:
     """test_mamba_radix_cache_1 inside SGLang's own pools: the native tree
     frees through their Python methods."""
-    pool, alloc = _sglang_pools()
+    pool, alloc = sglang_pools
     tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
                                            token_to_kv_pool_allocator=alloc))
 
@@ -396,17 +422,19 @@ def test_mamba_radix_cache_1_with_sglang_pools() -> None:
 
 
 def test_register_with_sglang() -> None:
+    """register() against SGLang's own registry module (from the wheel)."""
     import mambaradix.sglang as mrs
 
-    try:
+    sg = _sglang()
+    if sg.isolated:
+        assert mrs.register() is False   # SGLang as installed does not import: nothing to register with
+    with sg.active():
         from sglang.srt.mem_cache import registry  # type: ignore
-    except Exception as e:
-        assert mrs.register() is False   # no SGLang: nothing to register with
-        pytest.skip(f"sglang does not import here: {type(e).__name__}: {e}")
 
-    assert mrs.register() is True
-    assert registry.get_radix_cache_factory("mambaradix") is not None
-    assert mrs.register() is True   # idempotent
+        assert registry.__file__.endswith("registry.py")
+        assert mrs.register() is True
+        assert registry.get_radix_cache_factory("mambaradix") is mrs._factory
+        assert mrs.register() is True   # idempotent
 
 
 def test_admission_rejects_slots_the_request_does_not_own() -> None:
@@ -423,3 +451,37 @@ def test_admission_rejects_slots_the_request_does_not_own() -> None:
         pool.alloc([other])
     assert other.req_pool_idx is None
     _check(tree, pool, alloc)
+
+
+@pytest.mark.parametrize("seed", seeds(2))
+def test_paged_allocator_order_matches_sglangs(seed) -> None:
+    """The same random allocs and frees (several pages at a time) through our
+    PagedTokenToKVPoolAllocator and SGLang's own (from the wheel): the same
+    indices, in the same order, every time."""
+    import random
+
+    from mambaradix.sglang import PagedTokenToKVPoolAllocator
+
+    sg = _sglang()
+    rng = random.Random(seed)
+    ps = 4
+    with sg.active():
+        theirs = sg.PagedTokenToKVPoolAllocator(size=128, page_size=ps, dtype=torch.float32, device="cpu",
+                                                kvcache=None, need_sort=False)
+        ours = PagedTokenToKVPoolAllocator(size=128, page_size=ps, dtype=torch.float32, device="cpu",
+                                           kvcache=None, need_sort=False)
+        held = []
+        for step in range(400):
+            if held and rng.random() < 0.45:
+                k = min(len(held), rng.randint(1, 3))       # free several allocations at once
+                pick = [held.pop(rng.randrange(len(held))) for _ in range(k)]
+                theirs.free(torch.cat([p[0] for p in pick]))
+                ours.free(torch.cat([p[1] for p in pick]))
+            else:
+                n = ps * rng.randint(1, 3)
+                a, b = theirs.alloc(n), ours.alloc(n)
+                assert (a is None) == (b is None), step
+                if a is not None:
+                    assert b.tolist() == a.tolist(), step
+                    held.append((a, b))
+            assert ours.available_size() == theirs.available_size(), step

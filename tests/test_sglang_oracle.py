@@ -19,7 +19,6 @@ the tests are skipped.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import random
 import sys
@@ -28,6 +27,7 @@ from array import array
 
 import pytest
 
+from sglang_source import sglang_dir, sglang_version
 from tree_helpers import HAVE_C, RadixTree, ints, node_path
 from reference_tree import ReferenceTree
 
@@ -70,24 +70,14 @@ def _stub(name, **attrs):
 
 
 def _sglang_dir():
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
+    d = sglang_dir()
+    if d is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    d = list(spec.submodule_search_locations)[0]
     path = os.path.join(d, "srt", "mem_cache", "mamba_radix_cache.py")
     return d if os.path.exists(path) else None
 
 
-def _sglang_version():
-    try:
-        from importlib.metadata import version
-
-        return version("sglang")
-    except Exception:  # noqa: BLE001
-        return None
+_sglang_version = sglang_version
 
 
 def _exec_module(name, path, source=None):

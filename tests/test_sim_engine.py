@@ -5,18 +5,16 @@ caching rules (C = 64 unless said otherwise), not taken from a previous run."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
 from mambaradix.sim import engine
 from mambaradix.sim.types import SimConfig, SimMetrics, SimRequest
+from seeds import seeds
 
 
-def _seed() -> int:
-    env = os.environ.get("MAMBARADIX_TEST_SEED")
-    return int(env) if env else int(np.random.default_rng().integers(1 << 31))
+SEED = seeds(1)[0]
 
 
 def _split_adds_up(m: SimMetrics) -> None:
@@ -50,7 +48,7 @@ def test_identical_requests_hand_computed():
     after R1 (S = 320); never seen = R1's 320.
     States: hits R3..R5 copy (3 copies); donated: R1's and R2's snapshots (2).
     Peak slots: R3 holds 3 (running + 2 track) while the tree holds 2 = 5."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
     p = rng.integers(1, 100000, size=320).tolist()
     cfg = SimConfig(mode="pp2", chunked_prefill_size=None, state_bytes_per_slot=1000,
                     flops_per_token=2.0)
@@ -74,7 +72,7 @@ def test_identical_requests_hand_computed():
 def test_identical_requests_without_cap():
     """Without the cap R2 matches R1's whole 320-token node, which has a state:
     every request after R1 reuses all 320 tokens (prefilling nothing)."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
     p = rng.integers(1, 100000, size=320).tolist()
     m = engine.run(_seq([p] * 4), SimConfig(mode="pp1", match_cap=False))
     assert m.state_usable_tokens == 3 * 320 and m.state_hits == 3
@@ -87,7 +85,7 @@ def test_identical_requests_without_cap():
 def test_disjoint_prompts_never_hit(mode):
     """Prompts over disjoint token ranges share nothing: every token is never
     seen, nothing matches."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
     prompts = [rng.integers(i * 10000 + 1, (i + 1) * 10000, size=int(rng.integers(50, 700)))
                for i in range(12)]
     m = engine.run(_seq(prompts, output_len=3), SimConfig(mode=mode))
@@ -133,7 +131,7 @@ def test_two_turn_sessions_per_turn_rates():
     """Turn 0: 300-token prompt, 10 outputs; turn 1: turn 0 + its output + 50
     tokens (360).  pp2: the prefill snapshot at 256 is the only state (the decode
     301..310 crosses no multiple of 256), so turn 1 reuses 256 of 360 tokens."""
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
     reqs = []
     for s in range(3):
         p = rng.integers(s * 30000 + 1, (s + 1) * 30000, size=300).astype(np.int32)
@@ -149,32 +147,35 @@ def test_two_turn_sessions_per_turn_rates():
     _split_adds_up(m)
 
 
+@pytest.mark.parametrize("seed", seeds(2))
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy", "no_buffer"])
-def test_random_workload_accounting_and_pressure(mode):
+def test_random_workload_accounting_and_pressure(mode, seed):
     """Shared prefixes, chunked prefill, decode across boundaries and small
     pools: the pool accounting holds after every scheduler step, the split adds
-    up, and the pools evict.  MAMBARADIX_TEST_SEED fixes the seed."""
-    seed = _seed()
-    print(f"seed {seed}")
+    up, and the pools evict (the workload grows until both evictions have
+    happened, so any seed passes; seed 11 once had no full eviction in pp2)."""
     rng = np.random.default_rng(seed)
     stems = [rng.integers(1, 40000, size=int(rng.integers(100, 900))) for _ in range(6)]
-    reqs = []
-    t = 0.0
-    for i in range(300):
-        s = stems[int(rng.integers(6))]
-        p = np.concatenate([s[:int(rng.integers(0, len(s) + 1))],
-                            rng.integers(1, 40000, size=int(rng.integers(1, 300)))])
-        t += float(rng.exponential(0.05))
-        reqs.append(SimRequest(f"q{i}", p.astype(np.int32), int(rng.integers(1, 300)),
-                               arrival=t, turn=i % 3))
     cfg = SimConfig(mode=mode, kv_tokens=5000, state_slots=40, chunked_prefill_size=256,
                     track_interval=128, max_running=8)
-    progress = []
-    res = engine.replay(reqs, cfg, progress=lambda d, n: progress.append((d, n)),
-                        check_every_step=True)
-    m = res.metrics
-    assert m.requests == 300 and len(res.prefixes) == 300
-    assert progress[-1] == (300, 300) and len(progress) == 300
+    reqs = []
+    t = 0.0
+    for n in (300, 600, 1200):
+        for i in range(len(reqs), n):
+            s = stems[int(rng.integers(6))]
+            p = np.concatenate([s[:int(rng.integers(0, len(s) + 1))],
+                                rng.integers(1, 40000, size=int(rng.integers(1, 300)))])
+            t += float(rng.exponential(0.05))
+            reqs.append(SimRequest(f"q{i}", p.astype(np.int32), int(rng.integers(1, 300)),
+                                   arrival=t, turn=i % 3))
+        progress = []
+        res = engine.replay(reqs, cfg, progress=lambda d, n: progress.append((d, n)),
+                            check_every_step=True)
+        m = res.metrics
+        if m.full_evictions > 0 and m.state_evictions > 0 and m.state_hits > 0:
+            break
+    assert m.requests == n and len(res.prefixes) == n
+    assert progress[-1] == (n, n) and len(progress) == n
     assert m.kv_tokens_evicted > 0 and m.full_evictions > 0 and m.state_evictions > 0
     assert m.peak_kv_tokens <= 5000 and m.peak_state_slots <= 40
     assert set(m.per_turn_hit_rate) == {0, 1, 2}
@@ -236,21 +237,18 @@ def test_toy_mode_every_hit_restores_the_exact_state(mode, page):
     window kept out of the workload, no state may differ."""
     pytest.importorskip("torch")
     pytest.importorskip("mambaradix.sglang")
-    seed = _seed()
-    print(f"seed {seed}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(SEED)
     reqs = _toy_workload(rng)
+    # SGLang's lazy mode caches the snapshot of a later boundary when a
+    # boundary's registration is missed because a prefill batch ran in
+    # between (test_lifecycle_random.py checks those hits exactly); one
+    # request at a time has no such window
     cfg = SimConfig(mode=mode, states="toy", chunk_size=16, track_interval=64, page_size=page,
-                    chunked_prefill_size=96, max_running=6, kv_tokens=6000, state_slots=30,
-                    seed=int(rng.integers(1 << 30)),
+                    chunked_prefill_size=96, max_running=1 if mode == "lazy" else 6, kv_tokens=6000,
+                    state_slots=30, seed=int(rng.integers(1 << 30)),
                     decode_boundary="committed" if mode == "lazy" else "batch")
     m = engine.run(reqs, cfg)
-    if mode == "lazy":
-        # SGLang's lazy mode can cache the snapshot of a later boundary when a
-        # boundary's registration is missed (test_lifecycle_random.py)
-        assert m.state_mismatches <= m.state_hits // 4
-    else:
-        assert m.state_mismatches == 0
+    assert m.state_mismatches == 0
     assert m.state_hits > 5
     assert "toy" in m.wall_seconds
     _split_adds_up(m)
@@ -312,7 +310,7 @@ def test_toy_mode_reports_the_lazy_race():
     make later hits restore wrong states, which toy mode counts."""
     pytest.importorskip("torch")
     pytest.importorskip("mambaradix.sglang")
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(SEED)
     reqs = []
     for i in range(6):
         p = rng.integers(i * 1000 + 1, (i + 1) * 1000, size=31)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -298,10 +296,9 @@ def test_mooncake_gzip_limit_and_empty(tmp_path):
         wl.load_mooncake(tmp_path / "missing.jsonl")
 
 
-def test_bundled_mooncake_trace_expands_fast_and_matches_the_docs():
-    t0 = time.perf_counter()
+def test_bundled_mooncake_trace_matches_the_docs():
+    # (its expansion time is measured by benchmarks/bench_sim.py, not asserted here)
     reqs = wl.mooncake_conversation()
-    elapsed = time.perf_counter() - t0
     assert len(reqs) == 12031
     stats = wl.workload_stats(reqs)
     assert stats["prompt_tokens"] == 144_793_823
@@ -309,9 +306,6 @@ def test_bundled_mooncake_trace_expands_fast_and_matches_the_docs():
     # Records 0 and 1 share hash id 0 only: 512 shared tokens.
     assert _common_prefix(reqs[0].input_ids, reqs[1].input_ids) in range(512, 515)
     assert reqs[-1].arrival > 3000  # one hour of timestamps, in seconds
-    # The target is well under 2 s; the bound leaves room for a loaded CI machine
-    # (and for the sanitizer run, where every allocation goes through ASan).
-    assert elapsed < (15.0 if os.environ.get("MAMBARADIX_UNDER_ASAN") else 6.0), elapsed
 
 
 def test_bundled_trace_limit():

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Mutation testing: does the suite catch deliberate one-line bugs?
+
+Copies the working tree (tracked and untracked, not ignored files) to a
+scratch directory, builds it CPU-only (MAMBARADIX_CUDA=0), then for each
+mutant of MUTANTS: replaces one exact piece of one line, rebuilds when the
+file is C, runs the mutant's tests, and restores the line.  A mutant is
+*killed* when tests in at least two test files fail (two independent
+tests); *weak* when the failures are all in one file; *survived* when no
+test fails.  Equivalent mutants (no behaviour can tell
+them apart) are listed with the reason and not run.
+
+    python3 tests/mutation/run.py              # every mutant
+    python3 tests/mutation/run.py --fast       # the CI subset
+    python3 tests/mutation/run.py LC_B1 KEEP   # by id
+    python3 tests/mutation/run.py --list
+
+Exit status 0 when every mutant run was killed.  The scratch copy is removed
+unless --keep.  The working tree is never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# test groups (files or node ids); slow tests are never selected here
+T_DECIDE = ["tests/test_sglang_decisions.py"]
+T_LIFE = ["tests/test_lifecycle.py", "tests/test_lifecycle_random.py"]
+T_DROPIN = ["tests/test_sglang_dropin.py"]
+T_DRIVER = ["tests/test_driver.py"]
+T_TREE = ["tests/test_tree_sglang_flows.py", "tests/test_tree_handles.py", "tests/test_tree_bad_input.py",
+          "tests/test_tree_differential.py"]
+T_POOLS = ["tests/test_pools.py"]
+T_KERN = ["tests/test_kernels_cpu.py", "tests/test_kernels_numpy.py", "tests/test_dlpack.py"]
+
+
+@dataclass
+class Mutant:
+    id: str
+    path: str
+    find: str          # exact text, once in the file (it may span lines)
+    repl: str
+    tests: List[str]
+    what: str
+    fast: bool = False
+    equivalent: Optional[str] = None  # reason, when no behaviour can tell it apart
+
+
+MUTANTS: List[Mutant] = [
+    # ---- lifecycle decisions (csrc/lifecycle.c)
+    Mutant("LC_B1", "csrc/lifecycle.c", "seqlen = B + 1;", "seqlen = B;", T_DECIDE + T_LIFE + T_DROPIN,
+           "branching track_seqlen B instead of B + 1 (the kernel then reads the final state)", fast=True),
+    Mutant("LC_MASK", "csrc/lifecycle.c", "*mask = extend_len >= C;", "*mask = extend_len > C;",
+           T_DECIDE + T_LIFE, "prefill track mask: boundary operator", fast=True),
+    Mutant("LC_GRID", "csrc/lifecycle.c", "int64_t aligned = prefix_len + (extend_len / C) * C;",
+           "int64_t aligned = (prefix_len + extend_len) / C * C;", T_DECIDE + T_LIFE,
+           "prefill track point on the absolute grid instead of the chunk-relative one"),
+    Mutant("LC_BR_LT", "csrc/lifecycle.c", "B > prefix_len && B < seqlen", "B > prefix_len && B <= seqlen",
+           T_DECIDE + T_LIFE, "branching point: upper bound inclusive"),
+    Mutant("LC_BR_GT", "csrc/lifecycle.c", "B > prefix_len && B < seqlen", "B >= prefix_len && B < seqlen",
+           T_DECIDE + T_LIFE, "branching point: lower bound inclusive"),
+    Mutant("LC_LAZY_FLIP", "csrc/lifecycle.c", "if (!lc->cfg.lazy && st->next_track >= 0) {",
+           "if (st->next_track >= 0) {", T_DECIDE + T_LIFE, "lazy mode flips the ping-pong index at prefill"),
+    Mutant("LC_KEEP", "csrc/lifecycle.c",
+           "    return lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;\n}",
+           "    return st->next_track;\n}", T_DECIDE + T_LIFE + T_DROPIN,
+           "keep index: swapped ping-pong (the tree gets the slot being written)", fast=True),
+    Mutant("LC_KEEP_LAZY", "csrc/lifecycle.c", "    if (lc->cfg.lazy) {\n        return st->next_track;",
+           "    if (lc->cfg.lazy) {\n        return 1 - st->next_track;", T_DECIDE + T_LIFE,
+           "lazy keep index swapped"),
+    Mutant("LC_DEC_MASK", "csrc/lifecycle.c", "int at = seq_len % iv == 0;", "int at = (seq_len - 1) % iv == 0;",
+           T_DECIDE + T_LIFE, "decode track mask off by one"),
+    Mutant("LC_DEC_BOUND", "csrc/lifecycle.c", "committed_len % lc->cfg.track_interval != 0",
+           "(committed_len + 1) % lc->cfg.track_interval != 0", T_DECIDE + T_LIFE,
+           "decode boundary off by one"),
+    Mutant("LC_LAZY_FREE", "csrc/lifecycle.c", "            (void)free_slot(lc, st->track[other]);\n",
+           "", T_DECIDE + T_LIFE, "lazy post-decode: borrowed slot never freed (dropped free)"),
+    Mutant("LC_HEADROOM", "csrc/lifecycle.c", "(c->lazy ? 2 : 3)", "(c->lazy ? 2 : 2)", T_DECIDE + T_LIFE,
+           "admission headroom factor"),
+    Mutant("LC_CAP", "csrc/lifecycle.c", "size_t cap = lens[i] > 0 ? lens[i] - 1 : 0;", "size_t cap = lens[i];",
+           T_DECIDE + T_LIFE, "batch match without the input_len - 1 cap", fast=True),
+    Mutant("LC_COW_DST", "csrc/lifecycle.c", "out->cow_dst[i] = st->running;", "out->cow_dst[i] = st->cow_src;",
+           T_DECIDE + T_LIFE, "batch copy-on-write: destination is the tree's slot"),
+    Mutant("LC_COW_SRC", "csrc/lifecycle.c", "        st->cow_src = m->state;\n",
+           "        st->cow_src = st->running;\n", T_DECIDE + T_LIFE + T_DROPIN,
+           "copy-on-write source is the request's own slot"),
+    Mutant("LC_TAIL_FREE", "csrc/lifecycle.c", "        if (end < (int64_t)committed_len) {",
+           "        if (0) {", T_LIFE + T_DROPIN, "finish: tail KV never freed (dropped free)"),
+    Mutant("LC_UNLOCK", "csrc/lifecycle.c", "        (void)mr_radix_unlock(lc->tree, old);\n", "",
+           T_LIFE + T_DROPIN, "cache_unfinished: old node's lock never released (skipped unlock)"),
+    Mutant("LC_LOCK", "csrc/lifecycle.c", "            (void)mr_radix_lock(lc->tree, node);\n            sts[i].locked = 1;",
+           "            sts[i].locked = 1;", T_DECIDE + T_LIFE, "prefill batch: matched prefix never locked (skipped lock)"),
+    # ---- tree (csrc/radix.c)
+    Mutant("TR_BRANCH", "csrc/radix.c", "    if (pos > best_len) {\n        size_t aligned",
+           "    if (pos >= best_len) {\n        size_t aligned", T_TREE + T_DECIDE, "branching point also at the state",
+           equivalent=None),
+    Mutant("TR_ALIGN", "csrc/radix.c", "size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;",
+           "size_t aligned = pos / t->cfg.page_size * t->cfg.page_size;", T_TREE,
+           "branching point aligned to pages, not chunks"),
+    Mutant("TR_STATE_VICTIM", "csrc/radix.c", "if (n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)) {",
+           "if (n->state_lock == 0) {", T_TREE, "state eviction takes a leaf whose KV is locked (SGLang #21379)"),
+    Mutant("TR_LEAF_VICTIM", "csrc/radix.c", "if (n->full_lock == 0 && n->nchildren == 0) {",
+           "if (n->nchildren == 0) {", T_TREE, "leaf eviction ignores locks (skipped lock)", fast=True),
+    Mutant("TR_UNLOCK", "csrc/radix.c", "        if (--n->full_lock == 0) {", "        if (--n->full_lock == 1) {",
+           T_TREE, "unlock: protected -> evictable at the wrong count"),
+    Mutant("TR_BEST", "csrc/radix.c", "        if (node->state >= 0) {\n            best = node;\n            best_len = pos;\n        }\n        size_t p",
+           "        size_t p", T_TREE, "match ignores states on the way down (only the deepest node counts)"),
+    Mutant("TR_CASCADE", "csrc/radix.c", "while (parent != t->root && parent->state < 0 && parent->nchildren == 0\n           && parent->full_lock == 0) {",
+           "while (0) {", T_TREE, "evicting a leaf leaves childless stateless parents (dropped free)"),
+    # ---- allocators (csrc/slot_alloc.c)
+    Mutant("SA_ENOSPC", "csrc/slot_alloc.c", "    if (k > s->count) {\n        return MR_ENOSPC;",
+           "    if (k > s->count + 1) {\n        return MR_ENOSPC;", T_POOLS + T_LIFE,
+           "allocator hands out one unit more than it has (boundary operator)"),
+    Mutant("SA_OWNER", "csrc/slot_alloc.c", "        s->owner[u] = MR_OWNER_FREE;\n        if (front) {",
+           "        if (front) {", T_POOLS + T_LIFE, "free does not clear the owner"),
+    Mutant("SA_FRONT", "csrc/slot_alloc.c", "int64_t u = idx[front ? k - 1 - i : i];", "int64_t u = idx[i];",
+           T_POOLS + T_DROPIN + T_LIFE, "paged KV free puts the freed pages back in reverse order"),
+    # ---- kernels' C twins (csrc/kernels_cpu.c)
+    Mutant("K_COPY", "csrc/kernels_cpu.c", "memcpy(row_ptr(d, l, dst[i]), row_ptr(d, l, src[i]), (size_t)d->row_bytes);",
+           "memcpy(row_ptr(d, l, src[i]), row_ptr(d, l, dst[i]), (size_t)d->row_bytes);", T_KERN + T_DROPIN,
+           "copy_slots copies dst -> src (swapped)", fast=True),
+    # (the C twin's own mask test, kernels_cpu.c, runs only for device-resident
+    # index arrays, which a CPU pool refuses: host calls apply the mask here)
+    Mutant("K_TRACK", "csrc/py_tensor.c", "            if (mk[i]) {", "            if (!mk[i]) {",
+           T_KERN, "track_decode on host indices inverts the mask"),
+    Mutant("K_CONV", "csrc/kernels_cpu.c", "int64_t t = pos[i] - p->km1 + j;", "int64_t t = pos[i] - p->km1 + j + 1;",
+           T_KERN, "conv window snapshot off by one"),
+    Mutant("K_SSM", "csrc/kernels_cpu.c", "const char *s = p->h + chunk[i] * p->elems * (int64_t)hsz;",
+           "const char *s = p->h + (chunk[i] + 1) * p->elems * (int64_t)hsz;", T_KERN,
+           "ssm snapshot reads the next chunk's h"),
+    # ---- the Python copies of the match cap
+    Mutant("PY_CAP_DRIVER", "mambaradix/driver.py", "return max(fill_len - 1, 0) if match_cap else fill_len",
+           "return max(fill_len, 0) if match_cap else fill_len", T_DRIVER + T_DECIDE,
+           "driver's match cap (input_len - 1) dropped"),
+    Mutant("PY_CAP_API", "mambaradix/sglang/_api.py", "        m = input_len - 1\n", "        m = input_len\n",
+           T_LIFE + T_DECIDE + T_DROPIN, "drop-in Req's match cap (input_len - 1) dropped"),
+    Mutant("PY_COPY_FROM", "mambaradix/sglang/pools.py", "        self._ops.copy(src, dst)\n        self.bytes_copied",
+           "        self.bytes_copied", T_DROPIN + T_LIFE,
+           "MambaPool.copy_from does nothing"),
+]
+
+
+def _copy_tree(dst: str) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for f in files:
+        if not f or not os.path.isfile(os.path.join(ROOT, f)):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dst, f)) or dst, exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, f), os.path.join(dst, f))
+
+
+def _build(d: str) -> Optional[str]:
+    env = dict(os.environ, MAMBARADIX_CUDA="0")
+    for k in ("MAMBARADIX_SANITIZE", "MAMBARADIX_DEBUG"):
+        env.pop(k, None)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=d, env=env,
+                       capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stdout + r.stderr)[-2000:]
+
+
+def _run_tests(d: str, tests: List[str], timeout: int) -> tuple:
+    """The failing test functions (file::name), and the output.  When pytest
+    itself dies (a crash under the mutant), each file is run on its own and
+    a file whose run dies counts as one failure."""
+    failed, out = _run_pytest(d, tests, timeout)
+    if any(f.startswith("<pytest exit") for f in failed) and len(tests) > 1:
+        failed = set()
+        for t in tests:
+            f1, o1 = _run_pytest(d, [t], timeout)
+            failed |= {t + "::<crashed>" if f.startswith("<") else f for f in f1}
+            out += o1
+    return failed, out
+
+
+def _run_pytest(d: str, tests: List[str], timeout: int) -> tuple:
+    env = dict(os.environ, PYTHONPATH=d, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("MAMBARADIX_TEST_SEEDS", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-m", "not slow"]
+    try:
+        r = subprocess.run(cmd + tests, cwd=d, env=env, capture_output=True, text=True, timeout=timeout)
+        out = r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return {"<timeout: killed by the time limit>"}, out
+    failed = set()
+    for line in out.splitlines():
+        m = re.match(r"(FAILED|ERROR) (\S+?)(\[.*\])?( - .*)?$", line)
+        if m:
+            failed.add(m.group(2))
+    if r.returncode not in (0, 1) and not failed:
+        failed.add("<pytest exit %d>" % r.returncode)
+    return failed, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("ids", nargs="*", help="mutant ids (default: all)")
+    ap.add_argument("--fast", action="store_true", help="only the CI subset")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per mutant's test run")
+    a = ap.parse_args(argv)
+    sel = [m for m in MUTANTS if (not a.ids or m.id in a.ids) and (not a.fast or m.fast)]
+    if a.list:
+        for m in MUTANTS:
+            print("%-16s %-28s %s%s" % (m.id, m.path, m.what, "  [fast]" if m.fast else ""))
+        return 0
+    if a.ids and len(sel) != len(a.ids):
+        print("unknown mutant id(s):", sorted(set(a.ids) - {m.id for m in MUTANTS}), file=sys.stderr)
+        return 2
+    d = tempfile.mkdtemp(prefix="mambaradix-mut-")
+    t0 = time.time()
+    try:
+        _copy_tree(d)
+        err = _build(d)
+        if err:
+            print("the unmutated copy does not build:\n" + err, file=sys.stderr)
+            return 2
+        # the unmutated suite must pass (skipped with --fast: CI ran it just before)
+        base, out = (set(), "") if a.fast else _run_tests(d, sorted({t for m in sel for t in m.tests}),
+                                                          a.timeout)
+        if base:
+            print("the unmutated suite fails (%s):\n%s" % (sorted(base), out[-3000:]), file=sys.stderr)
+            return 2
+        rows = []
+        for m in sel:
+            if m.equivalent:
+                rows.append((m, "equivalent", [], 0.0))
+                continue
+            path = os.path.join(d, m.path)
+            with open(path) as f:
+                orig = f.read()
+            find, repl = m.find, m.repl
+            if orig.count(find) != 1:
+                rows.append((m, "NOT APPLICABLE (text not found once)", [], 0.0))
+                continue
+            t1 = time.time()
+            with open(path, "w") as f:
+                f.write(orig.replace(find, repl))
+            try:
+                if m.path.endswith(".c"):
+                    err = _build(d)
+                    if err:
+                        rows.append((m, "NOT BUILT", [], time.time() - t1))
+                        continue
+                failed, _ = _run_tests(d, m.tests, a.timeout)
+            finally:
+                with open(path, "w") as f:
+                    f.write(orig)
+                if m.path.endswith(".c"):
+                    os.utime(path)
+            fns = sorted(failed)
+            files = {f.split("::")[0] for f in fns}
+            verdict = "killed" if len(files) >= 2 else ("WEAK (one file)" if fns else "SURVIVED")
+            rows.append((m, verdict, fns, time.time() - t1))
+            print("%-16s %-16s %3d tests in %d files %5.0fs  %s"
+                  % (m.id, verdict, len(fns), len(files), time.time() - t1,
+                     ", ".join(f.split("/")[-1] for f in fns[:6])), flush=True)
+        if any(m.path.endswith(".c") for m in sel):
+            _build(d)
+    finally:
+        if a.keep:
+            print("scratch copy kept:", d)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+    run = [r for r in rows if r[1] != "equivalent"]
+    killed = [r for r in run if r[1].startswith("killed")]
+    print()
+    print("| mutant | file | what | result | failing tests (files) |")
+    print("|---|---|---|---|---|")
+    for m, v, fns, _ in rows:
+        note = m.equivalent if v == "equivalent" else v
+        nfiles = len({f.split("::")[0] for f in fns})
+        print("| %s | %s | %s | %s | %d (%d) |" % (m.id, m.path, m.what, note, len(fns), nfiles))
+    print()
+    print("%d mutants: %d killed, %d survived or weak, %d equivalent (%.0f s)"
+          % (len(rows), len(killed), len(run) - len(killed), len(rows) - len(run), time.time() - t0))
+    return 0 if len(killed) == len(run) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
