@@ -265,7 +265,7 @@ def test_toy_mode_with_pages_agrees_under_kv_pressure(mode, page):
     a page boundary so that snapshots stay on the page grid."""
     pytest.importorskip("torch")
     pytest.importorskip("mambaradix.sglang")
-    seed = _seed()
+    seed = SEED
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
     reqs = _toy_workload(rng, n=40)
