@@ -202,25 +202,31 @@ def run_backend(backend, cfg, prompts, evict_step):
     return core_name, t, results, sizes, tree_bytes / max(tokens, 1)
 
 
-def run_mooncake(backend, prompts, kv_cap, state_cap):
-    """Replay Mooncake prompts as a scheduler would: match (prefix locked),
-    evict to capacity, insert with the matched prefix's own indices."""
-    cfg = CacheConfig(
+def small_hybrid_config(kv_size, max_context_len, mamba_cache_size):
+    """A [FULL, MAMBA] cache with tiny tensors: the benchmark times the tree,
+    not the pools."""
+    return CacheConfig(
         page_size=1,
         components=(ComponentType.FULL, ComponentType.MAMBA),
         num_layers=2,
         full_attention_layer_ids=(1,),
         head_num=1,
         head_dim=16,
-        kv_size=kv_cap,
-        max_context_len=max(len(p) for p in prompts) + 16,
-        mamba_cache_size=state_cap,
+        kv_size=kv_size,
+        max_context_len=max_context_len,
+        mamba_cache_size=mamba_cache_size,
         mamba_intermediate_size=32,
         mamba_num_heads=1,
         mamba_head_dim=16,
         mamba_state_size=8,
         max_num_reqs=4,
     )
+
+
+def run_mooncake(backend, prompts, kv_cap, state_cap):
+    """Replay Mooncake prompts as a scheduler would: match (prefix locked),
+    evict to capacity, insert with the matched prefix's own indices."""
+    cfg = small_hybrid_config(kv_cap, max(len(p) for p in prompts) + 16, state_cap)
     gc.collect()
     cache, alloc, pool = build(cfg, backend)
     keys = [RadixKey(array("q", p.tolist())) for p in prompts]
@@ -285,22 +291,7 @@ def main():
             tok += a.unique
     total = a.groups * (a.shared + a.prompts * a.unique)
     n = len(prompts)
-    cfg = CacheConfig(
-        page_size=1,
-        components=(ComponentType.FULL, ComponentType.MAMBA),
-        num_layers=2,
-        full_attention_layer_ids=(1,),
-        head_num=1,
-        head_dim=16,
-        kv_size=sum(len(p) for p in prompts) + 16,
-        max_context_len=a.shared + a.unique + 16,
-        mamba_cache_size=n + 16,
-        mamba_intermediate_size=32,
-        mamba_num_heads=1,
-        mamba_head_dim=16,
-        mamba_state_size=8,
-        max_num_reqs=4,
-    )
+    cfg = small_hybrid_config(sum(len(p) for p in prompts) + 16, a.shared + a.unique + 16, n + 16)
     print(f"{a.groups} groups x {a.prompts} prompts of {a.shared} + {a.unique} tokens "
           f"({n} prompts, {total} cached tokens), page 1, [FULL, MAMBA]; "
           f"{platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}")
