@@ -126,6 +126,14 @@ row_owner(int64_t row)
     return row >= 1 ? (int32_t)row : MR_OWNER_HELD;
 }
 
+/* state slots one request takes at admission (SGLang's alloc_req_slots
+ * headroom factor): running + ping-pong buffer, or running + one lazy slot */
+static int64_t
+slots_per_req(const mr_lc_config *c)
+{
+    return c->lazy ? 2 : 3;
+}
+
 /* keep index: the track slot holding the newest snapshot */
 static int
 keep_idx(const mr_lifecycle *lc, const mr_req *st)
@@ -488,7 +496,7 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
     }
     const mr_lc_config *c = &lc->cfg;
     if (headroom) {
-        int64_t need = (int64_t)n * (c->lazy ? 2 : 3);
+        int64_t need = (int64_t)n * slots_per_req(c);
         int64_t avail = mr_slots_available(lc->state);
         if (avail < need) {
             int rc = mr_radix_evict_state(lc->tree, (size_t)(need - avail), &lc->rel, NULL, NULL);
@@ -791,7 +799,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     /* end of turn: the running slot holds the state at committed_len */
     int eot = is_insert && c->extra_buffer && c->end_of_turn && has_pools(lc) && committed_len > 0
               && committed_len % c->page_size == 0
-              && mr_slots_available(lc->state) >= (c->lazy ? 2 : 3);   /* headroom */
+              && mr_slots_available(lc->state) >= slots_per_req(c);   /* one admission's headroom */
     if (is_insert) {
         int64_t cache_len = c->extra_buffer ? (st->last_track_seqlen < 0 ? 0 : st->last_track_seqlen)
                                             : (int64_t)committed_len;

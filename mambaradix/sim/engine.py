@@ -648,7 +648,7 @@ class _Replay:
             # end of turn: the running slot holds the state at committed
             eot = (self.eot and self.dcfg.extra_buffer and committed > 0
                    and committed % self.cfg.page_size == 0
-                   and self.slots_free >= (2 if self.dcfg.lazy else 3))   # headroom
+                   and state_headroom(self.slots_free, 1, self.dcfg.lazy) == 0)
             if self.dcfg.extra_buffer:
                 cache_len = committed if eot else (r.last_track or 0)
             else:
