@@ -108,12 +108,12 @@ class BuildExt(build_ext):
         for src in sources:
             obj = os.path.join(self.build_temp, os.path.splitext(src)[0] + ".o")
             os.makedirs(os.path.dirname(obj), exist_ok=True)
-            deps = [src] + glob.glob("csrc/*.h") + glob.glob("csrc/cuda/*.h") + glob.glob("csrc/cuda/*.cuh")
+            deps = [src] + glob.glob("csrc/*/*.h") + glob.glob("csrc/cuda/*.cuh")
             if (not self.force and os.path.exists(obj)
                     and all(os.path.getmtime(obj) >= os.path.getmtime(d) for d in deps)):
                 objects.append(obj)
                 continue
-            cmd = [NVCC, "-c", src, "-o", obj, "-std=c++17", "-Icsrc",
+            cmd = [NVCC, "-c", src, "-o", obj, "-std=c++17", "-Icsrc/core", "-Icsrc/tensor",
                    "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
                    "-O0" if DEBUG else "-O3", "-lineinfo"] + gencode
             cmd += ["-DMR_WITH_CUDA=1"]
@@ -126,10 +126,15 @@ class BuildExt(build_ext):
         return objects
 
 
+LAYERS = ("core", "tensor", "py")
+
+
 def make_extension():
     import numpy
 
-    sources = sorted(glob.glob("csrc/*.c"))
+    # The layers (ARCHITECTURE.md): core (no Python), tensor (DLPack, state
+    # pools, the kernels' C twins; no Python), py (the module and bindings).
+    sources = [s for d in LAYERS for s in sorted(glob.glob(f"csrc/{d}/*.c"))]
     if WITH_CUDA:
         sources += sorted(glob.glob("csrc/cuda/*.cu"))
     define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION")]
@@ -158,8 +163,8 @@ def make_extension():
     return Extension(
         "mambaradix._C",
         sources=sources,
-        include_dirs=["csrc", numpy.get_include()],
-        depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/cuda/*.h")),
+        include_dirs=[f"csrc/{d}" for d in LAYERS] + [numpy.get_include()],
+        depends=sorted(glob.glob("csrc/*/*.h")),
         define_macros=define_macros,
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,

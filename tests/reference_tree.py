@@ -2,7 +2,7 @@
 
 Written from the description of SGLang v0.5.15's MambaRadixCache tree
 (match / split / insert / lock / evict and the two LRU lists), plus the
-deliberate differences of mambaradix (see `csrc/radix.h`):
+deliberate differences of mambaradix (see `csrc/core/radix.h`):
 
 * the tree never frees indices: insert returns the caller's duplicate KV
   indices, evictions return the KV indices and state slots they release;
