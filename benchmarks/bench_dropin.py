@@ -4,8 +4,8 @@
   sglang        SGLang's own MambaRadixCache (mamba_radix_cache.py), its
                 HybridReqToTokenPool (memory_pool.py), MambaSlotAllocator and
                 TokenToKVPoolAllocator, loaded from the installed 0.5.15
-                wheel's files as tests/test_sglang_oracle.py loads them
-                (tests/sglang_wheel.py)
+                wheel's files as tests/dropin/test_sglang_oracle.py loads them
+                (tests/dropin/sglang_wheel.py)
   dropin/sg     mambaradix.sglang.MambaRadixCache over those same SGLang pools
   dropin/own    mambaradix.sglang.MambaRadixCache over its own pools
   batch         mambaradix._C.Lifecycle's one-call-per-batch API (per request
@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [os.path.join(ROOT, "tests", d) for d in ("", "core", "dropin")]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

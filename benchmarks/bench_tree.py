@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Radix tree benchmark: mambaradix.RadixTree against the pure-Python
-reference model (tests/reference_tree.py), through the Python API.
+reference model (tests/core/reference_tree.py), through the Python API.
 
 Median microseconds per call of match_prefix, insert, evict_full and
 evict_mamba on
@@ -31,7 +31,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [os.path.join(ROOT, "tests", d) for d in ("", "core")]
 
 from mambaradix import RadixTree  # noqa: E402
 from reference_tree import ReferenceTree  # noqa: E402
@@ -273,7 +273,7 @@ def main(argv=None):
     print("mambaradix radix tree benchmark -- CPU timings (%s, Python %s, numpy %s), one thread" % (
         platform.processor() or platform.machine(), platform.python_version(), np.__version__))
     print("median microseconds per call through the Python API; 'speedup' = reference model / C")
-    print("C: numpy int32 keys, int64 values; model: tests/reference_tree.py with Python lists")
+    print("C: numpy int32 keys, int64 values; model: tests/core/reference_tree.py with Python lists")
     print()
 
     tm = Timings()

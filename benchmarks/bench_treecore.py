@@ -2,7 +2,7 @@
 """SGLang 0.5.23 TreeCores through UnifiedRadixCache: mambaradix vs Rust vs Python.
 
 Needs sglang 0.5.23 in .sgl0523 (see .ci/run); loads it the way the tests do
-(tests/sglang_0523/sgl_env.py).  One torch thread, keys and KV indices built
+(tests/dropin/sglang_0523/sgl_env.py).  One torch thread, keys and KV indices built
 before the timer, median microseconds per call, CPU figures.
 
 Workload: G groups x P prompts; a group shares an S-token prefix, each prompt
@@ -35,7 +35,7 @@ from array import array
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "sglang_0523"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "dropin", "sglang_0523"))
 
 import sgl_env  # noqa: E402
 

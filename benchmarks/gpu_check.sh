@@ -10,12 +10,12 @@
 #      GPU machine with the checkout:
 #        python3 -m pip download --no-deps -d .whl "fla-core==0.6.0" einops;
 #   2. build the extension in place with CUDA (MAMBARADIX_CUDA=1);
-#   3. pytest: tests/test_kernels_gpu.py tests/test_dlpack.py, the drop-in
+#   3. pytest: tests/tensor/test_kernels_gpu.py tests/tensor/test_dlpack.py, the drop-in
 #      batch under torch.cuda's sync debug mode
-#      (tests/test_dropin_no_sync_gpu.py), and the documentation's GPU code
-#      blocks (tests/test_docs.py -m cuda);
+#      (tests/dropin/test_dropin_no_sync_gpu.py), and the documentation's GPU code
+#      blocks (tests/package/test_docs.py -m cuda);
 #   4. the benchmark at full size (Qwen3-Next shapes, 256 slots, ~20 GB);
-#   5. pytest tests/test_fla_realism.py (FLA's chunked gated delta rule);
+#   5. pytest tests/tensor/test_fla_realism.py (FLA's chunked gated delta rule);
 #   6. compute-sanitizer memcheck, then racecheck, over a short GPU test
 #      selection.
 #
@@ -90,11 +90,11 @@ except Exception as e:
 "
 
 # ---- 3. tests ------------------------------------------------------------
-stage pytest 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_kernels_gpu.py tests/test_dlpack.py
+stage pytest 150 python3 -m pytest -q -rs -p no:cacheprovider tests/tensor/test_kernels_gpu.py tests/tensor/test_dlpack.py
 # the drop-in's per-request path over pools on the GPU: no host-device sync
-stage nosync 60 python3 -m pytest -q -rs -p no:cacheprovider tests/test_dropin_no_sync_gpu.py
+stage nosync 60 python3 -m pytest -q -rs -p no:cacheprovider tests/dropin/test_dropin_no_sync_gpu.py
 # the README's GPU code blocks (```python gpu), through the docs test
-stage docs 60 python3 -m pytest -q -rs -p no:cacheprovider tests/test_docs.py -m cuda
+stage docs 60 python3 -m pytest -q -rs -p no:cacheprovider tests/package/test_docs.py -m cuda
 
 # ---- 4. benchmark --------------------------------------------------------
 stage bench 120 python3 benchmarks/bench_state_copy.py --iters 10 --reps 5 --warmup 2 \
@@ -102,7 +102,7 @@ stage bench 120 python3 benchmarks/bench_state_copy.py --iters 10 --reps 5 --war
 
 # ---- 5. FLA realism (Triton compiles and autotunes FLA's kernels first) --
 MR_REALISM_OUT="$LOGS/fla_realism.json" stage fla 150 \
-    python3 -m pytest -q -rs -s -p no:cacheprovider tests/test_fla_realism.py
+    python3 -m pytest -q -rs -s -p no:cacheprovider tests/tensor/test_fla_realism.py
 
 # ---- 6. sanitizers -------------------------------------------------------
 SAN_K="allocated_cuda_pool or out_of_range or misaligned or (copy_slots_cuda and spec0) or (clear_slots_cuda and spec1) or (track_decode_cuda and spec2) or (snapshot_ssm_cuda and torch64) or (snapshot_conv_cuda and dtype0) or (write_req_to_token_cuda and tdtype0 and vdtype0)"
@@ -117,9 +117,9 @@ if [ -n "$SAN" ]; then
     # Without torch's caching allocator every tensor is its own cudaMalloc,
     # so memcheck sees an access past any tensor's end.
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 stage memcheck 100 "$SAN" --tool memcheck --error-exitcode 99 --print-limit 20 \
-        python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gpu.py -k "$SAN_K"
+        python3 -m pytest -q -p no:cacheprovider tests/tensor/test_kernels_gpu.py -k "$SAN_K"
     stage racecheck 75 "$SAN" --tool racecheck --error-exitcode 99 --print-limit 20 \
-        python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gpu.py -k "write_req_to_token_cuda or (copy_slots_cuda and spec0)"
+        python3 -m pytest -q -p no:cacheprovider tests/tensor/test_kernels_gpu.py -k "write_req_to_token_cuda or (copy_slots_cuda and spec0)"
 else
     printf '%-12s %-8s %5ss  %s\n' sanitizer SKIPPED 0 "(compute-sanitizer not found)" >> "$SUMMARY"
 fi

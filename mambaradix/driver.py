@@ -43,7 +43,7 @@ What is modelled (and how it maps to SGLang's scheduler):
   memory check counts a page for each request whose next token starts one.
 
 Windows where SGLang v0.5.15 hands the tree a snapshot from another position
-(reproduced here, shown by tests/test_driver.py, and visible in the
+(reproduced here, shown by tests/sim/test_driver.py, and visible in the
 simulator's toy mode as ``state_mismatches``):
 
 - pp2: the decode boundary check on ``kv_committed_len`` fires twice when a

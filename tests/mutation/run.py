@@ -35,14 +35,14 @@ from typing import List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # test groups (files or node ids); slow tests are never selected here
-T_DECIDE = ["tests/test_sglang_decisions.py"]
-T_LIFE = ["tests/test_lifecycle.py", "tests/test_lifecycle_random.py"]
-T_DROPIN = ["tests/test_sglang_dropin.py"]
-T_DRIVER = ["tests/test_driver.py"]
-T_TREE = ["tests/test_tree_sglang_flows.py", "tests/test_tree_handles.py", "tests/test_tree_bad_input.py",
-          "tests/test_tree_differential.py"]
-T_POOLS = ["tests/test_pools.py"]
-T_KERN = ["tests/test_kernels_cpu.py", "tests/test_kernels_numpy.py", "tests/test_dlpack.py"]
+T_DECIDE = ["tests/dropin/test_sglang_decisions.py"]
+T_LIFE = ["tests/core/test_lifecycle.py", "tests/core/test_lifecycle_random.py"]
+T_DROPIN = ["tests/dropin/test_sglang_dropin.py"]
+T_DRIVER = ["tests/sim/test_driver.py"]
+T_TREE = ["tests/core/test_tree_sglang_flows.py", "tests/core/test_tree_handles.py", "tests/core/test_tree_bad_input.py",
+          "tests/core/test_tree_differential.py"]
+T_POOLS = ["tests/core/test_pools.py"]
+T_KERN = ["tests/tensor/test_kernels_cpu.py", "tests/tensor/test_kernels_numpy.py", "tests/tensor/test_dlpack.py"]
 
 
 @dataclass

@@ -462,7 +462,7 @@ def test_cli_utility_with_end_of_turn_states() -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     args = [sys.executable, "-m", "mambaradix", "sim", "--num-clients", "8", "--num-rounds", "3",
             "--state-slots", "40", "--no-progress"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ALLOWED = {"core": {"core"}, "tensor": {"core", "tensor"}, "cuda": {"core", "tensor"},
            "py": {"core", "tensor", "py"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

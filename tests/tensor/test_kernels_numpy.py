@@ -1,6 +1,6 @@
 """The state kernels' C twins on numpy arrays, against element-by-element
 Python loops (no torch): a second, independent check of what
-tests/test_kernels_cpu.py compares with torch indexing.  Values are small
+tests/tensor/test_kernels_cpu.py compares with torch indexing.  Values are small
 integers in float64, so every comparison is exact."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runs tests/sglang_0523/ (mambaradix as a TreeCore for SGLang 0.5.23) in a
+"""Runs tests/dropin/sglang_0523/ (mambaradix as a TreeCore for SGLang 0.5.23) in a
 subprocess: the shared interpreter keeps SGLang 0.5.15 for the drop-in tests,
 and 0.5.23 is installed in its own directory (MAMBARADIX_SGLANG_0523, default
 .sgl0523; .ci/run fills it)."""
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 TARGET = os.environ.get("MAMBARADIX_SGLANG_0523", os.path.join(REPO, ".sgl0523"))
 
 

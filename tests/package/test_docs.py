@@ -5,7 +5,7 @@ documentation cannot rot:
   the path); ``python gpu``: the same on a GPU (marked cuda; run by
   benchmarks/gpu_check.sh); ``python sglang-0.5.23``: needs SGLang 0.5.23,
   which cannot share an interpreter with the 0.5.15 wheel the other tests
-  load: tests/sglang_0523/test_unified_core.py runs it against that release
+  load: tests/dropin/sglang_0523/test_unified_core.py runs it against that release
   (here it must at least compile);
 - ``console``: a transcript; each ``$ `` line runs in bash (in the scratch
   folder, this tree on the path) and must exit as its output says (2 after a
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^( *)```([^\n`]*)\n(.*?)^\1```[ \t]*$", re.S | re.M)
 
@@ -79,7 +79,7 @@ def test_block_runs(info, body, tmp_path):
     kind = info[0] if info else ""
     if info[1:] == ["sglang-0.5.23"]:
         compile(body, "README.md", "exec")
-        pytest.skip("needs sglang 0.5.23: run by tests/sglang_0523/test_unified_core.py")
+        pytest.skip("needs sglang 0.5.23: run by tests/dropin/sglang_0523/test_unified_core.py")
     if kind == "python":
         if info[1:] == ["gpu"]:
             torch = pytest.importorskip("torch")

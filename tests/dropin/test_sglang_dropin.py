@@ -353,7 +353,7 @@ def test_paged_extra_buffer_cache() -> None:
 
 
 def _sglang():
-    """SGLang's classes from the wheel (tests/sglang_isolated.py), or skip
+    """SGLang's classes from the wheel (tests/dropin/sglang_isolated.py), or skip
     naming the cause."""
     import sglang_isolated
 
@@ -368,7 +368,7 @@ def sglang_pools():
     """SGLang's own HybridReqToTokenPool and TokenToKVPoolAllocator (the
     fixture of its test_mamba_unittest.py, without the speculative-decoding
     buffers, which SGLang allocates on "cuda"), loaded from the wheel
-    (tests/sglang_isolated.py); skips naming the cause when they do not
+    (tests/dropin/sglang_isolated.py); skips naming the cause when they do not
     load."""
     import sglang_isolated
 

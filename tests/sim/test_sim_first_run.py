@@ -23,7 +23,7 @@ from mambaradix.sim import SimConfig, SimRequest, cli, engine, run, sweep, workl
 from mambaradix.sim.checks import ConfigError
 from mambaradix.sim.report import config_to_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--num-clients", "6", "--num-rounds", "3", "--request-length", "96",
          "--output-length", "8", "--no-progress"]
 

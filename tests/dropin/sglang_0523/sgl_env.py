@@ -23,7 +23,7 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 TARGET = os.environ.get("MAMBARADIX_SGLANG_0523", os.path.join(REPO, ".sgl0523"))
 WANT = "0.5.23"
 

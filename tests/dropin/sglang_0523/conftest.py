@@ -1,4 +1,4 @@
-"""Collected only in the subprocess that tests/test_sglang_unified.py starts
+"""Collected only in the subprocess that tests/dropin/test_sglang_unified.py starts
 (MAMBARADIX_SGL0523_RUN=1), where SGLang 0.5.23 replaces the shared 0.5.15."""
 
 import os

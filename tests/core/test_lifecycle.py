@@ -8,7 +8,7 @@ the tokens a state has consumed (running slot after every step, track slot
 at every snapshot), so every hit can be checked: the state a request copies
 from the tree must be the fingerprint of the prefix it was given.  The
 prefill snapshot is taken where the kernel's inputs (``track_seqlen``, the
-mask) put it (tests/kernel_inputs.py), never at the length the decision
+mask) put it (tests/tensor/kernel_inputs.py), never at the length the decision
 code meant, so a wrong ``track_seqlen`` shows as a wrong state at a hit.
 """
 

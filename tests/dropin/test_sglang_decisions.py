@@ -1,5 +1,5 @@
 """Every request-lifecycle decision of the C core against SGLang v0.5.15's own
-decision code, read from the installed wheel (tests/sglang_source.py):
+decision code, read from the installed wheel (tests/dropin/sglang_source.py):
 
 - ``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``: the track
   mask, the track slot, ``track_seqlen`` (the ``+ 1`` that makes the kernel read
@@ -499,7 +499,7 @@ def test_sglang_source_is_the_wheels() -> None:
 
 
 # --------------------------------------------------------------------------
-# what the forward does with track_seqlen (tests/kernel_inputs.py)
+# what the forward does with track_seqlen (tests/tensor/kernel_inputs.py)
 
 
 def test_kernel_inputs_model_matches_sglangs_backend() -> None:

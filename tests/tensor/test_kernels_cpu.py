@@ -1,7 +1,7 @@
 """The state kernels on host tensors (the C twins), against torch/numpy
 references on fresh random data, bit for bit; and every refused input.
 
-The helpers here take a `device` so tests/test_kernels_gpu.py runs the same
+The helpers here take a `device` so tests/tensor/test_kernels_gpu.py runs the same
 checks on CUDA tensors.
 """
 

@@ -1,6 +1,6 @@
 """mambaradix's TreeCore against SGLang 0.5.23's own Python TreeCore.
 
-Run by tests/test_sglang_unified.py in a subprocess that loads SGLang 0.5.23
+Run by tests/dropin/test_sglang_unified.py in a subprocess that loads SGLang 0.5.23
 (see sgl_env.py).  MAMBARADIX_DIFF_OPS scales the differential run (the
 nightly script sets it high)."""
 
@@ -174,7 +174,7 @@ def test_memory_per_cached_token_is_reported():
 def test_readme_snippet_runs_as_written():
     import re
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "README.md")).read()
     block = re.search(r"## SGLang 0\.5\.23 TreeCore.*?```python sglang-0\.5\.23\n(.*?)```", readme, re.S).group(1)
     import contextlib
     import io

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not list((ROOT / "mambaradix").glob("_C*.so")),
                                 reason="needs the extension built in place in this tree")

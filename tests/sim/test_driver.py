@@ -310,7 +310,7 @@ def test_no_buffer_follow_up_hits_whole_committed_turn():
 
 # ---------------------------------------------------------------- oracle: SGLang's classes
 def _sglang():
-    """SGLang's own classes from the wheel (tests/sglang_isolated.py), or skip
+    """SGLang's own classes from the wheel (tests/dropin/sglang_isolated.py), or skip
     naming the cause."""
     import sglang_isolated
 

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-C_DIR = os.path.join(HERE, "c")
+C_DIR = HERE
 
 # Variables of a sanitized Python run that must not reach the C binaries:
 # LD_PRELOAD would load libasan into valgrind and into the plain build,
