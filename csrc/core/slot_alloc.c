@@ -480,7 +480,9 @@ pages_of(mr_kv *kv, const int64_t *tok, int64_t k, int64_t *np, int64_t *bad)
         }
         kv->scratch[i] = tok[i] / kv->page_size;
     }
-    qsort(kv->scratch, (size_t)k, sizeof(int64_t), cmp_i64);
+    if (k > 1) {  /* qsort's array may not be NULL, which an empty scratch is */
+        qsort(kv->scratch, (size_t)k, sizeof(int64_t), cmp_i64);
+    }
     int64_t m = 0;
     for (int64_t i = 0; i < k; i++) {
         if (m == 0 || kv->scratch[m - 1] != kv->scratch[i]) {
