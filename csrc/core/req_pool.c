@@ -175,7 +175,7 @@ mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_
 int64_t
 mr_reqpool_take_dirty(mr_reqpool *p, int64_t *rows, int64_t *starts, int64_t *ends, int64_t cap)
 {
-    int64_t m = p->ndirty < cap ? p->ndirty : cap;
+    int64_t m = p->ndirty < cap ? p->ndirty : (cap > 0 ? cap : 0);
     for (int64_t i = 0; i < m; i++) {
         int64_t r = p->dirty_rows[i];
         rows[i] = r;

@@ -91,8 +91,9 @@ int mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, in
 /* Records columns [start, end) of row r as dirty (for writes made through
  * the table view directly). */
 void mr_reqpool_mark_dirty(mr_reqpool *p, int64_t r, int64_t start, int64_t end);
-/* Copies out the dirty ranges (at most cap of them; rows, starts, ends) and
- * forgets those copied.  Returns the number written. */
+/* Copies out the dirty ranges (at most cap of them, none for cap <= 0;
+ * rows, starts, ends) and forgets those copied.  Returns the number
+ * written. */
 int64_t mr_reqpool_take_dirty(mr_reqpool *p, int64_t *rows, int64_t *starts, int64_t *ends,
                               int64_t cap);
 

@@ -37,6 +37,19 @@ count_add(mr_slots *s, int32_t owner, int64_t d)
     }
 }
 
+/* 1 if unit u is pre-allocated by the open alloc group and not handed out
+ * yet: it is HELD, but no caller has it, so no free or transfer may take it. */
+static int
+in_group(const mr_slots *s, int64_t u)
+{
+    for (int64_t g = s->group_pos; g < s->group_len; g++) {
+        if (s->group[g] == u) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Validates idx[0:k) against `from`: range, current owner, duplicates.
  * Returns MR_OK or the code of the first problem, with *bad set. */
 static int
@@ -55,7 +68,7 @@ validate(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int64_t *bad)
             rc = MR_ENOENT;
             break;
         }
-        if (!accepts(from, o)) {
+        if (!accepts(from, o) || (o == MR_OWNER_HELD && in_group(s, u))) {
             rc = MR_EBUSY;
             break;
         }
@@ -225,7 +238,7 @@ mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int3
             }
             return MR_ENOENT;
         }
-        if (!accepts(from, o)) {
+        if (!accepts(from, o) || (o == MR_OWNER_HELD && in_group(s, u))) {
             if (bad != NULL) {
                 *bad = u;
             }
@@ -280,13 +293,13 @@ mr_slots_group_end(mr_slots *s)
     if (!s->group_active) {
         return;
     }
-    int64_t left = s->group_len - s->group_pos;
+    int64_t left = s->group_len - s->group_pos, *unused = s->group + s->group_pos;
+    s->group_active = 0;
+    s->group_len = s->group_pos = 0;  /* first, so that the free takes them */
     if (left > 0) {
         /* still HELD and distinct: this cannot fail */
-        (void)mr_slots_free(s, s->group + s->group_pos, left, MR_FROM_CALLER, 0, NULL);
+        (void)mr_slots_free(s, unused, left, MR_FROM_CALLER, 0, NULL);
     }
-    s->group_active = 0;
-    s->group_len = s->group_pos = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -467,7 +480,9 @@ pages_of(mr_kv *kv, const int64_t *tok, int64_t k, int64_t *np, int64_t *bad)
         }
         kv->scratch[i] = tok[i] / kv->page_size;
     }
-    qsort(kv->scratch, (size_t)k, sizeof(int64_t), cmp_i64);
+    if (k > 1) {  /* qsort's array may not be NULL, which an empty scratch is */
+        qsort(kv->scratch, (size_t)k, sizeof(int64_t), cmp_i64);
+    }
     int64_t m = 0;
     for (int64_t i = 0; i < k; i++) {
         if (m == 0 || kv->scratch[m - 1] != kv->scratch[i]) {

@@ -81,8 +81,9 @@ int mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out);
  * Each unit must be in [1, n] and held by an owner `from` accepts, and may
  * appear only once.  MR_EINVAL (out of range / listed twice), MR_ENOENT
  * (already FREE: a double free), MR_EBUSY (owned by the tree when from is
- * MR_FROM_CALLER, or by a caller when from is MR_FROM_TREE); *bad (may be
- * NULL) receives the offending unit.  Nothing is freed on error. */
+ * MR_FROM_CALLER, or by a caller when from is MR_FROM_TREE, or pre-allocated
+ * by the open alloc group and not handed out yet); *bad (may be NULL)
+ * receives the offending unit.  Nothing is freed on error. */
 int mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front,
                   int64_t *bad);
 

@@ -1,10 +1,13 @@
 """Runs the C tests of the core (tests/c: plain, ASan+UBSan and fault-injection
-builds, plus valgrind when installed) so that pytest is the single entry point.
+builds, plus valgrind when installed) so that pytest is the single entry point:
+the radix tree (make test), and the unit tests of slot_alloc.c, req_pool.c and
+kernels_cpu.c (make test-units).  tests/test_c_lifecycle.py runs the lifecycle's.
 
 Skipped only when no C compiler (or no make) is installed.
 """
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -56,3 +59,23 @@ def run_make(target: str) -> str:
 
 def test_c_core():
     run_make("test")
+
+
+def test_c_units():
+    """Each unit test (tests/c/test_{slot_alloc,req_pool,kernels_cpu}.c) ran and
+    passed in every variant: plain, ASan+UBSan, fault injection, valgrind."""
+    out = run_make("test-units")
+    variants = ["plain", "asan+ubsan", "fault injection"]
+    if shutil.which("valgrind"):
+        variants.append("valgrind")
+    for unit in ("slot_alloc", "req_pool", "kernels_cpu"):
+        for variant in variants:
+            assert f"== {unit}: {variant}\n" in out, (unit, variant)
+        passed = re.findall(rf"^test_{unit}: \d+ checks, 0 failed: passed$", out, re.M)
+        assert len(passed) == len(variants), unit
+    # the fault-injection builds made allocations fail (slot_alloc, req_pool) and
+    # checked that the kernels allocate nothing
+    points = [int(n) for n in re.findall(r"^oom: init: (\d+) allocation failure points checked$", out, re.M)]
+    assert len(points) == 2 and min(points) > 0
+    assert re.search(r"with failing allocations; .* \(injected [1-9]", out)
+    assert "fuzz (no allocation allowed): " in out

@@ -1065,7 +1065,7 @@ main(int argc, char **argv)
     /* modes: 0 no_buffer (page size 1 only), 1 extra_buffer pp2, 2 pp1,
      * 3 extra_buffer_lazy (pp2) */
     const int64_t pss[3] = {1, 4, 16};
-    long done = 0, runs = 0;
+    long done = 0, runs = 0, per_ps[3] = {0, 0, 0};
     int failed = 0;
     long per_run = 2000;
     for (uint64_t s = seed; done < ops; s++) {
@@ -1074,8 +1074,9 @@ main(int argc, char **argv)
                 if (mode == 0 && pss[p] != 1) {
                     continue;
                 }
-                long left = ops - done < per_run ? ops - done : per_run;
+                long left = ops - done < per_run ? ops - done : per_run, before = done;
                 failed += run(pss[p], mode, left, s * 13 + (uint64_t)(p * 4 + mode), &done);
+                per_ps[p] += done - before;
                 runs++;
                 if (failed > 3) {
                     printf("lc_model: stopping after %d failed runs\n", failed);
@@ -1085,6 +1086,7 @@ main(int argc, char **argv)
         }
     }
     printf("lc_model: %ld operations in %ld runs (page sizes 1, 4, 16), %d failed runs\n", done, runs, failed);
+    printf("lc_model: by page size: 1: %ld, 4: %ld, 16: %ld operations\n", per_ps[0], per_ps[1], per_ps[2]);
     printf("lc_model: %ld prefill batches (%ld refused, %ld hits), %ld decode steps (%ld refused), %ld "
            "end-of-prefill and %ld finish batches, %ld units evicted\n", totals[0], totals[1], totals[2],
            totals[4], totals[5], totals[6], totals[7], totals[3]);

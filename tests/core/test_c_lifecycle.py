@@ -9,6 +9,9 @@ for 10^6 batched calls at page sizes 1, 4 and 16 (10^5 more under ASan)."""
 
 from __future__ import annotations
 
+import re
+import shutil
+
 from test_c_core import run_make
 
 
@@ -18,3 +21,11 @@ def test_c_lifecycle_variants() -> None:
                  "room: page_size=16: ", "oom: extra_buffer=1 page_size=16",
                  "lc_model: 1000000 operations", "lc_model: 100000 operations"):
         assert line in out
+    if shutil.which("valgrind"):
+        assert "lifecycle: valgrind\n" in out
+    # the fuzz against the model: 10^6 batched calls in all, each page size its share
+    by_ps = re.findall(r"^lc_model: by page size: 1: (\d+), 4: (\d+), 16: (\d+) operations$", out, re.M)
+    assert len(by_ps) == 2
+    full = [int(n) for n in by_ps[0]]
+    assert sum(full) == 1000000 and min(full) >= 250000, full
+    assert "tests/c lifecycle: all passed" in out

@@ -196,6 +196,24 @@ def test_alloc_group() -> None:
     assert c["held"] == 4 and c["free"] == 6
 
 
+def test_alloc_group_units_not_handed_out_belong_to_no_caller() -> None:
+    # A unit the open group holds for its next alloc(1) is HELD but nobody has
+    # it: freeing or transferring it would put it on the free list while the
+    # group still hands it out, so it would be handed out twice.
+    a = _C.SlotAllocator(6)
+    a.alloc_group_begin(2)
+    with pytest.raises(_C.OwnershipError):
+        a.free([1])
+    with pytest.raises(_C.OwnershipError):
+        a.free([2])
+    got = [int(a.alloc(1)[0]) for _ in range(2)] + [int(x) for x in a.alloc(4)]
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    a.check()
+    a.free([1])                    # handed out now: the caller's to free
+    a.alloc_group_end()
+    a.check()
+
+
 def test_owner_rows_and_transfer() -> None:
     a = _C.SlotAllocator(6)
     s = a.alloc(2, owner=3)
