@@ -528,6 +528,30 @@ def test_sim_toy_new_paths_exact_at_page_sizes(page_size: int, policy: str, orde
         assert m.state_usable_tokens > plain.state_usable_tokens     # exact hits at the turn ends
 
 
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_sim_toy_junction_checkpoint_at_page_sizes(page_size: int) -> None:
+    """a leaves states only past the shared 96 tokens (its track point at
+    256); b parts from a inside that edge, so its prefill snapshots at the
+    chunk-aligned junction; c hits there, exactly, at page sizes 1 and 16."""
+    pytest.importorskip("torch")
+    from mambaradix.sim.types import SimRequest
+    rng = np.random.default_rng(4)
+    shared = rng.integers(1, 40000, size=96)
+
+    def req(rid: str, tail: int, t: float) -> SimRequest:
+        p = np.concatenate([shared, rng.integers(1, 40000, size=tail)]).astype(np.int32)
+        return SimRequest(rid, p, 8, arrival=t, output_ids=rng.integers(1, 40000, size=8).astype(np.int32))
+
+    reqs = [req("a", 300, 0.0), req("b", 150, 10.0), req("c", 100, 20.0)]
+    cfg = apply_preset(SimConfig(page_size=page_size, chunk_size=32, track_interval=256, state_slots=24,
+                                 max_running=3, lru_policy="consumed", states="toy", kv_tokens=16384,
+                                 decode_boundary="batch"), "qwen3-next")
+    m = engine.run(reqs, cfg)
+    assert m.state_mismatches == 0
+    assert m.state_hits == 1 and m.state_usable_tokens == len(shared)     # c, at the junction
+    assert m.kv_matched_tokens == 2 * len(shared)                           # b (KV only) and c
+
+
 def test_sim_multiturn_under_pressure_reversed_order() -> None:
     """More conversations than the pool holds states, clients in the same
     order every round: every LRU-ordered policy (SGLang's two, utility in
