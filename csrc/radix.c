@@ -1608,6 +1608,7 @@ tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
 void
 mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
 {
+    memset(out, 0, sizeof(*out));   /* padding too: callers may compare snapshots bytewise */
     out->full_evictable = t->full_evictable;
     out->full_protected = t->full_protected;
     out->state_evictable = t->state_evictable;

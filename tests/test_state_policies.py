@@ -226,6 +226,10 @@ def test_policy_options_are_checked() -> None:
         mambaradix.RadixTree(lru_policy="utility", policy_options={"alpha": -1.0})
     with pytest.raises(TypeError, match="policy_options"):
         mambaradix.RadixTree(lru_policy="utility", policy_options=[1, 2])
+    with pytest.raises(ValueError, match="mru"):
+        mambaradix.RadixTree(lru_policy="utility", policy_options={"mru": 2})
+    with pytest.raises(ValueError, match="utility_order"):
+        engine.run(_chat()[:1], SimConfig(lru_policy="utility", utility_order="fifo"))
     with pytest.raises(ValueError, match="max_states_per_path"):
         mambaradix.RadixTree(max_states_per_path=-1)
     with pytest.raises(ValueError, match="lru_policy"):
