@@ -60,6 +60,8 @@ struct mr_radix {
     mr_radix_config cfg;
     mr_radix_options opt;
     double kv_weight;         /* utility: share of a leaf's KV bytes counted (0 at first; tuned: 0 or 1) */
+    double recency;           /* utility: sign of the recency term: +1 evicts the least recently
+                                 used first, -1 the most recently used (tuned) */
     mr_node *root;
     mr_link head[2];          /* LRU sentinels */
     /* Node registry for handles (I9). */
@@ -284,11 +286,16 @@ lru_leaf_victim(const mr_radix *t, const mr_link *from)
 
 /* Utility (Marconi): among the evict_window least recently used candidates
  * of a list, the one with the lowest
- *     alpha * minmax(FLOPs saved / bytes) + minmax(recency rank)
+ *     alpha * minmax(FLOPs saved / bytes) + recency * minmax(recency rank)
  * where the rank counts from the LRU end (0) and ties go to the less
- * recently used.  A state's FLOPs saved are those of the replay it spares:
- * prefilling from the nearest ancestor with a state to the node's end.  A
- * tombstone leaf (leaf list) saves nothing. */
+ * recently used.  recency is +1 (Marconi's order) or -1 (options.mru; the
+ * tuner may flip it): among states of like efficiency the most recently
+ * used goes first.  That is the scan-resistant order for a cyclic reuse
+ * pattern the pool cannot hold (many conversations, fewer slots): LRU
+ * evicts every state just before its reuse and hits nothing, the reversed
+ * order keeps a fixed subset alive.  A state's FLOPs saved are those of the
+ * replay it spares: prefilling from the nearest ancestor with a state to
+ * the node's end.  A tombstone leaf (leaf list) saves nothing. */
 static double
 node_flops_per_byte(const mr_radix *t, const mr_node *n)
 {
@@ -341,7 +348,7 @@ utility_victim(const mr_radix *t, int w)
     double best_u = 0.0;
     for (size_t i = 0; i < k; i++) {
         double e = hi > lo ? (eff[i] - lo) / (hi - lo) : 0.0;
-        double u = t->opt.alpha * e + (double)i / (double)(k - 1);
+        double u = t->opt.alpha * e + t->recency * (double)i / (double)(k - 1);
         if (i == 0 || u < best_u) {
             best = i;
             best_u = u;
@@ -575,6 +582,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
     }
     t->cfg = *cfg;
     t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
+    t->recency = 1.0;
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }
@@ -653,6 +661,7 @@ mr_radix_set_options(mr_radix *t, const mr_radix_options *o)
         return MR_EINVAL;
     }
     t->opt = *o;
+    t->recency = o->mru ? -1.0 : 1.0;
     /* a new tuning window starts at the next eviction */
     mr_radix_free(t->snap);
     t->snap = NULL;
@@ -1330,23 +1339,37 @@ mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *st
  * keys of the insertions that follow.  When the window holds tune_window
  * insertions and at least as many tokens as the snapshot, one copy of the
  * snapshot per alpha of a fixed grid, each with a leaf's KV bytes counted
- * or not (the KV pool may be no bottleneck), replays it (match, then insert
- * with a state, then state evictions down to the most states the tree held
- * during the window), summing the prefill FLOPs each match saved; the best
- * pair is adopted (the one in use wins ties).  A new window then starts from a
+ * or not (the KV pool may be no bottleneck) and with the recency order as
+ * it is or reversed (LRU thrashes on a cyclic reuse pattern the pool
+ * cannot hold), replays it (match, then insert with a state, then state
+ * evictions down to the most states the tree held during the window),
+ * summing the prefill FLOPs each match saved; the best choice is adopted
+ * (the one in use wins ties).  A new window then starts from a
  * snapshot of the tree as it is, if the tuner's own work (tokens copied
  * and replayed) with the window's projected cost stays within TUNE_BUDGET
  * times the tree's (tokens walked by matches and insertions): its cost is
  * a bounded share of the cache's. */
 
 static const double tune_grid[] = {0.0, 1.0, 4.0, 16.0, 64.0};
-enum { TUNE_GRID = sizeof(tune_grid) / sizeof(tune_grid[0]) };
+/* grid points per window: alpha x (KV counted or not) x (order as is or reversed) */
+enum { TUNE_GRID = sizeof(tune_grid) / sizeof(tune_grid[0]), TUNE_POINTS = 4 * TUNE_GRID };
 #define TUNE_BUDGET 0.75
 
+/* What the tuner chooses. */
+typedef struct {
+    double alpha, kv_weight, recency;
+} tune_point;
+
+MR_INLINE tune_point
+tune_current(const mr_radix *t)
+{
+    return (tune_point){t->opt.alpha, t->kv_weight, t->recency};
+}
+
 /* A copy of src's nodes, edges, states and list orders, without locks, with
- * alpha and no tuning.  MR_ENOMEM: *out untouched. */
+ * the tuned choice p and no tuning.  MR_ENOMEM: *out untouched. */
 static int
-radix_clone(const mr_radix *src, double alpha, double kv_weight, mr_radix **out)
+radix_clone(const mr_radix *src, tune_point p, mr_radix **out)
 {
     mr_radix *t;
     int rc = mr_radix_new(&src->cfg, &t);
@@ -1354,9 +1377,10 @@ radix_clone(const mr_radix *src, double alpha, double kv_weight, mr_radix **out)
         return rc;
     }
     t->opt = src->opt;
-    t->opt.alpha = alpha;
+    t->opt.alpha = p.alpha;
     t->opt.tune_window = 0;
-    t->kv_weight = kv_weight;
+    t->kv_weight = p.kv_weight;
+    t->recency = p.recency;
     mr_node **map = MR_CALLOC(src->nids + 1, sizeof(*map));
     size_t cap = 64, top = 0;
     const mr_node **stack = MR_MALLOC(cap * sizeof(*stack));
@@ -1432,7 +1456,7 @@ tune_start(mr_radix *t)
     /* what the window will cost: copies of the tree and replays of a window
      * at least as large, once per grid point */
     double size = (double)(t->full_evictable + t->full_protected);
-    double projected = (double)(2 * TUNE_GRID + 1) * 3.0 * size;
+    double projected = (double)(TUNE_POINTS + 1) * 3.0 * size;
     if ((double)t->spent + projected > TUNE_BUDGET * (double)t->work) {
         return;
     }
@@ -1448,7 +1472,7 @@ tune_start(mr_radix *t)
             return;
         }
     }
-    if (radix_clone(t, t->opt.alpha, t->kv_weight, &t->snap) != MR_OK) {
+    if (radix_clone(t, tune_current(t), &t->snap) != MR_OK) {
         t->snap = NULL;
         return;
     }
@@ -1459,12 +1483,12 @@ tune_start(mr_radix *t)
     t->spent += t->snap_tokens;
 }
 
-/* Replays the log on a copy of the snapshot with alpha; the FLOPs saved. */
+/* Replays the log on a copy of the snapshot with p; the FLOPs saved. */
 static double
-tune_replay(mr_radix *t, double alpha, double kv_weight, const int64_t *zeros)
+tune_replay(mr_radix *t, tune_point p, const int64_t *zeros)
 {
     mr_radix *c;
-    if (radix_clone(t->snap, alpha, kv_weight, &c) != MR_OK) {
+    if (radix_clone(t->snap, p, &c) != MR_OK) {
         return -1.0;
     }
     const mr_radix_options *cf = &t->opt;
@@ -1502,25 +1526,28 @@ tune_run(mr_radix *t)
     }
     int64_t *zeros = MR_CALLOC(longest, sizeof(int64_t));
     if (zeros != NULL) {
-        double best = tune_replay(t, t->opt.alpha, t->kv_weight, zeros);
-        double best_alpha = t->opt.alpha, best_w = t->kv_weight;
-        for (int g = 0; g < TUNE_GRID; g++) {
-            for (int w = 1; w >= 0; w--) {
-                if (tune_grid[g] == t->opt.alpha && (double)w == t->kv_weight) {
-                    continue;
-                }
-                double v = tune_replay(t, tune_grid[g], (double)w, zeros);
-                if (v > best) {
-                    best = v;
-                    best_alpha = tune_grid[g];
-                    best_w = (double)w;
+        tune_point cur = tune_current(t), best_p = cur;
+        double best = tune_replay(t, cur, zeros);
+        for (int r = 0; r < 2; r++) {
+            for (int g = 0; g < TUNE_GRID; g++) {
+                for (int w = 1; w >= 0; w--) {
+                    tune_point p = {tune_grid[g], (double)w, r ? -cur.recency : cur.recency};
+                    if (p.alpha == cur.alpha && p.kv_weight == cur.kv_weight && p.recency == cur.recency) {
+                        continue;
+                    }
+                    double v = tune_replay(t, p, zeros);
+                    if (v > best) {
+                        best = v;
+                        best_p = p;
+                    }
                 }
             }
         }
-        t->opt.alpha = best_alpha;
-        t->kv_weight = best_w;
+        t->opt.alpha = best_p.alpha;
+        t->kv_weight = best_p.kv_weight;
+        t->recency = best_p.recency;
         t->tunes++;
-        t->spent += (uint64_t)(2 * TUNE_GRID) * (t->snap_tokens + 2 * t->log_len);
+        t->spent += (uint64_t)TUNE_POINTS * (t->snap_tokens + 2 * t->log_len);
         MR_FREE(zeros);
     }
     mr_radix_free(t->snap);
@@ -1581,6 +1608,7 @@ tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
 void
 mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
 {
+    memset(out, 0, sizeof(*out));   /* padding too: callers may compare snapshots bytewise */
     out->full_evictable = t->full_evictable;
     out->full_protected = t->full_protected;
     out->state_evictable = t->state_evictable;
@@ -1592,6 +1620,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->states_trimmed = t->states_trimmed;
     out->alpha = t->opt.alpha;
     out->kv_weight = t->kv_weight;
+    out->mru = t->recency < 0.0;
     out->tunes = t->tunes;
 }
 

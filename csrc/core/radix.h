@@ -123,12 +123,18 @@ typedef struct {
     uint32_t evict_window;      /* candidates scored per victim (0: 1024, the most) */
     /* > 0: alpha is re-tuned every tune_window insertions (after the first
      * eviction) by replaying them against a snapshot of the tree taken at
-     * the window's start, once per alpha of a fixed grid, and keeping the
-     * alpha that saved the most prefill FLOPs (Marconi's tuner). */
+     * the window's start, once per alpha of a fixed grid (with and without
+     * a leaf's KV bytes, with the recency order as is and reversed), and
+     * keeping the choice that saved the most prefill FLOPs (Marconi's
+     * tuner, plus the order). */
     uint32_t tune_window;
     /* Any policy: > 0 caps the states on one root-to-node path
      * (mr_radix_trim_path). */
     uint32_t max_states_per_path;
+    /* MR_POLICY_UTILITY only.  Non-zero: the recency term starts reversed
+     * (the most recently used state goes first) until the tuner finds
+     * otherwise. */
+    uint32_t mru;
 } mr_radix_options;
 
 /* A node handle: stays comparable after the node is gone, and resolves to
@@ -300,6 +306,7 @@ typedef struct {
     uint64_t states_trimmed;    /* states dropped by the per-path budget */
     double alpha;               /* utility policy: the alpha in use */
     double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
+    int mru;                    /* utility policy: 1 when the recency order is reversed */
     uint64_t tunes;             /* utility policy: alpha re-tunings done */
 } mr_radix_stats;
 

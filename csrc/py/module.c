@@ -134,8 +134,9 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
                                          "kv_bytes_per_token"};
     double *dvals[] = {&cfg->alpha, &cfg->flops_per_token, &cfg->attn_flops_per_pos, &cfg->state_bytes,
                        &cfg->kv_bytes_per_token};
-    static const char *const inames[] = {"evict_window", "tune_window"};
-    uint32_t *ivals[] = {&cfg->evict_window, &cfg->tune_window};
+    static const char *const inames[] = {"evict_window", "tune_window", "mru"};
+    uint32_t *ivals[] = {&cfg->evict_window, &cfg->tune_window, &cfg->mru};
+    static const int64_t imax[] = {1024, 1 << 20, 1};
     if (strcmp(policy, "sglang") == 0) {
         pcfg->policy = MR_POLICY_SGLANG;
     }
@@ -196,7 +197,7 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
         int64_t x;
         char arg[64];
         snprintf(arg, sizeof(arg), "policy_options['%s']", inames[i]);
-        int r = mr_as_int64(v, 0, i == 0 ? 1024 : 1 << 20, arg, &x);
+        int r = mr_as_int64(v, 0, imax[i], arg, &x);
         Py_DECREF(v);
         if (r < 0) {
             return -1;
@@ -209,7 +210,7 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     }
     if (n != seen) {
         PyErr_Format(PyExc_ValueError, "%s: policy_options has unknown keys (known: alpha, flops_per_token, "
-                     "attn_flops_per_pos, state_bytes, kv_bytes_per_token, evict_window, tune_window)", fname);
+                     "attn_flops_per_pos, state_bytes, kv_bytes_per_token, evict_window, tune_window, mru)", fname);
         return -1;
     }
     return 0;

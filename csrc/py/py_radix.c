@@ -1164,17 +1164,19 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "\n"
 "A dict: states_admitted (states inserted), states_used (of those, used by\n"
 "a match at least once), states_trimmed (dropped by the per-path budget),\n"
-"alpha (the utility policy's weight in use) and tunes (its re-tunings).");
+"alpha (the utility policy's weight in use), kv_weight (1 when a leaf's KV\n"
+"bytes count), mru (True when the recency order is reversed: the most\n"
+"recently used state goes first) and tunes (its re-tunings).");
 
 static PyObject *
 RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsK}", "states_admitted", (unsigned long long)s.states_admitted,
+    return Py_BuildValue("{sKsKsKsdsdsNsK}", "states_admitted", (unsigned long long)s.states_admitted,
                          "states_used", (unsigned long long)s.states_used, "states_trimmed",
                          (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight", s.kv_weight,
-                         "tunes", (unsigned long long)s.tunes);
+                         "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
@@ -1463,8 +1465,9 @@ PyDoc_STRVAR(RadixTree__doc__,
 "alpha * FLOPs-saved-per-byte + recency, Marconi-style).  policy_options:\n"
 "a dict of the utility policy's alpha, flops_per_token, attn_flops_per_pos,\n"
 "state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
-"victim, default and most 1024) and tune_window (> 0: re-tune alpha by replaying that\n"
-"many insertions against a snapshot).  max_states_per_path: a per-path\n"
+"victim, default and most 1024), tune_window (> 0: re-tune alpha, the KV\n"
+"weight and the recency order by replaying that many insertions against a\n"
+"snapshot) and mru (1: start with the recency order reversed).  max_states_per_path: a per-path\n"
 "state budget enforced by trim_path().\n"
 "check_ownership: track the KV indices and state slots the tree holds and\n"
 "make insert() raise ValueError, leaving the tree unchanged, for a KV index\n"

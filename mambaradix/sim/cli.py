@@ -197,6 +197,10 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="utility policy: initial weight of FLOPs saved per byte against recency (default 16, then tuned)")
     c.add_argument("--tune-window", type=_nonneg_int, metavar="N",
                    help="utility policy: re-tune alpha every N insertions (default 64; 0: fixed)")
+    c.add_argument("--utility-order", choices=("mru", "lru"),
+                   help="utility policy: initial recency order among states of like FLOPs per byte: mru "
+                        "(default) evicts the most recently used first, which keeps a fixed subset alive "
+                        "when more conversations cycle than the pool holds; lru is Marconi's (then tuned)")
     c.add_argument("--no-match-cap", action="store_true",
                    help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
     c.add_argument("--max-running", type=_positive_int, metavar="N",
@@ -364,7 +368,8 @@ def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
     cfg: dict[str, Any] = {"seed": args.seed}
     for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
                  "max_running", "states", "max_prefill_tokens", "decode_boundary",
-                 "end_of_turn_states", "max_states_per_path", "utility_alpha", "tune_window"):
+                 "end_of_turn_states", "max_states_per_path", "utility_alpha", "tune_window",
+                 "utility_order"):
         value = getattr(args, name)
         if value is not None:
             cfg[name] = value

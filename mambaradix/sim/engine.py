@@ -106,6 +106,7 @@ def tree_options(config: SimConfig) -> dict:
             "state_bytes": float(getattr(config, "state_bytes_per_slot", 0)),
             "kv_bytes_per_token": float(getattr(config, "kv_bytes_per_token", 0)),
             "tune_window": int(getattr(config, "tune_window", 0)),
+            "mru": int(getattr(config, "utility_order", "lru") == "mru"),
         }
     return kw
 
@@ -273,6 +274,8 @@ def _validate(requests: list, config: SimConfig) -> None:
         raise ValueError(f"config.max_states_per_path must be an int >= 0, got {budget!r}")
     if float(getattr(config, "utility_alpha", 0.0)) < 0:
         raise ValueError("config.utility_alpha must be >= 0")
+    if getattr(config, "utility_order", "lru") not in ("lru", "mru"):
+        raise ValueError(f"config.utility_order must be 'lru' or 'mru', got {config.utility_order!r}")
     tw = getattr(config, "tune_window", 0)
     if not isinstance(tw, (int, np.integer)) or tw < 0:
         raise ValueError(f"config.tune_window must be an int >= 0, got {tw!r}")
@@ -1376,6 +1379,7 @@ class _Replay:
         m.states_trimmed = int(ps["states_trimmed"])
         m.utility_alpha = float(ps["alpha"])
         m.utility_tunes = int(ps["tunes"])
+        m.utility_order = "mru" if ps["mru"] else "lru"
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

@@ -119,15 +119,17 @@ class ModelPreset:
         positions = (start + end - 1) * n / 2.0  # sum of p over [start, end)
         return self.flops_per_token * n + self.attn_flops_per_token_position * positions
 
-    def policy_options(self, tp: int = 1, alpha: float = 16.0, tune_window: int = 64) -> dict:
+    def policy_options(self, tp: int = 1, alpha: float = 16.0, tune_window: int = 64,
+                       mru: bool = True) -> dict:
         """The ``policy_options`` of ``RadixTree`` / ``Lifecycle`` /
         ``MambaRadixCache`` for ``lru_policy="utility"`` with this model's
-        costs (state and KV bytes per GPU at tp)."""
+        costs (state and KV bytes per GPU at tp), the simulator's defaults
+        (alpha 16 tuned every 64 insertions, the recency order reversed)."""
         return {"alpha": float(alpha), "flops_per_token": self.flops_per_token,
                 "attn_flops_per_pos": self.attn_flops_per_token_position,
                 "state_bytes": float(self.state_bytes_per_slot(tp)),
                 "kv_bytes_per_token": float(self.kv_bytes_per_token(tp)),
-                "tune_window": int(tune_window)}
+                "tune_window": int(tune_window), "mru": int(bool(mru))}
 
     def summary(self, tp: int = 1) -> str:
         return (f"{self.name} tp={tp}: state {format_bytes(self.state_bytes_per_slot(tp))}/slot, "

@@ -273,7 +273,8 @@ def format_report(
                       "peak state bytes / (peak state + KV bytes)"))
     if config.lru_policy == "utility":
         pool_rows.append(("utility alpha", f"{getattr(m, 'utility_alpha', 0.0):g}",
-                          f"after {getattr(m, 'utility_tunes', 0)} re-tunings"))
+                          f"after {getattr(m, 'utility_tunes', 0)} re-tunings, recency order "
+                          f"{getattr(m, 'utility_order', '') or '?'}"))
     if config.states == "toy":
         pool_rows.append(("toy states that differed", f"{getattr(m, 'state_mismatches', 0):,}",
                           "restored states checked against a recomputation"))

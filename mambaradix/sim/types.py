@@ -103,6 +103,7 @@ class SimConfig:
     max_states_per_path: int = 0             # per-path state budget (0: none)
     utility_alpha: float = 16.0              # lru_policy="utility": initial alpha
     tune_window: int = 64                    # lru_policy="utility": re-tune alpha every N inserts (0: fixed)
+    utility_order: str = "mru"               # lru_policy="utility": initial recency order, "mru" or "lru"
     attn_flops_per_pos: float = 196_608.0    # attention FLOPs per token per earlier token (Qwen3-Next TP1)
     kv_bytes_per_token: int = 24_576         # bytes of KV per token (Qwen3-Next TP1)
 
@@ -161,6 +162,7 @@ class SimMetrics:
     state_memory_share: float = 0.0   # peak state bytes / (peak state + peak KV bytes)
     utility_alpha: float = 0.0        # lru_policy="utility": final alpha
     utility_tunes: int = 0
+    utility_order: str = ""           # lru_policy="utility": final recency order ("mru" or "lru")
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property

@@ -28,8 +28,9 @@ OPTS = {"flops_per_token": 3.0, "attn_flops_per_pos": 0.5, "state_bytes": 40.0, 
 # ---------------------------------------------------------------------------
 # utility victim against a reference computation
 # ---------------------------------------------------------------------------
-def _ref_utility_victim(tree, alpha: float, window: int):
-    """The victim by the documented rule, from the public node API."""
+def _ref_utility_victim(tree, alpha: float, window: int, mru: bool = False):
+    """The victim by the documented rule, from the public node API (mru: the
+    recency term reversed)."""
     order = list(reversed(tree.lru_order("mamba")))        # least recently used first
     cands = [n for n in order
              if n.state_lock_ref == 0 and (len(n.children) > 0 or n.full_lock_ref == 0)][:window]
@@ -53,15 +54,17 @@ def _ref_utility_victim(tree, alpha: float, window: int):
     e = [eff(n) for n in cands]
     lo, hi = min(e), max(e)
     k = len(cands)
-    u = [alpha * ((x - lo) / (hi - lo) if hi > lo else 0.0) + i / (k - 1) for i, x in enumerate(e)]
+    sign = -1.0 if mru else 1.0
+    u = [alpha * ((x - lo) / (hi - lo) if hi > lo else 0.0) + sign * i / (k - 1) for i, x in enumerate(e)]
     return cands[int(np.argmin(u))]
 
 
+@pytest.mark.parametrize("mru", [False, True])
 @pytest.mark.parametrize("alpha,window", [(0.0, 64), (1.0, 64), (4.0, 1024), (2.0, 3)])
-def test_utility_state_victim_matches_reference(alpha: float, window: int) -> None:
+def test_utility_state_victim_matches_reference(alpha: float, window: int, mru: bool) -> None:
     rng = random.Random(int(alpha * 10) + window)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="utility",
-                                policy_options=dict(OPTS, alpha=alpha, evict_window=window))
+                                policy_options=dict(OPTS, alpha=alpha, evict_window=window, mru=int(mru)))
     bases = [[rng.randint(1, 5) for _ in range(rng.randint(4, 40))] for _ in range(4)]
     slot = 1
     locked = []
@@ -83,7 +86,7 @@ def test_utility_state_victim_matches_reference(alpha: float, window: int) -> No
         elif r < 0.8 and locked:
             tree.dec_lock_ref(locked.pop(rng.randrange(len(locked))))
         else:
-            want = _ref_utility_victim(tree, alpha, window)
+            want = _ref_utility_victim(tree, alpha, window, mru)
             want_slot = None if want is None else want.state
             got = tree.evict_mamba(1)
             if want is None:
@@ -93,6 +96,69 @@ def test_utility_state_victim_matches_reference(alpha: float, window: int) -> No
                 checked += 1
         tree.sanity_check()
     assert checked > 30
+    assert tree.policy_stats()["mru"] is mru
+
+
+def _cyclic(tree, keys: list, cap: int, cycles: int) -> list:
+    """Requests cycle through keys (more than cap states): match, insert with
+    a state, evict down to cap states.  The keys hit, per request."""
+    hits, slot = [], 1
+    for _ in range(cycles):
+        for k in keys:
+            hits.append(tree.match_prefix(k).state is not None)
+            tree.insert(k, list(range(len(k))), slot)
+            slot += 1
+            extra = tree.total_size()[1] - cap
+            if extra > 0:
+                tree.evict_mamba(extra)
+            tree.sanity_check()
+    return hits
+
+
+def _ref_cache_hits(n: int, cap: int, cycles: int, mru: bool) -> list:
+    """A plain recency-ordered cache of cap entries over the same cyclic
+    sequence: a use refreshes, an admission is the most recent, the victim is
+    the least (mru=False) or most (mru=True) recent."""
+    order: list = []          # least recent first
+    hits = []
+    for _ in range(cycles):
+        for k in range(n):
+            hit = k in order
+            hits.append(hit)
+            if hit:
+                order.remove(k)
+            order.append(k)
+            if len(order) > cap:
+                order.pop(-1 if mru else 0)
+    return hits
+
+
+@pytest.mark.parametrize("mru", [False, True])
+def test_utility_reversed_order_survives_cyclic_reuse(mru: bool) -> None:
+    """More keys cycle than the pool holds: LRU evicts each state just before
+    its reuse and hits nothing; the reversed order keeps a fixed subset
+    alive.  Equal-length disjoint keys have equal FLOPs per byte, so the
+    recency term alone decides, as in the reference cache."""
+    rng = random.Random(11)
+    keys = [[1000 * (i + 1) + rng.randint(0, 99) for _ in range(16)] for i in range(8)]
+    tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="utility",
+                                policy_options=dict(OPTS, alpha=4.0, mru=int(mru)))
+    hits = _cyclic(tree, keys, cap=3, cycles=6)
+    assert hits == _ref_cache_hits(8, 3, 6, mru)
+    assert (sum(hits) > 0) is mru
+
+
+def test_utility_tuner_reverses_the_order_on_cyclic_reuse() -> None:
+    """Started in Marconi's order, the tuner's replays see LRU thrash on a
+    cyclic pattern and reverse the order; the cache then hits."""
+    rng = random.Random(12)
+    keys = [[1000 * (i + 1) + rng.randint(0, 99) for _ in range(16)] for i in range(8)]
+    tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="utility",
+                                policy_options=dict(OPTS, alpha=4.0, tune_window=8))
+    hits = _cyclic(tree, keys, cap=3, cycles=60)
+    s = tree.policy_stats()
+    assert s["tunes"] >= 1 and s["mru"] is True
+    assert sum(hits[-8 * 10:]) > 0 and sum(hits[:8 * 10]) == 0
 
 
 def test_utility_alpha_zero_is_consumed_lru() -> None:
@@ -160,6 +226,10 @@ def test_policy_options_are_checked() -> None:
         mambaradix.RadixTree(lru_policy="utility", policy_options={"alpha": -1.0})
     with pytest.raises(TypeError, match="policy_options"):
         mambaradix.RadixTree(lru_policy="utility", policy_options=[1, 2])
+    with pytest.raises(ValueError, match="mru"):
+        mambaradix.RadixTree(lru_policy="utility", policy_options={"mru": 2})
+    with pytest.raises(ValueError, match="utility_order"):
+        engine.run(_chat()[:1], SimConfig(lru_policy="utility", utility_order="fifo"))
     with pytest.raises(ValueError, match="max_states_per_path"):
         mambaradix.RadixTree(max_states_per_path=-1)
     with pytest.raises(ValueError, match="lru_policy"):
@@ -411,6 +481,99 @@ def test_sim_toy_mode_new_paths_are_exact(mode: str, policy: str, eot: bool, bud
     assert m.state_mismatches == 0
     assert m.state_hits > 0
     assert m.states_admitted >= m.states_never_used >= 0
+
+
+def _paged_chat(clients: int, turns: int, page: int, msg: int = 90, out: int = 24, seed: int = 0) -> list:
+    """Multi-turn chat whose every turn ends (prompt + output) on a page
+    boundary, so that end-of-turn states are admitted at any page size."""
+    from mambaradix.sim.types import SimRequest
+    rng = np.random.default_rng(seed)
+    hist = [np.zeros(0, dtype=np.int32) for _ in range(clients)]
+    reqs, t = [], 0.0
+    for r in range(turns):
+        for c in range(clients):
+            n = msg + (-(len(hist[c]) + msg + out)) % page
+            p = np.concatenate([hist[c], rng.integers(1, 40000, size=n)]).astype(np.int32)
+            o = rng.integers(1, 40000, size=out).astype(np.int32)
+            t += 0.05
+            reqs.append(SimRequest(f"c{c}-{r}", p, out, arrival=t, session=f"c{c}", turn=r, output_ids=o))
+            hist[c] = np.concatenate([p, o])
+    return reqs
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("policy,order,eot,budget", [("utility", "mru", False, 0), ("utility", "lru", False, 0),
+                                                     ("utility", "mru", True, 0), ("consumed", "lru", True, 0),
+                                                     ("utility", "mru", False, 2), ("utility", "mru", True, 2)])
+def test_sim_toy_new_paths_exact_at_page_sizes(page_size: int, policy: str, order: str, eot: bool,
+                                               budget: int) -> None:
+    """Every new admission path (utility in either recency order, end-of-turn
+    states, the per-path budget) under state pressure in the simulator's toy
+    mode, at page sizes 1 and 16: every restored state equals the toy
+    model's recomputation, and each path does admit (or trim) states."""
+    pytest.importorskip("torch")
+    import dataclasses
+    reqs = _paged_chat(6, 4, page_size)
+    cfg = apply_preset(SimConfig(page_size=page_size, chunk_size=32, track_interval=32, state_slots=24,
+                                 max_running=3, lru_policy=policy, utility_order=order, end_of_turn_states=eot,
+                                 max_states_per_path=budget, tune_window=8, states="toy", kv_tokens=16384,
+                                 decode_boundary="batch"), "qwen3-next")
+    m = engine.run(reqs, cfg)
+    assert m.state_mismatches == 0
+    assert m.state_hits >= 12
+    assert m.state_evictions + m.states_trimmed > 0          # under pressure
+    if policy == "utility":
+        assert m.utility_order == order
+    if budget:
+        assert m.states_trimmed > 0
+    if eot:
+        plain = engine.run(reqs, dataclasses.replace(cfg, end_of_turn_states=False))
+        assert plain.state_mismatches == 0
+        assert m.state_usable_tokens > plain.state_usable_tokens     # exact hits at the turn ends
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_sim_toy_junction_checkpoint_at_page_sizes(page_size: int) -> None:
+    """a leaves states only past the shared 96 tokens (its track point at
+    256); b parts from a inside that edge, so its prefill snapshots at the
+    chunk-aligned junction; c hits there, exactly, at page sizes 1 and 16."""
+    pytest.importorskip("torch")
+    from mambaradix.sim.types import SimRequest
+    rng = np.random.default_rng(4)
+    shared = rng.integers(1, 40000, size=96)
+
+    def req(rid: str, tail: int, t: float) -> SimRequest:
+        p = np.concatenate([shared, rng.integers(1, 40000, size=tail)]).astype(np.int32)
+        return SimRequest(rid, p, 8, arrival=t, output_ids=rng.integers(1, 40000, size=8).astype(np.int32))
+
+    reqs = [req("a", 300, 0.0), req("b", 150, 10.0), req("c", 100, 20.0)]
+    cfg = apply_preset(SimConfig(page_size=page_size, chunk_size=32, track_interval=256, state_slots=24,
+                                 max_running=3, lru_policy="consumed", states="toy", kv_tokens=16384,
+                                 decode_boundary="batch"), "qwen3-next")
+    m = engine.run(reqs, cfg)
+    assert m.state_mismatches == 0
+    assert m.state_hits == 1 and m.state_usable_tokens == len(shared)     # c, at the junction
+    assert m.kv_matched_tokens == 2 * len(shared)                           # b (KV only) and c
+
+
+def test_sim_multiturn_under_pressure_reversed_order() -> None:
+    """More conversations than the pool holds states, clients in the same
+    order every round: every LRU-ordered policy (SGLang's two, utility in
+    Marconi's order) hits nothing; utility in the reversed order keeps a
+    fixed subset of conversations and closes most of the gap to the
+    clairvoyant ceiling."""
+    import dataclasses
+    reqs = workloads.multi_turn(32, 4, 256, 32, request_rate=16.0, seed=0)
+    base = apply_preset(SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20), "qwen3-next")
+    rate = {}
+    for pol, order in (("sglang", "lru"), ("consumed", "lru"), ("utility", "lru"), ("utility", "mru"),
+                       ("clairvoyant", "lru")):
+        rate[pol, order] = engine.run(reqs, dataclasses.replace(base, lru_policy=pol,
+                                                                 utility_order=order)).token_hit_rate
+    lru_best = max(rate["sglang", "lru"], rate["consumed", "lru"], rate["utility", "lru"])
+    ceiling = rate["clairvoyant", "lru"]
+    assert lru_best < 0.01 < ceiling
+    assert rate["utility", "mru"] - lru_best >= 0.5 * (ceiling - lru_best)
 
 
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
