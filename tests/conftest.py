@@ -14,7 +14,7 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-for _d in ("", "core", "tensor", "dropin", "sim", "package"):
+for _d in ("", "c", "core", "tensor", "dropin", "sim", "package"):
     _p = os.path.join(_HERE, _d)
     if _p not in sys.path:
         sys.path.insert(0, _p)

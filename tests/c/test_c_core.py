@@ -1,7 +1,7 @@
 """Runs the C tests of the core (tests/c: plain, ASan+UBSan and fault-injection
 builds, plus valgrind when installed) so that pytest is the single entry point:
 the radix tree (make test), and the unit tests of slot_alloc.c, req_pool.c and
-kernels_cpu.c (make test-units).  tests/test_c_lifecycle.py runs the lifecycle's.
+kernels_cpu.c (make test-units).  tests/c/test_c_lifecycle.py runs the lifecycle's.
 
 Skipped only when no C compiler (or no make) is installed.
 """
