@@ -152,6 +152,10 @@ class RadixTree:
 
         Splits a partially matched node (the upper half has no state) and
         refreshes the LRU lists, as SGLang does."""
+    def match_node(self, node: Node) -> int:
+        """The effects of match_prefix on the key that ends exactly at node
+        (which has a state), without reading the key; returns its prefix
+        length."""
     def insert(
         self,
         key: _Key,

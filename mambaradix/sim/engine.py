@@ -70,6 +70,7 @@ requests); ``wall_seconds`` split into "cache" (time in tree calls), "driver"
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections import deque
@@ -236,15 +237,29 @@ def never_seen_tokens(m: SimMetrics) -> int:
 
 def _pseudo_outputs(rid: str, n: int) -> np.ndarray:
     """Deterministic pseudo output tokens of request ``rid`` (int32, 1..150000)."""
-    h = 1469598103934665603
-    for ch in rid.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return _pseudo_outputs_many([rid], [n])[0]
+
+
+def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
+    """``_pseudo_outputs(rids[i], ns[i])`` for every i in one pass: (the
+    concatenation, start offsets)."""
+    hs = np.empty(len(rids), dtype=np.uint64)
+    for i, rid in enumerate(rids):
+        h = 1469598103934665603
+        for ch in rid.encode():
+            h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        hs[i] = h
+    counts = np.asarray(ns, dtype=np.int64)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
     # splitmix64 over the positions (uint64 array arithmetic wraps silently)
-    x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(h)
+    pos = (np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)).astype(np.uint64)
+    x = pos * _GOLDEN + np.repeat(hs, counts)
     x = (x ^ (x >> _S30)) * _MIX1
     x = (x ^ (x >> _S27)) * _MIX2
     x = x ^ (x >> _S31)
-    return (x % _NTOK + _ONE).astype(np.int32)
+    flat = (x % _NTOK + _ONE).astype(np.int32)
+    return flat, starts
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -411,6 +426,7 @@ class _Replay(Scheduler):
         self.distance: dict = {}
         self.n_submitted = 0
         self.inserted: Any = None
+        self.end_node: Any = None
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
@@ -434,6 +450,10 @@ class _Replay(Scheduler):
         self.clock = 0.0
         order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
         self.pending: deque = deque(requests[i] for i in order)
+        self.outs, self.out_at = _pseudo_outputs_many(
+            [requests[i].rid for i in order],
+            [(0 if requests[i].output_ids is not None else int(requests[i].output_len) + 2)
+             for i in order])
         self.future = (_Future([requests[i] for i in order], config.match_cap)
                        if config.lru_policy == "clairvoyant" else None)
         self.n_total = len(requests)
@@ -452,6 +472,7 @@ class _Replay(Scheduler):
         self.pending_join: list[_R] = []
         self.fin_at: dict = {}
         self.bucket: dict = {}
+        self.bucket_keys: list = []   # the bucket's residues, sorted
         self.seq = 0
         self.agg_len = 0
         self.agg_obase = 0
@@ -558,10 +579,12 @@ class _Replay(Scheduler):
 
     def _insert(self, r: _R, n: int, prev: int) -> bool:
         """Insert r's first n tokens; returns state_existed.  Frees duplicates.
-        self.inserted: the node to trim once r's lock has moved (or None)."""
+        self.inserted: the node to trim once r's lock has moved (or None);
+        self.end_node: the node ending at n."""
         t0 = time.perf_counter()
         res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
                                prev_prefix_len=prev)
+        self.end_node = res.node
         self.inserted = res.node if self.budget and not res.state_existed else None
         if n > r.seen and res.prefix_len < n:
             # the shadow holds every key ever inserted (it never evicts): it has
@@ -572,14 +595,18 @@ class _Replay(Scheduler):
         self.kv_free += len(res.duplicates)
         return bool(res.state_existed)
 
-    def _rematch(self, r: _R, n: int) -> int:
+    def _rematch(self, r: _R) -> int:
+        """cache_unfinished_req's match of the key just inserted (it ends at
+        self.end_node: the match's effects without reading the key), and
+        the request's lock moves there."""
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:n], extra_key=r.ns)
+        node = self.end_node
+        n = self.tree.match_node(node)
         self.tree.dec_lock_ref(r.node)
-        self.tree.inc_lock_ref(m.node)
+        self.tree.inc_lock_ref(node)
         self.t_cache += time.perf_counter() - t0
-        r.node = m.node
-        return len(m.indices)
+        r.node = node
+        return n
 
     def _free_states(self, r: _R, keep: Optional[int]) -> None:
         """free_mamba_cache(req, keep)."""
@@ -622,7 +649,7 @@ class _Replay(Scheduler):
             if self.dcfg.extra_buffer:
                 self.donations -= 1
         inserted = self.inserted
-        new_len = self._rematch(r, cache_len)
+        new_len = self._rematch(r)
         r.prefix_len = fill_len          # tree part + request-owned rest
         r.cpl = new_len
         r.last_track = None
@@ -753,13 +780,15 @@ class _Replay(Scheduler):
             tokens = np.concatenate([ids, outs, spare])
         else:
             # the outputs and two spare tokens (decoded by an overlap step
-            # after the request finished)
-            tokens = np.concatenate([ids, _pseudo_outputs(sim.rid, sim.output_len + 2)])
+            # after the request finished), made for every request at the start
+            k = self.n_submitted
+            tokens = np.concatenate([ids, self.outs[self.out_at[k]:self.out_at[k + 1]]])
         r = _R(sim, tokens)
         r.aidx = self.n_submitted
         self.n_submitted += 1
         self.waiting.append(r)
-        self.live.append(r)
+        if self.check_every_step:
+            self.live.append(r)
 
     def _step(self) -> None:
         if self.step() is None:
@@ -1000,6 +1029,7 @@ class _Replay(Scheduler):
                 b.discard(r)
                 if not b:
                     del self.bucket[r.res_key]
+                    self.bucket_keys.remove(r.res_key)
         r.j0 = None
         self.need_filter = True
 
@@ -1025,7 +1055,11 @@ class _Replay(Scheduler):
             r.c_base = r.committed
             r.o_base = r.n_out
             r.res_key = (b - 1 - r.c_base) % interval
-            self.bucket.setdefault(r.res_key, set()).add(r)
+            got = self.bucket.get(r.res_key)
+            if got is None:
+                got = self.bucket[r.res_key] = set()
+                bisect.insort(self.bucket_keys, r.res_key)
+            got.add(r)
             self._agg(r, +1)
             self._add_fin(r)
         self.pending_join = []
@@ -1109,7 +1143,10 @@ class _Replay(Scheduler):
             if (overlap and self.dcfg.decode_boundary == "batch"
                     and (P % interval) in self.bucket):
                 return False        # batch P's result (still to process) is a boundary
-            d = min(((res - P) % interval) or interval for res in self.bucket)
+            # the nearest boundary after P: the first residue from P + 1 on, circularly
+            keys = self.bucket_keys
+            i = bisect.bisect_left(keys, (P + 1) % interval)
+            d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
             k = min(k, d - 2)
         if k < 2:
             return False
