@@ -616,7 +616,7 @@ RadixTree_dealloc(RadixTree *self)
 }
 
 PyDoc_STRVAR(RadixTree_match_prefix__doc__,
-"match_prefix($self, key, /, extra_key=None)\n"
+"match_prefix($self, key, /, extra_key=None, indices=True)\n"
 "--\n"
 "\n"
 "Longest usable cached prefix of key (truncated to whole pages).\n"
@@ -626,17 +626,23 @@ PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 "that node (the root when none), its state slot, how many tokens matched\n"
 "KV-wise (through stateless nodes), and that length aligned down to\n"
 "chunk_size when it goes deeper than node (else None).  A partially matched\n"
-"edge is split, as in SGLang; LRU lists are refreshed.");
+"edge is split, as in SGLang; LRU lists are refreshed.  indices=False:\n"
+"MatchResult.indices is None (no copy of the path's indices).");
 
 static PyObject *
 RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const kw[] = {"extra_key", NULL};
+    static const char *const kw[] = {"extra_key", "indices", NULL};
     mr_state *st = tree_state((PyObject *)self);
     if (!mr_check_nargs("match_prefix", nargs, 1, 2) || mr_check_kwnames("match_prefix", kwnames, kw) < 0) {
         return NULL;
     }
     PyObject *extra = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "extra_key");
+    PyObject *want_obj = mr_find_kw(kwnames, args + nargs, "indices");
+    int want = want_obj == NULL ? 1 : PyObject_IsTrue(want_obj);
+    if (want < 0) {
+        return NULL;
+    }
     int32_t ns;
     if (namespace_of(self, extra, 0, &ns) < 0) {
         return NULL;
@@ -661,12 +667,16 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     if (res == NULL) {
         return NULL;
     }
-    npy_intp dims[1] = {(npy_intp)m.prefix_len};
-    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (idx == NULL) {
-        goto error;
+    PyObject *idx = Py_NewRef(Py_None);
+    if (want) {
+        npy_intp dims[1] = {(npy_intp)m.prefix_len};
+        Py_DECREF(idx);
+        idx = PyArray_SimpleNew(1, dims, NPY_INT64);
+        if (idx == NULL) {
+            goto error;
+        }
+        mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
     }
-    mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
     PyStructSequence_SetItem(res, 0, idx);
     PyObject *node = node_new_handle(st, self, m.node);
     if (node == NULL) {

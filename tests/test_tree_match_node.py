@@ -75,3 +75,25 @@ def test_match_node_refuses_a_node_without_state():
     with pytest.raises(ValueError, match="no state"):
         t.match_node(upper)
     assert t.match_node(t.root) == 0
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_match_prefix_without_indices_matches_the_same(seed):
+    """match_prefix(indices=False) is the same match (same splits, LRU
+    effects, result fields) without the copy of the path's indices."""
+    rng = np.random.default_rng(seed)
+    a, b = (mambaradix.RadixTree(page_size=1, chunk_size=4) for _ in range(2))
+    base = rng.integers(1, 20, size=40, dtype=np.int32)
+    for i in range(60):
+        n = int(rng.integers(1, 40))
+        key = base[:n].copy()
+        key[-1] = rng.integers(1, 20)
+        if i % 2:
+            for t in (a, b):
+                t.insert(key, np.arange(n, dtype=np.int64), i + 1)
+        else:
+            ma, mb = a.match_prefix(key), b.match_prefix(key, indices=False)
+            assert mb.indices is None and len(ma.indices) == mb.node.prefix_len
+            assert (ma.node.prefix_len, ma.state, ma.kv_matched_len, ma.branching_seqlen) == \
+                (mb.node.prefix_len, mb.state, mb.kv_matched_len, mb.branching_seqlen)
+        assert _state(a) == _state(b)

@@ -729,13 +729,14 @@ class _Replay(Scheduler):
         fill_len = r.prompt_len + r.n_out
         limit = match_key_limit(fill_len, self.dcfg.match_cap)
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns)
+        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns, indices=False)
         seen = 0
         if not r.admitted:
-            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns).kv_matched_len
+            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns,
+                                            indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
-        r.prefix_len = len(m.indices)
+        r.prefix_len = m.node.prefix_len
         r.node = m.node
         r.branching = m.branching_seqlen
         r.cpl = r.prefix_len
