@@ -76,7 +76,7 @@ import numpy as np
 
 from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverConfig,  # noqa: F401
                         Scheduler, chunk_continuation, decode_track_due, match_key_limit,
-                        ping_pong_other, prefill_track_point, state_headroom)
+                        ping_pong_other, prefill_track_point, retract_victim, state_headroom)
 
 # ---------------------------------------------------------------------------
 # requests

@@ -200,10 +200,12 @@ def ping_pong_other(idx: int, pp_size: int) -> int:
     return 1 - idx if pp_size == 2 else idx
 
 
-def retract_key(x: Any) -> tuple:
-    """Which running request decode retraction takes first: the most outputs,
-    then the shortest prompt (the maximum of this key)."""
-    return (x.n_out, -x.prompt_len)
+def retract_victim(running: list) -> Any:
+    """The running request decode retraction takes next (SGLang's
+    retract_decode sorts by (outputs, -prompt length), largest first, and
+    pops the end): the fewest outputs, then the longest prompt, then the
+    latest in the batch."""
+    return min(reversed(running), key=lambda x: (x.n_out, -x.prompt_len))
 
 
 class TimeModel:
@@ -503,7 +505,7 @@ class Scheduler:
                 raise RuntimeError("KV pool too small to decode a single request: "
                                    "raise kv_tokens")
             self._materialise(self.running)
-            self._retract(max(self.running, key=retract_key))
+            self._retract(retract_victim(self.running))
             self.batch_is_full = False
         return self._prepare_decode()
 

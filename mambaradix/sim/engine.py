@@ -1,24 +1,23 @@
 """The simulator's replay engine: runs a workload through the cache with the
-reference driver's scheduling rules and measures what the cache saves.
+scheduler's rules and measures what the cache saves.
 
 ``run(requests, config, progress=None) -> SimMetrics``.
 
-Two paths share the scheduling decisions of :mod:`mambaradix.driver`
-(:func:`~mambaradix.driver.match_key_limit`,
-:func:`~mambaradix.driver.prefill_track_point`,
-:func:`~mambaradix.driver.decode_track_due`,
-:func:`~mambaradix.driver.state_headroom`) and the same event loop (admission
-like SGLang's PrefillAdder, chunked prefill, continuous batching, the overlap
-scheduler's one-step lag in pp2 / lazy modes):
+Both paths are backends of one loop, :class:`mambaradix.scheduler.Scheduler`
+(admission like SGLang's PrefillAdder, chunked prefill, continuous batching,
+retraction, the overlap scheduler's one-step lag in pp2 / lazy modes, track
+points, lazy pre-allocation):
 
-- ``states="none"``: the native :class:`mambaradix.RadixTree` with the pools
+- ``states="none"`` (``_Replay``, the scheduler's state-free mode): the native :class:`mambaradix.RadixTree` with the pools
   kept as counters (no tensors, no torch).  KV indices and state slots carry no
   data here, so only their counts are tracked; every tree operation (match with
   its splits, insert with its duplicates, both evictions, locks) is the real
   one.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
   paged allocator does: a request holds ``ceil(len / page)`` pages past its
   cached prefix, and evictions before a prefill or decode batch follow
-  alloc_for_extend / alloc_for_decode (the same rules as the driver's).  Runs of decode steps in which nothing can change (no request finishes,
+  alloc_for_extend / alloc_for_decode (the same rules as the driver's).
+  Decode batches are aggregated: runs of decode steps in which nothing can
+  change (no request finishes,
   reaches a track boundary or needs an eviction, and no request can be
   admitted) are applied in one go; everything else is stepped one scheduler
   iteration at a time.
@@ -30,7 +29,8 @@ scheduler's one-step lag in pp2 / lazy modes):
   ``AssertionError`` names the request on a mismatch), and every request's
   usable prefix must equal the state-free replay's.
 
-Time model: a decode step takes ``decode_step_seconds``; a prefill batch takes
+Time model (:class:`~mambaradix.scheduler.TimeModel`): a decode step takes
+``decode_step_seconds``; a prefill batch takes
 ``max(decode_step_seconds, tokens * prefill_token_seconds)``.  A request joins
 the waiting queue once the clock reaches its ``arrival``.
 
@@ -407,7 +407,7 @@ def step_limit(requests: list, config: SimConfig) -> int:
 
 
 class _Replay(Scheduler):
-    """The driver's event loop over RadixTree with counted pools."""
+    """The scheduler's state-free backend: RadixTree with counted pools."""
 
     def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
                  check_every_step: bool = False) -> None:
@@ -1275,7 +1275,8 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
     d = drv.SchedulerDriver(dcfg, setup.tree_cache, setup.req_to_token_pool, setup.allocator,
                             api=setup.api, model=model, on_extend=on_extend)
     order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
-    step_s = float(config.decode_step_seconds)
+    tm = TimeModel(config.decode_step_seconds, config.prefill_token_seconds)
+    step_s = tm.step
     clock = 0.0
     idx = 0
     while idx < len(order) or not d.idle:
@@ -1300,8 +1301,7 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
             else:
                 clock += step_s
         elif b.kind == "extend":
-            tokens = sum(data[1] - data[0] for _, _, data in b.items)
-            clock += max(step_s, tokens * float(config.prefill_token_seconds))
+            clock += tm.extend_seconds(sum(data[1] - data[0] for _, _, data in b.items))
         else:
             clock += step_s
     return ({rid: rec.prefix_len for rid, rec in d.records.items()}, counts["checked"],
