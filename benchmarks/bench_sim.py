@@ -6,7 +6,8 @@ Loads the trace bundled with the package (12,031 requests, ~145M prompt
 tokens), expands its hash blocks into tokens, replays it through the C cache
 with ``states="none"`` and prints where the time went: trace expansion, the
 Python driver and the C cache (the engine's ``SimMetrics.wall_seconds``).
-The target is <= 10 s of wall time on one core for the whole trace.
+The target is <= 5 s on one core for the whole trace (expansion included);
+on a busy machine read the CPU time line.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 # Run from a checkout: import the package beside this script.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TARGET_SECONDS = 10.0
+TARGET_SECONDS = 5.0
 EXPAND_TARGET_SECONDS = 2.0   # expanding the bundled trace (was a test's wall-clock bound)
 
 

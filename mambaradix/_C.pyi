@@ -71,7 +71,7 @@ class Node:
 class MatchResult:
     """Result of RadixTree.match_prefix (a named tuple)."""
 
-    indices: npt.NDArray[np.int64]
+    indices: Optional[npt.NDArray[np.int64]]   # None with match_prefix(indices=False)
     """KV indices of the usable prefix: root to the deepest node with a state."""
     node: Node
     """That node (the root when nothing usable matched)."""
@@ -147,11 +147,17 @@ class RadixTree:
     def lru_policy(self) -> str: ...
     @property
     def root(self) -> Node: ...
-    def match_prefix(self, key: _Key, extra_key: Optional[str] = None) -> MatchResult:
+    def match_prefix(self, key: _Key, extra_key: Optional[str] = None, *,
+                     indices: bool = True) -> MatchResult:
         """Longest usable cached prefix of key (truncated to whole pages).
 
         Splits a partially matched node (the upper half has no state) and
-        refreshes the LRU lists, as SGLang does."""
+        refreshes the LRU lists, as SGLang does.  indices=False: the result's
+        indices are None (no copy)."""
+    def match_node(self, node: Node) -> int:
+        """The effects of match_prefix on the key that ends exactly at node
+        (which has a state), without reading the key; returns its prefix
+        length."""
     def insert(
         self,
         key: _Key,

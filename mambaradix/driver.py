@@ -55,10 +55,12 @@ simulator's toy mode as ``state_mismatches``):
   batch in between) leaves ``next`` on the new snapshot while
   ``mamba_last_track_seqlen`` stays at the previous boundary.
 
-The pure decision functions at the top (:func:`match_key_limit`,
+The loop and every scheduling decision are :class:`mambaradix.scheduler.Scheduler`'s
+(shared with the simulator's state-free replay); this module is its backend
+over the drop-in objects.  The decision functions (:func:`match_key_limit`,
 :func:`prefill_track_point`, :func:`decode_track_due`,
-:func:`chunk_continuation`, :func:`state_headroom`)
-are shared with the simulator's state-free replay engine.
+:func:`chunk_continuation`, :func:`state_headroom`) and :class:`DriverConfig`
+are re-exported from there.
 
 torch is imported lazily: the drop-in objects hold torch tensors.
 """
@@ -67,164 +69,18 @@ from __future__ import annotations
 
 import types
 from array import array
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-MODES = ("pp2", "pp1", "lazy", "no_buffer")
-
-#: State slots a request may need while it runs (running + ping-pong pair), the
-#: eviction headroom factor of SGLang's alloc_req_slots; lazy holds one less.
-STATE_FACTOR = 3
-STATE_FACTOR_LAZY = 2
-
+from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverConfig,  # noqa: F401
+                        Scheduler, chunk_continuation, decode_track_due, match_key_limit,
+                        ping_pong_other, prefill_track_point, retract_victim, state_headroom)
 
 # ---------------------------------------------------------------------------
-# decision functions shared with the replay engine
+# requests
 # ---------------------------------------------------------------------------
-def match_key_limit(fill_len: int, match_cap: bool) -> int:
-    """Tokens of the request's fill ids the prefix match may cover: SGLang caps
-    it at ``fill_len - 1`` (one token must be computed to produce logits)."""
-    if fill_len < 0:
-        raise ValueError(f"fill_len must be >= 0, got {fill_len}")
-    return max(fill_len - 1, 0) if match_cap else fill_len
-
-
-def prefill_track_point(prefix_len: int, extend_len: int, chunk_size: int,
-                        branching_seqlen: Optional[int]) -> Optional[int]:
-    """The sequence length whose state an extend of ``extend_len`` tokens after
-    ``prefix_len`` cached ones snapshots in extra_buffer mode, or None.
-
-    Tracked when ``extend_len >= chunk_size``: normally ``prefix_len +
-    (extend_len // chunk_size) * chunk_size``; when the match reported a
-    branching point ``B`` with ``prefix_len < B < prefix_len + extend_len`` and
-    ``(B - prefix_len) % chunk_size == 0``, the state at ``B`` instead."""
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
-    if extend_len < chunk_size:
-        return None
-    end = prefix_len + extend_len
-    aligned = prefix_len + (extend_len // chunk_size) * chunk_size
-    if (branching_seqlen is not None and prefix_len < branching_seqlen < end
-            and (branching_seqlen - prefix_len) % chunk_size == 0):
-        aligned = branching_seqlen
-    return aligned
-
-
-def decode_track_due(seq_len: int, interval: int) -> bool:
-    """A decode step that brings a request to ``seq_len`` tokens snapshots its
-    state when ``seq_len`` is a multiple of ``mamba_track_interval``."""
-    return seq_len % interval == 0
-
-
-def chunk_continuation(prefix_len: int, cand: int, budget: int, page_size: int) -> tuple:
-    """How much of its remaining ``cand`` tokens the chunked request prefills
-    next, given ``budget`` tokens (SGLang's add_chunked_req):
-    ``(extend_len, truncated)``.
-
-    A cut (``truncated``) ends on a page boundary: SGLang v0.5.15 cuts at
-    ``budget`` wherever it falls, so with pages a later snapshot can land off
-    the page grid, where its ``cache_unfinished_req`` asserts; later versions
-    round the cut down (``floor_chunked_tokens``).  Here it is rounded down to
-    a page, or up to the next page when that would leave nothing."""
-    n = min(cand, budget)
-    if page_size > 1 and n < cand:
-        end = (prefix_len + n) // page_size * page_size
-        if end <= prefix_len:
-            end = (prefix_len // page_size + 1) * page_size
-        n = min(end - prefix_len, cand)
-    return n, n < cand
-
-
-def state_headroom(available: int, num_reqs: int, lazy: bool) -> int:
-    """States to evict before allocating request slots for ``num_reqs``
-    requests when only ``available`` slots are free (SGLang's alloc_req_slots):
-    ``max(0, num_reqs * factor - available)`` when short, else 0."""
-    need = num_reqs * (STATE_FACTOR_LAZY if lazy else STATE_FACTOR)
-    return need - available if available < need else 0
-
-
-# ---------------------------------------------------------------------------
-# configuration and requests
-# ---------------------------------------------------------------------------
-@dataclass
-class DriverConfig:
-    """How the driver schedules.
-
-    mode: "pp2" (extra_buffer + overlap scheduler), "pp1" (extra_buffer without
-      overlap), "lazy" (extra_buffer_lazy, overlap) or "no_buffer" (no overlap).
-    chunk_size: mamba_cache_chunk_size C.
-    track_interval: mamba_track_interval (decode snapshots).
-    chunked_prefill_size: prompt tokens per prefill step (None: no chunking).
-    max_running: max requests in the running batch (max_running_requests).
-    max_prefill_tokens: prompt tokens per prefill batch (only binding without
-      chunking, as in SGLang).
-    match_cap: cap the match key at ``fill_len - 1`` as SGLang does.
-    page_size: KV page size (1 in no_buffer mode); the KV allocator must have
-      the same (a PagedTokenToKVPoolAllocator above 1).
-    new_token_ratio: share of each running request's remaining output that
-      admission reserves (SGLang starts at 0.7 and decays; 1.0 never retracts).
-    decode_boundary: how a decode result decides that a track boundary was
-      crossed.  "committed" (SGLang v0.5.15): ``kv_committed_len % interval
-      == 0`` when the result is processed; under the overlap scheduler that
-      length already counts the next decode batch, so the check fires one
-      step early, and fires twice when a prefill batch runs between two
-      decode batches (the second flip leaves ``keep`` on the stale track
-      slot).  "batch": the length of the batch whose result it is (the
-      direction of SGLang's later fixes); it never fires twice.  Not for
-      mode "lazy", whose pre-allocation flips the index when the boundary
-      batch is prepared: there SGLang's early check is the consistent one
-      (a request finishing just before a boundary must register it).
-    """
-
-    mode: str = "pp2"
-    chunk_size: int = 64
-    track_interval: int = 256
-    chunked_prefill_size: Optional[int] = None
-    max_running: int = 64
-    max_prefill_tokens: int = 16384
-    match_cap: bool = True
-    page_size: int = 1
-    new_token_ratio: float = 1.0
-    clip_max_new_tokens: int = 4096
-    decode_boundary: str = "committed"
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.decode_boundary not in ("committed", "batch"):
-            raise ValueError(f"decode_boundary must be 'committed' or 'batch', "
-                             f"got {self.decode_boundary!r}")
-        if self.decode_boundary == "batch" and self.mode == "lazy":
-            raise ValueError("decode_boundary='batch' does not fit mode 'lazy': its "
-                             "pre-allocation at prepare time relies on SGLang's check")
-        for name in ("chunk_size", "track_interval", "max_running", "max_prefill_tokens",
-                     "page_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.chunked_prefill_size is not None and (
-                not isinstance(self.chunked_prefill_size, int) or self.chunked_prefill_size <= 0):
-            raise ValueError(f"chunked_prefill_size must be None or a positive int, "
-                             f"got {self.chunked_prefill_size!r}")
-        if self.mode == "no_buffer" and self.page_size != 1:
-            raise ValueError("page_size must be 1 in no_buffer mode")
-
-    @property
-    def extra_buffer(self) -> bool:
-        return self.mode != "no_buffer"
-
-    @property
-    def lazy(self) -> bool:
-        return self.mode == "lazy"
-
-    @property
-    def overlap(self) -> bool:
-        return self.mode in ("pp2", "lazy")
-
-
 @dataclass
 class DriverRequest:
     """A request to run.
@@ -274,10 +130,11 @@ class RequestRecord:
 
 
 class _Info:
-    """Driver-side bookkeeping of one request."""
+    """Driver-side bookkeeping of one request, with the attributes the
+    scheduler reads (see :mod:`mambaradix.scheduler`) mapped onto the Req."""
 
-    __slots__ = ("spec", "req", "tokens", "epoch", "finished", "abort_pending",
-                 "record", "is_insert", "admitted")
+    __slots__ = ("spec", "req", "tokens", "epoch", "finished", "abort", "record", "_is_insert",
+                 "admitted", "in_run", "prompt_len", "output_len")
 
     def __init__(self, spec: DriverRequest, req: Any, tokens: list, record: RequestRecord):
         self.spec = spec
@@ -285,22 +142,67 @@ class _Info:
         self.tokens = tokens          # prompt + planned outputs (+2 spare)
         self.epoch = 0
         self.finished = False
-        self.abort_pending = False
+        self.abort = False            # aborted while chunked or running: finishes next
         self.record = record
-        self.is_insert = True
+        self._is_insert = True
         self.admitted = False
+        self.in_run = False
+        self.prompt_len = len(req.origin_input_ids)
+        self.output_len = int(spec.output_len)
 
+    @property
+    def n_out(self) -> int:
+        return len(self.req.output_ids)
 
-class _Batch:
-    """A launched batch: its requests (with the epoch they were scheduled in)
-    and what its forward pass does."""
+    @property
+    def prefix_len(self) -> int:
+        return len(self.req.prefix_indices)
 
-    __slots__ = ("kind", "items", "chunked")
+    @property
+    def ext_end(self) -> int:
+        return self.req.extend_range.end
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind              # "extend" | "decode"
-        self.items: list = []         # (info, epoch, forward data)
-        self.chunked: Optional[_Info] = None
+    @property
+    def committed(self) -> int:
+        return self.req.kv_committed_len
+
+    @property
+    def branching(self) -> Optional[int]:
+        return self.req.mamba_branching_seqlen
+
+    @property
+    def inflight(self) -> int:
+        return getattr(self.req, "inflight_middle_chunks", 0)
+
+    @inflight.setter
+    def inflight(self, v: int) -> None:
+        self.req.inflight_middle_chunks = v
+
+    @property
+    def next_idx(self) -> int:
+        return self.req.mamba_next_track_idx
+
+    @next_idx.setter
+    def next_idx(self, v: int) -> None:
+        self.req.mamba_next_track_idx = v
+
+    @property
+    def last_track(self) -> Optional[int]:
+        return self.req.mamba_last_track_seqlen
+
+    @last_track.setter
+    def last_track(self, v: Optional[int]) -> None:
+        self.req.mamba_last_track_seqlen = v
+
+    @property
+    def is_insert(self) -> bool:
+        return self._is_insert
+
+    @is_insert.setter
+    def is_insert(self, v: bool) -> None:
+        self._is_insert = v
+        if hasattr(self.req, "mamba_lazy_is_insert"):
+            self.req.mamba_lazy_is_insert = v
 
 
 # ---------------------------------------------------------------------------
@@ -345,7 +247,18 @@ def _make_req(api: Any, rid: str, input_ids: list, max_new_tokens: int,
 # ---------------------------------------------------------------------------
 # the driver
 # ---------------------------------------------------------------------------
-class SchedulerDriver:
+#: The Req fields a retracted request starts again from (SGLang's
+#: reset_for_retract and free_mamba_cache).
+_RETRACT_RESET = (
+    ("last_node", None), ("cache_protected_len", 0), ("extend_range", None),
+    ("inflight_middle_chunks", 0), ("mamba_pool_idx", None),
+    ("mamba_ping_pong_track_buffer", None), ("mamba_next_track_idx", None),
+    ("mamba_last_track_seqlen", None), ("mamba_branching_seqlen", None),
+    ("mamba_cow_src_index", None), ("mamba_needs_clear", False), ("kv_allocated_len", 0),
+    ("kv_committed_len", 0))
+
+
+class SchedulerDriver(Scheduler):
     """Runs requests through a cache and its pools the way SGLang's scheduler does.
 
     tree_cache: the ``MambaRadixCache`` (ours or SGLang's).
@@ -379,8 +292,8 @@ class SchedulerDriver:
             raise ValueError(f"SchedulerDriver: token_to_kv_pool_allocator has page_size "
                              f"{kv_page} but config.page_size is {config.page_size} (use a "
                              f"PagedTokenToKVPoolAllocator of the same page size)")
+        super().__init__(config)
         self._torch = torch
-        self.config = config
         self.tree_cache = tree_cache
         self.req_to_token_pool = req_to_token_pool
         self.allocator = token_to_kv_pool_allocator
@@ -389,12 +302,6 @@ class SchedulerDriver:
         self.on_extend = on_extend
         self.on_step = on_step
         self.alloc_req_slots = alloc_req_slots
-        self.waiting: list[_Info] = []
-        self.running: list[_Info] = []
-        self.chunked: Optional[_Info] = None
-        self.batch_is_full = False
-        self.last_batch: Optional[_Batch] = None
-        self.result_queue: deque = deque()
         self.infos: dict[str, _Info] = {}
         self._live: dict[str, _Info] = {}
         self.records: dict[str, RequestRecord] = {}
@@ -435,15 +342,8 @@ class SchedulerDriver:
             self.waiting.remove(info)
             self._release(info, is_insert=False)
             self._finish(info)
-        elif info is self.chunked:
-            info.abort_pending = True
         else:
-            info.abort_pending = True  # finishes (and is cached) at its next result
-
-    @property
-    def idle(self) -> bool:
-        return (not self.waiting and not self.running and self.chunked is None
-                and not self.result_queue and self.last_batch is None)
+            info.abort = True  # finishes (and is cached) at its next result
 
     def live_requests(self) -> list[Any]:
         """Reqs that may own pool resources (not finished)."""
@@ -456,39 +356,38 @@ class SchedulerDriver:
                 raise RuntimeError(f"not idle after {max_steps} steps")
             self.step()
 
-    # ------------------------------------------------------------- one step
-    def step(self) -> None:
+    def step(self) -> Optional[Batch]:
         """One scheduler iteration (SGLang's event loop body)."""
         self.step_count += 1
-        batch = self._get_next_batch()
-        if self.config.overlap:
-            if batch is not None:
-                self._forward(batch)
-                self.result_queue.append(batch)
-            if self.last_batch is not None:
-                self._process(self.result_queue.popleft())
-        elif batch is not None:
-            self._forward(batch)
-            self._process(batch)
-        self.last_batch = batch
+        batch = super().step()
         if self.on_step is not None:
             self.on_step(self)
+        return batch
 
-    # ------------------------------------------------------------- helpers
-    def _fill(self, info: _Info) -> list:
-        req = info.req
-        return list(req.origin_input_ids) + list(req.output_ids)
-
+    # ------------------------------------------------------------- requests
     def _set_fill(self, info: _Info) -> None:
         req = info.req
         req.full_untruncated_fill_ids = array("q", list(req.origin_input_ids)
                                               + list(req.output_ids))
 
+    _refresh_fill = _set_fill
+
+    def _set_extend(self, info: _Info, end: int) -> None:
+        info.req.set_extend_range(len(info.req.prefix_indices), end)
+
     def _finish(self, info: _Info) -> None:
         info.finished = True
+        if info.in_run:
+            info.in_run = False
+            self.need_filter = True
         self._live.pop(info.spec.rid, None)
         info.record.finished_step = self.step_count
         info.record.output = list(info.req.output_ids)
+
+    def _append_output(self, info: _Info) -> None:
+        req = info.req
+        k = len(req.output_ids)
+        req.output_ids.append(info.tokens[len(req.origin_input_ids) + k])
 
     def _release(self, info: _Info, is_insert: bool) -> None:
         """SGLang's release_kv_cache."""
@@ -511,9 +410,21 @@ class SchedulerDriver:
                     self._torch.int64))
         self.req_to_token_pool.free(req)
 
-    def _evict_tokens(self, num_tokens: int) -> None:
-        if self.allocator.available_size() < num_tokens:
-            self.tree_cache.evict(self.api.EvictParams(num_tokens=num_tokens))
+    def _cache_unfinished(self, info: _Info, chunked: bool) -> None:
+        self.tree_cache.cache_unfinished_req(info.req, chunked=chunked)
+
+    # ------------------------------------------------------------- KV pool
+    def _free_rows(self) -> int:
+        return self.req_to_token_pool.available_size()
+
+    def _kv_available(self) -> int:
+        return self.allocator.available_size()
+
+    def _kv_evictable(self) -> int:
+        return self.tree_cache.full_evictable_size()
+
+    def _evict_kv(self, num_tokens: int) -> None:
+        self.tree_cache.evict(self.api.EvictParams(num_tokens=num_tokens))
 
     def _alloc_tokens(self, num_tokens: int) -> Any:
         self._evict_tokens(num_tokens)
@@ -529,7 +440,7 @@ class SchedulerDriver:
         partial page (after its last KV index) and then takes whole pages,
         after evicting for the batch's tokens plus a page per request."""
         torch = self._torch
-        page = self.config.page_size
+        page = self.page
         if page == 1:
             return self._alloc_tokens(ext_total)
         self._evict_tokens(ext_total + len(reqs) * page)
@@ -543,19 +454,10 @@ class SchedulerDriver:
                                f"{page} (available {self.allocator.available_size()})")
         return out
 
-    def _decode_tokens_needed(self) -> int:
-        """KV tokens the next decode step takes (SGLang's
-        new_tokens_required_next_decode): one each, or with pages a whole
-        page for each request whose next token starts one."""
-        page = self.config.page_size
-        if page == 1:
-            return len(self.running)
-        return page * sum(1 for i in self.running if i.req.kv_committed_len % page == 0)
-
     def _alloc_decode(self) -> Any:
         """KV for one decode step (SGLang's alloc_for_decode)."""
         torch = self._torch
-        page = self.config.page_size
+        page = self.page
         if page == 1:
             return self._alloc_tokens(len(self.running))
         self._evict_tokens(len(self.running) * page)
@@ -570,6 +472,7 @@ class SchedulerDriver:
                                f"(available {self.allocator.available_size()})")
         return out
 
+    # ------------------------------------------------------------- admission
     def _match(self, info: _Info) -> None:
         """Req.init_next_round_input with the tree (copy-on-write match)."""
         req = info.req
@@ -585,208 +488,42 @@ class SchedulerDriver:
         cpl = getattr(res, "cache_protected_len", None)
         req.cache_protected_len = len(req.prefix_indices) if cpl is None else cpl
 
-    # ------------------------------------------------------------- scheduling
-    def _get_next_batch(self) -> Optional[_Batch]:
-        # pending abort of the chunked request
-        if self.chunked is not None and self.chunked.abort_pending:
-            info = self.chunked
-            self._release(info, is_insert=False)
-            self._finish(info)
-            self.chunked = None
-        exclude: set = set()
-        if self.chunked is not None:
-            exclude.add(id(self.chunked))
-            req = self.chunked.req
-            if req.extend_range.end > len(req.prefix_indices):
-                self.tree_cache.cache_unfinished_req(req, chunked=True)
-        if self.last_batch is not None and self.last_batch.kind == "extend":
-            before = len(self.running)
-            seen = {id(i) for i in self.running}
-            for info, epoch, _ in self.last_batch.items:
-                if (info.finished or id(info) in exclude or info.epoch != epoch
-                        or id(info) in seen):
-                    continue
-                self.running.append(info)
-                seen.add(id(info))
-            if len(self.running) == before and self.last_batch.items:
-                self.batch_is_full = False
-        new = self._get_new_prefill_batch()
-        if new is not None:
-            return new
-        if not self.running:
-            return None
-        return self._update_running_batch()
+    def _lock(self, info: _Info) -> None:
+        self.tree_cache.inc_lock_ref(info.req.last_node)
 
-    def _num_allocatable(self) -> int:
-        return min(self.config.max_running - len(self.running),
-                   self.req_to_token_pool.available_size())
+    def _unlock(self, info: _Info) -> None:
+        self.tree_cache.dec_lock_ref(info.req.last_node)
 
-    def _rem_total_tokens(self, offset: float) -> float:
-        return (self.allocator.available_size() + self.tree_cache.full_evictable_size()
-                - offset)
+    def _drop_match(self, info: _Info) -> None:
+        req = info.req
+        req.mamba_cow_src_index = None
+        req.mamba_needs_clear = False
+        if req.mamba_pool_idx is not None:
+            self.req_to_token_pool.mamba_allocator.free(req.mamba_pool_idx.reshape(1))
+            req.mamba_pool_idx = None
 
-    def _reserved_offset(self) -> float:
-        cfg = self.config
-        off = 0.0
-        for info in self.running:
-            req = info.req
-            left = max(info.spec.output_len - len(req.output_ids), 0)
-            off += min(left, cfg.clip_max_new_tokens) * cfg.new_token_ratio
-        return off
-
-    def _get_new_prefill_batch(self) -> Optional[_Batch]:
-        cfg = self.config
-        if (self.batch_is_full or not self.waiting) and self.chunked is None:
-            return None
-        if self._num_allocatable() <= 0 and self.chunked is None:
-            self.batch_is_full = True
-            return None
-        page = cfg.page_size
-        total_off = self._reserved_offset()
-        cur_off = 0.0
-        rem_input = float(cfg.max_prefill_tokens)
-        rem_chunk = cfg.chunked_prefill_size
-        can_run: list[_Info] = []
-        new_chunked: Optional[_Info] = None
-
-        def ceil_page(n: int) -> int:
-            return -(-n // page) * page
-
-        def charge(extend_len: int, max_new: int) -> None:
-            nonlocal total_off, cur_off, rem_input, rem_chunk
-            extend_len = ceil_page(extend_len)
-            total_off += extend_len + max_new + page
-            cur_off += extend_len + page
-            rem_input -= extend_len
-            if rem_chunk is not None:
-                rem_chunk -= extend_len
-
-        def budget_ok() -> str:
-            if (self._rem_total_tokens(total_off) <= 0
-                    or self._rem_total_tokens(cur_off) <= 0):
-                return "no_token"
-            if rem_input <= 0:
-                return "other"
-            if rem_chunk is not None and rem_chunk <= 0:
-                return "other"
-            return "continue"
-
-        if self.chunked is not None:
-            info = self.chunked
-            req = info.req
-            self._set_fill(info)
-            rem = (int(min(rem_chunk, self._rem_total_tokens(total_off)))
-                   if rem_chunk is not None else int(self._rem_total_tokens(total_off)))
-            if rem <= 0:
-                rem = rem_chunk if rem_chunk is not None else 1
-            cand = len(req.full_untruncated_fill_ids) - len(req.prefix_indices)
-            n, truncated = chunk_continuation(len(req.prefix_indices), cand, rem, page)
-            req.set_extend_range(len(req.prefix_indices), len(req.prefix_indices) + n)
-            can_run.append(info)
-            charge(n, 0 if truncated else min(info.spec.output_len, cfg.clip_max_new_tokens))
-            self.chunked = info if truncated else None
-
+    def _admission_begin(self, n: int) -> None:
         group = getattr(self.req_to_token_pool.mamba_allocator, "alloc_group_begin", None)
         if group is not None:
-            group(len(self.waiting))
-        try:
-            for info in list(self.waiting):
-                if len(can_run) >= self._num_allocatable():
-                    self.batch_is_full = True
-                if self.batch_is_full:
-                    break
-                req = info.req
-                self._match(info)
-                res = self._add_one(info, can_run, total_off, cur_off, rem_input, rem_chunk,
-                                    page)
-                if res[0] == "added" or res[0] == "added_chunked":
-                    _, ext, max_new = res
-                    can_run.append(info)
-                    self.tree_cache.inc_lock_ref(req.last_node)
-                    charge(ext, max_new)
-                    if res[0] == "added_chunked":
-                        new_chunked = info
-                    status = budget_ok()
-                else:
-                    status = res[0]
-                if status != "continue":
-                    if status == "no_token":
-                        self.batch_is_full = True
-                    if not can_run or can_run[-1] is not info:
-                        req.mamba_cow_src_index = None
-                        req.mamba_needs_clear = False
-                        if req.mamba_pool_idx is not None:
-                            self.req_to_token_pool.mamba_allocator.free(
-                                req.mamba_pool_idx.reshape(1))
-                            req.mamba_pool_idx = None
-                    break
-        finally:
-            end = getattr(self.req_to_token_pool.mamba_allocator, "alloc_group_end", None)
-            if end is not None:
-                end()
-        if not can_run:
-            return None
-        run_ids = {id(i) for i in can_run}
-        self.waiting = [i for i in self.waiting if id(i) not in run_ids]
-        if new_chunked is not None:
-            self.chunked = new_chunked
-        batch = _Batch("extend")
-        batch.chunked = self.chunked
-        if self.chunked is not None:
-            self.chunked.req.inflight_middle_chunks = getattr(
-                self.chunked.req, "inflight_middle_chunks", 0) + 1
-        for info in can_run:
+            group(n)
+
+    def _admission_end(self) -> None:
+        end = getattr(self.req_to_token_pool.mamba_allocator, "alloc_group_end", None)
+        if end is not None:
+            end()
+
+    def _prepare_extend(self, infos: list) -> Batch:
+        torch = self._torch
+        cfg = self.config
+        pool = self.req_to_token_pool
+        batch = Batch("extend")
+        for info in infos:
             if not info.admitted:
                 info.admitted = True
                 info.record.prefix_len = len(info.req.prefix_indices)
                 info.record.branching_seqlen = info.req.mamba_branching_seqlen
                 info.record.admitted_step = self.step_count
             info.record.chunks += 1
-        self._prepare_extend(batch, can_run)
-        self.stats["prefill_batches"] += 1
-        return batch
-
-    def _add_one(self, info: _Info, can_run: list, total_off: float, cur_off: float,
-                 rem_input: float, rem_chunk: Optional[int], page: int) -> tuple:
-        """PrefillAdder.add_one_req: ("added", extend_len, max_new),
-        ("added_chunked", extend_len, 0) or a rejection status."""
-        cfg = self.config
-        req = info.req
-        fill_len = len(req.full_untruncated_fill_ids)
-        prefix_len = len(req.prefix_indices)
-        max_new = min(max(info.spec.output_len - len(req.output_ids), 0),
-                      cfg.clip_max_new_tokens)
-        cand = fill_len - prefix_len
-        total = cand + max_new + page
-        real_input = -(-cand // page) * page
-        if total >= self._rem_total_tokens(total_off):
-            return ("no_token",)
-        if rem_chunk is None and can_run and real_input >= rem_input:
-            return ("other",)
-        # under the (temporary) lock the evictable size can only shrink
-        self.tree_cache.inc_lock_ref(req.last_node)
-        try:
-            if total >= self._rem_total_tokens(total_off):
-                return ("no_token",)
-        finally:
-            self.tree_cache.dec_lock_ref(req.last_node)
-        if rem_chunk is None or real_input <= rem_chunk:
-            req.set_extend_range(prefix_len, fill_len)
-            return ("added", real_input, min(info.spec.output_len, cfg.clip_max_new_tokens))
-        trunc = rem_chunk // page * page
-        if trunc <= 0:
-            return ("other",)
-        now = (trunc + prefix_len) // page * page
-        trunc = now - prefix_len
-        if trunc <= 0:
-            return ("other",)
-        req.set_extend_range(prefix_len, prefix_len + trunc)
-        return ("added_chunked", trunc, 0)
-
-    def _prepare_extend(self, batch: _Batch, infos: list[_Info]) -> None:
-        torch = self._torch
-        cfg = self.config
-        pool = self.req_to_token_pool
         reqs = [i.req for i in infos]
         if self.alloc_req_slots is not None:
             self.alloc_req_slots(pool, reqs, self.tree_cache)
@@ -817,14 +554,9 @@ class SchedulerDriver:
                 req.kv_overallocated_freed = False
             track = None
             if cfg.extra_buffer:
-                buf = req.mamba_ping_pong_track_buffer
-                track_slot = int(buf[req.mamba_next_track_idx])
-                point = prefill_track_point(P, E, cfg.chunk_size, req.mamba_branching_seqlen)
+                track_slot = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
+                point = self._track_prefill(info, P, E)
                 if point is not None:
-                    if not cfg.lazy:
-                        req.mamba_next_track_idx = pool.get_mamba_ping_pong_other_idx(
-                            req.mamba_next_track_idx)
-                    req.mamba_last_track_seqlen = point
                     track = (point - P, track_slot)
             # deferred copy-on-write / clear (executed by the forward pass)
             kind = "continue"
@@ -842,58 +574,32 @@ class SchedulerDriver:
                 kind = "fresh"
             batch.items.append((info, info.epoch,
                                 (P, end, track, cow, kind, int(req.mamba_pool_idx))))
+        self.stats["prefill_batches"] += 1
+        return batch
 
-    def _check_decode_mem(self) -> bool:
-        n = self._decode_tokens_needed()
-        self._evict_tokens(n)
-        return self.allocator.available_size() >= n
+    # ------------------------------------------------------------- decode
+    def _other_idx(self, idx: int) -> int:
+        return self.req_to_token_pool.get_mamba_ping_pong_other_idx(idx)
 
-    def _update_running_batch(self) -> Optional[_Batch]:
-        before = len(self.running)
-        self.running = [i for i in self.running if not i.finished]
-        if len(self.running) < before:
-            self.batch_is_full = False
-        if not self.running:
-            return None
-        while not self._check_decode_mem():
-            if len(self.running) == 1:
-                raise RuntimeError("KV pool too small to decode a single request")
-            victim = max(self.running, key=lambda i: (len(i.req.output_ids),
-                                                      -len(i.req.origin_input_ids)))
-            self._retract(victim)
-            self.batch_is_full = False
-        return self._prepare_decode()
-
-    def _retract(self, info: _Info) -> None:
-        req = info.req
+    def _leave_running(self, info: _Info) -> None:
         self.running.remove(info)
-        self._release(info, is_insert=False)
+        info.in_run = False
+
+    def _reset_for_retry(self, info: _Info) -> None:
+        req = info.req
         req.prefix_indices = self._torch.empty((0,), dtype=self._torch.int64)
-        req.last_node = None
-        req.cache_protected_len = 0
-        req.extend_range = None
-        req.inflight_middle_chunks = 0
-        req.mamba_pool_idx = None
-        req.mamba_ping_pong_track_buffer = None
-        req.mamba_next_track_idx = None
-        req.mamba_last_track_seqlen = None
-        req.mamba_branching_seqlen = None
-        req.mamba_cow_src_index = None
-        req.mamba_needs_clear = False
-        req.kv_allocated_len = 0
-        req.kv_committed_len = 0
+        for name, value in _RETRACT_RESET:
+            setattr(req, name, value)
         if hasattr(req, "mamba_lazy_is_insert"):
             req.mamba_lazy_is_insert = True
-        info.epoch += 1
         info.record.retractions += 1
         self.stats["retractions"] += 1
-        self.waiting.append(info)
 
-    def _prepare_decode(self) -> _Batch:
+    def _prepare_decode(self) -> Batch:
         torch = self._torch
         cfg = self.config
         pool = self.req_to_token_pool
-        batch = _Batch("decode")
+        batch = Batch("decode")
         out = self._alloc_decode()
         for k, info in enumerate(self.running):
             req = info.req
@@ -901,34 +607,49 @@ class SchedulerDriver:
             pool.write((req.req_pool_idx, slice(pos, pos + 1)), out[k:k + 1].to(torch.int32))
             req.kv_committed_len += 1
             req.kv_allocated_len += 1
-            seq_len = req.kv_committed_len
             track = None
-            if cfg.extra_buffer:
-                due = decode_track_due(seq_len, cfg.track_interval)
-                if cfg.lazy and due:
-                    self._lazy_prealloc(req)
-                if due:
-                    track = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
+            if cfg.extra_buffer and decode_track_due(req.kv_committed_len, cfg.track_interval):
+                if cfg.lazy:
+                    self._lazy_prealloc(info)
+                track = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
             batch.items.append((info, info.epoch, (pos, track, int(req.mamba_pool_idx))))
         self.stats["decode_steps"] += 1
         return batch
 
-    def _lazy_prealloc(self, req: Any) -> None:
-        pool = self.req_to_token_pool
-        buf = req.mamba_ping_pong_track_buffer
-        other = 1 - req.mamba_next_track_idx
-        if int(buf[other]) != -1:
-            return
-        slot = pool.mamba_allocator.alloc(1)
+    def _track_slot(self, info: _Info, i: int) -> int:
+        return int(info.req.mamba_ping_pong_track_buffer[i])
+
+    def _set_track_slot(self, info: _Info, i: int, slot: Any) -> None:
+        self.req_to_token_pool.set_mamba_ping_pong_slot(info.req, i, slot)
+
+    def _alloc_track_slot(self, info: _Info) -> Any:
+        alloc = self.req_to_token_pool.mamba_allocator
+        slot = alloc.alloc(1)
         if slot is None:
             self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=1))
-            slot = pool.mamba_allocator.alloc(1)
-        if slot is not None:
-            pool.set_mamba_ping_pong_slot(req, other, slot[0])
-            req.mamba_next_track_idx = other
+            slot = alloc.alloc(1)
+        return None if slot is None else slot[0]
+
+    def _free_track_slot(self, info: _Info, i: int) -> None:
+        buf = info.req.mamba_ping_pong_track_buffer
+        self.req_to_token_pool.mamba_allocator.free(buf[i].reshape(1).clone())
+        self.req_to_token_pool.set_mamba_ping_pong_slot(info.req, i, -1)
+
+    def _process_decode(self, batch: Batch) -> None:
+        committed = self.config.decode_boundary == "committed"
+        for info, epoch, data in batch.items:
+            req = info.req
+            if info.epoch != epoch or info.finished:
+                continue
+            self._append_output(info)
+            done = info.abort or len(req.output_ids) >= info.output_len
+            seq = req.kv_committed_len if committed else data[0] + 1
+            self._decode_result(info, seq, done,
+                                self.config.extra_buffer
+                                and req.mamba_ping_pong_track_buffer is not None)
 
     # ------------------------------------------------------------- forward
-    def _forward(self, batch: _Batch) -> None:
+    def _forward(self, batch: Batch) -> None:
         torch = self._torch
         mpool = self.req_to_token_pool.mamba_pool
         if batch.kind == "extend":
@@ -954,74 +675,6 @@ class SchedulerDriver:
             self.model.decode([slot for _, _, (_, _, slot) in batch.items],
                               [info.tokens[pos] for info, _, (pos, _, _) in batch.items],
                               [-1 if t is None else t for _, _, (_, t, _) in batch.items])
-
-    # ------------------------------------------------------------- results
-    def _process(self, batch: _Batch) -> None:
-        cfg = self.config
-        if batch.kind == "extend":
-            for info, epoch, _ in batch.items:
-                req = info.req
-                if info.epoch != epoch:
-                    continue
-                inflight = getattr(req, "inflight_middle_chunks", 0)
-                if info.finished and inflight <= 0:
-                    continue
-                if inflight > 0:
-                    req.inflight_middle_chunks = inflight - 1
-                    continue
-                if info.finished:
-                    continue
-                self._append_output(info)
-                if self._finished_now(info):
-                    self._release(info, is_insert=True)
-                    self._finish(info)
-                else:
-                    self.tree_cache.cache_unfinished_req(req)
-            return
-        for info, epoch, data in batch.items:
-            req = info.req
-            if info.epoch != epoch or info.finished:
-                continue
-            self._append_output(info)
-            done = self._finished_now(info)
-            if cfg.extra_buffer and req.mamba_ping_pong_track_buffer is not None:
-                seq = (req.kv_committed_len if cfg.decode_boundary == "committed"
-                       else data[0] + 1)
-                if decode_track_due(seq, cfg.track_interval):
-                    req.mamba_last_track_seqlen = seq
-                    if cfg.lazy:
-                        self._lazy_post_boundary(info, done)
-                    else:
-                        req.mamba_next_track_idx = (
-                            self.req_to_token_pool.get_mamba_ping_pong_other_idx(
-                                req.mamba_next_track_idx))
-            if done:
-                is_insert = info.is_insert if cfg.lazy else True
-                self._release(info, is_insert=is_insert)
-                self._finish(info)
-
-    def _lazy_post_boundary(self, info: _Info, done: bool) -> None:
-        req = info.req
-        pool = self.req_to_token_pool
-        other = 1 - req.mamba_next_track_idx
-        buf = req.mamba_ping_pong_track_buffer
-        if int(buf[other]) != -1:
-            pool.mamba_allocator.free(buf[other].reshape(1).clone())
-            pool.set_mamba_ping_pong_slot(req, other, -1)
-        elif done:
-            info.is_insert = False
-            if hasattr(req, "mamba_lazy_is_insert"):
-                req.mamba_lazy_is_insert = False
-
-    def _append_output(self, info: _Info) -> None:
-        req = info.req
-        k = len(req.output_ids)
-        req.output_ids.append(info.tokens[len(req.origin_input_ids) + k])
-
-    def _finished_now(self, info: _Info) -> bool:
-        if info.abort_pending:
-            return True
-        return len(info.req.output_ids) >= info.spec.output_len
 
 
 # ---------------------------------------------------------------------------

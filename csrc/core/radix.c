@@ -810,6 +810,23 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     return rc;
 }
 
+int
+mr_radix_match_node(mr_radix *t, mr_node *node, size_t *prefix_len)
+{
+    if (node != t->root && node->state < 0 && !t->cfg.kv_only) {
+        return MR_EINVAL;
+    }
+    size_t len = mr_radix_path_len(t, node);
+    policy_of(t)->on_match(t, node);
+    t->work += len;
+    if (node != t->root && !node->used) {
+        node->used = 1;
+        t->states_used++;
+    }
+    *prefix_len = len;
+    return MR_OK;
+}
+
 size_t
 mr_radix_path_len(const mr_radix *t, const mr_node *node)
 {

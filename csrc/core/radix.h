@@ -198,6 +198,14 @@ typedef struct {
 int mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns,
                    mr_match *out);
 
+/* The effects of mr_radix_match on the key that ends exactly at node (a
+ * node with a state, or any node with kv_only, or the root), without
+ * walking the key: the policy's LRU refresh, the walked-token count and the
+ * state's first use.  *prefix_len gets the node's prefix length.  What a
+ * cache_unfinished_req does after its insert, whose result names the node.
+ * MR_EINVAL if node has no state (a match would stop above it). */
+int mr_radix_match_node(mr_radix *t, mr_node *node, size_t *prefix_len);
+
 /* Writes the KV indices of the path root..node (node's prefix length of
  * them) to dst, in token order.  Returns the number written. */
 size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst);

@@ -168,7 +168,20 @@ static int
 check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
 {
     int64_t mn = INT64_MAX, mx = INT64_MIN;
-    if (width == 8) {
+    if (width == 8 && lo == 0 && hi == INT64_MAX) {
+        /* Only the sign bits matter: one OR over the array (vectorised
+         * without 64-bit compares, which baseline x86-64 lacks). */
+        const uint64_t *a = p;
+        uint64_t any = 0;
+        for (size_t i = 0; i < n; i++) {
+            any |= a[i];
+        }
+        if ((any >> 63) == 0) {
+            return 0;
+        }
+        mn = -1;   /* some element is negative: the loop below names it */
+    }
+    else if (width == 8) {
         const int64_t *a = p;
         for (size_t i = 0; i < n; i++) {
             mn = a[i] < mn ? a[i] : mn;
@@ -603,7 +616,7 @@ RadixTree_dealloc(RadixTree *self)
 }
 
 PyDoc_STRVAR(RadixTree_match_prefix__doc__,
-"match_prefix($self, key, /, extra_key=None)\n"
+"match_prefix($self, key, /, extra_key=None, indices=True)\n"
 "--\n"
 "\n"
 "Longest usable cached prefix of key (truncated to whole pages).\n"
@@ -613,17 +626,23 @@ PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 "that node (the root when none), its state slot, how many tokens matched\n"
 "KV-wise (through stateless nodes), and that length aligned down to\n"
 "chunk_size when it goes deeper than node (else None).  A partially matched\n"
-"edge is split, as in SGLang; LRU lists are refreshed.");
+"edge is split, as in SGLang; LRU lists are refreshed.  indices=False:\n"
+"MatchResult.indices is None (no copy of the path's indices).");
 
 static PyObject *
 RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const kw[] = {"extra_key", NULL};
+    static const char *const kw[] = {"extra_key", "indices", NULL};
     mr_state *st = tree_state((PyObject *)self);
     if (!mr_check_nargs("match_prefix", nargs, 1, 2) || mr_check_kwnames("match_prefix", kwnames, kw) < 0) {
         return NULL;
     }
     PyObject *extra = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "extra_key");
+    PyObject *want_obj = mr_find_kw(kwnames, args + nargs, "indices");
+    int want = want_obj == NULL ? 1 : PyObject_IsTrue(want_obj);
+    if (want < 0) {
+        return NULL;
+    }
     int32_t ns;
     if (namespace_of(self, extra, 0, &ns) < 0) {
         return NULL;
@@ -648,12 +667,16 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     if (res == NULL) {
         return NULL;
     }
-    npy_intp dims[1] = {(npy_intp)m.prefix_len};
-    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (idx == NULL) {
-        goto error;
+    PyObject *idx = Py_NewRef(Py_None);
+    if (want) {
+        npy_intp dims[1] = {(npy_intp)m.prefix_len};
+        Py_DECREF(idx);
+        idx = PyArray_SimpleNew(1, dims, NPY_INT64);
+        if (idx == NULL) {
+            goto error;
+        }
+        mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
     }
-    mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
     PyStructSequence_SetItem(res, 0, idx);
     PyObject *node = node_new_handle(st, self, m.node);
     if (node == NULL) {
@@ -1201,6 +1224,32 @@ RadixTree_inc_lock_ref(RadixTree *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(RadixTree_match_node__doc__,
+"match_node($self, node, /)\n"
+"--\n"
+"\n"
+"The effects of match_prefix on the key that ends exactly at node, without\n"
+"reading the key: LRU refresh and the state's first use, as the match would\n"
+"do.  Returns node's prefix length.  For the match that follows an insert\n"
+"(cache_unfinished_req), whose result names the node.  ValueError if node\n"
+"has no state (a match would stop above it).");
+
+static PyObject *
+RadixTree_match_node(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    size_t len = 0;
+    if (mr_radix_match_node(self->tree, n, &len) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "match_node(): node has no state (a match would stop above it)");
+        return NULL;
+    }
+    return PyLong_FromSize_t(len);
+}
+
 PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
 "dec_lock_ref($self, node, /)\n"
 "--\n"
@@ -1413,6 +1462,7 @@ static PyMethodDef RadixTree_methods[] = {
      RadixTree_evict_path_states__doc__},
     {"inc_lock_ref", (PyCFunction)RadixTree_inc_lock_ref, METH_O, RadixTree_inc_lock_ref__doc__},
     {"dec_lock_ref", (PyCFunction)RadixTree_dec_lock_ref, METH_O, RadixTree_dec_lock_ref__doc__},
+    {"match_node", (PyCFunction)RadixTree_match_node, METH_O, RadixTree_match_node__doc__},
     {"full_evictable_size", (PyCFunction)RadixTree_full_evictable_size, METH_NOARGS,
      "full_evictable_size($self, /)\n--\n\nKV tokens in unlocked nodes."},
     {"full_protected_size", (PyCFunction)RadixTree_full_protected_size, METH_NOARGS,

@@ -1,24 +1,23 @@
 """The simulator's replay engine: runs a workload through the cache with the
-reference driver's scheduling rules and measures what the cache saves.
+scheduler's rules and measures what the cache saves.
 
 ``run(requests, config, progress=None) -> SimMetrics``.
 
-Two paths share the scheduling decisions of :mod:`mambaradix.driver`
-(:func:`~mambaradix.driver.match_key_limit`,
-:func:`~mambaradix.driver.prefill_track_point`,
-:func:`~mambaradix.driver.decode_track_due`,
-:func:`~mambaradix.driver.state_headroom`) and the same event loop (admission
-like SGLang's PrefillAdder, chunked prefill, continuous batching, the overlap
-scheduler's one-step lag in pp2 / lazy modes):
+Both paths are backends of one loop, :class:`mambaradix.scheduler.Scheduler`
+(admission like SGLang's PrefillAdder, chunked prefill, continuous batching,
+retraction, the overlap scheduler's one-step lag in pp2 / lazy modes, track
+points, lazy pre-allocation):
 
-- ``states="none"``: the native :class:`mambaradix.RadixTree` with the pools
+- ``states="none"`` (``_Replay``, the scheduler's state-free mode): the native :class:`mambaradix.RadixTree` with the pools
   kept as counters (no tensors, no torch).  KV indices and state slots carry no
   data here, so only their counts are tracked; every tree operation (match with
   its splits, insert with its duplicates, both evictions, locks) is the real
   one.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
   paged allocator does: a request holds ``ceil(len / page)`` pages past its
   cached prefix, and evictions before a prefill or decode batch follow
-  alloc_for_extend / alloc_for_decode (the same rules as the driver's).  Runs of decode steps in which nothing can change (no request finishes,
+  alloc_for_extend / alloc_for_decode (the same rules as the driver's).
+  Decode batches are aggregated: runs of decode steps in which nothing can
+  change (no request finishes,
   reaches a track boundary or needs an eviction, and no request can be
   admitted) are applied in one go; everything else is stepped one scheduler
   iteration at a time.
@@ -30,7 +29,8 @@ scheduler's one-step lag in pp2 / lazy modes):
   ``AssertionError`` names the request on a mismatch), and every request's
   usable prefix must equal the state-free replay's.
 
-Time model: a decode step takes ``decode_step_seconds``; a prefill batch takes
+Time model (:class:`~mambaradix.scheduler.TimeModel`): a decode step takes
+``decode_step_seconds``; a prefill batch takes
 ``max(decode_step_seconds, tokens * prefill_token_seconds)``.  A request joins
 the waiting queue once the clock reaches its ``arrival``.
 
@@ -70,6 +70,7 @@ requests); ``wall_seconds`` split into "cache" (time in tree calls), "driver"
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections import deque
@@ -77,8 +78,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..driver import (DriverConfig, chunk_continuation, decode_track_due, match_key_limit,
-                      prefill_track_point, state_headroom)
+from ..scheduler import Batch, DriverConfig, Scheduler, TimeModel, match_key_limit, state_headroom
 from .checks import check_feasible
 from .types import SimConfig, SimMetrics, SimRequest
 
@@ -238,15 +238,29 @@ def never_seen_tokens(m: SimMetrics) -> int:
 
 def _pseudo_outputs(rid: str, n: int) -> np.ndarray:
     """Deterministic pseudo output tokens of request ``rid`` (int32, 1..150000)."""
-    h = 1469598103934665603
-    for ch in rid.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return _pseudo_outputs_many([rid], [n])[0]
+
+
+def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
+    """``_pseudo_outputs(rids[i], ns[i])`` for every i in one pass: (the
+    concatenation, start offsets)."""
+    hs = np.empty(len(rids), dtype=np.uint64)
+    for i, rid in enumerate(rids):
+        h = 1469598103934665603
+        for ch in rid.encode():
+            h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        hs[i] = h
+    counts = np.asarray(ns, dtype=np.int64)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
     # splitmix64 over the positions (uint64 array arithmetic wraps silently)
-    x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(h)
+    pos = (np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)).astype(np.uint64)
+    x = pos * _GOLDEN + np.repeat(hs, counts)
     x = (x ^ (x >> _S30)) * _MIX1
     x = (x ^ (x >> _S27)) * _MIX2
     x = x ^ (x >> _S31)
-    return (x % _NTOK + _ONE).astype(np.int32)
+    flat = (x % _NTOK + _ONE).astype(np.int32)
+    return flat, starts
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -323,7 +337,7 @@ def _driver_config(config: SimConfig) -> DriverConfig:
 class _R:
     """One request in the state-free replay."""
 
-    __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "out", "prefix_len",
+    __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
@@ -336,29 +350,15 @@ class _R:
         self.prompt_len = len(sim.input_ids)
         self.output_len = int(sim.output_len)
         self.ns = sim.extra_key
-        self.out = 0
-        self.prefix_len = 0
-        self.node: Any = None
-        self.cpl = 0
-        self.branching: Optional[int] = None
-        self.running = False
-        self.track: Optional[list] = None
-        self.next_idx = 0
-        self.last_track: Optional[int] = None
-        self.cow = False
-        self.needs_clear = False
-        self.committed = 0
-        self.allocated = 0
+        self.n_out = 0
         self.ext_end = 0
-        self.inflight = 0
         self.epoch = 0
         self.finished = False
         self.admitted = False
-        self.is_insert = True
         self.row = False
         self.abort = False
         self.chunks = 0
-        # running-batch bookkeeping: while in_run, committed and out are derived
+        # running-batch bookkeeping: while in_run, committed and n_out are derived
         # from the decode batch counters (see _Replay._sync)
         self.in_run = False
         self.j0: Optional[int] = None
@@ -368,6 +368,24 @@ class _R:
         self.res_key = 0
         self.seen = 0                 # tokens of it the shadow tree is known to hold
         self.aidx = 0                 # index in arrival order
+        self.restart()
+
+    def restart(self) -> None:
+        """The state of a request that holds nothing (new, or retracted)."""
+        self.prefix_len = 0
+        self.node: Any = None
+        self.cpl = 0
+        self.inflight = 0
+        self.running = False          # holds a running state slot
+        self.track: Optional[list] = None
+        self.next_idx = 0
+        self.last_track: Optional[int] = None
+        self.branching: Optional[int] = None
+        self.cow = False
+        self.needs_clear = False
+        self.committed = 0
+        self.allocated = 0
+        self.is_insert = True
 
 
 class ReplayResult:
@@ -391,8 +409,8 @@ def step_limit(requests: list, config: SimConfig) -> int:
     return 16 * serial + 1000
 
 
-class _Replay:
-    """The driver's event loop over RadixTree with counted pools."""
+class _Replay(Scheduler):
+    """The scheduler's state-free backend: RadixTree with counted pools."""
 
     def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
                  check_every_step: bool = False) -> None:
@@ -400,6 +418,8 @@ class _Replay:
 
         self.cfg = config
         self.dcfg = _driver_config(config)
+        super().__init__(self.dcfg)
+        self.time = TimeModel(config.decode_step_seconds, config.prefill_token_seconds)
         self.progress = progress
         self.check_every_step = check_every_step
         self.tree = mambaradix.RadixTree(page_size=config.page_size,
@@ -409,12 +429,12 @@ class _Replay:
         self.distance: dict = {}
         self.n_submitted = 0
         self.inserted: Any = None
+        self.end_node: Any = None
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
         # KV counts tokens; with pages (SGLang's paged allocator) the pool
         # holds whole pages and a request holds the pages of its tokens
-        self.page = int(config.page_size)
         self.kv_total = int(config.kv_tokens) // self.page * self.page
         self.kv_free = self.kv_total
         # requests in the decode aggregates by the residue (mod page) of the
@@ -424,7 +444,6 @@ class _Replay:
         self.slots_free = self.slots_total
         self.rows_total = int(config.max_running) + 2
         self.rows_free = self.rows_total
-        self.pp_size = 2 if self.dcfg.overlap else 1
         self.zeros = np.zeros(1 << 16, dtype=np.int64)
         self.m = SimMetrics()
         self.turn_usable: dict = {}
@@ -434,16 +453,14 @@ class _Replay:
         self.clock = 0.0
         order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
         self.pending: deque = deque(requests[i] for i in order)
+        self.outs, self.out_at = _pseudo_outputs_many(
+            [requests[i].rid for i in order],
+            [(0 if requests[i].output_ids is not None else int(requests[i].output_len) + 2)
+             for i in order])
         self.future = (_Future([requests[i] for i in order], config.match_cap)
                        if config.lru_policy == "clairvoyant" else None)
         self.n_total = len(requests)
         self.n_done = 0
-        self.waiting: list[_R] = []
-        self.running: list[_R] = []
-        self.chunked: Optional[_R] = None
-        self.batch_is_full = False
-        self.last_batch: Optional[tuple] = None
-        self.result_queue: deque = deque()
         self.prefixes: dict = {}
         self.live: list[_R] = []
         self.extra_buffer = self.dcfg.extra_buffer
@@ -458,8 +475,8 @@ class _Replay:
         self.pending_join: list[_R] = []
         self.fin_at: dict = {}
         self.bucket: dict = {}
+        self.bucket_keys: list = []   # the bucket's residues, sorted
         self.seq = 0
-        self.need_filter = False
         self.agg_len = 0
         self.agg_obase = 0
         self.agg_j0 = 0
@@ -469,7 +486,6 @@ class _Replay:
         self.steps = 0
         self.max_steps = step_limit(requests, config)
 
-    # ----------------------------------------------------------- pool helpers
     def _values(self, n: int) -> np.ndarray:
         if n > len(self.zeros):
             self.zeros = np.zeros(max(n, 2 * len(self.zeros)), dtype=np.int64)
@@ -566,10 +582,12 @@ class _Replay:
 
     def _insert(self, r: _R, n: int, prev: int) -> bool:
         """Insert r's first n tokens; returns state_existed.  Frees duplicates.
-        self.inserted: the node to trim once r's lock has moved (or None)."""
+        self.inserted: the node to trim once r's lock has moved (or None);
+        self.end_node: the node ending at n."""
         t0 = time.perf_counter()
         res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
                                prev_prefix_len=prev)
+        self.end_node = res.node
         self.inserted = res.node if self.budget and not res.state_existed else None
         if n > r.seen and res.prefix_len < n:
             # the shadow holds every key ever inserted (it never evicts): it has
@@ -580,14 +598,18 @@ class _Replay:
         self.kv_free += len(res.duplicates)
         return bool(res.state_existed)
 
-    def _rematch(self, r: _R, n: int) -> int:
+    def _rematch(self, r: _R) -> int:
+        """cache_unfinished_req's match of the key just inserted (it ends at
+        self.end_node: the match's effects without reading the key), and
+        the request's lock moves there."""
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:n], extra_key=r.ns)
+        node = self.end_node
+        n = self.tree.match_node(node)
         self.tree.dec_lock_ref(r.node)
-        self.tree.inc_lock_ref(m.node)
+        self.tree.inc_lock_ref(node)
         self.t_cache += time.perf_counter() - t0
-        r.node = m.node
-        return len(m.indices)
+        r.node = node
+        return n
 
     def _free_states(self, r: _R, keep: Optional[int]) -> None:
         """free_mamba_cache(req, keep)."""
@@ -601,11 +623,6 @@ class _Replay:
                     self.slots_free += 1
             r.track = None
             r.next_idx = 0
-
-    def _keep_idx(self, r: _R) -> int:
-        if self.dcfg.lazy:
-            return r.next_idx
-        return 1 - r.next_idx if self.pp_size == 2 else r.next_idx
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
@@ -635,7 +652,7 @@ class _Replay:
             if self.dcfg.extra_buffer:
                 self.donations -= 1
         inserted = self.inserted
-        new_len = self._rematch(r, cache_len)
+        new_len = self._rematch(r)
         r.prefix_len = fill_len          # tree part + request-owned rest
         r.cpl = new_len
         r.last_track = None
@@ -692,6 +709,8 @@ class _Replay:
         self._trim(inserted)
 
     def _release(self, r: _R, is_insert: bool) -> None:
+        if r.in_run:
+            self._leave(r)
         if not r.row:
             if r.running:
                 r.running = False
@@ -710,16 +729,17 @@ class _Replay:
 
     # ----------------------------------------------------------- match
     def _match(self, r: _R) -> None:
-        fill_len = r.prompt_len + r.out
+        fill_len = r.prompt_len + r.n_out
         limit = match_key_limit(fill_len, self.dcfg.match_cap)
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns)
+        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns, indices=False)
         seen = 0
         if not r.admitted:
-            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns).kv_matched_len
+            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns,
+                                            indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
-        r.prefix_len = len(m.indices)
+        r.prefix_len = m.node.prefix_len
         r.node = m.node
         r.branching = m.branching_seqlen
         r.cpl = r.prefix_len
@@ -734,12 +754,10 @@ class _Replay:
 
     # ----------------------------------------------------------- the loop
     def run(self) -> None:
-        while self.pending or self.waiting or self.running or self.chunked is not None \
-                or self.result_queue or self.last_batch is not None:
+        while self.pending or not self.idle:
             while self.pending and self.pending[0].arrival <= self.clock:
                 self._submit(self.pending.popleft())
-            if (not self.waiting and not self.running and self.chunked is None
-                    and not self.result_queue and self.last_batch is None):
+            if self.idle:
                 if self.pending:
                     self.clock = max(self.clock, float(self.pending[0].arrival))
                     continue
@@ -766,184 +784,104 @@ class _Replay:
             tokens = np.concatenate([ids, outs, spare])
         else:
             # the outputs and two spare tokens (decoded by an overlap step
-            # after the request finished)
-            tokens = np.concatenate([ids, _pseudo_outputs(sim.rid, sim.output_len + 2)])
+            # after the request finished), made for every request at the start
+            k = self.n_submitted
+            tokens = np.concatenate([ids, self.outs[self.out_at[k]:self.out_at[k + 1]]])
         r = _R(sim, tokens)
         r.aidx = self.n_submitted
         self.n_submitted += 1
         self.waiting.append(r)
-        self.live.append(r)
+        if self.check_every_step:
+            self.live.append(r)
 
     def _step(self) -> None:
-        batch = self._get_next_batch()
-        if self.dcfg.overlap:
-            if batch is not None:
-                self.result_queue.append(batch)
-            if self.last_batch is not None:
-                self._process(self.result_queue.popleft())
-        elif batch is not None:
-            self._process(batch)
-        self.last_batch = batch
-        if batch is None:
+        if self.step() is None:
             # nothing ran: let time pass to the next arrival (or one step)
             if self.pending:
-                self.clock = max(self.clock + self.cfg_step(), float(self.pending[0].arrival))
+                self.clock = max(self.clock + self.time.step, float(self.pending[0].arrival))
             else:
-                self.clock += self.cfg_step()
+                self.clock += self.time.step
 
-    def cfg_step(self) -> float:
-        return float(self.cfg.decode_step_seconds)
+    # ----------------------------------------------------------- scheduler hooks
+    def _free_rows(self) -> int:
+        return self.rows_free
 
-    def _get_next_batch(self) -> Optional[tuple]:
-        if self.chunked is not None and self.chunked.abort:
-            r = self.chunked
-            self._release(r, False)
-            self._finish(r)
-            self.chunked = None
-        exclude = None
-        if self.chunked is not None:
-            exclude = self.chunked
-            if self.chunked.ext_end > self.chunked.prefix_len:
-                self._cache_unfinished(self.chunked, True)
-        if self.last_batch is not None and self.last_batch[0] == "extend":
-            before = len(self.running)
-            for r, epoch in self.last_batch[1]:
-                if r.finished or r is exclude or r.epoch != epoch or r.in_run:
-                    continue
-                self._join(r)
-            if len(self.running) == before and self.last_batch[1]:
-                self.batch_is_full = False
-        new = self._get_new_prefill_batch()
-        if new is not None:
-            return new
-        if not self.running:
-            return None
-        return self._update_running_batch()
+    def _kv_available(self) -> int:
+        return self.kv_free
 
-    def _num_allocatable(self) -> int:
-        return min(self.dcfg.max_running - len(self.running), self.rows_free)
+    def _kv_evictable(self) -> int:
+        return self.tree.full_evictable_size()
 
-    def _rem_total(self, offset: float) -> float:
-        return self.kv_free + self.tree.full_evictable_size() - offset
+    def _evict_kv(self, n: int) -> None:
+        self._evict(num_tokens=n)
 
-    def _get_new_prefill_batch(self) -> Optional[tuple]:
-        d = self.dcfg
-        if (self.batch_is_full or not self.waiting) and self.chunked is None:
-            return None
-        if self._num_allocatable() <= 0 and self.chunked is None:
-            self.batch_is_full = True
-            return None
-        page = d.page_size
-        total_off = self._reserved_offset()
-        cur_off = 0.0
-        rem_input = float(d.max_prefill_tokens)
-        rem_chunk = d.chunked_prefill_size
-        can_run: list[_R] = []
-        new_chunked: Optional[_R] = None
+    def _set_extend(self, r: _R, end: int) -> None:
+        r.ext_end = end
 
-        def ceil_page(n: int) -> int:
-            return -(-n // page) * page
-
-        if self.chunked is not None:
-            r = self.chunked
-            rem = (int(min(rem_chunk, self._rem_total(total_off))) if rem_chunk is not None
-                   else int(self._rem_total(total_off)))
-            if rem <= 0:
-                rem = rem_chunk if rem_chunk is not None else 1
-            cand = r.prompt_len + r.out - r.prefix_len
-            n, truncated = chunk_continuation(r.prefix_len, cand, rem, page)
-            r.ext_end = r.prefix_len + n
-            can_run.append(r)
-            e = ceil_page(n)
-            total_off += e + (0 if truncated else min(r.output_len, d.clip_max_new_tokens)) + page
-            cur_off += e + page
-            rem_input -= e
-            if rem_chunk is not None:
-                rem_chunk -= e
-            self.chunked = r if truncated else None
-
-        n_taken = 0
-        for r in self.waiting:
-            if len(can_run) >= self._num_allocatable():
-                self.batch_is_full = True
-            if self.batch_is_full:
-                break
-            self._match(r)
-            kv_m, seen = self._pending_match
-            fill_len = r.prompt_len + r.out
-            max_new = min(max(r.output_len - r.out, 0), d.clip_max_new_tokens)
-            cand = fill_len - r.prefix_len
-            total = cand + max_new + page
-            real_input = ceil_page(cand)
-            status = "continue"
-            added = None
-            if total >= self._rem_total(total_off):
-                status = "no_token"
-            elif rem_chunk is None and can_run and real_input >= rem_input:
-                status = "other"
-            elif self._locked_short(r, total, total_off):
-                status = "no_token"
-            elif rem_chunk is None or real_input <= rem_chunk:
-                r.ext_end = fill_len
-                added = (real_input, min(r.output_len, d.clip_max_new_tokens))
-            else:
-                trunc = rem_chunk // page * page
-                now = (trunc + r.prefix_len) // page * page
-                trunc = now - r.prefix_len
-                if trunc <= 0:
-                    status = "other"
-                else:
-                    r.ext_end = r.prefix_len + trunc
-                    added = (trunc, 0)
-                    new_chunked = r
-            if added is not None:
-                can_run.append(r)
-                n_taken += 1
-                t0 = time.perf_counter()
-                self.tree.inc_lock_ref(r.node)
-                self.t_cache += time.perf_counter() - t0
-                e = ceil_page(added[0])
-                total_off += e + added[1] + page
-                cur_off += e + page
-                rem_input -= e
-                if rem_chunk is not None:
-                    rem_chunk -= e
-                if not r.admitted:
-                    self._account_admission(r, kv_m, seen)
-                if self._rem_total(total_off) <= 0 or self._rem_total(cur_off) <= 0:
-                    status = "no_token"
-                elif rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
-                    status = "other"
-            if status != "continue":
-                if status == "no_token":
-                    self.batch_is_full = True
-                if not can_run or can_run[-1] is not r:
-                    r.cow = False
-                    r.needs_clear = False
-                    if r.running:
-                        r.running = False
-                        self.slots_free += 1
-                break
-        if not can_run:
-            return None
-        if n_taken:
-            # admitted requests are a prefix of the waiting queue
-            del self.waiting[:n_taken]
-        if new_chunked is not None:
-            self.chunked = new_chunked
-        if self.chunked is not None:
-            self.chunked.inflight += 1
-        return self._prepare_extend(can_run)
-
-    def _locked_short(self, r: _R, total: int, total_off: float) -> bool:
-        """PrefillAdder's second budget check with the match locked: locking
-        takes the matched path out of the evictable KV."""
+    def _lock(self, r: _R) -> None:
         t0 = time.perf_counter()
         self.tree.inc_lock_ref(r.node)
-        short = total >= self._rem_total(total_off)
+        self.t_cache += time.perf_counter() - t0
+
+    def _unlock(self, r: _R) -> None:
+        t0 = time.perf_counter()
         self.tree.dec_lock_ref(r.node)
         self.t_cache += time.perf_counter() - t0
-        return short
+
+    def _on_added(self, r: _R) -> None:
+        if not r.admitted:
+            self._account_admission(r, *self._pending_match)
+
+    def _drop_match(self, r: _R) -> None:
+        r.cow = False
+        r.needs_clear = False
+        if r.running:
+            r.running = False
+            self.slots_free += 1
+
+    def _append_output(self, r: _R) -> None:
+        if r.in_run and r.j0 is not None:
+            # already in a decode batch (overlap): its outputs are derived
+            r.o_base += 1
+            self.agg_obase += 1
+            self._sync(r)
+            self._add_fin(r)
+        else:
+            r.n_out += 1
+
+    def _materialise(self, rs: list) -> None:
+        for r in rs:
+            self._sync(r)
+
+    def _leave_running(self, r: _R) -> None:
+        self._leave(r)
+        self.running = [x for x in self.running if x is not r]
+        self.pending_join = [x for x in self.pending_join if x is not r]
+
+    def _reset_for_retry(self, r: _R) -> None:
+        r.restart()
+
+    def _track_slot(self, r: _R, i: int) -> int:
+        return r.track[i]
+
+    def _set_track_slot(self, r: _R, i: int, slot: Any) -> None:
+        r.track[i] = 1
+
+    def _alloc_track_slot(self, r: _R) -> Any:
+        return 1 if self._alloc_slot() else None
+
+    def _free_track_slot(self, r: _R, i: int) -> None:
+        self.slots_free += 1
+        r.track[i] = -1
+
+    def _join(self, r: _R) -> None:
+        r.in_run = True
+        r.j0 = None
+        self.seq += 1
+        r.seq = self.seq
+        self.running.append(r)
+        self.pending_join.append(r)
+
 
     def _account_admission(self, r: _R, kv_m: int, seen: int) -> None:
         m = self.m
@@ -976,7 +914,7 @@ class _Replay:
         self.prefixes[r.rid] = U
         r.admitted = True
 
-    def _prepare_extend(self, rs: list) -> tuple:
+    def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
         evict = state_headroom(self.slots_free, len(rs), d.lazy)
         if evict > 0:
@@ -1029,11 +967,7 @@ class _Replay:
             r.committed = r.ext_end
             r.allocated = r.ext_end
             if d.extra_buffer:
-                point = prefill_track_point(P, E, d.chunk_size, r.branching)
-                if point is not None:
-                    if not d.lazy:
-                        r.next_idx = 1 - r.next_idx if self.pp_size == 2 else r.next_idx
-                    r.last_track = point
+                self._track_prefill(r, P, E)
             if r.cow:
                 self.copies += 1
                 r.cow = False
@@ -1042,8 +976,8 @@ class _Replay:
                 r.needs_clear = False
             r.chunks += 1
             items.append((r, r.epoch))
-        self.clock += max(self.cfg_step(), ext_total * float(self.cfg.prefill_token_seconds))
-        return ("extend", items)
+        self.clock += self.time.extend_seconds(ext_total)
+        return Batch("extend", items)
 
     # ----------------------------------------------------------- running batch
     def _reserved_offset(self) -> float:
@@ -1055,13 +989,13 @@ class _Replay:
             total = 0.0
             for r in self.running:
                 self._sync(r)
-                total += min(max(r.output_len - r.out, 0), d.clip_max_new_tokens)
+                total += min(max(r.output_len - r.n_out, 0), d.clip_max_new_tokens)
             return total * d.new_token_ratio
         # sum over requests with j0 of (output_len - o_base - (res_id - j0 + 1))
         rem = (self.agg_len - self.agg_obase - self.agg_n * (self.res_id + 1) + self.agg_j0)
         for r in self.pending_join:
             if r.in_run:
-                rem += max(r.output_len - r.out, 0)
+                rem += max(r.output_len - r.n_out, 0)
         return rem * d.new_token_ratio
 
     def _agg(self, r: _R, sign: int) -> None:
@@ -1087,15 +1021,7 @@ class _Replay:
         if r.in_run and r.j0 is not None:
             r.committed = r.c_base + max(0, self.prep_id - r.j0 + 1)
             r.allocated = r.committed
-            r.out = r.o_base + max(0, self.res_id - r.j0 + 1)
-
-    def _join(self, r: _R) -> None:
-        r.in_run = True
-        r.j0 = None
-        self.seq += 1
-        r.seq = self.seq
-        self.running.append(r)
-        self.pending_join.append(r)
+            r.n_out = r.o_base + max(0, self.res_id - r.j0 + 1)
 
     def _leave(self, r: _R) -> None:
         self._sync(r)
@@ -1107,6 +1033,7 @@ class _Replay:
                 b.discard(r)
                 if not b:
                     del self.bucket[r.res_key]
+                    self.bucket_keys.remove(r.res_key)
         r.j0 = None
         self.need_filter = True
 
@@ -1121,55 +1048,7 @@ class _Replay:
         n += sum(1 for r in self.pending_join if r.in_run and r.committed % page == 0)
         return n * page
 
-    def _check_decode_mem(self) -> bool:
-        n = self._decode_tokens_needed()
-        if self.kv_free < n:
-            self._evict(num_tokens=n)
-        return self.kv_free >= n
-
-    def _update_running_batch(self) -> Optional[tuple]:
-        if self.need_filter:
-            before = len(self.running)
-            self.running = [r for r in self.running if r.in_run]
-            self.need_filter = False
-            if len(self.running) < before:
-                self.batch_is_full = False
-        if not self.running:
-            return None
-        while not self._check_decode_mem():
-            if len(self.running) == 1:
-                raise RuntimeError("KV pool too small to decode a single request: "
-                                   "raise kv_tokens")
-            for r in self.running:
-                self._sync(r)
-            victim = max(self.running, key=lambda r: (r.out, -r.prompt_len))
-            self._retract(victim)
-            self.batch_is_full = False
-        return self._prepare_decode()
-
-    def _retract(self, r: _R) -> None:
-        self._leave(r)
-        self.running = [x for x in self.running if x is not r]
-        self.pending_join = [x for x in self.pending_join if x is not r]
-        self._release(r, False)
-        r.prefix_len = 0
-        r.node = None
-        r.cpl = 0
-        r.inflight = 0
-        r.running = False
-        r.track = None
-        r.next_idx = 0
-        r.last_track = None
-        r.branching = None
-        r.cow = False
-        r.needs_clear = False
-        r.committed = 0
-        r.allocated = 0
-        r.is_insert = True
-        r.epoch += 1
-        self.waiting.append(r)
-
-    def _prepare_decode(self) -> tuple:
+    def _prepare_decode(self) -> Batch:
         b = self.next_bid
         self.next_bid += 1
         interval = self.interval
@@ -1178,9 +1057,13 @@ class _Replay:
                 continue
             r.j0 = b
             r.c_base = r.committed
-            r.o_base = r.out
+            r.o_base = r.n_out
             r.res_key = (b - 1 - r.c_base) % interval
-            self.bucket.setdefault(r.res_key, set()).add(r)
+            got = self.bucket.get(r.res_key)
+            if got is None:
+                got = self.bucket[r.res_key] = set()
+                bisect.insort(self.bucket_keys, r.res_key)
+            got.add(r)
             self._agg(r, +1)
             self._add_fin(r)
         self.pending_join = []
@@ -1195,48 +1078,13 @@ class _Replay:
             if due:
                 for r in sorted(due, key=lambda x: x.seq):
                     self._lazy_prealloc(r)
-        self.clock += self.cfg_step()
-        return ("decode", b)
+        self.clock += self.time.step
+        return Batch("decode", bid=b)
 
-    def _lazy_prealloc(self, r: _R) -> None:
-        other = 1 - r.next_idx
-        if r.track[other] != -1:
-            return
-        if not self._alloc_slot():
-            return
-        r.track[other] = 1
-        r.next_idx = other
-
-    def _process(self, batch: tuple) -> None:
-        kind, data = batch
-        if kind == "extend":
-            for r, epoch in data:
-                if r.epoch != epoch:
-                    continue
-                if r.finished and r.inflight <= 0:
-                    continue
-                if r.inflight > 0:
-                    r.inflight -= 1
-                    continue
-                if r.finished:
-                    continue
-                if r.in_run and r.j0 is not None:
-                    # already in a decode batch (overlap): its outputs are derived
-                    r.o_base += 1
-                    self.agg_obase += 1
-                    self._sync(r)
-                    self._add_fin(r)
-                else:
-                    r.out += 1
-                if r.abort or r.out >= r.output_len:
-                    if r.in_run:
-                        self._leave(r)
-                    self._release(r, True)
-                    self._finish(r)
-                else:
-                    self._cache_unfinished(r, False)
-            return
-        b = data
+    def _process_decode(self, batch: Batch) -> None:
+        """The requests this decode result changes: those it finishes and
+        those at a track boundary (the others' counters are derived)."""
+        b = batch.bid
         self.res_id = b
         affected: dict = {}
         for r, j0, o_base in self.fin_at.pop(b, ()):
@@ -1252,29 +1100,13 @@ class _Replay:
                         affected[id(r)] = r
         if not affected:
             return
-        interval = self.interval
         for r in sorted(affected.values(), key=lambda x: x.seq):
             if not r.in_run:
                 continue
             self._sync(r)
-            done = r.out >= r.output_len
             seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
-            if self.extra_buffer and r.track is not None and r.j0 <= b \
-                    and decode_track_due(seq, interval):
-                r.last_track = seq
-                if self.lazy:
-                    other = 1 - r.next_idx
-                    if r.track[other] != -1:
-                        self.slots_free += 1
-                        r.track[other] = -1
-                    elif done:
-                        r.is_insert = False
-                else:
-                    r.next_idx = 1 - r.next_idx if self.pp_size == 2 else r.next_idx
-            if done:
-                self._leave(r)
-                self._release(r, r.is_insert if self.lazy else True)
-                self._finish(r)
+            self._decode_result(r, seq, r.n_out >= r.output_len,
+                                self.extra_buffer and r.track is not None and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
         """Apply k decode steps at once when none of them can change anything
@@ -1284,17 +1116,17 @@ class _Replay:
         if self.chunked is not None or self.pending_join or self.need_filter:
             return False
         lb = self.last_batch
-        if lb is None or lb[0] != "decode" or not self.running:
+        if lb is None or lb.kind != "decode" or not self.running:
             return False
         if self.waiting and not self.batch_is_full:
             return False
         overlap = self.dcfg.overlap
-        if overlap and (len(self.result_queue) != 1 or self.result_queue[0][0] != "decode"):
+        if overlap and (len(self.result_queue) != 1 or self.result_queue[0].kind != "decode"):
             return False
         P = self.prep_id
         k = (1 << 62)
         if self.pending and not self.batch_is_full:
-            k = int((float(self.pending[0].arrival) - self.clock) / self.cfg_step()) - 1
+            k = int((float(self.pending[0].arrival) - self.clock) / self.time.step) - 1
         bs = len(self.running)
         page = self.page
         # no eviction in the k steps: a request takes at most k + page - 1
@@ -1315,7 +1147,10 @@ class _Replay:
             if (overlap and self.dcfg.decode_boundary == "batch"
                     and (P % interval) in self.bucket):
                 return False        # batch P's result (still to process) is a boundary
-            d = min(((res - P) % interval) or interval for res in self.bucket)
+            # the nearest boundary after P: the first residue from P + 1 on, circularly
+            keys = self.bucket_keys
+            i = bisect.bisect_left(keys, (P + 1) % interval)
+            d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
             k = min(k, d - 2)
         if k < 2:
             return False
@@ -1329,11 +1164,12 @@ class _Replay:
             self.kv_free -= page * sum(
                 n * ((P + k - res) // page - (P - res) // page)
                 for res, n in enumerate(self.page_due) if n)
+        batch = Batch("decode", bid=self.prep_id)
         if overlap:
-            self.result_queue[0] = ("decode", self.prep_id)
-        self.last_batch = ("decode", self.prep_id)
+            self.result_queue[0] = batch
+        self.last_batch = batch
         self._note_peaks()
-        step = self.cfg_step()
+        step = self.time.step
         for _ in range(k):          # the same float sums as k single steps
             self.clock += step
         return True
@@ -1384,6 +1220,8 @@ class _Replay:
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0
         return m
+
+
 
 
 def replay(requests: list, config: SimConfig, progress: Optional[Callable] = None,
@@ -1441,7 +1279,8 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
     d = drv.SchedulerDriver(dcfg, setup.tree_cache, setup.req_to_token_pool, setup.allocator,
                             api=setup.api, model=model, on_extend=on_extend)
     order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
-    step_s = float(config.decode_step_seconds)
+    tm = TimeModel(config.decode_step_seconds, config.prefill_token_seconds)
+    step_s = tm.step
     clock = 0.0
     idx = 0
     while idx < len(order) or not d.idle:
@@ -1466,8 +1305,7 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
             else:
                 clock += step_s
         elif b.kind == "extend":
-            tokens = sum(data[1] - data[0] for _, _, data in b.items)
-            clock += max(step_s, tokens * float(config.prefill_token_seconds))
+            clock += tm.extend_seconds(sum(data[1] - data[0] for _, _, data in b.items))
         else:
             clock += step_s
     return ({rid: rec.prefix_len for rid, rec in d.records.items()}, counts["checked"],

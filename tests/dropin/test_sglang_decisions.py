@@ -440,6 +440,52 @@ def test_admission_headroom_matches_alloc_req_slots(lazy) -> None:
 
 
 # --------------------------------------------------------------------------
+# decode retraction order
+
+
+def _sg_retract_order(reqs: list, keep: int) -> list:
+    """The requests SGLang's ScheduleBatch.retract_decode retracts, in order,
+    when decode memory fits once ``keep`` requests are left."""
+    ns = {"FINISH_ABORT": lambda *a, **k: None, "HTTPStatus": types.SimpleNamespace(
+        INTERNAL_SERVER_ERROR=500), "logger": types.SimpleNamespace(warning=lambda *a, **k: None),
+        "NewTokenRatioTracker": types.SimpleNamespace(
+            estimate_new_token_ratio_after_retract=lambda reqs: 0.0)}
+    fn = S.load_functions("srt/managers/schedule_batch.py", ["ScheduleBatch.retract_decode"],
+                          ns).retract_decode
+    batch = types.SimpleNamespace(
+        reqs=list(reqs), check_decode_mem=lambda selected_indices: len(selected_indices) <= keep,
+        release_req=lambda idx, n, server_args: None, filter_batch=lambda keep_indices: None)
+    retracted, _, aborted = fn(batch, types.SimpleNamespace(speculative_algorithm=None))
+    assert not aborted
+    return retracted
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_retract_victim_matches_sglang(seed) -> None:
+    """The scheduler's retraction order (mambaradix.scheduler.retract_victim,
+    one request at a time while decode memory is short) is SGLang's: fewest
+    outputs first, then the longest prompt, ties by batch order."""
+    from mambaradix.scheduler import retract_victim
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        n = rng.randint(2, 9)
+        reqs = [types.SimpleNamespace(output_ids=[0] * rng.randint(0, 3),
+                                      origin_input_ids=[0] * rng.randint(1, 4), i=i)
+                for i in range(n)]
+        for r in reqs:
+            r.n_out, r.prompt_len = len(r.output_ids), len(r.origin_input_ids)
+        keep = rng.randint(1, n - 1)
+        want = _sg_retract_order(reqs, keep)
+        running, got = list(reqs), []
+        while len(running) > keep:
+            v = retract_victim(running)
+            running.remove(v)
+            got.append(v)
+        assert [r.i for r in got] == [r.i for r in want]
+
+
+# --------------------------------------------------------------------------
 # the match cap
 
 

@@ -142,7 +142,7 @@ MUTANTS: List[Mutant] = [
            "const char *s = p->h + (chunk[i] + 1) * p->elems * (int64_t)hsz;", T_KERN,
            "ssm snapshot reads the next chunk's h"),
     # ---- the Python copies of the match cap
-    Mutant("PY_CAP_DRIVER", "mambaradix/driver.py", "return max(fill_len - 1, 0) if match_cap else fill_len",
+    Mutant("PY_CAP_DRIVER", "mambaradix/scheduler.py", "return max(fill_len - 1, 0) if match_cap else fill_len",
            "return max(fill_len, 0) if match_cap else fill_len", T_DRIVER + T_DECIDE,
            "driver's match cap (input_len - 1) dropped"),
     Mutant("PY_CAP_API", "mambaradix/sglang/_api.py", "        m = input_len - 1\n", "        m = input_len\n",

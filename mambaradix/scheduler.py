@@ -1,0 +1,654 @@
+"""SGLang v0.5.15's scheduler loop, written once for every front end.
+
+:class:`Scheduler` is the event loop of SGLang's ``Scheduler`` with a
+``MambaRadixCache``: admission like ``PrefillAdder`` (the KV budget with the
+running requests' reserved decode tokens, ``max_prefill_tokens``,
+``chunked_prefill_size``, the second budget check under the match's lock),
+chunked prefill, continuous batching, the decode memory check and
+retraction, the overlap scheduler's one-step lag (batch N+1 is prepared before
+batch N's results are processed), the prefill and decode track points, the
+ping-pong index flips and the lazy mode's pre-allocation at decode
+boundaries.  It never touches a pool or a tree itself: a backend supplies the
+primitives (match, lock, release, cache a request, allocate for a batch,
+evict) and the bookkeeping of a request.
+
+Two backends:
+
+- :class:`mambaradix.driver.SchedulerDriver` calls the drop-in cache and pool
+  objects with SGLang's names (``match_prefix``, ``cache_unfinished_req``,
+  ``HybridReqToTokenPool.alloc`` ...), and optionally runs a toy model's
+  forward passes;
+- the simulator's state-free replay (``mambaradix.sim.engine``) runs the same
+  loop over the native tree with the pools kept as counters, and overrides the
+  decode batch with its aggregated form (a decode step costs O(requests it
+  changes), runs of steps that change nothing are applied in one go).
+
+A request object of either backend exposes the same attributes to the loop:
+``prompt_len``, ``output_len``, ``n_out`` (outputs so far), ``prefix_len``,
+``ext_end``, ``epoch``, ``finished``, ``in_run`` (in the running batch),
+``abort``, ``inflight`` (prefill chunks launched but not processed),
+``next_idx``, ``last_track``, ``branching``, ``is_insert``, ``committed``.
+
+The pure decision functions (:func:`match_key_limit`,
+:func:`prefill_track_point`, :func:`decode_track_due`,
+:func:`chunk_continuation`, :func:`state_headroom`, :func:`ping_pong_other`)
+are the only home of those rules in Python; the C lifecycle
+(``csrc/lifecycle.c``) holds the same rules for the cache side.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Optional
+
+MODES = ("pp2", "pp1", "lazy", "no_buffer")
+
+#: State slots a request may need while it runs (running + ping-pong pair), the
+#: eviction headroom factor of SGLang's alloc_req_slots; lazy holds one less.
+STATE_FACTOR = 3
+STATE_FACTOR_LAZY = 2
+
+
+# ---------------------------------------------------------------------------
+# decision functions shared with the replay engine
+# ---------------------------------------------------------------------------
+def match_key_limit(fill_len: int, match_cap: bool) -> int:
+    """Tokens of the request's fill ids the prefix match may cover: SGLang caps
+    it at ``fill_len - 1`` (one token must be computed to produce logits)."""
+    if fill_len < 0:
+        raise ValueError(f"fill_len must be >= 0, got {fill_len}")
+    return max(fill_len - 1, 0) if match_cap else fill_len
+
+
+def prefill_track_point(prefix_len: int, extend_len: int, chunk_size: int,
+                        branching_seqlen: Optional[int]) -> Optional[int]:
+    """The sequence length whose state an extend of ``extend_len`` tokens after
+    ``prefix_len`` cached ones snapshots in extra_buffer mode, or None.
+
+    Tracked when ``extend_len >= chunk_size``: normally ``prefix_len +
+    (extend_len // chunk_size) * chunk_size``; when the match reported a
+    branching point ``B`` with ``prefix_len < B < prefix_len + extend_len`` and
+    ``(B - prefix_len) % chunk_size == 0``, the state at ``B`` instead."""
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
+    if extend_len < chunk_size:
+        return None
+    end = prefix_len + extend_len
+    aligned = prefix_len + (extend_len // chunk_size) * chunk_size
+    if (branching_seqlen is not None and prefix_len < branching_seqlen < end
+            and (branching_seqlen - prefix_len) % chunk_size == 0):
+        aligned = branching_seqlen
+    return aligned
+
+
+def decode_track_due(seq_len: int, interval: int) -> bool:
+    """A decode step that brings a request to ``seq_len`` tokens snapshots its
+    state when ``seq_len`` is a multiple of ``mamba_track_interval``."""
+    return seq_len % interval == 0
+
+
+def chunk_continuation(prefix_len: int, cand: int, budget: int, page_size: int) -> tuple:
+    """How much of its remaining ``cand`` tokens the chunked request prefills
+    next, given ``budget`` tokens (SGLang's add_chunked_req):
+    ``(extend_len, truncated)``.
+
+    A cut (``truncated``) ends on a page boundary: SGLang v0.5.15 cuts at
+    ``budget`` wherever it falls, so with pages a later snapshot can land off
+    the page grid, where its ``cache_unfinished_req`` asserts; later versions
+    round the cut down (``floor_chunked_tokens``).  Here it is rounded down to
+    a page, or up to the next page when that would leave nothing."""
+    n = min(cand, budget)
+    if page_size > 1 and n < cand:
+        end = (prefix_len + n) // page_size * page_size
+        if end <= prefix_len:
+            end = (prefix_len // page_size + 1) * page_size
+        n = min(end - prefix_len, cand)
+    return n, n < cand
+
+
+def state_headroom(available: int, num_reqs: int, lazy: bool) -> int:
+    """States to evict before allocating request slots for ``num_reqs``
+    requests when only ``available`` slots are free (SGLang's alloc_req_slots):
+    ``max(0, num_reqs * factor - available)`` when short, else 0."""
+    need = num_reqs * (STATE_FACTOR_LAZY if lazy else STATE_FACTOR)
+    return need - available if available < need else 0
+
+
+# ---------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------
+@dataclass
+class DriverConfig:
+    """How the scheduler schedules (the driver's and the simulator's).
+
+    mode: "pp2" (extra_buffer + overlap scheduler), "pp1" (extra_buffer without
+      overlap), "lazy" (extra_buffer_lazy, overlap) or "no_buffer" (no overlap).
+    chunk_size: mamba_cache_chunk_size C.
+    track_interval: mamba_track_interval (decode snapshots).
+    chunked_prefill_size: prompt tokens per prefill step (None: no chunking).
+    max_running: max requests in the running batch (max_running_requests).
+    max_prefill_tokens: prompt tokens per prefill batch (only binding without
+      chunking, as in SGLang).
+    match_cap: cap the match key at ``fill_len - 1`` as SGLang does.
+    page_size: KV page size (1 in no_buffer mode); the KV allocator must have
+      the same (a PagedTokenToKVPoolAllocator above 1).
+    new_token_ratio: share of each running request's remaining output that
+      admission reserves (SGLang starts at 0.7 and decays; 1.0 never retracts).
+    decode_boundary: how a decode result decides that a track boundary was
+      crossed.  "committed" (SGLang v0.5.15): ``kv_committed_len % interval
+      == 0`` when the result is processed; under the overlap scheduler that
+      length already counts the next decode batch, so the check fires one
+      step early, and fires twice when a prefill batch runs between two
+      decode batches (the second flip leaves ``keep`` on the stale track
+      slot).  "batch": the length of the batch whose result it is (the
+      direction of SGLang's later fixes); it never fires twice.  Not for
+      mode "lazy", whose pre-allocation flips the index when the boundary
+      batch is prepared: there SGLang's early check is the consistent one
+      (a request finishing just before a boundary must register it).
+    """
+
+    mode: str = "pp2"
+    chunk_size: int = 64
+    track_interval: int = 256
+    chunked_prefill_size: Optional[int] = None
+    max_running: int = 64
+    max_prefill_tokens: int = 16384
+    match_cap: bool = True
+    page_size: int = 1
+    new_token_ratio: float = 1.0
+    clip_max_new_tokens: int = 4096
+    decode_boundary: str = "committed"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.decode_boundary not in ("committed", "batch"):
+            raise ValueError(f"decode_boundary must be 'committed' or 'batch', "
+                             f"got {self.decode_boundary!r}")
+        if self.decode_boundary == "batch" and self.mode == "lazy":
+            raise ValueError("decode_boundary='batch' does not fit mode 'lazy': its "
+                             "pre-allocation at prepare time relies on SGLang's check")
+        for name in ("chunk_size", "track_interval", "max_running", "max_prefill_tokens",
+                     "page_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.chunked_prefill_size is not None and (
+                not isinstance(self.chunked_prefill_size, int) or self.chunked_prefill_size <= 0):
+            raise ValueError(f"chunked_prefill_size must be None or a positive int, "
+                             f"got {self.chunked_prefill_size!r}")
+        if self.mode == "no_buffer" and self.page_size != 1:
+            raise ValueError("page_size must be 1 in no_buffer mode")
+
+    @property
+    def extra_buffer(self) -> bool:
+        return self.mode != "no_buffer"
+
+    @property
+    def lazy(self) -> bool:
+        return self.mode == "lazy"
+
+    @property
+    def overlap(self) -> bool:
+        return self.mode in ("pp2", "lazy")
+
+
+def ping_pong_other(idx: int, pp_size: int) -> int:
+    """The other index of a ping-pong track buffer of ``pp_size`` slots
+    (SGLang's ``get_mamba_ping_pong_other_idx``): flips with 2, stays with 1."""
+    return 1 - idx if pp_size == 2 else idx
+
+
+def retract_victim(running: list) -> Any:
+    """The running request decode retraction takes next (SGLang's
+    retract_decode sorts by (outputs, -prompt length), largest first, and
+    pops the end): the fewest outputs, then the longest prompt, then the
+    latest in the batch."""
+    return min(reversed(running), key=lambda x: (x.n_out, -x.prompt_len))
+
+
+class TimeModel:
+    """The simulator's clock: a decode step takes ``decode_step_seconds``, a
+    prefill batch ``max(decode_step_seconds, tokens * prefill_token_seconds)``."""
+
+    __slots__ = ("step", "per_token")
+
+    def __init__(self, decode_step_seconds: float, prefill_token_seconds: float) -> None:
+        self.step = float(decode_step_seconds)
+        self.per_token = float(prefill_token_seconds)
+
+    def extend_seconds(self, tokens: int) -> float:
+        return max(self.step, tokens * self.per_token)
+
+
+class Batch:
+    """A launched batch: ``kind`` "extend" or "decode", ``items`` whose first
+    two fields are (request, the epoch it was scheduled in), and for the
+    simulator's aggregated decode the batch number ``bid``."""
+
+    __slots__ = ("kind", "items", "bid")
+
+    def __init__(self, kind: str, items: Optional[list] = None, bid: int = -1) -> None:
+        self.kind = kind
+        self.items: list = [] if items is None else items
+        self.bid = bid
+
+
+class Scheduler:
+    """The loop.  Subclasses implement the primitives named in the methods
+    that raise NotImplementedError (see the module docstring)."""
+
+    def __init__(self, config: DriverConfig) -> None:
+        self.config = config
+        self.page = int(config.page_size)
+        self.pp_size = 2 if config.overlap else 1
+        self.waiting: list = []
+        self.running: list = []
+        self.chunked: Any = None
+        self.batch_is_full = False
+        self.last_batch: Optional[Batch] = None
+        self.result_queue: deque = deque()
+        self.need_filter = False      # a running request finished or left
+
+    # ------------------------------------------------------------- the loop
+    @property
+    def idle(self) -> bool:
+        return (not self.waiting and not self.running and self.chunked is None
+                and not self.result_queue and self.last_batch is None)
+
+    def step(self) -> Optional[Batch]:
+        """One scheduler iteration (SGLang's event loop body): with the
+        overlap scheduler the new batch is launched before the previous
+        batch's results are processed."""
+        batch = self._get_next_batch()
+        if self.config.overlap:
+            if batch is not None:
+                self._forward(batch)
+                self.result_queue.append(batch)
+            if self.last_batch is not None:
+                self._process(self.result_queue.popleft())
+        elif batch is not None:
+            self._forward(batch)
+            self._process(batch)
+        self.last_batch = batch
+        return batch
+
+    def _get_next_batch(self) -> Optional[Batch]:
+        ch = self.chunked
+        if ch is not None and ch.abort:
+            self._release(ch, False)
+            self._finish(ch)
+            self.chunked = None
+        ch = self.chunked
+        if ch is not None and ch.ext_end > ch.prefix_len:
+            self._cache_unfinished(ch, True)
+        lb = self.last_batch
+        if lb is not None and lb.kind == "extend":
+            # the last prefill batch joins the running batch
+            before = len(self.running)
+            for it in lb.items:
+                x, epoch = it[0], it[1]
+                if x.finished or x is ch or x.epoch != epoch or x.in_run:
+                    continue
+                self._join(x)
+            if len(self.running) == before and lb.items:
+                self.batch_is_full = False
+        new = self._get_new_prefill_batch()
+        if new is not None:
+            return new
+        if not self.running:
+            return None
+        return self._update_running_batch()
+
+    # ------------------------------------------------------------- admission
+    def _num_allocatable(self) -> int:
+        return min(self.config.max_running - len(self.running), self._free_rows())
+
+    def _rem_total_tokens(self, offset: float) -> float:
+        return self._kv_available() + self._kv_evictable() - offset
+
+    def _reserved_offset(self) -> float:
+        """Decode tokens admission reserves for the running requests:
+        ``new_token_ratio`` of each one's remaining outputs (clipped)."""
+        cfg = self.config
+        off = 0.0
+        for x in self.running:
+            left = max(x.output_len - x.n_out, 0)
+            off += min(left, cfg.clip_max_new_tokens) * cfg.new_token_ratio
+        return off
+
+    def _get_new_prefill_batch(self) -> Optional[Batch]:
+        """SGLang's get_new_batch_prefill with PrefillAdder: the chunked
+        request first, then waiting requests in order until one does not fit."""
+        cfg = self.config
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        if self._num_allocatable() <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        page = self.page
+        clip = cfg.clip_max_new_tokens
+        total_off = self._reserved_offset()
+        cur_off = 0.0
+        rem_input = float(cfg.max_prefill_tokens)
+        rem_chunk = cfg.chunked_prefill_size
+        can_run: list = []
+        new_chunked: Any = None
+
+        if self.chunked is not None:
+            x = self.chunked
+            self._refresh_fill(x)
+            rem = (int(min(rem_chunk, self._rem_total_tokens(total_off))) if rem_chunk is not None
+                   else int(self._rem_total_tokens(total_off)))
+            if rem <= 0:
+                rem = rem_chunk if rem_chunk is not None else 1
+            P = x.prefix_len
+            n, truncated = chunk_continuation(P, x.prompt_len + x.n_out - P, rem, page)
+            self._set_extend(x, P + n)
+            can_run.append(x)
+            e = -(-n // page) * page
+            total_off += e + (0 if truncated else min(x.output_len, clip)) + page
+            cur_off += e + page
+            rem_input -= e
+            if rem_chunk is not None:
+                rem_chunk -= e
+            self.chunked = x if truncated else None
+
+        n_taken = 0
+        self._admission_begin(len(self.waiting))
+        try:
+            for x in self.waiting:
+                if len(can_run) >= self._num_allocatable():
+                    self.batch_is_full = True
+                if self.batch_is_full:
+                    break
+                self._match(x)
+                # PrefillAdder.add_one_req
+                P = x.prefix_len
+                fill_len = x.prompt_len + x.n_out
+                cand = fill_len - P
+                total = cand + min(max(x.output_len - x.n_out, 0), clip) + page
+                real_input = -(-cand // page) * page
+                status = "continue"
+                added = -1
+                if total >= self._rem_total_tokens(total_off):
+                    status = "no_token"
+                elif rem_chunk is None and can_run and real_input >= rem_input:
+                    status = "other"
+                elif self._locked_short(x, total, total_off):
+                    status = "no_token"
+                elif rem_chunk is None or real_input <= rem_chunk:
+                    self._set_extend(x, fill_len)
+                    added = real_input
+                    max_new = min(x.output_len, clip)
+                else:
+                    # a new chunked request: cut at the chunk budget, on a page
+                    trunc = (rem_chunk // page * page + P) // page * page - P
+                    if trunc <= 0:
+                        status = "other"
+                    else:
+                        self._set_extend(x, P + trunc)
+                        added = trunc
+                        max_new = 0
+                        new_chunked = x
+                if added >= 0:
+                    can_run.append(x)
+                    n_taken += 1
+                    self._lock(x)
+                    e = -(-added // page) * page
+                    total_off += e + max_new + page
+                    cur_off += e + page
+                    rem_input -= e
+                    if rem_chunk is not None:
+                        rem_chunk -= e
+                    self._on_added(x)
+                    if (self._rem_total_tokens(total_off) <= 0
+                            or self._rem_total_tokens(cur_off) <= 0):
+                        status = "no_token"
+                    elif rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+                        status = "other"
+                if status != "continue":
+                    if status == "no_token":
+                        self.batch_is_full = True
+                    if not can_run or can_run[-1] is not x:
+                        self._drop_match(x)
+                    break
+        finally:
+            self._admission_end()
+        if not can_run:
+            return None
+        if n_taken:
+            # admitted requests are a prefix of the waiting queue
+            del self.waiting[:n_taken]
+        if new_chunked is not None:
+            self.chunked = new_chunked
+        if self.chunked is not None:
+            self.chunked.inflight += 1
+        return self._prepare_extend(can_run)
+
+    def _locked_short(self, x: Any, total: int, total_off: float) -> bool:
+        """PrefillAdder's second budget check with the match locked: locking
+        takes the matched path out of the evictable KV."""
+        self._lock(x)
+        try:
+            return total >= self._rem_total_tokens(total_off)
+        finally:
+            self._unlock(x)
+
+    # ------------------------------------------------------------- tracking
+    def _track_prefill(self, x: Any, P: int, E: int) -> Optional[int]:
+        """An extend of E tokens after P cached ones: its track point (or
+        None); the ping-pong index moves on (extra_buffer modes only)."""
+        point = prefill_track_point(P, E, self.config.chunk_size, x.branching)
+        if point is not None:
+            if not self.config.lazy:
+                x.next_idx = self._other_idx(x.next_idx)
+            x.last_track = point
+        return point
+
+    def _other_idx(self, idx: int) -> int:
+        return ping_pong_other(idx, self.pp_size)
+
+    def _keep_idx(self, x: Any) -> int:
+        """The track slot a cache call hands the tree: the newest snapshot
+        (the one before ``next_idx`` with two buffers)."""
+        if self.config.lazy:
+            return x.next_idx
+        return self._other_idx(x.next_idx)
+
+    def _lazy_prealloc(self, x: Any) -> None:
+        """Lazy mode, a decode batch reaching a boundary: the second track
+        slot is taken (one state evicted when none is free) and ``next``
+        moves to it; without a slot the boundary is skipped."""
+        other = 1 - x.next_idx
+        if self._track_slot(x, other) != -1:
+            return
+        slot = self._alloc_track_slot(x)
+        if slot is not None:
+            self._set_track_slot(x, other, slot)
+            x.next_idx = other
+
+    def _decode_result(self, x: Any, seq: int, done: bool, tracked: bool) -> None:
+        """A decode result of request x that brought it to ``seq`` tokens (as
+        ``decode_boundary`` counts them): a track boundary registers the
+        snapshot (lazy: frees the older slot, or marks a finishing request
+        whose boundary was not pre-allocated as not to insert); a finished
+        request is released and cached."""
+        cfg = self.config
+        if tracked and decode_track_due(seq, cfg.track_interval):
+            x.last_track = seq
+            if cfg.lazy:
+                other = 1 - x.next_idx
+                if self._track_slot(x, other) != -1:
+                    self._free_track_slot(x, other)
+                elif done:
+                    x.is_insert = False
+            else:
+                x.next_idx = self._other_idx(x.next_idx)
+        if done:
+            self._release(x, x.is_insert if cfg.lazy else True)
+            self._finish(x)
+
+    # ------------------------------------------------------------- decode
+    def _update_running_batch(self) -> Optional[Batch]:
+        if self.need_filter:
+            before = len(self.running)
+            self.running = [x for x in self.running if x.in_run]
+            self.need_filter = False
+            if len(self.running) < before:
+                self.batch_is_full = False
+        if not self.running:
+            return None
+        while not self._check_decode_mem():
+            if len(self.running) == 1:
+                raise RuntimeError("KV pool too small to decode a single request: "
+                                   "raise kv_tokens")
+            self._materialise(self.running)
+            self._retract(retract_victim(self.running))
+            self.batch_is_full = False
+        return self._prepare_decode()
+
+    def _decode_tokens_needed(self) -> int:
+        """KV tokens the next decode step takes (SGLang's
+        new_tokens_required_next_decode): one each, or with pages a whole
+        page for each request whose next token starts one."""
+        page = self.page
+        if page == 1:
+            return len(self.running)
+        return page * sum(1 for x in self.running if x.committed % page == 0)
+
+    def _check_decode_mem(self) -> bool:
+        n = self._decode_tokens_needed()
+        self._evict_tokens(n)
+        return self._kv_available() >= n
+
+    def _evict_tokens(self, n: int) -> None:
+        if self._kv_available() < n:
+            self._evict_kv(n)
+
+    def _retract(self, x: Any) -> None:
+        """Decode retraction: the request gives back everything (nothing is
+        cached) and waits again from scratch."""
+        self._leave_running(x)
+        self._release(x, False)
+        self._reset_for_retry(x)
+        x.epoch += 1
+        self.waiting.append(x)
+
+    # ------------------------------------------------------------- results
+    def _process(self, batch: Batch) -> None:
+        if batch.kind == "extend":
+            self._process_extend(batch)
+        else:
+            self._process_decode(batch)
+
+    def _process_extend(self, batch: Batch) -> None:
+        for it in batch.items:
+            x, epoch = it[0], it[1]
+            if x.epoch != epoch:
+                continue
+            if x.finished and x.inflight <= 0:
+                continue
+            if x.inflight > 0:          # a middle chunk: no output yet
+                x.inflight -= 1
+                continue
+            if x.finished:
+                continue
+            self._append_output(x)
+            if x.abort or x.n_out >= x.output_len:
+                self._release(x, True)
+                self._finish(x)
+            else:
+                self._cache_unfinished(x, False)
+
+    # ------------------------------------------------------------- backend
+    def _join(self, x: Any) -> None:
+        """x enters the running batch."""
+        x.in_run = True
+        self.running.append(x)
+
+    def _forward(self, batch: Batch) -> None:
+        """The batch's forward pass (nothing by default)."""
+
+    def _refresh_fill(self, x: Any) -> None:
+        """Before the chunked request's next chunk is sized."""
+
+    def _admission_begin(self, n: int) -> None:
+        """Before the waiting queue is scanned (n requests)."""
+
+    def _admission_end(self) -> None:
+        """After the scan (also when it raised)."""
+
+    def _on_added(self, x: Any) -> None:
+        """x was added to the prefill batch."""
+
+    def _materialise(self, xs: list) -> None:
+        """Bring the requests' counters up to date before they are compared."""
+
+    def _free_rows(self) -> int:
+        raise NotImplementedError
+
+    def _kv_available(self) -> int:
+        raise NotImplementedError
+
+    def _kv_evictable(self) -> int:
+        raise NotImplementedError
+
+    def _evict_kv(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _set_extend(self, x: Any, end: int) -> None:
+        raise NotImplementedError
+
+    def _match(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _lock(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _unlock(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _drop_match(self, x: Any) -> None:
+        """A matched request was not admitted: its copy-on-write slot goes back."""
+        raise NotImplementedError
+
+    def _prepare_extend(self, xs: list) -> Batch:
+        raise NotImplementedError
+
+    def _prepare_decode(self) -> Batch:
+        raise NotImplementedError
+
+    def _process_decode(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def _append_output(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _cache_unfinished(self, x: Any, chunked: bool) -> None:
+        raise NotImplementedError
+
+    def _release(self, x: Any, is_insert: bool) -> None:
+        raise NotImplementedError
+
+    def _finish(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _leave_running(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _reset_for_retry(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _track_slot(self, x: Any, i: int) -> int:
+        raise NotImplementedError
+
+    def _set_track_slot(self, x: Any, i: int, slot: Any) -> None:
+        raise NotImplementedError
+
+    def _alloc_track_slot(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def _free_track_slot(self, x: Any, i: int) -> None:
+        raise NotImplementedError
