@@ -21,9 +21,6 @@
 #include "state_pool.h"
 #include "tensor.h"
 
-/* Slots of this file in mr_state.tensor[]. */
-enum { TS_TENSOR = 0, TS_STATEPOOL = 1 };
-
 static const char CAP_VERSIONED[] = "dltensor_versioned";
 static const char CAP_LEGACY[] = "dltensor";
 static const char CAP_USED_VERSIONED[] = "used_dltensor_versioned";
@@ -241,7 +238,7 @@ Tensor_dealloc(PyObject *self)
 static TensorObject *
 tensor_new_empty(mr_state *st)
 {
-    PyTypeObject *tp = (PyTypeObject *)st->tensor[TS_TENSOR];
+    PyTypeObject *tp = (PyTypeObject *)st->Tensor;
     allocfunc alloc = PyType_GetSlot(tp, Py_tp_alloc);
     TensorObject *o = (TensorObject *)alloc(tp, 0);
     if (o != NULL) {
@@ -980,7 +977,7 @@ tensor_role(int i, int nconv, char *buf, size_t n)
 static PyObject *
 statepool_make(mr_state *st, PyObject *tensors, const char *fname)
 {
-    PyTypeObject *tp = (PyTypeObject *)st->tensor[TS_STATEPOOL];
+    PyTypeObject *tp = (PyTypeObject *)st->StatePool;
     int n = (int)PyTuple_GET_SIZE(tensors);
     const mr_tensor *conv[MR_MAX_STATE_TENSORS];
     for (int i = 0; i < n - 1 && i < MR_MAX_STATE_TENSORS; i++) {
@@ -2154,15 +2151,9 @@ static PyMethodDef tensor_functions[] = {
 int
 mr_py_tensor_init(PyObject *m, mr_state *st)
 {
-    st->tensor[TS_TENSOR] = PyType_FromModuleAndSpec(m, &Tensor_spec, NULL);
-    if (st->tensor[TS_TENSOR] == NULL || PyModule_AddType(m, (PyTypeObject *)st->tensor[TS_TENSOR]) < 0) {
-        return -1;
-    }
-    st->tensor[TS_STATEPOOL] = PyType_FromModuleAndSpec(m, &StatePool_spec, NULL);
-    if (st->tensor[TS_STATEPOOL] == NULL || PyModule_AddType(m, (PyTypeObject *)st->tensor[TS_STATEPOOL]) < 0) {
-        return -1;
-    }
-    if (PyModule_AddFunctions(m, tensor_functions) < 0) {
+    if (mr_add_type(m, &st->Tensor, PyType_FromModuleAndSpec(m, &Tensor_spec, NULL)) < 0
+        || mr_add_type(m, &st->StatePool, PyType_FromModuleAndSpec(m, &StatePool_spec, NULL)) < 0
+        || PyModule_AddFunctions(m, tensor_functions) < 0) {
         return -1;
     }
     return 0;
