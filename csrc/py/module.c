@@ -151,6 +151,8 @@ mod_cuda_device_count(PyObject *module, PyObject *unused)
 
 static PyMethodDef mr_methods[] = {
     {"cuda_device_count", (PyCFunction)mod_cuda_device_count, METH_NOARGS, cuda_device_count__doc__},
+    {"_testing_parse", (PyCFunction)(void (*)(void))mr_testing_parse, METH_FASTCALL | METH_KEYWORDS,
+     "Test hook: the bindings' argument parser under a given signature."},
     {NULL, NULL, 0, NULL},
 };
 

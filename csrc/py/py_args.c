@@ -136,10 +136,11 @@ parse(mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *const
             if (PyErr_Occurred()) {
                 return -1;
             }
-            /* positional-only names among all the keywords, as CPython lists them */
+            /* the positional-only names given as keywords, in parameter order
+             * (CPython's message) */
             PyObject *posonly = NULL;
-            for (Py_ssize_t q = 0; q < nkw; q++) {
-                for (int i = 0; i < spec->posonly; i++) {
+            for (int i = 0; i < spec->posonly; i++) {
+                for (Py_ssize_t q = 0; q < nkw; q++) {
                     if (PyUnicode_Check(keys[q]) && PyUnicode_CompareWithASCIIString(keys[q], spec->names[i]) == 0) {
                         PyObject *t = posonly == NULL ? PyUnicode_FromString(spec->names[i])
                                                       : PyUnicode_FromFormat("%U, %s", posonly, spec->names[i]);
@@ -148,6 +149,7 @@ parse(mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *const
                         if (posonly == NULL) {
                             return -1;
                         }
+                        break;
                     }
                 }
             }
@@ -337,4 +339,45 @@ mr_arg_str(PyObject *o, const char *fname, const char *arg, int none_ok, const c
     }
     *out = s;
     return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Test hook: _testing_parse((posonly, maxpos, required, names), *args, **kwargs)
+ * parses args and kwargs against a signature built for the call (fname
+ * "f") and returns one value per name, Ellipsis for a name left out. */
+
+PyObject *
+mr_testing_parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    int posonly, maxpos, required;
+    PyObject *names;
+    if (nargs < 1 || !PyArg_ParseTuple(args[0], "iiiO!", &posonly, &maxpos, &required, &PyTuple_Type, &names)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "_testing_parse(sig, *args, **kwargs)");
+        }
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > MR_ARGS_MAX || posonly < 0 || posonly > maxpos || maxpos > n || required < 0 || required > n) {
+        PyErr_SetString(PyExc_ValueError, "_testing_parse(): bad signature");
+        return NULL;
+    }
+    mr_argspec spec = {.fname = "f", .posonly = posonly, .maxpos = maxpos, .required = required};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        spec.names[i] = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
+        if (spec.names[i] == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *out[MR_ARGS_MAX];
+    int rc = mr_parse(&spec, args + 1, nargs - 1, kwnames, out);
+    Py_XDECREF(spec.interned);
+    if (rc < 0) {
+        return NULL;
+    }
+    PyObject *res = PyTuple_New(n);
+    for (Py_ssize_t i = 0; res != NULL && i < n; i++) {
+        PyTuple_SET_ITEM(res, i, Py_NewRef(out[i] != NULL ? out[i] : Py_Ellipsis));
+    }
+    return res;
 }

@@ -63,4 +63,8 @@ int mr_arg_int(PyObject *o, int *out);
 /* A str, as UTF-8 owned by o; None too when none_ok (then *out = NULL). */
 int mr_arg_str(PyObject *o, const char *fname, const char *arg, int none_ok, const char **out);
 
+/* _C._testing_parse (module.c): the parser under a signature given at run
+ * time, for tests against CPython's own argument binding. */
+PyObject *mr_testing_parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 #endif /* MR_PY_ARGS_H */
