@@ -36,6 +36,15 @@ mr_add_type(PyObject *m, PyObject **slot, PyObject *type)
     return PyModule_AddType(m, (PyTypeObject *)type);
 }
 
+void
+mr_type_free(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);   /* instances of heap types hold their type */
+}
+
 const char *
 mr_policy_name(int policy)
 {

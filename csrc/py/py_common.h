@@ -54,6 +54,15 @@ mr_state *mr_state_from_type(PyTypeObject *tp);
 /* Adds type (a new reference, or NULL after a failed creation) to m
  * under its own name and keeps it in *slot.  Returns 0 or -1. */
 int mr_add_type(PyObject *m, PyObject **slot, PyObject *type);
+/* The end of a heap type's tp_dealloc: frees self and drops its type. */
+void mr_type_free(PyObject *self);
+/* obj when it is an instance of type (a module-state type), else NULL
+ * (no exception). */
+static inline PyObject *
+mr_instance(PyObject *obj, PyObject *type)
+{
+    return PyObject_TypeCheck(obj, (PyTypeObject *)type) ? obj : NULL;
+}
 
 /* The tree's policy settings shared by RadixTree and Lifecycle: the policy
  * name ("sglang", "consumed", "utility"), policy_options (None or a mapping

@@ -172,11 +172,8 @@ static void
 Tensor_dealloc(PyObject *self)
 {
     TensorObject *o = (TensorObject *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     mr_tensor_release(&o->t);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* A new, empty Tensor object.  Returns NULL with an exception set. */

@@ -131,6 +131,31 @@ error:
     return -1;
 }
 
+/* The start of every kernel entry point: parses the call (its last
+ * argument is the stream) and finds the module state and the stream.
+ * Returns 0, or -1 with an exception. */
+static int
+kernel_args(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+            PyObject **a, mr_state **st, uintptr_t *stream)
+{
+    if (mr_parse(spec, args, nargs, kwnames, a) < 0) {
+        return -1;
+    }
+    *st = mr_state_from_type(Py_TYPE(self));
+    if (*st == NULL) {
+        return -1;
+    }
+    return mr_parse_stream(a[spec->n - 1], spec->fname, stream);
+}
+
+/* An index (mask=0) or mask (mask=1) argument for a kernel on pool. */
+static int
+pool_idx(mr_state *st, const mr_state_pool *pool, PyObject *obj, int mask, uintptr_t stream, const char *arg,
+         mr_idx_arg *out)
+{
+    return mr_idx_get(st, obj, mask, pool->device_type, pool->device_id, stream, arg, out);
+}
+
 int
 mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, const char *an, const char *bn)
 {
@@ -192,17 +217,14 @@ StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py
     PyObject *a[3];
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg src = {0}, dst = {0};
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    mr_state *st;
     uintptr_t stream;
-    if (st == NULL || mr_parse_stream(a[2], "copy_slots", &stream) < 0) {
+    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
     const mr_state_pool *pool = &p->pool;
-    if (mr_idx_get(st, a[0], 0, pool->device_type, pool->device_id, stream, "copy_slots(): src", &src) < 0
-        || mr_idx_get(st, a[1], 0, pool->device_type, pool->device_id, stream, "copy_slots(): dst", &dst) < 0
+    if (pool_idx(st, pool, a[0], 0, stream, "copy_slots(): src", &src) < 0
+        || pool_idx(st, pool, a[1], 0, stream, "copy_slots(): dst", &dst) < 0
         || mr_same_placement(&src, &dst, "copy_slots", "src", "dst") < 0) {
         goto error;
     }
@@ -247,16 +269,13 @@ StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
     PyObject *a[2];
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg idx = {0};
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    mr_state *st;
     uintptr_t stream;
-    if (st == NULL || mr_parse_stream(a[1], "clear_slots", &stream) < 0) {
+    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
     const mr_state_pool *pool = &p->pool;
-    if (mr_idx_get(st, a[0], 0, pool->device_type, pool->device_id, stream, "clear_slots(): idx", &idx) < 0) {
+    if (pool_idx(st, pool, a[0], 0, stream, "clear_slots(): idx", &idx) < 0) {
         goto error;
     }
     if (!idx.idx.on_device) {
@@ -298,18 +317,15 @@ StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg run = {0}, trk = {0}, msk = {0};
     int64_t *fs = NULL;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
-        return NULL;
-    }
-    mr_state *st = mr_state_from_type(Py_TYPE(self));
+    mr_state *st;
     uintptr_t stream;
-    if (st == NULL || mr_parse_stream(a[3], "track_decode", &stream) < 0) {
+    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
     const mr_state_pool *pool = &p->pool;
-    if (mr_idx_get(st, a[0], 0, pool->device_type, pool->device_id, stream, "track_decode(): running", &run) < 0
-        || mr_idx_get(st, a[1], 0, pool->device_type, pool->device_id, stream, "track_decode(): track", &trk) < 0
-        || mr_idx_get(st, a[2], 1, pool->device_type, pool->device_id, stream, "track_decode(): mask", &msk) < 0
+    if (pool_idx(st, pool, a[0], 0, stream, "track_decode(): running", &run) < 0
+        || pool_idx(st, pool, a[1], 0, stream, "track_decode(): track", &trk) < 0
+        || pool_idx(st, pool, a[2], 1, stream, "track_decode(): mask", &msk) < 0
         || mr_same_placement(&run, &trk, "track_decode", "running", "track") < 0
         || mr_same_placement(&run, &msk, "track_decode", "running", "mask") < 0) {
         goto error;
@@ -418,15 +434,14 @@ StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t 
     TensorObject *h = NULL;
     mr_idx_arg ci = {0}, dst = {0};
     const char *fn = "snapshot_ssm_from_h";
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+    mr_state *st;
+    uintptr_t stream;
+    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
-    mr_state *st = mr_state_from_type(Py_TYPE(self));
-    uintptr_t stream;
     int64_t layer;
     const mr_state_pool *pool = &p->pool;
-    if (st == NULL || mr_parse_stream(a[4], fn, &stream) < 0
-        || mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_ssm_from_h(): layer", &layer) < 0) {
+    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_ssm_from_h(): layer", &layer) < 0) {
         return NULL;
     }
     const mr_tensor *tt = pool->t[pool->nconv];
@@ -471,8 +486,8 @@ StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t 
     s.dst_rows = pool->slots + 1;
     s.dst_slot_stride = pool->layout.t[pool->nconv].slot_stride;
     s.dst = pool->layout.t[pool->nconv].base + layer * pool->layout.t[pool->nconv].layer_stride;
-    if (mr_idx_get(st, a[2], 0, pool->device_type, pool->device_id, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
-        || mr_idx_get(st, a[3], 0, pool->device_type, pool->device_id, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
+    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
+        || pool_idx(st, pool, a[3], 0, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
         || mr_same_placement(&ci, &dst, fn, "chunk_indices", "dst_slots") < 0
         || mr_check_dst_slots(pool, &dst, fn) < 0) {
         goto error;
@@ -524,15 +539,14 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
     TensorObject *x = NULL;
     mr_idx_arg pos = {0}, dst = {0};
     const char *fn = "snapshot_conv_window";
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+    mr_state *st;
+    uintptr_t stream;
+    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
-    mr_state *st = mr_state_from_type(Py_TYPE(self));
-    uintptr_t stream;
     int64_t layer, ci = 0;
     const mr_state_pool *pool = &p->pool;
-    if (st == NULL || mr_parse_stream(a[5], fn, &stream) < 0
-        || mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_conv_window(): layer", &layer) < 0
+    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_conv_window(): layer", &layer) < 0
         || (a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
         return NULL;
     }
@@ -560,8 +574,8 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x is on another device than the pool");
         goto error;
     }
-    if (mr_idx_get(st, a[2], 0, pool->device_type, pool->device_id, stream, "snapshot_conv_window(): positions", &pos) < 0
-        || mr_idx_get(st, a[3], 0, pool->device_type, pool->device_id, stream, "snapshot_conv_window(): dst_slots", &dst) < 0
+    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_conv_window(): positions", &pos) < 0
+        || pool_idx(st, pool, a[3], 0, stream, "snapshot_conv_window(): dst_slots", &dst) < 0
         || mr_same_placement(&pos, &dst, fn, "positions", "dst_slots") < 0
         || mr_check_dst_slots(pool, &dst, fn) < 0) {
         goto error;

@@ -183,6 +183,22 @@ parse_handle(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, mr_node
     return 0;
 }
 
+/* The (node_id, node_gen, /) arguments of a call, resolved: the node, or
+ * NULL with an exception. */
+static mr_node *
+node_args(LifecycleObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *pa[2];
+    mr_node *n = NULL;
+    if (mr_parse(spec, args, nargs, NULL, pa) < 0 || parse_handle(self, pa[0], pa[1], &n) < 0) {
+        return NULL;
+    }
+    return n;
+}
+
+/* the signature of every call that takes a node handle */
+#define NODE_ARGSPEC(fname) MR_ARGSPEC(fname, 2, 2, 2, "node_id", "node_gen")
+
 /* A lifecycle status with the message it means for a request's slots
  * (py_status.h). */
 static const mr_status_override lifecycle_overrides[] = {
@@ -308,16 +324,13 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 Lifecycle_dealloc(LifecycleObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_lc_free(self->lc);
     Py_XDECREF(self->state_obj);
     Py_XDECREF(self->kv_obj);
     Py_XDECREF(self->rp_obj);
     mr_buf_free(&self->keybuf);
     mr_buf_free(&self->buf);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* ------------------------------------------------------------------------
@@ -541,20 +554,26 @@ PyDoc_STRVAR(Lifecycle_lock__doc__,
 "\n"
 "inc_lock_ref: lock the node's state and the KV of its path.");
 
+/* lock() / unlock() */
+static PyObject *
+lock_call(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, int lock)
+{
+    static mr_argspec lock_spec = NODE_ARGSPEC("lock"), unlock_spec = NODE_ARGSPEC("unlock");
+    mr_node *n = node_args(self, lock ? &lock_spec : &unlock_spec, args, nargs);
+    if (n == NULL) {
+        return NULL;
+    }
+    int rc = lock ? mr_radix_lock(mr_lc_tree(self->lc), n) : mr_radix_unlock(mr_lc_tree(self->lc), n);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, lock ? "lock()" : "unlock(): node is not locked");
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Lifecycle_lock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("lock", 2, 2, 2, "node_id", "node_gen");
-    PyObject *pa[2];
-    mr_node *n = NULL;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_handle(self, args[0], args[1], &n) < 0) {
-        return NULL;
-    }
-    int rc = mr_radix_lock(mr_lc_tree(self->lc), n);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "lock()");
-    }
-    Py_RETURN_NONE;
+    return lock_call(self, args, nargs, 1);
 }
 
 PyDoc_STRVAR(Lifecycle_unlock__doc__,
@@ -566,17 +585,7 @@ PyDoc_STRVAR(Lifecycle_unlock__doc__,
 static PyObject *
 Lifecycle_unlock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("unlock", 2, 2, 2, "node_id", "node_gen");
-    PyObject *pa[2];
-    mr_node *n = NULL;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_handle(self, args[0], args[1], &n) < 0) {
-        return NULL;
-    }
-    int rc = mr_radix_unlock(mr_lc_tree(self->lc), n);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "unlock(): node is not locked");
-    }
-    Py_RETURN_NONE;
+    return lock_call(self, args, nargs, 0);
 }
 
 PyDoc_STRVAR(Lifecycle_node_info__doc__,
@@ -590,7 +599,7 @@ PyDoc_STRVAR(Lifecycle_node_info__doc__,
 static PyObject *
 Lifecycle_node_info(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("node_info", 2, 2, 2, "node_id", "node_gen");
+    static mr_argspec spec = NODE_ARGSPEC("node_info");
     PyObject *pa[2];
     int64_t id = 0, gen = 0;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || mr_as_int64(args[0], 0, UINT32_MAX, "node id", &id) < 0
@@ -620,10 +629,9 @@ PyDoc_STRVAR(Lifecycle_node_key__doc__,
 static PyObject *
 Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("node_key", 2, 2, 2, "node_id", "node_gen");
-    PyObject *pa[2];
-    mr_node *n = NULL;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_handle(self, args[0], args[1], &n) < 0) {
+    static mr_argspec spec = NODE_ARGSPEC("node_key");
+    mr_node *n = node_args(self, &spec, args, nargs);
+    if (n == NULL) {
         return NULL;
     }
     size_t len = mr_node_len(n);
@@ -653,10 +661,9 @@ PyDoc_STRVAR(Lifecycle_node_children__doc__,
 static PyObject *
 Lifecycle_node_children(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("node_children", 2, 2, 2, "node_id", "node_gen");
-    PyObject *pa[2];
-    mr_node *n = NULL;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_handle(self, args[0], args[1], &n) < 0) {
+    static mr_argspec spec = NODE_ARGSPEC("node_children");
+    mr_node *n = node_args(self, &spec, args, nargs);
+    if (n == NULL) {
         return NULL;
     }
     size_t k = mr_node_nchildren(n);
@@ -1845,10 +1852,7 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 ReqState_dealloc(ReqStateObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 static PyObject *

@@ -35,10 +35,8 @@ typedef struct {
 mr_kv *
 mr_pools_slot_allocator_kv(PyObject *obj, mr_state *st)
 {
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->SlotAllocator)) {
-        return NULL;
-    }
-    return &((SlotAllocatorObject *)obj)->kv;
+    SlotAllocatorObject *o = (SlotAllocatorObject *)mr_instance(obj, st->SlotAllocator);
+    return o != NULL ? &o->kv : NULL;
 }
 
 static PyObject *
@@ -73,11 +71,8 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 SlotAllocator_dealloc(SlotAllocatorObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_kv_destroy(&self->kv);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 PyDoc_STRVAR(SlotAllocator_alloc__doc__,
@@ -397,10 +392,8 @@ typedef struct {
 mr_reqpool *
 mr_pools_req_pool(PyObject *obj, mr_state *st)
 {
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->ReqPool)) {
-        return NULL;
-    }
-    return &((ReqPoolObject *)obj)->pool;
+    ReqPoolObject *o = (ReqPoolObject *)mr_instance(obj, st->ReqPool);
+    return o != NULL ? &o->pool : NULL;
 }
 
 static PyObject *
@@ -441,11 +434,8 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 ReqPool_dealloc(ReqPoolObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_reqpool_destroy(&self->pool);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* A numpy view of memory owned by self. */

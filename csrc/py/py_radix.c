@@ -219,7 +219,6 @@ error:
 static void
 RadixTree_dealloc(RadixTree *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -231,9 +230,7 @@ RadixTree_dealloc(RadixTree *self)
     Py_XDECREF(self->ns_names);
     mr_buf_free(&self->keybuf);
     mr_buf_free(&self->valbuf);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 PyDoc_STRVAR(RadixTree_match_prefix__doc__,
@@ -1125,11 +1122,8 @@ static PyType_Spec RadixTree_spec = {
 static void
 Node_dealloc(Node *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     Py_DECREF(self->owner);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* The live node, or NULL with StaleNodeError. */

@@ -30,12 +30,9 @@ StatePool_clear(PyObject *self)
 static void
 StatePool_dealloc(PyObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     StatePool_clear(self);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 static const char *
