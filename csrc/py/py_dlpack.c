@@ -787,7 +787,8 @@ PyDoc_STRVAR(testing_make_capsule__doc__,
 static PyObject *
 mod_testing_make_capsule(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("_testing_make_capsule", 0, 2, 1, "shape", "dtype", "versioned", "version", "readonly", "strides", "byte_offset", "device", "null_data");
+    static mr_argspec spec = MR_ARGSPEC("_testing_make_capsule", 0, 2, 1, "shape", "dtype", "versioned",
+                                        "version", "readonly", "strides", "byte_offset", "device", "null_data");
     PyObject *a[9];
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;

@@ -428,7 +428,8 @@ const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
+    static mr_argspec spec = MR_ARGSPEC("snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices",
+                                        "dst_slots", "stream");
     PyObject *a[5];
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *h = NULL;
@@ -533,7 +534,8 @@ const char StatePool_snapshot_conv_window__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("snapshot_conv_window", 0, 4, 4, "layer", "x", "positions", "dst_slots", "conv_index", "stream");
+    static mr_argspec spec = MR_ARGSPEC("snapshot_conv_window", 0, 4, 4, "layer", "x", "positions",
+                                        "dst_slots", "conv_index", "stream");
     PyObject *a[6];
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *x = NULL;

@@ -1099,7 +1099,8 @@ PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert");
+    static mr_argspec spec = MR_ARGSPEC("cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len",
+                                        "ns", "is_insert");
     PyObject *pa[6];
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
@@ -1266,7 +1267,8 @@ static PyObject *
 Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert");
+    static mr_argspec spec = MR_ARGSPEC("cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns",
+                                        "is_insert");
     PyObject *pa[5];
     int64_t ns = 0;
     int ins = 1;

@@ -27,7 +27,8 @@ PyDoc_STRVAR(write_req_to_token__doc__,
 static PyObject *
 mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values", "ends", "stream");
+    static mr_argspec spec = MR_ARGSPEC("write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values",
+                                        "ends", "stream");
     PyObject *a[6];
     const char *fn = "write_req_to_token";
     TensorObject *table = NULL, *vals_t = NULL;

@@ -175,7 +175,8 @@ PyDoc_STRVAR(StatePool_allocate__doc__,
 static PyObject *
 StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("allocate", 0, 7, 6, "layers", "slots", "conv_shapes", "conv_dtypes", "temporal_shape", "temporal_dtype", "device");
+    static mr_argspec spec = MR_ARGSPEC("allocate", 0, 7, 6, "layers", "slots", "conv_shapes", "conv_dtypes",
+                                        "temporal_shape", "temporal_dtype", "device");
     PyObject *a[7];
     PyObject *shapes = NULL, *dtypes = NULL, *tensors = NULL;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
