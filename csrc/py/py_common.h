@@ -64,6 +64,40 @@ mr_instance(PyObject *obj, PyObject *type)
     return PyObject_TypeCheck(obj, (PyTypeObject *)type) ? obj : NULL;
 }
 
+/* Builds a result struct sequence item by item:
+ *
+ *     mr_seq r = mr_seq_new(st->EvictResult);
+ *     MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
+ *     ...
+ *     return r.res;
+ *
+ * Each item is a new reference (stolen).  Once the sequence or an item
+ * fails, r.res is NULL (with that failure's exception) and the later item
+ * expressions are not evaluated. */
+typedef struct {
+    PyObject *res;
+    Py_ssize_t i;
+} mr_seq;
+
+static inline mr_seq
+mr_seq_new(PyObject *type)
+{
+    mr_seq r = {PyStructSequence_New((PyTypeObject *)type), 0};
+    return r;
+}
+
+static inline void
+mr_seq_put(mr_seq *r, PyObject *v)
+{
+    if (v == NULL) {
+        Py_CLEAR(r->res);
+        return;
+    }
+    PyStructSequence_SetItem(r->res, r->i++, v);
+}
+
+#define MR_SEQ_ADD(r, expr) ((r).res != NULL ? mr_seq_put(&(r), (expr)) : (void)0)
+
 /* The tree's policy settings shared by RadixTree and Lifecycle: the policy
  * name ("sglang", "consumed", "utility"), policy_options (None or a mapping
  * with the utility policy's alpha, flops_per_token, attn_flops_per_pos,

@@ -233,6 +233,28 @@ RadixTree_dealloc(RadixTree *self)
     mr_type_free((PyObject *)self);
 }
 
+/* The KV indices from the root to n (len of them), as an int64 array. */
+static PyObject *
+path_indices(RadixTree *self, const mr_node *n, size_t len)
+{
+    PyObject *idx = mr_i64_array(NULL, len);
+    if (idx != NULL) {
+        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
+    }
+    return idx;
+}
+
+/* An insert's duplicates, the caller's val[start : start + n): a view of a
+ * numpy int64 value array, else a new array. */
+static PyObject *
+duplicates_of(PyObject *value, const int64_t *val, size_t start, size_t n)
+{
+    if (PyArray_CheckExact(value) && val == PyArray_DATA((PyArrayObject *)value)) {
+        return PySequence_GetSlice(value, (Py_ssize_t)start, (Py_ssize_t)(start + n));
+    }
+    return mr_i64_array(val + start, n);
+}
+
 PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 "match_prefix($self, key, /, extra_key=None)\n"
 "--\n"
@@ -269,43 +291,14 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     if (rc != MR_OK) {
         return mr_raise(st, rc, "match_prefix()");
     }
-    PyObject *res = PyStructSequence_New((PyTypeObject *)st->MatchResult);
-    if (res == NULL) {
-        return NULL;
-    }
-    npy_intp dims[1] = {(npy_intp)m.prefix_len};
-    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (idx == NULL) {
-        goto error;
-    }
-    mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
-    PyStructSequence_SetItem(res, 0, idx);
-    PyObject *node = node_new_handle(st, self, m.node);
-    if (node == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 1, node);
-    PyObject *v;
-    if ((v = state_or_none(m.state)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    if ((v = PyLong_FromSize_t(m.kv_matched_len)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    if ((v = state_or_none(m.branching_seqlen)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 4, v);
-    if ((v = node_new_handle(st, self, m.kv_node)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 5, v);
-    return res;
-error:
-    Py_DECREF(res);
-    return NULL;
+    mr_seq r = mr_seq_new(st->MatchResult);
+    MR_SEQ_ADD(r, path_indices(self, m.node, m.prefix_len));
+    MR_SEQ_ADD(r, node_new_handle(st, self, m.node));
+    MR_SEQ_ADD(r, state_or_none(m.state));
+    MR_SEQ_ADD(r, PyLong_FromSize_t(m.kv_matched_len));
+    MR_SEQ_ADD(r, state_or_none(m.branching_seqlen));
+    MR_SEQ_ADD(r, node_new_handle(st, self, m.kv_node));
+    return r.res;
 }
 
 /* RadixTree(check_ownership=True): before an insert, the caller's KV
@@ -445,36 +438,12 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     /* Past this point the tree changed: build the result, and on a
      * (memory) failure still report it as an exception. */
-    res = PyStructSequence_New((PyTypeObject *)st->InsertResult);
-    if (res == NULL) {
-        goto done;
-    }
-    PyObject *v;
-    if ((v = PyLong_FromSize_t(ir.prefix_len)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 0, v);
-    PyStructSequence_SetItem(res, 1, Py_NewRef(ir.state_existed ? Py_True : Py_False));
-    if ((v = node_new_handle(st, self, ir.node)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    /* The duplicates are the caller's val[prefix_len - ndup : prefix_len):
-     * a view of a numpy int64 value array, else a new array. */
-    size_t dstart = ir.prefix_len - ir.ndup;
-    if (PyArray_CheckExact(args[1]) && val == PyArray_DATA((PyArrayObject *)args[1])) {
-        v = PySequence_GetSlice(args[1], (Py_ssize_t)dstart, (Py_ssize_t)ir.prefix_len);
-    }
-    else {
-        v = mr_i64_array(val + dstart, ir.ndup);
-    }
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    goto done;
-fail:
-    Py_CLEAR(res);
+    mr_seq r = mr_seq_new(st->InsertResult);
+    MR_SEQ_ADD(r, PyLong_FromSize_t(ir.prefix_len));
+    MR_SEQ_ADD(r, Py_NewRef(ir.state_existed ? Py_True : Py_False));
+    MR_SEQ_ADD(r, node_new_handle(st, self, ir.node));
+    MR_SEQ_ADD(r, duplicates_of(args[1], val, ir.prefix_len - ir.ndup, ir.ndup));
+    res = r.res;
 done:
     mr_ints_release(&kb);
     mr_ints_release(&vb);
@@ -542,7 +511,7 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
              const char *fname)
 {
     evict_sink sink = *s;
-    PyObject *res = NULL, *v;
+    PyObject *res = NULL;
     if (self->check_ownership) {
         for (size_t i = 0; i < sink.nkv; i++) {
             (void)mr_idset_remove(&self->kv_owned, ((int64_t *)sink.kv.p)[i]);
@@ -557,31 +526,12 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
     }
     /* A partial eviction still returns what was released: the caller must
      * free it.  (Only an out-of-memory failure can stop one early.) */
-    res = PyStructSequence_New((PyTypeObject *)st->EvictResult);
-    if (res == NULL) {
-        goto done;
-    }
-    if ((v = PyLong_FromSize_t(tokens)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 0, v);
-    if ((v = PyLong_FromSize_t(nstates)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 1, v);
-    v = mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv);
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    v = mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst);
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    goto done;
-fail:
-    Py_CLEAR(res);
+    mr_seq r = mr_seq_new(st->EvictResult);
+    MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
+    MR_SEQ_ADD(r, PyLong_FromSize_t(nstates));
+    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv));
+    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst));
+    res = r.res;
 done:
     mr_buf_free(&sink.kv);
     mr_buf_free(&sink.st);
