@@ -64,6 +64,12 @@ mr_instance(PyObject *obj, PyObject *type)
     return PyObject_TypeCheck(obj, (PyTypeObject *)type) ? obj : NULL;
 }
 
+/* The spec of one of the module's heap types (immutable; extra_flags
+ * adds e.g. Py_TPFLAGS_HAVE_GC). */
+#define MR_TYPE_SPEC(qualname, object, slot_table, extra_flags)                           \
+    {.name = (qualname), .basicsize = sizeof(object),                                     \
+     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | (extra_flags), .slots = (slot_table)}
+
 /* Builds a result struct sequence item by item:
  *
  *     mr_seq r = mr_seq_new(st->EvictResult);

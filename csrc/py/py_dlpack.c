@@ -731,12 +731,8 @@ static PyType_Slot Tensor_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec Tensor_spec = {
-    .name = "mambaradix.Tensor",
-    .basicsize = sizeof(TensorObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = Tensor_slots,
-};
+static PyType_Spec Tensor_spec = MR_TYPE_SPEC("mambaradix.Tensor", TensorObject, Tensor_slots,
+                                              Py_TPFLAGS_DISALLOW_INSTANTIATION);
 
 /* ------------------------------------------------------------------------
  * Test-only DLPack producer */

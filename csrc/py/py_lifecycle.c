@@ -1821,12 +1821,7 @@ static PyType_Slot Lifecycle_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec Lifecycle_spec = {
-    .name = "mambaradix._C.Lifecycle",
-    .basicsize = sizeof(LifecycleObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = Lifecycle_slots,
-};
+static PyType_Spec Lifecycle_spec = MR_TYPE_SPEC("mambaradix._C.Lifecycle", LifecycleObject, Lifecycle_slots, 0);
 
 /* ------------------------------------------------------------------------
  * ReqState type */
@@ -1952,12 +1947,7 @@ static PyType_Slot ReqState_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec ReqState_spec = {
-    .name = "mambaradix._C.ReqState",
-    .basicsize = sizeof(ReqStateObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = ReqState_slots,
-};
+static PyType_Spec ReqState_spec = MR_TYPE_SPEC("mambaradix._C.ReqState", ReqStateObject, ReqState_slots, 0);
 
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)

@@ -374,12 +374,8 @@ static PyType_Slot SlotAllocator_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec SlotAllocator_spec = {
-    .name = "mambaradix._C.SlotAllocator",
-    .basicsize = sizeof(SlotAllocatorObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = SlotAllocator_slots,
-};
+static PyType_Spec SlotAllocator_spec = MR_TYPE_SPEC("mambaradix._C.SlotAllocator", SlotAllocatorObject,
+                                                     SlotAllocator_slots, 0);
 
 /* ------------------------------------------------------------------------
  * ReqPool */
@@ -728,12 +724,7 @@ static PyType_Slot ReqPool_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec ReqPool_spec = {
-    .name = "mambaradix._C.ReqPool",
-    .basicsize = sizeof(ReqPoolObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = ReqPool_slots,
-};
+static PyType_Spec ReqPool_spec = MR_TYPE_SPEC("mambaradix._C.ReqPool", ReqPoolObject, ReqPool_slots, 0);
 
 /* ------------------------------------------------------------------------
  * Registration */

@@ -1059,12 +1059,7 @@ static PyType_Slot RadixTree_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec RadixTree_spec = {
-    .name = "mambaradix.RadixTree",
-    .basicsize = sizeof(RadixTree),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = RadixTree_slots,
-};
+static PyType_Spec RadixTree_spec = MR_TYPE_SPEC("mambaradix.RadixTree", RadixTree, RadixTree_slots, 0);
 
 /* ------------------------------------------------------------------------
  * Node */
@@ -1283,12 +1278,8 @@ static PyType_Slot Node_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec Node_spec = {
-    .name = "mambaradix.Node",
-    .basicsize = sizeof(Node),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = Node_slots,
-};
+static PyType_Spec Node_spec = MR_TYPE_SPEC("mambaradix.Node", Node, Node_slots,
+                                            Py_TPFLAGS_DISALLOW_INSTANTIATION);
 
 /* ------------------------------------------------------------------------
  * Result types and registration */

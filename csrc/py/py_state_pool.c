@@ -354,12 +354,8 @@ static PyType_Slot StatePool_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec StatePool_spec = {
-    .name = "mambaradix.StatePool",
-    .basicsize = sizeof(StatePoolObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = StatePool_slots,
-};
+static PyType_Spec StatePool_spec = MR_TYPE_SPEC("mambaradix.StatePool", StatePoolObject, StatePool_slots,
+                                                 Py_TPFLAGS_HAVE_GC);
 
 int
 mr_py_state_pool_init(PyObject *m, mr_state *st)
