@@ -41,6 +41,12 @@ typedef struct {
 #define MR_ARGSPEC(fname, posonly, maxpos, required, ...) \
     {(fname), (posonly), (maxpos), (required), {__VA_ARGS__, NULL}, 0, NULL}
 
+/* Declares a function's spec and the array mr_parse fills, sized by the
+ * names:  MR_ARGS(spec, a, "zeros", 0, 3, 2, "shape", "dtype", "device");  */
+#define MR_ARGS(spec, a, fname, posonly, maxpos, required, ...)                             \
+    static mr_argspec spec = MR_ARGSPEC(fname, posonly, maxpos, required, __VA_ARGS__);     \
+    PyObject *a[sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)]
+
 /* METH_FASTCALL | METH_KEYWORDS arguments into out[0 .. number of names).
  * Returns 0, or -1 with TypeError set. */
 int mr_parse(mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out);

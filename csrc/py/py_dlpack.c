@@ -442,8 +442,7 @@ PyDoc_STRVAR(Tensor_dlpack__doc__,
 static PyObject *
 Tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("__dlpack__", 0, 0, 0, "stream", "max_version", "dl_device", "copy");
-    PyObject *a[4];
+    MR_ARGS(spec, a, "__dlpack__", 0, 0, 0, "stream", "max_version", "dl_device", "copy");
     TensorObject *o = (TensorObject *)self;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
@@ -541,8 +540,7 @@ PyDoc_STRVAR(Tensor_from_dlpack__doc__,
 static PyObject *
 Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("from_dlpack", 0, 1, 1, "obj", "stream", "writable");
-    PyObject *a[3];
+    MR_ARGS(spec, a, "from_dlpack", 0, 1, 1, "obj", "stream", "writable");
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
@@ -599,8 +597,7 @@ PyDoc_STRVAR(Tensor_zeros__doc__,
 static PyObject *
 Tensor_zeros(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("zeros", 0, 3, 2, "shape", "dtype", "device");
-    PyObject *a[3];
+    MR_ARGS(spec, a, "zeros", 0, 3, 2, "shape", "dtype", "device");
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
@@ -783,9 +780,8 @@ PyDoc_STRVAR(testing_make_capsule__doc__,
 static PyObject *
 mod_testing_make_capsule(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("_testing_make_capsule", 0, 2, 1, "shape", "dtype", "versioned",
-                                        "version", "readonly", "strides", "byte_offset", "device", "null_data");
-    PyObject *a[9];
+    MR_ARGS(spec, a, "_testing_make_capsule", 0, 2, 1, "shape", "dtype", "versioned", "version", "readonly",
+            "strides", "byte_offset", "device", "null_data");
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }

@@ -213,8 +213,7 @@ const char StatePool_copy_slots__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("copy_slots", 0, 2, 2, "src", "dst", "stream");
-    PyObject *a[3];
+    MR_ARGS(spec, a, "copy_slots", 0, 2, 2, "src", "dst", "stream");
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg src = {0}, dst = {0};
     mr_state *st;
@@ -265,8 +264,7 @@ const char StatePool_clear_slots__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("clear_slots", 0, 1, 1, "idx", "stream");
-    PyObject *a[2];
+    MR_ARGS(spec, a, "clear_slots", 0, 1, 1, "idx", "stream");
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg idx = {0};
     mr_state *st;
@@ -312,8 +310,7 @@ const char StatePool_track_decode__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("track_decode", 0, 3, 3, "running", "track", "mask", "stream");
-    PyObject *a[4];
+    MR_ARGS(spec, a, "track_decode", 0, 3, 3, "running", "track", "mask", "stream");
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg run = {0}, trk = {0}, msk = {0};
     int64_t *fs = NULL;
@@ -428,9 +425,7 @@ const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices",
-                                        "dst_slots", "stream");
-    PyObject *a[5];
+    MR_ARGS(spec, a, "snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *h = NULL;
     mr_idx_arg ci = {0}, dst = {0};
@@ -534,9 +529,8 @@ const char StatePool_snapshot_conv_window__doc__[] = PyDoc_STR(
 PyObject *
 StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("snapshot_conv_window", 0, 4, 4, "layer", "x", "positions",
-                                        "dst_slots", "conv_index", "stream");
-    PyObject *a[6];
+    MR_ARGS(spec, a, "snapshot_conv_window", 0, 4, 4, "layer", "x", "positions", "dst_slots", "conv_index",
+            "stream");
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *x = NULL;
     mr_idx_arg pos = {0}, dst = {0};

@@ -223,11 +223,9 @@ lc_raise(LifecycleObject *self, int rc, const char *what)
 static PyObject *
 Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static mr_argspec spec = MR_ARGSPEC("Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool",
-                                        "page_size", "chunk_size", "lru_policy", "extra_buffer", "lazy",
-                                        "track_buffer_size", "track_interval", "end_of_turn_states",
-                                        "policy_options", "max_states_per_path");
-    PyObject *a[13];
+    MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
+            "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
+            "end_of_turn_states", "policy_options", "max_states_per_path");
     long long page = 1, chunk = 64, interval = 256;
     const char *policy = "sglang";
     int extra = 0, lazy = 0, pp = 2, eot = 0;
@@ -350,8 +348,7 @@ PyDoc_STRVAR(Lifecycle_match__doc__,
 static PyObject *
 Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("match", 1, 1, 1, "key", "ns", "cow", "running", "owner", "limit", "rs");
-    PyObject *pa[7];
+    MR_ARGS(spec, pa, "match", 1, 1, 1, "key", "ns", "cow", "running", "owner", "limit", "rs");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
@@ -440,8 +437,7 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("insert", 3, 3, 3, "key", "value", "state", "ns", "prev_prefix_len");
-    PyObject *pa[5];
+    MR_ARGS(spec, pa, "insert", 3, 3, 3, "key", "value", "state", "ns", "prev_prefix_len");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
@@ -516,8 +512,7 @@ PyDoc_STRVAR(Lifecycle_evict__doc__,
 static PyObject *
 Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("evict", 2, 2, 0, "num_tokens", "num_states");
-    PyObject *pa[2];
+    MR_ARGS(spec, pa, "evict", 2, 2, 0, "num_tokens", "num_states");
     int64_t nt = 0, ns = 0;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
         return NULL;
@@ -692,8 +687,7 @@ PyDoc_STRVAR(Lifecycle_lru__doc__,
 static PyObject *
 Lifecycle_lru(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("lru", 1, 1, 0, "which");
-    PyObject *pa[1];
+    MR_ARGS(spec, pa, "lru", 1, 1, 0, "which");
     int64_t which = 0;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || (nargs > 0 && mr_as_int64(args[0], 0, 1, "lru(): which", &which) < 0)) {
@@ -827,8 +821,7 @@ PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 static PyObject *
 Lifecycle_alloc_state(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("alloc_state", 0, 0, 0, "owner");
-    PyObject *pa[1];
+    MR_ARGS(spec, pa, "alloc_state", 0, 0, 0, "owner");
     int64_t owner = MR_OWNER_HELD;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "alloc_state") < 0) {
@@ -863,8 +856,7 @@ PyDoc_STRVAR(Lifecycle_admit__doc__,
 static PyObject *
 Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("admit", 2, 2, 2, "rows", "rs_list", "headroom");
-    PyObject *pa[3];
+    MR_ARGS(spec, pa, "admit", 2, 2, 2, "rows", "rs_list", "headroom");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "admit") < 0) {
         return NULL;
@@ -958,8 +950,7 @@ PyDoc_STRVAR(Lifecycle_prepare_extend__doc__,
 static PyObject *
 Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("prepare_extend", 4, 4, 4, "row", "rs", "prefix_len", "extend_len");
-    PyObject *pa[4];
+    MR_ARGS(spec, pa, "prepare_extend", 4, 4, 4, "row", "rs", "prefix_len", "extend_len");
     int64_t row = 0, p = 0, e = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
@@ -986,8 +977,7 @@ PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
 static PyObject *
 Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
-    PyObject *pa[3];
+    MR_ARGS(spec, pa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
     int64_t row = 0, sl = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
@@ -1016,8 +1006,7 @@ PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
 static PyObject *
 Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
-    PyObject *pa[4];
+    MR_ARGS(spec, pa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
     int64_t row = 0, c = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
@@ -1045,8 +1034,7 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 static PyObject *
 Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
-    PyObject *pa[5];
+    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
@@ -1099,9 +1087,7 @@ PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len",
-                                        "ns", "is_insert");
-    PyObject *pa[6];
+    MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert");
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
     mr_req st;
@@ -1216,8 +1202,7 @@ static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns");
-    PyObject *pa[5];
+    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns");
     int64_t ns = 0, fresh = 0;
     npy_intp n = 0;
     mr_req st;
@@ -1267,9 +1252,7 @@ static PyObject *
 Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns",
-                                        "is_insert");
-    PyObject *pa[5];
+    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert");
     int64_t ns = 0;
     int ins = 1;
     npy_intp n = 0;
@@ -1309,8 +1292,7 @@ PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
 static PyObject *
 Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
-    PyObject *pa[3];
+    MR_ARGS(spec, pa, "decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
     int64_t sl = 0, fresh = -1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
@@ -1342,8 +1324,7 @@ PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
 static PyObject *
 Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
-    PyObject *pa[3];
+    MR_ARGS(spec, pa, "decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
     int64_t c = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
@@ -1380,8 +1361,7 @@ PyDoc_STRVAR(Lifecycle_free_states__doc__,
 static PyObject *
 Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("free_states", 1, 1, 1, "rs", "keep");
-    PyObject *pa[2];
+    MR_ARGS(spec, pa, "free_states", 1, 1, 1, "rs", "keep");
     int64_t keep = -1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
@@ -1510,8 +1490,7 @@ PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 static PyObject *
 Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("prefill_batch", 1, 1, 1, "keys", "ns");
-    PyObject *pa[2];
+    MR_ARGS(spec, pa, "prefill_batch", 1, 1, 1, "keys", "ns");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "prefill_batch") < 0) {
         return NULL;
@@ -1576,8 +1555,7 @@ PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("unfinished_batch", 2, 2, 2, "rows", "keys", "ns");
-    PyObject *pa[3];
+    MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0) {
         return NULL;
     }
@@ -1634,8 +1612,7 @@ PyDoc_STRVAR(Lifecycle_decode_batch__doc__,
 static PyObject *
 Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("decode_batch", 1, 1, 1, "rows");
-    PyObject *pa[1];
+    MR_ARGS(spec, pa, "decode_batch", 1, 1, 1, "rows");
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_batch") < 0) {
         return NULL;
     }
@@ -1680,8 +1657,7 @@ PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
 static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert");
-    PyObject *pa[4];
+    MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "finish_batch") < 0) {
         return NULL;

@@ -42,8 +42,7 @@ mr_pools_slot_allocator_kv(PyObject *obj, mr_state *st)
 static PyObject *
 SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static mr_argspec spec = MR_ARGSPEC("SlotAllocator", 0, 2, 1, "size", "page_size");
-    PyObject *a[2];
+    MR_ARGS(spec, a, "SlotAllocator", 0, 2, 1, "size", "page_size");
     long long size = 0, page_size = 1;
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &page_size) < 0) {
         return NULL;
@@ -87,10 +86,9 @@ PyDoc_STRVAR(SlotAllocator_alloc__doc__,
 static PyObject *
 SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("alloc", 1, 2, 1, "n", "owner");
+    MR_ARGS(spec, a, "alloc", 1, 2, 1, "n", "owner");
     mr_state *st = mr_state_from_type(Py_TYPE(self));
     int64_t n = 0, owner = MR_OWNER_HELD;
-    PyObject *a[2];
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_as_int64(a[0], 0, INT64_MAX / 2, "alloc(): n", &n) < 0) {
         return NULL;
     }
@@ -183,8 +181,7 @@ PyDoc_STRVAR(SlotAllocator_transfer__doc__,
 static PyObject *
 SlotAllocator_transfer(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("transfer", 2, 2, 2, "indices", "to");
-    PyObject *parsed[2];
+    MR_ARGS(spec, parsed, "transfer", 2, 2, 2, "indices", "to");
     if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
@@ -395,8 +392,7 @@ mr_pools_req_pool(PyObject *obj, mr_state *st)
 static PyObject *
 ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static mr_argspec spec = MR_ARGSPEC("ReqPool", 0, 3, 2, "size", "max_context_len", "track_buffer_size");
-    PyObject *a[3];
+    MR_ARGS(spec, a, "ReqPool", 0, 3, 2, "size", "max_context_len", "track_buffer_size");
     long long size = 0, max_ctx = 0;
     int pp = 2;
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &max_ctx) < 0
@@ -567,8 +563,7 @@ static PyObject *
 ReqPool_write(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t r = 0, start = 0;
-    static mr_argspec spec = MR_ARGSPEC("write", 3, 3, 3, "row", "start", "values");
-    PyObject *parsed[3];
+    MR_ARGS(spec, parsed, "write", 3, 3, 3, "row", "start", "values");
     if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
@@ -603,8 +598,7 @@ static PyObject *
 ReqPool_mark_dirty(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t r = 0, a = 0, b = 0;
-    static mr_argspec spec = MR_ARGSPEC("mark_dirty", 3, 3, 3, "row", "start", "end");
-    PyObject *parsed[3];
+    MR_ARGS(spec, parsed, "mark_dirty", 3, 3, 3, "row", "start", "end");
     if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }

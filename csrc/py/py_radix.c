@@ -148,10 +148,8 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static mr_argspec spec = MR_ARGSPEC("RadixTree", 0, 3, 0, "page_size", "chunk_size", "lru_policy",
-                                        "check_ownership", "policy_options", "max_states_per_path", "semantics",
-                                        "kv_only");
-    PyObject *a[8];
+    MR_ARGS(spec, a, "RadixTree", 0, 3, 0, "page_size", "chunk_size", "lru_policy", "check_ownership",
+            "policy_options", "max_states_per_path", "semantics", "kv_only");
     const char *policy = "consumed", *semantics = "v0.5.15";
     int check_ownership = 0, kv_only = 0;
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_str(a[2], "RadixTree", "lru_policy", 0, &policy) < 0
@@ -271,9 +269,8 @@ PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 static PyObject *
 RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("match_prefix", 1, 2, 1, "key", "extra_key");
+    MR_ARGS(spec, a, "match_prefix", 1, 2, 1, "key", "extra_key");
     mr_state *st = tree_state((PyObject *)self);
-    PyObject *a[2];
     int32_t ns;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || namespace_of(self, a[1], 0, &ns) < 0) {
         return NULL;
@@ -377,10 +374,8 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 static PyObject *
 RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("insert", 3, 3, 3, "key", "value", "state", "extra_key",
-                                        "prev_prefix_len");
+    MR_ARGS(spec, a, "insert", 3, 3, 3, "key", "value", "state", "extra_key", "prev_prefix_len");
     mr_state *st = tree_state((PyObject *)self);
-    PyObject *a[5];
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
@@ -645,8 +640,7 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
     mr_state *st = tree_state((PyObject *)self);
     mr_node *n;
     int64_t cap;
-    static mr_argspec spec = MR_ARGSPEC("evict_path_states", 2, 2, 2, "node", "cap");
-    PyObject *a[2];
+    MR_ARGS(spec, a, "evict_path_states", 2, 2, 2, "node", "cap");
     if (mr_parse(&spec, args, nargs, NULL, a) < 0
         || resolve_node(st, self, args[0], "node", &n) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0) {
@@ -899,8 +893,7 @@ static PyObject *
 RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
 {
     mr_state *st = tree_state((PyObject *)self);
-    static mr_argspec spec = MR_ARGSPEC("lru_order", 1, 1, 0, "which");
-    PyObject *a[1];
+    MR_ARGS(spec, a, "lru_order", 1, 1, 0, "which");
     if (mr_parse(&spec, args, nargs, NULL, a) < 0) {
         return NULL;
     }

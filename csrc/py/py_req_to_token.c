@@ -27,9 +27,7 @@ PyDoc_STRVAR(write_req_to_token__doc__,
 static PyObject *
 mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values",
-                                        "ends", "stream");
-    PyObject *a[6];
+    MR_ARGS(spec, a, "write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values", "ends", "stream");
     const char *fn = "write_req_to_token";
     TensorObject *table = NULL, *vals_t = NULL;
     mr_idx_arg rows = {0}, starts = {0}, ends = {0}, vals = {0};

@@ -112,8 +112,7 @@ PyDoc_STRVAR(StatePool_new__doc__,
 static PyObject *
 StatePool_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static mr_argspec spec = MR_ARGSPEC("StatePool", 0, 2, 2, "conv", "temporal", "stream");
-    PyObject *a[3];
+    MR_ARGS(spec, a, "StatePool", 0, 2, 2, "conv", "temporal", "stream");
     if (mr_parse_tuple(&spec, args, kwargs, a) < 0) {
         return NULL;
     }
@@ -175,9 +174,8 @@ PyDoc_STRVAR(StatePool_allocate__doc__,
 static PyObject *
 StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static mr_argspec spec = MR_ARGSPEC("allocate", 0, 7, 6, "layers", "slots", "conv_shapes", "conv_dtypes",
-                                        "temporal_shape", "temporal_dtype", "device");
-    PyObject *a[7];
+    MR_ARGS(spec, a, "allocate", 0, 7, 6, "layers", "slots", "conv_shapes", "conv_dtypes", "temporal_shape",
+            "temporal_dtype", "device");
     PyObject *shapes = NULL, *dtypes = NULL, *tensors = NULL;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
