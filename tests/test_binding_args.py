@@ -180,3 +180,15 @@ def test_converted_arguments_still_name_the_argument():
         _C.SlotAllocator(8).free([1, 1.5])
     with pytest.raises(ValueError, match=r"key must be 1-dimensional"):
         _C.RadixTree().match_prefix(np.zeros((2, 2), dtype=np.int32))
+
+
+def test_index_arguments_accept_a_lone_int_of_any_width():
+    # the pools' index arguments take a lone int (Python or numpy scalar,
+    # any integer width) as one index, as they did through numpy before
+    alloc = _C.SlotAllocator(8)
+    got = alloc.alloc(3)
+    alloc.free(np.int32(got[0]))
+    alloc.free(int(got[1]))
+    alloc.free(np.array(got[2], dtype=np.int16))
+    assert [alloc.owner(int(i)) for i in got] == ["free"] * 3
+    assert alloc.available_size() == 8

@@ -34,7 +34,8 @@ int_kind(const char *fmt)
 static int64_t
 buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
 {
-    const char *p = (const char *)v->buf + i * (v->strides ? v->strides[0] : v->itemsize);
+    Py_ssize_t step = v->ndim == 0 ? 0 : (v->strides ? v->strides[0] : v->itemsize);   /* 0-d: one item */
+    const char *p = (const char *)v->buf + i * step;
     switch (v->itemsize) {
     case 1: return kind == 's' ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
     case 2: { int16_t s; uint16_t u; if (kind == 's') { memcpy(&s, p, 2); return s; } memcpy(&u, p, 2); return u; }
@@ -224,7 +225,7 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         int overflow = 0;
-        int64_t x = buf_item(v, kind, v->ndim == 0 ? 0 : i, &overflow);
+        int64_t x = buf_item(v, kind, i, &overflow);
         if (overflow || x < lo || x > hi) {
             return out_of_range(arg, i, overflow, x, lo, hi);
         }
