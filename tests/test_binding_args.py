@@ -192,3 +192,31 @@ def test_index_arguments_accept_a_lone_int_of_any_width():
     alloc.free(np.array(got[2], dtype=np.int16))
     assert [alloc.owner(int(i)) for i in got] == ["free"] * 3
     assert alloc.available_size() == 8
+
+
+def test_status_overrides_name_the_call_and_leave_the_pools_alone():
+    # each call maps the core's "bad argument" status to its own message
+    # (py_status.h override tables); a refused call changes nothing
+    sa, kv, rp = _C.SlotAllocator(16), _C.SlotAllocator(64), _C.ReqPool(4, 32, 2)
+    lc = _C.Lifecycle(sa, kv, rp)
+    rs = _C.ReqState()
+    before = (sa.available_size(), kv.available_size(), rp.available_size())
+    cases = [
+        (lambda: lc.cache_finished(3, rs, [1, 2, 3], 3),
+         r"^cache_finished\(\): row 3 is not allocated or committed_len is too long$"),
+        (lambda: lc.cache_unfinished(2, rs, [1, 2, 3], 3), r"^cache_unfinished\(\): row 2 is not allocated"),
+        (lambda: lc.admit([3], [rs]), r"^admit\(\): a request's row is not allocated"),
+        (lambda: lc.prefill_batch([list(range(40))]), r"^prefill_batch\(\): a key is longer than max_context_len$"),
+        (lambda: lc.decode_batch([3]), r"^decode_batch\(\): a row is not in use"),
+    ]
+    for call, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            call()
+        assert (sa.available_size(), kv.available_size(), rp.available_size()) == before
+        lc.check()
+    # a code without an override of its own falls through to the file's and
+    # then to the default table: an exhausted state pool
+    small = _C.Lifecycle(_C.SlotAllocator(1), _C.SlotAllocator(64), _C.ReqPool(4, 32, 2))
+    with pytest.raises(RuntimeError, match="state pool is exhausted"):
+        for _ in range(4):
+            small.alloc_state()

@@ -208,7 +208,7 @@ static const mr_status_override lifecycle_overrides[] = {
                                   "(finished or released twice?)"},
     {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: a slot is already free (double free)"},
     {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: a slot is owned by the prefix tree, not by the request"},
-    {0, MR_EXC_RUNTIME, NULL},
+    MR_STATUS_END(NULL),
 };
 
 static PyObject *
@@ -216,6 +216,44 @@ lc_raise(LifecycleObject *self, int rc, const char *what)
 {
     return mr_raise_detail(lc_state(self), rc, what, lifecycle_overrides, NULL, 0);
 }
+
+/* The same through a call's own override table first (it ends in
+ * MR_STATUS_END(lifecycle_overrides)); a message may show the row:
+ * "%s: %srow %lld ..." (the detail string is empty). */
+static PyObject *
+lc_raise_row(LifecycleObject *self, int rc, const char *what, const mr_status_override *overrides, int64_t row)
+{
+    return mr_raise_detail(lc_state(self), rc, what, overrides, NULL, (long long)row);
+}
+
+/* What a bad argument (MR_EINVAL) or a slot a request brings means, per call. */
+static const mr_status_override admit_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a request's row is not allocated or a slot is out of range"},
+    {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: a request brings a state slot that is free (freed already?)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: a request brings a state slot owned by the tree or another request"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override cache_unfinished_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated, or the tracked length is not page aligned / "
+                              "beyond fill_len"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override cache_finished_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated or committed_len is too long"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override unfinished_foreign_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: the tracked length is not page aligned or beyond len(kv)"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override prefill_batch_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a key is longer than max_context_len"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override decode_batch_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a row is not in use or its table row is full"},
+    MR_STATUS_END(lifecycle_overrides),
+};
 
 /* ------------------------------------------------------------------------
  * Lifetime */
@@ -899,18 +937,8 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated or a slot is out of range");
-        goto error;
-    }
-    if (rc == MR_ENOENT || rc == MR_EBUSY) {
-        PyErr_SetString(lc_state(self)->OwnershipError,
-                        rc == MR_ENOENT ? "admit(): a request brings a state slot that is free (freed already?)"
-                                        : "admit(): a request brings a state slot owned by the tree or another request");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "admit()");
+        lc_raise_row(self, rc, "admit()", admit_overrides, 0);
         goto error;
     }
     out_rows = PyList_New(n);
@@ -1064,13 +1092,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
                                     (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
     if (rc != MR_OK) {
         Py_DECREF(prefix);
-        if (rc == MR_EINVAL) {
-            PyErr_Format(PyExc_ValueError,
-                         "cache_unfinished(): row %lld is not allocated, or the tracked length is not page "
-                         "aligned / beyond fill_len", (long long)row);
-            return NULL;
-        }
-        return lc_raise(self, rc, "cache_unfinished()");
+        return lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
     }
     return Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
 }
@@ -1114,13 +1136,8 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     int rc = mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)c, (int32_t)ns, ins);
-    if (rc == MR_EINVAL) {
-        PyErr_Format(PyExc_ValueError, "cache_finished(): row %lld is not allocated or committed_len is too long",
-                     (long long)row);
-        return NULL;
-    }
     if (rc != MR_OK) {
-        return lc_raise(self, rc, "cache_finished()");
+        return lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
     }
     return build_rs(self, args[1], &st);
 }
@@ -1230,12 +1247,8 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        if (rc == MR_EINVAL) {
-            PyErr_SetString(PyExc_ValueError, "cache_unfinished_foreign(): the tracked length is not page aligned "
-                                              "or beyond len(kv)");
-            return NULL;
-        }
-        return rc != MR_OK ? lc_raise(self, rc, "cache_unfinished_foreign()") : NULL;
+        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
+                           : NULL;
     }
     return Py_BuildValue("(NNLLNN)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf);
 }
@@ -1518,12 +1531,8 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "prefill_batch(): a key is longer than max_context_len");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "prefill_batch()");
+        lc_raise_row(self, rc, "prefill_batch()", prefill_batch_overrides, 0);
         goto error;
     }
     res = Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "rows", a[0], "prefix_len", a[1], "cow_src", a[2],
@@ -1631,12 +1640,8 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "decode_batch(): a row is not in use or its table row is full");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "decode_batch()");
+        lc_raise_row(self, rc, "decode_batch()", decode_batch_overrides, 0);
         goto error;
     }
     res = PyTuple_Pack(2, ts, tm);

@@ -13,7 +13,7 @@ static const mr_status_override defaults[] = {
     {MR_ECORRUPT, MR_EXC_INVARIANT, "%s"},
     {MR_ENOSPC, MR_EXC_RUNTIME, "%s: pool exhausted"},
     {MR_ESTATE, MR_EXC_RUNTIME, "%s: not valid in the current state"},
-    {0, MR_EXC_RUNTIME, NULL},
+    MR_STATUS_END(NULL),
 };
 
 static PyObject *
@@ -35,10 +35,13 @@ exc_of(mr_state *st, mr_exc_kind k)
 static const mr_status_override *
 lookup(const mr_status_override *t, int code)
 {
-    for (; t != NULL && t->code != 0; t++) {
-        if (t->code == code) {
-            return t;
+    while (t != NULL) {
+        for (; t->code != 0; t++) {
+            if (t->code == code) {
+                return t;
+            }
         }
+        t = t->more;
     }
     return NULL;
 }

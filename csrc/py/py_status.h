@@ -7,7 +7,7 @@
  *
  *     static const mr_status_override free_overrides[] = {
  *         {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: %s %lld is already free (double free)"},
- *         {0},
+ *         MR_STATUS_END(NULL),
  *     };
  *     mr_raise_detail(st, rc, "free()", free_overrides, "slot", bad);
  *
@@ -30,11 +30,16 @@ typedef enum {
     MR_EXC_OWNERSHIP,   /* mambaradix.OwnershipError */
 } mr_exc_kind;
 
-typedef struct {
+typedef struct mr_status_override {
     int code;               /* an MR_E* code; 0 ends a table */
     mr_exc_kind exc;
     const char *fmt;
+    const struct mr_status_override *more;   /* on the end entry: a table to look in next */
 } mr_status_override;
+
+/* The end of an override table; more (NULL or another table) is looked up
+ * after it, so a call's table can extend its file's. */
+#define MR_STATUS_END(more) {0, MR_EXC_RUNTIME, NULL, (more)}
 
 /* Sets the exception for code (the default table) and returns NULL. */
 PyObject *mr_raise(mr_state *st, int code, const char *what);
