@@ -117,7 +117,7 @@ int mr_read_policy(const char *fname, const char *policy, PyObject *options, PyO
 const char *mr_policy_name(int policy);
 
 /* Registration hooks, one per binding file, called from the module's exec
- * slot.  Each adds its types/functions to m and fills its block of state.
+ * slot.  Each adds its types/functions to m and fills its fields of the state.
  * Return 0 or -1 with an exception set. */
 int mr_py_radix_init(PyObject *m, mr_state *st);
 int mr_py_tensor_init(PyObject *m, mr_state *st);
