@@ -1,5 +1,7 @@
 /* module.c - the mambaradix._C module: definition, per-module state,
- * exceptions, the status-to-exception helper, and argument helpers.
+ * exceptions and the policy-settings reader shared by RadixTree and
+ * Lifecycle.  The binding toolkit is in py_args.c, py_status.c, py_ints.c
+ * and py_buf.h.
  *
  * Multi-phase initialisation (PEP 489): PyInit__C only returns the
  * definition; mr_exec creates the exceptions and asks each binding file
@@ -24,98 +26,23 @@ mr_state_from_type(PyTypeObject *tp)
     return mr_get_state(m);
 }
 
-PyObject *
-mr_raise(mr_state *st, int code, const char *what)
-{
-    switch (code) {
-    case MR_ENOMEM:
-        PyErr_Format(PyExc_MemoryError, "%s: out of memory", what);
-        return NULL;
-    case MR_EINVAL:
-        PyErr_Format(PyExc_ValueError, "%s: invalid argument", what);
-        return NULL;
-    case MR_ENOENT:
-        PyErr_Format(PyExc_KeyError, "%s: not found", what);
-        return NULL;
-    case MR_EBUSY:
-        PyErr_Format(PyExc_RuntimeError, "%s: in use (locked)", what);
-        return NULL;
-    case MR_ESTALE:
-        PyErr_Format(st ? st->StaleNodeError : PyExc_ValueError,
-                     "%s: the node was removed from the tree (stale handle)", what);
-        return NULL;
-    case MR_ECUDA:
-        PyErr_Format(PyExc_RuntimeError, "%s: CUDA error: %s", what, mr_last_cuda_error());
-        return NULL;
-    case MR_ECORRUPT:
-        PyErr_Format(st ? st->InvariantError : PyExc_AssertionError, "%s", what);
-        return NULL;
-    case MR_ENOSPC:
-        PyErr_Format(PyExc_RuntimeError, "%s: pool exhausted", what);
-        return NULL;
-    case MR_ESTATE:
-        PyErr_Format(PyExc_RuntimeError, "%s: not valid in the current state", what);
-        return NULL;
-    default:
-        PyErr_Format(PyExc_RuntimeError, "%s: error %d (%s)", what, code, mr_strerror(code));
-        return NULL;
-    }
-}
-
 int
-mr_check_nargs(const char *fname, Py_ssize_t nargs, Py_ssize_t min, Py_ssize_t max)
+mr_add_type(PyObject *m, PyObject **slot, PyObject *type)
 {
-    if (nargs < min || nargs > max) {
-        if (min == max) {
-            PyErr_Format(PyExc_TypeError, "%s() takes %zd positional argument%s (%zd given)",
-                         fname, min, min == 1 ? "" : "s", nargs);
-        }
-        else {
-            PyErr_Format(PyExc_TypeError, "%s() takes from %zd to %zd positional arguments (%zd given)",
-                         fname, min, max, nargs);
-        }
-        return 0;
+    if (type == NULL) {
+        return -1;
     }
-    return 1;
+    *slot = type;
+    return PyModule_AddType(m, (PyTypeObject *)type);
 }
 
-PyObject *
-mr_find_kw(PyObject *kwnames, PyObject *const *kwstack, const char *name)
+void
+mr_type_free(PyObject *self)
 {
-    if (kwnames == NULL) {
-        return NULL;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0) {
-            return kwstack[i];
-        }
-    }
-    return NULL;
-}
-
-int
-mr_check_kwnames(const char *fname, PyObject *kwnames, const char *const *allowed)
-{
-    if (kwnames == NULL) {
-        return 0;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
-        int ok = 0;
-        for (const char *const *a = allowed; *a != NULL; a++) {
-            if (PyUnicode_CompareWithASCIIString(k, *a) == 0) {
-                ok = 1;
-                break;
-            }
-        }
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, k);
-            return -1;
-        }
-    }
-    return 0;
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);   /* instances of heap types hold their type */
 }
 
 const char *
@@ -216,31 +143,6 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     return 0;
 }
 
-int
-mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out)
-{
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", arg, Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    PyObject *idx = PyNumber_Index(o);
-    if (idx == NULL) {
-        return -1;
-    }
-    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
-    Py_DECREF(idx);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow || v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld]", arg, (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------
  * Module-level functions */
 
@@ -259,6 +161,8 @@ mod_cuda_device_count(PyObject *module, PyObject *unused)
 
 static PyMethodDef mr_methods[] = {
     {"cuda_device_count", (PyCFunction)mod_cuda_device_count, METH_NOARGS, cuda_device_count__doc__},
+    {"_testing_parse", (PyCFunction)(void (*)(void))mr_testing_parse, METH_FASTCALL | METH_KEYWORDS,
+     "Test hook: the bindings' argument parser under a given signature."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -316,14 +220,9 @@ static int
 mr_traverse(PyObject *m, visitproc visit, void *arg)
 {
     mr_state *st = mr_get_state(m);
-    Py_VISIT(st->Error);
-    Py_VISIT(st->StaleNodeError);
-    Py_VISIT(st->InvariantError);
-    for (int i = 0; i < MR_STATE_SLOTS; i++) {
-        Py_VISIT(st->radix[i]);
-        Py_VISIT(st->tensor[i]);
-        Py_VISIT(st->pools[i]);
-    }
+#define MR_STATE_VISIT(name) Py_VISIT(st->name);
+    MR_STATE_OBJECTS(MR_STATE_VISIT)
+#undef MR_STATE_VISIT
     return 0;
 }
 
@@ -331,14 +230,9 @@ static int
 mr_clear(PyObject *m)
 {
     mr_state *st = mr_get_state(m);
-    Py_CLEAR(st->Error);
-    Py_CLEAR(st->StaleNodeError);
-    Py_CLEAR(st->InvariantError);
-    for (int i = 0; i < MR_STATE_SLOTS; i++) {
-        Py_CLEAR(st->radix[i]);
-        Py_CLEAR(st->tensor[i]);
-        Py_CLEAR(st->pools[i]);
-    }
+#define MR_STATE_CLEAR(name) Py_CLEAR(st->name);
+    MR_STATE_OBJECTS(MR_STATE_CLEAR)
+#undef MR_STATE_CLEAR
     return 0;
 }
 

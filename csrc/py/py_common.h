@@ -9,18 +9,36 @@
 #include <Python.h>
 
 #include "common.h"
+#include "py_args.h"
+#include "py_buf.h"
 
-/* Per-module state (PEP 489).  Each binding file owns a block of it; the
- * arrays let a file add types without touching this header. */
-#define MR_STATE_SLOTS 16
+/* Per-module state (PEP 489): one named reference per exception and type.
+ * MR_STATE_OBJECTS lists them once; the struct, the module's traverse and
+ * clear, and nothing else, expand it. */
+#define MR_STATE_OBJECTS(X)                                                    \
+    X(Error)            /* mambaradix.Error (module.c) */                      \
+    X(StaleNodeError)   /* mambaradix.StaleNodeError (module.c) */             \
+    X(InvariantError)   /* mambaradix.InvariantError (module.c) */             \
+    X(OwnershipError)   /* mambaradix.OwnershipError (py_pools.c) */           \
+    X(RadixTree)        /* py_radix.c */                                       \
+    X(Node)                                                                    \
+    X(MatchResult)                                                             \
+    X(InsertResult)                                                            \
+    X(EvictResult)                                                             \
+    X(Tensor)           /* py_dlpack.c */                                      \
+    X(StatePool)        /* py_state_pool.c */                                  \
+    X(SlotAllocator)    /* py_pools.c */                                       \
+    X(ReqPool)                                                                 \
+    X(Lifecycle)        /* py_lifecycle.c */                                   \
+    X(ReqState)
+
 typedef struct {
-    PyObject *Error;            /* mambaradix.Error */
-    PyObject *StaleNodeError;   /* mambaradix.StaleNodeError */
-    PyObject *InvariantError;   /* mambaradix.InvariantError */
-    PyObject *radix[MR_STATE_SLOTS];   /* py_radix.c */
-    PyObject *tensor[MR_STATE_SLOTS];  /* py_tensor.c */
-    PyObject *pools[MR_STATE_SLOTS];   /* py_pools.c */
+#define MR_STATE_FIELD(name) PyObject *name;
+    MR_STATE_OBJECTS(MR_STATE_FIELD)
+#undef MR_STATE_FIELD
 } mr_state;
+
+#include "py_status.h"
 
 extern struct PyModuleDef mr_module_def;
 
@@ -33,20 +51,58 @@ mr_get_state(PyObject *module)
 /* Module state from an instance of one of the module's heap types. */
 mr_state *mr_state_from_type(PyTypeObject *tp);
 
-/* Sets a Python exception for a core status code and returns NULL.
- * what names the argument or operation, e.g. "insert(): value". */
-PyObject *mr_raise(mr_state *st, int code, const char *what);
+/* Adds type (a new reference, or NULL after a failed creation) to m
+ * under its own name and keeps it in *slot.  Returns 0 or -1. */
+int mr_add_type(PyObject *m, PyObject **slot, PyObject *type);
+/* The end of a heap type's tp_dealloc: frees self and drops its type. */
+void mr_type_free(PyObject *self);
+/* obj when it is an instance of type (a module-state type), else NULL
+ * (no exception). */
+static inline PyObject *
+mr_instance(PyObject *obj, PyObject *type)
+{
+    return PyObject_TypeCheck(obj, (PyTypeObject *)type) ? obj : NULL;
+}
 
-/* Argument helpers (METH_FASTCALL without Argument Clinic). */
-int mr_check_nargs(const char *fname, Py_ssize_t nargs, Py_ssize_t min, Py_ssize_t max);
-/* Looks up keyword `name` in kwnames; returns a borrowed reference or NULL
- * (no exception) when absent. */
-PyObject *mr_find_kw(PyObject *kwnames, PyObject *const *kwstack, const char *name);
-/* Raises TypeError for any keyword not in allowed (NULL-terminated);
- * returns -1 then. */
-int mr_check_kwnames(const char *fname, PyObject *kwnames, const char *const *allowed);
-/* Converts an int-like object to int64 within [lo, hi]; names arg in errors. */
-int mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out);
+/* The spec of one of the module's heap types (immutable; extra_flags
+ * adds e.g. Py_TPFLAGS_HAVE_GC). */
+#define MR_TYPE_SPEC(qualname, object, slot_table, extra_flags)                           \
+    {.name = (qualname), .basicsize = sizeof(object),                                     \
+     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | (extra_flags), .slots = (slot_table)}
+
+/* Builds a result struct sequence item by item:
+ *
+ *     mr_seq r = mr_seq_new(st->EvictResult);
+ *     MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
+ *     ...
+ *     return r.res;
+ *
+ * Each item is a new reference (stolen).  Once the sequence or an item
+ * fails, r.res is NULL (with that failure's exception) and the later item
+ * expressions are not evaluated. */
+typedef struct {
+    PyObject *res;
+    Py_ssize_t i;
+} mr_seq;
+
+static inline mr_seq
+mr_seq_new(PyObject *type)
+{
+    mr_seq r = {PyStructSequence_New((PyTypeObject *)type), 0};
+    return r;
+}
+
+static inline void
+mr_seq_put(mr_seq *r, PyObject *v)
+{
+    if (v == NULL) {
+        Py_CLEAR(r->res);
+        return;
+    }
+    PyStructSequence_SetItem(r->res, r->i++, v);
+}
+
+#define MR_SEQ_ADD(r, expr) ((r).res != NULL ? mr_seq_put(&(r), (expr)) : (void)0)
 
 /* The tree's policy settings shared by RadixTree and Lifecycle: the policy
  * name ("sglang", "consumed", "utility"), policy_options (None or a mapping
@@ -61,7 +117,7 @@ int mr_read_policy(const char *fname, const char *policy, PyObject *options, PyO
 const char *mr_policy_name(int policy);
 
 /* Registration hooks, one per binding file, called from the module's exec
- * slot.  Each adds its types/functions to m and fills its block of state.
+ * slot.  Each adds its types/functions to m and fills its fields of the state.
  * Return 0 or -1 with an exception set. */
 int mr_py_radix_init(PyObject *m, mr_state *st);
 int mr_py_tensor_init(PyObject *m, mr_state *st);

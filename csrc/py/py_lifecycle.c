@@ -15,6 +15,7 @@
  * calls (prefill_batch, decode_batch, finish_batch) keep that state in the
  * ReqPool's records instead and do a whole batch in one call. */
 #include "py_pools.h"
+#include "py_ints.h"
 #include "py_numpy.h"
 #include "lifecycle.h"
 
@@ -30,10 +31,8 @@ typedef struct {
     PyObject *state_obj;   /* SlotAllocator or NULL */
     PyObject *kv_obj;      /* SlotAllocator or NULL */
     PyObject *rp_obj;      /* ReqPool or NULL */
-    int32_t *keybuf;
-    size_t keycap;
-    int64_t *buf;
-    size_t bufcap;
+    mr_buf keybuf;         /* int32 tokens of the call's key */
+    mr_buf buf;            /* int64 results of the core */
 } LifecycleObject;
 
 /* ------------------------------------------------------------------------
@@ -45,144 +44,27 @@ lc_state(LifecycleObject *self)
     return mr_state_from_type(Py_TYPE(self));
 }
 
-static int
-grow_i64(int64_t **p, size_t *cap, size_t need)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    size_t c = *cap ? *cap : 256;
-    while (c < need) {
-        c *= 2;
-    }
-    int64_t *q = PyMem_Realloc(*p, c * sizeof(int64_t));
-    if (q == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-
-/* Direct read of a contiguous 1-D int64/int32 buffer (array('q'), numpy):
- * returns 1 and fills *view when obj is one, 0 when not (no exception),
- * -1 on error.  *itemsize gets 8 or 4. */
-static int
-int_buffer(PyObject *obj, Py_buffer *view, int *itemsize)
-{
-    if (!PyObject_CheckBuffer(obj) || PyBool_Check(obj)) {
-        return 0;
-    }
-    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *f = view->format ? view->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') {
-        f++;
-    }
-    int ok = view->ndim == 1 && f[1] == '\0'
-             && ((view->itemsize == 8 && (*f == 'q' || *f == 'l')) || (view->itemsize == 4 && (*f == 'i' || *f == 'l')));
-    if (!ok) {
-        PyBuffer_Release(view);
-        return 0;
-    }
-    *itemsize = (int)view->itemsize;
-    return 1;
-}
-
-/* Converts n ints of a buffer to int32 into dst; -1 with ValueError when
- * one does not fit. */
-static int
-buffer_to_i32(const Py_buffer *view, int itemsize, size_t n, int32_t *dst, const char *arg)
-{
-    if (itemsize == 4) {
-        memcpy(dst, view->buf, n * sizeof(int32_t));
-        return 0;
-    }
-    const int64_t *p = view->buf;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < INT32_MIN || p[i] > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "%s: token %lld does not fit int32", arg, (long long)p[i]);
-            return -1;
-        }
-        dst[i] = (int32_t)p[i];
-    }
-    return 0;
-}
-
-/* Converts obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
- * tensors) to int32 tokens in self->keybuf; *len gets their number.  The
+/* Reads obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
+ * tensors) as int32 tokens into self->keybuf; *len gets their number.  The
  * first `limit` tokens only when limit >= 0. */
 static int
 read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
 {
-    Py_buffer view;
-    int isz = 0;
-    int b = int_buffer(obj, &view, &isz);
-    if (b < 0) {
+    mr_ints v;
+    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, &v) < 0) {
         return -1;
     }
-    if (b == 1) {
-        size_t n = (size_t)(view.len / isz);
-        if (limit >= 0 && (size_t)limit < n) {
-            n = (size_t)limit;
+    size_t n = limit >= 0 && (size_t)limit < v.len ? (size_t)limit : v.len;
+    int rc = 0;
+    if (v.data != self->keybuf.p) {
+        rc = mr_buf_reserve(&self->keybuf, n, sizeof(int32_t));
+        if (rc == 0 && n > 0) {
+            memcpy(self->keybuf.p, v.data, n * sizeof(int32_t));
         }
-        if (n > self->keycap) {
-            size_t c = self->keycap ? self->keycap : 256;
-            while (c < n) {
-                c *= 2;
-            }
-            int32_t *q = PyMem_Realloc(self->keybuf, c * sizeof(int32_t));
-            if (q == NULL) {
-                PyBuffer_Release(&view);
-                PyErr_NoMemory();
-                return -1;
-            }
-            self->keybuf = q;
-            self->keycap = c;
-        }
-        int rc = buffer_to_i32(&view, isz, n, self->keybuf, arg);
-        PyBuffer_Release(&view);
-        *len = n;
-        return rc;
     }
-    PyObject *arr = mr_pools_index_array(obj, arg);
-    if (arr == NULL) {
-        return -1;
-    }
-    npy_intp n = PyArray_SIZE((PyArrayObject *)arr);
-    if (limit >= 0 && n > limit) {
-        n = limit;
-    }
-    const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arr);
-    if ((size_t)n > self->keycap) {
-        size_t c = self->keycap ? self->keycap : 256;
-        while (c < (size_t)n) {
-            c *= 2;
-        }
-        int32_t *q = PyMem_Realloc(self->keybuf, c * sizeof(int32_t));
-        if (q == NULL) {
-            Py_DECREF(arr);
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->keybuf = q;
-        self->keycap = c;
-    }
-    for (npy_intp i = 0; i < n; i++) {
-        if (p[i] < INT32_MIN || p[i] > INT32_MAX) {
-            Py_DECREF(arr);
-            PyErr_Format(PyExc_ValueError, "%s: token %lld does not fit int32", arg, (long long)p[i]);
-            return -1;
-        }
-        self->keybuf[i] = (int32_t)p[i];
-    }
-    Py_DECREF(arr);
-    *len = (size_t)n;
-    return 0;
+    mr_ints_release(&v);
+    *len = n;
+    return rc;
 }
 
 static int
@@ -206,7 +88,7 @@ typedef struct {
 static PyTypeObject *
 req_state_type(LifecycleObject *self)
 {
-    return (PyTypeObject *)lc_state(self)->pools[MR_POOLS_REQ_STATE];
+    return (PyTypeObject *)lc_state(self)->ReqState;
 }
 
 static int
@@ -301,43 +183,77 @@ parse_handle(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, mr_node
     return 0;
 }
 
-static PyObject *
-new_i64_from(const int64_t *p, size_t n)
+/* The (node_id, node_gen, /) arguments of a call, resolved: the node, or
+ * NULL with an exception. */
+static mr_node *
+node_args(LifecycleObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *a = mr_pools_new_i64((Py_ssize_t)n);
-    if (a != NULL && n > 0) {
-        memcpy(PyArray_DATA((PyArrayObject *)a), p, n * sizeof(int64_t));
+    PyObject *pa[2];
+    mr_node *n = NULL;
+    if (mr_parse(spec, args, nargs, NULL, pa) < 0 || parse_handle(self, pa[0], pa[1], &n) < 0) {
+        return NULL;
     }
-    return a;
+    return n;
 }
 
-/* raise for a lifecycle status with a message per code */
+/* the signature of every call that takes a node handle */
+#define NODE_ARGSPEC(fname) MR_ARGSPEC(fname, 2, 2, 2, "node_id", "node_gen")
+
+/* A lifecycle status with the message it means for a request's slots
+ * (py_status.h). */
+static const mr_status_override lifecycle_overrides[] = {
+    {MR_ENOSPC, MR_EXC_RUNTIME, "%s: the state pool is exhausted even after evicting every unlocked state "
+                                "(increase the number of state slots)"},
+    {MR_ESTATE, MR_EXC_OWNERSHIP, "%s: the request's state slots were already freed or donated "
+                                  "(finished or released twice?)"},
+    {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: a slot is already free (double free)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: a slot is owned by the prefix tree, not by the request"},
+    MR_STATUS_END(NULL),
+};
+
 static PyObject *
 lc_raise(LifecycleObject *self, int rc, const char *what)
 {
-    mr_state *st = lc_state(self);
-    switch (rc) {
-    case MR_ENOSPC:
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s: the state pool is exhausted even after evicting every unlocked state "
-                     "(increase the number of state slots)", what);
-        return NULL;
-    case MR_ESTATE:
-        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR],
-                     "%s: the request's state slots were already freed or donated "
-                     "(finished or released twice?)", what);
-        return NULL;
-    case MR_ENOENT:
-        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR], "%s: a slot is already free (double free)", what);
-        return NULL;
-    case MR_EBUSY:
-        PyErr_Format(st->pools[MR_POOLS_OWNERSHIP_ERROR],
-                     "%s: a slot is owned by the prefix tree, not by the request", what);
-        return NULL;
-    default:
-        return mr_raise(st, rc, what);
-    }
+    return mr_raise_detail(lc_state(self), rc, what, lifecycle_overrides, NULL, 0);
 }
+
+/* The same through a call's own override table first (it ends in
+ * MR_STATUS_END(lifecycle_overrides)); a message may show the row:
+ * "%s: %srow %lld ..." (the detail string is empty). */
+static PyObject *
+lc_raise_row(LifecycleObject *self, int rc, const char *what, const mr_status_override *overrides, int64_t row)
+{
+    return mr_raise_detail(lc_state(self), rc, what, overrides, NULL, (long long)row);
+}
+
+/* What a bad argument (MR_EINVAL) or a slot a request brings means, per call. */
+static const mr_status_override admit_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a request's row is not allocated or a slot is out of range"},
+    {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: a request brings a state slot that is free (freed already?)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: a request brings a state slot owned by the tree or another request"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override cache_unfinished_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated, or the tracked length is not page aligned / "
+                              "beyond fill_len"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override cache_finished_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated or committed_len is too long"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override unfinished_foreign_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: the tracked length is not page aligned or beyond len(kv)"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override prefill_batch_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a key is longer than max_context_len"},
+    MR_STATUS_END(lifecycle_overrides),
+};
+static const mr_status_override decode_batch_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: a row is not in use or its table row is full"},
+    MR_STATUS_END(lifecycle_overrides),
+};
 
 /* ------------------------------------------------------------------------
  * Lifetime */
@@ -345,19 +261,21 @@ lc_raise(LifecycleObject *self, int rc, const char *what)
 static PyObject *
 Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"state_allocator", "kv_allocator", "req_pool", "page_size", "chunk_size",
-                             "lru_policy", "extra_buffer", "lazy", "track_buffer_size",
-                             "track_interval", "end_of_turn_states", "policy_options", "max_states_per_path",
-                             NULL};
-    PyObject *so = Py_None, *ko = Py_None, *ro = Py_None, *opts = Py_None, *budget = Py_None;
+    MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
+            "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
+            "end_of_turn_states", "policy_options", "max_states_per_path");
     long long page = 1, chunk = 64, interval = 256;
     const char *policy = "sglang";
     int extra = 0, lazy = 0, pp = 2, eot = 0;
     mr_state *st = mr_state_from_type(tp);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$LLsppiLpOO:Lifecycle", kwlist, &so, &ko, &ro, &page,
-                                     &chunk, &policy, &extra, &lazy, &pp, &interval, &eot, &opts, &budget)) {
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[3], &page) < 0 || mr_arg_ll(a[4], &chunk) < 0
+        || mr_arg_str(a[5], "Lifecycle", "lru_policy", 0, &policy) < 0 || mr_arg_bool(a[6], &extra) < 0
+        || mr_arg_bool(a[7], &lazy) < 0 || mr_arg_int(a[8], &pp) < 0 || mr_arg_ll(a[9], &interval) < 0
+        || mr_arg_bool(a[10], &eot) < 0) {
         return NULL;
     }
+    PyObject *so = a[0] ? a[0] : Py_None, *ko = a[1] ? a[1] : Py_None, *ro = a[2] ? a[2] : Py_None,
+             *opts = a[11] ? a[11] : Py_None, *budget = a[12] ? a[12] : Py_None;
     mr_lc_config cfg = {0};
     cfg.end_of_turn = eot;
     if (page < 1 || page > (1 << 24) || chunk < 1 || chunk > (1 << 24)) {
@@ -442,16 +360,13 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 Lifecycle_dealloc(LifecycleObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_lc_free(self->lc);
     Py_XDECREF(self->state_obj);
     Py_XDECREF(self->kv_obj);
     Py_XDECREF(self->rp_obj);
-    PyMem_Free(self->keybuf);
-    PyMem_Free(self->buf);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_buf_free(&self->keybuf);
+    mr_buf_free(&self->buf);
+    mr_type_free((PyObject *)self);
 }
 
 /* ------------------------------------------------------------------------
@@ -471,28 +386,28 @@ PyDoc_STRVAR(Lifecycle_match__doc__,
 static PyObject *
 Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "cow", "running", "owner", "limit", "rs", NULL};
-    if (!mr_check_nargs("match", nargs, 1, 1) || mr_check_kwnames("match", kwnames, allowed) < 0) {
+    MR_ARGS(spec, pa, "match", 1, 1, 1, "key", "ns", "cow", "running", "owner", "limit", "rs");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int64_t ns = 0, running = -1, owner = MR_OWNER_HELD, limit = -1;
     int cow = 0;
     PyObject *o;
-    if ((o = mr_find_kw(kwnames, args + nargs, "ns")) && mr_as_int64(o, 0, INT32_MAX, "match(): ns", &ns) < 0) {
+    if ((o = pa[1]) && mr_as_int64(o, 0, INT32_MAX, "match(): ns", &ns) < 0) {
         return NULL;
     }
-    if ((o = mr_find_kw(kwnames, args + nargs, "cow")) && (cow = PyObject_IsTrue(o)) < 0) {
+    if ((o = pa[2]) && (cow = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
-    if ((o = mr_find_kw(kwnames, args + nargs, "running"))
+    if ((o = pa[3])
         && mr_as_int64(o, -1, INT64_MAX, "match(): running", &running) < 0) {
         return NULL;
     }
-    if ((o = mr_find_kw(kwnames, args + nargs, "owner"))
+    if ((o = pa[4])
         && mr_as_int64(o, MR_OWNER_HELD, INT32_MAX, "match(): owner", &owner) < 0) {
         return NULL;
     }
-    if ((o = mr_find_kw(kwnames, args + nargs, "limit"))
+    if ((o = pa[5])
         && mr_as_int64(o, -1, INT64_MAX, "match(): limit", &limit) < 0) {
         return NULL;
     }
@@ -508,11 +423,11 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_SetString(PyExc_RuntimeError, "match(): cow needs pools");
         return NULL;
     }
-    if (grow_i64(&self->buf, &self->bufcap, len + 1) < 0) {
+    if (mr_buf_reserve(&self->buf, len + 1, sizeof(int64_t)) < 0) {
         return NULL;
     }
     mr_req st;
-    PyObject *rs = mr_find_kw(kwnames, args + nargs, "rs");
+    PyObject *rs = pa[6];
     if (rs == Py_None) {
         rs = NULL;
     }
@@ -528,14 +443,14 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         st.running = running;
     }
     mr_match m;
-    int rc = mr_lc_match(self->lc, self->keybuf, len, (int32_t)ns, cow, &st, (int32_t)owner, &m, self->buf);
+    int rc = mr_lc_match(self->lc, (const int32_t *)self->keybuf.p, len, (int32_t)ns, cow, &st, (int32_t)owner, &m, (int64_t *)self->buf.p);
     if (rc != MR_OK && rc != MR_ENOSPC) {
         return lc_raise(self, rc, "match()");
     }
     if (rc == MR_ENOSPC) {
         return lc_raise(self, rc, "match(): copy-on-write slot");
     }
-    PyObject *idx = new_i64_from(self->buf, m.prefix_len);
+    PyObject *idx = mr_i64_array((int64_t *)self->buf.p, m.prefix_len);
     if (idx == NULL) {
         return NULL;
     }
@@ -560,16 +475,16 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "prev_prefix_len", NULL};
-    if (!mr_check_nargs("insert", nargs, 3, 3) || mr_check_kwnames("insert", kwnames, allowed) < 0) {
+    MR_ARGS(spec, pa, "insert", 3, 3, 3, "key", "value", "state", "ns", "prev_prefix_len");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int64_t ns = 0, prev = 0, state = 0;
     PyObject *o;
-    if ((o = mr_find_kw(kwnames, args + nargs, "ns")) && mr_as_int64(o, 0, INT32_MAX, "insert(): ns", &ns) < 0) {
+    if ((o = pa[3]) && mr_as_int64(o, 0, INT32_MAX, "insert(): ns", &ns) < 0) {
         return NULL;
     }
-    if ((o = mr_find_kw(kwnames, args + nargs, "prev_prefix_len"))
+    if ((o = pa[4])
         && mr_as_int64(o, 0, INT64_MAX, "insert(): prev_prefix_len", &prev) < 0) {
         return NULL;
     }
@@ -580,7 +495,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (read_key(self, args[0], -1, "insert(): key", &len) < 0) {
         return NULL;
     }
-    PyObject *val = mr_pools_index_array(args[1], "insert(): value");
+    PyObject *val = mr_ints_array(args[1], "insert(): value");
     if (val == NULL) {
         return NULL;
     }
@@ -600,17 +515,17 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                      (long long)prev, len);
         goto error;
     }
-    if (grow_i64(&self->buf, &self->bufcap, len + 1) < 0) {
+    if (mr_buf_reserve(&self->buf, len + 1, sizeof(int64_t)) < 0) {
         goto error;
     }
     mr_insert_result r;
-    int rc = mr_lc_insert(self->lc, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
-                          (int32_t)ns, state, (size_t)prev, self->buf, &r);
+    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
+                          (int32_t)ns, state, (size_t)prev, (int64_t *)self->buf.p, &r);
     if (rc != MR_OK) {
         lc_raise(self, rc, "insert()");
         goto error;
     }
-    dups = new_i64_from(self->buf, self->rp_obj == NULL ? r.ndup : 0);
+    dups = mr_i64_array((int64_t *)self->buf.p, self->rp_obj == NULL ? r.ndup : 0);
     if (dups == NULL) {
         goto error;
     }
@@ -635,8 +550,9 @@ PyDoc_STRVAR(Lifecycle_evict__doc__,
 static PyObject *
 Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "evict", 2, 2, 0, "num_tokens", "num_states");
     int64_t nt = 0, ns = 0;
-    if (!mr_check_nargs("evict", nargs, 0, 2)) {
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
         return NULL;
     }
     if ((nargs > 0 && mr_as_int64(args[0], 0, INT64_MAX, "evict(): num_tokens", &nt) < 0)
@@ -649,8 +565,8 @@ Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int64_t *kvp, *stp;
     size_t nkv, nst;
     mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    PyObject *a = new_i64_from(kvp, nkv);
-    PyObject *b = new_i64_from(stp, nst);
+    PyObject *a = mr_i64_array(kvp, nkv);
+    PyObject *b = mr_i64_array(stp, nst);
     mr_lc_clear_released(self->lc);
     if (rc != MR_OK) {
         Py_XDECREF(a);
@@ -671,18 +587,26 @@ PyDoc_STRVAR(Lifecycle_lock__doc__,
 "\n"
 "inc_lock_ref: lock the node's state and the KV of its path.");
 
+/* lock() / unlock() */
+static PyObject *
+lock_call(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, int lock)
+{
+    static mr_argspec lock_spec = NODE_ARGSPEC("lock"), unlock_spec = NODE_ARGSPEC("unlock");
+    mr_node *n = node_args(self, lock ? &lock_spec : &unlock_spec, args, nargs);
+    if (n == NULL) {
+        return NULL;
+    }
+    int rc = lock ? mr_radix_lock(mr_lc_tree(self->lc), n) : mr_radix_unlock(mr_lc_tree(self->lc), n);
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, lock ? "lock()" : "unlock(): node is not locked");
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Lifecycle_lock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_node *n = NULL;
-    if (!mr_check_nargs("lock", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
-        return NULL;
-    }
-    int rc = mr_radix_lock(mr_lc_tree(self->lc), n);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "lock()");
-    }
-    Py_RETURN_NONE;
+    return lock_call(self, args, nargs, 1);
 }
 
 PyDoc_STRVAR(Lifecycle_unlock__doc__,
@@ -694,15 +618,7 @@ PyDoc_STRVAR(Lifecycle_unlock__doc__,
 static PyObject *
 Lifecycle_unlock(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_node *n = NULL;
-    if (!mr_check_nargs("unlock", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
-        return NULL;
-    }
-    int rc = mr_radix_unlock(mr_lc_tree(self->lc), n);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "unlock(): node is not locked");
-    }
-    Py_RETURN_NONE;
+    return lock_call(self, args, nargs, 0);
 }
 
 PyDoc_STRVAR(Lifecycle_node_info__doc__,
@@ -716,8 +632,10 @@ PyDoc_STRVAR(Lifecycle_node_info__doc__,
 static PyObject *
 Lifecycle_node_info(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    static mr_argspec spec = NODE_ARGSPEC("node_info");
+    PyObject *pa[2];
     int64_t id = 0, gen = 0;
-    if (!mr_check_nargs("node_info", nargs, 2, 2) || mr_as_int64(args[0], 0, UINT32_MAX, "node id", &id) < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || mr_as_int64(args[0], 0, UINT32_MAX, "node id", &id) < 0
         || mr_as_int64(args[1], 0, UINT32_MAX, "node generation", &gen) < 0) {
         return NULL;
     }
@@ -744,12 +662,13 @@ PyDoc_STRVAR(Lifecycle_node_key__doc__,
 static PyObject *
 Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_node *n = NULL;
-    if (!mr_check_nargs("node_key", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+    static mr_argspec spec = NODE_ARGSPEC("node_key");
+    mr_node *n = node_args(self, &spec, args, nargs);
+    if (n == NULL) {
         return NULL;
     }
     size_t len = mr_node_len(n);
-    PyObject *k = mr_pools_new_i64((Py_ssize_t)len);
+    PyObject *k = mr_i64_array(NULL, (Py_ssize_t)len);
     if (k == NULL) {
         return NULL;
     }
@@ -758,7 +677,7 @@ Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t narg
     for (size_t i = 0; i < len; i++) {
         kd[i] = key[i];
     }
-    PyObject *v = new_i64_from(mr_node_values(n), len);
+    PyObject *v = mr_i64_array(mr_node_values(n), len);
     if (v == NULL) {
         Py_DECREF(k);
         return NULL;
@@ -775,8 +694,9 @@ PyDoc_STRVAR(Lifecycle_node_children__doc__,
 static PyObject *
 Lifecycle_node_children(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_node *n = NULL;
-    if (!mr_check_nargs("node_children", nargs, 2, 2) || parse_handle(self, args[0], args[1], &n) < 0) {
+    static mr_argspec spec = NODE_ARGSPEC("node_children");
+    mr_node *n = node_args(self, &spec, args, nargs);
+    if (n == NULL) {
         return NULL;
     }
     size_t k = mr_node_nchildren(n);
@@ -805,8 +725,9 @@ PyDoc_STRVAR(Lifecycle_lru__doc__,
 static PyObject *
 Lifecycle_lru(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "lru", 1, 1, 0, "which");
     int64_t which = 0;
-    if (!mr_check_nargs("lru", nargs, 0, 1)
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || (nargs > 0 && mr_as_int64(args[0], 0, 1, "lru(): which", &which) < 0)) {
         return NULL;
     }
@@ -938,13 +859,13 @@ PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 static PyObject *
 Lifecycle_alloc_state(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"owner", NULL};
+    MR_ARGS(spec, pa, "alloc_state", 0, 0, 0, "owner");
     int64_t owner = MR_OWNER_HELD;
-    if (!mr_check_nargs("alloc_state", nargs, 0, 0) || mr_check_kwnames("alloc_state", kwnames, allowed) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "alloc_state") < 0) {
         return NULL;
     }
-    PyObject *o = mr_find_kw(kwnames, args, "owner");
+    PyObject *o = pa[0];
     if (o != NULL && mr_as_int64(o, MR_OWNER_HELD, INT32_MAX, "alloc_state(): owner", &owner) < 0) {
         return NULL;
     }
@@ -973,13 +894,13 @@ PyDoc_STRVAR(Lifecycle_admit__doc__,
 static PyObject *
 Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"headroom", NULL};
-    if (!mr_check_nargs("admit", nargs, 2, 2) || mr_check_kwnames("admit", kwnames, allowed) < 0
+    MR_ARGS(spec, pa, "admit", 2, 2, 2, "rows", "rs_list", "headroom");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "admit") < 0) {
         return NULL;
     }
     int headroom = 0;
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "headroom");
+    PyObject *o = pa[2];
     if (o != NULL && (headroom = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
@@ -1016,18 +937,8 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "admit(): a request's row is not allocated or a slot is out of range");
-        goto error;
-    }
-    if (rc == MR_ENOENT || rc == MR_EBUSY) {
-        PyErr_SetString(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
-                        rc == MR_ENOENT ? "admit(): a request brings a state slot that is free (freed already?)"
-                                        : "admit(): a request brings a state slot owned by the tree or another request");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "admit()");
+        lc_raise_row(self, rc, "admit()", admit_overrides, 0);
         goto error;
     }
     out_rows = PyList_New(n);
@@ -1067,9 +978,10 @@ PyDoc_STRVAR(Lifecycle_prepare_extend__doc__,
 static PyObject *
 Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "prepare_extend", 4, 4, 4, "row", "rs", "prefix_len", "extend_len");
     int64_t row = 0, p = 0, e = 0;
     mr_req st;
-    if (!mr_check_nargs("prepare_extend", nargs, 4, 4)
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "prepare_extend(): row", &row) < 0
         || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "prepare_extend(): prefix_len", &p) < 0
@@ -1093,9 +1005,10 @@ PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
 static PyObject *
 Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
     int64_t row = 0, sl = 0;
     mr_req st;
-    if (!mr_check_nargs("decode_prepare", nargs, 3, 3) || need_pools(self, "decode_prepare") < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
         || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0) {
@@ -1121,9 +1034,10 @@ PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
 static PyObject *
 Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
     int64_t row = 0, c = 0;
     mr_req st;
-    if (!mr_check_nargs("decode_finish", nargs, 4, 4) || need_pools(self, "decode_finish") < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
         || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
@@ -1148,16 +1062,16 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 static PyObject *
 Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", NULL};
+    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
-    if (!mr_check_nargs("cache_unfinished", nargs, 4, 4) || mr_check_kwnames("cache_unfinished", kwnames, allowed) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_unfinished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
         return NULL;
     }
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "ns");
+    PyObject *o = pa[4];
     if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_unfinished(): ns", &ns) < 0) {
         return NULL;
     }
@@ -1169,22 +1083,16 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
         PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", len, (long long)fill);
         return NULL;
     }
-    PyObject *prefix = mr_pools_new_i64((Py_ssize_t)fill);
+    PyObject *prefix = mr_i64_array(NULL, (Py_ssize_t)fill);
     if (prefix == NULL) {
         return NULL;
     }
     int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished(self->lc, row, &st, self->keybuf, (size_t)fill, (int32_t)ns,
+    int rc = mr_lc_cache_unfinished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)fill, (int32_t)ns,
                                     (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
     if (rc != MR_OK) {
         Py_DECREF(prefix);
-        if (rc == MR_EINVAL) {
-            PyErr_Format(PyExc_ValueError,
-                         "cache_unfinished(): row %lld is not allocated, or the tracked length is not page "
-                         "aligned / beyond fill_len", (long long)row);
-            return NULL;
-        }
-        return lc_raise(self, rc, "cache_unfinished()");
+        return lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
     }
     return Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
 }
@@ -1201,21 +1109,21 @@ PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert");
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
     mr_req st;
-    if (!mr_check_nargs("cache_finished", nargs, 4, 4) || mr_check_kwnames("cache_finished", kwnames, allowed) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_finished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
         return NULL;
     }
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "ns");
+    PyObject *o = pa[4];
     if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_finished(): ns", &ns) < 0) {
         return NULL;
     }
-    o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    o = pa[5];
     if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
@@ -1227,14 +1135,9 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", len, (long long)c);
         return NULL;
     }
-    int rc = mr_lc_cache_finished(self->lc, row, &st, self->keybuf, (size_t)c, (int32_t)ns, ins);
-    if (rc == MR_EINVAL) {
-        PyErr_Format(PyExc_ValueError, "cache_finished(): row %lld is not allocated or committed_len is too long",
-                     (long long)row);
-        return NULL;
-    }
+    int rc = mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)c, (int32_t)ns, ins);
     if (rc != MR_OK) {
-        return lc_raise(self, rc, "cache_finished()");
+        return lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
     }
     return build_rs(self, args[1], &st);
 }
@@ -1249,8 +1152,8 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
     const int64_t *kvp, *stp;
     size_t nkv, nst;
     mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    *kv = new_i64_from(kvp, nkv);
-    *states = new_i64_from(stp, nst);
+    *kv = mr_i64_array(kvp, nkv);
+    *states = mr_i64_array(stp, nst);
     mr_lc_clear_released(self->lc);
     if (*kv == NULL || *states == NULL) {
         Py_CLEAR(*kv);
@@ -1280,7 +1183,7 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         return NULL;
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
-    PyObject *arr = mr_pools_index_array(kv, arg);
+    PyObject *arr = mr_ints_array(kv, arg);
     if (arr == NULL) {
         return NULL;
     }
@@ -1316,27 +1219,26 @@ static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", NULL};
+    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns");
     int64_t ns = 0, fresh = 0;
     npy_intp n = 0;
     mr_req st;
-    if (!mr_check_nargs("cache_unfinished_foreign", nargs, 4, 4)
-        || mr_check_kwnames("cache_unfinished_foreign", kwnames, allowed) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0) {
         return NULL;
     }
     PyObject *kv = foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2],
-                                mr_find_kw(kwnames, args + nargs, "ns"), &st, &ns, &n);
+                                pa[4], &st, &ns, &n);
     if (kv == NULL) {
         return NULL;
     }
-    PyObject *prefix = mr_pools_new_i64((Py_ssize_t)n);
+    PyObject *prefix = mr_i64_array(NULL, (Py_ssize_t)n);
     if (prefix == NULL) {
         Py_DECREF(kv);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
                                         (size_t)n, (int32_t)ns, fresh,
                                         (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
     Py_DECREF(kv);
@@ -1345,12 +1247,8 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        if (rc == MR_EINVAL) {
-            PyErr_SetString(PyExc_ValueError, "cache_unfinished_foreign(): the tracked length is not page aligned "
-                                              "or beyond len(kv)");
-            return NULL;
-        }
-        return rc != MR_OK ? lc_raise(self, rc, "cache_unfinished_foreign()") : NULL;
+        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
+                           : NULL;
     }
     return Py_BuildValue("(NNLLNN)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf);
 }
@@ -1367,25 +1265,24 @@ static PyObject *
 Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "is_insert", NULL};
+    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert");
     int64_t ns = 0;
     int ins = 1;
     npy_intp n = 0;
     mr_req st;
-    if (!mr_check_nargs("cache_finished_foreign", nargs, 3, 3)
-        || mr_check_kwnames("cache_finished_foreign", kwnames, allowed) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    PyObject *o = pa[4];
     if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
     PyObject *kv = foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2],
-                                mr_find_kw(kwnames, args + nargs, "ns"), &st, &ns, &n);
+                                pa[3], &st, &ns, &n);
     if (kv == NULL) {
         return NULL;
     }
-    int rc = mr_lc_cache_finished_ext(self->lc, &st, self->keybuf, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
                                       (size_t)n, (int32_t)ns, ins);
     Py_DECREF(kv);
     PyObject *kvf = NULL, *stf = NULL;
@@ -1408,9 +1305,10 @@ PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
 static PyObject *
 Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
     int64_t sl = 0, fresh = -1;
     mr_req st;
-    if (!mr_check_nargs("decode_prepare_foreign", nargs, 2, 3) || parse_rs(self, args[0], &st) < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
         || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)) {
         return NULL;
@@ -1439,9 +1337,10 @@ PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
 static PyObject *
 Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    MR_ARGS(spec, pa, "decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
     int64_t c = 0;
     mr_req st;
-    if (!mr_check_nargs("decode_finish_foreign", nargs, 3, 3) || parse_rs(self, args[0], &st) < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1475,14 +1374,14 @@ PyDoc_STRVAR(Lifecycle_free_states__doc__,
 static PyObject *
 Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"keep", NULL};
+    MR_ARGS(spec, pa, "free_states", 1, 1, 1, "rs", "keep");
     int64_t keep = -1;
     mr_req st;
-    if (!mr_check_nargs("free_states", nargs, 1, 1) || mr_check_kwnames("free_states", kwnames, allowed) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "free_states") < 0 || parse_rs(self, args[0], &st) < 0) {
         return NULL;
     }
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "keep");
+    PyObject *o = pa[1];
     if (o != NULL && o != Py_None && mr_as_int64(o, -1, 1, "free_states(): keep", &keep) < 0) {
         return NULL;
     }
@@ -1497,7 +1396,7 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
  * Batched calls */
 
 typedef struct {
-    int32_t *data;
+    mr_buf data;           /* every key's int32 tokens, back to back */
     const int32_t **ptrs;
     size_t *lens;
     int32_t *ns;
@@ -1507,7 +1406,7 @@ typedef struct {
 static void
 keyset_free(keyset *k)
 {
-    PyMem_Free(k->data);
+    mr_buf_free(&k->data);
     PyMem_Free(k->ptrs);
     PyMem_Free(k->lens);
     PyMem_Free(k->ns);
@@ -1524,68 +1423,36 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         return -1;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **arrs = PyMem_Calloc((size_t)n + 1, sizeof(PyObject *));
     k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
     k->lens = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
     k->ns = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
-    int ok = arrs != NULL && k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
+    int ok = k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
     size_t total = 0;
     if (!ok) {
         PyErr_NoMemory();
     }
+    mr_buf scratch = {0};
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        Py_buffer view;
-        int isz = 0;
-        if (int_buffer(item, &view, &isz) == 1) {
-            /* keep the object; read it below through a fresh view */
-            k->lens[i] = (size_t)(view.len / isz);
-            PyBuffer_Release(&view);
-            arrs[i] = Py_NewRef(item);
-            total += k->lens[i];
-            continue;
-        }
-        arrs[i] = mr_pools_index_array(item, "keys[i]");
-        if (arrs[i] == NULL) {
-            ok = 0;
+        char arg[96];
+        snprintf(arg, sizeof(arg), "%s(): keys[%zd]", fname, i);
+        mr_ints v;
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        ok = mr_ints_read(item, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &scratch, &v) == 0;
+        Py_DECREF(item);
+        if (!ok) {
             break;
         }
-        k->lens[i] = (size_t)PyArray_SIZE((PyArrayObject *)arrs[i]);
-        total += k->lens[i];
+        ok = mr_buf_reserve(&k->data, total + v.len + 1, sizeof(int32_t)) == 0;
+        if (ok && v.len > 0) {
+            memcpy((int32_t *)k->data.p + total, v.data, v.len * sizeof(int32_t));
+        }
+        mr_ints_release(&v);
+        k->lens[i] = v.len;
+        total += v.len;
     }
-    if (ok) {
-        k->data = PyMem_Malloc((total + 1) * sizeof(int32_t));
-        if (k->data == NULL) {
-            PyErr_NoMemory();
-            ok = 0;
-        }
-    }
-    size_t off = 0;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        Py_buffer view;
-        int isz = 0;
-        if (!PyArray_Check(arrs[i]) && int_buffer(arrs[i], &view, &isz) == 1) {
-            int rc = buffer_to_i32(&view, isz, k->lens[i], k->data + off, fname);
-            PyBuffer_Release(&view);
-            if (rc < 0) {
-                ok = 0;
-                break;
-            }
-            k->ptrs[i] = k->data + off;
-            off += k->lens[i];
-            continue;
-        }
-        const int64_t *p = (const int64_t *)PyArray_DATA((PyArrayObject *)arrs[i]);
-        for (size_t j = 0; j < k->lens[i]; j++) {
-            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
-                PyErr_Format(PyExc_ValueError, "%s(): keys[%zd] has a token that does not fit int32", fname, i);
-                ok = 0;
-                break;
-            }
-            k->data[off + j] = (int32_t)p[j];
-        }
-        k->ptrs[i] = k->data + off;
-        off += k->lens[i];
+    mr_buf_free(&scratch);
+    for (Py_ssize_t i = 0, off = 0; ok && i < n; off += (Py_ssize_t)k->lens[i], i++) {
+        k->ptrs[i] = (const int32_t *)k->data.p + off;
     }
     if (ok && ns_obj != NULL && ns_obj != Py_None) {
         PyObject *nseq = PySequence_Fast(ns_obj, "ns must be a sequence of ints");
@@ -1604,10 +1471,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         }
         Py_XDECREF(nseq);
     }
-    for (Py_ssize_t i = 0; arrs != NULL && i < n; i++) {
-        Py_XDECREF(arrs[i]);
-    }
-    PyMem_Free(arrs);
     Py_DECREF(seq);
     k->n = (size_t)n;
     if (!ok) {
@@ -1640,20 +1503,20 @@ PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 static PyObject *
 Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", NULL};
-    if (!mr_check_nargs("prefill_batch", nargs, 1, 1) || mr_check_kwnames("prefill_batch", kwnames, allowed) < 0
+    MR_ARGS(spec, pa, "prefill_batch", 1, 1, 1, "keys", "ns");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "prefill_batch") < 0) {
         return NULL;
     }
     keyset k;
-    if (keyset_read(args[0], mr_find_kw(kwnames, args + nargs, "ns"), &k, "prefill_batch") < 0) {
+    if (keyset_read(args[0], pa[1], &k, "prefill_batch") < 0) {
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
     PyObject *a[8] = {NULL};
     PyObject *res = NULL;
     for (int j = 0; j < 7; j++) {
-        a[j] = mr_pools_new_i64(n);
+        a[j] = mr_i64_array(NULL, n);
     }
     a[7] = new_u8(n);
     for (int j = 0; j < 8; j++) {
@@ -1668,12 +1531,8 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "prefill_batch(): a key is longer than max_context_len");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "prefill_batch()");
+        lc_raise_row(self, rc, "prefill_batch()", prefill_batch_overrides, 0);
         goto error;
     }
     res = Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "rows", a[0], "prefix_len", a[1], "cow_src", a[2],
@@ -1690,7 +1549,7 @@ error:
 static int
 rows_read(PyObject *obj, PyObject **arr, const char *fname)
 {
-    *arr = mr_pools_index_array(obj, "rows");
+    *arr = mr_ints_array(obj, "rows");
     return *arr == NULL ? -1 : 0;
 }
 
@@ -1705,9 +1564,8 @@ PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", NULL};
-    if (!mr_check_nargs("unfinished_batch", nargs, 2, 2)
-        || mr_check_kwnames("unfinished_batch", kwnames, allowed) < 0 || need_pools(self, "unfinished_batch") < 0) {
+    MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0) {
         return NULL;
     }
     PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
@@ -1715,7 +1573,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "unfinished_batch") < 0) {
+    if (keyset_read(args[1], pa[2], &k, "unfinished_batch") < 0) {
         Py_DECREF(rows);
         return NULL;
     }
@@ -1733,8 +1591,8 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
             goto error;
         }
     }
-    fs = mr_pools_new_i64(n);
-    fd = mr_pools_new_i64(n);
+    fs = mr_i64_array(NULL, n);
+    fd = mr_i64_array(NULL, n);
     if (fs == NULL || fd == NULL) {
         goto error;
     }
@@ -1763,7 +1621,8 @@ PyDoc_STRVAR(Lifecycle_decode_batch__doc__,
 static PyObject *
 Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!mr_check_nargs("decode_batch", nargs, 1, 1) || need_pools(self, "decode_batch") < 0) {
+    MR_ARGS(spec, pa, "decode_batch", 1, 1, 1, "rows");
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_batch") < 0) {
         return NULL;
     }
     PyObject *rows = NULL, *ts = NULL, *tm = NULL, *res = NULL;
@@ -1771,7 +1630,7 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    ts = mr_pools_new_i64(n);
+    ts = mr_i64_array(NULL, n);
     tm = new_u8(n);
     if (ts == NULL || tm == NULL) {
         goto error;
@@ -1781,12 +1640,8 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "decode_batch(): a row is not in use or its table row is full");
-        goto error;
-    }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "decode_batch()");
+        lc_raise_row(self, rc, "decode_batch()", decode_batch_overrides, 0);
         goto error;
     }
     res = PyTuple_Pack(2, ts, tm);
@@ -1807,13 +1662,13 @@ PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
 static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"ns", "is_insert", NULL};
-    if (!mr_check_nargs("finish_batch", nargs, 2, 2) || mr_check_kwnames("finish_batch", kwnames, allowed) < 0
+    MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "finish_batch") < 0) {
         return NULL;
     }
     int ins = 1;
-    PyObject *o = mr_find_kw(kwnames, args + nargs, "is_insert");
+    PyObject *o = pa[3];
     if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
@@ -1822,7 +1677,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
     if (rows_read(args[0], &rows, "finish_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], mr_find_kw(kwnames, args + nargs, "ns"), &k, "finish_batch") < 0) {
+    if (keyset_read(args[1], pa[2], &k, "finish_batch") < 0) {
         Py_DECREF(rows);
         return NULL;
     }
@@ -1835,7 +1690,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t r = I64(rows)[i];
         if (!mr_reqpool_in_use(rp, r)) {
-            PyErr_Format(lc_state(self)->pools[MR_POOLS_OWNERSHIP_ERROR],
+            PyErr_Format(lc_state(self)->OwnershipError,
                          "finish_batch(): row %lld is not in use (finished twice?)", (long long)r);
             goto error;
         }
@@ -1947,12 +1802,7 @@ static PyType_Slot Lifecycle_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec Lifecycle_spec = {
-    .name = "mambaradix._C.Lifecycle",
-    .basicsize = sizeof(LifecycleObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = Lifecycle_slots,
-};
+static PyType_Spec Lifecycle_spec = MR_TYPE_SPEC("mambaradix._C.Lifecycle", LifecycleObject, Lifecycle_slots, 0);
 
 /* ------------------------------------------------------------------------
  * ReqState type */
@@ -1960,9 +1810,9 @@ static PyType_Spec Lifecycle_spec = {
 static PyObject *
 ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"rs", NULL};
-    PyObject *init = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:ReqState", kwlist, &init)) {
+    static mr_argspec spec = MR_ARGSPEC("ReqState", 0, 1, 0, "rs");
+    PyObject *init;
+    if (mr_parse_tuple(&spec, args, kwds, &init) < 0) {
         return NULL;
     }
     ReqStateObject *self = (ReqStateObject *)tp->tp_alloc(tp, 0);
@@ -1980,10 +1830,7 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 ReqState_dealloc(ReqStateObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 static PyObject *
@@ -2081,28 +1928,14 @@ static PyType_Slot ReqState_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec ReqState_spec = {
-    .name = "mambaradix._C.ReqState",
-    .basicsize = sizeof(ReqStateObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = ReqState_slots,
-};
+static PyType_Spec ReqState_spec = MR_TYPE_SPEC("mambaradix._C.ReqState", ReqStateObject, ReqState_slots, 0);
 
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)
 {
-    PyObject *tp = PyType_FromModuleAndSpec(m, &Lifecycle_spec, NULL);
-    if (tp == NULL) {
+    if (mr_add_type(m, &st->Lifecycle, PyType_FromModuleAndSpec(m, &Lifecycle_spec, NULL)) < 0
+        || mr_add_type(m, &st->ReqState, PyType_FromModuleAndSpec(m, &ReqState_spec, NULL)) < 0) {
         return -1;
     }
-    st->pools[MR_POOLS_LIFECYCLE] = tp;
-    if (PyModule_AddType(m, (PyTypeObject *)tp) < 0) {
-        return -1;
-    }
-    tp = PyType_FromModuleAndSpec(m, &ReqState_spec, NULL);
-    if (tp == NULL) {
-        return -1;
-    }
-    st->pools[MR_POOLS_REQ_STATE] = tp;
-    return PyModule_AddType(m, (PyTypeObject *)tp);
+    return 0;
 }

@@ -9,64 +9,20 @@
 #include "py_common.h"
 #include "py_numpy.h"
 #include "py_pools.h"
+#include "py_ints.h"
 
 #include <string.h>
 
 /* ------------------------------------------------------------------------
  * Shared helpers */
 
-PyObject *
-mr_pools_index_array(PyObject *obj, const char *arg)
-{
-    PyObject *arr = PyArray_FROMANY(obj, NPY_INT64, 0, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST);
-    if (arr == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
-            return NULL;
-        }
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a 1-D sequence or array of ints", arg);
-        return NULL;
-    }
-    if (PyArray_NDIM((PyArrayObject *)arr) == 0) {
-        npy_intp one[1] = {1};
-        PyArray_Dims shape = {one, 1};
-        PyObject *r = PyArray_Newshape((PyArrayObject *)arr, &shape, NPY_CORDER);
-        Py_DECREF(arr);
-        return r;
-    }
-    return arr;
-}
-
-PyObject *
-mr_pools_new_i64(npy_intp n)
-{
-    npy_intp dims[1] = {n};
-    return PyArray_SimpleNew(1, dims, NPY_INT64);
-}
-
-/* Raises the exception for a failed free/transfer of unit `bad`. */
-PyObject *
-mr_pools_raise_owner(mr_state *st, int rc, const char *what, const char *unit, int64_t bad)
-{
-    PyObject *exc = st->pools[MR_POOLS_OWNERSHIP_ERROR];
-    switch (rc) {
-    case MR_EINVAL:
-        PyErr_Format(PyExc_ValueError, "%s: %s %lld is out of range or listed twice",
-                     what, unit, (long long)bad);
-        break;
-    case MR_ENOENT:
-        PyErr_Format(exc, "%s: %s %lld is already free (double free)", what, unit, (long long)bad);
-        break;
-    case MR_EBUSY:
-        PyErr_Format(exc, "%s: %s %lld is not owned by the caller (owned by %s)", what, unit,
-                     (long long)bad, "the prefix tree or a request");
-        break;
-    default:
-        mr_raise(st, rc, what);
-        break;
-    }
-    return NULL;
-}
+/* A failed free/transfer of unit `bad` (py_status.h: what, unit, bad). */
+static const mr_status_override owner_overrides[] = {
+    {MR_EINVAL, MR_EXC_VALUE, "%s: %s %lld is out of range or listed twice"},
+    {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: %s %lld is already free (double free)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: %s %lld is not owned by the caller (owned by the prefix tree or a request)"},
+    MR_STATUS_END(NULL),
+};
 
 /* ------------------------------------------------------------------------
  * SlotAllocator */
@@ -79,18 +35,16 @@ typedef struct {
 mr_kv *
 mr_pools_slot_allocator_kv(PyObject *obj, mr_state *st)
 {
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->pools[MR_POOLS_SLOT_ALLOCATOR])) {
-        return NULL;
-    }
-    return &((SlotAllocatorObject *)obj)->kv;
+    SlotAllocatorObject *o = (SlotAllocatorObject *)mr_instance(obj, st->SlotAllocator);
+    return o != NULL ? &o->kv : NULL;
 }
 
 static PyObject *
 SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"size", "page_size", NULL};
+    MR_ARGS(spec, a, "SlotAllocator", 0, 2, 1, "size", "page_size");
     long long size = 0, page_size = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|L:SlotAllocator", kwlist, &size, &page_size)) {
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &page_size) < 0) {
         return NULL;
     }
     if (size < 0) {
@@ -116,11 +70,8 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 SlotAllocator_dealloc(SlotAllocatorObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_kv_destroy(&self->kv);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 PyDoc_STRVAR(SlotAllocator_alloc__doc__,
@@ -135,16 +86,13 @@ PyDoc_STRVAR(SlotAllocator_alloc__doc__,
 static PyObject *
 SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const allowed[] = {"owner", NULL};
+    MR_ARGS(spec, a, "alloc", 1, 2, 1, "n", "owner");
     mr_state *st = mr_state_from_type(Py_TYPE(self));
     int64_t n = 0, owner = MR_OWNER_HELD;
-    if (!mr_check_nargs("alloc", nargs, 1, 2) || mr_check_kwnames("alloc", kwnames, allowed) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_as_int64(a[0], 0, INT64_MAX / 2, "alloc(): n", &n) < 0) {
         return NULL;
     }
-    if (mr_as_int64(args[0], 0, INT64_MAX / 2, "alloc(): n", &n) < 0) {
-        return NULL;
-    }
-    PyObject *o = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "owner");
+    PyObject *o = a[1];
     if (o != NULL && o != Py_None && mr_as_int64(o, 1, INT32_MAX, "alloc(): owner", &owner) < 0) {
         return NULL;
     }
@@ -157,7 +105,7 @@ SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t
         && !(n == 1 && self->kv.pages.group_active && self->kv.pages.group_pos < self->kv.pages.group_len)) {
         Py_RETURN_NONE;
     }
-    PyObject *out = mr_pools_new_i64((npy_intp)n);
+    PyObject *out = mr_i64_array(NULL, (npy_intp)n);
     if (out == NULL) {
         return NULL;
     }
@@ -179,7 +127,7 @@ slot_move(SlotAllocatorObject *self, PyObject *idx_obj, mr_from from, int32_t to
           const char *what)
 {
     mr_state *st = mr_state_from_type(Py_TYPE(self));
-    PyObject *arr = mr_pools_index_array(idx_obj, what);
+    PyObject *arr = mr_ints_array(idx_obj, what);
     if (arr == NULL) {
         return NULL;
     }
@@ -190,7 +138,7 @@ slot_move(SlotAllocatorObject *self, PyObject *idx_obj, mr_from from, int32_t to
                      : mr_kv_transfer(&self->kv, p, k, from, to, &bad);
     Py_DECREF(arr);
     if (rc != MR_OK) {
-        return mr_pools_raise_owner(st, rc, what, self->kv.page_size > 1 ? "token" : "slot", bad);
+        return mr_raise_detail(st, rc, what, owner_overrides, self->kv.page_size > 1 ? "token" : "slot", bad);
     }
     Py_RETURN_NONE;
 }
@@ -233,7 +181,8 @@ PyDoc_STRVAR(SlotAllocator_transfer__doc__,
 static PyObject *
 SlotAllocator_transfer(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!mr_check_nargs("transfer", nargs, 2, 2)) {
+    MR_ARGS(spec, parsed, "transfer", 2, 2, 2, "indices", "to");
+    if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
     int64_t to = 0;
@@ -422,12 +371,8 @@ static PyType_Slot SlotAllocator_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec SlotAllocator_spec = {
-    .name = "mambaradix._C.SlotAllocator",
-    .basicsize = sizeof(SlotAllocatorObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = SlotAllocator_slots,
-};
+static PyType_Spec SlotAllocator_spec = MR_TYPE_SPEC("mambaradix._C.SlotAllocator", SlotAllocatorObject,
+                                                     SlotAllocator_slots, 0);
 
 /* ------------------------------------------------------------------------
  * ReqPool */
@@ -440,19 +385,18 @@ typedef struct {
 mr_reqpool *
 mr_pools_req_pool(PyObject *obj, mr_state *st)
 {
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->pools[MR_POOLS_REQ_POOL])) {
-        return NULL;
-    }
-    return &((ReqPoolObject *)obj)->pool;
+    ReqPoolObject *o = (ReqPoolObject *)mr_instance(obj, st->ReqPool);
+    return o != NULL ? &o->pool : NULL;
 }
 
 static PyObject *
 ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"size", "max_context_len", "track_buffer_size", NULL};
+    MR_ARGS(spec, a, "ReqPool", 0, 3, 2, "size", "max_context_len", "track_buffer_size");
     long long size = 0, max_ctx = 0;
     int pp = 2;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LL|i:ReqPool", kwlist, &size, &max_ctx, &pp)) {
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &max_ctx) < 0
+        || mr_arg_int(a[2], &pp) < 0) {
         return NULL;
     }
     if (size < 0) {
@@ -482,11 +426,8 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 ReqPool_dealloc(ReqPoolObject *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     mr_reqpool_destroy(&self->pool);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* A numpy view of memory owned by self. */
@@ -560,7 +501,7 @@ ReqPool_alloc(ReqPoolObject *self, PyObject *arg)
     if (n > mr_slots_available(&self->pool.rows)) {
         Py_RETURN_NONE;
     }
-    PyObject *out = mr_pools_new_i64((npy_intp)n);
+    PyObject *out = mr_i64_array(NULL, (npy_intp)n);
     if (out == NULL) {
         return NULL;
     }
@@ -589,7 +530,7 @@ ReqPool_free(ReqPoolObject *self, PyObject *arg)
     }
     int rc = mr_reqpool_free(&self->pool, r);
     if (rc != MR_OK) {
-        return mr_pools_raise_owner(st, rc, "free(): row", "request row", r);
+        return mr_raise_detail(st, rc, "free(): row", owner_overrides, "request row", r);
     }
     Py_RETURN_NONE;
 }
@@ -622,14 +563,15 @@ static PyObject *
 ReqPool_write(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t r = 0, start = 0;
-    if (!mr_check_nargs("write", nargs, 3, 3)) {
+    MR_ARGS(spec, parsed, "write", 3, 3, 3, "row", "start", "values");
+    if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
     if (mr_as_int64(args[0], 0, self->pool.size, "write(): row", &r) < 0
         || mr_as_int64(args[1], 0, self->pool.max_ctx, "write(): start", &start) < 0) {
         return NULL;
     }
-    PyObject *arr = mr_pools_index_array(args[2], "write(): values");
+    PyObject *arr = mr_ints_array(args[2], "write(): values");
     if (arr == NULL) {
         return NULL;
     }
@@ -656,7 +598,8 @@ static PyObject *
 ReqPool_mark_dirty(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t r = 0, a = 0, b = 0;
-    if (!mr_check_nargs("mark_dirty", nargs, 3, 3)) {
+    MR_ARGS(spec, parsed, "mark_dirty", 3, 3, 3, "row", "start", "end");
+    if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
     if (mr_as_int64(args[0], 0, self->pool.size, "mark_dirty(): row", &r) < 0
@@ -679,7 +622,7 @@ static PyObject *
 ReqPool_take_dirty(ReqPoolObject *self, PyObject *unused)
 {
     npy_intp n = (npy_intp)self->pool.ndirty;
-    PyObject *rows = mr_pools_new_i64(n), *starts = mr_pools_new_i64(n), *ends = mr_pools_new_i64(n);
+    PyObject *rows = mr_i64_array(NULL, n), *starts = mr_i64_array(NULL, n), *ends = mr_i64_array(NULL, n);
     PyObject *res = NULL;
     if (rows == NULL || starts == NULL || ends == NULL) {
         goto error;
@@ -775,26 +718,10 @@ static PyType_Slot ReqPool_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec ReqPool_spec = {
-    .name = "mambaradix._C.ReqPool",
-    .basicsize = sizeof(ReqPoolObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = ReqPool_slots,
-};
+static PyType_Spec ReqPool_spec = MR_TYPE_SPEC("mambaradix._C.ReqPool", ReqPoolObject, ReqPool_slots, 0);
 
 /* ------------------------------------------------------------------------
  * Registration */
-
-static int
-add_type(PyObject *m, mr_state *st, int slot, PyType_Spec *spec)
-{
-    PyObject *tp = PyType_FromModuleAndSpec(m, spec, NULL);
-    if (tp == NULL) {
-        return -1;
-    }
-    st->pools[slot] = tp;
-    return PyModule_AddType(m, (PyTypeObject *)tp);
-}
 
 int
 mr_py_pools_init(PyObject *m, mr_state *st)
@@ -803,17 +730,17 @@ mr_py_pools_init(PyObject *m, mr_state *st)
     if (bases == NULL) {
         return -1;
     }
-    st->pools[MR_POOLS_OWNERSHIP_ERROR] = PyErr_NewExceptionWithDoc(
+    st->OwnershipError = PyErr_NewExceptionWithDoc(
         "mambaradix.OwnershipError",
         "A slot, token or request row was freed twice, or freed by someone who does not own it.",
         bases, NULL);
     Py_DECREF(bases);
-    if (st->pools[MR_POOLS_OWNERSHIP_ERROR] == NULL
-        || PyModule_AddObjectRef(m, "OwnershipError", st->pools[MR_POOLS_OWNERSHIP_ERROR]) < 0) {
+    if (st->OwnershipError == NULL
+        || PyModule_AddObjectRef(m, "OwnershipError", st->OwnershipError) < 0) {
         return -1;
     }
-    if (add_type(m, st, MR_POOLS_SLOT_ALLOCATOR, &SlotAllocator_spec) < 0
-        || add_type(m, st, MR_POOLS_REQ_POOL, &ReqPool_spec) < 0) {
+    if (mr_add_type(m, &st->SlotAllocator, PyType_FromModuleAndSpec(m, &SlotAllocator_spec, NULL)) < 0
+        || mr_add_type(m, &st->ReqPool, PyType_FromModuleAndSpec(m, &ReqPool_spec, NULL)) < 0) {
         return -1;
     }
     return mr_py_lifecycle_init(m, st);

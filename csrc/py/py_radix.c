@@ -8,6 +8,7 @@
  * (StaleNodeError when used then). */
 #include "py_common.h"
 #include "py_numpy.h"
+#include "py_ints.h"
 #include "idset.h"
 #include "radix.h"
 
@@ -15,23 +16,13 @@
 
 #include "structmember.h"
 
-enum {
-    SLOT_RADIXTREE = 0,
-    SLOT_NODE,
-    SLOT_MATCHRESULT,
-    SLOT_INSERTRESULT,
-    SLOT_EVICTRESULT,
-};
-
 typedef struct {
     PyObject_HEAD
     mr_radix *tree;
     PyObject *ns_ids;      /* dict: extra_key str -> int id (>= 1) */
     PyObject *ns_names;    /* list: id - 1 -> str */
-    int32_t *keybuf;       /* scratch for converted keys */
-    size_t keycap;
-    int64_t *valbuf;       /* scratch for converted values */
-    size_t valcap;
+    mr_buf keybuf;         /* scratch for converted keys */
+    mr_buf valbuf;         /* scratch for converted values */
     PyObject *weakreflist;
     int check_ownership;   /* RadixTree(check_ownership=True): */
     mr_idset kv_owned;     /*   KV indices the tree holds */
@@ -52,342 +43,12 @@ tree_state(PyObject *self)
 }
 
 /* ------------------------------------------------------------------------
- * Scratch buffers */
+ * Reading arguments */
 
 static int
-grow(void **buf, size_t *cap, size_t need, size_t itemsize)
+read_key(PyObject *obj, mr_buf *scratch, mr_ints *v)
 {
-    if (need <= *cap) {
-        return 0;
-    }
-    size_t cap2 = *cap ? *cap : 256;
-    while (cap2 < need) {
-        cap2 *= 2;
-    }
-    void *p = PyMem_Realloc(*buf, cap2 * itemsize);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *buf = p;
-    *cap = cap2;
-    return 0;
-}
-
-/* A call borrows the tree's scratch buffer for its whole duration, so a
- * re-entrant call (an __index__ that calls back into the tree while a key
- * is being read) works on a buffer of its own and cannot clobber or free
- * this one.  The larger buffer is kept when both come back. */
-typedef struct {
-    void *p;
-    size_t cap;
-} scratch;
-
-static void
-scratch_take(void **slot, size_t *capslot, scratch *s)
-{
-    s->p = *slot;
-    s->cap = *capslot;
-    *slot = NULL;
-    *capslot = 0;
-}
-
-static void
-scratch_give(void **slot, size_t *capslot, scratch *s)
-{
-    if (*slot == NULL || s->cap > *capslot) {
-        PyMem_Free(*slot);
-        *slot = s->p;
-        *capslot = s->cap;
-    }
-    else {
-        PyMem_Free(s->p);
-    }
-    s->p = NULL;
-    s->cap = 0;
-}
-
-/* ------------------------------------------------------------------------
- * Reading keys and values */
-
-/* Classifies a buffer format: returns 's' (signed int), 'u' (unsigned int)
- * or 0 (anything else), with native byte order only. */
-static char
-int_kind(const char *fmt)
-{
-    if (fmt == NULL) {
-        return 'u';   /* plain bytes */
-    }
-    if (*fmt == '@' || *fmt == '=' || *fmt == '<') {
-        fmt++;
-    }
-    if (fmt[0] == '\0' || fmt[1] != '\0') {
-        return 0;
-    }
-    switch (fmt[0]) {
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
-        return 's';
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-        return 'u';
-    default:
-        return 0;
-    }
-}
-
-/* Reads element i of a 1-D integer buffer as int64 (unsigned values above
- * INT64_MAX are reported through *overflow). */
-static int64_t
-buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
-{
-    const char *p = (const char *)v->buf + i * (v->strides ? v->strides[0] : v->itemsize);
-    switch (v->itemsize) {
-    case 1: return kind == 's' ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
-    case 2: { int16_t s; uint16_t u; if (kind == 's') { memcpy(&s, p, 2); return s; } memcpy(&u, p, 2); return u; }
-    case 4: { int32_t s; uint32_t u; if (kind == 's') { memcpy(&s, p, 4); return s; } memcpy(&u, p, 4); return u; }
-    default: {
-        int64_t s;
-        uint64_t u;
-        if (kind == 's') {
-            memcpy(&s, p, 8);
-            return s;
-        }
-        memcpy(&u, p, 8);
-        if (u > (uint64_t)INT64_MAX) {
-            *overflow = 1;
-        }
-        return (int64_t)u;
-    }
-    }
-}
-
-/* Checks that every element of a contiguous int32 (width 4) or int64
- * (width 8) array lies in [lo, hi]; raises ValueError naming arg and the
- * first offending index.  The min/max scan has no early exit, so the
- * compiler vectorises it. */
-static int
-check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
-{
-    int64_t mn = INT64_MAX, mx = INT64_MIN;
-    if (width == 8 && lo == 0 && hi == INT64_MAX) {
-        /* Only the sign bits matter: one OR over the array (vectorised
-         * without 64-bit compares, which baseline x86-64 lacks). */
-        const uint64_t *a = p;
-        uint64_t any = 0;
-        for (size_t i = 0; i < n; i++) {
-            any |= a[i];
-        }
-        if ((any >> 63) == 0) {
-            return 0;
-        }
-        mn = -1;   /* some element is negative: the loop below names it */
-    }
-    else if (width == 8) {
-        const int64_t *a = p;
-        for (size_t i = 0; i < n; i++) {
-            mn = a[i] < mn ? a[i] : mn;
-            mx = a[i] > mx ? a[i] : mx;
-        }
-    }
-    else {
-        if (lo <= INT32_MIN && hi >= INT32_MAX) {
-            return 0;
-        }
-        const int32_t *a = p;
-        int32_t mn32 = INT32_MAX, mx32 = INT32_MIN;
-        for (size_t i = 0; i < n; i++) {
-            mn32 = a[i] < mn32 ? a[i] : mn32;
-            mx32 = a[i] > mx32 ? a[i] : mx32;
-        }
-        mn = mn32;
-        mx = mx32;
-    }
-    if (n == 0 || (mn >= lo && mx <= hi)) {
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int64_t x = width == 8 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
-        if (x < lo || x > hi) {
-            PyErr_Format(PyExc_ValueError, "%s[%zu] = %lld is out of range [%lld, %lld]",
-                         arg, i, (long long)x, (long long)lo, (long long)hi);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* An integer array argument, read either in place or into scratch. */
-typedef struct {
-    Py_buffer view;
-    int have_view;
-} argbuf;
-
-static void
-argbuf_release(argbuf *a)
-{
-    if (a->have_view) {
-        PyBuffer_Release(&a->view);
-        a->have_view = 0;
-    }
-}
-
-/* Reads obj as a 1-D array of integers in [lo, hi] with element size
- * `width` (4: int32 out, 8: int64 out).  Zero-copy when obj is a
- * C-contiguous buffer of exactly that signed type; otherwise converted into
- * *scratch.  Sets *data and *len.  Returns 0, or -1 with TypeError /
- * ValueError naming `arg`. */
-static int
-read_ints(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg,
-          void **scratch, size_t *scratch_cap, argbuf *ab, const void **data, size_t *len)
-{
-    /* Fast path: a contiguous 1-D numpy array of exactly the wanted type
-     * is read in place without building a Py_buffer. */
-    if (PyArray_CheckExact(obj)) {
-        PyArrayObject *arr = (PyArrayObject *)obj;
-        int want = width == 4 ? NPY_INT32 : NPY_INT64;
-        if (PyArray_NDIM(arr) == 1 && PyArray_TYPE(arr) == want && PyArray_ISCARRAY_RO(arr)
-            && PyArray_ISNOTSWAPPED(arr)) {
-            npy_intp n = PyArray_DIM(arr, 0);
-            if (check_range(PyArray_DATA(arr), width, (size_t)n, lo, hi, arg) < 0) {
-                return -1;
-            }
-            *data = PyArray_DATA(arr);
-            *len = (size_t)n;
-            return 0;
-        }
-    }
-    if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) {
-        if (PyObject_GetBuffer(obj, &ab->view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
-            return -1;
-        }
-        ab->have_view = 1;
-        Py_buffer *v = &ab->view;
-        char kind = int_kind(v->format);
-        if (kind == 0 || !(v->itemsize == 1 || v->itemsize == 2 || v->itemsize == 4 || v->itemsize == 8)) {
-            PyErr_Format(PyExc_TypeError, "%s must hold integers, not buffer format '%s'",
-                         arg, v->format ? v->format : "B");
-            goto fail;
-        }
-        if (v->ndim != 1) {
-            PyErr_Format(PyExc_ValueError, "%s must be 1-dimensional, not %d-dimensional", arg, v->ndim);
-            goto fail;
-        }
-        Py_ssize_t n = v->shape[0];
-        int contiguous = v->strides == NULL || v->strides[0] == v->itemsize;
-        if (kind == 's' && v->itemsize == width && contiguous) {
-            if (check_range(v->buf, width, (size_t)n, lo, hi, arg) < 0) {
-                goto fail;
-            }
-            *data = v->buf;
-            *len = (size_t)n;
-            return 0;
-        }
-        if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
-            goto fail;
-        }
-        if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
-            /* int64 keys (SGLang's array('q') tokens): one narrowing pass the
-             * compiler vectorizes, range-checked by min/max afterwards. */
-            const int64_t *src = v->buf;
-            int32_t *dst = *scratch;
-            int64_t mn = 0, mx = 0;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t x = src[i];
-                mn = x < mn ? x : mn;
-                mx = x > mx ? x : mx;
-                dst[i] = (int32_t)x;
-            }
-            if (mn >= lo && mx <= hi) {
-                argbuf_release(ab);
-                *data = *scratch;
-                *len = (size_t)n;
-                return 0;
-            }
-            /* Out of range somewhere: the loop below names the first index. */
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int overflow = 0;
-            int64_t x = buf_item(v, kind, i, &overflow);
-            if (overflow || x < lo || x > hi) {
-                PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range [%lld, %lld]",
-                             arg, i, (long long)lo, (long long)hi);
-                goto fail;
-            }
-            if (width == 4) {
-                ((int32_t *)*scratch)[i] = (int32_t)x;
-            }
-            else {
-                ((int64_t *)*scratch)[i] = x;
-            }
-        }
-        argbuf_release(ab);
-        *data = *scratch;
-        *len = (size_t)n;
-        return 0;
-    fail:
-        argbuf_release(ab);
-        return -1;
-    }
-
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a sequence or buffer of ints, not %.100s",
-                     arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    if (grow(scratch, scratch_cap, (size_t)n, (size_t)width) < 0) {
-        Py_DECREF(seq);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *it = items[i];
-        long long x;
-        int overflow = 0;
-        if (PyLong_CheckExact(it)) {
-            x = PyLong_AsLongLongAndOverflow(it, &overflow);
-        }
-        else if (!PyBool_Check(it) && PyIndex_Check(it)) {
-            PyObject *ix = PyNumber_Index(it);
-            if (ix == NULL) {
-                Py_DECREF(seq);
-                return -1;
-            }
-            x = PyLong_AsLongLongAndOverflow(ix, &overflow);
-            Py_DECREF(ix);
-        }
-        else {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", arg, i, Py_TYPE(it)->tp_name);
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (x == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (overflow || x < lo || x > hi) {
-            PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range [%lld, %lld]",
-                         arg, i, (long long)lo, (long long)hi);
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (width == 4) {
-            ((int32_t *)*scratch)[i] = (int32_t)x;
-        }
-        else {
-            ((int64_t *)*scratch)[i] = (int64_t)x;
-        }
-    }
-    Py_DECREF(seq);
-    *data = *scratch;
-    *len = (size_t)n;
-    return 0;
-}
-
-static int
-read_key(PyObject *obj, scratch *sc, argbuf *ab, const int32_t **key, size_t *len)
-{
-    return read_ints(obj, 4, INT32_MIN, INT32_MAX, "key", &sc->p, &sc->cap, ab, (const void **)key, len);
+    return mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, "key", 0, scratch, v);
 }
 
 /* extra_key -> namespace id.  None -> 0.  An unknown key gets a new id when
@@ -443,53 +104,9 @@ namespace_of(RadixTree *self, PyObject *extra_key, int create, int32_t *ns)
  * Results */
 
 static PyObject *
-new_i64_array(const int64_t *src, size_t n)
-{
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (a != NULL && n > 0) {
-        memcpy(PyArray_DATA((PyArrayObject *)a), src, n * sizeof(int64_t));
-    }
-    return a;
-}
-
-static void
-free_capsule_buffer(PyObject *cap)
-{
-    PyMem_Free(PyCapsule_GetPointer(cap, "mambaradix.buffer"));
-}
-
-/* A numpy int64 array that takes over buf (PyMem_Malloc'd, n elements):
- * no copy.  On failure buf is freed. */
-static PyObject *
-wrap_owned_i64(int64_t *buf, size_t n)
-{
-    if (buf == NULL || n == 0) {
-        PyMem_Free(buf);
-        return new_i64_array(NULL, 0);
-    }
-    PyObject *cap = PyCapsule_New(buf, "mambaradix.buffer", free_capsule_buffer);
-    if (cap == NULL) {
-        PyMem_Free(buf);
-        return NULL;
-    }
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *a = PyArray_SimpleNewFromData(1, dims, NPY_INT64, buf);
-    if (a == NULL) {
-        Py_DECREF(cap);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {   /* steals cap */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
-}
-
-static PyObject *
 node_new_handle(mr_state *st, RadixTree *owner, const mr_node *n)
 {
-    Node *obj = PyObject_New(Node, (PyTypeObject *)st->radix[SLOT_NODE]);
+    Node *obj = PyObject_New(Node, (PyTypeObject *)st->Node);
     if (obj == NULL) {
         return NULL;
     }
@@ -509,7 +126,7 @@ state_or_none(int64_t s)
 static int
 resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_node **out)
 {
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->radix[SLOT_NODE])) {
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)st->Node)) {
         PyErr_Format(PyExc_TypeError, "%s must be a mambaradix.Node, not %.100s", arg, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -531,15 +148,17 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"page_size", "chunk_size", "lru_policy", "check_ownership", "policy_options",
-                             "max_states_per_path", "semantics", "kv_only", NULL};
-    PyObject *page_obj = NULL, *chunk_obj = Py_None, *opts = Py_None, *budget = Py_None;
+    MR_ARGS(spec, a, "RadixTree", 0, 3, 0, "page_size", "chunk_size", "lru_policy", "check_ownership",
+            "policy_options", "max_states_per_path", "semantics", "kv_only");
     const char *policy = "consumed", *semantics = "v0.5.15";
     int check_ownership = 0, kv_only = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOs$pOOsp:RadixTree", kwlist, &page_obj, &chunk_obj,
-                                     &policy, &check_ownership, &opts, &budget, &semantics, &kv_only)) {
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_str(a[2], "RadixTree", "lru_policy", 0, &policy) < 0
+        || mr_arg_bool(a[3], &check_ownership) < 0 || mr_arg_str(a[6], "RadixTree", "semantics", 0, &semantics) < 0
+        || mr_arg_bool(a[7], &kv_only) < 0) {
         return NULL;
     }
+    PyObject *page_obj = a[0], *chunk_obj = a[1] ? a[1] : Py_None, *opts = a[4] ? a[4] : Py_None,
+             *budget = a[5] ? a[5] : Py_None;
     int64_t page = 1, chunk;
     if (page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0) {
         return NULL;
@@ -598,7 +217,6 @@ error:
 static void
 RadixTree_dealloc(RadixTree *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
@@ -608,11 +226,31 @@ RadixTree_dealloc(RadixTree *self)
     mr_idset_free(&self->kv_seen);
     Py_XDECREF(self->ns_ids);
     Py_XDECREF(self->ns_names);
-    PyMem_Free(self->keybuf);
-    PyMem_Free(self->valbuf);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_buf_free(&self->keybuf);
+    mr_buf_free(&self->valbuf);
+    mr_type_free((PyObject *)self);
+}
+
+/* The KV indices from the root to n (len of them), as an int64 array. */
+static PyObject *
+path_indices(RadixTree *self, const mr_node *n, size_t len)
+{
+    PyObject *idx = mr_i64_array(NULL, len);
+    if (idx != NULL) {
+        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
+    }
+    return idx;
+}
+
+/* An insert's duplicates, the caller's val[start : start + n): a view of a
+ * numpy int64 value array, else a new array. */
+static PyObject *
+duplicates_of(PyObject *value, const int64_t *val, size_t start, size_t n)
+{
+    if (PyArray_CheckExact(value) && val == PyArray_DATA((PyArrayObject *)value)) {
+        return PySequence_GetSlice(value, (Py_ssize_t)start, (Py_ssize_t)(start + n));
+    }
+    return mr_i64_array(val + start, n);
 }
 
 PyDoc_STRVAR(RadixTree_match_prefix__doc__,
@@ -632,78 +270,37 @@ PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 static PyObject *
 RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const kw[] = {"extra_key", "indices", NULL};
+    MR_ARGS(spec, a, "match_prefix", 1, 2, 1, "key", "extra_key", "indices");
     mr_state *st = tree_state((PyObject *)self);
-    if (!mr_check_nargs("match_prefix", nargs, 1, 2) || mr_check_kwnames("match_prefix", kwnames, kw) < 0) {
+    int32_t ns;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || namespace_of(self, a[1], 0, &ns) < 0) {
         return NULL;
     }
-    PyObject *extra = nargs > 1 ? args[1] : mr_find_kw(kwnames, args + nargs, "extra_key");
-    PyObject *want_obj = mr_find_kw(kwnames, args + nargs, "indices");
-    int want = want_obj == NULL ? 1 : PyObject_IsTrue(want_obj);
+    int want = a[2] == NULL ? 1 : PyObject_IsTrue(a[2]);
     if (want < 0) {
         return NULL;
     }
-    int32_t ns;
-    if (namespace_of(self, extra, 0, &ns) < 0) {
-        return NULL;
-    }
-    argbuf ab = {0};
-    const int32_t *key;
-    size_t len;
-    scratch ks;
-    scratch_take((void **)&self->keybuf, &self->keycap, &ks);
-    if (read_key(args[0], &ks, &ab, &key, &len) < 0) {
-        scratch_give((void **)&self->keybuf, &self->keycap, &ks);
+    mr_ints key;
+    mr_buf ks = mr_buf_take(&self->keybuf);
+    if (read_key(a[0], &ks, &key) < 0) {
+        mr_buf_give(&self->keybuf, &ks);
         return NULL;
     }
     mr_match m;
-    int rc = mr_radix_match(self->tree, key, len, ns, &m);
-    argbuf_release(&ab);
-    scratch_give((void **)&self->keybuf, &self->keycap, &ks);
+    int rc = mr_radix_match(self->tree, key.data, key.len, ns, &m);
+    mr_ints_release(&key);
+    mr_buf_give(&self->keybuf, &ks);
     if (rc != MR_OK) {
         return mr_raise(st, rc, "match_prefix()");
     }
-    PyObject *res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_MATCHRESULT]);
-    if (res == NULL) {
-        return NULL;
-    }
-    PyObject *idx = Py_NewRef(Py_None);
-    if (want) {
-        npy_intp dims[1] = {(npy_intp)m.prefix_len};
-        Py_DECREF(idx);
-        idx = PyArray_SimpleNew(1, dims, NPY_INT64);
-        if (idx == NULL) {
-            goto error;
-        }
-        mr_radix_path_values(self->tree, m.node, PyArray_DATA((PyArrayObject *)idx));
-    }
-    PyStructSequence_SetItem(res, 0, idx);
-    PyObject *node = node_new_handle(st, self, m.node);
-    if (node == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 1, node);
-    PyObject *v;
-    if ((v = state_or_none(m.state)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    if ((v = PyLong_FromSize_t(m.kv_matched_len)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    if ((v = state_or_none(m.branching_seqlen)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 4, v);
-    if ((v = node_new_handle(st, self, m.kv_node)) == NULL) {
-        goto error;
-    }
-    PyStructSequence_SetItem(res, 5, v);
-    return res;
-error:
-    Py_DECREF(res);
-    return NULL;
+    mr_seq r = mr_seq_new(st->MatchResult);
+    MR_SEQ_ADD(r, want ? path_indices(self, m.node, m.prefix_len) : Py_NewRef(Py_None));
+    MR_SEQ_ADD(r, node_new_handle(st, self, m.node));
+    MR_SEQ_ADD(r, state_or_none(m.state));
+    MR_SEQ_ADD(r, PyLong_FromSize_t(m.kv_matched_len));
+    MR_SEQ_ADD(r, state_or_none(m.branching_seqlen));
+    MR_SEQ_ADD(r, node_new_handle(st, self, m.kv_node));
+    return r.res;
 }
 
 /* RadixTree(check_ownership=True): before an insert, the caller's KV
@@ -782,13 +379,12 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 static PyObject *
 RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const kw[] = {"extra_key", "prev_prefix_len", NULL};
+    MR_ARGS(spec, a, "insert", 3, 3, 3, "key", "value", "state", "extra_key", "prev_prefix_len");
     mr_state *st = tree_state((PyObject *)self);
-    if (!mr_check_nargs("insert", nargs, 3, 3) || mr_check_kwnames("insert", kwnames, kw) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
-    PyObject *extra = mr_find_kw(kwnames, args + nargs, "extra_key");
-    PyObject *prev_obj = mr_find_kw(kwnames, args + nargs, "prev_prefix_len");
+    PyObject *extra = a[3], *prev_obj = a[4];
     int64_t state = MR_NO_STATE, prev = 0;
     /* None (no state) is SGLang 0.5.23's insert without a Mamba value. */
     int stateless = args[2] == Py_None && mr_radix_config_of(self->tree)->semantics == MR_SEMANTICS_V0523;
@@ -798,24 +394,20 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
         return NULL;
     }
-    argbuf kb = {0}, vb = {0};
-    const int32_t *key;
-    const int64_t *val;
-    size_t klen, vlen;
+    mr_ints kb = {0}, vb = {0};
     PyObject *res = NULL;
     int32_t ns;
     if (namespace_of(self, extra, 1, &ns) < 0) {
         return NULL;
     }
-    scratch ks, vs;
-    scratch_take((void **)&self->keybuf, &self->keycap, &ks);
-    scratch_take((void **)&self->valbuf, &self->valcap, &vs);
-    if (read_key(args[0], &ks, &kb, &key, &klen) < 0) {
+    mr_buf ks = mr_buf_take(&self->keybuf), vs = mr_buf_take(&self->valbuf);
+    if (read_key(args[0], &ks, &kb) < 0
+        || mr_ints_read(args[1], 8, 0, INT64_MAX, "value", 0, &vs, &vb) < 0) {
         goto done;
     }
-    if (read_ints(args[1], 8, 0, INT64_MAX, "value", &vs.p, &vs.cap, &vb, (const void **)&val, &vlen) < 0) {
-        goto done;
-    }
+    const int32_t *key = kb.data;
+    const int64_t *val = vb.data;
+    size_t klen = kb.len, vlen = vb.len;
     if (vlen != klen) {
         PyErr_Format(PyExc_ValueError, "value has %zu indices but key has %zu tokens", vlen, klen);
         goto done;
@@ -846,50 +438,26 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     /* Past this point the tree changed: build the result, and on a
      * (memory) failure still report it as an exception. */
-    res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_INSERTRESULT]);
-    if (res == NULL) {
-        goto done;
-    }
-    PyObject *v;
-    if ((v = PyLong_FromSize_t(ir.prefix_len)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 0, v);
-    PyStructSequence_SetItem(res, 1, Py_NewRef(ir.state_existed ? Py_True : Py_False));
-    if ((v = node_new_handle(st, self, ir.node)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    /* The duplicates are the caller's val[prefix_len - ndup : prefix_len):
-     * a view of a numpy int64 value array, else a new array. */
-    size_t dstart = ir.prefix_len - ir.ndup;
-    if (PyArray_CheckExact(args[1]) && val == PyArray_DATA((PyArrayObject *)args[1])) {
-        v = PySequence_GetSlice(args[1], (Py_ssize_t)dstart, (Py_ssize_t)ir.prefix_len);
-    }
-    else {
-        v = new_i64_array(val + dstart, ir.ndup);
-    }
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    goto done;
-fail:
-    Py_CLEAR(res);
+    mr_seq r = mr_seq_new(st->InsertResult);
+    MR_SEQ_ADD(r, PyLong_FromSize_t(ir.prefix_len));
+    MR_SEQ_ADD(r, Py_NewRef(ir.state_existed ? Py_True : Py_False));
+    MR_SEQ_ADD(r, node_new_handle(st, self, ir.node));
+    MR_SEQ_ADD(r, duplicates_of(args[1], val, ir.prefix_len - ir.ndup, ir.ndup));
+    res = r.res;
 done:
-    argbuf_release(&kb);
-    argbuf_release(&vb);
-    scratch_give((void **)&self->keybuf, &self->keycap, &ks);
-    scratch_give((void **)&self->valbuf, &self->valcap, &vs);
+    mr_ints_release(&kb);
+    mr_ints_release(&vb);
+    mr_buf_give(&self->keybuf, &ks);
+    mr_buf_give(&self->valbuf, &vs);
     return res;
 }
 
 /* Eviction output: growable int64 vectors filled by the release callbacks. */
 typedef struct {
-    int64_t *kv;
-    size_t nkv, capkv;
-    int64_t *st;
-    size_t nst, capst;
+    mr_buf kv;
+    size_t nkv;
+    mr_buf st;
+    size_t nst;
 } evict_sink;
 
 static int
@@ -897,12 +465,12 @@ sink_free_kv(void *ctx, const int64_t *idx, size_t n)
 {
     evict_sink *s = ctx;
     /* Reserve one state slot too: free_state must not fail after this. */
-    if (grow((void **)&s->kv, &s->capkv, s->nkv + n, sizeof(int64_t)) < 0
-        || grow((void **)&s->st, &s->capst, s->nst + 1, sizeof(int64_t)) < 0) {
+    if (mr_buf_reserve(&s->kv, s->nkv + n, sizeof(int64_t)) < 0
+        || mr_buf_reserve(&s->st, s->nst + 1, sizeof(int64_t)) < 0) {
         PyErr_Clear();
         return MR_ENOMEM;
     }
-    memcpy(s->kv + s->nkv, idx, n * sizeof(int64_t));
+    memcpy((int64_t *)s->kv.p + s->nkv, idx, n * sizeof(int64_t));
     s->nkv += n;
     return 0;
 }
@@ -911,11 +479,10 @@ static int
 sink_free_state(void *ctx, int64_t slot)
 {
     evict_sink *s = ctx;
-    if (grow((void **)&s->st, &s->capst, s->nst + 1, sizeof(int64_t)) < 0) {
+    if (mr_buf_push_i64(&s->st, &s->nst, slot) < 0) {
         PyErr_Clear();
         return MR_ENOMEM;
     }
-    s->st[s->nst++] = slot;
     return 0;
 }
 
@@ -944,13 +511,13 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
              const char *fname)
 {
     evict_sink sink = *s;
-    PyObject *res = NULL, *v;
+    PyObject *res = NULL;
     if (self->check_ownership) {
         for (size_t i = 0; i < sink.nkv; i++) {
-            (void)mr_idset_remove(&self->kv_owned, sink.kv[i]);
+            (void)mr_idset_remove(&self->kv_owned, ((int64_t *)sink.kv.p)[i]);
         }
         for (size_t i = 0; i < sink.nst; i++) {
-            (void)mr_idset_remove(&self->st_owned, sink.st[i]);
+            (void)mr_idset_remove(&self->st_owned, ((int64_t *)sink.st.p)[i]);
         }
     }
     if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0) {
@@ -959,36 +526,15 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
     }
     /* A partial eviction still returns what was released: the caller must
      * free it.  (Only an out-of-memory failure can stop one early.) */
-    res = PyStructSequence_New((PyTypeObject *)st->radix[SLOT_EVICTRESULT]);
-    if (res == NULL) {
-        goto done;
-    }
-    if ((v = PyLong_FromSize_t(tokens)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 0, v);
-    if ((v = PyLong_FromSize_t(nstates)) == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 1, v);
-    v = wrap_owned_i64(sink.kv, sink.nkv);
-    sink.kv = NULL;
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 2, v);
-    v = wrap_owned_i64(sink.st, sink.nst);
-    sink.st = NULL;
-    if (v == NULL) {
-        goto fail;
-    }
-    PyStructSequence_SetItem(res, 3, v);
-    goto done;
-fail:
-    Py_CLEAR(res);
+    mr_seq r = mr_seq_new(st->EvictResult);
+    MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
+    MR_SEQ_ADD(r, PyLong_FromSize_t(nstates));
+    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv));
+    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst));
+    res = r.res;
 done:
-    PyMem_Free(sink.kv);
-    PyMem_Free(sink.st);
+    mr_buf_free(&sink.kv);
+    mr_buf_free(&sink.st);
     return res;
 }
 
@@ -1099,7 +645,8 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
     mr_state *st = tree_state((PyObject *)self);
     mr_node *n;
     int64_t cap;
-    if (!mr_check_nargs("evict_path_states", nargs, 2, 2)
+    MR_ARGS(spec, a, "evict_path_states", 2, 2, 2, "node", "cap");
+    if (mr_parse(&spec, args, nargs, NULL, a) < 0
         || resolve_node(st, self, args[0], "node", &n) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0) {
         return NULL;
@@ -1110,7 +657,7 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
     int rc = mr_radix_evict_path_states(self->tree, n, (size_t)cap, &rel, &dropped);
     if (self->check_ownership) {
         for (size_t i = 0; i < sink.nst; i++) {
-            (void)mr_idset_remove(&self->st_owned, sink.st[i]);
+            (void)mr_idset_remove(&self->st_owned, ((int64_t *)sink.st.p)[i]);
         }
     }
     PyObject *res = NULL;
@@ -1118,11 +665,10 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
         mr_raise(st, rc, "evict_path_states()");
     }
     else {
-        res = wrap_owned_i64(sink.st, sink.nst);
-        sink.st = NULL;
+        res = mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst);
     }
-    PyMem_Free(sink.kv);
-    PyMem_Free(sink.st);
+    mr_buf_free(&sink.kv);
+    mr_buf_free(&sink.st);
     return res;
 }
 
@@ -1224,6 +770,27 @@ RadixTree_inc_lock_ref(RadixTree *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
+"dec_lock_ref($self, node, /)\n"
+"--\n"
+"\n"
+"Undo one inc_lock_ref(node).  ValueError if node is not locked.");
+
+static PyObject *
+RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    if (mr_radix_unlock(self->tree, n) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(RadixTree_match_node__doc__,
 "match_node($self, node, /)\n"
 "--\n"
@@ -1248,27 +815,6 @@ RadixTree_match_node(RadixTree *self, PyObject *arg)
         return NULL;
     }
     return PyLong_FromSize_t(len);
-}
-
-PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
-"dec_lock_ref($self, node, /)\n"
-"--\n"
-"\n"
-"Undo one inc_lock_ref(node).  ValueError if node is not locked.");
-
-static PyObject *
-RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
-{
-    mr_state *st = tree_state((PyObject *)self);
-    mr_node *n;
-    if (resolve_node(st, self, arg, "node", &n) < 0) {
-        return NULL;
-    }
-    if (mr_radix_unlock(self->tree, n) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
-        return NULL;
-    }
-    Py_RETURN_NONE;
 }
 
 /* One-field getters of the tree's counters (mr_radix_get_stats). */
@@ -1380,7 +926,8 @@ static PyObject *
 RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
 {
     mr_state *st = tree_state((PyObject *)self);
-    if (!mr_check_nargs("lru_order", nargs, 0, 1)) {
+    MR_ARGS(spec, a, "lru_order", 1, 1, 0, "which");
+    if (mr_parse(&spec, args, nargs, NULL, a) < 0) {
         return NULL;
     }
     int which = 0;
@@ -1540,12 +1087,7 @@ static PyType_Slot RadixTree_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec RadixTree_spec = {
-    .name = "mambaradix.RadixTree",
-    .basicsize = sizeof(RadixTree),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    .slots = RadixTree_slots,
-};
+static PyType_Spec RadixTree_spec = MR_TYPE_SPEC("mambaradix.RadixTree", RadixTree, RadixTree_slots, 0);
 
 /* ------------------------------------------------------------------------
  * Node */
@@ -1553,11 +1095,8 @@ static PyType_Spec RadixTree_spec = {
 static void
 Node_dealloc(Node *self)
 {
-    PyTypeObject *tp = Py_TYPE(self);
     Py_DECREF(self->owner);
-    freefunc tp_free = PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
+    mr_type_free((PyObject *)self);
 }
 
 /* The live node, or NULL with StaleNodeError. */
@@ -1613,7 +1152,7 @@ static PyObject *
 Node_get_value(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    return n == NULL ? NULL : new_i64_array(mr_node_values(n), mr_node_len(n));
+    return n == NULL ? NULL : mr_i64_array(mr_node_values(n), mr_node_len(n));
 }
 
 static PyObject *
@@ -1767,12 +1306,8 @@ static PyType_Slot Node_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec Node_spec = {
-    .name = "mambaradix.Node",
-    .basicsize = sizeof(Node),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = Node_slots,
-};
+static PyType_Spec Node_spec = MR_TYPE_SPEC("mambaradix.Node", Node, Node_slots,
+                                            Py_TPFLAGS_DISALLOW_INSTANTIATION);
 
 /* ------------------------------------------------------------------------
  * Result types and registration */
@@ -1810,24 +1345,14 @@ static PyStructSequence_Desc EvictResult_desc = {"mambaradix.EvictResult",
                                                  "Result of RadixTree.evict_full / evict_mamba.",
                                                  EvictResult_fields, 4};
 
-static int
-add_type(PyObject *m, mr_state *st, int slot, PyObject *type)
-{
-    if (type == NULL) {
-        return -1;
-    }
-    st->radix[slot] = type;
-    return PyModule_AddType(m, (PyTypeObject *)type);
-}
-
 int
 mr_py_radix_init(PyObject *m, mr_state *st)
 {
-    if (add_type(m, st, SLOT_RADIXTREE, PyType_FromModuleAndSpec(m, &RadixTree_spec, NULL)) < 0
-        || add_type(m, st, SLOT_NODE, PyType_FromModuleAndSpec(m, &Node_spec, NULL)) < 0
-        || add_type(m, st, SLOT_MATCHRESULT, (PyObject *)PyStructSequence_NewType(&MatchResult_desc)) < 0
-        || add_type(m, st, SLOT_INSERTRESULT, (PyObject *)PyStructSequence_NewType(&InsertResult_desc)) < 0
-        || add_type(m, st, SLOT_EVICTRESULT, (PyObject *)PyStructSequence_NewType(&EvictResult_desc)) < 0) {
+    if (mr_add_type(m, &st->RadixTree, PyType_FromModuleAndSpec(m, &RadixTree_spec, NULL)) < 0
+        || mr_add_type(m, &st->Node, PyType_FromModuleAndSpec(m, &Node_spec, NULL)) < 0
+        || mr_add_type(m, &st->MatchResult, (PyObject *)PyStructSequence_NewType(&MatchResult_desc)) < 0
+        || mr_add_type(m, &st->InsertResult, (PyObject *)PyStructSequence_NewType(&InsertResult_desc)) < 0
+        || mr_add_type(m, &st->EvictResult, (PyObject *)PyStructSequence_NewType(&EvictResult_desc)) < 0) {
         return -1;
     }
     return 0;

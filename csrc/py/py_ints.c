@@ -1,0 +1,406 @@
+/* py_ints.c - the integer-array reader and the int64 results (py_ints.h). */
+#include "py_common.h"
+#include "py_numpy.h"
+#include "py_ints.h"
+
+#include <string.h>
+
+/* Classifies a buffer format: returns 's' (signed int), 'u' (unsigned int)
+ * or 0 (anything else), with native byte order only. */
+static char
+int_kind(const char *fmt)
+{
+    if (fmt == NULL) {
+        return 'u';   /* plain bytes */
+    }
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') {
+        fmt++;
+    }
+    if (fmt[0] == '\0' || fmt[1] != '\0') {
+        return 0;
+    }
+    switch (fmt[0]) {
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+        return 's';
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+        return 'u';
+    default:
+        return 0;
+    }
+}
+
+/* Reads element i of a 1-D integer buffer as int64 (unsigned values above
+ * INT64_MAX are reported through *overflow). */
+static int64_t
+buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
+{
+    Py_ssize_t step = v->ndim == 0 ? 0 : (v->strides ? v->strides[0] : v->itemsize);   /* 0-d: one item */
+    const char *p = (const char *)v->buf + i * step;
+    switch (v->itemsize) {
+    case 1: return kind == 's' ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
+    case 2: { int16_t s; uint16_t u; if (kind == 's') { memcpy(&s, p, 2); return s; } memcpy(&u, p, 2); return u; }
+    case 4: { int32_t s; uint32_t u; if (kind == 's') { memcpy(&s, p, 4); return s; } memcpy(&u, p, 4); return u; }
+    default: {
+        int64_t s;
+        uint64_t u;
+        if (kind == 's') {
+            memcpy(&s, p, 8);
+            return s;
+        }
+        memcpy(&u, p, 8);
+        if (u > (uint64_t)INT64_MAX) {
+            *overflow = 1;
+        }
+        return (int64_t)u;
+    }
+    }
+}
+
+/* Checks that every element of a contiguous int32 (width 4) or int64
+ * (width 8) array lies in [lo, hi]; raises ValueError naming arg and the
+ * first offending index.  The min/max scan has no early exit, so the
+ * compiler vectorises it. */
+static int
+check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
+{
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    if (width == 8 && lo == 0 && hi == INT64_MAX) {
+        /* Only the sign bits matter: one OR over the array (vectorised
+         * without 64-bit compares, which baseline x86-64 lacks). */
+        const uint64_t *a = p;
+        uint64_t any = 0;
+        for (size_t i = 0; i < n; i++) {
+            any |= a[i];
+        }
+        if ((any >> 63) == 0) {
+            return 0;
+        }
+        mn = -1;   /* some element is negative: the loop below names it */
+    }
+    else if (width == 8) {
+        const int64_t *a = p;
+        for (size_t i = 0; i < n; i++) {
+            mn = a[i] < mn ? a[i] : mn;
+            mx = a[i] > mx ? a[i] : mx;
+        }
+    }
+    else {
+        if (lo <= INT32_MIN && hi >= INT32_MAX) {
+            return 0;
+        }
+        const int32_t *a = p;
+        int32_t mn32 = INT32_MAX, mx32 = INT32_MIN;
+        for (size_t i = 0; i < n; i++) {
+            mn32 = a[i] < mn32 ? a[i] : mn32;
+            mx32 = a[i] > mx32 ? a[i] : mx32;
+        }
+        mn = mn32;
+        mx = mx32;
+    }
+    if (n == 0 || (mn >= lo && mx <= hi)) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = width == 8 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+        if (x < lo || x > hi) {
+            PyErr_Format(PyExc_ValueError, "%s[%zu] = %lld is out of range [%lld, %lld]",
+                         arg, i, (long long)x, (long long)lo, (long long)hi);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+view_release(mr_ints *v)
+{
+    if (v->have_view) {
+        PyBuffer_Release(&v->view);
+        v->have_view = 0;
+    }
+}
+
+void
+mr_ints_release(mr_ints *v)
+{
+    view_release(v);
+    Py_CLEAR(v->arr);
+}
+
+static int
+out_of_range(const char *arg, Py_ssize_t i, int overflow, int64_t x, int64_t lo, int64_t hi)
+{
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "%s[%zd] is out of range [%lld, %lld]", arg, i, (long long)lo,
+                     (long long)hi);
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "%s[%zd] = %lld is out of range [%lld, %lld]", arg, i, (long long)x,
+                     (long long)lo, (long long)hi);
+    }
+    return -1;
+}
+
+static void
+put(void *dst, int width, Py_ssize_t i, int64_t x)
+{
+    if (width == 4) {
+        ((int32_t *)dst)[i] = (int32_t)x;
+    }
+    else {
+        ((int64_t *)dst)[i] = x;
+    }
+}
+
+/* One Python int (anything with __index__ but bool) into *x. */
+static int
+one_int(PyObject *it, const char *arg, Py_ssize_t i, int64_t lo, int64_t hi, int64_t *x)
+{
+    long long v;
+    int overflow = 0;
+    if (PyLong_CheckExact(it)) {
+        v = PyLong_AsLongLongAndOverflow(it, &overflow);
+    }
+    else if (!PyBool_Check(it) && PyIndex_Check(it)) {
+        PyObject *ix = PyNumber_Index(it);
+        if (ix == NULL) {
+            return -1;
+        }
+        v = PyLong_AsLongLongAndOverflow(ix, &overflow);
+        Py_DECREF(ix);
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", arg, i, Py_TYPE(it)->tp_name);
+        return -1;
+    }
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow || v < lo || v > hi) {
+        return out_of_range(arg, i, overflow, v, lo, hi);
+    }
+    *x = v;
+    return 0;
+}
+
+/* A buffer (out->view, already taken): in place or converted. */
+static int
+read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int flags, mr_buf *scratch)
+{
+    Py_buffer *v = &out->view;
+    char kind = int_kind(v->format);
+    if (kind == 0 || !(v->itemsize == 1 || v->itemsize == 2 || v->itemsize == 4 || v->itemsize == 8)) {
+        PyErr_Format(PyExc_TypeError, "%s must hold integers, not buffer format '%s'", arg,
+                     v->format ? v->format : "B");
+        return -1;
+    }
+    Py_ssize_t n;
+    int contiguous;
+    if (v->ndim == 0 && (flags & MR_INTS_SCALAR)) {
+        n = 1;
+        contiguous = 1;
+    }
+    else if (v->ndim != 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be 1-dimensional, not %d-dimensional", arg, v->ndim);
+        return -1;
+    }
+    else {
+        n = v->shape[0];
+        contiguous = v->strides == NULL || v->strides[0] == v->itemsize;
+    }
+    if (kind == 's' && v->itemsize == width && contiguous) {
+        if (check_range(v->buf, width, (size_t)n, lo, hi, arg) < 0) {
+            return -1;
+        }
+        out->data = v->buf;
+        out->len = (size_t)n;
+        return 0;
+    }
+    if (mr_buf_reserve(scratch, (size_t)n, (size_t)width) < 0) {
+        return -1;
+    }
+    if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
+        /* int64 keys (SGLang's array('q') tokens): one narrowing pass the
+         * compiler vectorizes, range-checked by min/max afterwards. */
+        const int64_t *src = v->buf;
+        int32_t *dst = scratch->p;
+        int64_t mn = 0, mx = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t x = src[i];
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+            dst[i] = (int32_t)x;
+        }
+        if (mn >= lo && mx <= hi) {
+            goto done;
+        }
+        /* Out of range somewhere: the loop below names the first index. */
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        int64_t x = buf_item(v, kind, i, &overflow);
+        if (overflow || x < lo || x > hi) {
+            return out_of_range(arg, i, overflow, x, lo, hi);
+        }
+        put(scratch->p, width, i, x);
+    }
+done:
+    view_release(out);
+    out->data = scratch->p;
+    out->len = (size_t)n;
+    return 0;
+}
+
+int
+mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, int flags, mr_buf *scratch,
+             mr_ints *out)
+{
+    memset(out, 0, sizeof(*out));
+    /* Fast path: a contiguous 1-D numpy array of exactly the wanted type
+     * is read in place without building a Py_buffer. */
+    if (PyArray_CheckExact(obj)) {
+        PyArrayObject *arr = (PyArrayObject *)obj;
+        int want = width == 4 ? NPY_INT32 : NPY_INT64;
+        if (PyArray_NDIM(arr) == 1 && PyArray_TYPE(arr) == want && PyArray_ISCARRAY_RO(arr)
+            && PyArray_ISNOTSWAPPED(arr)) {
+            npy_intp n = PyArray_DIM(arr, 0);
+            if (check_range(PyArray_DATA(arr), width, (size_t)n, lo, hi, arg) < 0) {
+                return -1;
+            }
+            out->data = PyArray_DATA(arr);
+            out->len = (size_t)n;
+            return 0;
+        }
+    }
+    if ((flags & MR_INTS_SCALAR) && !PyObject_CheckBuffer(obj) && PyIndex_Check(obj)) {
+        int64_t x;
+        if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, &x) < 0) {
+            return -1;
+        }
+        put(scratch->p, width, 0, x);
+        out->data = scratch->p;
+        out->len = 1;
+        return 0;
+    }
+    PyObject *src = obj;
+    if (!PyObject_CheckBuffer(obj) && !PyList_Check(obj) && !PyTuple_Check(obj)) {
+        /* CPU torch tensors and other __array__ objects: numpy's view */
+        int has = PyObject_HasAttrString(obj, "__array__");
+        if (has) {
+            out->arr = PyArray_FROM_OF(obj, NPY_ARRAY_CARRAY_RO);
+            if (out->arr == NULL) {
+                return -1;
+            }
+            src = out->arr;
+        }
+    }
+    if (PyObject_CheckBuffer(src) && !PyUnicode_Check(src)) {
+        if (PyObject_GetBuffer(src, &out->view, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            mr_ints_release(out);
+            return -1;
+        }
+        out->have_view = 1;
+        if (read_view(out, width, lo, hi, arg, flags, scratch) < 0) {
+            mr_ints_release(out);
+            return -1;
+        }
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(src, "");
+    if (seq == NULL) {
+        mr_ints_release(out);
+        PyErr_Format(PyExc_TypeError, "%s must be a sequence or buffer of ints, not %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (mr_buf_reserve(scratch, (size_t)n, (size_t)width) < 0) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t x;
+        /* items are re-read each time: an __index__ may shrink a list */
+        if (i >= PySequence_Fast_GET_SIZE(seq)) {
+            n = i;
+            break;
+        }
+        PyObject *it = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int r = one_int(it, arg, i, lo, hi, &x);
+        Py_DECREF(it);
+        if (r < 0) {
+            goto fail;
+        }
+        put(scratch->p, width, i, x);
+    }
+    Py_DECREF(seq);
+    mr_ints_release(out);
+    out->data = scratch->p;
+    out->len = (size_t)n;
+    return 0;
+fail:
+    Py_DECREF(seq);
+    mr_ints_release(out);
+    return -1;
+}
+
+PyObject *
+mr_ints_array(PyObject *obj, const char *arg)
+{
+    if (PyArray_CheckExact(obj) && PyArray_NDIM((PyArrayObject *)obj) == 1
+        && PyArray_TYPE((PyArrayObject *)obj) == NPY_INT64 && PyArray_ISCARRAY_RO((PyArrayObject *)obj)
+        && PyArray_ISNOTSWAPPED((PyArrayObject *)obj)) {
+        return Py_NewRef(obj);
+    }
+    mr_buf scratch = {0};
+    mr_ints v;
+    if (mr_ints_read(obj, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, &scratch, &v) < 0) {
+        mr_buf_free(&scratch);
+        return NULL;
+    }
+    PyObject *a = mr_i64_array(v.data, v.len);
+    mr_ints_release(&v);
+    mr_buf_free(&scratch);
+    return a;
+}
+
+PyObject *
+mr_i64_array(const int64_t *src, size_t n)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (a != NULL && n > 0 && src != NULL) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), src, n * sizeof(int64_t));
+    }
+    return a;
+}
+
+static void
+free_capsule_buffer(PyObject *cap)
+{
+    PyMem_Free(PyCapsule_GetPointer(cap, "mambaradix.buffer"));
+}
+
+PyObject *
+mr_i64_array_owned(int64_t *buf, size_t n)
+{
+    if (buf == NULL || n == 0) {
+        PyMem_Free(buf);
+        return mr_i64_array(NULL, 0);
+    }
+    PyObject *cap = PyCapsule_New(buf, "mambaradix.buffer", free_capsule_buffer);
+    if (cap == NULL) {
+        PyMem_Free(buf);
+        return NULL;
+    }
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNewFromData(1, dims, NPY_INT64, buf);
+    if (a == NULL) {
+        Py_DECREF(cap);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {   /* steals cap */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}

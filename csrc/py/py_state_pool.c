@@ -1,0 +1,362 @@
+/* py_state_pool.c - the mambaradix.StatePool type: a model's conv and
+ * temporal state tensors (imported through DLPack or allocated here) seen
+ * as one pool of slots.  Its kernel methods are in py_kernels.c. */
+#include "py_tensor.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "cuda_api.h"
+#include "py_numpy.h"
+
+/* ------------------------------------------------------------------------
+ * StatePool */
+
+static int
+StatePool_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(((StatePoolObject *)self)->tensors);
+    return 0;
+}
+
+static int
+StatePool_clear(PyObject *self)
+{
+    Py_CLEAR(((StatePoolObject *)self)->tensors);
+    return 0;
+}
+
+static void
+StatePool_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    StatePool_clear(self);
+    mr_type_free((PyObject *)self);
+}
+
+static const char *
+tensor_role(int i, int nconv, char *buf, size_t n)
+{
+    if (i < nconv) {
+        snprintf(buf, n, "conv[%d]", i);
+    }
+    else {
+        snprintf(buf, n, "temporal");
+    }
+    return buf;
+}
+
+/* Builds a StatePool object over a tuple of Tensor objects (conv...,
+ * temporal).  Steals the reference to tensors.  Returns NULL with an
+ * exception set. */
+static PyObject *
+statepool_make(mr_state *st, PyObject *tensors, const char *fname)
+{
+    PyTypeObject *tp = (PyTypeObject *)st->StatePool;
+    int n = (int)PyTuple_GET_SIZE(tensors);
+    const mr_tensor *conv[MR_MAX_STATE_TENSORS];
+    for (int i = 0; i < n - 1 && i < MR_MAX_STATE_TENSORS; i++) {
+        conv[i] = &((TensorObject *)PyTuple_GET_ITEM(tensors, i))->t;
+    }
+    const mr_tensor *temporal = &((TensorObject *)PyTuple_GET_ITEM(tensors, n - 1))->t;
+    allocfunc alloc = PyType_GetSlot(tp, Py_tp_alloc);
+    StatePoolObject *o = (StatePoolObject *)alloc(tp, 0);
+    if (o == NULL) {
+        Py_DECREF(tensors);
+        return NULL;
+    }
+    o->tensors = tensors;
+    int reason, which;
+    char role[32];
+    if (mr_state_pool_init(&o->pool, conv, n - 1, temporal, &reason, &which) != MR_OK) {
+        tensor_role(which, n - 1, role, sizeof(role));
+        switch (reason) {
+        case MR_SP_COUNT:
+            PyErr_Format(PyExc_ValueError, "%s: conv must hold 1 to %d tensors (got %d)", fname,
+                         MR_MAX_STATE_TENSORS - 1, n - 1);
+            break;
+        case MR_SP_NDIM:
+            PyErr_Format(PyExc_ValueError, "%s: %s must be shaped [layers, slots + 1, ...]", fname, role);
+            break;
+        case MR_SP_LAYERS:
+            PyErr_Format(PyExc_ValueError, "%s: %s has %lld layers (dim 0), conv[0] has %lld", fname, role,
+                         (long long)((which < n - 1 ? conv[which] : temporal)->shape[0]),
+                         (long long)conv[0]->shape[0]);
+            break;
+        case MR_SP_ROWS:
+            PyErr_Format(PyExc_ValueError, "%s: %s has %lld slot rows (dim 1), conv[0] has %lld (rows >= 1)",
+                         fname, role, (long long)((which < n - 1 ? conv[which] : temporal)->shape[1]),
+                         (long long)conv[0]->shape[1]);
+            break;
+        default:
+            PyErr_Format(PyExc_ValueError, "%s: %s is on another device than conv[0]", fname, role);
+            break;
+        }
+        Py_DECREF(o);
+        return NULL;
+    }
+    return (PyObject *)o;   /* tp_alloc already tracked it */
+}
+
+PyDoc_STRVAR(StatePool_new__doc__,
+"StatePool(conv, temporal, *, stream=None)\n"
+"--\n"
+"\n"
+"A state pool over tensors the caller allocated (torch, CuPy, JAX,\n"
+"numpy...), adopted through DLPack without a copy.  conv is a sequence of\n"
+"tensors shaped [layers, slots + 1, ...], temporal one tensor shaped\n"
+"[layers, slots + 1, ...]; all compact, writable and on one device.  The\n"
+"pool keeps them alive until it is freed.  Slot 0 is the padding slot.");
+
+static PyObject *
+StatePool_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    MR_ARGS(spec, a, "StatePool", 0, 2, 2, "conv", "temporal", "stream");
+    if (mr_parse_tuple(&spec, args, kwargs, a) < 0) {
+        return NULL;
+    }
+    PyObject *conv = a[0], *temporal = a[1], *stream_o = a[2];
+    mr_state *st = mr_state_from_type(type);
+    if (st == NULL) {
+        return NULL;
+    }
+    uintptr_t stream;
+    if (mr_parse_stream(stream_o, "StatePool", &stream) < 0) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(conv, "StatePool(): conv must be a sequence of tensors");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t nconv = PySequence_Fast_GET_SIZE(seq);
+    if (nconv < 1 || nconv > MR_MAX_STATE_TENSORS - 1) {
+        PyErr_Format(PyExc_ValueError, "StatePool(): conv must hold 1 to %d tensors (got %zd)",
+                     MR_MAX_STATE_TENSORS - 1, nconv);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *tensors = PyTuple_New(nconv + 1);
+    if (tensors == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    char arg[64];
+    for (Py_ssize_t i = 0; i <= nconv; i++) {
+        PyObject *src = i < nconv ? PySequence_Fast_GET_ITEM(seq, i) : temporal;
+        if (i < nconv) {
+            snprintf(arg, sizeof(arg), "StatePool(): conv[%zd]", i);
+        }
+        else {
+            snprintf(arg, sizeof(arg), "StatePool(): temporal");
+        }
+        TensorObject *t = mr_tensor_import(st, src, stream, 1, arg);
+        if (t == NULL) {
+            Py_DECREF(tensors);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tensors, i, (PyObject *)t);
+    }
+    Py_DECREF(seq);
+    return statepool_make(st, tensors, "StatePool()");
+}
+
+PyDoc_STRVAR(StatePool_allocate__doc__,
+"allocate(layers, slots, conv_shapes, conv_dtypes, temporal_shape, temporal_dtype, device='cpu')\n"
+"--\n"
+"\n"
+"A state pool whose zero-filled tensors mambaradix allocates (host memory,\n"
+"or cudaMalloc for 'cuda:N'): conv[i] is [layers, slots + 1, *conv_shapes[i]]\n"
+"of conv_dtypes[i] (one dtype for all also works), temporal is\n"
+"[layers, slots + 1, *temporal_shape].");
+
+static PyObject *
+StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "allocate", 0, 7, 6, "layers", "slots", "conv_shapes", "conv_dtypes", "temporal_shape",
+            "temporal_dtype", "device");
+    PyObject *shapes = NULL, *dtypes = NULL, *tensors = NULL;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    mr_state *st = mr_state_from_type((PyTypeObject *)cls);
+    if (st == NULL) {
+        return NULL;
+    }
+    int64_t layers, slots;
+    int32_t dev_type = MR_DL_CPU, dev_id = 0;
+    if (mr_as_int64(a[0], 1, INT32_MAX, "allocate(): layers", &layers) < 0
+        || mr_as_int64(a[1], 0, INT32_MAX - 1, "allocate(): slots", &slots) < 0
+        || (a[6] != NULL && mr_parse_device(a[6], "allocate(): device", &dev_type, &dev_id) < 0)
+        || mr_check_cuda_reachable(dev_type, dev_id, "allocate(): device") < 0) {
+        return NULL;
+    }
+    shapes = PySequence_Fast(a[2], "allocate(): conv_shapes must be a sequence of shapes");
+    if (shapes == NULL) {
+        goto error;
+    }
+    Py_ssize_t nconv = PySequence_Fast_GET_SIZE(shapes);
+    if (nconv < 1 || nconv > MR_MAX_STATE_TENSORS - 1) {
+        PyErr_Format(PyExc_ValueError, "allocate(): conv_shapes must hold 1 to %d shapes (got %zd)",
+                     MR_MAX_STATE_TENSORS - 1, nconv);
+        goto error;
+    }
+    int single_dtype = PyUnicode_Check(a[3]) || !PySequence_Check(a[3]);
+    if (!single_dtype) {
+        dtypes = PySequence_Fast(a[3], "allocate(): conv_dtypes must be a dtype or a sequence of dtypes");
+        if (dtypes == NULL) {
+            goto error;
+        }
+        if (PySequence_Fast_GET_SIZE(dtypes) != nconv) {
+            PyErr_Format(PyExc_ValueError, "allocate(): conv_dtypes has %zd entries, conv_shapes %zd",
+                         PySequence_Fast_GET_SIZE(dtypes), nconv);
+            goto error;
+        }
+    }
+    tensors = PyTuple_New(nconv + 1);
+    if (tensors == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i <= nconv; i++) {
+        int64_t shape[MR_TENSOR_MAX_NDIM];
+        int ndim, dtype;
+        char what[64];
+        shape[0] = layers;
+        shape[1] = slots + 1;
+        if (i < nconv) {
+            snprintf(what, sizeof(what), "allocate(): conv_shapes[%zd]", i);
+            if (mr_parse_shape(PySequence_Fast_GET_ITEM(shapes, i), what, shape + 2, &ndim) < 0) {
+                goto error;
+            }
+            snprintf(what, sizeof(what), "allocate(): conv_dtypes[%zd]", i);
+            if (mr_parse_dtype(single_dtype ? a[3] : PySequence_Fast_GET_ITEM(dtypes, i), what, &dtype) < 0) {
+                goto error;
+            }
+        }
+        else {
+            if (mr_parse_shape(a[4], "allocate(): temporal_shape", shape + 2, &ndim) < 0
+                || mr_parse_dtype(a[5], "allocate(): temporal_dtype", &dtype) < 0) {
+                goto error;
+            }
+        }
+        TensorObject *t = mr_tensor_new_empty(st);
+        if (t == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(tensors, i, (PyObject *)t);
+        int rc = mr_tensor_alloc(&t->t, dev_type, dev_id, dtype, ndim + 2, shape);
+        if (rc != MR_OK) {
+            mr_raise_alloc_failed(st, rc, i < nconv ? "allocate(): conv tensor" : "allocate(): temporal tensor",
+                               dtype, ndim + 2, shape);
+            goto error;
+        }
+    }
+    Py_DECREF(shapes);
+    Py_XDECREF(dtypes);
+    return statepool_make(st, tensors, "allocate()");
+error:
+    Py_XDECREF(shapes);
+    Py_XDECREF(dtypes);
+    Py_XDECREF(tensors);
+    return NULL;
+}
+
+static PyObject *
+StatePool_get_conv(PyObject *self, void *closure)
+{
+    StatePoolObject *p = (StatePoolObject *)self;
+    return PyTuple_GetSlice(p->tensors, 0, p->pool.nconv);
+}
+
+static PyObject *
+StatePool_get_temporal(PyObject *self, void *closure)
+{
+    StatePoolObject *p = (StatePoolObject *)self;
+    return Py_NewRef(PyTuple_GET_ITEM(p->tensors, p->pool.nconv));
+}
+
+static PyObject *
+StatePool_get_num_slots(PyObject *self, void *closure)
+{
+    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.slots);
+}
+
+static PyObject *
+StatePool_get_num_layers(PyObject *self, void *closure)
+{
+    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.layers);
+}
+
+static PyObject *
+StatePool_get_bytes_per_slot(PyObject *self, void *closure)
+{
+    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.bytes_per_slot);
+}
+
+static PyObject *
+StatePool_get_device(PyObject *self, void *closure)
+{
+    StatePoolObject *p = (StatePoolObject *)self;
+    char buf[64];
+    mr_format_device(buf, sizeof(buf), p->pool.device_type, p->pool.device_id);
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *
+StatePool_repr(PyObject *self)
+{
+    StatePoolObject *p = (StatePoolObject *)self;
+    char dev[64];
+    mr_format_device(dev, sizeof(dev), p->pool.device_type, p->pool.device_id);
+    return PyUnicode_FromFormat("mambaradix.StatePool(layers=%lld, slots=%lld, conv=%d, bytes_per_slot=%lld, device=%s)",
+                                (long long)p->pool.layers, (long long)p->pool.slots, p->pool.nconv,
+                                (long long)p->pool.bytes_per_slot, dev);
+}
+
+static PyGetSetDef StatePool_getset[] = {
+    {"conv", StatePool_get_conv, NULL, "The conv state tensors (a tuple of Tensor).", NULL},
+    {"temporal", StatePool_get_temporal, NULL, "The temporal (SSM) state tensor.", NULL},
+    {"num_slots", StatePool_get_num_slots, NULL, "Usable slots (1..num_slots); slot 0 is padding.", NULL},
+    {"num_layers", StatePool_get_num_layers, NULL, "Layers (dim 0 of every tensor).", NULL},
+    {"bytes_per_slot", StatePool_get_bytes_per_slot, NULL, "Bytes of one slot over all tensors and layers.", NULL},
+    {"device", StatePool_get_device, NULL, "'cpu' or 'cuda:N'.", NULL},
+    {NULL},
+};
+
+static PyMethodDef StatePool_methods[] = {
+    {"allocate", (PyCFunction)(void (*)(void))StatePool_allocate, METH_FASTCALL | METH_KEYWORDS | METH_CLASS,
+     StatePool_allocate__doc__},
+    {"copy_slots", (PyCFunction)(void (*)(void))StatePool_copy_slots, METH_FASTCALL | METH_KEYWORDS,
+     StatePool_copy_slots__doc__},
+    {"clear_slots", (PyCFunction)(void (*)(void))StatePool_clear_slots, METH_FASTCALL | METH_KEYWORDS,
+     StatePool_clear_slots__doc__},
+    {"track_decode", (PyCFunction)(void (*)(void))StatePool_track_decode, METH_FASTCALL | METH_KEYWORDS,
+     StatePool_track_decode__doc__},
+    {"snapshot_ssm_from_h", (PyCFunction)(void (*)(void))StatePool_snapshot_ssm_from_h, METH_FASTCALL | METH_KEYWORDS,
+     StatePool_snapshot_ssm_from_h__doc__},
+    {"snapshot_conv_window", (PyCFunction)(void (*)(void))StatePool_snapshot_conv_window,
+     METH_FASTCALL | METH_KEYWORDS, StatePool_snapshot_conv_window__doc__},
+    {NULL},
+};
+
+static PyType_Slot StatePool_slots[] = {
+    {Py_tp_new, StatePool_new},
+    {Py_tp_dealloc, StatePool_dealloc},
+    {Py_tp_traverse, StatePool_traverse},
+    {Py_tp_clear, StatePool_clear},
+    {Py_tp_repr, StatePool_repr},
+    {Py_tp_getset, StatePool_getset},
+    {Py_tp_methods, StatePool_methods},
+    {Py_tp_doc, (void *)StatePool_new__doc__},
+    {0, NULL},
+};
+
+static PyType_Spec StatePool_spec = MR_TYPE_SPEC("mambaradix.StatePool", StatePoolObject, StatePool_slots,
+                                                 Py_TPFLAGS_HAVE_GC);
+
+int
+mr_py_state_pool_init(PyObject *m, mr_state *st)
+{
+    return mr_add_type(m, &st->StatePool, PyType_FromModuleAndSpec(m, &StatePool_spec, NULL));
+}

@@ -1,0 +1,90 @@
+/* py_tensor.h - what the tensor binding files share: py_dlpack.c (the
+ * Tensor type, DLPack in and out, the argument converters, a test-only
+ * producer), py_state_pool.c (the StatePool type), py_kernels.c (index
+ * arguments and the state kernels' entry points, StatePool's methods) and
+ * py_req_to_token.c (write_req_to_token). */
+#ifndef MR_PY_TENSOR_H
+#define MR_PY_TENSOR_H
+
+#include "py_common.h"
+#include "kernels.h"
+#include "state_pool.h"
+#include "tensor.h"
+
+typedef struct {
+    PyObject_HEAD
+    mr_tensor t;
+} TensorObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tensors;        /* tuple of Tensor: conv..., temporal */
+    mr_state_pool pool;
+} StatePoolObject;
+
+/* ------------------------------------------------------------------------
+ * Argument converters (py_dlpack.c); each returns 0 or -1 with an exception. */
+
+/* None -> 0 (the legacy default stream), or a cudaStream_t as an int. */
+int mr_parse_stream(PyObject *o, const char *fname, uintptr_t *out);
+/* "cpu", "cuda", "cuda:N", a torch.device or (device_type, device_id). */
+int mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id);
+int mr_parse_dtype(PyObject *o, const char *what, int *out);
+int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
+void mr_format_device(char *buf, size_t n, int32_t type, int32_t id);
+
+/* ------------------------------------------------------------------------
+ * Tensors (py_dlpack.c) */
+
+/* A new, empty Tensor object, or NULL with an exception. */
+TensorObject *mr_tensor_new_empty(mr_state *st);
+/* Imports obj (a DLPack producer or capsule) as a Tensor naming arg in errors. */
+TensorObject *mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, const char *arg);
+/* Refuses CUDA memory when this build or machine cannot reach it. */
+int mr_check_cuda_reachable(int32_t device_type, int32_t device_id, const char *arg);
+/* MemoryError / ValueError for a failed allocation, with shape and size. */
+void mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape);
+void export_capsule_destructor(PyObject *cap);
+
+/* ------------------------------------------------------------------------
+ * Index arguments and kernels (py_kernels.c) */
+
+typedef struct {
+    PyObject *owner;          /* Tensor or ndarray keeping the data alive */
+    int64_t *host;            /* our int64 (or uint8 mask) copy of host data */
+    mr_index idx;
+    int dtype;                /* MR_DTYPE_* of the source */
+} mr_idx_arg;
+
+int mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id,
+               uintptr_t stream, const char *arg, mr_idx_arg *out);
+void mr_idx_release(mr_idx_arg *a);
+/* Both host or both device, and the same length; ValueError otherwise. */
+int mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, const char *an, const char *bn);
+
+/* Runs a pool kernel with the GIL released. */
+#define RUN_KERNEL(rc, call)      \
+    do {                          \
+        Py_BEGIN_ALLOW_THREADS    \
+        rc = (call);              \
+        Py_END_ALLOW_THREADS      \
+    } while (0)
+
+PyObject *StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+extern const char StatePool_copy_slots__doc__[];
+PyObject *StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+extern const char StatePool_clear_slots__doc__[];
+PyObject *StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+extern const char StatePool_track_decode__doc__[];
+PyObject *StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames);
+extern const char StatePool_snapshot_ssm_from_h__doc__[];
+PyObject *StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames);
+extern const char StatePool_snapshot_conv_window__doc__[];
+
+/* Registration hooks, called by mr_py_tensor_init (py_dlpack.c). */
+int mr_py_state_pool_init(PyObject *m, mr_state *st);
+int mr_py_req_to_token_init(PyObject *m, mr_state *st);
+
+#endif /* MR_PY_TENSOR_H */
