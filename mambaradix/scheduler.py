@@ -29,11 +29,12 @@ A request object of either backend exposes the same attributes to the loop:
 ``abort``, ``inflight`` (prefill chunks launched but not processed),
 ``next_idx``, ``last_track``, ``branching``, ``is_insert``, ``committed``.
 
-The pure decision functions (:func:`match_key_limit`,
-:func:`prefill_track_point`, :func:`decode_track_due`,
-:func:`chunk_continuation`, :func:`state_headroom`, :func:`ping_pong_other`)
-are the only home of those rules in Python; the C lifecycle
-(``csrc/lifecycle.c``) holds the same rules for the cache side.
+The decision functions (:func:`match_key_limit`, :func:`prefill_track_point`,
+:func:`decode_track_due`, :func:`chunk_continuation`, :func:`state_headroom`,
+:func:`ping_pong_other`, :func:`keep_index`, :func:`end_of_turn`,
+:func:`finish_cache_len`) are the C core's (``csrc/core/rules.h``, bound in
+``csrc/py/py_rules.c``): the C lifecycle applies the same functions, so each
+rule has one home.
 """
 
 from __future__ import annotations
@@ -42,77 +43,23 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ._C import (chunk_continuation, decode_track_due, end_of_turn, finish_cache_len,  # noqa: F401
+                 keep_index, match_key_limit, ping_pong_other, prefill_track_point, slots_per_req,
+                 state_headroom)
+
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
+
+
+
+# ---------------------------------------------------------------------------
+# decision functions: the C core's (csrc/core/rules.h), which the C lifecycle
+# applies too; here for the loop, the driver and the replay engine
+# ---------------------------------------------------------------------------
 
 #: State slots a request may need while it runs (running + ping-pong pair), the
 #: eviction headroom factor of SGLang's alloc_req_slots; lazy holds one less.
-STATE_FACTOR = 3
-STATE_FACTOR_LAZY = 2
-
-
-# ---------------------------------------------------------------------------
-# decision functions shared with the replay engine
-# ---------------------------------------------------------------------------
-def match_key_limit(fill_len: int, match_cap: bool) -> int:
-    """Tokens of the request's fill ids the prefix match may cover: SGLang caps
-    it at ``fill_len - 1`` (one token must be computed to produce logits)."""
-    if fill_len < 0:
-        raise ValueError(f"fill_len must be >= 0, got {fill_len}")
-    return max(fill_len - 1, 0) if match_cap else fill_len
-
-
-def prefill_track_point(prefix_len: int, extend_len: int, chunk_size: int,
-                        branching_seqlen: Optional[int]) -> Optional[int]:
-    """The sequence length whose state an extend of ``extend_len`` tokens after
-    ``prefix_len`` cached ones snapshots in extra_buffer mode, or None.
-
-    Tracked when ``extend_len >= chunk_size``: normally ``prefix_len +
-    (extend_len // chunk_size) * chunk_size``; when the match reported a
-    branching point ``B`` with ``prefix_len < B < prefix_len + extend_len`` and
-    ``(B - prefix_len) % chunk_size == 0``, the state at ``B`` instead."""
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
-    if extend_len < chunk_size:
-        return None
-    end = prefix_len + extend_len
-    aligned = prefix_len + (extend_len // chunk_size) * chunk_size
-    if (branching_seqlen is not None and prefix_len < branching_seqlen < end
-            and (branching_seqlen - prefix_len) % chunk_size == 0):
-        aligned = branching_seqlen
-    return aligned
-
-
-def decode_track_due(seq_len: int, interval: int) -> bool:
-    """A decode step that brings a request to ``seq_len`` tokens snapshots its
-    state when ``seq_len`` is a multiple of ``mamba_track_interval``."""
-    return seq_len % interval == 0
-
-
-def chunk_continuation(prefix_len: int, cand: int, budget: int, page_size: int) -> tuple:
-    """How much of its remaining ``cand`` tokens the chunked request prefills
-    next, given ``budget`` tokens (SGLang's add_chunked_req):
-    ``(extend_len, truncated)``.
-
-    A cut (``truncated``) ends on a page boundary: SGLang v0.5.15 cuts at
-    ``budget`` wherever it falls, so with pages a later snapshot can land off
-    the page grid, where its ``cache_unfinished_req`` asserts; later versions
-    round the cut down (``floor_chunked_tokens``).  Here it is rounded down to
-    a page, or up to the next page when that would leave nothing."""
-    n = min(cand, budget)
-    if page_size > 1 and n < cand:
-        end = (prefix_len + n) // page_size * page_size
-        if end <= prefix_len:
-            end = (prefix_len // page_size + 1) * page_size
-        n = min(end - prefix_len, cand)
-    return n, n < cand
-
-
-def state_headroom(available: int, num_reqs: int, lazy: bool) -> int:
-    """States to evict before allocating request slots for ``num_reqs``
-    requests when only ``available`` slots are free (SGLang's alloc_req_slots):
-    ``max(0, num_reqs * factor - available)`` when short, else 0."""
-    need = num_reqs * (STATE_FACTOR_LAZY if lazy else STATE_FACTOR)
-    return need - available if available < need else 0
+STATE_FACTOR = slots_per_req(False)
+STATE_FACTOR_LAZY = slots_per_req(True)
 
 
 # ---------------------------------------------------------------------------
@@ -192,12 +139,6 @@ class DriverConfig:
     @property
     def overlap(self) -> bool:
         return self.mode in ("pp2", "lazy")
-
-
-def ping_pong_other(idx: int, pp_size: int) -> int:
-    """The other index of a ping-pong track buffer of ``pp_size`` slots
-    (SGLang's ``get_mamba_ping_pong_other_idx``): flips with 2, stays with 1."""
-    return 1 - idx if pp_size == 2 else idx
 
 
 def retract_victim(running: list) -> Any:
@@ -453,9 +394,7 @@ class Scheduler:
     def _keep_idx(self, x: Any) -> int:
         """The track slot a cache call hands the tree: the newest snapshot
         (the one before ``next_idx`` with two buffers)."""
-        if self.config.lazy:
-            return x.next_idx
-        return self._other_idx(x.next_idx)
+        return keep_index(x.next_idx, self.pp_size, self.config.lazy)
 
     def _lazy_prealloc(self, x: Any) -> None:
         """Lazy mode, a decode batch reaching a boundary: the second track

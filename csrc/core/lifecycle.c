@@ -1,6 +1,7 @@
 /* lifecycle.c - the request lifecycle over the tree and the pools
  * (lifecycle.h). */
 #include "lifecycle.h"
+#include "rules.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -126,22 +127,11 @@ row_owner(int64_t row)
     return row >= 1 ? (int32_t)row : MR_OWNER_HELD;
 }
 
-/* state slots one request takes at admission (SGLang's alloc_req_slots
- * headroom factor): running + ping-pong buffer, or running + one lazy slot */
-static int64_t
-slots_per_req(const mr_lc_config *c)
-{
-    return c->lazy ? 2 : 3;
-}
-
 /* keep index: the track slot holding the newest snapshot */
 static int
 keep_idx(const mr_lifecycle *lc, const mr_req *st)
 {
-    if (lc->cfg.lazy) {
-        return st->next_track;
-    }
-    return lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
+    return mr_rule_keep_index(st->next_track, (int)lc->cfg.track_buffer_size, lc->cfg.lazy);
 }
 
 /* Frees a caller's KV indices: to the pool, or (tree-only) to the collected
@@ -496,10 +486,9 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
     }
     const mr_lc_config *c = &lc->cfg;
     if (headroom) {
-        int64_t need = (int64_t)n * slots_per_req(c);
-        int64_t avail = mr_slots_available(lc->state);
-        if (avail < need) {
-            int rc = mr_radix_evict_state(lc->tree, (size_t)(need - avail), &lc->rel, NULL, NULL);
+        int64_t short_by = mr_rule_state_headroom(mr_slots_available(lc->state), (int64_t)n, c->lazy);
+        if (short_by > 0) {
+            int rc = mr_radix_evict_state(lc->tree, (size_t)short_by, &lc->rel, NULL, NULL);
             if (rc != MR_OK) {
                 return rc;
             }
@@ -596,22 +585,16 @@ void
 mr_lc_prepare_extend(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t prefix_len, int64_t extend_len,
                      int64_t *track_slot, uint8_t *mask, int64_t *track_seqlen)
 {
-    const int64_t C = lc->cfg.chunk_size;
-    *mask = extend_len >= C;
+    int64_t aligned = -1, seqlen = -1;
+    *mask = (uint8_t)mr_rule_prefill_track(prefix_len, extend_len, lc->cfg.chunk_size, st->branching_seqlen,
+                                           &aligned, &seqlen);
     *track_slot = st->next_track >= 0 ? st->track[st->next_track] : -1;
     *track_seqlen = -1;
     if (!*mask) {
         return;
     }
-    int64_t seqlen = prefix_len + extend_len;
-    int64_t aligned = prefix_len + (extend_len / C) * C;
     if (!lc->cfg.lazy && st->next_track >= 0) {
-        st->next_track = lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
-    }
-    int64_t B = st->branching_seqlen;
-    if (B >= 0 && (B - prefix_len) % C == 0 && B > prefix_len && B < seqlen) {
-        seqlen = B + 1;  /* the state comes from the per-chunk h, not the last one */
-        aligned = B;
+        st->next_track = mr_rule_ping_pong_other(st->next_track, (int)lc->cfg.track_buffer_size);
     }
     st->last_track_seqlen = aligned;
     *track_seqlen = seqlen;
@@ -626,7 +609,7 @@ decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64
                uint8_t *mask, int *need)
 {
     const int64_t iv = lc->cfg.track_interval;
-    int at = seq_len % iv == 0;
+    int at = mr_rule_decode_due(seq_len, iv);
     *need = 0;
     if (lc->cfg.lazy && at && st->next_track >= 0) {
         int other = 1 - st->next_track;
@@ -677,7 +660,7 @@ mr_lc_decode_prepare_ext(mr_lifecycle *lc, mr_req *st, int64_t seq_len, int64_t 
 int
 mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed_len, int finished)
 {
-    if (st->next_track < 0 || committed_len % lc->cfg.track_interval != 0) {
+    if (st->next_track < 0 || !mr_rule_decode_due((int64_t)committed_len, lc->cfg.track_interval)) {
         return 0;
     }
     st->last_track_seqlen = committed_len;
@@ -693,7 +676,7 @@ mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t committed
         }
     }
     else {
-        st->next_track = lc->cfg.track_buffer_size == 2 ? 1 - st->next_track : st->next_track;
+        st->next_track = mr_rule_ping_pong_other(st->next_track, (int)lc->cfg.track_buffer_size);
     }
     return 1;
 }
@@ -797,19 +780,12 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     int existed = 1;
     mr_handle inserted = {0, 0};
     /* end of turn: the running slot holds the state at committed_len */
-    int eot = is_insert && c->extra_buffer && c->end_of_turn && has_pools(lc) && committed_len > 0
-              && committed_len % c->page_size == 0
-              && mr_slots_available(lc->state) >= slots_per_req(c);   /* one admission's headroom */
+    int eot = is_insert && has_pools(lc)
+              && mr_rule_end_of_turn(c->end_of_turn, c->extra_buffer, (int64_t)committed_len, c->page_size,
+                                     mr_slots_available(lc->state), c->lazy);
     if (is_insert) {
-        int64_t cache_len = c->extra_buffer ? (st->last_track_seqlen < 0 ? 0 : st->last_track_seqlen)
-                                            : (int64_t)committed_len;
-        if (eot) {
-            cache_len = (int64_t)committed_len;
-        }
-        if (cache_len > (int64_t)committed_len) {
-            cache_len = (int64_t)committed_len;
-        }
-        cache_len = cache_len / c->page_size * c->page_size;
+        int64_t cache_len = mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen,
+                                                     (int64_t)committed_len, eot, c->page_size);
         int64_t slot = st->running;
         if (c->extra_buffer) {
             if (st->next_track < 0) {
@@ -1277,7 +1253,7 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
     }
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &sts[i];
-        size_t cap = lens[i] > 0 ? lens[i] - 1 : 0;
+        size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
         rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, lc->b);
         if (rc != MR_OK) {

@@ -261,6 +261,14 @@ mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_
     if (o == NULL) {
         return 0;
     }
+    if (PyLong_CheckExact(o)) {   /* the common case, without formatting a name */
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && v >= lo && v <= hi) {
+            *out = (int64_t)v;
+            return 0;
+        }
+    }
     char what[128];
     snprintf(what, sizeof(what), "%s(): %s", fname, arg);
     return mr_as_int64(o, lo, hi, what, out);

@@ -122,5 +122,6 @@ const char *mr_policy_name(int policy);
 int mr_py_radix_init(PyObject *m, mr_state *st);
 int mr_py_tensor_init(PyObject *m, mr_state *st);
 int mr_py_pools_init(PyObject *m, mr_state *st);
+int mr_py_rules_init(PyObject *m, mr_state *st);
 
 #endif /* MR_PY_COMMON_H */

@@ -657,15 +657,12 @@ class HybridReqToTokenPool(ReqToTokenPool):
         return self.mamba_pool.mamba2_layer_cache(self.mamba_map[layer_id])
 
     def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
-        if self.mamba_ping_pong_track_buffer_size == 2:
-            return 1 - mamba_next_track_idx
-        return mamba_next_track_idx
+        return _C.ping_pong_other(mamba_next_track_idx, self.mamba_ping_pong_track_buffer_size)
 
     def get_mamba_ping_pong_keep_idx(self, req: Req) -> int:
         """Index of the track slot holding the newest snapshot."""
-        if self.enable_mamba_extra_buffer_lazy:
-            return req.mamba_next_track_idx
-        return self.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
+        return _C.keep_index(req.mamba_next_track_idx, self.mamba_ping_pong_track_buffer_size,
+                             self.enable_mamba_extra_buffer_lazy)
 
     def set_mamba_ping_pong_slot(self, req: Req, idx: int, value: Any) -> None:
         if _owns_record(req):  # the record, then the row's map from it

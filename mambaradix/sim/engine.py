@@ -78,7 +78,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..scheduler import Batch, DriverConfig, Scheduler, TimeModel, match_key_limit, state_headroom
+from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, end_of_turn, finish_cache_len,
+                         match_key_limit, state_headroom)
 from .checks import check_feasible
 from .types import SimConfig, SimMetrics, SimRequest
 
@@ -666,13 +667,9 @@ class _Replay(Scheduler):
             self._free_states(r, None)
         else:
             # end of turn: the running slot holds the state at committed
-            eot = (self.eot and self.dcfg.extra_buffer and committed > 0
-                   and committed % self.cfg.page_size == 0
-                   and state_headroom(self.slots_free, 1, self.dcfg.lazy) == 0)
-            if self.dcfg.extra_buffer:
-                cache_len = committed if eot else (r.last_track or 0)
-            else:
-                cache_len = committed
+            eot = end_of_turn(self.eot, self.dcfg.extra_buffer, committed, self.cfg.page_size, self.slots_free,
+                              self.dcfg.lazy)
+            cache_len = finish_cache_len(self.dcfg.extra_buffer, r.last_track, committed, eot, self.cfg.page_size)
             if cache_len != committed:
                 self.kv_free += self._ceil_page(committed) - max(cache_len, r.cpl)
             if self.dcfg.extra_buffer:

@@ -1,0 +1,132 @@
+/* rules.h - SGLang v0.5.15's scheduling and caching decisions for one
+ * request, as pure functions: the one home of each rule.  The C lifecycle
+ * (lifecycle.c) applies them; the Python scheduler loop (mambaradix/
+ * scheduler.py), under the reference driver and the simulator, calls the
+ * same functions through the module's bindings (csrc/py/py_rules.c).
+ *
+ * Lengths are token counts; -1 stands for None. */
+#ifndef MR_RULES_H
+#define MR_RULES_H
+
+#include <stdint.h>
+
+/* State slots one admitted request may hold (running slot + ping-pong pair;
+ * lazy mode: running + one), the eviction headroom factor of SGLang's
+ * alloc_req_slots. */
+static inline int64_t
+mr_rule_slots_per_req(int lazy)
+{
+    return lazy ? 2 : 3;
+}
+
+/* States to evict before allocating request slots for num_reqs requests
+ * when `available` slots are free: max(0, num_reqs * factor - available). */
+static inline int64_t
+mr_rule_state_headroom(int64_t available, int64_t num_reqs, int lazy)
+{
+    int64_t need = num_reqs * mr_rule_slots_per_req(lazy);
+    return available < need ? need - available : 0;
+}
+
+/* Tokens of a request's fill ids a prefix match may cover: SGLang caps it
+ * at fill_len - 1 (one token is computed to produce logits). */
+static inline int64_t
+mr_rule_match_limit(int64_t fill_len, int cap)
+{
+    return cap ? (fill_len > 0 ? fill_len - 1 : 0) : fill_len;
+}
+
+/* The prefill track decision in extra_buffer mode: an extend of extend_len
+ * tokens after prefix_len cached ones snapshots when extend_len >= chunk.
+ * Returns 1 then, with *point the sequence length the snapshot stands for
+ * (prefix_len + (extend_len / chunk) * chunk, or the match's branching point
+ * B when prefix_len < B < prefix_len + extend_len and (B - prefix_len) is a
+ * multiple of chunk) and *kernel_seqlen the length the snapshot kernel is
+ * given (the extend's end; B + 1 at a branching point: the state comes from
+ * the per-chunk h, not the last one).  Returns 0 when nothing is tracked. */
+static inline int
+mr_rule_prefill_track(int64_t prefix_len, int64_t extend_len, int64_t chunk, int64_t branching,
+                      int64_t *point, int64_t *kernel_seqlen)
+{
+    if (extend_len < chunk) {
+        return 0;
+    }
+    int64_t end = prefix_len + extend_len;
+    *point = prefix_len + (extend_len / chunk) * chunk;
+    *kernel_seqlen = end;
+    if (branching >= 0 && branching > prefix_len && branching < end && (branching - prefix_len) % chunk == 0) {
+        *point = branching;
+        *kernel_seqlen = branching + 1;
+    }
+    return 1;
+}
+
+/* A decode step that brings a request to seq_len tokens snapshots its state
+ * when seq_len is a multiple of the track interval. */
+static inline int
+mr_rule_decode_due(int64_t seq_len, int64_t interval)
+{
+    return seq_len % interval == 0;
+}
+
+/* The other index of a ping-pong buffer of pp slots: flips with 2, stays
+ * with 1 (get_mamba_ping_pong_other_idx). */
+static inline int
+mr_rule_ping_pong_other(int idx, int pp)
+{
+    return pp == 2 ? 1 - idx : idx;
+}
+
+/* The track slot holding the newest snapshot, which the tree takes: the
+ * other of next_track (lazy mode: next_track itself). */
+static inline int
+mr_rule_keep_index(int next_track, int pp, int lazy)
+{
+    return lazy ? next_track : mr_rule_ping_pong_other(next_track, pp);
+}
+
+/* How much of its remaining cand tokens the chunked request prefills next
+ * with budget tokens: the count, and *truncated when it stops short.  A cut
+ * ends on a page boundary (rounded down, or up to the next page when that
+ * would leave nothing); SGLang v0.5.15 cuts anywhere, later versions round
+ * down. */
+static inline int64_t
+mr_rule_chunk_continuation(int64_t prefix_len, int64_t cand, int64_t budget, int64_t page, int *truncated)
+{
+    int64_t n = cand < budget ? cand : budget;
+    if (page > 1 && n < cand) {
+        int64_t end = (prefix_len + n) / page * page;
+        if (end <= prefix_len) {
+            end = (prefix_len / page + 1) * page;
+        }
+        n = end - prefix_len < cand ? end - prefix_len : cand;
+    }
+    *truncated = n < cand;
+    return n;
+}
+
+/* End-of-turn states: a finished request's running slot (the state at
+ * exactly committed tokens) is donated to the tree when the option is on,
+ * in extra_buffer mode, for a non-empty, page-aligned length, and while the
+ * pool keeps one admission's headroom free. */
+static inline int
+mr_rule_end_of_turn(int enabled, int extra_buffer, int64_t committed, int64_t page, int64_t available, int lazy)
+{
+    return enabled && extra_buffer && committed > 0 && committed % page == 0
+           && available >= mr_rule_slots_per_req(lazy);
+}
+
+/* The length a finished request caches: its newest snapshot's
+ * (last_track, -1 = none) in extra_buffer mode, all of committed otherwise
+ * or at an end of turn; never past committed, in whole pages. */
+static inline int64_t
+mr_rule_finish_cache_len(int extra_buffer, int64_t last_track, int64_t committed, int eot, int64_t page)
+{
+    int64_t n = extra_buffer && !eot ? (last_track < 0 ? 0 : last_track) : committed;
+    if (n > committed) {
+        n = committed;
+    }
+    return n / page * page;
+}
+
+#endif /* MR_RULES_H */

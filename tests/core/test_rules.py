@@ -1,0 +1,91 @@
+"""The scheduling and caching decisions of csrc/core/rules.h, as the module
+exposes them (and mambaradix.scheduler re-exports them), against a
+transcription of SGLang v0.5.15's rules written here from its source's
+behaviour, over random inputs with a fixed seed; and their argument errors."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mambaradix import _C, scheduler
+
+
+def ref_prefill_track_point(P, E, C, B):
+    if E < C:
+        return None
+    if B is not None and P < B < P + E and (B - P) % C == 0:
+        return B
+    return P + (E // C) * C
+
+
+def ref_chunk_continuation(P, cand, budget, page):
+    n = min(cand, budget)
+    if page > 1 and n < cand:
+        end = (P + n) // page * page
+        if end <= P:
+            end = (P // page + 1) * page
+        n = min(end - P, cand)
+    return n, n < cand
+
+
+def ref_end_of_turn(on, eb, committed, page, available, lazy):
+    return bool(on and eb and committed > 0 and committed % page == 0 and available >= (2 if lazy else 3))
+
+
+def ref_finish_cache_len(eb, last, committed, eot, page):
+    n = committed if (not eb or eot) else (last or 0)
+    return min(n, committed) // page * page
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rules_against_reference(seed):
+    rng = random.Random(seed)
+    for _ in range(3000):
+        P, E = rng.randrange(0, 600), rng.randrange(0, 600)
+        C = rng.choice([1, 16, 64, 100])
+        B = rng.choice([None, rng.randrange(0, 1200), P + C * rng.randrange(0, 8)])
+        assert _C.prefill_track_point(P, E, C, B) == ref_prefill_track_point(P, E, C, B), (P, E, C, B)
+        cand, budget, page = rng.randrange(0, 400), rng.randrange(0, 400), rng.choice([1, 4, 16, 64])
+        assert _C.chunk_continuation(P, cand, budget, page) == ref_chunk_continuation(P, cand, budget, page)
+        seq, iv = rng.randrange(0, 2000), rng.choice([1, 7, 256])
+        assert _C.decode_track_due(seq, iv) is (seq % iv == 0)
+        avail, n, lazy = rng.randrange(0, 40), rng.randrange(0, 10), rng.random() < 0.5
+        assert _C.state_headroom(avail, n, lazy) == max(0, n * (2 if lazy else 3) - avail)
+        fill, cap = rng.randrange(0, 50), rng.random() < 0.5
+        assert _C.match_key_limit(fill, cap) == (max(fill - 1, 0) if cap else fill)
+        idx, pp = rng.randrange(0, 2), rng.choice([1, 2])
+        other = 1 - idx if pp == 2 else idx
+        assert _C.ping_pong_other(idx, pp) == other
+        assert _C.keep_index(idx, pp, lazy) == (idx if lazy else other)
+        on, eb = rng.random() < 0.7, rng.random() < 0.7
+        committed, last = rng.randrange(0, 300), rng.choice([None, 0, rng.randrange(0, 320)])
+        eot = _C.end_of_turn(on, eb, committed, page, avail, lazy)
+        assert eot is ref_end_of_turn(on, eb, committed, page, avail, lazy)
+        assert _C.finish_cache_len(eb, last, committed, eot, page) == ref_finish_cache_len(eb, last, committed,
+                                                                                            eot, page)
+    assert _C.slots_per_req(False) == scheduler.STATE_FACTOR == 3
+    assert _C.slots_per_req(True) == scheduler.STATE_FACTOR_LAZY == 2
+
+
+def test_scheduler_uses_the_core_rules():
+    for name in ("match_key_limit", "prefill_track_point", "decode_track_due", "chunk_continuation",
+                 "state_headroom", "ping_pong_other", "keep_index", "end_of_turn", "finish_cache_len"):
+        assert getattr(scheduler, name) is getattr(_C, name), name
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: _C.prefill_track_point(0, 10, 0, None), ValueError, "chunk_size"),
+    (lambda: _C.prefill_track_point(-1, 10, 4, None), ValueError, "prefix_len"),
+    (lambda: _C.prefill_track_point(0, 10, 4, -3), ValueError, "branching_seqlen"),
+    (lambda: _C.decode_track_due(5, 0), ValueError, "interval"),
+    (lambda: _C.match_key_limit(-1, True), ValueError, "fill_len"),
+    (lambda: _C.ping_pong_other(0, 3), ValueError, "pp_size"),
+    (lambda: _C.keep_index(2, 2, False), ValueError, "next_idx"),
+    (lambda: _C.chunk_continuation(0, 5, 5, 0), ValueError, "page_size"),
+    (lambda: _C.finish_cache_len(True, "x", 5, False, 1), TypeError, "last_track"),
+    (lambda: _C.state_headroom(1, 2), TypeError, "lazy"),
+])
+def test_rule_arguments_are_named(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
