@@ -1608,6 +1608,12 @@ mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out)
     return MR_OK;
 }
 
+mr_node *
+mr_radix_node_by_id(const mr_radix *t, uint32_t id)
+{
+    return id < t->nids ? t->by_id[id] : NULL;
+}
+
 size_t mr_node_len(const mr_node *n) { return n->len; }
 const int32_t *mr_node_key(const mr_node *n) { return node_key(n); }
 const int64_t *mr_node_values(const mr_node *n) { return n->val; }

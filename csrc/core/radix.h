@@ -318,6 +318,8 @@ mr_node *mr_radix_root(const mr_radix *t);
 mr_handle mr_node_handle(const mr_node *n);
 /* Resolves a handle.  MR_ESTALE if the node was removed. */
 int mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out);
+/* The live node that has id `id` (whatever its generation), or NULL. */
+mr_node *mr_radix_node_by_id(const mr_radix *t, uint32_t id);
 
 size_t mr_node_len(const mr_node *n);
 const int32_t *mr_node_key(const mr_node *n);

@@ -221,24 +221,37 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._ns_of: dict = {}
             self._ns_key: dict = {}
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+            template = InsertResult(prefix_len=0).__dict__
+            self._fast = _C.UnifiedCore(
+                self._tree, self,
+                (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
+                 MambaEvictExcessPathStates),
+                dict(template), torch.from_numpy if self._on_cpu else self._tensor, self._empty,
+                self.has_mamba, bool(self.kv_events.enabled), self.page_size, self._chunk, self._path_cap,
+            )
+            fast = self._fast
+            # One C call per hot TreeCore method (instance attributes shadow the class's).
+            self.match_prefix = fast.match_prefix
+            self.begin_insert = fast.begin_insert
+            self.end_insert = fast.end_insert
+            self.has_ongoing_insert = fast.has_ongoing_insert
+            self.collect_full_device_indices = fast.collect_full_device_indices
             self.reset()
 
         # ---- ids and namespaces -------------------------------------------------
 
-        def _nid(self, node) -> int:
-            nid = node.id
-            self._nodes[nid] = node
-            return nid
+        @staticmethod
+        def _nid(node) -> int:
+            return node.id
 
         def _node(self, node_id, arg="node_id"):
-            node = self._nodes.get(node_id) if type(node_id) is int else None
-            if node is None or not node.valid:
-                if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
-                    raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}")
-                node = self._nodes.get(int(node_id))
-                if node is None or not node.valid:
-                    raise KeyError(f"{arg}={node_id} names no live node")
-            return node
+            """The Node handle of a NodeId (the C node id); KeyError / TypeError name arg."""
+            try:
+                return self._fast.node(node_id)
+            except KeyError:
+                raise KeyError(f"{arg}={node_id!r} names no live node") from None
+            except TypeError:
+                raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}") from None
 
         def _tensor(self, arr):
             """A device tensor over a numpy int64 array the tree handed out (owned, no copy on CPU)."""
@@ -275,7 +288,6 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._tree.reset()
             root = self._tree.root
             self._root = root
-            self._nodes = {root.id: root}
             self._pin: dict[int, int] = {}
             self._page_hash: dict[int, tuple] = {}
             self._insert_state = None
@@ -373,7 +385,6 @@ def _build_class():  # noqa: C901 - one class, built lazily
                             num_children=len(node.children),
                         )
                     )
-                    self._nodes[parent.id] = parent
                     node = parent
                 out.append(tuple(reversed(path)))
             return tuple(out)
@@ -424,7 +435,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             n = len(toks) // self.page_size * self.page_size
             return toks[:n] if n != len(toks) else toks
 
-        def match_prefix(self, params):
+        def _match_prefix_py(self, params):
+            """match_prefix for what the C path hands back (keys over token lists)."""
             key = params.key
             toks = self._aligned(key)
             if len(toks) == 0:
@@ -490,7 +502,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._node(node_id)
             return False
 
-        def collect_full_device_indices(self, from_node_id, until_node_id):
+        def _collect_full_device_indices_py(self, from_node_id, until_node_id):
+            """collect_full_device_indices below a node other than the root."""
             node = self._node(from_node_id, "from_node_id")
             until = self._node(until_node_id, "until_node_id")
             if until.is_root:
@@ -510,9 +523,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         # ---- insert ------------------------------------------------------------
 
-        def begin_insert(self, params):
-            if self._insert_state is not None:
-                raise RuntimeError("concurrent insert walks")
+        def _begin_insert_py(self, params):
+            """begin_insert for what the C path hands back (token lists, tensors
+            off the CPU, values None, empty keys)."""
             key = params.key
             toks = self._aligned(key)
             n = len(toks)
@@ -564,6 +577,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         def resume_insert(self):
             raise RuntimeError("no insert walk is suspended")
+
+        # The hot calls are _C.UnifiedCore's (bound per instance in __init__);
+        # these class-level names are the same calls through the Python path.
+        match_prefix = _match_prefix_py
+        begin_insert = _begin_insert_py
+        collect_full_device_indices = _collect_full_device_indices_py
 
         def has_ongoing_insert(self) -> bool:
             return False
@@ -850,8 +869,11 @@ def inspection_core_class():
 
     class Inspector(Core, UnifiedTreeCoreInspectionInterface):
         def contains_node(self, node_id):
-            node = self._nodes.get(int(node_id))
-            return node is not None and node.valid
+            try:
+                self._fast.node(node_id)
+                return True
+            except (KeyError, TypeError):
+                return False
 
         def get_parent_node_id(self, node_id):
             parent = self._node(node_id).parent
@@ -922,8 +944,7 @@ def inspection_core_class():
                     and (node.state_lock_ref == 0))
 
         def is_device_evictable_leaf(self, node_id):
-            node = self._nodes.get(int(node_id))
-            return node is not None and node.valid and self.is_device_leaf(node_id)
+            return self.contains_node(node_id) and self.is_device_leaf(node_id)
 
         def is_host_evictable_leaf(self, node_id):
             return False

@@ -1,0 +1,842 @@
+/* py_unified.c - the per-call work of the SGLang 0.5.23 TreeCore in C.
+ *
+ * mambaradix.sglang.unified's TreeCore (a Python class: it subclasses
+ * SGLang's interface) binds its hot methods to a _C.UnifiedCore object, so
+ * that UnifiedRadixCache's calls
+ *
+ *     match_prefix(params), begin_insert(params), end_insert(),
+ *     has_ongoing_insert(), collect_full_device_indices(from, until),
+ *     node(node_id)
+ *
+ * are each one C function over the RadixTree's mr_radix that reads SGLang's
+ * parameter objects and builds SGLang's result objects directly (the result
+ * classes are handed over once, at construction).  Anything off the common
+ * path (namespaced keys, keys that are not int64 buffers, tensors off the
+ * CPU, KV events) takes the same C path with a Python helper for that part,
+ * or goes to the adapter's Python method of the same name (`fallback`),
+ * which stays the reference for the semantics. */
+#include "py_common.h"
+#include "py_numpy.h"
+#include "radix.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tree_obj;          /* the RadixTree */
+    mr_radix *tree;
+    PyObject *core;              /* the Python TreeCore (fallbacks, namespaces, events) */
+    /* SGLang's classes */
+    PyObject *RadixKey, *Tensor, *MatchResult, *InsertStepResult, *InsertResult, *FreeDeviceKV,
+        *EvictExcess;
+    PyObject *insert_template;   /* InsertResult(prefix_len=0).__dict__ */
+    PyObject *to_tensor;         /* numpy int64 array -> device tensor */
+    PyObject *empty_tensor;
+    /* configuration */
+    int has_mamba, events;
+    int64_t page_size, chunk, path_cap;
+    /* scratch for narrowed keys */
+    int32_t *keybuf;
+    size_t keycap;
+    int busy;                    /* keybuf is lent out (a re-entrant call uses the fallback) */
+} UnifiedCore;
+
+/* interned attribute names */
+static PyObject *s_key, *s_token_ids, *s_extra_key, *s_cache_salt, *s_is_bigram, *s_limit, *s_value,
+    *s_mamba_value, *s_prev_prefix_len, *s_session_id, *s_numpy, *s_item, *s_numel, *s_dict,
+    *s_prefix_len, *s_last_device_node, *s_mamba_exist, *s_cache_actions, *s_namespace, *s_record_store,
+    *s_fb_match, *s_fb_begin_insert, *s_fb_collect;
+
+static int
+intern_names(void)
+{
+#define INTERN(var, text) if ((var) == NULL && ((var) = PyUnicode_InternFromString(text)) == NULL) return -1
+    INTERN(s_key, "key");
+    INTERN(s_token_ids, "token_ids");
+    INTERN(s_extra_key, "extra_key");
+    INTERN(s_cache_salt, "cache_salt");
+    INTERN(s_is_bigram, "is_bigram");
+    INTERN(s_limit, "limit");
+    INTERN(s_value, "value");
+    INTERN(s_mamba_value, "mamba_value");
+    INTERN(s_prev_prefix_len, "prev_prefix_len");
+    INTERN(s_session_id, "session_id");
+    INTERN(s_numpy, "numpy");
+    INTERN(s_item, "item");
+    INTERN(s_numel, "numel");
+    INTERN(s_dict, "__dict__");
+    INTERN(s_prefix_len, "prefix_len");
+    INTERN(s_last_device_node, "last_device_node");
+    INTERN(s_mamba_exist, "mamba_exist");
+    INTERN(s_cache_actions, "cache_actions");
+    INTERN(s_namespace, "_namespace");
+    INTERN(s_record_store, "_record_store");
+    INTERN(s_fb_match, "_match_prefix_py");
+    INTERN(s_fb_begin_insert, "_begin_insert_py");
+    INTERN(s_fb_collect, "_collect_full_device_indices_py");
+#undef INTERN
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Construction */
+
+static int
+UnifiedCore_traverse(UnifiedCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tree_obj);
+    Py_VISIT(self->core);
+    Py_VISIT(self->RadixKey);
+    Py_VISIT(self->Tensor);
+    Py_VISIT(self->MatchResult);
+    Py_VISIT(self->InsertStepResult);
+    Py_VISIT(self->InsertResult);
+    Py_VISIT(self->FreeDeviceKV);
+    Py_VISIT(self->EvictExcess);
+    Py_VISIT(self->insert_template);
+    Py_VISIT(self->to_tensor);
+    Py_VISIT(self->empty_tensor);
+    return 0;
+}
+
+static int
+UnifiedCore_clear(UnifiedCore *self)
+{
+    Py_CLEAR(self->tree_obj);
+    self->tree = NULL;
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->RadixKey);
+    Py_CLEAR(self->Tensor);
+    Py_CLEAR(self->MatchResult);
+    Py_CLEAR(self->InsertStepResult);
+    Py_CLEAR(self->InsertResult);
+    Py_CLEAR(self->FreeDeviceKV);
+    Py_CLEAR(self->EvictExcess);
+    Py_CLEAR(self->insert_template);
+    Py_CLEAR(self->to_tensor);
+    Py_CLEAR(self->empty_tensor);
+    return 0;
+}
+
+static void
+UnifiedCore_dealloc(UnifiedCore *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    UnifiedCore_clear(self);
+    PyMem_Free(self->keybuf);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"tree", "core", "classes", "insert_template", "to_tensor", "empty_tensor",
+                         "has_mamba", "events", "page_size", "chunk", "path_cap", NULL};
+    PyObject *tree, *core, *classes, *tmpl, *to_tensor, *empty;
+    int has_mamba, events;
+    long long ps, chunk, cap;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!OOppLLL:UnifiedCore", kw, &tree, &core, &PyTuple_Type,
+                                     &classes, &PyDict_Type, &tmpl, &to_tensor, &empty, &has_mamba, &events,
+                                     &ps, &chunk, &cap)) {
+        return NULL;
+    }
+    if (intern_names() < 0) {
+        return NULL;
+    }
+    mr_radix *t = mr_py_radix_tree(tree);
+    if (t == NULL) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(classes) != 7) {
+        PyErr_SetString(PyExc_ValueError,
+                        "classes must be (RadixKey, Tensor, MatchResult, InsertStepResult, InsertResult, "
+                        "FreeDeviceKV, MambaEvictExcessPathStates)");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < 7; i++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(classes, i))) {
+            PyErr_Format(PyExc_TypeError, "classes[%zd] must be a class", i);
+            return NULL;
+        }
+    }
+    PyObject *mr = PyTuple_GET_ITEM(classes, 2);
+    if (!PyType_IsSubtype((PyTypeObject *)mr, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "classes[2] (MatchResult) must be a NamedTuple");
+        return NULL;
+    }
+    if (ps < 1 || chunk < 1) {
+        PyErr_SetString(PyExc_ValueError, "page_size and chunk must be >= 1");
+        return NULL;
+    }
+    UnifiedCore *self = (UnifiedCore *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->tree_obj = Py_NewRef(tree);
+    self->tree = t;
+    self->core = Py_NewRef(core);
+    self->RadixKey = Py_NewRef(PyTuple_GET_ITEM(classes, 0));
+    self->Tensor = Py_NewRef(PyTuple_GET_ITEM(classes, 1));
+    self->MatchResult = Py_NewRef(mr);
+    self->InsertStepResult = Py_NewRef(PyTuple_GET_ITEM(classes, 3));
+    self->InsertResult = Py_NewRef(PyTuple_GET_ITEM(classes, 4));
+    self->FreeDeviceKV = Py_NewRef(PyTuple_GET_ITEM(classes, 5));
+    self->EvictExcess = Py_NewRef(PyTuple_GET_ITEM(classes, 6));
+    self->insert_template = Py_NewRef(tmpl);
+    self->to_tensor = Py_NewRef(to_tensor);
+    self->empty_tensor = Py_NewRef(empty);
+    self->has_mamba = has_mamba;
+    self->events = events;
+    self->page_size = ps;
+    self->chunk = chunk;
+    self->path_cap = cap;
+    return (PyObject *)self;
+}
+
+/* ------------------------------------------------------------------------
+ * Reading SGLang's arguments */
+
+/* Calls the adapter's Python method `name` with the original arguments. */
+static PyObject *
+fallback(UnifiedCore *self, PyObject *name, PyObject *const *args, size_t nargs)
+{
+    PyObject *fn = PyObject_GetAttr(self->core, name);
+    if (fn == NULL) {
+        return NULL;
+    }
+    PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+    Py_DECREF(fn);
+    return r;
+}
+
+/* A key read for the tree. */
+typedef struct {
+    const int32_t *tok;
+    size_t len;          /* page-aligned */
+    int32_t ns;
+    int fast;            /* 0: take the fallback */
+} keyread;
+
+/* Reads params.key (a RadixKey over an int64 buffer, limit honoured,
+ * truncated to whole pages) into self->keybuf, with its namespace id
+ * (create: a new namespace gets an id).  Returns -1 with an exception, 0
+ * with kr->fast = 0 when the key needs the Python path (a token list, a
+ * narrower buffer), else 0.  The caller releases keybuf (self->busy = 0). */
+static int
+read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
+{
+    kr->fast = 0;
+    if (Py_TYPE(key) != (PyTypeObject *)self->RadixKey
+        && !PyObject_TypeCheck(key, (PyTypeObject *)self->RadixKey)) {
+        PyErr_Format(PyExc_TypeError, "params.key must be a RadixKey, not %.100s", Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    if (self->busy) {
+        return 0;
+    }
+    PyObject *big = PyObject_GetAttr(key, s_is_bigram);
+    if (big == NULL) {
+        return -1;
+    }
+    int is_big = PyObject_IsTrue(big);
+    Py_DECREF(big);
+    if (is_big != 0) {
+        if (is_big > 0) {
+            PyErr_SetString(PyExc_ValueError, "params.key: bigram (EAGLE) keys are served by the Python TreeCore");
+        }
+        return -1;
+    }
+    PyObject *toks = PyObject_GetAttr(key, s_token_ids);
+    if (toks == NULL) {
+        return -1;
+    }
+    if (!PyObject_CheckBuffer(toks)) {
+        Py_DECREF(toks);
+        return 0;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(toks, &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(toks);
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(toks);
+    const char *f = v.format ? v.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') {
+        f++;
+    }
+    if (v.ndim != 1 || v.itemsize != 8 || !(f[0] == 'q' || f[0] == 'l' || f[0] == 'n') || f[1] != '\0') {
+        PyBuffer_Release(&v);
+        return 0;
+    }
+    size_t n = (size_t)v.shape[0];
+    PyObject *lim = PyObject_GetAttr(key, s_limit);
+    if (lim == NULL) {
+        PyBuffer_Release(&v);
+        return -1;
+    }
+    if (lim != Py_None) {
+        Py_ssize_t l = PyLong_Check(lim) ? PyLong_AsSsize_t(lim) : -1;
+        if (l == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+        }
+        if (!PyLong_Check(lim) || l < 0) {
+            Py_DECREF(lim);
+            PyBuffer_Release(&v);
+            return 0;
+        }
+        if ((size_t)l < n) {
+            n = (size_t)l;
+        }
+    }
+    Py_DECREF(lim);
+    n -= n % (size_t)self->page_size;
+    if (n > self->keycap) {
+        size_t cap = self->keycap ? self->keycap : 1024;
+        while (cap < n) {
+            cap *= 2;
+        }
+        int32_t *p = PyMem_Realloc(self->keybuf, cap * sizeof(int32_t));
+        if (p == NULL) {
+            PyBuffer_Release(&v);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->keybuf = p;
+        self->keycap = cap;
+    }
+    /* One narrowing pass the compiler vectorizes, range-checked afterwards. */
+    const int64_t *src = v.buf;
+    int32_t *dst = self->keybuf;
+    int64_t mn = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = src[i];
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        dst[i] = (int32_t)x;
+    }
+    PyBuffer_Release(&v);
+    if (mn < INT32_MIN || mx > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);
+        return -1;
+    }
+    /* Namespace: none for a plain key; else the adapter's name for
+     * (extra_key, cache_salt), then the tree's id for that name. */
+    PyObject *extra = PyObject_GetAttr(key, s_extra_key);
+    if (extra == NULL) {
+        return -1;
+    }
+    PyObject *salt = PyObject_GetAttr(key, s_cache_salt);
+    if (salt == NULL) {
+        Py_DECREF(extra);
+        return -1;
+    }
+    int plain = extra == Py_None && salt == Py_None;
+    Py_DECREF(extra);
+    Py_DECREF(salt);
+    kr->ns = 0;
+    if (!plain) {
+        PyObject *name = PyObject_CallMethodOneArg(self->core, s_namespace, key);
+        if (name == NULL) {
+            return -1;
+        }
+        int rc = mr_py_radix_namespace(self->tree_obj, name, create, &kr->ns);
+        Py_DECREF(name);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    kr->tok = self->keybuf;
+    kr->len = n;
+    kr->fast = 1;
+    self->busy = 1;
+    return 0;
+}
+
+static PyObject *
+node_id_obj(const mr_node *n)
+{
+    return PyLong_FromUnsignedLong(mr_node_handle(n).id);
+}
+
+/* Resolves a NodeId: 1 found, 0 not an exact int (the caller falls back),
+ * -1 KeyError naming arg. */
+static int
+resolve_id(UnifiedCore *self, PyObject *obj, const char *arg, mr_node **out)
+{
+    if (!PyLong_CheckExact(obj)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long id = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (id == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    mr_node *n = (overflow || id < 0 || id > UINT32_MAX) ? NULL : mr_radix_node_by_id(self->tree, (uint32_t)id);
+    if (n == NULL) {
+        PyObject *r = PyObject_Repr(obj);
+        if (r != NULL) {
+            PyErr_Format(PyExc_KeyError, "%s=%U names no live node", arg, r);
+            Py_DECREF(r);
+        }
+        return -1;
+    }
+    *out = n;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * match_prefix */
+
+static PyObject *
+UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
+{
+    PyObject *key = PyObject_GetAttr(params, s_key);
+    if (key == NULL) {
+        return NULL;
+    }
+    keyread kr;
+    int rc = read_key(self, key, 0, &kr);
+    Py_DECREF(key);
+    if (rc < 0) {
+        return NULL;
+    }
+    if (!kr.fast) {
+        return fallback(self, s_fb_match, &params, 1);
+    }
+    mr_radix *t = self->tree;
+    mr_match m;
+    if (kr.len == 0) {
+        memset(&m, 0, sizeof(m));
+        m.node = m.kv_node = mr_radix_root(t);
+        rc = MR_OK;
+    }
+    else {
+        rc = mr_radix_match(t, kr.tok, kr.len, kr.ns, &m);
+    }
+    self->busy = 0;
+    if (rc != MR_OK) {
+        PyErr_Format(PyExc_RuntimeError, "match_prefix(): the tree failed (status %d)", rc);
+        return NULL;
+    }
+    size_t dev_len, kv_len = m.kv_matched_len;
+    PyObject *branching = Py_None;
+    if (self->has_mamba) {
+        dev_len = m.prefix_len;
+        size_t aligned = kv_len / (size_t)self->chunk * (size_t)self->chunk;
+        if (aligned > dev_len && (branching = PyLong_FromSize_t(aligned)) == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        dev_len = kv_len;
+    }
+    Py_INCREF(branching);
+    mr_node *root = mr_radix_root(t);
+    PyObject *bid = node_id_obj(m.node);
+    PyObject *vis = m.kv_node == root ? Py_NewRef(Py_None) : node_id_obj(m.kv_node);
+    PyObject *dl = PyLong_FromSize_t(dev_len);
+    PyObject *kl = PyLong_FromSize_t(kv_len);
+    PyObject *acts = PyList_New(0);
+    PyTypeObject *tp = (PyTypeObject *)self->MatchResult;
+    PyObject *res = (bid && vis && dl && kl && acts) ? tp->tp_alloc(tp, 14) : NULL;
+    if (res == NULL) {
+        Py_XDECREF(bid);
+        Py_XDECREF(vis);
+        Py_XDECREF(dl);
+        Py_XDECREF(kl);
+        Py_XDECREF(acts);
+        Py_DECREF(branching);
+        return NULL;
+    }
+    PyObject *zero = PyLong_FromLong(0);   /* a cached small int */
+    /* MatchResult's field order (checked by the adapter). */
+    PyTuple_SET_ITEM(res, 0, dl);
+    PyTuple_SET_ITEM(res, 1, Py_NewRef(bid));
+    PyTuple_SET_ITEM(res, 2, Py_NewRef(bid));
+    PyTuple_SET_ITEM(res, 3, bid);
+    PyTuple_SET_ITEM(res, 4, Py_NewRef(zero));
+    PyTuple_SET_ITEM(res, 5, Py_NewRef(zero));
+    PyTuple_SET_ITEM(res, 6, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(res, 7, zero);
+    PyTuple_SET_ITEM(res, 8, branching);
+    PyTuple_SET_ITEM(res, 9, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(res, 10, kl);
+    PyTuple_SET_ITEM(res, 11, acts);
+    PyTuple_SET_ITEM(res, 12, vis);
+    PyTuple_SET_ITEM(res, 13, Py_NewRef(Py_None));
+    return res;
+}
+
+/* ------------------------------------------------------------------------
+ * Paths */
+
+static PyObject *
+path_tensor(UnifiedCore *self, const mr_node *node)
+{
+    size_t n = mr_radix_path_len(self->tree, node);
+    if (n == 0) {
+        return Py_NewRef(self->empty_tensor);
+    }
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *arr = PyArray_SimpleNew(1, dims, NPY_INT64);
+    if (arr == NULL) {
+        return NULL;
+    }
+    mr_radix_path_values(self->tree, node, PyArray_DATA((PyArrayObject *)arr));
+    PyObject *t = PyObject_CallOneArg(self->to_tensor, arr);
+    Py_DECREF(arr);
+    return t;
+}
+
+static PyObject *
+UnifiedCore_collect_full_device_indices(UnifiedCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "collect_full_device_indices() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    mr_node *from, *until;
+    int rc = resolve_id(self, args[0], "from_node_id", &from);
+    if (rc == 1) {
+        rc = resolve_id(self, args[1], "until_node_id", &until);
+    }
+    if (rc < 0) {
+        return NULL;
+    }
+    if (rc == 0 || until != mr_radix_root(self->tree)) {
+        return fallback(self, s_fb_collect, args, 2);
+    }
+    return path_tensor(self, from);
+}
+
+static PyObject *
+UnifiedCore_path_device_indices(UnifiedCore *self, PyObject *node_id)
+{
+    mr_node *n;
+    int rc = resolve_id(self, node_id, "node_id", &n);
+    if (rc <= 0) {
+        if (rc == 0) {
+            PyErr_Format(PyExc_TypeError, "node_id must be an int NodeId, not %.100s", Py_TYPE(node_id)->tp_name);
+        }
+        return NULL;
+    }
+    return path_tensor(self, n);
+}
+
+/* node(node_id) -> the RadixTree's Node handle for a NodeId (KeyError when
+ * no live node has it, TypeError when it is not an int). */
+static PyObject *
+UnifiedCore_node(UnifiedCore *self, PyObject *node_id)
+{
+    mr_node *n;
+    int rc = resolve_id(self, node_id, "node_id", &n);
+    if (rc == 0) {
+        if (PyBool_Check(node_id) || !PyIndex_Check(node_id)) {
+            PyErr_Format(PyExc_TypeError, "node_id must be an int NodeId, not %.100s", Py_TYPE(node_id)->tp_name);
+            return NULL;
+        }
+        PyObject *i = PyNumber_Index(node_id);
+        if (i == NULL) {
+            return NULL;
+        }
+        rc = resolve_id(self, i, "node_id", &n);
+        Py_DECREF(i);
+    }
+    if (rc < 0) {
+        return NULL;
+    }
+    return mr_py_radix_node(self->tree_obj, n);
+}
+
+/* ------------------------------------------------------------------------
+ * Insert */
+
+/* The caller's KV indices (a CPU int64 tensor, contiguous) as a numpy view;
+ * NULL without an exception when the value needs the Python path. */
+static PyObject *
+value_view(UnifiedCore *self, PyObject *value, size_t n)
+{
+    if (!PyObject_TypeCheck(value, (PyTypeObject *)self->Tensor)) {
+        PyErr_Format(PyExc_TypeError, "params.value must be a torch.Tensor, not %.100s", Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    PyObject *arr = PyObject_CallMethodNoArgs(value, s_numpy);
+    if (arr == NULL) {
+        PyErr_Clear();   /* not a CPU tensor, or not numpy-convertible: the Python path */
+        return NULL;
+    }
+    if (!PyArray_Check(arr) || PyArray_NDIM((PyArrayObject *)arr) != 1
+        || PyArray_TYPE((PyArrayObject *)arr) != NPY_INT64 || !PyArray_ISCARRAY_RO((PyArrayObject *)arr)) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    if ((size_t)PyArray_DIM((PyArrayObject *)arr, 0) < n) {
+        PyErr_Format(PyExc_ValueError, "params.value has %zd indices for a key of %zu tokens",
+                     (Py_ssize_t)PyArray_DIM((PyArrayObject *)arr, 0), n);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    const int64_t *v = PyArray_DATA((PyArrayObject *)arr);
+    int64_t mn = 0;
+    for (size_t i = 0; i < n; i++) {
+        mn = v[i] < mn ? v[i] : mn;
+    }
+    if (mn < 0) {
+        PyErr_SetString(PyExc_ValueError, "params.value: KV indices must be >= 0");
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static PyObject *
+new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int mamba_exist)
+{
+    PyTypeObject *tp = (PyTypeObject *)self->InsertResult;
+    PyObject *d = PyDict_Copy(self->insert_template);
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *pl = PyLong_FromSize_t(prefix_len);
+    PyObject *nid = node_id_obj(node);
+    PyObject *acts = PyList_New(0);
+    if (pl == NULL || nid == NULL || acts == NULL || PyDict_SetItem(d, s_prefix_len, pl) < 0
+        || PyDict_SetItem(d, s_last_device_node, nid) < 0
+        || PyDict_SetItem(d, s_mamba_exist, mamba_exist ? Py_True : Py_False) < 0
+        || PyDict_SetItem(d, s_cache_actions, acts) < 0) {
+        Py_XDECREF(pl);
+        Py_XDECREF(nid);
+        Py_XDECREF(acts);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(pl);
+    Py_DECREF(nid);
+    Py_DECREF(acts);
+    PyObject *obj = tp->tp_alloc(tp, 0);
+    if (obj == NULL || PyObject_SetAttr(obj, s_dict, d) < 0) {
+        Py_XDECREF(obj);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(d);
+    return obj;
+}
+
+static PyObject *
+UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
+{
+    PyObject *key = PyObject_GetAttr(params, s_key);
+    if (key == NULL) {
+        return NULL;
+    }
+    keyread kr;
+    int rc = read_key(self, key, 1, &kr);
+    PyObject *value = NULL, *arr = NULL, *res = NULL, *actions = NULL;
+    if (rc < 0) {
+        goto done;
+    }
+    if (!kr.fast || kr.len == 0) {
+        self->busy = 0;
+        res = fallback(self, s_fb_begin_insert, &params, 1);
+        goto done;
+    }
+    value = PyObject_GetAttr(params, s_value);
+    if (value == NULL) {
+        goto done;
+    }
+    if (value == Py_None || (arr = value_view(self, value, kr.len)) == NULL) {
+        if (!PyErr_Occurred()) {
+            self->busy = 0;
+            res = fallback(self, s_fb_begin_insert, &params, 1);
+        }
+        goto done;
+    }
+    int64_t state = MR_NO_STATE;
+    if (self->has_mamba) {
+        PyObject *mv = PyObject_GetAttr(params, s_mamba_value);
+        if (mv == NULL) {
+            goto done;
+        }
+        if (mv == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "params.mamba_value is required with a MAMBA component");
+            Py_DECREF(mv);
+            goto done;
+        }
+        PyObject *numel = PyObject_TypeCheck(mv, (PyTypeObject *)self->Tensor)
+                              ? PyObject_CallMethodNoArgs(mv, s_numel) : NULL;
+        long ne = numel != NULL ? PyLong_AsLong(numel) : -1;
+        Py_XDECREF(numel);
+        PyObject *item = ne == 1 ? PyObject_CallMethodNoArgs(mv, s_item) : NULL;
+        Py_DECREF(mv);
+        if (item == NULL || !PyLong_Check(item)) {
+            Py_XDECREF(item);
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "params.mamba_value must be a one-element tensor (the state slot)");
+            goto done;
+        }
+        state = PyLong_AsLongLong(item);
+        Py_DECREF(item);
+        if (state < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "params.mamba_value: the state slot must be >= 0");
+            goto done;
+        }
+    }
+    int64_t prev = 0;
+    PyObject *pv = PyObject_GetAttr(params, s_prev_prefix_len);
+    if (pv == NULL) {
+        goto done;
+    }
+    if (pv != Py_None) {
+        prev = PyLong_AsLongLong(pv);
+        if (prev == -1 && PyErr_Occurred()) {
+            Py_DECREF(pv);
+            goto done;
+        }
+        if (prev < 0) {
+            PyErr_SetString(PyExc_ValueError, "params.prev_prefix_len must be >= 0");
+            Py_DECREF(pv);
+            goto done;
+        }
+    }
+    Py_DECREF(pv);
+    mr_insert_result ir;
+    rc = mr_radix_insert(self->tree, kr.tok, PyArray_DATA((PyArrayObject *)arr), kr.len, kr.ns, state,
+                         (size_t)prev, NULL, &ir);
+    self->busy = 0;
+    if (rc != MR_OK) {
+        PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_RuntimeError,
+                     "begin_insert(): the tree refused the insert (status %d); nothing changed", rc);
+        goto done;
+    }
+    /* The tree changed: from here on, report every failure as an exception
+     * (the result objects are all that is left to build). */
+    actions = PyList_New(0);
+    if (actions == NULL) {
+        goto done;
+    }
+    if (ir.ndup) {
+        /* The duplicates are the caller's value[prefix_len - ndup : prefix_len]. */
+        PyObject *sl = PySequence_GetSlice(value, (Py_ssize_t)(ir.prefix_len - ir.ndup), (Py_ssize_t)ir.prefix_len);
+        PyObject *lst = sl ? PyList_New(1) : NULL;
+        if (lst == NULL) {
+            Py_XDECREF(sl);
+            goto done;
+        }
+        PyList_SET_ITEM(lst, 0, sl);
+        PyObject *act = PyObject_CallOneArg(self->FreeDeviceKV, lst);
+        Py_DECREF(lst);
+        if (act == NULL || PyList_Append(actions, act) < 0) {
+            Py_XDECREF(act);
+            goto done;
+        }
+        Py_DECREF(act);
+    }
+    if (state != MR_NO_STATE && !ir.state_existed && self->path_cap >= 0) {
+        PyObject *nid = node_id_obj(ir.node);
+        PyObject *act = nid ? PyObject_CallOneArg(self->EvictExcess, nid) : NULL;
+        Py_XDECREF(nid);
+        if (act == NULL || PyList_Append(actions, act) < 0) {
+            Py_XDECREF(act);
+            goto done;
+        }
+        Py_DECREF(act);
+    }
+    if (self->events && ir.prefix_len < kr.len) {
+        PyObject *node = mr_py_radix_node(self->tree_obj, ir.node);
+        PyObject *sid = PyObject_GetAttr(params, s_session_id);
+        PyObject *r = NULL;
+        if (node != NULL && key != NULL && sid != NULL) {
+            PyObject *a[4] = {self->core, node, key, sid};
+            r = PyObject_VectorcallMethod(s_record_store, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
+        Py_XDECREF(node);
+        Py_XDECREF(sid);
+        Py_XDECREF(r);
+        if (r == NULL) {
+            goto done;
+        }
+    }
+    PyObject *ires = new_insert_result(self, ir.prefix_len, ir.node, self->has_mamba && ir.state_existed);
+    if (ires == NULL) {
+        goto done;
+    }
+    PyObject *a[2] = {actions, ires};
+    res = PyObject_Vectorcall(self->InsertStepResult, a, 2, NULL);
+    Py_DECREF(ires);
+done:
+    self->busy = 0;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(arr);
+    Py_XDECREF(actions);
+    return res;
+}
+
+static PyObject *
+UnifiedCore_end_insert(UnifiedCore *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyList_New(0);
+}
+
+static PyObject *
+UnifiedCore_has_ongoing_insert(UnifiedCore *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef UnifiedCore_methods[] = {
+    {"match_prefix", (PyCFunction)UnifiedCore_match_prefix, METH_O,
+     "match_prefix(params) -> SGLang's MatchResult (the TreeCore's match, one C call)."},
+    {"begin_insert", (PyCFunction)UnifiedCore_begin_insert, METH_O,
+     "begin_insert(params) -> SGLang's InsertStepResult (the whole insert: one step)."},
+    {"end_insert", (PyCFunction)UnifiedCore_end_insert, METH_NOARGS, "end_insert() -> [] (nothing deferred)."},
+    {"has_ongoing_insert", (PyCFunction)UnifiedCore_has_ongoing_insert, METH_NOARGS,
+     "has_ongoing_insert() -> False (an insert is one step)."},
+    {"collect_full_device_indices", (PyCFunction)(void (*)(void))UnifiedCore_collect_full_device_indices,
+     METH_FASTCALL, "collect_full_device_indices(from_node_id, until_node_id) -> the path's KV indices."},
+    {"path_device_indices", (PyCFunction)UnifiedCore_path_device_indices, METH_O,
+     "path_device_indices(node_id) -> the KV indices root..node."},
+    {"node", (PyCFunction)UnifiedCore_node, METH_O, "node(node_id) -> the tree's Node handle for a NodeId."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot UnifiedCore_slots[] = {
+    {Py_tp_new, UnifiedCore_new},
+    {Py_tp_dealloc, UnifiedCore_dealloc},
+    {Py_tp_traverse, UnifiedCore_traverse},
+    {Py_tp_clear, UnifiedCore_clear},
+    {Py_tp_methods, UnifiedCore_methods},
+    {Py_tp_doc, (void *)"The hot calls of mambaradix.sglang.unified's TreeCore over a RadixTree "
+                        "(built by the adapter; not a public API)."},
+    {0, NULL},
+};
+
+static PyType_Spec UnifiedCore_spec = {
+    .name = "mambaradix._C.UnifiedCore",
+    .basicsize = sizeof(UnifiedCore),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = UnifiedCore_slots,
+};
+
+int
+mr_py_unified_init(PyObject *m, mr_state *st)
+{
+    (void)st;
+    PyObject *tp = PyType_FromModuleAndSpec(m, &UnifiedCore_spec, NULL);
+    if (tp == NULL) {
+        return -1;
+    }
+    int rc = PyModule_AddType(m, (PyTypeObject *)tp);
+    Py_DECREF(tp);
+    return rc;
+}
