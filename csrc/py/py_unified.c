@@ -45,7 +45,7 @@ typedef struct {
 static PyObject *s_key, *s_token_ids, *s_extra_key, *s_cache_salt, *s_is_bigram, *s_limit, *s_value,
     *s_mamba_value, *s_prev_prefix_len, *s_session_id, *s_numpy, *s_item, *s_numel, *s_dict,
     *s_prefix_len, *s_last_device_node, *s_mamba_exist, *s_cache_actions, *s_namespace, *s_record_store,
-    *s_fb_match, *s_fb_begin_insert, *s_fb_collect;
+    *s_fb_match, *s_fb_begin_insert, *s_fb_collect, *s_inserted_len, *s_priority;
 
 static int
 intern_names(void)
@@ -74,6 +74,8 @@ intern_names(void)
     INTERN(s_fb_match, "_match_prefix_py");
     INTERN(s_fb_begin_insert, "_begin_insert_py");
     INTERN(s_fb_collect, "_collect_full_device_indices_py");
+    INTERN(s_inserted_len, "inserted_len");
+    INTERN(s_priority, "priority");
 #undef INTERN
     return 0;
 }
@@ -134,13 +136,34 @@ static PyObject *
 UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"tree", "core", "classes", "insert_template", "to_tensor", "empty_tensor",
-                         "has_mamba", "events", "page_size", "chunk", "path_cap", NULL};
+                         "has_mamba", "events", "page_size", "chunk", "path_cap", "policy", "order", NULL};
     PyObject *tree, *core, *classes, *tmpl, *to_tensor, *empty;
     int has_mamba, events;
     long long ps, chunk, cap;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!OOppLLL:UnifiedCore", kw, &tree, &core, &PyTuple_Type,
-                                     &classes, &PyDict_Type, &tmpl, &to_tensor, &empty, &has_mamba, &events,
-                                     &ps, &chunk, &cap)) {
+    const char *policy = "lru";
+    long long order[3] = {2, 0, 0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!OOppLLL|s(LLL):UnifiedCore", kw, &tree, &core,
+                                     &PyTuple_Type, &classes, &PyDict_Type, &tmpl, &to_tensor, &empty,
+                                     &has_mamba, &events, &ps, &chunk, &cap, &policy, &order[0], &order[1],
+                                     &order[2])) {
+        return NULL;
+    }
+    /* SGLang 0.5.23's --radix-eviction-policy names; lru is the consumed-state policy. */
+    static const struct {
+        const char *name;
+        mr_lru_policy policy;
+    } names[] = {{"lru", MR_POLICY_CONSUMED}, {"lfu", MR_POLICY_LFU},           {"fifo", MR_POLICY_FIFO},
+                 {"mru", MR_POLICY_MRU},      {"filo", MR_POLICY_FILO},         {"priority", MR_POLICY_PRIORITY},
+                 {"slru", MR_POLICY_SLRU},    {"tlru", MR_POLICY_TLRU}};
+    int which = -1;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(policy, names[i].name) == 0) {
+            which = (int)i;
+        }
+    }
+    if (which < 0) {
+        PyErr_Format(PyExc_ValueError, "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru, not '%s'",
+                     policy);
         return NULL;
     }
     if (intern_names() < 0) {
@@ -169,6 +192,11 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (ps < 1 || chunk < 1) {
         PyErr_SetString(PyExc_ValueError, "page_size and chunk must be >= 1");
+        return NULL;
+    }
+    mr_leaf_order lo = {order[0], order[1], order[2]};
+    if (mr_radix_set_policy(t, names[which].policy, &lo) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "tree must be empty (the policy is set before the first insert)");
         return NULL;
     }
     UnifiedCore *self = (UnifiedCore *)type->tp_alloc(type, 0);
@@ -593,6 +621,24 @@ value_view(UnifiedCore *self, PyObject *value, size_t n)
     return arr;
 }
 
+/* obj.name as an int64 >= lo (None: 0); ValueError / TypeError name arg. */
+static int
+int_attr(PyObject *obj, PyObject *name, int64_t lo, const char *arg, int64_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) {
+        return -1;
+    }
+    *out = 0;
+    if (v != Py_None) {
+        int rc = mr_as_int64(v, lo, INT64_MAX, arg, out);
+        Py_DECREF(v);
+        return rc;
+    }
+    Py_DECREF(v);
+    return 0;
+}
+
 static PyObject *
 new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int mamba_exist)
 {
@@ -687,27 +733,16 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
             goto done;
         }
     }
-    int64_t prev = 0;
-    PyObject *pv = PyObject_GetAttr(params, s_prev_prefix_len);
-    if (pv == NULL) {
+    int64_t prev = 0, inserted = 0, prio = 0;
+    if (int_attr(params, s_prev_prefix_len, 0, "params.prev_prefix_len", &prev) < 0
+        || int_attr(params, s_inserted_len, 0, "params.inserted_len", &inserted) < 0
+        || int_attr(params, s_priority, INT64_MIN, "params.priority", &prio) < 0) {
         goto done;
     }
-    if (pv != Py_None) {
-        prev = PyLong_AsLongLong(pv);
-        if (prev == -1 && PyErr_Occurred()) {
-            Py_DECREF(pv);
-            goto done;
-        }
-        if (prev < 0) {
-            PyErr_SetString(PyExc_ValueError, "params.prev_prefix_len must be >= 0");
-            Py_DECREF(pv);
-            goto done;
-        }
-    }
-    Py_DECREF(pv);
     mr_insert_result ir;
-    rc = mr_radix_insert(self->tree, kr.tok, PyArray_DATA((PyArrayObject *)arr), kr.len, kr.ns, state,
-                         (size_t)prev, NULL, &ir);
+    mr_insert_opts io = {(size_t)inserted, prio};
+    rc = mr_radix_insert_ex(self->tree, kr.tok, PyArray_DATA((PyArrayObject *)arr), kr.len, kr.ns, state,
+                            (size_t)prev, &io, NULL, &ir);
     self->busy = 0;
     if (rc != MR_OK) {
         PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_RuntimeError,
@@ -778,6 +813,70 @@ done:
     return res;
 }
 
+/* tree_insert(tokens, values, state, extra_key, prev_prefix_len, inserted_len, priority)
+ * -> (prefix_len, state_existed, node, ndup): the adapter's Python path's
+ * insert (numpy int64 tokens and values of whole pages; state None: none). */
+static PyObject *
+UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "tree_insert() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyArrayObject *tok = (PyArrayObject *)args[0], *val = (PyArrayObject *)args[1];
+    if (!PyArray_Check(args[0]) || !PyArray_Check(args[1]) || PyArray_TYPE(tok) != NPY_INT64
+        || PyArray_TYPE(val) != NPY_INT64 || PyArray_NDIM(tok) != 1 || PyArray_NDIM(val) != 1
+        || !PyArray_ISCARRAY_RO(tok) || !PyArray_ISCARRAY_RO(val) || PyArray_DIM(tok, 0) != PyArray_DIM(val, 0)) {
+        PyErr_SetString(PyExc_TypeError, "tree_insert(): tokens and values must be contiguous int64 arrays of one length");
+        return NULL;
+    }
+    size_t n = (size_t)PyArray_DIM(tok, 0);
+    if (n % (size_t)self->page_size != 0) {
+        PyErr_Format(PyExc_ValueError, "tree_insert(): %zu tokens are not whole pages", n);
+        return NULL;
+    }
+    int64_t state = MR_NO_STATE, prev, inserted, prio;
+    if ((args[2] != Py_None && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0)
+        || mr_as_int64(args[4], 0, INT64_MAX, "prev_prefix_len", &prev) < 0
+        || mr_as_int64(args[5], 0, INT64_MAX, "inserted_len", &inserted) < 0
+        || mr_as_int64(args[6], INT64_MIN, INT64_MAX, "priority", &prio) < 0) {
+        return NULL;
+    }
+    const int64_t *tv = PyArray_DATA(tok), *vv = PyArray_DATA(val);
+    int32_t *key = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
+    if (key == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (tv[i] < INT32_MIN || tv[i] > INT32_MAX || vv[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "tree_insert(): %s[%zu] is out of range", tv[i] < INT32_MIN || tv[i] > INT32_MAX ? "key" : "value", i);
+            PyMem_Free(key);
+            return NULL;
+        }
+        key[i] = (int32_t)tv[i];
+    }
+    int32_t ns = 0;
+    if (mr_py_radix_namespace(self->tree_obj, args[3], 1, &ns) < 0) {
+        PyMem_Free(key);
+        return NULL;
+    }
+    mr_insert_result ir;
+    mr_insert_opts io = {(size_t)inserted, prio};
+    int rc = mr_radix_insert_ex(self->tree, key, vv, n, ns, state, (size_t)prev, &io, NULL, &ir);
+    PyMem_Free(key);
+    if (rc != MR_OK) {
+        PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                     "tree_insert(): the tree refused the insert (status %d); nothing changed", rc);
+        return NULL;
+    }
+    PyObject *node = mr_py_radix_node(self->tree_obj, ir.node);
+    if (node == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("(nNNn)", (Py_ssize_t)ir.prefix_len, PyBool_FromLong(ir.state_existed), node,
+                         (Py_ssize_t)ir.ndup);
+}
+
 static PyObject *
 UnifiedCore_end_insert(UnifiedCore *self, PyObject *unused)
 {
@@ -807,6 +906,9 @@ static PyMethodDef UnifiedCore_methods[] = {
     {"path_device_indices", (PyCFunction)UnifiedCore_path_device_indices, METH_O,
      "path_device_indices(node_id) -> the KV indices root..node."},
     {"node", (PyCFunction)UnifiedCore_node, METH_O, "node(node_id) -> the tree's Node handle for a NodeId."},
+    {"tree_insert", (PyCFunction)(void (*)(void))UnifiedCore_tree_insert, METH_FASTCALL,
+     "tree_insert(tokens, values, state, extra_key, prev_prefix_len, inserted_len, priority) -> "
+     "(prefix_len, state_existed, node, ndup): the Python path's insert."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,19 @@ logger = logging.getLogger(__name__)
 BACKEND_NAME = "mambaradix"
 
 # What the native core serves; everything else falls back to SGLang's Python core.
-_SERVED_POLICIES = ("lru",)
+# SGLang 0.5.23's --radix-eviction-policy names (sglang/srt/mem_cache/utils.py), each a row
+# of the C tree's policy table; the keyword arguments each accepts in eviction_policy_config.
+_SERVED_POLICIES = {
+    "lru": (), "lfu": (), "fifo": (), "mru": (), "filo": (), "priority": (),
+    "slru": ("protected_threshold",), "tlru": ("threshold", "next_prompt_estimate"),
+}
+_ORDER_DEFAULTS = {"protected_threshold": 2, "threshold": 0, "next_prompt_estimate": 0}
+
+
+def _leaf_order(policy, config):
+    """The C tree's (slru_protected_threshold, tlru_threshold, tlru_next_prompt_estimate)."""
+    c = dict(_ORDER_DEFAULTS, **(config or {}))
+    return (int(c["protected_threshold"]), int(c["threshold"]), int(c["next_prompt_estimate"]))
 
 
 def fallback_reason(params) -> Optional[str]:
@@ -52,9 +64,12 @@ def fallback_reason(params) -> Optional[str]:
         return "session-aware caching is not served natively"
     policy = (params.eviction_policy or "lru").lower()
     if policy not in _SERVED_POLICIES:
-        return f"eviction policy {policy!r} is not served natively (only 'lru')"
-    if getattr(params, "eviction_policy_config", None):
-        return "eviction_policy_config is not served natively"
+        return f"eviction policy {policy!r} is not served natively (only {', '.join(_SERVED_POLICIES)})"
+    config = getattr(params, "eviction_policy_config", None) or {}
+    if not isinstance(config, dict) or any(k not in _SERVED_POLICIES[policy] for k in config):
+        return f"eviction_policy_config {config!r} is not served natively for {policy!r}"
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in config.values()):
+        return f"eviction_policy_config {config!r}: only int values are served natively"
     if getattr(params, "is_eagle", False) and ComponentType.MAMBA not in comps:
         return "EAGLE bigram keys are not served natively"
     # The host tier, storage and external linkers are switched on by server
@@ -222,12 +237,15 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._ns_key: dict = {}
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
             template = InsertResult(prefix_len=0).__dict__
+            policy = (params.eviction_policy or "lru").lower()
+            self.eviction_policy = policy
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
                  MambaEvictExcessPathStates),
                 dict(template), torch.from_numpy if self._on_cpu else self._tensor, self._empty,
                 self.has_mamba, bool(self.kv_events.enabled), self.page_size, self._chunk, self._path_cap,
+                policy, _leaf_order(policy, params.eviction_policy_config),
             )
             fast = self._fast
             # One C call per hot TreeCore method (instance attributes shadow the class's).
@@ -555,23 +573,24 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 )
             prev = int(params.prev_prefix_len or 0)
             ns = self._namespace(key)
-            r = self._tree.insert(toks, value_np, state, extra_key=ns, prev_prefix_len=prev)
+            prefix_len, existed, node, nd = self._fast.tree_insert(
+                np.ascontiguousarray(toks, dtype=np.int64), np.ascontiguousarray(value_np, dtype=np.int64),
+                state, ns, prev, int(params.inserted_len or 0), int(params.priority or 0),
+            )
             actions = []
-            nd = len(r.duplicates)
             if nd:
                 # The tree's duplicates are always the caller's value[prefix_len - nd : prefix_len]:
                 # hand back that slice of the caller's tensor, as SGLang's core does.
                 src = value if value is not None else torch.from_numpy(value_np)
-                actions.append(FreeDeviceKV([src[r.prefix_len - nd : r.prefix_len]]))
-            node = r.node
-            if state is not None and not r.state_existed and self._path_cap >= 0:
+                actions.append(FreeDeviceKV([src[prefix_len - nd : prefix_len]]))
+            if state is not None and not existed and self._path_cap >= 0:
                 actions.append(MambaEvictExcessPathStates(self._nid(node)))
-            if self.kv_events.enabled and r.prefix_len < n:
+            if self.kv_events.enabled and prefix_len < n:
                 self._record_store(node, key, params.session_id)
             res = InsertResult(
-                prefix_len=r.prefix_len,
+                prefix_len=prefix_len,
                 last_device_node=self._nid(node),
-                mamba_exist=bool(r.state_existed) if self.has_mamba else False,
+                mamba_exist=bool(existed) if self.has_mamba else False,
             )
             return InsertStepResult(actions=actions, result=res)
 

@@ -49,6 +49,36 @@ def test_differential_mamba_max_states_per_path(cfg, strategy):
     assert d.run(OPS // 2) >= OPS // 2
 
 
+# Every eviction policy SGLang 0.5.23 offers (sglang/srt/mem_cache/utils.py), with a
+# configuration for the two that take one; lru is the differential above.
+POLICIES = [
+    ("lfu", None), ("fifo", None), ("mru", None), ("filo", None), ("priority", None),
+    ("slru", {"protected_threshold": 2}), ("tlru", {"threshold": 12, "next_prompt_estimate": 4}),
+]
+POLICY_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (1, "no_buffer"), (4, "extra_buffer"))]
+
+
+@pytest.mark.parametrize("policy,config", POLICIES, ids=[p for p, _ in POLICIES])
+@pytest.mark.parametrize("cfg,strategy", POLICY_CONFIGS, ids=[f"{c.label}-{s}" for c, s in POLICY_CONFIGS])
+def test_differential_eviction_policies(cfg, strategy, policy, config):
+    from dataclasses import replace
+
+    cfg = replace(cfg, eviction_policy=policy)
+    d = dual.Differ(cfg, strategy, seed=SEED + 3000 + cfg.page_size, policy_config=config)
+    assert d.b.core.eviction_policy == policy and type(d.a.core.eviction_strategy).__name__.lower().startswith(policy)
+    evicted = []
+    real_evict = d.op_evict
+
+    def op_evict():
+        before = d.b.core.full_evictable_size()
+        real_evict()
+        evicted.append(before - d.b.core.full_evictable_size())
+
+    d.op_evict = op_evict
+    assert d.run(OPS // 2) >= OPS // 2
+    assert sum(1 for e in evicted if e > 0) >= 10  # leaves really were chosen by the policy
+
+
 def test_differential_covers_ten_thousand_ops():
     if os.environ.get("MAMBARADIX_UNDER_ASAN"):
         pytest.skip("the sanitizer pass runs fewer operations; the plain run does 10^4")
@@ -78,7 +108,6 @@ def test_registered_name_selects_native_core(monkeypatch):
     [
         (CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4), {}, "components"),
         (CacheConfig(page_size=1, components=(ComponentType.FULL,)), {"enable_session_radix_cache": True}, "session"),
-        (CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="lfu"), {}, "eviction policy"),
     ],
 )
 def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
@@ -93,6 +122,26 @@ def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
             cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix", **kwargs)
     assert isinstance(cache.tree_core, UnifiedTreeCore)
     assert any(reason in r.getMessage() and "Python TreeCore" in r.getMessage() for r in caplog.records)
+
+
+def test_unserved_policy_config_falls_back(caplog):
+    """A policy configuration the C tree does not take (a fractional SLRU
+    threshold) is built on the Python core, which takes it."""
+    import functools
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="slru")
+    init = functools.partial(fixtures.CacheInitParams, eviction_policy_config={"protected_threshold": 2.5})
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"), mock.patch.object(
+        fixtures, "CacheInitParams", init
+    ), mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix")
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any("eviction_policy_config" in r.getMessage() for r in caplog.records)
 
 
 def test_hicache_server_setting_falls_back(caplog):
