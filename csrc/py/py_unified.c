@@ -31,6 +31,7 @@ typedef struct {
         *EvictExcess;
     PyObject *insert_template;   /* InsertResult(prefix_len=0).__dict__ */
     PyObject *to_tensor;         /* numpy int64 array -> device tensor */
+    PyObject *int64;             /* torch.int64 */
     PyObject *empty_tensor;
     /* configuration */
     int has_mamba, events;
@@ -43,9 +44,10 @@ typedef struct {
 
 /* interned attribute names */
 static PyObject *s_key, *s_token_ids, *s_extra_key, *s_cache_salt, *s_is_bigram, *s_limit, *s_value,
-    *s_mamba_value, *s_prev_prefix_len, *s_session_id, *s_numpy, *s_item, *s_numel, *s_dict,
+    *s_mamba_value, *s_prev_prefix_len, *s_session_id, *s_item, *s_numel, *s_dict,
     *s_prefix_len, *s_last_device_node, *s_mamba_exist, *s_cache_actions, *s_namespace, *s_record_store,
-    *s_fb_match, *s_fb_begin_insert, *s_fb_collect, *s_inserted_len, *s_priority;
+    *s_fb_match, *s_fb_begin_insert, *s_fb_collect, *s_inserted_len, *s_priority,
+    *s_dtype, *s_is_cpu, *s_is_contiguous, *s_dim, *s_data_ptr;
 
 static int
 intern_names(void)
@@ -61,7 +63,6 @@ intern_names(void)
     INTERN(s_mamba_value, "mamba_value");
     INTERN(s_prev_prefix_len, "prev_prefix_len");
     INTERN(s_session_id, "session_id");
-    INTERN(s_numpy, "numpy");
     INTERN(s_item, "item");
     INTERN(s_numel, "numel");
     INTERN(s_dict, "__dict__");
@@ -76,6 +77,11 @@ intern_names(void)
     INTERN(s_fb_collect, "_collect_full_device_indices_py");
     INTERN(s_inserted_len, "inserted_len");
     INTERN(s_priority, "priority");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_is_cpu, "is_cpu");
+    INTERN(s_is_contiguous, "is_contiguous");
+    INTERN(s_dim, "dim");
+    INTERN(s_data_ptr, "data_ptr");
 #undef INTERN
     return 0;
 }
@@ -98,6 +104,7 @@ UnifiedCore_traverse(UnifiedCore *self, visitproc visit, void *arg)
     Py_VISIT(self->EvictExcess);
     Py_VISIT(self->insert_template);
     Py_VISIT(self->to_tensor);
+    Py_VISIT(self->int64);
     Py_VISIT(self->empty_tensor);
     return 0;
 }
@@ -117,6 +124,7 @@ UnifiedCore_clear(UnifiedCore *self)
     Py_CLEAR(self->EvictExcess);
     Py_CLEAR(self->insert_template);
     Py_CLEAR(self->to_tensor);
+    Py_CLEAR(self->int64);
     Py_CLEAR(self->empty_tensor);
     return 0;
 }
@@ -173,10 +181,10 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (t == NULL) {
         return NULL;
     }
-    if (PyTuple_GET_SIZE(classes) != 7) {
+    if (PyTuple_GET_SIZE(classes) != 8) {
         PyErr_SetString(PyExc_ValueError,
                         "classes must be (RadixKey, Tensor, MatchResult, InsertStepResult, InsertResult, "
-                        "FreeDeviceKV, MambaEvictExcessPathStates)");
+                        "FreeDeviceKV, MambaEvictExcessPathStates, torch.int64)");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < 7; i++) {
@@ -216,6 +224,7 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->insert_template = Py_NewRef(tmpl);
     self->to_tensor = Py_NewRef(to_tensor);
     self->empty_tensor = Py_NewRef(empty);
+    self->int64 = Py_NewRef(PyTuple_GET_ITEM(classes, 7));
     self->has_mamba = has_mamba;
     self->events = events;
     self->page_size = ps;
@@ -336,18 +345,19 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
         self->keybuf = p;
         self->keycap = cap;
     }
-    /* One narrowing pass the compiler vectorizes, range-checked afterwards. */
+    /* One narrowing pass; a token fits int32 when x + 2^31 has no bit above
+     * bit 31 (add, shift, or: vectorized on plain SSE2, unlike a 64-bit
+     * min/max). */
     const int64_t *src = v.buf;
     int32_t *dst = self->keybuf;
-    int64_t mn = 0, mx = 0;
+    uint64_t out_of_range = 0;
     for (size_t i = 0; i < n; i++) {
-        int64_t x = src[i];
-        mn = x < mn ? x : mn;
-        mx = x > mx ? x : mx;
-        dst[i] = (int32_t)x;
+        uint64_t x = (uint64_t)src[i];
+        out_of_range |= (x + UINT64_C(0x80000000)) >> 32;
+        dst[i] = (int32_t)(uint32_t)x;
     }
     PyBuffer_Release(&v);
-    if (mn < INT32_MIN || mx > INT32_MAX) {
+    if (out_of_range) {
         PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);
         return -1;
     }
@@ -583,42 +593,96 @@ UnifiedCore_node(UnifiedCore *self, PyObject *node_id)
 /* ------------------------------------------------------------------------
  * Insert */
 
-/* The caller's KV indices (a CPU int64 tensor, contiguous) as a numpy view;
- * NULL without an exception when the value needs the Python path. */
-static PyObject *
-value_view(UnifiedCore *self, PyObject *value, size_t n)
+/* Calls obj.name() and returns its truth (-1: error). */
+static int
+call_truth(PyObject *obj, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL) {
+        return -1;
+    }
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* Calls obj.name() and reads an int (-1 with an exception on error). */
+static long long
+call_int(PyObject *obj, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL) {
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    return v;
+}
+
+/* The caller's KV indices: a 1-D, contiguous int64 CPU tensor of at least n
+ * elements, read in place through its data pointer (a handful of cheap
+ * attribute calls; Tensor.numpy() costs more than the whole insert walk).
+ * Returns 1 with *data set, 0 when the value needs the Python path (another
+ * dtype or device, strided), -1 with TypeError / ValueError naming
+ * params.value. */
+static int
+value_data(UnifiedCore *self, PyObject *value, size_t n, const int64_t **data)
 {
     if (!PyObject_TypeCheck(value, (PyTypeObject *)self->Tensor)) {
         PyErr_Format(PyExc_TypeError, "params.value must be a torch.Tensor, not %.100s", Py_TYPE(value)->tp_name);
-        return NULL;
+        return -1;
     }
-    PyObject *arr = PyObject_CallMethodNoArgs(value, s_numpy);
-    if (arr == NULL) {
-        PyErr_Clear();   /* not a CPU tensor, or not numpy-convertible: the Python path */
-        return NULL;
+    PyObject *dt = PyObject_GetAttr(value, s_dtype);
+    if (dt == NULL) {
+        return -1;
     }
-    if (!PyArray_Check(arr) || PyArray_NDIM((PyArrayObject *)arr) != 1
-        || PyArray_TYPE((PyArrayObject *)arr) != NPY_INT64 || !PyArray_ISCARRAY_RO((PyArrayObject *)arr)) {
-        Py_DECREF(arr);
-        return NULL;
+    Py_DECREF(dt);
+    if (dt != self->int64) {
+        return 0;
     }
-    if ((size_t)PyArray_DIM((PyArrayObject *)arr, 0) < n) {
-        PyErr_Format(PyExc_ValueError, "params.value has %zd indices for a key of %zu tokens",
-                     (Py_ssize_t)PyArray_DIM((PyArrayObject *)arr, 0), n);
-        Py_DECREF(arr);
-        return NULL;
+    PyObject *cpu = PyObject_GetAttr(value, s_is_cpu);
+    if (cpu == NULL) {
+        return -1;
     }
-    const int64_t *v = PyArray_DATA((PyArrayObject *)arr);
-    int64_t mn = 0;
+    Py_DECREF(cpu);
+    if (cpu != Py_True) {
+        return 0;
+    }
+    int c = call_truth(value, s_is_contiguous);
+    long long dim = c > 0 ? call_int(value, s_dim) : 0;
+    if (c < 0 || (dim == -1 && PyErr_Occurred())) {
+        return -1;
+    }
+    if (c == 0 || dim != 1) {
+        return 0;
+    }
+    long long ne = call_int(value, s_numel);
+    if (ne == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if ((size_t)ne < n) {
+        PyErr_Format(PyExc_ValueError, "params.value has %lld indices for a key of %zu tokens", ne, n);
+        return -1;
+    }
+    PyObject *ptr = PyObject_CallMethodNoArgs(value, s_data_ptr);
+    if (ptr == NULL) {
+        return -1;
+    }
+    const int64_t *v = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    if (v == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    uint64_t neg = 0;
     for (size_t i = 0; i < n; i++) {
-        mn = v[i] < mn ? v[i] : mn;
+        neg |= (uint64_t)v[i] >> 63;
     }
-    if (mn < 0) {
+    if (neg) {
         PyErr_SetString(PyExc_ValueError, "params.value: KV indices must be >= 0");
-        Py_DECREF(arr);
-        return NULL;
+        return -1;
     }
-    return arr;
+    *data = v;
+    return 1;
 }
 
 /* obj.name as an int64 >= lo (None: 0); ValueError / TypeError name arg. */
@@ -682,7 +746,8 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     }
     keyread kr;
     int rc = read_key(self, key, 1, &kr);
-    PyObject *value = NULL, *arr = NULL, *res = NULL, *actions = NULL;
+    PyObject *value = NULL, *res = NULL, *actions = NULL;
+    const int64_t *vals = NULL;
     if (rc < 0) {
         goto done;
     }
@@ -695,8 +760,8 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     if (value == NULL) {
         goto done;
     }
-    if (value == Py_None || (arr = value_view(self, value, kr.len)) == NULL) {
-        if (!PyErr_Occurred()) {
+    if (value == Py_None || (rc = value_data(self, value, kr.len, &vals)) <= 0) {
+        if (value == Py_None || rc == 0) {
             self->busy = 0;
             res = fallback(self, s_fb_begin_insert, &params, 1);
         }
@@ -713,11 +778,9 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
             Py_DECREF(mv);
             goto done;
         }
-        PyObject *numel = PyObject_TypeCheck(mv, (PyTypeObject *)self->Tensor)
-                              ? PyObject_CallMethodNoArgs(mv, s_numel) : NULL;
-        long ne = numel != NULL ? PyLong_AsLong(numel) : -1;
-        Py_XDECREF(numel);
-        PyObject *item = ne == 1 ? PyObject_CallMethodNoArgs(mv, s_item) : NULL;
+        /* Tensor.item() refuses anything but one element. */
+        PyObject *item = PyObject_TypeCheck(mv, (PyTypeObject *)self->Tensor)
+                             ? PyObject_CallMethodNoArgs(mv, s_item) : NULL;
         Py_DECREF(mv);
         if (item == NULL || !PyLong_Check(item)) {
             Py_XDECREF(item);
@@ -741,7 +804,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     }
     mr_insert_result ir;
     mr_insert_opts io = {(size_t)inserted, prio};
-    rc = mr_radix_insert_ex(self->tree, kr.tok, PyArray_DATA((PyArrayObject *)arr), kr.len, kr.ns, state,
+    rc = mr_radix_insert_ex(self->tree, kr.tok, vals, kr.len, kr.ns, state,
                             (size_t)prev, &io, NULL, &ir);
     self->busy = 0;
     if (rc != MR_OK) {
@@ -757,7 +820,14 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     }
     if (ir.ndup) {
         /* The duplicates are the caller's value[prefix_len - ndup : prefix_len]. */
-        PyObject *sl = PySequence_GetSlice(value, (Py_ssize_t)(ir.prefix_len - ir.ndup), (Py_ssize_t)ir.prefix_len);
+        /* A copy, not a view: a tensor slice costs twice a fresh array. */
+        npy_intp dims[1] = {(npy_intp)ir.ndup};
+        PyObject *dup = PyArray_SimpleNew(1, dims, NPY_INT64);
+        if (dup != NULL) {
+            memcpy(PyArray_DATA((PyArrayObject *)dup), vals + (ir.prefix_len - ir.ndup), ir.ndup * sizeof(int64_t));
+        }
+        PyObject *sl = dup ? PyObject_CallOneArg(self->to_tensor, dup) : NULL;
+        Py_XDECREF(dup);
         PyObject *lst = sl ? PyList_New(1) : NULL;
         if (lst == NULL) {
             Py_XDECREF(sl);
@@ -808,7 +878,6 @@ done:
     self->busy = 0;
     Py_XDECREF(key);
     Py_XDECREF(value);
-    Py_XDECREF(arr);
     Py_XDECREF(actions);
     return res;
 }

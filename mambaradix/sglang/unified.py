@@ -242,7 +242,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
-                 MambaEvictExcessPathStates),
+                 MambaEvictExcessPathStates, torch.int64),
                 dict(template), torch.from_numpy if self._on_cpu else self._tensor, self._empty,
                 self.has_mamba, bool(self.kv_events.enabled), self.page_size, self._chunk, self._path_cap,
                 policy, _leaf_order(policy, params.eviction_policy_config),
