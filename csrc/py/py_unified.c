@@ -820,11 +820,14 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     }
     if (ir.ndup) {
         /* The duplicates are the caller's value[prefix_len - ndup : prefix_len]. */
-        /* A copy, not a view: a tensor slice costs twice a fresh array. */
+        /* A view of the caller's tensor, as SGLang's core hands back (no
+         * copy: a scheduler holds these until its free group ends), made
+         * through a numpy view that keeps the tensor alive (a tensor slice
+         * costs twice as much). */
         npy_intp dims[1] = {(npy_intp)ir.ndup};
-        PyObject *dup = PyArray_SimpleNew(1, dims, NPY_INT64);
-        if (dup != NULL) {
-            memcpy(PyArray_DATA((PyArrayObject *)dup), vals + (ir.prefix_len - ir.ndup), ir.ndup * sizeof(int64_t));
+        PyObject *dup = PyArray_SimpleNewFromData(1, dims, NPY_INT64, (void *)(vals + (ir.prefix_len - ir.ndup)));
+        if (dup != NULL && PyArray_SetBaseObject((PyArrayObject *)dup, Py_NewRef(value)) < 0) {
+            Py_CLEAR(dup);
         }
         PyObject *sl = dup ? PyObject_CallOneArg(self->to_tensor, dup) : NULL;
         Py_XDECREF(dup);
