@@ -13,10 +13,16 @@ consumed-state LRU refresh) in as that TreeCore::
 Served natively: components ``[FULL]`` and ``[FULL, MAMBA]``, page sizes 1 to
 128, the Mamba strategies no_buffer / extra_buffer / extra_buffer_lazy (they
 differ only in the controller), ``extra_key`` / ``cache_salt`` namespaces, the
-``lru`` eviction policy, KV events.  Everything else (HiCache host tier,
-storage backends, SWA, session cache, custom components, other eviction
-policies, EAGLE bigram keys, KV sharding) is built on SGLang's Python TreeCore
-instead, with the reason logged; see ``fallback_reason``.
+eviction policies 0.5.23 offers (lru, lfu, fifo, mru, filo, priority, slru,
+tlru), KV events.  Everything else (HiCache host tier, storage backends, SWA,
+session cache, custom components, other policy configurations, EAGLE bigram
+keys, KV sharding) is built on SGLang's Python TreeCore instead, with the
+reason logged; see ``fallback_reason``.
+
+The hot calls (match_prefix, begin_insert, end_insert, has_ongoing_insert,
+collect_full_device_indices) are one C call each (``_C.UnifiedCore``, bound
+per instance); the ``_*_py`` methods are their Python path for what the C path
+hands back (token lists, tensors off the CPU, empty keys).
 
 Importing this module imports nothing from SGLang; ``register()`` does.
 """
