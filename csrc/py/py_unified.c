@@ -30,6 +30,7 @@ typedef struct {
     PyObject *RadixKey, *Tensor, *MatchResult, *InsertStepResult, *InsertResult, *FreeDeviceKV,
         *EvictExcess;
     PyObject *insert_template;   /* InsertResult(prefix_len=0).__dict__ */
+    PyObject *IncLockRefResult, *DecLockRefResult, *inc_template, *dec_template;
     PyObject *to_tensor;         /* numpy int64 array -> device tensor */
     PyObject *int64;             /* torch.int64 */
     PyObject *empty_tensor;
@@ -47,7 +48,8 @@ static PyObject *s_key, *s_token_ids, *s_extra_key, *s_cache_salt, *s_is_bigram,
     *s_mamba_value, *s_prev_prefix_len, *s_session_id, *s_item, *s_numel, *s_dict,
     *s_prefix_len, *s_last_device_node, *s_mamba_exist, *s_cache_actions, *s_namespace, *s_record_store,
     *s_fb_match, *s_fb_begin_insert, *s_fb_collect, *s_inserted_len, *s_priority,
-    *s_dtype, *s_is_cpu, *s_is_contiguous, *s_dim, *s_data_ptr;
+    *s_dtype, *s_is_cpu, *s_is_contiguous, *s_dim, *s_data_ptr,
+    *s_node_id, *s_skipped, *s_fb_inc_lock, *s_fb_dec_lock;
 
 static int
 intern_names(void)
@@ -82,6 +84,10 @@ intern_names(void)
     INTERN(s_is_contiguous, "is_contiguous");
     INTERN(s_dim, "dim");
     INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_node_id, "node_id");
+    INTERN(s_skipped, "skipped_lock_components");
+    INTERN(s_fb_inc_lock, "_inc_lock_ref_py");
+    INTERN(s_fb_dec_lock, "_dec_lock_ref_py");
 #undef INTERN
     return 0;
 }
@@ -103,6 +109,10 @@ UnifiedCore_traverse(UnifiedCore *self, visitproc visit, void *arg)
     Py_VISIT(self->FreeDeviceKV);
     Py_VISIT(self->EvictExcess);
     Py_VISIT(self->insert_template);
+    Py_VISIT(self->IncLockRefResult);
+    Py_VISIT(self->DecLockRefResult);
+    Py_VISIT(self->inc_template);
+    Py_VISIT(self->dec_template);
     Py_VISIT(self->to_tensor);
     Py_VISIT(self->int64);
     Py_VISIT(self->empty_tensor);
@@ -123,6 +133,10 @@ UnifiedCore_clear(UnifiedCore *self)
     Py_CLEAR(self->FreeDeviceKV);
     Py_CLEAR(self->EvictExcess);
     Py_CLEAR(self->insert_template);
+    Py_CLEAR(self->IncLockRefResult);
+    Py_CLEAR(self->DecLockRefResult);
+    Py_CLEAR(self->inc_template);
+    Py_CLEAR(self->dec_template);
     Py_CLEAR(self->to_tensor);
     Py_CLEAR(self->int64);
     Py_CLEAR(self->empty_tensor);
@@ -143,15 +157,16 @@ UnifiedCore_dealloc(UnifiedCore *self)
 static PyObject *
 UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"tree", "core", "classes", "insert_template", "to_tensor", "empty_tensor",
+    static char *kw[] = {"tree", "core", "classes", "templates", "to_tensor", "empty_tensor",
                          "has_mamba", "events", "page_size", "chunk", "path_cap", "policy", "order", NULL};
-    PyObject *tree, *core, *classes, *tmpl, *to_tensor, *empty;
+    PyObject *tree, *core, *classes, *tmpl, *inc_tmpl, *dec_tmpl, *to_tensor, *empty;
     int has_mamba, events;
     long long ps, chunk, cap;
     const char *policy = "lru";
     long long order[3] = {2, 0, 0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!OOppLLL|s(LLL):UnifiedCore", kw, &tree, &core,
-                                     &PyTuple_Type, &classes, &PyDict_Type, &tmpl, &to_tensor, &empty,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!(O!O!O!)OOppLLL|s(LLL):UnifiedCore", kw, &tree, &core,
+                                     &PyTuple_Type, &classes, &PyDict_Type, &tmpl, &PyDict_Type, &inc_tmpl,
+                                     &PyDict_Type, &dec_tmpl, &to_tensor, &empty,
                                      &has_mamba, &events, &ps, &chunk, &cap, &policy, &order[0], &order[1],
                                      &order[2])) {
         return NULL;
@@ -181,14 +196,15 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (t == NULL) {
         return NULL;
     }
-    if (PyTuple_GET_SIZE(classes) != 8) {
+    if (PyTuple_GET_SIZE(classes) != 10) {
         PyErr_SetString(PyExc_ValueError,
                         "classes must be (RadixKey, Tensor, MatchResult, InsertStepResult, InsertResult, "
-                        "FreeDeviceKV, MambaEvictExcessPathStates, torch.int64)");
+                        "FreeDeviceKV, MambaEvictExcessPathStates, torch.int64, IncLockRefResult, "
+                        "DecLockRefResult)");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < 7; i++) {
-        if (!PyType_Check(PyTuple_GET_ITEM(classes, i))) {
+    for (Py_ssize_t i = 0; i < 10; i++) {
+        if (i != 7 && !PyType_Check(PyTuple_GET_ITEM(classes, i))) {
             PyErr_Format(PyExc_TypeError, "classes[%zd] must be a class", i);
             return NULL;
         }
@@ -225,6 +241,10 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->to_tensor = Py_NewRef(to_tensor);
     self->empty_tensor = Py_NewRef(empty);
     self->int64 = Py_NewRef(PyTuple_GET_ITEM(classes, 7));
+    self->IncLockRefResult = Py_NewRef(PyTuple_GET_ITEM(classes, 8));
+    self->DecLockRefResult = Py_NewRef(PyTuple_GET_ITEM(classes, 9));
+    self->inc_template = Py_NewRef(inc_tmpl);
+    self->dec_template = Py_NewRef(dec_tmpl);
     self->has_mamba = has_mamba;
     self->events = events;
     self->page_size = ps;
@@ -703,30 +723,37 @@ int_attr(PyObject *obj, PyObject *name, int64_t lo, const char *arg, int64_t *ou
     return 0;
 }
 
+/* An instance of the dataclass tp from its default __dict__ (tmpl), without
+ * running its __init__: the dict is copied, each dict or list default (a
+ * default_factory's) replaced by a fresh empty one, then the n fields in
+ * keys/vals set. */
 static PyObject *
-new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int mamba_exist)
+from_template(PyObject *tp_obj, PyObject *tmpl, Py_ssize_t n, PyObject *const *keys, PyObject *const *vals)
 {
-    PyTypeObject *tp = (PyTypeObject *)self->InsertResult;
-    PyObject *d = PyDict_Copy(self->insert_template);
+    PyTypeObject *tp = (PyTypeObject *)tp_obj;
+    PyObject *d = PyDict_Copy(tmpl);
     if (d == NULL) {
         return NULL;
     }
-    PyObject *pl = PyLong_FromSize_t(prefix_len);
-    PyObject *nid = node_id_obj(node);
-    PyObject *acts = PyList_New(0);
-    if (pl == NULL || nid == NULL || acts == NULL || PyDict_SetItem(d, s_prefix_len, pl) < 0
-        || PyDict_SetItem(d, s_last_device_node, nid) < 0
-        || PyDict_SetItem(d, s_mamba_exist, mamba_exist ? Py_True : Py_False) < 0
-        || PyDict_SetItem(d, s_cache_actions, acts) < 0) {
-        Py_XDECREF(pl);
-        Py_XDECREF(nid);
-        Py_XDECREF(acts);
-        Py_DECREF(d);
-        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(tmpl, &pos, &k, &v)) {
+        if (PyDict_CheckExact(v) || PyList_CheckExact(v)) {
+            PyObject *fresh = PyDict_CheckExact(v) ? PyDict_New() : PyList_New(0);
+            if (fresh == NULL || PyDict_SetItem(d, k, fresh) < 0) {
+                Py_XDECREF(fresh);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(fresh);
+        }
     }
-    Py_DECREF(pl);
-    Py_DECREF(nid);
-    Py_DECREF(acts);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (vals[i] == NULL || PyDict_SetItem(d, keys[i], vals[i]) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
     PyObject *obj = tp->tp_alloc(tp, 0);
     if (obj == NULL || PyObject_SetAttr(obj, s_dict, d) < 0) {
         Py_XDECREF(obj);
@@ -735,6 +762,103 @@ new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int
     }
     Py_DECREF(d);
     return obj;
+}
+
+static PyObject *
+new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int mamba_exist)
+{
+    PyObject *keys[3] = {s_prefix_len, s_last_device_node, s_mamba_exist};
+    PyObject *vals[3] = {PyLong_FromSize_t(prefix_len), node_id_obj(node), Py_NewRef(mamba_exist ? Py_True : Py_False)};
+    PyObject *r = from_template(self->InsertResult, self->insert_template, 3, keys, vals);
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(vals[i]);
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------------
+ * Locks: inc_lock_ref(node_id, skip_lock_components=()) and
+ * dec_lock_ref(node_id, params, skip_swa=False) when nothing is skipped (a
+ * lock that skips the Mamba component takes the Python path). */
+
+static PyObject *
+UnifiedCore_inc_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *skip = nargs > 1 ? args[1] : NULL;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 1
+        && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "skip_lock_components") == 0) {
+        skip = args[1];
+    }
+    else if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        skip = Py_None;   /* anything else: the Python path names the problem */
+    }
+    mr_node *n;
+    int rc = nargs >= 1 && nargs <= 2 ? resolve_id(self, args[0], "node_id", &n) : 0;
+    if (rc < 0) {
+        return NULL;
+    }
+    int empty = skip == NULL || (PyTuple_CheckExact(skip) && PyTuple_GET_SIZE(skip) == 0)
+                || (PyList_CheckExact(skip) && PyList_GET_SIZE(skip) == 0);
+    if (rc == 0 || !empty) {
+        PyObject *fn = PyObject_GetAttr(self->core, s_fb_inc_lock);
+        if (fn == NULL) {
+            return NULL;
+        }
+        PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
+        Py_DECREF(fn);
+        return r;
+    }
+    mr_radix_lock(self->tree, n);   /* cannot fail */
+    PyObject *keys[1] = {s_node_id};
+    PyObject *vals[1] = {node_id_obj(n)};
+    PyObject *r = from_template(self->IncLockRefResult, self->inc_template, 1, keys, vals);
+    Py_XDECREF(vals[0]);
+    if (r == NULL) {
+        mr_radix_unlock(self->tree, n);
+    }
+    return r;
+}
+
+static PyObject *
+UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    mr_node *n = NULL;
+    int rc = nargs >= 2 && nargs <= 3 && kwnames == NULL ? resolve_id(self, args[0], "node_id", &n) : 0;
+    if (rc < 0) {
+        return NULL;
+    }
+    int fast = rc == 1 && args[1] != Py_None;
+    if (fast) {
+        /* the receipt must be anchored on this node and have skipped nothing */
+        PyObject *rid = PyObject_GetAttr(args[1], s_node_id);
+        PyObject *sk = rid ? PyObject_GetAttr(args[1], s_skipped) : NULL;
+        fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid)
+               && PyLong_AsUnsignedLong(rid) == mr_node_handle(n).id && PyTuple_CheckExact(sk)
+               && PyTuple_GET_SIZE(sk) == 0;
+        Py_XDECREF(rid);
+        Py_XDECREF(sk);
+        PyErr_Clear();
+    }
+    if (!fast) {
+        PyObject *fn = PyObject_GetAttr(self->core, s_fb_dec_lock);
+        if (fn == NULL) {
+            return NULL;
+        }
+        PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
+        Py_DECREF(fn);
+        return r;
+    }
+    if (mr_radix_unlock(self->tree, n) != MR_OK) {
+        PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node %u holds no lock to release", mr_node_handle(n).id);
+        return NULL;
+    }
+    PyObject *r = from_template(self->DecLockRefResult, self->dec_template, 0, NULL, NULL);
+    if (r == NULL) {
+        mr_radix_lock(self->tree, n);
+    }
+    return r;
 }
 
 static PyObject *
@@ -977,6 +1101,10 @@ static PyMethodDef UnifiedCore_methods[] = {
      METH_FASTCALL, "collect_full_device_indices(from_node_id, until_node_id) -> the path's KV indices."},
     {"path_device_indices", (PyCFunction)UnifiedCore_path_device_indices, METH_O,
      "path_device_indices(node_id) -> the KV indices root..node."},
+    {"inc_lock_ref", (PyCFunction)(void (*)(void))UnifiedCore_inc_lock_ref, METH_FASTCALL | METH_KEYWORDS,
+     "inc_lock_ref(node_id, skip_lock_components=()) -> SGLang's IncLockRefResult."},
+    {"dec_lock_ref", (PyCFunction)(void (*)(void))UnifiedCore_dec_lock_ref, METH_FASTCALL | METH_KEYWORDS,
+     "dec_lock_ref(node_id, params, skip_swa=False) -> SGLang's DecLockRefResult."},
     {"node", (PyCFunction)UnifiedCore_node, METH_O, "node(node_id) -> the tree's Node handle for a NodeId."},
     {"tree_insert", (PyCFunction)(void (*)(void))UnifiedCore_tree_insert, METH_FASTCALL,
      "tree_insert(tokens, values, state, extra_key, prev_prefix_len, inserted_len, priority) -> "

@@ -138,6 +138,11 @@ def _core_class():
 
 MambaradixTreeCore: Any = None
 
+# The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
+# their Python path under the same names).
+C_BOUND = ("match_prefix", "begin_insert", "end_insert", "has_ongoing_insert", "collect_full_device_indices",
+           "inc_lock_ref", "dec_lock_ref")
+
 
 def _build_class():  # noqa: C901 - one class, built lazily
     import torch
@@ -242,24 +247,21 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._ns_of: dict = {}
             self._ns_key: dict = {}
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
-            template = InsertResult(prefix_len=0).__dict__
+            templates = (dict(InsertResult(prefix_len=0).__dict__), dict(IncLockRefResult().__dict__),
+                         dict(DecLockRefResult().__dict__))
             policy = (params.eviction_policy or "lru").lower()
             self.eviction_policy = policy
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
-                 MambaEvictExcessPathStates, torch.int64),
-                dict(template), torch.from_numpy if self._on_cpu else self._tensor, self._empty,
+                 MambaEvictExcessPathStates, torch.int64, IncLockRefResult, DecLockRefResult),
+                templates, torch.from_numpy if self._on_cpu else self._tensor, self._empty,
                 self.has_mamba, bool(self.kv_events.enabled), self.page_size, self._chunk, self._path_cap,
                 policy, _leaf_order(policy, params.eviction_policy_config),
             )
-            fast = self._fast
             # One C call per hot TreeCore method (instance attributes shadow the class's).
-            self.match_prefix = fast.match_prefix
-            self.begin_insert = fast.begin_insert
-            self.end_insert = fast.end_insert
-            self.has_ongoing_insert = fast.has_ongoing_insert
-            self.collect_full_device_indices = fast.collect_full_device_indices
+            for name in C_BOUND:
+                setattr(self, name, getattr(self._fast, name))
             self.reset()
 
         # ---- ids and namespaces -------------------------------------------------
@@ -415,7 +417,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         # ---- locks -------------------------------------------------------------
 
-        def inc_lock_ref(self, node_id, skip_lock_components: Sequence = ()):
+        def _inc_lock_ref_py(self, node_id, skip_lock_components: Sequence = ()):
             node = self._node(node_id)
             skipped = tuple(skip_lock_components)
             if any(ct not in self.component_types for ct in skipped) or FULL in skipped:
@@ -428,7 +430,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 self._tree.inc_lock_ref(node)
             return IncLockRefResult(node_id=node.id, skipped_lock_components=skipped)
 
-        def dec_lock_ref(self, node_id, params, skip_swa: bool = False):
+        def _dec_lock_ref_py(self, node_id, params, skip_swa: bool = False):
             node = self._node(node_id)
             if params is None or params.node_id != node.id:
                 raise ValueError(
@@ -606,6 +608,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
         # The hot calls are _C.UnifiedCore's (bound per instance in __init__);
         # these class-level names are the same calls through the Python path.
         match_prefix = _match_prefix_py
+        inc_lock_ref = _inc_lock_ref_py
+        dec_lock_ref = _dec_lock_ref_py
         begin_insert = _begin_insert_py
         collect_full_device_indices = _collect_full_device_indices_py
 

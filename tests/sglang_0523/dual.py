@@ -81,11 +81,17 @@ def _key(tokens, extra=None, salt=None, limit=None):
 
 
 class Differ:
-    def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1, policy_config=None):
+    def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1, policy_config=None,
+                 python_path: bool = False):
         self.cfg = cfg
         self.rng = random.Random(seed)
         self.a = Side(cfg, "python", strategy, path_cap, policy_config)
         self.b = Side(cfg, "mambaradix", strategy, path_cap, policy_config)
+        if python_path:
+            # Unbind the C calls (_C.UnifiedCore): the adapter's Python path serves them.
+            for name in mr_unified.C_BOUND:
+                delattr(self.b.core, name)
+            assert type(self.b.core).match_prefix is type(self.b.core)._match_prefix_py
         assert type(self.b.core).__name__ == "MambaradixTreeCore", type(self.b.core)
         self.has_mamba = cfg.has_mamba
         self.ps = cfg.page_size

@@ -39,6 +39,17 @@ def test_differential(cfg, strategy):
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
 
 
+PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (4, "extra_buffer"), (16, "extra_buffer_lazy"))]
+
+
+@pytest.mark.parametrize("cfg,strategy", PY_PATH_CONFIGS, ids=[f"{c.label}-{s}" for c, s in PY_PATH_CONFIGS])
+def test_differential_python_path(cfg, strategy):
+    """The adapter's Python path (what the C calls hand over for token lists,
+    tensors off the CPU, empty keys) against SGLang's core too."""
+    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True)
+    assert d.run(OPS // 2) >= OPS // 2
+
+
 MAMBA_CONFIGS = [(c, s) for c, s in CONFIGS if c.has_mamba]
 
 
@@ -193,6 +204,31 @@ def test_errors_name_the_argument_and_never_poison_the_core():
         ),
         (lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]))), ValueError, "mamba_value"),
         (lambda: core.collect_full_device_indices(core.root_node_handle(), 10**9), KeyError, "until_node_id"),
+        (lambda: core.match_prefix(MatchPrefixParams(key=_key([1, 2**40, 3]))), ValueError, "params.key"),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, -2, 3]), mamba_value=torch.tensor([0]))
+            ),
+            ValueError,
+            "params.value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]), mamba_value=torch.tensor([0, 1]))
+            ),
+            ValueError,
+            "mamba_value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]), mamba_value=torch.tensor([0]),
+                             priority="high")
+            ),
+            TypeError,
+            "params.priority",
+        ),
+        (lambda: core.inc_lock_ref(core.root_node_handle(), skip_lock_components=(ComponentType.FULL,)), ValueError,
+         "skip_lock_components"),
     ]
     for call, exc, name in bad_calls:
         before = d.snapshot(side)
