@@ -87,7 +87,7 @@ def test_differential_eviction_policies(cfg, strategy, policy, config):
 
     d.op_evict = op_evict
     assert d.run(OPS // 2) >= OPS // 2
-    assert sum(1 for e in evicted if e > 0) >= 10  # leaves really were chosen by the policy
+    assert sum(1 for e in evicted if e > 0) >= min(10, OPS // 50)  # leaves really were chosen by the policy
 
 
 def test_differential_covers_ten_thousand_ops():
