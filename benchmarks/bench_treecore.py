@@ -16,7 +16,17 @@ KV frees are deferred in allocator free groups, as the scheduler defers them.
 `cache hit (warm)` repeats a hit through the cache, `core only` the same hit
 against tree_core.match_prefix alone, and `insert (core only)` replays the inserts
 through tree_core.begin_insert/end_insert on a fresh cache: the difference is what
-the controller's own Python costs on top of each core.
+the controller's own Python costs on top of each core.  `per prompt` is the three
+timed calls of one prompt together: the heap grows through the run (the tree,
+the deferred frees), and which call meets fresh pages and pays their faults
+depends on each core's allocation order, so the sum compares cores best.
+
+`null` is a TreeCore whose hot calls (match_prefix, begin_insert, end_insert,
+has_ongoing_insert, collect_full_device_indices) return, through C-level
+callables, the results our core gave for the same calls (recorded beforehand,
+untimed) and do nothing else.  Through the same UnifiedRadixCache its time is
+the controller's own floor: rust/null is the largest ratio to the Rust core
+that any core can reach there.
 
     python3 benchmarks/bench_treecore.py [--groups 64 --prompts 16 --shared 2048 --unique 128] [--quick]
 """
@@ -81,13 +91,95 @@ def mooncake_prompts(path, n):
 
 torch.set_num_threads(1)
 now = time.perf_counter_ns
-BACKENDS = ("mambaradix", "rust", "python")
+BACKENDS = ("mambaradix", "rust", "python", "null")
+NULL_ID = 1 << 40  # the null core's NodeIds: unique per result, never a real node's
+
+
+class NullScript:
+    """What the null TreeCore hands out, call by call: the results our core
+    returned for the same calls, recorded beforehand (untimed)."""
+
+    def __init__(self):
+        self.matches = []  # MatchResult per match_prefix call, in call order
+        self.inserts = []  # InsertStepResult per begin_insert call
+        self.paths = {}  # NodeId -> KV index tensor (collect_full_device_indices(node, root))
+
+
+def record_null_script(cfg, prompts, warm):
+    """Runs run_backend's timed sequence on our core (untimed) and records
+    every result the controller gets from the core, with fresh unique NodeIds."""
+    from dataclasses import replace
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import InsertStepResult
+
+    cache, alloc, pool = build(cfg, "mambaradix")
+    core = cache.tree_core
+    root = core.root_node_handle()
+    script = NullScript()
+    real_match, real_insert, real_collect = core.match_prefix, core.begin_insert, core.collect_full_device_indices
+
+    def match(params):
+        m = real_match(params)
+        fid = NULL_ID + len(script.matches)
+        script.paths[fid] = real_collect(m.last_device_node, root)
+        script.matches.append(m._replace(last_device_node=fid, last_host_node=fid, best_match_node=fid, cache_actions=[]))
+        return m
+
+    def begin_insert(params):
+        step = real_insert(params)
+        r = step.result
+        fid = NULL_ID + (1 << 30) + len(script.inserts)
+        script.paths[fid] = real_collect(r.last_device_node, root)
+        script.inserts.append(InsertStepResult(actions=list(step.actions), result=replace(r, last_device_node=fid)))
+        return step
+
+    core.match_prefix, core.begin_insert = match, begin_insert
+    keys = [RadixKey(array("q", p)) for p in prompts]
+    kvs = [alloc.alloc(len(p)) for p in prompts]
+    states = [pool.mamba_allocator.alloc(1) for _ in prompts]
+    alloc.free_group_begin()
+    for key, kv, st in zip(keys, kvs, states):
+        p = MatchPrefixParams(key=key)
+        cache.match_prefix(p)
+        r = cache.insert(InsertParams(key=key, value=kv, mamba_value=st))
+        cache.match_prefix(p)
+        if r.mamba_exist:
+            pool.mamba_allocator.free(st)
+    alloc.free_group_end()
+    p = MatchPrefixParams(key=keys[0])
+    for _ in range(warm):
+        cache.match_prefix(p)
+        core.match_prefix(p)
+    return script
+
+
+_NULL = {"script": None}
+
+
+def null_core_factory(params, components):
+    """The null TreeCore: every hot call returns the next prebuilt result and
+    does nothing else (C-level callables, no Python frame).  Through the same
+    UnifiedRadixCache, its time is the controller's own floor."""
+    import functools
+
+    core = mr_unified._core_class()(params, components)
+    script = _NULL["script"]
+    core.match_prefix = functools.partial(next, iter(script.matches))
+    core.begin_insert = functools.partial(next, iter(script.inserts))
+    core.end_insert = list
+    core.has_ongoing_insert = bool
+    core.collect_full_device_indices = script.paths.get  # get(node_id, root) -> the tensor
+    return core
 
 
 def build(cfg, backend):
     """build_fixture's pools, with the production cores (not the kit's inspectors)."""
     mr_unified.register()
+    from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
     from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+
+    if reg.get_tree_core_factory("null") is None:
+        reg.register_tree_core_backend("null", null_core_factory)
 
     with mock.patch.object(fixtures, "_TREE_CORE_REGISTRY", {}), mock.patch.object(
         fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface
@@ -141,7 +233,12 @@ def core_insert_times(cfg, backend, keys):
     return times
 
 
+WARM = 50
+
+
 def run_backend(backend, cfg, prompts, evict_step):
+    if backend == "null":
+        _NULL["script"] = record_null_script(cfg, prompts, WARM)
     gc.collect()
     cache, alloc, pool = build(cfg, backend)
     core_name = type(cache.tree_core).__name__
@@ -150,7 +247,8 @@ def run_backend(backend, cfg, prompts, evict_step):
     kvs = [alloc.alloc(len(p)) for p in prompts]
     states = [pool.mamba_allocator.alloc(1) for _ in prompts]
     assert all(v is not None for v in kvs) and all(s is not None for s in states), "pools too small"
-    t = {"match miss": [], "insert": [], "match hit": [], "evict": [], "core only": [], "cache hit (warm)": []}
+    t = {"match miss": [], "insert": [], "match hit": [], "per prompt": [], "evict": [], "core only": [],
+         "cache hit (warm)": []}
     results = []
     # Frees are deferred as the scheduler defers them (a free group per batch),
     # so the allocator's torch.cat is not billed to each call.
@@ -169,20 +267,13 @@ def run_backend(backend, cfg, prompts, evict_step):
         t["match miss"].append(t1 - t0)
         t["insert"].append(t2 - t1)
         t["match hit"].append(t3 - t2)
+        t["per prompt"].append(t3 - t0)
         results.append((m.device_prefix_len, len(idx), r.prefix_len, m2.device_prefix_len, len(idx2)))
         if r.mamba_exist:
             pool.mamba_allocator.free(st)
     alloc.free_group_end()
-    tokens = cache.tree_core.total_size()[0]
-    if core_name == "MambaradixTreeCore":
-        tree_bytes = cache.tree_core._tree.memory_bytes()
-    elif core_name.startswith("Rust"):
-        tree_bytes = float("nan")  # its native heap is invisible to tracemalloc
-    else:
-        tree_bytes = python_heap_growth(cfg, backend, keys)
-    # Warm repeated hits: controller + core, and the core alone.
     p = MatchPrefixParams(key=keys[0])
-    for _ in range(50):
+    for _ in range(WARM):
         t0 = now()
         cache.match_prefix(p)
         t1 = now()
@@ -190,6 +281,16 @@ def run_backend(backend, cfg, prompts, evict_step):
         t2 = now()
         t["cache hit (warm)"].append(t1 - t0)
         t["core only"].append(t2 - t1)
+    if backend == "null":
+        core_name = "null"
+        return core_name, t, results, None, float("nan")
+    tokens = cache.tree_core.total_size()[0]
+    if core_name == "MambaradixTreeCore":
+        tree_bytes = cache.tree_core._tree.memory_bytes()
+    elif core_name.startswith("Rust"):
+        tree_bytes = float("nan")  # its native heap is invisible to tracemalloc
+    else:
+        tree_bytes = python_heap_growth(cfg, backend, keys)
     sizes = (cache.full_evictable_size(), cache.mamba_evictable_size())
     alloc.free_group_begin()
     while cache.full_evictable_size() > 0:
@@ -310,16 +411,27 @@ def main():
     ref = out[names[0]][2]
     same = all(out[b][2] == ref for b in names)
     print(f"cores: {', '.join(f'{b}={out[b][0]}' for b in names)}; identical results: {same}")
-    ops = ["match miss", "insert", "match hit", "evict", "cache hit (warm)", "core only", "insert (core only)"]
-    head = f"| op (median us) | " + " | ".join(names) + " | " + " | ".join(f"{x}/mambaradix" for x in names[1:]) + " |"
+    ops = ["match miss", "insert", "match hit", "per prompt", "evict", "cache hit (warm)", "core only", "insert (core only)"]
+    ratio_cols = [(x, names[0]) for x in names[1:] if x != "null"]
+    if "null" in names and "rust" in names:
+        ratio_cols.append(("rust", "null"))  # the cap: the most any core can gain on Rust here
+    if "null" in names:
+        ratio_cols.append((names[0], "null"))  # how far ours is from the floor
+    head = "| op (median us) | " + " | ".join(names) + " | " + " | ".join(f"{x}/{y}" for x, y in ratio_cols) + " |"
     print(head)
-    print("|" + "---|" * (1 + 2 * len(names) - 1))
+    print("|" + "---|" * (1 + len(names) + len(ratio_cols)))
     for op in ops:
-        meds = [med_us(out[b][1][op]) for b in names]
-        op = {"core only": "match hit (core only, warm)"}.get(op, op)
-        ratios = [f"{m / meds[0]:.1f}x" for m in meds[1:]]
-        print(f"| {op} | " + " | ".join(f"{m:.1f}" for m in meds) + " | " + " | ".join(ratios) + " |")
-    print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " | |")
+        meds = {b: med_us(out[b][1].get(op, [])) for b in names}
+        label = {"core only": "match hit (core only, warm)",
+                 "per prompt": "per prompt (miss + insert + hit)"}.get(op, op)
+        ratios = [f"{meds[x] / meds[y]:.1f}x" if meds[x] == meds[x] and meds[y] == meds[y] else "-" for x, y in ratio_cols]
+        print(f"| {label} | " + " | ".join("-" if meds[b] != meds[b] else f"{meds[b]:.1f}" for b in names) + " | "
+              + " | ".join(ratios) + " |")
+    if "null" in names:
+        print("(null: a TreeCore whose hot calls return prebuilt results of the same calls and do nothing else, "
+              "through the same UnifiedRadixCache: its time is the controller's floor, and rust/null the largest "
+              "ratio to the Rust core that any core can reach through the controller)")
+    print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " |" + " |" * len(ratio_cols))
     print("(tree bytes: mambaradix = the C tree's own count; others = Python-heap growth while caching, "
           "tensor storage excluded; the Rust core's native heap is not visible to tracemalloc)")
     if a.mooncake and os.path.exists(a.trace):
@@ -329,6 +441,7 @@ def main():
         print(f"\nMooncake replay: first {len(prompts)} requests ({sum(len(p) for p in prompts)} prompt tokens), "
               f"room for {kv_cap} KV tokens and {state_cap} states")
         mc = {}
+        names = [b for b in names if b != "null"]
         for b in names:
             mc[b] = run_mooncake(b, prompts, kv_cap, state_cap)
         same = all(mc[b][2] == mc[names[0]][2] for b in names)

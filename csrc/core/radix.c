@@ -52,6 +52,11 @@ struct mr_node {
     uint64_t stamp;        /* state-list recency: larger is more recent */
     uint64_t end;          /* tokens from the root to the node's end (fixed for its life) */
     uint8_t used;          /* a match used this node's current state */
+    /* SGLang 0.5.23's leaf orders (MR_POLICY_LFU ... MR_POLICY_TLRU). */
+    uint32_t hits;         /* inserts that walked through or created the node */
+    int64_t prio;          /* highest insert priority through the node */
+    uint64_t born;         /* creation order (a split's upper part keeps the child's) */
+    uint64_t hist;         /* TLRU: deepest end ever inserted below the node (its own end included) */
 };
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
@@ -96,6 +101,8 @@ struct mr_radix {
     uint64_t work;            /* tokens walked by matches and insertions */
     uint64_t spent;           /* tokens the tuner copied or replayed */
     size_t max_states;        /* most states the tree held during the window */
+    uint64_t births;          /* creation counter (mr_node.born) */
+    mr_leaf_order order;      /* the 0.5.23 leaf orders' parameters */
 };
 
 static void tune_start(mr_radix *t);
@@ -371,6 +378,75 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
     return utility_victim(t, LRU_FULL);
 }
 
+/* SGLang 0.5.23's leaf orders (evict_policy.py).  Its FULL eviction pops
+ * the evictable leaf with the smallest (key, last access) from a heap; the
+ * full list is in last-access order, so the first leaf of smallest key met
+ * from the LRU end is that leaf.  Keys are unique where SGLang's would need
+ * a tie-break beyond the last access (creation orders: only one leaf of a
+ * split chain exists at a time). */
+static int64_t
+leaf_order_key(const mr_radix *t, const mr_node *n)
+{
+    switch (t->cfg.policy) {
+    case MR_POLICY_LFU:
+        return n->hits;
+    case MR_POLICY_FIFO:
+        return (int64_t)n->born;
+    case MR_POLICY_FILO:
+        return -(int64_t)n->born;
+    case MR_POLICY_PRIORITY:
+        return n->prio;
+    case MR_POLICY_SLRU:
+        return (int64_t)n->hits >= t->order.slru_protected_threshold;
+    case MR_POLICY_TLRU: {
+        /* Tokens past the branch's budget cannot improve its tail latency:
+         * such a leaf is "infinitely old". */
+        int64_t budget = (int64_t)n->hist + t->order.tlru_next_prompt_estimate - t->order.tlru_threshold;
+        return (int64_t)(n->end - n->len) >= (budget > 0 ? budget : 0) ? -1 : 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+static mr_node *
+keyed_leaf_victim(const mr_radix *t, const mr_link *from)
+{
+    (void)from;
+    const mr_link *head = &t->head[LRU_FULL];
+    mr_node *best = NULL;
+    int64_t best_key = 0;
+    for (const mr_link *l = head->prev; l != head; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            int64_t k = leaf_order_key(t, n);
+            if (best == NULL || k < best_key) {
+                best = n;
+                best_key = k;
+            }
+        }
+    }
+    return best;
+}
+
+/* MRU: the most recently used evictable leaf. */
+static mr_node *
+mru_leaf_victim(const mr_radix *t, const mr_link *from)
+{
+    (void)from;
+    const mr_link *head = &t->head[LRU_FULL];
+    for (const mr_link *l = head->next; l != head; l = l->next) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+#define MR_LEAF_ORDER_ROW(name, victim) \
+    {name, consumed_on_match, consumed_on_insert_visit, consumed_on_split, lru_state_victim, victim, 1}
+
 static const mr_evict_policy policies[] = {
     [MR_POLICY_SGLANG] = {"sglang", sglang_on_match, sglang_on_insert_visit, sglang_on_split,
                           lru_state_victim, lru_leaf_victim, 0},
@@ -378,7 +454,15 @@ static const mr_evict_policy policies[] = {
                             lru_state_victim, lru_leaf_victim, 0},
     [MR_POLICY_UTILITY] = {"utility", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
                            utility_state_victim, utility_leaf_victim, 1},
+    [MR_POLICY_LFU] = MR_LEAF_ORDER_ROW("lfu", keyed_leaf_victim),
+    [MR_POLICY_FIFO] = MR_LEAF_ORDER_ROW("fifo", keyed_leaf_victim),
+    [MR_POLICY_MRU] = MR_LEAF_ORDER_ROW("mru", mru_leaf_victim),
+    [MR_POLICY_FILO] = MR_LEAF_ORDER_ROW("filo", keyed_leaf_victim),
+    [MR_POLICY_PRIORITY] = MR_LEAF_ORDER_ROW("priority", keyed_leaf_victim),
+    [MR_POLICY_SLRU] = MR_LEAF_ORDER_ROW("slru", keyed_leaf_victim),
+    [MR_POLICY_TLRU] = MR_LEAF_ORDER_ROW("tlru", keyed_leaf_victim),
 };
+#define MR_NPOLICIES (sizeof(policies) / sizeof(policies[0]))
 
 MR_INLINE const mr_evict_policy *
 policy_of(const mr_radix *t)
@@ -571,8 +655,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
 {
     if (cfg == NULL || cfg->page_size == 0 || cfg->chunk_size == 0
         || (cfg->page_size % cfg->chunk_size != 0 && cfg->chunk_size % cfg->page_size != 0)
-        || (cfg->policy != MR_POLICY_SGLANG && cfg->policy != MR_POLICY_CONSUMED
-            && cfg->policy != MR_POLICY_UTILITY)
+        || (unsigned)cfg->policy >= MR_NPOLICIES
         || (cfg->semantics != MR_SEMANTICS_V0515 && cfg->semantics != MR_SEMANTICS_V0523)) {
         return MR_EINVAL;
     }
@@ -581,6 +664,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
         return MR_ENOMEM;
     }
     t->cfg = *cfg;
+    t->order = (mr_leaf_order){2, 0, 0};
     t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
     t->recency = 1.0;
     for (int w = 0; w < 2; w++) {
@@ -723,6 +807,10 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
     upper->end = child->end - (child->len - p);
+    upper->hits = child->hits;
+    upper->prio = child->prio;
+    upper->born = child->born;
+    upper->hist = child->hist;
 
     mr_node *parent = child->parent;
     uint32_t idx = child_index(parent, child);
@@ -856,7 +944,19 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
                 int32_t ns, int64_t state, size_t prev_prefix_len,
                 int64_t *dup_out, mr_insert_result *out)
 {
+    return mr_radix_insert_ex(t, key, val, len, ns, state, prev_prefix_len, NULL, dup_out, out);
+}
+
+int
+mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
+                   int32_t ns, int64_t state, size_t prev_prefix_len, const mr_insert_opts *opts,
+                   int64_t *dup_out, mr_insert_result *out)
+{
     const mr_evict_policy *pol = policy_of(t);
+    const mr_insert_opts zero = {0, 0};
+    if (opts == NULL) {
+        opts = &zero;
+    }
     if (len % t->cfg.page_size != 0
         || (state < 0 && !(state == MR_NO_STATE && t->cfg.semantics == MR_SEMANTICS_V0523))) {
         return MR_EINVAL;
@@ -897,6 +997,10 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
             }
             child = upper;
         }
+        /* 0.5.23's leaf-order bookkeeping: a hit past what the request
+         * already inserted, and the insert's priority. */
+        child->hits += pos + p > opts->inserted_len;
+        child->prio = opts->priority > child->prio ? opts->priority : child->prio;
         node = child;
         pos += p;
     }
@@ -914,6 +1018,16 @@ mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
         memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
         leaf->state = state;
         leaf->end = (uint64_t)len;
+        leaf->hits = len > opts->inserted_len;
+        leaf->prio = opts->priority;
+        leaf->born = ++t->births;
+        leaf->hist = leaf->end;
+        if (t->cfg.policy == MR_POLICY_TLRU) {
+            /* raise the branch's high-water mark */
+            for (mr_node *a = node; a != t->root && a->hist < leaf->end; a = a->parent) {
+                a->hist = leaf->end;
+            }
+        }
         t->states_admitted++;
         child_add(node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
@@ -1652,6 +1766,25 @@ mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out)
     }
     *out = t->by_id[h.id];
     return MR_OK;
+}
+
+int
+mr_radix_set_policy(mr_radix *t, mr_lru_policy policy, const mr_leaf_order *order)
+{
+    if ((unsigned)policy >= MR_NPOLICIES || t->nodes != 0) {
+        return MR_EINVAL;
+    }
+    t->cfg.policy = policy;
+    t->order = order != NULL ? *order : (mr_leaf_order){2, 0, 0};
+    return MR_OK;
+}
+
+uint32_t mr_node_hits(const mr_node *n) { return n->hits; }
+
+mr_node *
+mr_radix_node_by_id(const mr_radix *t, uint32_t id)
+{
+    return id < t->nids ? t->by_id[id] : NULL;
 }
 
 size_t mr_node_len(const mr_node *n) { return n->len; }

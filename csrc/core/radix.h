@@ -81,6 +81,22 @@ typedef enum {
      * alpha * norm(FLOPs saved per byte) + norm(recency) among the
      * evict_window least recently used candidates (see mr_radix_options). */
     MR_POLICY_UTILITY = 2,
+    /* SGLang 0.5.23's --radix-eviction-policy orders for the KV leaf victim
+     * (sglang/srt/mem_cache/evict_policy.py), touches as CONSUMED: the
+     * victim is the evictable leaf with the smallest (key, last access),
+     * the key being the hit count (LFU), the creation order (FIFO), the
+     * insert priority (PRIORITY), hit count >= a threshold (SLRU), or
+     * "tail-safe" (TLRU: -1 when the tokens above the leaf already cover the
+     * branch's history + next prompt - threshold); MRU takes the most
+     * recently used leaf and FILO the newest.  LRU is CONSUMED itself.
+     * Set with mr_radix_set_policy on an empty tree. */
+    MR_POLICY_LFU = 3,
+    MR_POLICY_FIFO = 4,
+    MR_POLICY_MRU = 5,
+    MR_POLICY_FILO = 6,
+    MR_POLICY_PRIORITY = 7,
+    MR_POLICY_SLRU = 8,
+    MR_POLICY_TLRU = 9,
 } mr_lru_policy;
 
 /* Which SGLang release's tree rules the tree follows where they differ. */
@@ -136,6 +152,18 @@ typedef struct {
      * otherwise. */
     uint32_t mru;
 } mr_radix_options;
+
+/* Parameters of the 0.5.23 leaf orders (evict_policy.py's defaults: 2, 0, 0). */
+typedef struct {
+    int64_t slru_protected_threshold;   /* SLRU: hits that move a leaf to the protected segment */
+    int64_t tlru_threshold;             /* TLRU: the TTFT budget, in tokens */
+    int64_t tlru_next_prompt_estimate;  /* TLRU: expected tokens of the next prompt */
+} mr_leaf_order;
+
+/* Switches the tree's policy (any mr_lru_policy).  MR_EINVAL, nothing
+ * changed, unless the tree is empty (the orders' bookkeeping starts with the
+ * first node) or for an unknown policy.  order may be NULL (defaults). */
+int mr_radix_set_policy(mr_radix *t, mr_lru_policy policy, const mr_leaf_order *order);
 
 /* A node handle: stays comparable after the node is gone, and resolves to
  * MR_ESTALE then. */
@@ -214,6 +242,15 @@ size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
 
 #define MR_NO_STATE ((int64_t)-1)
 
+/* SGLang 0.5.23 insert parameters that feed the leaf orders: the request
+ * already inserted [0, inserted_len) (only nodes ending past it count a
+ * hit), and its priority (the walked nodes and a new leaf keep the highest
+ * priority inserted through them). */
+typedef struct {
+    size_t inserted_len;
+    int64_t priority;
+} mr_insert_opts;
+
 typedef struct {
     size_t prefix_len;   /* tokens of the key that were already in the tree */
     int state_existed;   /* 1: the node at the key's end already had a state;
@@ -240,6 +277,11 @@ int mr_radix_insert(mr_radix *t, const int32_t *key, const int64_t *val, size_t 
 
 /* Tokens of key[0:len) already in the tree in namespace ns: the prefix_len
  * mr_radix_insert would report.  Changes nothing (no split, no LRU touch). */
+/* mr_radix_insert with SGLang 0.5.23's insert parameters (NULL: zeros). */
+int mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
+                       int32_t ns, int64_t state, size_t prev_prefix_len, const mr_insert_opts *opts,
+                       int64_t *dup_out, mr_insert_result *out);
+
 size_t mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, int32_t ns);
 
 /* ------------------------------------------------------------------------
@@ -333,6 +375,8 @@ mr_node *mr_radix_root(const mr_radix *t);
 mr_handle mr_node_handle(const mr_node *n);
 /* Resolves a handle.  MR_ESTALE if the node was removed. */
 int mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out);
+/* The live node that has id `id` (whatever its generation), or NULL. */
+mr_node *mr_radix_node_by_id(const mr_radix *t, uint32_t id);
 
 size_t mr_node_len(const mr_node *n);
 const int32_t *mr_node_key(const mr_node *n);
@@ -344,6 +388,7 @@ size_t mr_node_nchildren(const mr_node *n);
 mr_node *mr_node_child(const mr_node *n, size_t i);  /* sorted order */
 int32_t mr_node_full_lock(const mr_node *n);
 int32_t mr_node_state_lock(const mr_node *n);
+uint32_t mr_node_hits(const mr_node *n);         /* 0.5.23 hit count (inserts through the node) */
 
 /* LRU traversal, most recently used first.  which: 0 = full list, 1 = state
  * list.  Returns NULL past the end. */

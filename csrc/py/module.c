@@ -211,7 +211,8 @@ mr_exec(PyObject *m)
     }
 #endif
     if (mr_py_radix_init(m, st) < 0 || mr_py_tensor_init(m, st) < 0 || mr_py_pools_init(m, st) < 0
-        || mr_py_rules_init(m, st) < 0) {
+        || mr_py_rules_init(m, st) < 0
+        || mr_py_unified_init(m, st) < 0) {
         return -1;
     }
     return 0;

@@ -123,5 +123,16 @@ int mr_py_radix_init(PyObject *m, mr_state *st);
 int mr_py_tensor_init(PyObject *m, mr_state *st);
 int mr_py_pools_init(PyObject *m, mr_state *st);
 int mr_py_rules_init(PyObject *m, mr_state *st);
+int mr_py_unified_init(PyObject *m, mr_state *st);
+
+/* py_radix.c's RadixTree for py_unified.c: its tree (NULL with TypeError when
+ * obj is not a RadixTree), the namespace id of an extra_key name (as
+ * RadixTree.insert / match_prefix assign them; create = 0: -1 for an unknown
+ * name), and a new Node handle. */
+struct mr_radix;
+struct mr_node;
+struct mr_radix *mr_py_radix_tree(PyObject *obj);
+int mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns);
+PyObject *mr_py_radix_node(PyObject *tree, const struct mr_node *n);
 
 #endif /* MR_PY_COMMON_H */

@@ -1357,3 +1357,30 @@ mr_py_radix_init(PyObject *m, mr_state *st)
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------------
+ * For py_unified.c (declared in py_common.h) */
+
+mr_radix *
+mr_py_radix_tree(PyObject *obj)
+{
+    mr_state *st = mr_state_from_type(Py_TYPE(obj));
+    if (st == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)st->RadixTree)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "tree must be a mambaradix.RadixTree, not %.100s", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return ((RadixTree *)obj)->tree;
+}
+
+int
+mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns)
+{
+    return namespace_of((RadixTree *)tree, extra_key, create, ns);
+}
+
+PyObject *
+mr_py_radix_node(PyObject *tree, const mr_node *n)
+{
+    return node_new_handle(tree_state(tree), (RadixTree *)tree, n);
+}

@@ -13,10 +13,16 @@ consumed-state LRU refresh) in as that TreeCore::
 Served natively: components ``[FULL]`` and ``[FULL, MAMBA]``, page sizes 1 to
 128, the Mamba strategies no_buffer / extra_buffer / extra_buffer_lazy (they
 differ only in the controller), ``extra_key`` / ``cache_salt`` namespaces, the
-``lru`` eviction policy, KV events.  Everything else (HiCache host tier,
-storage backends, SWA, session cache, custom components, other eviction
-policies, EAGLE bigram keys, KV sharding) is built on SGLang's Python TreeCore
-instead, with the reason logged; see ``fallback_reason``.
+eviction policies 0.5.23 offers (lru, lfu, fifo, mru, filo, priority, slru,
+tlru), KV events.  Everything else (HiCache host tier, storage backends, SWA,
+session cache, custom components, other policy configurations, EAGLE bigram
+keys, KV sharding) is built on SGLang's Python TreeCore instead, with the
+reason logged; see ``fallback_reason``.
+
+The hot calls (match_prefix, begin_insert, end_insert, has_ongoing_insert,
+collect_full_device_indices) are one C call each (``_C.UnifiedCore``, bound
+per instance); the ``_*_py`` methods are their Python path for what the C path
+hands back (token lists, tensors off the CPU, empty keys).
 
 Importing this module imports nothing from SGLang; ``register()`` does.
 """
@@ -35,7 +41,19 @@ logger = logging.getLogger(__name__)
 BACKEND_NAME = "mambaradix"
 
 # What the native core serves; everything else falls back to SGLang's Python core.
-_SERVED_POLICIES = ("lru",)
+# SGLang 0.5.23's --radix-eviction-policy names (sglang/srt/mem_cache/utils.py), each a row
+# of the C tree's policy table; the keyword arguments each accepts in eviction_policy_config.
+_SERVED_POLICIES = {
+    "lru": (), "lfu": (), "fifo": (), "mru": (), "filo": (), "priority": (),
+    "slru": ("protected_threshold",), "tlru": ("threshold", "next_prompt_estimate"),
+}
+_ORDER_DEFAULTS = {"protected_threshold": 2, "threshold": 0, "next_prompt_estimate": 0}
+
+
+def _leaf_order(policy, config):
+    """The C tree's (slru_protected_threshold, tlru_threshold, tlru_next_prompt_estimate)."""
+    c = dict(_ORDER_DEFAULTS, **(config or {}))
+    return (int(c["protected_threshold"]), int(c["threshold"]), int(c["next_prompt_estimate"]))
 
 
 def fallback_reason(params) -> Optional[str]:
@@ -52,9 +70,12 @@ def fallback_reason(params) -> Optional[str]:
         return "session-aware caching is not served natively"
     policy = (params.eviction_policy or "lru").lower()
     if policy not in _SERVED_POLICIES:
-        return f"eviction policy {policy!r} is not served natively (only 'lru')"
-    if getattr(params, "eviction_policy_config", None):
-        return "eviction_policy_config is not served natively"
+        return f"eviction policy {policy!r} is not served natively (only {', '.join(_SERVED_POLICIES)})"
+    config = getattr(params, "eviction_policy_config", None) or {}
+    if not isinstance(config, dict) or any(k not in _SERVED_POLICIES[policy] for k in config):
+        return f"eviction_policy_config {config!r} is not served natively for {policy!r}"
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in config.values()):
+        return f"eviction_policy_config {config!r}: only int values are served natively"
     if getattr(params, "is_eagle", False) and ComponentType.MAMBA not in comps:
         return "EAGLE bigram keys are not served natively"
     # The host tier, storage and external linkers are switched on by server
@@ -116,6 +137,11 @@ def _core_class():
 
 
 MambaradixTreeCore: Any = None
+
+# The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
+# their Python path under the same names).
+C_BOUND = ("match_prefix", "begin_insert", "end_insert", "has_ongoing_insert", "collect_full_device_indices",
+           "inc_lock_ref", "dec_lock_ref")
 
 
 def _build_class():  # noqa: C901 - one class, built lazily
@@ -221,24 +247,37 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._ns_of: dict = {}
             self._ns_key: dict = {}
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+            templates = (dict(InsertResult(prefix_len=0).__dict__), dict(IncLockRefResult().__dict__),
+                         dict(DecLockRefResult().__dict__))
+            policy = (params.eviction_policy or "lru").lower()
+            self.eviction_policy = policy
+            self._fast = _C.UnifiedCore(
+                self._tree, self,
+                (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
+                 MambaEvictExcessPathStates, torch.int64, IncLockRefResult, DecLockRefResult),
+                templates, torch.from_numpy if self._on_cpu else self._tensor, self._empty,
+                self.has_mamba, bool(self.kv_events.enabled), self.page_size, self._chunk, self._path_cap,
+                policy, _leaf_order(policy, params.eviction_policy_config),
+            )
+            # One C call per hot TreeCore method (instance attributes shadow the class's).
+            for name in C_BOUND:
+                setattr(self, name, getattr(self._fast, name))
             self.reset()
 
         # ---- ids and namespaces -------------------------------------------------
 
-        def _nid(self, node) -> int:
-            nid = node.id
-            self._nodes[nid] = node
-            return nid
+        @staticmethod
+        def _nid(node) -> int:
+            return node.id
 
         def _node(self, node_id, arg="node_id"):
-            node = self._nodes.get(node_id) if type(node_id) is int else None
-            if node is None or not node.valid:
-                if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
-                    raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}")
-                node = self._nodes.get(int(node_id))
-                if node is None or not node.valid:
-                    raise KeyError(f"{arg}={node_id} names no live node")
-            return node
+            """The Node handle of a NodeId (the C node id); KeyError / TypeError name arg."""
+            try:
+                return self._fast.node(node_id)
+            except KeyError:
+                raise KeyError(f"{arg}={node_id!r} names no live node") from None
+            except TypeError:
+                raise TypeError(f"{arg} must be an int NodeId, not {type(node_id).__name__}") from None
 
         def _tensor(self, arr):
             """A device tensor over a numpy int64 array the tree handed out (owned, no copy on CPU)."""
@@ -275,7 +314,6 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._tree.reset()
             root = self._tree.root
             self._root = root
-            self._nodes = {root.id: root}
             self._pin: dict[int, int] = {}
             self._page_hash: dict[int, tuple] = {}
             self._insert_state = None
@@ -373,14 +411,13 @@ def _build_class():  # noqa: C901 - one class, built lazily
                             num_children=len(node.children),
                         )
                     )
-                    self._nodes[parent.id] = parent
                     node = parent
                 out.append(tuple(reversed(path)))
             return tuple(out)
 
         # ---- locks -------------------------------------------------------------
 
-        def inc_lock_ref(self, node_id, skip_lock_components: Sequence = ()):
+        def _inc_lock_ref_py(self, node_id, skip_lock_components: Sequence = ()):
             node = self._node(node_id)
             skipped = tuple(skip_lock_components)
             if any(ct not in self.component_types for ct in skipped) or FULL in skipped:
@@ -393,7 +430,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 self._tree.inc_lock_ref(node)
             return IncLockRefResult(node_id=node.id, skipped_lock_components=skipped)
 
-        def dec_lock_ref(self, node_id, params, skip_swa: bool = False):
+        def _dec_lock_ref_py(self, node_id, params, skip_swa: bool = False):
             node = self._node(node_id)
             if params is None or params.node_id != node.id:
                 raise ValueError(
@@ -424,7 +461,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             n = len(toks) // self.page_size * self.page_size
             return toks[:n] if n != len(toks) else toks
 
-        def match_prefix(self, params):
+        def _match_prefix_py(self, params):
+            """match_prefix for what the C path hands back (keys over token lists)."""
             key = params.key
             toks = self._aligned(key)
             if len(toks) == 0:
@@ -490,7 +528,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._node(node_id)
             return False
 
-        def collect_full_device_indices(self, from_node_id, until_node_id):
+        def _collect_full_device_indices_py(self, from_node_id, until_node_id):
+            """collect_full_device_indices below a node other than the root."""
             node = self._node(from_node_id, "from_node_id")
             until = self._node(until_node_id, "until_node_id")
             if until.is_root:
@@ -510,9 +549,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         # ---- insert ------------------------------------------------------------
 
-        def begin_insert(self, params):
-            if self._insert_state is not None:
-                raise RuntimeError("concurrent insert walks")
+        def _begin_insert_py(self, params):
+            """begin_insert for what the C path hands back (token lists, tensors
+            off the CPU, values None, empty keys)."""
             key = params.key
             toks = self._aligned(key)
             n = len(toks)
@@ -542,28 +581,37 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 )
             prev = int(params.prev_prefix_len or 0)
             ns = self._namespace(key)
-            r = self._tree.insert(toks, value_np, state, extra_key=ns, prev_prefix_len=prev)
+            prefix_len, existed, node, nd = self._fast.tree_insert(
+                np.ascontiguousarray(toks, dtype=np.int64), np.ascontiguousarray(value_np, dtype=np.int64),
+                state, ns, prev, int(params.inserted_len or 0), int(params.priority or 0),
+            )
             actions = []
-            nd = len(r.duplicates)
             if nd:
                 # The tree's duplicates are always the caller's value[prefix_len - nd : prefix_len]:
                 # hand back that slice of the caller's tensor, as SGLang's core does.
                 src = value if value is not None else torch.from_numpy(value_np)
-                actions.append(FreeDeviceKV([src[r.prefix_len - nd : r.prefix_len]]))
-            node = r.node
-            if state is not None and not r.state_existed and self._path_cap >= 0:
+                actions.append(FreeDeviceKV([src[prefix_len - nd : prefix_len]]))
+            if state is not None and not existed and self._path_cap >= 0:
                 actions.append(MambaEvictExcessPathStates(self._nid(node)))
-            if self.kv_events.enabled and r.prefix_len < n:
+            if self.kv_events.enabled and prefix_len < n:
                 self._record_store(node, key, params.session_id)
             res = InsertResult(
-                prefix_len=r.prefix_len,
+                prefix_len=prefix_len,
                 last_device_node=self._nid(node),
-                mamba_exist=bool(r.state_existed) if self.has_mamba else False,
+                mamba_exist=bool(existed) if self.has_mamba else False,
             )
             return InsertStepResult(actions=actions, result=res)
 
         def resume_insert(self):
             raise RuntimeError("no insert walk is suspended")
+
+        # The hot calls are _C.UnifiedCore's (bound per instance in __init__);
+        # these class-level names are the same calls through the Python path.
+        match_prefix = _match_prefix_py
+        inc_lock_ref = _inc_lock_ref_py
+        dec_lock_ref = _dec_lock_ref_py
+        begin_insert = _begin_insert_py
+        collect_full_device_indices = _collect_full_device_indices_py
 
         def has_ongoing_insert(self) -> bool:
             return False
@@ -850,8 +898,11 @@ def inspection_core_class():
 
     class Inspector(Core, UnifiedTreeCoreInspectionInterface):
         def contains_node(self, node_id):
-            node = self._nodes.get(int(node_id))
-            return node is not None and node.valid
+            try:
+                self._fast.node(node_id)
+                return True
+            except (KeyError, TypeError):
+                return False
 
         def get_parent_node_id(self, node_id):
             parent = self._node(node_id).parent
@@ -922,8 +973,7 @@ def inspection_core_class():
                     and (node.state_lock_ref == 0))
 
         def is_device_evictable_leaf(self, node_id):
-            node = self._nodes.get(int(node_id))
-            return node is not None and node.valid and self.is_device_leaf(node_id)
+            return self.contains_node(node_id) and self.is_device_leaf(node_id)
 
         def is_host_evictable_leaf(self, node_id):
             return False

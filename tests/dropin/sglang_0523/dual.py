@@ -24,15 +24,17 @@ import mambaradix.sglang.unified as mr_unified
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
 
 
-def build(cfg: CacheConfig, backend: str, events: bool = True, path_cap: int = -1):
+def build(cfg: CacheConfig, backend: str, events: bool = True, path_cap: int = -1, policy_config=None):
     """build_fixture's pools and cache; the kit's inspector check is bypassed
     for the mambaradix core (it is a production core, not an inspector).
-    path_cap >= 0 sets --mamba-max-states-per-path."""
+    path_cap >= 0 sets --mamba-max-states-per-path; policy_config is
+    --radix-eviction-policy-config (cfg.eviction_policy's keyword arguments)."""
     mr_unified.register()
     args = functools.partial(fixtures.ServerArgs, mamba_max_states_per_path=path_cap)
+    init = functools.partial(fixtures.CacheInitParams, eviction_policy_config=policy_config)
     with mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface), mock.patch.object(
         fixtures, "ServerArgs", args
-    ):
+    ), mock.patch.object(fixtures, "CacheInitParams", init):
         return fixtures.build_fixture(cfg, tree_core_backend=backend, enable_kv_cache_events=events)
 
 
@@ -61,15 +63,15 @@ def configs(page_sizes=(1, 4, 16, 64, 128)):
 
 
 class Side:
-    def __init__(self, cfg, backend, strategy, path_cap=-1):
+    def __init__(self, cfg, backend, strategy, path_cap=-1, policy_config=None):
         if strategy == "extra_buffer_lazy":
             # The lazy ping-pong buffer is a pool option build_fixture does not expose.
             pool_cls = functools.partial(fixtures.HybridReqToTokenPool, enable_mamba_extra_buffer_lazy=True)
             with mock.patch.object(fixtures, "HybridReqToTokenPool", pool_cls):
-                self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap)
+                self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap, policy_config=policy_config)
             assert self.pool.enable_mamba_extra_buffer_lazy
         else:
-            self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap)
+            self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap, policy_config=policy_config)
         self.core = self.cache.tree_core
         self.locks = []  # (node_id, receipt)
 
@@ -79,11 +81,17 @@ def _key(tokens, extra=None, salt=None, limit=None):
 
 
 class Differ:
-    def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1):
+    def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1, policy_config=None,
+                 python_path: bool = False):
         self.cfg = cfg
         self.rng = random.Random(seed)
-        self.a = Side(cfg, "python", strategy, path_cap)
-        self.b = Side(cfg, "mambaradix", strategy, path_cap)
+        self.a = Side(cfg, "python", strategy, path_cap, policy_config)
+        self.b = Side(cfg, "mambaradix", strategy, path_cap, policy_config)
+        if python_path:
+            # Unbind the C calls (_C.UnifiedCore): the adapter's Python path serves them.
+            for name in mr_unified.C_BOUND:
+                delattr(self.b.core, name)
+            assert type(self.b.core).match_prefix is type(self.b.core)._match_prefix_py
         assert type(self.b.core).__name__ == "MambaradixTreeCore", type(self.b.core)
         self.has_mamba = cfg.has_mamba
         self.ps = cfg.page_size
@@ -160,6 +168,8 @@ class Differ:
     def op_insert(self):
         toks = self._tokens()
         extra, salt = self._ns()
+        # The insert's priority (the priority policy's key; every core keeps it).
+        priority = self.rng.choice([0, 0, 1, 2, 5])
         out = []
         for side in (self.a, self.b):
             n = len(toks)
@@ -167,7 +177,7 @@ class Differ:
             if v is None:
                 out.append(None)
                 continue
-            params = InsertParams(key=_key(toks, extra, salt), value=v)
+            params = InsertParams(key=_key(toks, extra, salt), value=v, priority=priority)
             ms = None
             if self.has_mamba:
                 ms = side.pool.mamba_allocator.alloc(1)
@@ -185,7 +195,7 @@ class Differ:
             if ms is not None and (r.mamba_exist or aligned == 0):
                 side.pool.mamba_allocator.free(ms)
             out.append((r.prefix_len, r.mamba_exist if self.has_mamba else None, self._path(side, r.last_device_node), v.tolist()))
-        self.check(f"insert {toks} ns={extra, salt}", out[0], out[1])
+        self.check(f"insert {toks} ns={extra, salt} priority={priority}", out[0], out[1])
 
     def op_match(self):
         toks = self._tokens()

@@ -39,6 +39,17 @@ def test_differential(cfg, strategy):
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
 
 
+PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (4, "extra_buffer"), (16, "extra_buffer_lazy"))]
+
+
+@pytest.mark.parametrize("cfg,strategy", PY_PATH_CONFIGS, ids=[f"{c.label}-{s}" for c, s in PY_PATH_CONFIGS])
+def test_differential_python_path(cfg, strategy):
+    """The adapter's Python path (what the C calls hand over for token lists,
+    tensors off the CPU, empty keys) against SGLang's core too."""
+    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True)
+    assert d.run(OPS // 2) >= OPS // 2
+
+
 MAMBA_CONFIGS = [(c, s) for c, s in CONFIGS if c.has_mamba]
 
 
@@ -47,6 +58,36 @@ def test_differential_mamba_max_states_per_path(cfg, strategy):
     d = dual.Differ(cfg, strategy, seed=SEED + 2000 + cfg.page_size, path_cap=1 + cfg.page_size % 2)
     assert d.b.core._path_cap >= 1
     assert d.run(OPS // 2) >= OPS // 2
+
+
+# Every eviction policy SGLang 0.5.23 offers (sglang/srt/mem_cache/utils.py), with a
+# configuration for the two that take one; lru is the differential above.
+POLICIES = [
+    ("lfu", None), ("fifo", None), ("mru", None), ("filo", None), ("priority", None),
+    ("slru", {"protected_threshold": 2}), ("tlru", {"threshold": 12, "next_prompt_estimate": 4}),
+]
+POLICY_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (1, "no_buffer"), (4, "extra_buffer"))]
+
+
+@pytest.mark.parametrize("policy,config", POLICIES, ids=[p for p, _ in POLICIES])
+@pytest.mark.parametrize("cfg,strategy", POLICY_CONFIGS, ids=[f"{c.label}-{s}" for c, s in POLICY_CONFIGS])
+def test_differential_eviction_policies(cfg, strategy, policy, config):
+    from dataclasses import replace
+
+    cfg = replace(cfg, eviction_policy=policy)
+    d = dual.Differ(cfg, strategy, seed=SEED + 3000 + cfg.page_size, policy_config=config)
+    assert d.b.core.eviction_policy == policy and type(d.a.core.eviction_strategy).__name__.lower().startswith(policy)
+    evicted = []
+    real_evict = d.op_evict
+
+    def op_evict():
+        before = d.b.core.full_evictable_size()
+        real_evict()
+        evicted.append(before - d.b.core.full_evictable_size())
+
+    d.op_evict = op_evict
+    assert d.run(OPS // 2) >= OPS // 2
+    assert sum(1 for e in evicted if e > 0) >= min(10, OPS // 50)  # leaves really were chosen by the policy
 
 
 def test_differential_covers_ten_thousand_ops():
@@ -78,7 +119,6 @@ def test_registered_name_selects_native_core(monkeypatch):
     [
         (CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.SWA), sliding_window_size=4), {}, "components"),
         (CacheConfig(page_size=1, components=(ComponentType.FULL,)), {"enable_session_radix_cache": True}, "session"),
-        (CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="lfu"), {}, "eviction policy"),
     ],
 )
 def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
@@ -93,6 +133,26 @@ def test_unserved_configs_fall_back_with_reason(cfg, kwargs, reason, caplog):
             cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix", **kwargs)
     assert isinstance(cache.tree_core, UnifiedTreeCore)
     assert any(reason in r.getMessage() and "Python TreeCore" in r.getMessage() for r in caplog.records)
+
+
+def test_unserved_policy_config_falls_back(caplog):
+    """A policy configuration the C tree does not take (a fractional SLRU
+    threshold) is built on the Python core, which takes it."""
+    import functools
+    from unittest import mock
+
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import UnifiedTreeCoreInterface
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    mr_unified.register()
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL,), eviction_policy="slru")
+    init = functools.partial(fixtures.CacheInitParams, eviction_policy_config={"protected_threshold": 2.5})
+    with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"), mock.patch.object(
+        fixtures, "CacheInitParams", init
+    ), mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
+        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix")
+    assert isinstance(cache.tree_core, UnifiedTreeCore)
+    assert any("eviction_policy_config" in r.getMessage() for r in caplog.records)
 
 
 def test_hicache_server_setting_falls_back(caplog):
@@ -144,6 +204,31 @@ def test_errors_name_the_argument_and_never_poison_the_core():
         ),
         (lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]))), ValueError, "mamba_value"),
         (lambda: core.collect_full_device_indices(core.root_node_handle(), 10**9), KeyError, "until_node_id"),
+        (lambda: core.match_prefix(MatchPrefixParams(key=_key([1, 2**40, 3]))), ValueError, "params.key"),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, -2, 3]), mamba_value=torch.tensor([0]))
+            ),
+            ValueError,
+            "params.value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]), mamba_value=torch.tensor([0, 1]))
+            ),
+            ValueError,
+            "mamba_value",
+        ),
+        (
+            lambda: core.begin_insert(
+                InsertParams(key=_key([9, 9, 9]), value=torch.tensor([1, 2, 3]), mamba_value=torch.tensor([0]),
+                             priority="high")
+            ),
+            TypeError,
+            "params.priority",
+        ),
+        (lambda: core.inc_lock_ref(core.root_node_handle(), skip_lock_components=(ComponentType.FULL,)), ValueError,
+         "skip_lock_components"),
     ]
     for call, exc, name in bad_calls:
         before = d.snapshot(side)
