@@ -220,19 +220,25 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
         return -1;
     }
     if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
-        /* int64 keys (SGLang's array('q') tokens): one narrowing pass the
-         * compiler vectorizes, range-checked by min/max afterwards. */
+        /* int64 keys (SGLang's array('q') tokens): one narrowing pass. */
         const int64_t *src = v->buf;
         int32_t *dst = scratch->p;
-        int64_t mn = 0, mx = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t x = src[i];
-            mn = x < mn ? x : mn;
-            mx = x > mx ? x : mx;
-            dst[i] = (int32_t)x;
+        if (lo <= INT32_MIN && hi >= INT32_MAX) {
+            if (!mr_narrow_i64_i32(src, (size_t)n, dst)) {
+                goto done;
+            }
         }
-        if (mn >= lo && mx <= hi) {
-            goto done;
+        else {
+            int64_t mn = 0, mx = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t x = src[i];
+                mn = x < mn ? x : mn;
+                mx = x > mx ? x : mx;
+                dst[i] = (int32_t)x;
+            }
+            if (mn >= lo && mx <= hi) {
+                goto done;
+            }
         }
         /* Out of range somewhere: the loop below names the first index. */
     }

@@ -17,6 +17,8 @@
  * which stays the reference for the semantics. */
 #include "py_common.h"
 #include "py_numpy.h"
+#include "py_args.h"
+#include "py_ints.h"
 #include "radix.h"
 
 #include <string.h>
@@ -37,9 +39,7 @@ typedef struct {
     /* configuration */
     int has_mamba, events;
     int64_t page_size, chunk, path_cap;
-    /* scratch for narrowed keys */
-    int32_t *keybuf;
-    size_t keycap;
+    mr_buf keybuf;               /* scratch for narrowed keys */
     int busy;                    /* keybuf is lent out (a re-entrant call uses the fallback) */
 } UnifiedCore;
 
@@ -149,7 +149,7 @@ UnifiedCore_dealloc(UnifiedCore *self)
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     UnifiedCore_clear(self);
-    PyMem_Free(self->keybuf);
+    mr_buf_free(&self->keybuf);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
 }
@@ -157,19 +157,52 @@ UnifiedCore_dealloc(UnifiedCore *self)
 static PyObject *
 UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"tree", "core", "classes", "templates", "to_tensor", "empty_tensor",
-                         "has_mamba", "events", "page_size", "chunk", "path_cap", "policy", "order", NULL};
+    MR_ARGS(spec, a, "UnifiedCore", 0, 13, 11, "tree", "core", "classes", "templates", "to_tensor", "empty_tensor",
+            "has_mamba", "events", "page_size", "chunk", "path_cap", "policy", "order");
     PyObject *tree, *core, *classes, *tmpl, *inc_tmpl, *dec_tmpl, *to_tensor, *empty;
     int has_mamba, events;
-    long long ps, chunk, cap;
+    int64_t ps, chunk, cap;
     const char *policy = "lru";
     long long order[3] = {2, 0, 0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!(O!O!O!)OOppLLL|s(LLL):UnifiedCore", kw, &tree, &core,
-                                     &PyTuple_Type, &classes, &PyDict_Type, &tmpl, &PyDict_Type, &inc_tmpl,
-                                     &PyDict_Type, &dec_tmpl, &to_tensor, &empty,
-                                     &has_mamba, &events, &ps, &chunk, &cap, &policy, &order[0], &order[1],
-                                     &order[2])) {
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0) {
         return NULL;
+    }
+    tree = a[0];
+    core = a[1];
+    classes = a[2];
+    to_tensor = a[4];
+    empty = a[5];
+    if (!PyTuple_Check(classes)) {
+        PyErr_Format(PyExc_TypeError, "UnifiedCore(): classes must be a tuple, not %.100s", Py_TYPE(classes)->tp_name);
+        return NULL;
+    }
+    if (!PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[3]) != 3 || !PyDict_Check(PyTuple_GET_ITEM(a[3], 0))
+        || !PyDict_Check(PyTuple_GET_ITEM(a[3], 1)) || !PyDict_Check(PyTuple_GET_ITEM(a[3], 2))) {
+        PyErr_SetString(PyExc_TypeError, "UnifiedCore(): templates must be a tuple of 3 dicts");
+        return NULL;
+    }
+    tmpl = PyTuple_GET_ITEM(a[3], 0);
+    inc_tmpl = PyTuple_GET_ITEM(a[3], 1);
+    dec_tmpl = PyTuple_GET_ITEM(a[3], 2);
+    if (mr_arg_bool(a[6], &has_mamba) < 0 || mr_arg_bool(a[7], &events) < 0
+        || mr_arg_int64(a[8], spec.fname, "page_size", 1, INT64_MAX, &ps) < 0
+        || mr_arg_int64(a[9], spec.fname, "chunk", 1, INT64_MAX, &chunk) < 0
+        || mr_arg_int64(a[10], spec.fname, "path_cap", INT64_MIN, INT64_MAX, &cap) < 0
+        || mr_arg_str(a[11], spec.fname, "policy", 0, &policy) < 0) {
+        return NULL;
+    }
+    if (a[12] != NULL) {
+        if (!PyTuple_Check(a[12]) || PyTuple_GET_SIZE(a[12]) != 3) {
+            PyErr_SetString(PyExc_TypeError, "UnifiedCore(): order must be a tuple of 3 ints");
+            return NULL;
+        }
+        for (int i = 0; i < 3; i++) {
+            int64_t x;
+            if (mr_arg_int64(PyTuple_GET_ITEM(a[12], i), spec.fname, "order[i]", INT64_MIN, INT64_MAX, &x) < 0) {
+                return NULL;
+            }
+            order[i] = x;
+        }
     }
     /* SGLang 0.5.23's --radix-eviction-policy names; lru is the consumed-state policy. */
     static const struct {
@@ -212,10 +245,6 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *mr = PyTuple_GET_ITEM(classes, 2);
     if (!PyType_IsSubtype((PyTypeObject *)mr, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "classes[2] (MatchResult) must be a NamedTuple");
-        return NULL;
-    }
-    if (ps < 1 || chunk < 1) {
-        PyErr_SetString(PyExc_ValueError, "page_size and chunk must be >= 1");
         return NULL;
     }
     mr_leaf_order lo = {order[0], order[1], order[2]};
@@ -351,31 +380,11 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
     }
     Py_DECREF(lim);
     n -= n % (size_t)self->page_size;
-    if (n > self->keycap) {
-        size_t cap = self->keycap ? self->keycap : 1024;
-        while (cap < n) {
-            cap *= 2;
-        }
-        int32_t *p = PyMem_Realloc(self->keybuf, cap * sizeof(int32_t));
-        if (p == NULL) {
-            PyBuffer_Release(&v);
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->keybuf = p;
-        self->keycap = cap;
+    if (mr_buf_reserve(&self->keybuf, n, sizeof(int32_t)) < 0) {
+        PyBuffer_Release(&v);
+        return -1;
     }
-    /* One narrowing pass; a token fits int32 when x + 2^31 has no bit above
-     * bit 31 (add, shift, or: vectorized on plain SSE2, unlike a 64-bit
-     * min/max). */
-    const int64_t *src = v.buf;
-    int32_t *dst = self->keybuf;
-    uint64_t out_of_range = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = (uint64_t)src[i];
-        out_of_range |= (x + UINT64_C(0x80000000)) >> 32;
-        dst[i] = (int32_t)(uint32_t)x;
-    }
+    int out_of_range = mr_narrow_i64_i32(v.buf, n, self->keybuf.p);
     PyBuffer_Release(&v);
     if (out_of_range) {
         PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);
@@ -407,7 +416,7 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
             return -1;
         }
     }
-    kr->tok = self->keybuf;
+    kr->tok = self->keybuf.p;
     kr->len = n;
     kr->fast = 1;
     self->busy = 1;
@@ -553,14 +562,14 @@ path_tensor(UnifiedCore *self, const mr_node *node)
 static PyObject *
 UnifiedCore_collect_full_device_indices(UnifiedCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "collect_full_device_indices() takes 2 arguments (%zd given)", nargs);
+    MR_ARGS(spec, a, "collect_full_device_indices", 2, 2, 2, "from_node_id", "until_node_id");
+    if (mr_parse(&spec, args, nargs, NULL, a) < 0) {
         return NULL;
     }
     mr_node *from, *until;
-    int rc = resolve_id(self, args[0], "from_node_id", &from);
+    int rc = resolve_id(self, a[0], "from_node_id", &from);
     if (rc == 1) {
-        rc = resolve_id(self, args[1], "until_node_id", &until);
+        rc = resolve_id(self, a[1], "until_node_id", &until);
     }
     if (rc < 0) {
         return NULL;
@@ -1015,62 +1024,55 @@ done:
 static PyObject *
 UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "tree_insert() takes 7 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    PyArrayObject *tok = (PyArrayObject *)args[0], *val = (PyArrayObject *)args[1];
-    if (!PyArray_Check(args[0]) || !PyArray_Check(args[1]) || PyArray_TYPE(tok) != NPY_INT64
-        || PyArray_TYPE(val) != NPY_INT64 || PyArray_NDIM(tok) != 1 || PyArray_NDIM(val) != 1
-        || !PyArray_ISCARRAY_RO(tok) || !PyArray_ISCARRAY_RO(val) || PyArray_DIM(tok, 0) != PyArray_DIM(val, 0)) {
-        PyErr_SetString(PyExc_TypeError, "tree_insert(): tokens and values must be contiguous int64 arrays of one length");
-        return NULL;
-    }
-    size_t n = (size_t)PyArray_DIM(tok, 0);
-    if (n % (size_t)self->page_size != 0) {
-        PyErr_Format(PyExc_ValueError, "tree_insert(): %zu tokens are not whole pages", n);
-        return NULL;
-    }
+    MR_ARGS(spec, a, "tree_insert", 7, 7, 7, "tokens", "values", "state", "extra_key", "prev_prefix_len",
+            "inserted_len", "priority");
     int64_t state = MR_NO_STATE, prev, inserted, prio;
-    if ((args[2] != Py_None && mr_as_int64(args[2], 0, INT64_MAX, "state", &state) < 0)
-        || mr_as_int64(args[4], 0, INT64_MAX, "prev_prefix_len", &prev) < 0
-        || mr_as_int64(args[5], 0, INT64_MAX, "inserted_len", &inserted) < 0
-        || mr_as_int64(args[6], INT64_MIN, INT64_MAX, "priority", &prio) < 0) {
+    if (mr_parse(&spec, args, nargs, NULL, a) < 0
+        || (a[2] != Py_None && mr_arg_int64(a[2], spec.fname, "state", 0, INT64_MAX, &state) < 0)
+        || mr_arg_int64(a[4], spec.fname, "prev_prefix_len", 0, INT64_MAX, &prev) < 0
+        || mr_arg_int64(a[5], spec.fname, "inserted_len", 0, INT64_MAX, &inserted) < 0
+        || mr_arg_int64(a[6], spec.fname, "priority", INT64_MIN, INT64_MAX, &prio) < 0) {
         return NULL;
     }
-    const int64_t *tv = PyArray_DATA(tok), *vv = PyArray_DATA(val);
-    int32_t *key = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
-    if (key == NULL) {
-        return PyErr_NoMemory();
+    mr_buf ks = mr_buf_take(&self->keybuf), vs = {NULL, 0};
+    mr_ints key, val;
+    if (mr_ints_read(a[0], 4, INT32_MIN, INT32_MAX, "tree_insert(): tokens", 0, &ks, &key) < 0) {
+        mr_buf_give(&self->keybuf, &ks);
+        return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (tv[i] < INT32_MIN || tv[i] > INT32_MAX || vv[i] < 0) {
-            PyErr_Format(PyExc_ValueError, "tree_insert(): %s[%zu] is out of range", tv[i] < INT32_MIN || tv[i] > INT32_MAX ? "key" : "value", i);
-            PyMem_Free(key);
-            return NULL;
-        }
-        key[i] = (int32_t)tv[i];
+    PyObject *res = NULL;
+    if (mr_ints_read(a[1], 8, 0, INT64_MAX, "tree_insert(): values", 0, &vs, &val) < 0) {
+        goto out_key;
     }
+    size_t n = key.len;
     int32_t ns = 0;
-    if (mr_py_radix_namespace(self->tree_obj, args[3], 1, &ns) < 0) {
-        PyMem_Free(key);
-        return NULL;
+    if (val.len != n) {
+        PyErr_Format(PyExc_ValueError, "tree_insert(): %zu values for %zu tokens", val.len, n);
     }
-    mr_insert_result ir;
-    mr_insert_opts io = {(size_t)inserted, prio};
-    int rc = mr_radix_insert_ex(self->tree, key, vv, n, ns, state, (size_t)prev, &io, NULL, &ir);
-    PyMem_Free(key);
-    if (rc != MR_OK) {
-        PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
-                     "tree_insert(): the tree refused the insert (status %d); nothing changed", rc);
-        return NULL;
+    else if (n % (size_t)self->page_size != 0) {
+        PyErr_Format(PyExc_ValueError, "tree_insert(): %zu tokens are not whole pages", n);
     }
-    PyObject *node = mr_py_radix_node(self->tree_obj, ir.node);
-    if (node == NULL) {
-        return NULL;
+    else if (mr_py_radix_namespace(self->tree_obj, a[3], 1, &ns) == 0) {
+        mr_insert_result ir;
+        mr_insert_opts io = {(size_t)inserted, prio};
+        int rc = mr_radix_insert_ex(self->tree, key.data, val.data, n, ns, state, (size_t)prev, &io, NULL, &ir);
+        if (rc != MR_OK) {
+            mr_raise(mr_state_from_type(Py_TYPE(self)), rc, "tree_insert()");
+        }
+        else {
+            PyObject *node = mr_py_radix_node(self->tree_obj, ir.node);
+            if (node != NULL) {
+                res = Py_BuildValue("(nNNn)", (Py_ssize_t)ir.prefix_len, PyBool_FromLong(ir.state_existed), node,
+                                    (Py_ssize_t)ir.ndup);
+            }
+        }
     }
-    return Py_BuildValue("(nNNn)", (Py_ssize_t)ir.prefix_len, PyBool_FromLong(ir.state_existed), node,
-                         (Py_ssize_t)ir.ndup);
+    mr_ints_release(&val);
+    mr_buf_free(&vs);
+out_key:
+    mr_ints_release(&key);
+    mr_buf_give(&self->keybuf, &ks);
+    return res;
 }
 
 static PyObject *
