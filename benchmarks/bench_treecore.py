@@ -26,7 +26,9 @@ has_ongoing_insert, collect_full_device_indices) return, through C-level
 callables, the results our core gave for the same calls (recorded beforehand,
 untimed) and do nothing else.  Through the same UnifiedRadixCache its time is
 the controller's own floor: rust/null is the largest ratio to the Rust core
-that any core can reach there.
+that any core can reach there.  `null+copy` is the same but hands the path's
+KV indices back as a fresh tensor (a clone), the least any core must do for
+`path_device_indices`: rust/(null+copy) is the cap for a core that does.
 
     python3 benchmarks/bench_treecore.py [--groups 64 --prompts 16 --shared 2048 --unique 128] [--quick]
 """
@@ -91,7 +93,7 @@ def mooncake_prompts(path, n):
 
 torch.set_num_threads(1)
 now = time.perf_counter_ns
-BACKENDS = ("mambaradix", "rust", "python", "null")
+BACKENDS = ("mambaradix", "rust", "python", "null", "null+copy")
 NULL_ID = 1 << 40  # the null core's NodeIds: unique per result, never a real node's
 
 
@@ -156,10 +158,12 @@ def record_null_script(cfg, prompts, warm):
 _NULL = {"script": None}
 
 
-def null_core_factory(params, components):
+def null_core_factory(params, components, copy=False):
     """The null TreeCore: every hot call returns the next prebuilt result and
     does nothing else (C-level callables, no Python frame).  Through the same
-    UnifiedRadixCache, its time is the controller's own floor."""
+    UnifiedRadixCache, its time is the controller's own floor.  copy: the
+    path's KV indices come back as a fresh tensor (a clone of the prebuilt
+    one), the least a real core does for path_device_indices."""
     import functools
 
     core = mr_unified._core_class()(params, components)
@@ -168,7 +172,11 @@ def null_core_factory(params, components):
     core.begin_insert = functools.partial(next, iter(script.inserts))
     core.end_insert = list
     core.has_ongoing_insert = bool
-    core.collect_full_device_indices = script.paths.get  # get(node_id, root) -> the tensor
+    if copy:
+        paths = script.paths
+        core.collect_full_device_indices = lambda node_id, until: paths[node_id].clone()
+    else:
+        core.collect_full_device_indices = script.paths.get  # get(node_id, root) -> the tensor
     return core
 
 
@@ -180,6 +188,7 @@ def build(cfg, backend):
 
     if reg.get_tree_core_factory("null") is None:
         reg.register_tree_core_backend("null", null_core_factory)
+        reg.register_tree_core_backend("null+copy", lambda p, c: null_core_factory(p, c, copy=True))
 
     with mock.patch.object(fixtures, "_TREE_CORE_REGISTRY", {}), mock.patch.object(
         fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface
@@ -237,7 +246,7 @@ WARM = 50
 
 
 def run_backend(backend, cfg, prompts, evict_step):
-    if backend == "null":
+    if backend.startswith("null"):
         _NULL["script"] = record_null_script(cfg, prompts, WARM)
     gc.collect()
     cache, alloc, pool = build(cfg, backend)
@@ -281,8 +290,8 @@ def run_backend(backend, cfg, prompts, evict_step):
         t2 = now()
         t["cache hit (warm)"].append(t1 - t0)
         t["core only"].append(t2 - t1)
-    if backend == "null":
-        core_name = "null"
+    if backend.startswith("null"):
+        core_name = backend
         return core_name, t, results, None, float("nan")
     tokens = cache.tree_core.total_size()[0]
     if core_name == "MambaradixTreeCore":
@@ -412,11 +421,12 @@ def main():
     same = all(out[b][2] == ref for b in names)
     print(f"cores: {', '.join(f'{b}={out[b][0]}' for b in names)}; identical results: {same}")
     ops = ["match miss", "insert", "match hit", "per prompt", "evict", "cache hit (warm)", "core only", "insert (core only)"]
-    ratio_cols = [(x, names[0]) for x in names[1:] if x != "null"]
-    if "null" in names and "rust" in names:
-        ratio_cols.append(("rust", "null"))  # the cap: the most any core can gain on Rust here
-    if "null" in names:
-        ratio_cols.append((names[0], "null"))  # how far ours is from the floor
+    ratio_cols = [(x, names[0]) for x in names[1:] if not x.startswith("null")]
+    for floor in ("null", "null+copy"):
+        if floor in names and "rust" in names:
+            ratio_cols.append(("rust", floor))  # the cap: the most any core can gain on Rust here
+        if floor in names:
+            ratio_cols.append((names[0], floor))  # how far ours is from the floor
     head = "| op (median us) | " + " | ".join(names) + " | " + " | ".join(f"{x}/{y}" for x, y in ratio_cols) + " |"
     print(head)
     print("|" + "---|" * (1 + len(names) + len(ratio_cols)))
@@ -430,7 +440,8 @@ def main():
     if "null" in names:
         print("(null: a TreeCore whose hot calls return prebuilt results of the same calls and do nothing else, "
               "through the same UnifiedRadixCache: its time is the controller's floor, and rust/null the largest "
-              "ratio to the Rust core that any core can reach through the controller)")
+              "ratio to the Rust core that any core can reach through the controller; null+copy: the same, "
+              "but path_device_indices gets a fresh copy of the path's KV indices, as any real core must)")
     print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " |" + " |" * len(ratio_cols))
     print("(tree bytes: mambaradix = the C tree's own count; others = Python-heap growth while caching, "
           "tensor storage excluded; the Rust core's native heap is not visible to tracemalloc)")
@@ -441,7 +452,7 @@ def main():
         print(f"\nMooncake replay: first {len(prompts)} requests ({sum(len(p) for p in prompts)} prompt tokens), "
               f"room for {kv_cap} KV tokens and {state_cap} states")
         mc = {}
-        names = [b for b in names if b != "null"]
+        names = [b for b in names if not b.startswith("null")]
         for b in names:
             mc[b] = run_mooncake(b, prompts, kv_cap, state_cap)
         same = all(mc[b][2] == mc[names[0]][2] for b in names)

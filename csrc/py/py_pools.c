@@ -20,7 +20,9 @@
 static const mr_status_override owner_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: %s %lld is out of range or listed twice"},
     {MR_ENOENT, MR_EXC_OWNERSHIP, "%s: %s %lld is already free (double free)"},
-    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: %s %lld is not owned by the caller (owned by the prefix tree or a request)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP,
+     "%s: %s %lld is not owned by the caller (owned by the prefix tree or a request, or held by the open "
+     "alloc group)"},
     MR_STATUS_END(NULL),
 };
 
