@@ -94,7 +94,7 @@ def mooncake_prompts(path, n):
 torch.set_num_threads(1)
 now = time.perf_counter_ns
 BACKENDS = ("mambaradix", "rust", "python", "null", "null+copy")
-NULL_ID = 1 << 40  # the null core's NodeIds: unique per result, never a real node's
+NULL_ID = 1 << 62  # the null core's NodeIds: unique per result, never a real node's
 
 
 class NullScript:

@@ -1120,6 +1120,12 @@ Node_get_id(Node *self, void *c)
 }
 
 static PyObject *
+Node_get_gen(Node *self, void *c)
+{
+    return PyLong_FromUnsignedLong(self->h.gen);
+}
+
+static PyObject *
 Node_get_valid(Node *self, void *c)
 {
     mr_node *n;
@@ -1281,6 +1287,7 @@ Node_repr(Node *self)
 
 static PyGetSetDef Node_getset[] = {
     {"id", (getter)Node_get_id, NULL, "Node id (reused after removal; equality also checks the generation).", NULL},
+    {"gen", (getter)Node_get_gen, NULL, "The id's generation: a reused id gets a new one.", NULL},
     {"valid", (getter)Node_get_valid, NULL, "False once the node was removed.", NULL},
     {"is_root", (getter)Node_get_is_root, NULL, "True for the root.", NULL},
     {"key", (getter)Node_get_key, NULL, "Copy of the edge tokens (int32).", NULL},

@@ -426,7 +426,8 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
 static PyObject *
 node_id_obj(const mr_node *n)
 {
-    return PyLong_FromUnsignedLong(mr_node_handle(n).id);
+    mr_handle h = mr_node_handle(n);
+    return PyLong_FromUnsignedLongLong(((unsigned long long)h.gen << 32) | h.id);
 }
 
 /* Resolves a NodeId: 1 found, 0 not an exact int (the caller falls back),
@@ -442,7 +443,12 @@ resolve_id(UnifiedCore *self, PyObject *obj, const char *arg, mr_node **out)
     if (id == -1 && PyErr_Occurred()) {
         return -1;
     }
-    mr_node *n = (overflow || id < 0 || id > UINT32_MAX) ? NULL : mr_radix_node_by_id(self->tree, (uint32_t)id);
+    /* NodeId = generation << 32 | C node id: an id reused after an eviction
+     * gets a new generation, so a stale NodeId names no node. */
+    mr_node *n = (overflow || id < 0) ? NULL : mr_radix_node_by_id(self->tree, (uint32_t)(id & 0xffffffff));
+    if (n != NULL && (uint64_t)mr_node_handle(n).gen != ((uint64_t)id >> 32)) {
+        n = NULL;
+    }
     if (n == NULL) {
         PyObject *r = PyObject_Repr(obj);
         if (r != NULL) {

@@ -268,10 +268,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         @staticmethod
         def _nid(node) -> int:
-            return node.id
+            """A node's NodeId: its generation above its C id, so that an id the
+            tree reuses after an eviction never names the new node."""
+            return node.gen << 32 | node.id
 
         def _node(self, node_id, arg="node_id"):
-            """The Node handle of a NodeId (the C node id); KeyError / TypeError name arg."""
+            """The Node handle of a NodeId (generation << 32 | C node id); KeyError / TypeError name arg."""
             try:
                 return self._fast.node(node_id)
             except KeyError:
@@ -322,9 +324,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._evict_quota = 0
             self._empty_match = MatchResult(
                 device_prefix_len=0,
-                last_device_node=root.id,
-                last_host_node=root.id,
-                best_match_node=root.id,
+                last_device_node=self._nid(root),
+                last_host_node=self._nid(root),
+                best_match_node=self._nid(root),
                 cache_actions=[],
             )
 
@@ -342,7 +344,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return self._node(node_id).is_root
 
         def root_node_handle(self, extra_key=None):
-            return self._root.id
+            return self._nid(self._root)
 
         @property
         def root_node(self):
@@ -403,8 +405,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     parent = node.parent
                     path.append(
                         TreePathNodeInfo(
-                            node_id=node.id,
-                            parent_id=parent.id,
+                            node_id=self._nid(node),
+                            parent_id=self._nid(parent),
                             path_start=end - len(node.key),
                             path_end=end,
                             full_value_len=len(node.key),
@@ -428,14 +430,14 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 self._tree.inc_kv_lock(node)  # the path's KV, not the node's state
             else:
                 self._tree.inc_lock_ref(node)
-            return IncLockRefResult(node_id=node.id, skipped_lock_components=skipped)
+            return IncLockRefResult(node_id=self._nid(node), skipped_lock_components=skipped)
 
         def _dec_lock_ref_py(self, node_id, params, skip_swa: bool = False):
             node = self._node(node_id)
-            if params is None or params.node_id != node.id:
+            if params is None or params.node_id != self._nid(node):
                 raise ValueError(
                     f"params: lock receipt anchored on node {getattr(params, 'node_id', None)} "
-                    f"released on node {node.id}"
+                    f"released on node {self._nid(node)}"
                 )
             if self.has_mamba and MAMBA in params.skipped_lock_components:
                 self._tree.dec_kv_lock(node)
@@ -577,7 +579,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 state = mv.item()
             if n == 0:
                 return InsertStepResult(
-                    actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._root.id)
+                    actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._nid(self._root))
                 )
             prev = int(params.prev_prefix_len or 0)
             ns = self._namespace(key)

@@ -293,3 +293,33 @@ def test_dfs_weight_order_matches_sglang_up_to_equal_weight_ties():
             seqs.append((weights, sorted(paths)))
         assert seqs[0] == seqs[1]
     d.run(50)
+
+
+@pytest.mark.parametrize("backend", ["python", "mambaradix"])
+def test_stale_node_id_after_eviction_names_no_node(backend):
+    """A NodeId of an evicted node must not resolve, even after the tree reuses
+    the node's slot for a new node (SGLang's Python core never reuses ids;
+    ours puts the id's generation in the NodeId's high bits)."""
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    cache, alloc, pool = dual.build(cfg, backend)
+    core = cache.tree_core
+
+    def insert(tokens):
+        key = _key(tokens)
+        cache.insert(InsertParams(key=key, value=alloc.alloc(len(tokens)), mamba_value=pool.mamba_allocator.alloc(1)))
+        return cache.match_prefix(MatchPrefixParams(key=key)).best_match_node
+
+    old = insert([5, 6, 7, 8])
+    assert not core.is_root(old)
+    cache.evict(EvictParams(num_tokens=cache.full_evictable_size()))
+    assert cache.full_evictable_size() == 0
+    new = insert([9, 10, 11, 12])
+    assert new != old
+    if backend == "mambaradix":
+        assert new & 0xFFFFFFFF == old & 0xFFFFFFFF, "the test needs the C node id to be reused"
+    with pytest.raises(KeyError):
+        core.is_root(old)
+    with pytest.raises(KeyError):
+        core.inc_lock_ref(old)
+    assert not core.is_root(new)
+    core.sanity_check([], [])
