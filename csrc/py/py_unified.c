@@ -849,9 +849,10 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
         /* the receipt must be anchored on this node and have skipped nothing */
         PyObject *rid = PyObject_GetAttr(args[1], s_node_id);
         PyObject *sk = rid ? PyObject_GetAttr(args[1], s_skipped) : NULL;
+        mr_handle h = mr_node_handle(n);
         fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid)
-               && PyLong_AsUnsignedLong(rid) == mr_node_handle(n).id && PyTuple_CheckExact(sk)
-               && PyTuple_GET_SIZE(sk) == 0;
+               && PyLong_AsUnsignedLongLong(rid) == (((unsigned long long)h.gen << 32) | h.id)
+               && PyTuple_CheckExact(sk) && PyTuple_GET_SIZE(sk) == 0;
         Py_XDECREF(rid);
         Py_XDECREF(sk);
         PyErr_Clear();

@@ -322,4 +322,14 @@ def test_stale_node_id_after_eviction_names_no_node(backend):
     with pytest.raises(KeyError):
         core.inc_lock_ref(old)
     assert not core.is_root(new)
+    receipt = core.inc_lock_ref(new)
+    if backend == "mambaradix":
+        # a reused id's receipt still takes the one-call C path (not the Python fallback)
+        calls = []
+        fallback = core._dec_lock_ref_py
+        core._dec_lock_ref_py = lambda *a, **k: calls.append(a) or fallback(*a, **k)
+        core.dec_lock_ref(new, receipt)
+        assert calls == []
+    else:
+        core.dec_lock_ref(new, receipt)
     core.sanity_check([], [])
