@@ -4,7 +4,7 @@
 Copies the working tree (tracked and untracked, not ignored files) to a
 scratch directory, builds it CPU-only (MAMBARADIX_CUDA=0), then for each
 mutant of MUTANTS: replaces one exact piece of one line, rebuilds when the
-file is C, runs the mutant's tests, and restores the line.  A mutant is
+file is under csrc/ (a source or a header), runs the mutant's tests, and restores the line.  A mutant is
 *killed* when tests in at least two test files fail (two independent
 tests); *weak* when the failures are all in one file; *survived* when no
 test fails.  Equivalent mutants (no behaviour can tell
@@ -114,8 +114,9 @@ MUTANTS: List[Mutant] = [
            "branching point aligned to pages, not chunks"),
     Mutant("TR_STATE_VICTIM", "csrc/core/radix.c",
            "(n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523)", "1", T_TREE, "state eviction takes a leaf whose KV is locked (SGLang #21379)"),
-    Mutant("TR_LEAF_VICTIM", "csrc/core/radix.c", "if (n->full_lock == 0 && n->nchildren == 0) {",
-           "if (n->nchildren == 0) {", T_TREE, "leaf eviction ignores locks (skipped lock)", fast=True),
+    Mutant("TR_LEAF_VICTIM", "csrc/core/radix.c",
+           "        mr_node *n = link_node((mr_link *)l, LRU_FULL);\n        if (n->full_lock == 0 && n->nchildren == 0) {\n            return n;\n        }\n    }\n    return NULL;\n}\n\n/* Utility",
+           "        mr_node *n = link_node((mr_link *)l, LRU_FULL);\n        if (n->nchildren == 0) {\n            return n;\n        }\n    }\n    return NULL;\n}\n\n/* Utility", T_TREE, "leaf eviction ignores locks (skipped lock)", fast=True),
     Mutant("TR_UNLOCK", "csrc/core/radix.c", "        if (--n->full_lock == 0) {", "        if (--n->full_lock == 1) {",
            T_TREE, "unlock: protected -> evictable at the wrong count"),
     Mutant("TR_BEST", "csrc/core/radix.c", "        if (node->state >= 0) {\n            best = node;\n            best_len = pos;\n        }\n        size_t p",
@@ -254,7 +255,7 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(orig.replace(find, repl))
             try:
-                if m.path.endswith(".c"):
+                if m.path.startswith("csrc/"):
                     err = _build(d)
                     if err:
                         rows.append((m, "NOT BUILT", [], time.time() - t1))
@@ -263,7 +264,7 @@ def main(argv=None) -> int:
             finally:
                 with open(path, "w") as f:
                     f.write(orig)
-                if m.path.endswith(".c"):
+                if m.path.startswith("csrc/"):
                     os.utime(path)
             fns = sorted(failed)
             files = {f.split("::")[0] for f in fns}
@@ -272,7 +273,7 @@ def main(argv=None) -> int:
             print("%-16s %-16s %3d tests in %d files %5.0fs  %s"
                   % (m.id, verdict, len(fns), len(files), time.time() - t1,
                      ", ".join(f.split("/")[-1] for f in fns[:6])), flush=True)
-        if any(m.path.endswith(".c") for m in sel):
+        if any(m.path.startswith("csrc/") for m in sel):
             _build(d)
     finally:
         if a.keep:
