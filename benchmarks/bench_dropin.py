@@ -196,7 +196,7 @@ class _Timed:
         self.inner = inner
         self.seconds = 0.0
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):   # first use of a name only: the wrapper is kept
         fn = getattr(self.inner, name)
 
         def call(*args, **kwargs):
@@ -206,6 +206,7 @@ class _Timed:
             finally:
                 self.seconds += time.perf_counter() - t0
 
+        setattr(self, name, call)
         return call
 
 
