@@ -29,6 +29,8 @@ the controller's own floor: rust/null is the largest ratio to the Rust core
 that any core can reach there.  `null+copy` is the same but hands the path's
 KV indices back as a fresh tensor (a clone), the least any core must do for
 `path_device_indices`: rust/(null+copy) is the cap for a core that does.
+`null+numpy` builds that fresh tensor the way our core does (a new numpy array
+filled with the path's indices, then torch.from_numpy), with no tree walk.
 
     python3 benchmarks/bench_treecore.py [--groups 64 --prompts 16 --shared 2048 --unique 128] [--quick]
 """
@@ -93,7 +95,7 @@ def mooncake_prompts(path, n):
 
 torch.set_num_threads(1)
 now = time.perf_counter_ns
-BACKENDS = ("mambaradix", "rust", "python", "null", "null+copy")
+BACKENDS = ("mambaradix", "rust", "python", "null", "null+copy", "null+numpy")
 NULL_ID = 1 << 62  # the null core's NodeIds: unique per result, never a real node's
 
 
@@ -158,12 +160,14 @@ def record_null_script(cfg, prompts, warm):
 _NULL = {"script": None}
 
 
-def null_core_factory(params, components, copy=False):
+def null_core_factory(params, components, copy=None):
     """The null TreeCore: every hot call returns the next prebuilt result and
     does nothing else (C-level callables, no Python frame).  Through the same
     UnifiedRadixCache, its time is the controller's own floor.  copy: the
     path's KV indices come back as a fresh tensor (a clone of the prebuilt
-    one), the least a real core does for path_device_indices."""
+    one), the least a real core does for path_device_indices; copy="numpy":
+    the fresh tensor is built the way ours builds it (a new numpy array filled
+    with the path's indices, then torch.from_numpy), with no tree walk."""
     import functools
 
     core = mr_unified._core_class()(params, components)
@@ -172,7 +176,11 @@ def null_core_factory(params, components, copy=False):
     core.begin_insert = functools.partial(next, iter(script.inserts))
     core.end_insert = list
     core.has_ongoing_insert = bool
-    if copy:
+    if copy == "numpy":
+        paths = {k: v.numpy() for k, v in script.paths.items()}
+        from_numpy = torch.from_numpy
+        core.collect_full_device_indices = lambda node_id, until: from_numpy(paths[node_id].copy())
+    elif copy:
         paths = script.paths
         core.collect_full_device_indices = lambda node_id, until: paths[node_id].clone()
     else:
@@ -188,7 +196,8 @@ def build(cfg, backend):
 
     if reg.get_tree_core_factory("null") is None:
         reg.register_tree_core_backend("null", null_core_factory)
-        reg.register_tree_core_backend("null+copy", lambda p, c: null_core_factory(p, c, copy=True))
+        reg.register_tree_core_backend("null+copy", lambda p, c: null_core_factory(p, c, copy="clone"))
+        reg.register_tree_core_backend("null+numpy", lambda p, c: null_core_factory(p, c, copy="numpy"))
 
     with mock.patch.object(fixtures, "_TREE_CORE_REGISTRY", {}), mock.patch.object(
         fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface
@@ -422,7 +431,7 @@ def main():
     print(f"cores: {', '.join(f'{b}={out[b][0]}' for b in names)}; identical results: {same}")
     ops = ["match miss", "insert", "match hit", "per prompt", "evict", "cache hit (warm)", "core only", "insert (core only)"]
     ratio_cols = [(x, names[0]) for x in names[1:] if not x.startswith("null")]
-    for floor in ("null", "null+copy"):
+    for floor in ("null", "null+copy", "null+numpy"):
         if floor in names and "rust" in names:
             ratio_cols.append(("rust", floor))  # the cap: the most any core can gain on Rust here
         if floor in names:
@@ -441,7 +450,8 @@ def main():
         print("(null: a TreeCore whose hot calls return prebuilt results of the same calls and do nothing else, "
               "through the same UnifiedRadixCache: its time is the controller's floor, and rust/null the largest "
               "ratio to the Rust core that any core can reach through the controller; null+copy: the same, "
-              "but path_device_indices gets a fresh copy of the path's KV indices, as any real core must)")
+              "but path_device_indices gets a fresh copy of the path's KV indices, as any real core must (clone); "
+              "null+numpy: that copy made as our core makes it, numpy array + torch.from_numpy)")
     print("| tree bytes / cached token | " + " | ".join(f"{out[b][4]:.1f}" for b in names) + " |" + " |" * len(ratio_cols))
     print("(tree bytes: mambaradix = the C tree's own count; others = Python-heap growth while caching, "
           "tensor storage excluded; the Rust core's native heap is not visible to tracemalloc)")
