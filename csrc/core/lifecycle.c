@@ -26,6 +26,7 @@ struct mr_lifecycle {
     int64_t *rst;
     size_t nrst, caprst;
     int rel_error;         /* first error a release hook hit */
+    int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
 };
 
 /* ------------------------------------------------------------------------
@@ -244,6 +245,7 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     lc->rel.free_kv = free_kv_hook;
     lc->rel.free_state = free_state_hook;
     lc->rel.ctx = lc;
+    lc->ext_available = -1;
     *out = lc;
     return MR_OK;
 }
@@ -293,6 +295,12 @@ void
 mr_lc_clear_released(mr_lifecycle *lc)
 {
     lc->nrkv = lc->nrst = 0;
+}
+
+void
+mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
+{
+    lc->ext_available = n < 0 ? -1 : n;
 }
 
 /* ------------------------------------------------------------------------
@@ -768,21 +776,20 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t *kv = lc->a;
-    if (kv_in != NULL) {
-        memcpy(kv, kv_in, committed_len * sizeof(int64_t));
-    }
-    else {
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, kv);
+    const int64_t *kv = kv_in;
+    if (kv_in == NULL) {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, lc->a);
+        kv = lc->a;
     }
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
     mr_handle inserted = {0, 0};
     /* end of turn: the running slot holds the state at committed_len */
-    int eot = is_insert && has_pools(lc)
+    int64_t avail = has_pools(lc) ? mr_slots_available(lc->state) : lc->ext_available;
+    int eot = is_insert && avail >= 0
               && mr_rule_end_of_turn(c->end_of_turn, c->extra_buffer, (int64_t)committed_len, c->page_size,
-                                     mr_slots_available(lc->state), c->lazy);
+                                     avail, c->lazy);
     if (is_insert) {
         int64_t cache_len = mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen,
                                                      (int64_t)committed_len, eot, c->page_size);
@@ -906,7 +913,10 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
-        if (kv_in != NULL) {
+        if (prefix_out == NULL) {
+            /* the caller does not want them */
+        }
+        else if (kv_in != NULL) {
             memcpy(prefix_out, kv_in, fill_len * sizeof(int64_t));
         }
         else {
@@ -938,12 +948,10 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t *kv = lc->a;
-    if (kv_in != NULL) {
-        memcpy(kv, kv_in, fill_len * sizeof(int64_t));
-    }
-    else {
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, kv);
+    const int64_t *kv = kv_in;
+    if (kv_in == NULL) {
+        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, lc->a);
+        kv = lc->a;
     }
     mr_node *old = NULL;
     if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
@@ -990,20 +998,25 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
             lc->stats.forks--;
         }
     }
-    /* 3. re-match: the request now points at the tree's indices */
-    mr_match m;
-    rc = mr_radix_match(lc->tree, tokens, (size_t)cache_len, ns, &m);
+    /* 3. re-match (the match of tokens[0:cache_len) ends at the inserted
+     *    node, which has a state: its effects without reading the key); the
+     *    request now points at the tree's indices */
+    mr_node *mnode = res.node;
+    size_t nnew = 0;
+    rc = mr_radix_match_node(lc->tree, mnode, &nnew);
     if (rc != MR_OK) {
         return rc;
     }
     int64_t *newidx = lc->b;
-    size_t nnew = mr_radix_path_values(lc->tree, m.node, newidx);
+    if (prefix_out != NULL || kv_in == NULL) {
+        (void)mr_radix_path_values(lc->tree, mnode, newidx);
+    }
     int64_t pl = st->protected_len;
     if ((int64_t)nnew > pl && kv_in == NULL) {
         (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
     }
     /* 4. move the lock */
-    rc = mr_radix_lock(lc->tree, m.node);
+    rc = mr_radix_lock(lc->tree, mnode);
     if (rc != MR_OK) {
         return rc;
     }
@@ -1012,10 +1025,12 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     }
     st->locked = 1;
     st->has_node = 1;
-    st->last_node = mr_node_handle(m.node);
-    memcpy(prefix_out, newidx, nnew * sizeof(int64_t));
-    if (fill_len > nnew) {
-        memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
+    st->last_node = mr_node_handle(mnode);
+    if (prefix_out != NULL) {
+        memcpy(prefix_out, newidx, nnew * sizeof(int64_t));
+        if (fill_len > nnew) {
+            memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
+        }
     }
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;

@@ -203,13 +203,17 @@ int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_
  * not keep) is appended to the collected arrays, with what eviction
  * released: the caller takes them (mr_lc_take_released) and frees each
  * kind in one call.  The table rewrite is the caller's: prefix_out holds
- * the request's indices, the tree's for [0, st->protected_len).  MR_ESTATE
- * with pools. */
+ * the request's indices, the tree's for [0, st->protected_len); tree-only,
+ * prefix_out may be NULL (not wanted).  MR_ESTATE with pools. */
 int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                                size_t fill_len, int32_t ns, int64_t fresh, int64_t *prefix_out,
                                int64_t *fork_src, int64_t *fork_dst);
 int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                              size_t committed_len, int32_t ns, int is_insert);
+/* Tree-only: the caller's free state slots, which the end-of-turn rule
+ * (mr_lc_config.end_of_turn) reads at cache_finished; -1 (the default):
+ * unknown, and no end-of-turn state is kept. */
+void mr_lc_set_state_available(mr_lifecycle *lc, int64_t n);
 
 /* free_mamba_cache(req, keep): frees the running slot and, with
  * extra_buffer, every track slot but track[keep] (keep < 0: all); tree-only,

@@ -134,5 +134,8 @@ struct mr_node;
 struct mr_radix *mr_py_radix_tree(PyObject *obj);
 int mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns);
 PyObject *mr_py_radix_node(PyObject *tree, const struct mr_node *n);
+/* A RadixTree over a tree someone else owns (a tree-only Lifecycle's):
+ * `owner` is kept alive by it, and the tree is not freed with it. */
+PyObject *mr_py_radix_view(mr_state *st, struct mr_radix *tree, PyObject *owner);
 
 #endif /* MR_PY_COMMON_H */

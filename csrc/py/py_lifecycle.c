@@ -795,6 +795,26 @@ Lifecycle_check(LifecycleObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(Lifecycle_tree_view__doc__,
+"tree_view($self, /)\n"
+"--\n"
+"\n"
+"A RadixTree over this Lifecycle's own tree (no pools only: a view's\n"
+"insert and evictions bypass the pools' ownership): the node API (Node\n"
+"handles, lru_order, evict_node_state, trim_path, policy_stats ...), and\n"
+"namespace(extra_key) for the ns of this Lifecycle's calls.  The view\n"
+"keeps the Lifecycle alive.");
+
+static PyObject *
+Lifecycle_tree_view(LifecycleObject *self, PyObject *unused)
+{
+    if (self->rp_obj != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tree_view(): this Lifecycle has its own pools (a view would bypass them)");
+        return NULL;
+    }
+    return mr_py_radix_view(lc_state(self), mr_lc_tree(self->lc), (PyObject *)self);
+}
+
 PyDoc_STRVAR(Lifecycle_reset__doc__,
 "reset($self, /)\n"
 "--\n"
@@ -1164,10 +1184,12 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
 }
 
 /* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
- * ns.  Leaves the tokens in keybuf and returns the kv array (new ref). */
+ * ns.  The tokens are read in place when they are int32 (*tok, released by
+ * the caller with mr_ints_release), else converted into keybuf; returns the
+ * kv array (new ref). */
 static PyObject *
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
-             PyObject *ns_obj, mr_req *st, int64_t *ns, npy_intp *n)
+             PyObject *ns_obj, mr_req *st, int64_t *ns, npy_intp *n, mr_ints *tok)
 {
     char arg[96];
     if (self->rp_obj != NULL) {
@@ -1188,14 +1210,14 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         return NULL;
     }
     *n = PyArray_SIZE((PyArrayObject *)arr);
-    size_t len = 0;
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
-    if (read_key(self, tokens, *n, arg, &len) < 0) {
+    if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, tok) < 0) {
         Py_DECREF(arr);
         return NULL;
     }
-    if ((npy_intp)len < *n) {
-        PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zd KV indices", fname, len, (Py_ssize_t)*n);
+    if ((npy_intp)tok->len < *n) {
+        PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zd KV indices", fname, tok->len, (Py_ssize_t)*n);
+        mr_ints_release(tok);
         Py_DECREF(arr);
         return NULL;
     }
@@ -1204,7 +1226,7 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
 }
 
 PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
-"cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0)\n"
+"cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0, prefix=True)\n"
 "--\n"
 "\n"
 "cache_unfinished_req on a Lifecycle without pools (the pools are someone\n"
@@ -1213,34 +1235,39 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
 "fork_src, fork_dst, kv_to_free, slots_to_free): the caller writes\n"
 "prefix_indices[old protected_len : new protected_len] to its table and\n"
 "frees the two arrays with one call each (fresh is among the slots when it\n"
-"was not needed).");
+"was not needed).  prefix=False: prefix_indices is None (not built).");
 
 static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns");
+    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
     int64_t ns = 0, fresh = 0;
     npy_intp n = 0;
+    int want_prefix = 1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0) {
+        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0
+        || (pa[5] != NULL && (want_prefix = PyObject_IsTrue(pa[5])) < 0)) {
         return NULL;
     }
+    mr_ints tok;
     PyObject *kv = foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2],
-                                pa[4], &st, &ns, &n);
+                                pa[4], &st, &ns, &n, &tok);
     if (kv == NULL) {
         return NULL;
     }
-    PyObject *prefix = mr_i64_array(NULL, (Py_ssize_t)n);
+    PyObject *prefix = want_prefix ? mr_i64_array(NULL, (Py_ssize_t)n) : Py_NewRef(Py_None);
     if (prefix == NULL) {
+        mr_ints_release(&tok);
         Py_DECREF(kv);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
                                         (size_t)n, (int32_t)ns, fresh,
-                                        (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
+                                        want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
+    mr_ints_release(&tok);
     Py_DECREF(kv);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
@@ -1254,19 +1281,22 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
-"cache_finished_foreign($self, rs, tokens, kv, /, ns=0, is_insert=True)\n"
+"cache_finished_foreign($self, rs, tokens, kv, /, ns=0, is_insert=True, state_available=-1)\n"
 "--\n"
 "\n"
 "cache_finished_req on a Lifecycle without pools: kv holds the request's\n"
 "committed KV indices.  Returns (rs, kv_to_free, slots_to_free), each array\n"
-"for one free call of the caller's allocator.");
+"for one free call of the caller's allocator.  state_available: the\n"
+"caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
+"-1: unknown, no end-of-turn state.");
 
 static PyObject *
 Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert");
-    int64_t ns = 0;
+    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
+            "state_available");
+    int64_t ns = 0, avail = -1;
     int ins = 1;
     npy_intp n = 0;
     mr_req st;
@@ -1277,13 +1307,21 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
+    o = pa[5];
+    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished_foreign(): state_available", &avail) < 0) {
+        return NULL;
+    }
+    mr_ints tok;
     PyObject *kv = foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2],
-                                pa[3], &st, &ns, &n);
+                                pa[3], &st, &ns, &n, &tok);
     if (kv == NULL) {
         return NULL;
     }
-    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+    mr_lc_set_state_available(self->lc, avail);
+    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
                                       (size_t)n, (int32_t)ns, ins);
+    mr_lc_set_state_available(self->lc, -1);
+    mr_ints_release(&tok);
     Py_DECREF(kv);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
@@ -1746,6 +1784,7 @@ static PyMethodDef Lifecycle_methods[] = {
     {"sizes", (PyCFunction)Lifecycle_sizes, METH_NOARGS, Lifecycle_sizes__doc__},
     {"check", (PyCFunction)Lifecycle_check, METH_NOARGS, Lifecycle_check__doc__},
     {"reset", (PyCFunction)Lifecycle_reset, METH_NOARGS, Lifecycle_reset__doc__},
+    {"tree_view", (PyCFunction)Lifecycle_tree_view, METH_NOARGS, Lifecycle_tree_view__doc__},
     {"dump", (PyCFunction)Lifecycle_dump, METH_NOARGS, Lifecycle_dump__doc__},
     {"stats", (PyCFunction)Lifecycle_stats, METH_NOARGS, Lifecycle_stats__doc__},
     {"alloc_state", (PyCFunction)(void (*)(void))Lifecycle_alloc_state, METH_FASTCALL | METH_KEYWORDS, Lifecycle_alloc_state__doc__},

@@ -28,6 +28,7 @@ typedef struct {
     mr_idset kv_owned;     /*   KV indices the tree holds */
     mr_idset st_owned;     /*   state slots the tree holds */
     mr_idset kv_seen;      /*   scratch: one insert's new indices */
+    PyObject *tree_owner;  /* a view (mr_py_radix_view): the owner of `tree` */
 } RadixTree;
 
 typedef struct {
@@ -220,7 +221,10 @@ RadixTree_dealloc(RadixTree *self)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs((PyObject *)self);
     }
-    mr_radix_free(self->tree);
+    if (self->tree_owner == NULL) {
+        mr_radix_free(self->tree);
+    }
+    Py_XDECREF(self->tree_owner);
     mr_idset_free(&self->kv_owned);
     mr_idset_free(&self->st_owned);
     mr_idset_free(&self->kv_seen);
@@ -879,6 +883,24 @@ RadixTree_sanity_check(RadixTree *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(RadixTree_namespace__doc__,
+"namespace($self, extra_key, /)\n"
+"--\n"
+"\n"
+"The namespace id of extra_key (None: 0) as insert and match_prefix assign\n"
+"them (a new name gets the next id): the `ns` of the Lifecycle whose tree\n"
+"this is a view of.");
+
+static PyObject *
+RadixTree_namespace(RadixTree *self, PyObject *arg)
+{
+    int32_t ns = 0;
+    if (namespace_of(self, arg, 1, &ns) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong((long)ns);
+}
+
 PyDoc_STRVAR(RadixTree_reset__doc__,
 "reset($self, /)\n"
 "--\n"
@@ -1027,6 +1049,7 @@ static PyMethodDef RadixTree_methods[] = {
     {"policy_stats", (PyCFunction)RadixTree_policy_stats, METH_NOARGS, RadixTree_policy_stats__doc__},
     {"sanity_check", (PyCFunction)RadixTree_sanity_check, METH_NOARGS, RadixTree_sanity_check__doc__},
     {"reset", (PyCFunction)RadixTree_reset, METH_NOARGS, RadixTree_reset__doc__},
+    {"namespace", (PyCFunction)RadixTree_namespace, METH_O, RadixTree_namespace__doc__},
     {"pretty_print", (PyCFunction)RadixTree_pretty_print, METH_NOARGS, RadixTree_pretty_print__doc__},
     {"lru_order", (PyCFunction)(void (*)(void))RadixTree_lru_order, METH_FASTCALL, RadixTree_lru_order__doc__},
     {NULL, NULL, 0, NULL},
@@ -1390,4 +1413,26 @@ PyObject *
 mr_py_radix_node(PyObject *tree, const mr_node *n)
 {
     return node_new_handle(tree_state(tree), (RadixTree *)tree, n);
+}
+
+PyObject *
+mr_py_radix_view(mr_state *st, mr_radix *tree, PyObject *owner)
+{
+    PyTypeObject *type = (PyTypeObject *)st->RadixTree;
+    RadixTree *self = (RadixTree *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    mr_idset_init(&self->kv_owned);
+    mr_idset_init(&self->st_owned);
+    mr_idset_init(&self->kv_seen);
+    self->tree = tree;
+    self->tree_owner = Py_NewRef(owner);
+    self->ns_ids = PyDict_New();
+    self->ns_names = PyList_New(0);
+    if (self->ns_ids == NULL || self->ns_names == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
 }

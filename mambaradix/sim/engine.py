@@ -8,11 +8,16 @@ Both paths are backends of one loop, :class:`mambaradix.scheduler.Scheduler`
 retraction, the overlap scheduler's one-step lag in pp2 / lazy modes, track
 points, lazy pre-allocation):
 
-- ``states="none"`` (``_Replay``, the scheduler's state-free mode): the native :class:`mambaradix.RadixTree` with the pools
-  kept as counters (no tensors, no torch).  KV indices and state slots carry no
-  data here, so only their counts are tracked; every tree operation (match with
-  its splits, insert with its duplicates, both evictions, locks) is the real
-  one.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
+- ``states="none"`` (``_Replay``, the scheduler's state-free mode): the C
+  lifecycle (``_C.Lifecycle`` in its tree-only mode, as under the drop-in over
+  SGLang's own pools) with the pools kept as counters (no tensors, no torch).
+  KV indices and state slots carry no data here, so only their counts are
+  tracked: ``cache_unfinished_req`` and ``cache_finished_req`` (insert,
+  re-match, lock move, donation, end-of-turn state, per-path budget, freeing
+  what the tree does not keep) are the lifecycle's calls, which hand back what
+  the pools must free; matches, locks and evictions run on the same tree
+  through ``Lifecycle.tree_view()``, whose node API the clairvoyant policy
+  reads.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
   paged allocator does: a request holds ``ceil(len / page)`` pages past its
   cached prefix, and evictions before a prefill or decode batch follow
   alloc_for_extend / alloc_for_decode (the same rules as the driver's).
@@ -78,6 +83,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import _C
+
 from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, end_of_turn, finish_cache_len,
                          match_key_limit, state_headroom)
 from .checks import check_feasible
@@ -86,6 +93,7 @@ from .types import SimConfig, SimMetrics, SimRequest
 __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
+_ReqState = _C.ReqState
 _POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
 
 
@@ -342,7 +350,7 @@ class _R:
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
-                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx")
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
 
     def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
         self.rid = sim.rid
@@ -369,16 +377,17 @@ class _R:
         self.res_key = 0
         self.seen = 0                 # tokens of it the shadow tree is known to hold
         self.aidx = 0                 # index in arrival order
+        self.nsid = 0                 # the Lifecycle's namespace id of ns
         self.restart()
 
     def restart(self) -> None:
         """The state of a request that holds nothing (new, or retracted)."""
         self.prefix_len = 0
-        self.node: Any = None
+        self.node: Any = None         # the locked node: a Node, or (id, gen) after a cache call
         self.cpl = 0
         self.inflight = 0
-        self.running = False          # holds a running state slot
-        self.track: Optional[list] = None
+        self.running = 0              # the running state slot's id (0: none)
+        self.track: Optional[list] = None   # track slot ids, -1 = empty
         self.next_idx = 0
         self.last_track: Optional[int] = None
         self.branching: Optional[int] = None
@@ -411,7 +420,8 @@ def step_limit(requests: list, config: SimConfig) -> int:
 
 
 class _Replay(Scheduler):
-    """The scheduler's state-free backend: RadixTree with counted pools."""
+    """The scheduler's state-free backend: the C lifecycle (tree-only, as
+    over pools that are someone else's) with counted pools."""
 
     def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
                  check_every_step: bool = False) -> None:
@@ -423,14 +433,24 @@ class _Replay(Scheduler):
         self.time = TimeModel(config.decode_step_seconds, config.prefill_token_seconds)
         self.progress = progress
         self.check_every_step = check_every_step
-        self.tree = mambaradix.RadixTree(page_size=config.page_size,
-                                         chunk_size=config.chunk_size, **tree_options(config))
-        self.budget = int(getattr(config, "max_states_per_path", 0) or 0)
+        # the cache steps (cache_unfinished / cache_finished with their
+        # insert, re-match, lock move, donation, end-of-turn and per-path
+        # budget) are the C lifecycle's, in its tree-only mode: what the
+        # counted pools must free comes back per call, and only its size
+        # is used.  Slots carry unique ids so that a call's frees tell
+        # which of the request's slots the tree took.
+        self.lc = mambaradix._C.Lifecycle(
+            page_size=config.page_size, chunk_size=config.chunk_size,
+            extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
+            track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
+            end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
+            **tree_options(config))
+        # the same tree for matches, locks, evictions and the policies' node API
+        self.tree = self.lc.tree_view()
         self.eot = bool(getattr(config, "end_of_turn_states", False))
+        self.slot_id = 0
         self.distance: dict = {}
         self.n_submitted = 0
-        self.inserted: Any = None
-        self.end_node: Any = None
         self.shadow = mambaradix.RadixTree(page_size=config.page_size,
                                            chunk_size=config.chunk_size, lru_policy="consumed")
         self.t_cache = 0.0
@@ -575,142 +595,113 @@ class _Replay(Scheduler):
         self._note_peaks()
         return True
 
-    def _trim(self, node: Any) -> None:
-        """The per-path budget for a request's inserted node, once its lock
-        left the state the new one supersedes (lifecycle.c's trim_inserted)."""
-        if node is not None and node.valid:
-            self.slots_free += self.tree.trim_path(node).states_evicted
+    def _sid(self) -> int:
+        """A new slot id (the counted pools' slots are numbered only to tell
+        them apart in the lifecycle's records)."""
+        self.slot_id += 1
+        return self.slot_id
 
-    def _insert(self, r: _R, n: int, prev: int) -> bool:
-        """Insert r's first n tokens; returns state_existed.  Frees duplicates.
-        self.inserted: the node to trim once r's lock has moved (or None);
-        self.end_node: the node ending at n."""
-        t0 = time.perf_counter()
-        res = self.tree.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns,
-                               prev_prefix_len=prev)
-        self.end_node = res.node
-        self.inserted = res.node if self.budget and not res.state_existed else None
-        if n > r.seen and res.prefix_len < n:
-            # the shadow holds every key ever inserted (it never evicts): it has
-            # r's first r.seen tokens already, and any key the cache still had
-            self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
-            r.seen = n
-        self.t_cache += time.perf_counter() - t0
-        self.kv_free += len(res.duplicates)
-        return bool(res.state_existed)
+    def _rs(self, r: _R) -> Any:
+        """r's record for the lifecycle's per-request calls."""
+        node = r.node
+        if type(node) is tuple:
+            nid, ngen = node
+        else:
+            nid, ngen = node.id, node.gen
+        tr = r.track
+        if tr is None:
+            t0 = t1 = nt = -1
+        else:
+            t0 = tr[0]
+            t1 = tr[1] if len(tr) > 1 else -1
+            nt = r.next_idx
+        lt = r.last_track
+        return _ReqState((r.running or -1, t0, t1, nt, -1 if lt is None else lt, -1, -1, 0, 1, r.cpl,
+                          nid, ngen, 1))
 
-    def _rematch(self, r: _R) -> int:
-        """cache_unfinished_req's match of the key just inserted (it ends at
-        self.end_node: the match's effects without reading the key), and
-        the request's lock moves there."""
-        t0 = time.perf_counter()
-        node = self.end_node
-        n = self.tree.match_node(node)
-        self.tree.dec_lock_ref(r.node)
-        self.tree.inc_lock_ref(node)
-        self.t_cache += time.perf_counter() - t0
-        r.node = node
-        return n
-
-    def _free_states(self, r: _R, keep: Optional[int]) -> None:
-        """free_mamba_cache(req, keep)."""
-        if not r.running:
-            raise AssertionError(f"{r.rid}: state double free")
-        r.running = False
-        self.slots_free += 1
-        if r.track is not None:
-            for i, s in enumerate(r.track):
-                if s > 0 and i != keep:
-                    self.slots_free += 1
+    def _take_rs(self, r: _R, rs: Any) -> None:
+        """The slots, ping-pong index and locked node a call left in r's record."""
+        run = rs.running
+        r.running = run if run >= 0 else 0
+        nt = rs.next_track
+        if nt < 0:
             r.track = None
             r.next_idx = 0
+        else:
+            r.track = [rs.track0, rs.track1] if self.pp_size == 2 else [rs.track0]
+            r.next_idx = nt
+
+    def _seen(self, r: _R, n: int) -> None:
+        """The shadow tree holds every key ever inserted (it never evicts)."""
+        if n > r.seen:
+            self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
+            r.seen = n
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
+        """cache_unfinished_req: the fresh slot (extra_buffer: it replaces the
+        donated snapshot; no_buffer: the fork) from the counted pool, then
+        the lifecycle's call."""
         fill_len = r.ext_end
-        if self.dcfg.extra_buffer:
-            cache_len = r.last_track
-            if cache_len is None:
-                r.prefix_len = fill_len
-                return
-            if not self._alloc_slot():
-                raise RuntimeError("state pool exhausted donating a track slot (every cached "
-                                   "state is locked): raise state_slots or lower "
-                                   "max_running (SGLang sizes about 5 slots per request)")
-            keep = self._keep_idx(r)
-            if r.track is None or r.track[keep] <= 0:
-                raise AssertionError(f"{r.rid}: no track slot to donate")
-            # the fresh slot replaces the donated one
-            self.donations += 1
-        else:
-            cache_len = fill_len
-            if not self._alloc_slot():
-                raise RuntimeError("state pool exhausted forking a state: raise state_slots")
+        extra = self.extra_buffer
+        if extra and r.last_track is None:
+            r.prefix_len = fill_len
+            return
+        if not self._alloc_slot():
+            raise RuntimeError("state pool exhausted donating a track slot (every cached "
+                               "state is locked): raise state_slots or lower "
+                               "max_running (SGLang sizes about 5 slots per request)" if extra else
+                               "state pool exhausted forking a state: raise state_slots")
+        fresh = self._sid()
+        donated = r.track[self._keep_idx(r)] if extra and r.track is not None else fresh
+        cache_len = r.last_track if extra else fill_len
+        t0 = time.perf_counter()
+        rs, _, _, _, kvf, stf = self.lc.cache_unfinished_foreign(
+            self._rs(r), r.tokens, self._values(fill_len), fresh, ns=r.nsid, prefix=False)
+        self._seen(r, cache_len)
+        self.t_cache += time.perf_counter() - t0
+        self._take_rs(r, rs)
+        self.kv_free += len(kvf)
+        self.slots_free += len(stf)
+        if not extra:
             self.copies += 1
-        existed = self._insert(r, cache_len, r.cpl)
-        if existed:
-            self.slots_free += 1
-            if self.dcfg.extra_buffer:
-                self.donations -= 1
-        inserted = self.inserted
-        new_len = self._rematch(r)
+        elif len(stf) == 0 or donated not in stf.tolist():
+            self.donations += 1
+        r.node = (rs.node_id, rs.node_gen)
         r.prefix_len = fill_len          # tree part + request-owned rest
-        r.cpl = new_len
+        r.cpl = rs.protected_len
         r.last_track = None
-        self._trim(inserted)
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
+        """cache_finished_req through the lifecycle: what it frees goes back to
+        the counted pools (KV in whole pages); a slot of r's that is not
+        freed is the tree's (donated)."""
         committed = r.committed
-        self.inserted = None
-        if not is_insert:
-            self.kv_free += self._ceil_page(committed) - r.cpl
-            self._free_states(r, None)
-        else:
-            # end of turn: the running slot holds the state at committed
-            eot = end_of_turn(self.eot, self.dcfg.extra_buffer, committed, self.cfg.page_size, self.slots_free,
-                              self.dcfg.lazy)
-            cache_len = finish_cache_len(self.dcfg.extra_buffer, r.last_track, committed, eot, self.cfg.page_size)
-            if cache_len != committed:
-                self.kv_free += self._ceil_page(committed) - max(cache_len, r.cpl)
-            if self.dcfg.extra_buffer:
-                keep: Optional[int] = self._keep_idx(r)
-                if r.track is None or r.track[keep] <= 0:
-                    raise AssertionError(f"{r.rid}: cached track slot missing")
-                existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
-                if eot and not existed:
-                    # the running slot is the tree's; every track slot goes back
-                    self.donations += 1
-                    self.slots_free += sum(1 for s in r.track if s > 0)
-                    r.running = False
-                    r.track = None
-                    r.next_idx = 0
-                else:
-                    if existed:
-                        keep = None
-                    else:
-                        self.donations += 1
-                    self._free_states(r, keep)
-            else:
-                existed = True if cache_len == 0 else self._insert(r, cache_len, r.cpl)
-                if existed:
-                    self._free_states(r, None)
-                else:
-                    self.donations += 1
-                    r.running = False
-                    r.track = None
-        inserted = self.inserted
+        mine = [r.running] + ([x for x in r.track if x > 0] if r.track is not None else [])
+        avail = self.slots_free
         t0 = time.perf_counter()
-        self.tree.dec_lock_ref(r.node)
+        rs, kvf, stf = self.lc.cache_finished_foreign(
+            self._rs(r), r.tokens, self._values(committed), ns=r.nsid, is_insert=is_insert,
+            state_available=avail)
+        if is_insert:
+            freed = stf.tolist()
+            if any(x not in freed for x in mine):
+                self.donations += 1
+            # the length the call cached (for the shadow's record of every key)
+            eot = end_of_turn(self.eot, self.extra_buffer, committed, self.page, avail, self.lazy)
+            self._seen(r, finish_cache_len(self.extra_buffer, r.last_track, committed, eot, self.page))
         self.t_cache += time.perf_counter() - t0
+        self._take_rs(r, rs)
+        self.kv_free += self._ceil_page(len(kvf))
+        self.slots_free += len(stf)
         r.node = None
-        self._trim(inserted)
 
     def _release(self, r: _R, is_insert: bool) -> None:
         if r.in_run:
             self._leave(r)
         if not r.row:
             if r.running:
-                r.running = False
+                r.running = 0
                 self.slots_free += 1
             return
         self._cache_finished(r, is_insert)
@@ -744,7 +735,7 @@ class _Replay(Scheduler):
             if not r.running:
                 if not self._alloc_slot(protect=m.node):
                     raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-                r.running = True
+                r.running = self._sid()
             r.cow = True
             r.needs_clear = False
         self._pending_match = (m.kv_matched_len, seen)
@@ -785,6 +776,7 @@ class _Replay(Scheduler):
             k = self.n_submitted
             tokens = np.concatenate([ids, self.outs[self.out_at[k]:self.out_at[k + 1]]])
         r = _R(sim, tokens)
+        r.nsid = 0 if sim.extra_key is None else self.tree.namespace(sim.extra_key)
         r.aidx = self.n_submitted
         self.n_submitted += 1
         self.waiting.append(r)
@@ -833,7 +825,7 @@ class _Replay(Scheduler):
         r.cow = False
         r.needs_clear = False
         if r.running:
-            r.running = False
+            r.running = 0
             self.slots_free += 1
 
     def _append_output(self, r: _R) -> None:
@@ -862,10 +854,10 @@ class _Replay(Scheduler):
         return r.track[i]
 
     def _set_track_slot(self, r: _R, i: int, slot: Any) -> None:
-        r.track[i] = 1
+        r.track[i] = slot
 
     def _alloc_track_slot(self, r: _R) -> Any:
-        return 1 if self._alloc_slot() else None
+        return self._sid() if self._alloc_slot() else None
 
     def _free_track_slot(self, r: _R, i: int) -> None:
         self.slots_free += 1
@@ -935,16 +927,14 @@ class _Replay(Scheduler):
                 r.row = True
                 self.rows_free -= 1
             if not r.running:
-                r.running = True
+                r.running = self._sid()
                 r.needs_clear = True
                 self.slots_free -= 1
             if d.extra_buffer and r.track is None:
                 if d.lazy:
-                    r.track = [1, -1]
+                    r.track = [self._sid(), -1]
                 else:
-                    r.track = [1] * self.pp_size
-                    if self.pp_size == 1:
-                        r.track = [1]
+                    r.track = [self._sid() for _ in range(self.pp_size)]
                 r.next_idx = 0
                 self.slots_free -= (1 if d.lazy else self.pp_size)
             P = r.prefix_len

@@ -323,3 +323,54 @@ def test_toy_mode_reports_the_lazy_race():
     pp2 = engine.run(reqs, SimConfig(mode="pp2", states="toy", chunk_size=16,
                                      track_interval=32, decode_boundary="batch"))
     assert pp2.state_hits == 6 and pp2.state_mismatches == 0
+
+
+class _Counting:
+    """Counts the calls made to a Lifecycle (its methods are C's: the
+    replay's attribute is swapped for this proxy)."""
+
+    def __init__(self, lc):
+        self.lc = lc
+        self.calls: dict = {}
+
+    def __getattr__(self, name):
+        f = getattr(self.lc, name)
+
+        def call(*a, **k):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return f(*a, **k)
+        return call
+
+
+@pytest.mark.parametrize("mode", ["pp2", "lazy", "no_buffer"])
+def test_the_cache_steps_are_the_c_lifecycles(mode):
+    """The replay's tree is its C Lifecycle's (tree-only, over the counted
+    pools), and every cache_unfinished_req / cache_finished_req is one call
+    of it: a finished or retracted request makes one cache_finished call, and
+    the tree's sizes after the replay are what the lifecycle holds."""
+    rng = np.random.default_rng(5)
+    stem = rng.integers(1, 30000, size=700).astype(np.int32)
+    reqs = [SimRequest(f"r{i}", np.concatenate([stem[:int(rng.integers(0, 700))],
+                                                rng.integers(1, 30000, size=40).astype(np.int32)]),
+                       int(rng.integers(20, 200)), arrival=0.02 * i) for i in range(60)]
+    cfg = SimConfig(mode=mode, kv_tokens=6000, state_slots=30, chunked_prefill_size=256,
+                    track_interval=64, max_running=6, end_of_turn_states=True).resolved()
+    rp = engine._Replay(reqs, cfg, None, check_every_step=True)
+    lc = rp.lc
+    rp.lc = _Counting(lc)
+    finishes = []
+    release = rp._release
+    rp._release = lambda r, ins: (finishes.append(r.rid), release(r, ins))
+    rp.run()
+    rp.check()
+    assert rp.lc.calls["cache_finished_foreign"] == len(finishes) >= len(reqs)
+    assert rp.lc.calls["cache_unfinished_foreign"] > 0
+    lc.check()
+    assert lc.sizes()[:4] == (rp.tree.full_evictable_size(), rp.tree.full_protected_size(),
+                              rp.tree.mamba_evictable_size(), rp.tree.mamba_protected_size())
+    assert lc.sizes()[1] == 0 and lc.sizes()[3] == 0          # every request's lock is gone
+    # the replay's metrics are those of the same replay without the proxy
+    m = engine.replay(reqs, cfg).metrics
+    m2 = rp.metrics()
+    assert (m.state_usable_tokens, m.state_bytes_donated, m.state_bytes_copied, m.state_evictions) == (
+        m2.state_usable_tokens, m2.state_bytes_donated, m2.state_bytes_copied, m2.state_evictions)

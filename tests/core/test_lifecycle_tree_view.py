@@ -1,0 +1,116 @@
+"""A tree-only Lifecycle's tree as a RadixTree (``tree_view``), the
+end-of-turn rule in tree-only mode (``state_available``), and
+``cache_unfinished_foreign(prefix=False)``: what the simulator's replay
+uses to run its cache steps through the C lifecycle over counted pools."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from mambaradix import _C
+
+
+def _rs(running: int, track=(-1, -1), nxt: int = -1, last_track: int = -1, protected: int = 0,
+        node=(-1, 0), locked: int = 0) -> tuple:
+    return (running, track[0], track[1], nxt, last_track, -1, -1, 0, 1, protected, node[0], node[1], locked)
+
+
+def test_the_view_is_the_lifecycles_tree() -> None:
+    lc = _C.Lifecycle(chunk_size=4, lru_policy="consumed")
+    view = lc.tree_view()
+    ns = view.namespace("lora-a")
+    assert ns >= 1 and view.namespace("lora-a") == ns and view.namespace(None) == 0
+    # a request cached through the lifecycle in namespace "lora-a" ...
+    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4, 9], np.arange(10, 15), ns=ns)
+    # ... is what the view matches there, and nowhere else
+    m = view.match_prefix(np.array([1, 2, 3, 4, 9, 7], np.int32), extra_key="lora-a")
+    assert m.node.prefix_len == 5 and m.state == 5 and m.indices.tolist() == [10, 11, 12, 13, 14]
+    assert view.match_prefix(np.array([1, 2, 3, 4, 9], np.int32)).node.is_root
+    assert view.total_size() == (5, 1) and lc.sizes()[0] + lc.sizes()[1] == 5
+    # a lock taken through the view is the one the lifecycle's record names
+    node = m.node
+    view.inc_lock_ref(node)
+    assert lc.node_info(node.id, node.gen)[5] == 1
+    rs, kv_free, st_free = lc.cache_finished_foreign(
+        _rs(6, protected=5, node=(node.id, node.gen), locked=1), [1, 2, 3, 4, 9], np.arange(10, 15),
+        ns=ns, is_insert=False)
+    assert node.full_lock_ref == 0 and st_free.tolist() == [6] and kv_free.size == 0
+    # evictions through the view take the lifecycle's nodes
+    assert view.evict_full(5).tokens_evicted == 5 and lc.sizes()[4] == 0
+    lc.check()
+    view.sanity_check()
+
+
+def test_the_view_keeps_its_lifecycle_alive() -> None:
+    lc = _C.Lifecycle(chunk_size=4)
+    lc.cache_finished_foreign(_rs(3), [4, 5, 6], np.array([7, 8, 9]))
+    view = lc.tree_view()
+    del lc
+    gc.collect()
+    assert view.total_size() == (3, 1)
+    assert [n.state for n in view.lru_order("mamba")] == [3]
+
+
+def test_no_view_of_a_lifecycle_with_pools() -> None:
+    own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
+    with pytest.raises(RuntimeError, match="own pools"):
+        own.tree_view()
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_end_of_turn_in_tree_only_mode_follows_the_free_slots(lazy: bool) -> None:
+    """end_of_turn_states: a finished request whose committed length is whole
+    pages leaves its running slot (the state at exactly that length) to the
+    tree, when the caller has one admission's headroom free (3 slots, lazy 2);
+    else, and when the caller does not say (-1), the newest snapshot at the
+    tracked length, as without the option."""
+    need = 2 if lazy else 3
+    tokens, kv = list(range(1, 9)), np.arange(20, 28)
+    track = (2, -1) if lazy else (2, 3)
+    for avail, eot in ((need, True), (need - 1, False), (-1, False)):
+        lc = _C.Lifecycle(page_size=4, chunk_size=4, extra_buffer=True, lazy=lazy, end_of_turn_states=True)
+        view = lc.tree_view()
+        rs, kv_free, st_free = lc.cache_finished_foreign(
+            _rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=avail)
+        keep = 0 if lazy else 1          # lazy keeps next, two buffers other(next)
+        if eot:
+            # the whole turn, with the running slot; every track slot goes back
+            assert view.match_prefix(np.array(tokens + [0], np.int32)).state == 1
+            assert sorted(st_free.tolist()) == sorted(s for s in track if s > 0)
+            assert kv_free.size == 0
+        else:
+            # the last snapshot (4 tokens) in track[keep]; the rest is freed
+            m = view.match_prefix(np.array(tokens + [0], np.int32))
+            assert m.node.prefix_len == 4 and m.state == track[keep]
+            assert sorted(st_free.tolist()) == sorted([1] + [s for s in track if s > 0 and s != track[keep]])
+            assert sorted(kv_free.tolist()) == [24, 25, 26, 27]
+        assert rs[0] == -1 and rs[3] == -1
+        lc.check()
+    # without the option, the free slots change nothing
+    lc = _C.Lifecycle(page_size=4, chunk_size=4, extra_buffer=True, lazy=lazy)
+    lc.cache_finished_foreign(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=99)
+    assert lc.tree_view().total_size() == (4, 1)
+    with pytest.raises(ValueError, match="state_available"):
+        lc.cache_finished_foreign(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=-2)
+
+
+def test_unfinished_without_the_prefix_array() -> None:
+    """prefix=False: the same call, the same record and frees, no index array."""
+    got = []
+    for want in (True, False):
+        lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
+        lc.cache_finished_foreign(_rs(7, track=(5, 6), nxt=0, last_track=4), [1, 2, 3, 4], np.arange(30, 34))
+        rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+            _rs(1, track=(2, 3), nxt=0, last_track=8), list(range(1, 11)), np.arange(40, 50), 9,
+            prefix=want)
+        assert (prefix is None) == (not want)
+        if want:
+            assert prefix.tolist() == [30, 31, 32, 33] + list(range(44, 50))
+        got.append((rs, fs, fd, kv_free.tolist(), st_free.tolist(), lc.sizes()))
+        lc.check()
+    assert got[0] == got[1]
+    assert got[0][3] == [40, 41, 42, 43]             # the tree's own prefix: duplicates
+    assert got[0][0][9] == 8 and got[0][0][1:3] == (2, 9)
