@@ -95,6 +95,7 @@ def test_request_fields_live_in_the_record() -> None:
     assert rs.row == row
     view = pool._rp.record(row)  # the pool's own view of the row's record
     assert rs.running >= 1 and int(r.mamba_pool_idx) == rs.running == view.running
+    view_running = view.running
     assert r.mamba_ping_pong_track_buffer.tolist() == [view.track0, view.track1] == [rs.track0, rs.track1]
     assert pool._rp.state_map[row] == rs.running
     buf = r.mamba_ping_pong_track_buffer
@@ -110,8 +111,14 @@ def test_request_fields_live_in_the_record() -> None:
         cache.sanity_check()
     buf[1] = t0
     cache.sanity_check()
-    r.mamba_ping_pong_track_buffer = None
-    assert r.mamba_next_track_idx is None and (view.track0, view.track1, view.next_track) == (-1, -1, -1)
+    pool.free(r)  # the record goes back to the request: its fields read as before
+    assert rs.row == -1 and r.req_pool_idx is None and int(r.mamba_pool_idx) == view_running
+    assert r.mamba_ping_pong_track_buffer.tolist() == [t1, t0]
+    with pytest.raises(ReferenceError, match=f"request row {row}, which was freed"):
+        view.running
+    pool.free_mamba_cache(r)
+    cache.sanity_check()
+    assert r.mamba_pool_idx is None and r.mamba_ping_pong_track_buffer is None and r.mamba_next_track_idx is None
 
 
 def test_slot_index_views_and_buffers() -> None:
