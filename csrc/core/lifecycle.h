@@ -27,7 +27,10 @@
  * admission it is the caller's (a match with copy-on-write gives a request
  * a slot before it has a row); once mr_lc_admit has given it a row the
  * caller moves it in (mr_reqpool_bind, which marks the row bound) and gets
- * it back when the row is freed (mr_reqpool_free_record).  A bound row's
+ * it back when the row is freed (mr_reqpool_free_record) or the request is
+ * finished (mr_reqpool_unbind).  A bound row's track entries live in its
+ * track map (the request's ping-pong buffer is that row of the map), so a
+ * caller reads and writes its record with mr_reqpool_load / _store.  A bound row's
  * caller keeps the committed length (SGLang's Req.kv_committed_len), writes
  * the table's prefix itself after admission (SGLang's scheduler does) and
  * takes the lock on the matched node (inc_lock_ref); the cache calls refresh
@@ -36,7 +39,11 @@
  *   Q1  a free row's record is reset (mr_req_reset): no slot, no lock; a
  *       free row is not bound;
  *   Q2  running, track[0] and track[1] are -1 or distinct slots owned by
- *       REQ(r).  cow_src: in a batched row -1 (a copy-on-write pair lives
+ *       REQ(r), except, in a bound row, one a caller handed to the tree
+ *       with mr_lc_insert outside the request calls (SGLang's own tests
+ *       insert a request's running slot): the row marks it
+ *       (MR_ROW_GAVE_*, req_pool.h) and the record keeps naming it, as
+ *       SGLang's Req does, until that field changes.  cow_src: in a batched row -1 (a copy-on-write pair lives
  *       within one call); in a bound row -1 or a pending copy-on-write
  *       source until the forward consumes it (SGLang clears
  *       mamba_cow_src_index there): a TREE-owned slot (the matched node's

@@ -6,7 +6,10 @@
  * Per-request calls take the request's cache-side state ("rs") as a
  * ReqState: a C record (mr_req) that the call updates in place and hands
  * back, so nothing is packed or unpacked per request; mambaradix.sglang's
- * Req keeps its mamba_* fields in one.  A 13-tuple of ints (-1 = None)
+ * Req keeps its mamba_* fields in one.  The record lives in the ReqState
+ * until admit() gives the request a row, then in that ReqPool row (the
+ * ReqState is a handle to it), until ReqPool.free or cache_finished hands
+ * it back (lifecycle.h).  A 13-tuple of ints (-1 = None)
  *   (running, track0, track1, next_track, last_track_seqlen,
  *    branching_seqlen, cow_src, needs_clear, lazy_is_insert,
  *    protected_len, node_id, node_gen, locked)
