@@ -443,7 +443,8 @@ class Req:
         self._rs = _C.ReqState()
         self._ix: Optional[SlotIndex] = None
         self._track_t: Optional[torch.Tensor] = None  # the ping-pong view of _track_row
-        self._track_row = -1
+        self._track_row = -1                          # of _track_of (a track map), -1: of the record
+        self._track_of: Optional[torch.Tensor] = None
         self._pp = 2
         self.rid = rid
         self.origin_input_text = origin_input_text
@@ -523,9 +524,9 @@ class Req:
             if ix is None or ix.track_map is None:  # bound to a pool this cache does not index
                 return torch.tensor([rs.track0, rs.track1][:pp], dtype=torch.int64)
             t = self._track_t
-            if t is None or self._track_row != row:
+            if t is None or self._track_row != row or self._track_of is not ix.track_map:
                 t = self._track_t = ix.track_map[row]
-                self._track_row = row
+                self._track_row, self._track_of = row, ix.track_map
             return t
         if ix is not None and not ix.on_cpu:  # not in a row, on a device: a gather
             return ix.buffer(rs, pp)
