@@ -1097,12 +1097,15 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         lc_raise_row(self, rc, "admit()", admit_overrides, 0);
         goto error;
     }
-    /* records not in a row move into theirs (nothing below fails before
-     * every record is in place) */
+    /* records not in a row move into theirs, the others are written back
+     * (nothing below fails before every record is in place) */
     for (Py_ssize_t i = 0; i < n; i++) {
         ReqStateObject *o = (ReqStateObject *)PySequence_Fast_GET_ITEM(rs_seq, i);
         if (Py_IS_TYPE((PyObject *)o, rs_type) && o->pool == NULL) {
             rs_bind(o, &sts[i], self->rp_obj, rp, holders, rows[i]);
+        }
+        else if (Py_IS_TYPE((PyObject *)o, rs_type)) {
+            rs_put(o, &sts[i]);
         }
     }
     out_rows = PyList_New(n);
@@ -1112,7 +1115,8 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyLong_FromLongLong(rows[i]);
-        PyObject *t = build_rs(self, PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]);
+        PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
+        PyObject *t = Py_IS_TYPE(obj, rs_type) ? Py_NewRef(obj) : req_to_tuple(&sts[i]);
         if (r == NULL || t == NULL) {
             Py_XDECREF(r);
             Py_XDECREF(t);
@@ -2127,11 +2131,19 @@ static PyObject *
 ReqState_get_field(ReqStateObject *self, void *c)
 {
     const rs_field *f = c;
-    mr_req rec;
-    if (rs_get(self, f->name, &rec) < 0) {
+    if (rs_live(self, f->name) < 0) {
         return NULL;
     }
-    const char *p = (const char *)&rec + f->off;
+    /* the field where it lives: the object, the row, or (a row's track
+     * entry) the row's track map */
+    const char *p = (const char *)(self->pool == NULL ? &self->st : &self->rp->req[self->row]) + f->off;
+    if (self->pool != NULL && (f->off == offsetof(mr_req, track[0]) || f->off == offsetof(mr_req, track[1]))
+        && (self->rp->bound[self->row] & MR_ROW_BOUND)) {
+        int32_t j = f->off == offsetof(mr_req, track[0]) ? 0 : 1;
+        if (j < self->rp->pp) {
+            p = (const char *)&self->rp->track_map[(size_t)self->row * (size_t)self->rp->pp + (size_t)j];
+        }
+    }
     switch (f->kind) {
     case 'q':
         return PyLong_FromLongLong((long long)*(const int64_t *)p);

@@ -100,7 +100,8 @@ def test_the_record_moves_into_its_row_and_back() -> None:
     assert rec.branching_seqlen == 5  # one record, not two
     t1 = rec.track1
     rp.track_map[row, 1] = 15
-    assert rec.track1 == view.track1 == 15  # the row's track entries are its track map
+    assert rec.track1 == view.track1 == rec.astuple()[2] == 15  # the row's track entries are its track map
+    assert lc.decode_prepare(row, rec, 3)[1] == 15  # and the calls read them there (track[next] = track1)
     rec.track1 = t1
     assert rp.track_map[row, 1] == t1
     lc.check()
