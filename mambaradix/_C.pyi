@@ -218,9 +218,14 @@ needs_clear, lazy_is_insert, protected_len, node_id, node_gen, locked)."""
 
 class ReqState:
     """One request's cache-side record (the C struct the per-request calls
-    update in place; a call given a ReqState returns that same object).  Its
-    buffer is the two track entries, int64: ``torch.frombuffer(rs,
-    dtype=torch.int64)`` is a zero-copy view of the ping-pong buffer."""
+    update in place; a call given a ReqState returns that same object).  It
+    lives in this object until ``Lifecycle.admit`` gives the request a row,
+    then in that ReqPool row (``row``; the track entries are the row of the
+    pool's track map), until ``ReqPool.free`` or ``Lifecycle.cache_finished``
+    hands it back.  A handle whose row was freed behind its back raises
+    ReferenceError.  While not in a row its buffer is the two track entries,
+    int64 (``torch.frombuffer(rs, dtype=torch.int64)``); in a row,
+    BufferError."""
 
     def __init__(self, rs: Optional[_RsTuple] = None) -> None: ...
     running: int
@@ -236,6 +241,8 @@ class ReqState:
     node_id: int
     node_gen: int
     locked: int
+    @property
+    def row(self) -> int: ...
     def astuple(self) -> _RsTuple: ...
     def reset(self) -> None: ...
 
@@ -282,6 +289,7 @@ class ReqPool:
     track_buffer_size: int
     def alloc(self, n: int) -> Optional[npt.NDArray[np.int64]]: ...
     def free(self, row: int) -> None: ...
+    def record(self, row: int) -> ReqState: ...
     def in_use(self, row: int) -> bool: ...
     def write(self, row: int, start: int, values: _Values) -> None: ...
     def mark_dirty(self, row: int, start: int, end: int) -> None: ...

@@ -314,7 +314,22 @@ int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
              int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
 {
-    return lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+    int32_t o = 0;
+    if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
+        o = 0;
+    }
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+    /* a slot a bound row's record names, given to the tree by a caller (not
+     * by the request calls, whose records let go of it): the record keeps
+     * naming it, as SGLang's Req does (Q2) */
+    if (rc == MR_OK && !out->state_existed && o >= 1 && o <= lc->rp->size && (lc->rp->bound[o] & MR_ROW_BOUND)) {
+        mr_req rec;
+        mr_reqpool_load(lc->rp, o, &rec);
+        lc->rp->bound[o] |= (uint8_t)((rec.running == state ? MR_ROW_GAVE_RUNNING : 0)
+                                      | (rec.track[0] == state ? MR_ROW_GAVE_TRACK0 : 0)
+                                      | (rec.track[1] == state ? MR_ROW_GAVE_TRACK1 : 0));
+    }
+    return rc;
 }
 
 /* The per-path budget for the node a request's insertion ended at, once the
@@ -475,6 +490,7 @@ mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int co
                 return rc;
             }
             st->running = slot;
+            sync_row(lc, owner, st);  /* a request with a row: its map follows */
         }
         st->cow_src = m->state;
         st->needs_clear = 0;
@@ -1081,7 +1097,12 @@ check_record(mr_lifecycle *lc, int64_t r, char *msg, size_t msglen)
 {
     const mr_reqpool *rp = lc->rp;
     const mr_lc_config *c = &lc->cfg;
-    const mr_req *st = &rp->req[r];
+    mr_req rec;
+    mr_reqpool_load(rp, r, &rec);
+    const mr_req *st = &rec;
+    const int bound = rp->bound[r] & MR_ROW_BOUND;
+    const int gave[3] = {rp->bound[r] & MR_ROW_GAVE_RUNNING, rp->bound[r] & MR_ROW_GAVE_TRACK0,
+                         rp->bound[r] & MR_ROW_GAVE_TRACK1};
     long long R = (long long)r;
     if (!mr_reqpool_in_use(rp, r)) {
         mr_req z;
@@ -1089,25 +1110,36 @@ check_record(mr_lifecycle *lc, int64_t r, char *msg, size_t msglen)
         if (memcmp(&z, st, sizeof(z)) != 0) {
             Q_FAIL("Q1: free row %lld has a record that is not reset", R);
         }
+        if (bound) {
+            Q_FAIL("Q1: free row %lld is bound to a request's record", R);
+        }
         return MR_OK;
     }
     const int64_t slots[3] = {st->running, st->track[0], st->track[1]};
     for (int j = 0; j < 3; j++) {
         int32_t o = 0;
-        if (slots[j] < 0) {
-            continue;
+        if (slots[j] < 0 || gave[j]) {
+            continue;  /* a slot given to the tree is only a name now */
         }
         if (mr_slots_owner(lc->state, slots[j], &o) != MR_OK || o != (int32_t)r) {
             Q_FAIL("Q2: row %lld's slot %lld is not owned by it (owner %d)", R, (long long)slots[j], (int)o);
         }
         for (int k = 0; k < j; k++) {
-            if (slots[k] == slots[j]) {
+            if (!gave[k] && slots[k] == slots[j]) {
                 Q_FAIL("Q2: row %lld holds slot %lld twice", R, (long long)slots[j]);
             }
         }
     }
-    if (st->cow_src != -1) {
+    if (st->cow_src != -1 && !bound) {
         Q_FAIL("Q2: row %lld keeps a copy-on-write source between calls", R);
+    }
+    if (st->cow_src != -1) {
+        int32_t o = 0;
+        if (mr_slots_owner(lc->state, st->cow_src, &o) != MR_OK || o != MR_OWNER_TREE || st->running < 0) {
+            Q_FAIL("Q2: row %lld's pending copy-on-write source %lld is not a tree state (owner %d) or has no "
+                   "running slot to copy into",
+                   R, (long long)st->cow_src, (int)o);
+        }
     }
     if (st->next_track >= 0) {
         if (!c->extra_buffer || st->next_track >= c->track_buffer_size || st->track[st->next_track] < 0) {
@@ -1142,6 +1174,17 @@ check_record(mr_lifecycle *lc, int64_t r, char *msg, size_t msglen)
         if (node != mr_radix_root(lc->tree) && mr_node_full_lock(node) < 1) {
             Q_FAIL("Q4: row %lld's locked node has no lock", R);
         }
+    }
+    if (bound) {
+        if (!(st->committed == 0 && 0 <= st->protected_len && st->protected_len <= rp->max_ctx
+              && 0 <= st->prefix_len && st->prefix_len <= rp->max_ctx && st->last_track_seqlen <= rp->max_ctx
+              && st->protected_len % (int64_t)c->page_size == 0)) {
+            Q_FAIL("Q5: bound row %lld's lengths are out of range (protected %lld, prefix %lld, committed %lld, "
+                   "tracked %lld)",
+                   R, (long long)st->protected_len, (long long)st->prefix_len, (long long)st->committed,
+                   (long long)st->last_track_seqlen);
+        }
+        return MR_OK;  /* Q6: the table is the caller's to fill */
     }
     if (!(0 <= st->protected_len && st->protected_len <= st->prefix_len && st->prefix_len <= st->committed
           && st->committed <= rp->max_ctx && st->protected_len % (int64_t)c->page_size == 0

@@ -20,24 +20,50 @@
  * so mr_lc_check() can prove free + request-owned + tree-owned == total,
  * and that the tree's own counts equal the TREE-owned units, at any time.
  *
- * Request records (mr_req, req_pool.h).  The batched calls keep each
- * request's record in its ReqPool row (rp->req[r]); between calls every
- * record satisfies, checked by mr_lc_check():
- *   Q1  a free row's record is reset (mr_req_reset): no slot, no lock;
+ * Request records (mr_req, req_pool.h).  A request's record lives in its
+ * ReqPool row (rp->req[r]) while it holds one.  The batched calls keep it
+ * there from admission to finish.  The per-request calls (the drop-in's)
+ * take a working copy of the record wherever it is and write it back: before
+ * admission it is the caller's (a match with copy-on-write gives a request
+ * a slot before it has a row); once mr_lc_admit has given it a row the
+ * caller moves it in (mr_reqpool_bind, which marks the row bound) and gets
+ * it back when the row is freed (mr_reqpool_free_record) or the request is
+ * finished (mr_reqpool_unbind).  A bound row's track entries live in its
+ * track map (the request's ping-pong buffer is that row of the map), so a
+ * caller reads and writes its record with mr_reqpool_load / _store.  A bound row's
+ * caller keeps the committed length (SGLang's Req.kv_committed_len), writes
+ * the table's prefix itself after admission (SGLang's scheduler does) and
+ * takes the lock on the matched node (inc_lock_ref); the cache calls refresh
+ * the record's node from the request's.  Between calls every row's record
+ * satisfies, checked by mr_lc_check():
+ *   Q1  a free row's record is reset (mr_req_reset): no slot, no lock; a
+ *       free row is not bound;
  *   Q2  running, track[0] and track[1] are -1 or distinct slots owned by
- *       REQ(r); cow_src == -1 (a copy-on-write pair lives within one call);
+ *       REQ(r), except, in a bound row, one a caller handed to the tree
+ *       with mr_lc_insert outside the request calls (SGLang's own tests
+ *       insert a request's running slot): the row marks it
+ *       (MR_ROW_GAVE_*, req_pool.h) and the record keeps naming it, as
+ *       SGLang's Req does, until that field changes.  cow_src: in a batched row -1 (a copy-on-write pair lives
+ *       within one call); in a bound row -1 or a pending copy-on-write
+ *       source until the forward consumes it (SGLang clears
+ *       mamba_cow_src_index there): a TREE-owned slot (the matched node's
+ *       state, kept in the tree by the scheduler's lock on the node), with
+ *       a running slot to copy into;
  *   Q3  next_track is -1 (no buffer: no_buffer mode, or not admitted) or 0 /
  *       1 with extra_buffer, and then track[next_track] != -1; only lazy
  *       mode leaves the other one empty; a record with a running slot has
  *       its slots in the row's maps (state_map[r], track_map[r]);
  *   Q4  locked implies has_node and last_node resolves to a node with a
  *       lock (at least one lock per locked record on that node);
- *   Q5  0 <= protected_len <= prefix_len <= committed <= max_ctx,
- *       protected_len is whole pages, last_track_seqlen <= committed;
- *   Q6  table entries [0, protected_len) lie in TREE-owned KV pages (the
- *       tree's prefix), [protected_len, committed) in pages owned by REQ(r).
- * Records of the per-request calls live with the caller; a row admitted
- * with them keeps a reset record in the pool.
+ *   Q5  batched rows: 0 <= protected_len <= prefix_len <= committed <=
+ *       max_ctx, last_track_seqlen <= committed; bound rows: committed == 0
+ *       (the caller's), 0 <= protected_len, prefix_len, last_track_seqlen
+ *       <= max_ctx; protected_len is whole pages in both;
+ *   Q6  batched rows: table entries [0, protected_len) lie in TREE-owned KV
+ *       pages (the tree's prefix), [protected_len, committed) in pages owned
+ *       by REQ(r).  (A bound row's table is the caller's to fill.)
+ * A 13-tuple caller (a request object that is not ours) keeps its record
+ * itself; its row keeps a reset record, which satisfies Q1..Q6 trivially.
  *
  * A lifecycle owns its tree.  Without pools (state == kv == NULL) it is a
  * tree whose evictions are collected for the caller to free (used when the
@@ -260,8 +286,8 @@ int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
                        const int32_t *ns, int is_insert);
 
 /* Verifies the tree (mr_radix_check), every pool, that the tree's KV
- * tokens and states equal the TREE-owned units of the pools, and the
- * request records Q1..Q6 (top of this file).  MR_ECORRUPT with the
+ * tokens and states equal the TREE-owned units of the pools, and every
+ * row's request record Q1..Q6 (top of this file).  MR_ECORRUPT with the
  * invariant's number in msg. */
 int mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen);
 

@@ -42,10 +42,13 @@ mr_reqpool_init(mr_reqpool *p, int64_t size, int64_t max_ctx, int32_t pp)
     p->state_map = MR_CALLOC(rows, sizeof(int32_t));
     p->track_map = MR_CALLOC(rows * (size_t)pp, sizeof(int64_t));
     p->req = MR_MALLOC(rows * sizeof(mr_req));
+    p->gen = MR_CALLOC(rows, sizeof(uint32_t));
+    p->bound = MR_CALLOC(rows, sizeof(uint8_t));
     p->dirty_lo = MR_MALLOC(rows * sizeof(int64_t));
     p->dirty_hi = MR_MALLOC(rows * sizeof(int64_t));
     p->dirty_rows = MR_MALLOC(rows * sizeof(int64_t));
     if (p->table == NULL || p->state_map == NULL || p->track_map == NULL || p->req == NULL
+        || p->gen == NULL || p->bound == NULL
         || p->dirty_lo == NULL || p->dirty_hi == NULL || p->dirty_rows == NULL) {
         mr_reqpool_destroy(p);
         return MR_ENOMEM;
@@ -69,6 +72,8 @@ mr_reqpool_destroy(mr_reqpool *p)
     MR_FREE(p->state_map);
     MR_FREE(p->track_map);
     MR_FREE(p->req);
+    MR_FREE(p->gen);
+    MR_FREE(p->bound);
     MR_FREE(p->dirty_lo);
     MR_FREE(p->dirty_hi);
     MR_FREE(p->dirty_rows);
@@ -83,6 +88,8 @@ mr_reqpool_clear(mr_reqpool *p)
     memset(p->track_map, 0, ((size_t)p->size + 1) * (size_t)p->pp * sizeof(int64_t));
     for (int64_t r = 0; r <= p->size; r++) {
         mr_req_reset(&p->req[r]);
+        p->bound[r] = 0;
+        p->gen[r]++;
     }
 }
 
@@ -96,6 +103,8 @@ mr_reqpool_alloc(mr_reqpool *p, int64_t k, int64_t *out)
     if (rc == MR_OK) {
         for (int64_t i = 0; i < k; i++) {
             mr_req_reset(&p->req[out[i]]);
+            p->bound[out[i]] = 0;
+            p->gen[out[i]]++;
         }
     }
     return rc;
@@ -104,11 +113,88 @@ mr_reqpool_alloc(mr_reqpool *p, int64_t k, int64_t *out)
 int
 mr_reqpool_free(mr_reqpool *p, int64_t r)
 {
+    return mr_reqpool_free_record(p, r, NULL);
+}
+
+int
+mr_reqpool_free_record(mr_reqpool *p, int64_t r, mr_req *out)
+{
+    if (r < 0 || r > p->size) {
+        return MR_EINVAL;
+    }
+    mr_req rec;
+    mr_reqpool_load(p, r, &rec);
     int rc = mr_slots_free(&p->rows, &r, 1, MR_FROM_CALLER, 0, NULL);
     if (rc == MR_OK) {
+        if (out != NULL) {
+            *out = rec;
+        }
         mr_req_reset(&p->req[r]);
+        p->bound[r] = 0;
+        p->gen[r]++;
     }
     return rc;
+}
+
+int
+mr_reqpool_unbind(mr_reqpool *p, int64_t r, mr_req *out)
+{
+    if (!mr_reqpool_in_use(p, r)) {
+        return MR_EINVAL;
+    }
+    if (out != NULL) {
+        mr_reqpool_load(p, r, out);
+    }
+    mr_req_reset(&p->req[r]);
+    p->bound[r] = 0;
+    return MR_OK;
+}
+
+void
+mr_reqpool_load(const mr_reqpool *p, int64_t r, mr_req *out)
+{
+    *out = p->req[r];
+    if (p->bound[r] & MR_ROW_BOUND) {
+        for (int32_t j = 0; j < p->pp; j++) {
+            out->track[j] = p->track_map[(size_t)r * (size_t)p->pp + (size_t)j];
+        }
+    }
+}
+
+void
+mr_reqpool_store(mr_reqpool *p, int64_t r, const mr_req *st)
+{
+    if (p->bound[r] & ~MR_ROW_BOUND) {
+        mr_req old;
+        mr_reqpool_load(p, r, &old);
+        p->bound[r] &= (uint8_t)~((old.running != st->running ? MR_ROW_GAVE_RUNNING : 0)
+                                  | (old.track[0] != st->track[0] ? MR_ROW_GAVE_TRACK0 : 0)
+                                  | (old.track[1] != st->track[1] ? MR_ROW_GAVE_TRACK1 : 0));
+    }
+    p->req[r] = *st;
+    if (p->bound[r] & MR_ROW_BOUND) {
+        for (int32_t j = 0; j < p->pp; j++) {
+            p->track_map[(size_t)r * (size_t)p->pp + (size_t)j] = st->track[j];
+        }
+    }
+}
+
+int
+mr_reqpool_bind(mr_reqpool *p, int64_t r, const mr_req *st)
+{
+    if (!mr_reqpool_in_use(p, r)) {
+        return MR_EINVAL;
+    }
+    p->req[r] = *st;
+    p->bound[r] = MR_ROW_BOUND;
+    mr_reqpool_sync_maps(p, r, st);
+    return MR_OK;
+}
+
+uint32_t
+mr_reqpool_gen(const mr_reqpool *p, int64_t r)
+{
+    return r >= 0 && r <= p->size ? p->gen[r] : 0;
 }
 
 int
@@ -211,6 +297,12 @@ mr_reqpool_check(const mr_reqpool *p, char *msg, size_t msglen)
     if (p->rows.n_req != 0 || p->rows.n_tree != 0) {
         snprintf(msg, msglen, "request rows owned by a request or the tree");
         return MR_ECORRUPT;
+    }
+    for (int64_t r = 0; r <= p->size; r++) {
+        if (p->bound[r] && !mr_reqpool_in_use(p, r)) {
+            snprintf(msg, msglen, "free request row %lld is bound to a request's record", (long long)r);
+            return MR_ECORRUPT;
+        }
     }
     return MR_OK;
 }

@@ -50,6 +50,28 @@ typedef struct {
 /* Resets st to a fresh request: every field None / 0, lazy_is_insert = 1. */
 void mr_req_reset(mr_req *st);
 
+/* Where a request's record lives.  The batched calls keep it in the row
+ * from admission to finish.  A per-request caller (the drop-in) keeps it
+ * itself until the request has a row (a match with copy-on-write gives it a
+ * slot before that), moves it into the row at admission (mr_reqpool_bind)
+ * and gets it back when the row is freed (mr_reqpool_free_record): one
+ * record per request, in its row while it holds one. */
+
+/* How a row keeps its record (mr_reqpool.bound, bits; lifecycle.h, Q1..Q6).
+ * 0: the batched calls' (or a reset record: a free row, a 13-tuple
+ * caller's). */
+enum {
+    MR_ROW_BOUND = 1,      /* moved in by mr_reqpool_bind (the per-request calls): its track
+                            * entries live in the row's track map (track_map[r]), which
+                            * mr_reqpool_load / _store read and write */
+    /* a slot the record names (running, track[0], track[1]) that a caller
+     * handed to the tree with an insert outside the request calls: the
+     * record keeps naming it, as SGLang's Req does, until the field changes */
+    MR_ROW_GAVE_RUNNING = 2,
+    MR_ROW_GAVE_TRACK0 = 4,
+    MR_ROW_GAVE_TRACK1 = 8,
+};
+
 typedef struct {
     int64_t size;          /* rows 1..size */
     int64_t max_ctx;       /* columns of the table */
@@ -58,7 +80,10 @@ typedef struct {
     int32_t *state_map;    /* size + 1 */
     int64_t *track_map;    /* (size + 1) * pp */
     mr_slots rows;         /* row allocator (owner HELD = in use) */
-    mr_req *req;           /* size + 1 records, used by the batched lifecycle */
+    mr_req *req;           /* size + 1 records: each request's, while it holds the row */
+    uint32_t *gen;         /* size + 1: bumped whenever the row is taken or freed, so a
+                            * handle (row, gen) kept past a free is detected */
+    uint8_t *bound;        /* size + 1: MR_ROW_* (how the row keeps its record) */
     /* dirty column ranges since the last take: [lo, hi) per row */
     int64_t *dirty_lo;
     int64_t *dirty_hi;
@@ -71,7 +96,8 @@ typedef struct {
 int mr_reqpool_init(mr_reqpool *p, int64_t size, int64_t max_ctx, int32_t pp);
 void mr_reqpool_destroy(mr_reqpool *p);
 /* Frees every row, zeroes both maps and resets every record (SGLang's
- * clear(); the table keeps its contents, as SGLang's does). */
+ * clear(); the table keeps its contents, as SGLang's does); every row's
+ * generation changes. */
 void mr_reqpool_clear(mr_reqpool *p);
 
 /* Takes k rows (FIFO) into out.  MR_ENOSPC if fewer are free (none taken). */
@@ -79,6 +105,24 @@ int mr_reqpool_alloc(mr_reqpool *p, int64_t k, int64_t *out);
 /* Returns row r.  MR_EINVAL if r is out of [1, size], MR_ENOENT if it is
  * free already (double free).  The row's record is reset. */
 int mr_reqpool_free(mr_reqpool *p, int64_t r);
+/* The same, first moving the row's record into *out (when not NULL; left
+ * untouched on error). */
+int mr_reqpool_free_record(mr_reqpool *p, int64_t r, mr_req *out);
+/* Moves st into row r's record, marks the row bound and syncs its maps.
+ * MR_EINVAL if r is not in use. */
+int mr_reqpool_bind(mr_reqpool *p, int64_t r, const mr_req *st);
+/* Row r's record (r in [0, size]); a bound row's track entries come from
+ * its track map. */
+void mr_reqpool_load(const mr_reqpool *p, int64_t r, mr_req *out);
+/* Writes row r's record; a bound row's track entries go to its track map
+ * too, and a field that changes is no longer a given-away slot. */
+void mr_reqpool_store(mr_reqpool *p, int64_t r, const mr_req *st);
+/* Moves row r's record out into *out (when not NULL) and resets it; the row
+ * stays in use, unbound.  MR_EINVAL if r is not in use. */
+int mr_reqpool_unbind(mr_reqpool *p, int64_t r, mr_req *out);
+/* Row r's generation (0 out of range): it changes whenever the row is
+ * taken or freed. */
+uint32_t mr_reqpool_gen(const mr_reqpool *p, int64_t r);
 /* 1 if row r is in use, 0 if free or out of range. */
 int mr_reqpool_in_use(const mr_reqpool *p, int64_t r);
 
@@ -101,8 +145,9 @@ int64_t mr_reqpool_take_dirty(mr_reqpool *p, int64_t *rows, int64_t *starts, int
  * both on alloc and on every ping-pong slot change). */
 void mr_reqpool_sync_maps(mr_reqpool *p, int64_t r, const mr_req *st);
 
-/* Row allocator invariant (slot_alloc.h) plus: free rows have zeroed maps
- * is NOT required (SGLang leaves them); returns MR_OK or MR_ECORRUPT. */
+/* Row allocator invariant (slot_alloc.h) plus: no free row is bound (free
+ * rows having zeroed maps is NOT required: SGLang leaves them); returns
+ * MR_OK or MR_ECORRUPT. */
 int mr_reqpool_check(const mr_reqpool *p, char *msg, size_t msglen);
 
 #endif /* MR_REQ_POOL_H */

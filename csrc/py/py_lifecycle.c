@@ -6,7 +6,10 @@
  * Per-request calls take the request's cache-side state ("rs") as a
  * ReqState: a C record (mr_req) that the call updates in place and hands
  * back, so nothing is packed or unpacked per request; mambaradix.sglang's
- * Req keeps its mamba_* fields in one.  A 13-tuple of ints (-1 = None)
+ * Req keeps its mamba_* fields in one.  The record lives in the ReqState
+ * until admit() gives the request a row, then in that ReqPool row (the
+ * ReqState is a handle to it), until ReqPool.free or cache_finished hands
+ * it back (lifecycle.h).  A 13-tuple of ints (-1 = None)
  *   (running, track0, track1, next_track, last_track_seqlen,
  *    branching_seqlen, cow_src, needs_clear, lazy_is_insert,
  *    protected_len, node_id, node_gen, locked)
@@ -21,7 +24,6 @@
 
 #include <stddef.h>
 #include <string.h>
-#include <structmember.h>
 
 #define RS_LEN 13
 
@@ -80,15 +82,122 @@ need_pools(LifecycleObject *self, const char *fname)
 /* ------------------------------------------------------------------------
  * ReqState: one request's record */
 
+/* A request's record lives in the object until admission; from then on in
+ * its ReqPool row (rp->req[row], which the object points at: pool, row and
+ * the row's generation), until the row is freed (ReqPool.free moves it
+ * back) or the request is finished (cache_finished moves it back).  A
+ * view (ReqPool.record(row)) points at a row without ever holding the
+ * record.  A row freed behind the object's back (a batched call, or a
+ * view's row) changes the row's generation: then any use raises. */
 typedef struct {
     PyObject_HEAD
-    mr_req st;
+    mr_req st;             /* the record while it is not in a row */
+    PyObject *pool;        /* the ReqPool whose row holds it (a reference), or NULL */
+    mr_reqpool *rp;
+    int64_t row;
+    uint32_t gen;          /* the row's generation when the record moved in */
+    uint8_t view;          /* ReqPool.record(): never takes the record */
 } ReqStateObject;
 
 static PyTypeObject *
 req_state_type(LifecycleObject *self)
 {
     return (PyTypeObject *)lc_state(self)->ReqState;
+}
+
+/* 0 when o's record can be used: it is the object's own, or its row still
+ * has the generation it had when the record moved in; -1 with
+ * ReferenceError otherwise (what: the field or call, for the message). */
+static int
+rs_live(ReqStateObject *o, const char *what)
+{
+    if (o->pool != NULL && mr_reqpool_gen(o->rp, o->row) != o->gen) {
+        PyErr_Format(PyExc_ReferenceError,
+                     "%s: this ReqState's record lived in request row %lld, which was freed since "
+                     "(a stale handle: the record is gone)",
+                     what, (long long)o->row);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies the record out (a row's through mr_reqpool_load: its track entries
+ * are the row's track map). */
+static int
+rs_get(ReqStateObject *o, const char *what, mr_req *out)
+{
+    if (rs_live(o, what) < 0) {
+        return -1;
+    }
+    if (o->pool == NULL) {
+        *out = o->st;
+    }
+    else {
+        mr_reqpool_load(o->rp, o->row, out);
+    }
+    return 0;
+}
+
+/* Writes the record back (rs_get succeeded on o since). */
+static void
+rs_put(ReqStateObject *o, const mr_req *st)
+{
+    if (o->pool == NULL) {
+        o->st = *st;
+    }
+    else {
+        mr_reqpool_store(o->rp, o->row, st);
+    }
+}
+
+/* Moves the record of o (not in a row; rec: its new value) into row `row`
+ * of the pool object. */
+static void
+rs_bind(ReqStateObject *o, const mr_req *rec, PyObject *pool, mr_reqpool *rp, PyObject **holders, int64_t row)
+{
+    (void)mr_reqpool_bind(rp, row, rec);
+    mr_req_reset(&o->st);
+    o->pool = Py_NewRef(pool);
+    o->rp = rp;
+    o->row = row;
+    o->gen = mr_reqpool_gen(rp, row);
+    holders[row] = (PyObject *)o;
+}
+
+/* The record leaves its row (rec: what the row held) and lives in o again. */
+static void
+rs_unbind(ReqStateObject *o, const mr_req *rec)
+{
+    o->st = *rec;
+    o->row = -1;
+    o->rp = NULL;
+    Py_CLEAR(o->pool);
+}
+
+void
+mr_py_req_state_take_back(PyObject *rs, uint32_t gen, const mr_req *rec)
+{
+    ReqStateObject *o = (ReqStateObject *)rs;
+    if (o->pool != NULL && !o->view && o->gen == gen) {
+        rs_unbind(o, rec);
+    }
+}
+
+PyObject *
+mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
+{
+    PyTypeObject *tp = (PyTypeObject *)st->ReqState;
+    ReqStateObject *o = (ReqStateObject *)tp->tp_alloc(tp, 0);
+    if (o == NULL) {
+        return NULL;
+    }
+    mr_req_reset(&o->st);
+    o->pool = Py_NewRef(pool);
+    o->rp = rp;
+    o->row = row;
+    o->gen = mr_reqpool_gen(rp, row);
+    o->view = 1;
+    return (PyObject *)o;
 }
 
 static int
@@ -148,19 +257,37 @@ static int
 parse_rs(LifecycleObject *self, PyObject *obj, mr_req *st)
 {
     if (Py_IS_TYPE(obj, req_state_type(self))) {
-        *st = ((ReqStateObject *)obj)->st;
-        return 0;
+        return rs_get((ReqStateObject *)obj, "rs", st);
     }
     return tuple_to_req(obj, st);
 }
 
-/* The call succeeded: a ReqState gets the working copy back (and is
- * returned, a new reference); for a tuple a new tuple is built. */
+/* parse_rs for a call on request row `row`: a record in a row must be in
+ * that one (of this lifecycle's pool). */
+static int
+parse_rs_row(LifecycleObject *self, PyObject *obj, int64_t row, const char *fname, mr_req *st)
+{
+    if (parse_rs(self, obj, st) < 0) {
+        return -1;
+    }
+    ReqStateObject *o = (ReqStateObject *)obj;
+    if (Py_IS_TYPE(obj, req_state_type(self)) && o->pool != NULL
+        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->row != row)) {
+        PyErr_Format(PyExc_ValueError, "%s(): rs is the record of request row %lld%s, not of row %lld", fname,
+                     (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
+        return -1;
+    }
+    return 0;
+}
+
+/* The call succeeded: a ReqState gets the working copy back, in its row
+ * or in itself (and is returned, a new reference; parse_rs checked that
+ * the row is still its); for a tuple a new tuple is built. */
 static PyObject *
 build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
 {
     if (Py_IS_TYPE(obj, req_state_type(self))) {
-        ((ReqStateObject *)obj)->st = *st;
+        rs_put((ReqStateObject *)obj, st);
         return Py_NewRef(obj);
     }
     return req_to_tuple(st);
@@ -436,7 +563,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     }
     if (rs != NULL) {
-        st = ((ReqStateObject *)rs)->st;
+        if (rs_get((ReqStateObject *)rs, "match(): rs", &st) < 0) {
+            return NULL;
+        }
     }
     else {
         mr_req_reset(&st);
@@ -455,7 +584,7 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     }
     if (rs != NULL) {
-        ((ReqStateObject *)rs)->st = st;
+        Py_DECREF(build_rs(self, rs, &st));
     }
     mr_handle h = mr_node_handle(m.node);
     return Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
@@ -946,10 +1075,37 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_NoMemory();
         goto error;
     }
+    mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    PyObject **holders = mr_pools_req_holders(self->rp_obj, lc_state(self));
+    PyTypeObject *rs_type = req_state_type(self);
     for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
         if (mr_as_int64(PySequence_Fast_GET_ITEM(rows_seq, i), INT64_MIN, INT64_MAX, "admit(): rows", &rows[i]) < 0
-            || parse_rs(self, PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]) < 0) {
+            || parse_rs(self, obj, &sts[i]) < 0) {
             goto error;
+        }
+        if (!Py_IS_TYPE(obj, rs_type)) {
+            continue;
+        }
+        /* a record in a row is admitted in that row; one that is not moves
+         * into the row it gets, which must not hold another's */
+        ReqStateObject *o = (ReqStateObject *)obj;
+        if (o->pool != NULL && (o->pool != self->rp_obj || o->row != rows[i])) {
+            PyErr_Format(PyExc_ValueError, "admit(): rs_list[%zd] is the record of request row %lld%s, not of row %lld",
+                         i, (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "",
+                         (long long)rows[i]);
+            goto error;
+        }
+        if (o->pool == NULL && rows[i] >= 1 && rows[i] <= rp->size && holders[rows[i]] != NULL
+            && ((ReqStateObject *)holders[rows[i]])->gen == mr_reqpool_gen(rp, rows[i])) {
+            PyErr_Format(PyExc_ValueError, "admit(): request row %lld holds another request's record", (long long)rows[i]);
+            goto error;
+        }
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (PySequence_Fast_GET_ITEM(rs_seq, j) == obj) {
+                PyErr_Format(PyExc_ValueError, "admit(): rs_list[%zd] is rs_list[%zd] (one record per request)", i, j);
+                goto error;
+            }
         }
     }
     int rc = mr_lc_admit(self->lc, sts, rows, (size_t)n, headroom);
@@ -961,6 +1117,17 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         lc_raise_row(self, rc, "admit()", admit_overrides, 0);
         goto error;
     }
+    /* records not in a row move into theirs, the others are written back
+     * (nothing below fails before every record is in place) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ReqStateObject *o = (ReqStateObject *)PySequence_Fast_GET_ITEM(rs_seq, i);
+        if (Py_IS_TYPE((PyObject *)o, rs_type) && o->pool == NULL) {
+            rs_bind(o, &sts[i], self->rp_obj, rp, holders, rows[i]);
+        }
+        else if (Py_IS_TYPE((PyObject *)o, rs_type)) {
+            rs_put(o, &sts[i]);
+        }
+    }
     out_rows = PyList_New(n);
     out_rs = PyList_New(n);
     if (out_rows == NULL || out_rs == NULL) {
@@ -968,7 +1135,8 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyLong_FromLongLong(rows[i]);
-        PyObject *t = build_rs(self, PySequence_Fast_GET_ITEM(rs_seq, i), &sts[i]);
+        PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
+        PyObject *t = Py_IS_TYPE(obj, rs_type) ? Py_NewRef(obj) : req_to_tuple(&sts[i]);
         if (r == NULL || t == NULL) {
             Py_XDECREF(r);
             Py_XDECREF(t);
@@ -1003,7 +1171,7 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "prepare_extend(): row", &row) < 0
-        || parse_rs(self, args[1], &st) < 0
+        || parse_rs_row(self, args[1], row, "prepare_extend", &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "prepare_extend(): prefix_len", &p) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "prepare_extend(): extend_len", &e) < 0) {
         return NULL;
@@ -1030,7 +1198,7 @@ Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
-        || parse_rs(self, args[1], &st) < 0
+        || parse_rs_row(self, args[1], row, "decode_prepare", &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0) {
         return NULL;
     }
@@ -1059,7 +1227,7 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
-        || parse_rs(self, args[1], &st) < 0
+        || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1087,7 +1255,8 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_unfinished") < 0
-        || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0
+        || parse_rs_row(self, args[1], row, "cache_unfinished", &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
         return NULL;
     }
@@ -1135,7 +1304,8 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_finished") < 0
-        || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0 || parse_rs(self, args[1], &st) < 0
+        || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0
+        || parse_rs_row(self, args[1], row, "cache_finished", &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1158,6 +1328,19 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     int rc = mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)c, (int32_t)ns, ins);
     if (rc != MR_OK) {
         return lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
+    }
+    /* the request is done with the cache: its record leaves the row (which
+     * the scheduler frees next) and stays with the request, as SGLang's
+     * Req keeps its fields */
+    ReqStateObject *ro = (ReqStateObject *)args[1];
+    if (Py_IS_TYPE(args[1], req_state_type(self)) && ro->pool != NULL && !ro->view) {
+        PyObject **holders = mr_pools_req_holders(ro->pool, lc_state(self));
+        (void)mr_reqpool_unbind(ro->rp, ro->row, NULL);
+        if (holders[ro->row] == args[1]) {
+            holders[ro->row] = NULL;
+        }
+        rs_unbind(ro, &st);
+        return Py_NewRef(args[1]);
     }
     return build_rs(self, args[1], &st);
 }
@@ -1859,6 +2042,7 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     mr_req_reset(&self->st);
+    self->row = -1;
     if (init != NULL && init != Py_None && tuple_to_req(init, &self->st) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -1869,26 +2053,44 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 static void
 ReqState_dealloc(ReqStateObject *self)
 {
+    /* a record left in its row stays there (the row is freed later) */
+    if (self->pool != NULL && !self->view) {
+        PyObject **holders = mr_pools_req_holders(self->pool, mr_state_from_type(Py_TYPE(self)));
+        if (holders != NULL && holders[self->row] == (PyObject *)self) {
+            holders[self->row] = NULL;
+        }
+    }
+    Py_CLEAR(self->pool);
     mr_type_free((PyObject *)self);
 }
 
 static PyObject *
 ReqState_astuple(ReqStateObject *self, PyObject *unused)
 {
-    return req_to_tuple(&self->st);
+    mr_req rec;
+    return rs_get(self, "ReqState.astuple()", &rec) < 0 ? NULL : req_to_tuple(&rec);
 }
 
 static PyObject *
 ReqState_reset(ReqStateObject *self, PyObject *unused)
 {
-    mr_req_reset(&self->st);
+    mr_req rec;
+    if (rs_live(self, "ReqState.reset()") < 0) {
+        return NULL;
+    }
+    mr_req_reset(&rec);
+    rs_put(self, &rec);
     Py_RETURN_NONE;
 }
 
 static PyObject *
 ReqState_get_node_id(ReqStateObject *self, void *c)
 {
-    return PyLong_FromLongLong(self->st.has_node ? (long long)self->st.last_node.id : -1);
+    mr_req rec;
+    if (rs_get(self, "ReqState.node_id", &rec) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(rec.has_node ? (long long)rec.last_node.id : -1);
 }
 
 static int
@@ -1899,45 +2101,155 @@ ReqState_set_node_id(ReqStateObject *self, PyObject *v, void *c)
         PyErr_SetString(PyExc_AttributeError, "node_id cannot be deleted");
         return -1;
     }
-    if (mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0) {
+    mr_req rec;
+    if (rs_get(self, "ReqState.node_id", &rec) < 0 || mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0) {
         return -1;
     }
-    self->st.has_node = id >= 0;
-    self->st.last_node.id = (uint32_t)(id >= 0 ? id : 0);
+    rec.has_node = id >= 0;
+    rec.last_node.id = (uint32_t)(id >= 0 ? id : 0);
     if (id < 0) {
-        self->st.locked = 0;
+        rec.locked = 0;
     }
+    rs_put(self, &rec);
     return 0;
 }
 
-/* The track buffer's two int64 entries as a writable buffer: a CPU tensor
- * over it (torch.frombuffer) is the request's ping-pong buffer itself. */
+static PyObject *
+ReqState_get_row(ReqStateObject *self, void *c)
+{
+    if (rs_live(self, "ReqState.row") < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->pool != NULL ? (long long)self->row : -1);
+}
+
+/* The track buffer's two int64 entries of a record that lives in this
+ * object, as a writable buffer: a CPU tensor over it (torch.frombuffer) is
+ * the ping-pong buffer of a request whose record is not in a row (SGLang's
+ * own pools write into it in place).  A record in a row has the row of the
+ * pool's track map as its buffer instead: BufferError. */
 static int
 ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
 {
+    if (self->pool != NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "ReqState: the record lives in request row %lld; its track buffer is that row of the "
+                     "pool's track map",
+                     (long long)self->row);
+        view->obj = NULL;
+        return -1;
+    }
     return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
 }
 
-#define RS_MEMBER(name, type, field, doc) {name, type, offsetof(ReqStateObject, st) + offsetof(mr_req, field), 0, doc}
+/* One field of the record: its offset, C type and range. */
+typedef struct {
+    const char *name;
+    size_t off;
+    char kind;             /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32 */
+} rs_field;
 
-static PyMemberDef ReqState_members[] = {
-    RS_MEMBER("running", T_LONGLONG, running, "mamba_pool_idx (-1 = None)."),
-    RS_MEMBER("track0", T_LONGLONG, track[0], "mamba_ping_pong_track_buffer[0] (-1 = empty)."),
-    RS_MEMBER("track1", T_LONGLONG, track[1], "mamba_ping_pong_track_buffer[1] (-1 = empty)."),
-    RS_MEMBER("next_track", T_INT, next_track, "mamba_next_track_idx (-1 = None)."),
-    RS_MEMBER("last_track_seqlen", T_LONGLONG, last_track_seqlen, "mamba_last_track_seqlen (-1 = None)."),
-    RS_MEMBER("branching_seqlen", T_LONGLONG, branching_seqlen, "mamba_branching_seqlen (-1 = None)."),
-    RS_MEMBER("cow_src", T_LONGLONG, cow_src, "mamba_cow_src_index (-1 = None)."),
-    RS_MEMBER("needs_clear", T_UBYTE, needs_clear, "mamba_needs_clear."),
-    RS_MEMBER("lazy_is_insert", T_UBYTE, lazy_is_insert, "mamba_lazy_is_insert."),
-    RS_MEMBER("protected_len", T_LONGLONG, protected_len, "cache_protected_len."),
-    RS_MEMBER("node_gen", T_UINT, last_node.gen, "last_node's generation."),
-    RS_MEMBER("locked", T_UBYTE, locked, "last_node holds a lock of this request."),
-    {NULL, 0, 0, 0, NULL},
+#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
+
+static const rs_field rs_fields[] = {
+    RS_FIELD("running", running, 'q'),
+    RS_FIELD("track0", track[0], 'q'),
+    RS_FIELD("track1", track[1], 'q'),
+    RS_FIELD("next_track", next_track, 'i'),
+    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
+    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
+    RS_FIELD("cow_src", cow_src, 'q'),
+    RS_FIELD("needs_clear", needs_clear, 'b'),
+    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
+    RS_FIELD("protected_len", protected_len, 'q'),
+    RS_FIELD("node_gen", last_node.gen, 'I'),
+    RS_FIELD("locked", locked, 'b'),
 };
 
+static PyObject *
+ReqState_get_field(ReqStateObject *self, void *c)
+{
+    const rs_field *f = c;
+    if (rs_live(self, f->name) < 0) {
+        return NULL;
+    }
+    /* the field where it lives: the object, the row, or (a row's track
+     * entry) the row's track map */
+    const char *p = (const char *)(self->pool == NULL ? &self->st : &self->rp->req[self->row]) + f->off;
+    if (self->pool != NULL && (f->off == offsetof(mr_req, track[0]) || f->off == offsetof(mr_req, track[1]))
+        && (self->rp->bound[self->row] & MR_ROW_BOUND)) {
+        int32_t j = f->off == offsetof(mr_req, track[0]) ? 0 : 1;
+        if (j < self->rp->pp) {
+            p = (const char *)&self->rp->track_map[(size_t)self->row * (size_t)self->rp->pp + (size_t)j];
+        }
+    }
+    switch (f->kind) {
+    case 'q':
+        return PyLong_FromLongLong((long long)*(const int64_t *)p);
+    case 'i':
+        return PyLong_FromLong((long)*(const int32_t *)p);
+    case 'I':
+        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
+    default:
+        return PyLong_FromLong((long)*(const uint8_t *)p);
+    }
+}
+
+static int
+ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
+{
+    const rs_field *f = c;
+    if (v == NULL) {
+        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", f->name);
+        return -1;
+    }
+    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN};
+    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX};
+    int64_t x = 0;
+    mr_req rec;
+    if (rs_get(self, f->name, &rec) < 0 || mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0) {
+        return -1;
+    }
+    char *p = (char *)&rec + f->off;
+    switch (f->kind) {
+    case 'q':
+        *(int64_t *)p = x;
+        break;
+    case 'i':
+        *(int32_t *)p = (int32_t)x;
+        break;
+    case 'I':
+        *(uint32_t *)p = (uint32_t)x;
+        break;
+    default:
+        *(uint8_t *)p = x != 0;
+        break;
+    }
+    rs_put(self, &rec);
+    return 0;
+}
+
+#define RS_GETSET(i, name, doc) \
+    {name, (getter)ReqState_get_field, (setter)ReqState_set_field, doc, (void *)&rs_fields[i]}
+
 static PyGetSetDef ReqState_getset[] = {
+    RS_GETSET(0, "running", "mamba_pool_idx (-1 = None)."),
+    RS_GETSET(1, "track0", "mamba_ping_pong_track_buffer[0] (-1 = empty)."),
+    RS_GETSET(2, "track1", "mamba_ping_pong_track_buffer[1] (-1 = empty)."),
+    RS_GETSET(3, "next_track", "mamba_next_track_idx (-1 = None)."),
+    RS_GETSET(4, "last_track_seqlen", "mamba_last_track_seqlen (-1 = None)."),
+    RS_GETSET(5, "branching_seqlen", "mamba_branching_seqlen (-1 = None)."),
+    RS_GETSET(6, "cow_src", "mamba_cow_src_index (-1 = None)."),
+    RS_GETSET(7, "needs_clear", "mamba_needs_clear."),
+    RS_GETSET(8, "lazy_is_insert", "mamba_lazy_is_insert."),
+    RS_GETSET(9, "protected_len", "cache_protected_len."),
+    RS_GETSET(10, "node_gen", "last_node's generation."),
+    RS_GETSET(11, "locked", "last_node holds a lock of this request."),
     {"node_id", (getter)ReqState_get_node_id, (setter)ReqState_set_node_id, "last_node's id (-1 = None).", NULL},
+    {"row", (getter)ReqState_get_row, NULL,
+     "The ReqPool row the record lives in (-1: it lives in this object, not admitted or done).  ReferenceError "
+     "when that row was freed behind this handle's back.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1953,13 +2265,16 @@ PyDoc_STRVAR(ReqState__doc__,
 "\n"
 "One request's cache-side record (running slot, ping-pong track buffer,\n"
 "tracked and branching lengths, copy-on-write source, lock): the C struct\n"
-"the Lifecycle's per-request calls read and update in place.  rs: a\n"
-"13-tuple to start from.  Its buffer is the two track entries (int64).");
+"the Lifecycle's per-request calls read and update in place.  It lives in\n"
+"this object until Lifecycle.admit gives the request a row, then in that\n"
+"ReqPool row (`row`), until the row is freed or the request finished\n"
+"(cache_finished): then it is this object's again.  rs: a 13-tuple to\n"
+"start from.  Its buffer is the two track entries (int64) while the record\n"
+"is not in a row.");
 
 static PyType_Slot ReqState_slots[] = {
     {Py_tp_new, ReqState_new},
     {Py_tp_dealloc, ReqState_dealloc},
-    {Py_tp_members, ReqState_members},
     {Py_tp_getset, ReqState_getset},
     {Py_tp_methods, ReqState_methods},
     {Py_bf_getbuffer, ReqState_getbuffer},

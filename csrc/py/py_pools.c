@@ -382,6 +382,7 @@ static PyType_Spec SlotAllocator_spec = MR_TYPE_SPEC("mambaradix._C.SlotAllocato
 typedef struct {
     PyObject_HEAD
     mr_reqpool pool;
+    PyObject **holders;    /* per row: the ReqState whose record it holds (borrowed) */
 } ReqPoolObject;
 
 mr_reqpool *
@@ -389,6 +390,28 @@ mr_pools_req_pool(PyObject *obj, mr_state *st)
 {
     ReqPoolObject *o = (ReqPoolObject *)mr_instance(obj, st->ReqPool);
     return o != NULL ? &o->pool : NULL;
+}
+
+PyObject **
+mr_pools_req_holders(PyObject *obj, mr_state *st)
+{
+    ReqPoolObject *o = (ReqPoolObject *)mr_instance(obj, st->ReqPool);
+    return o != NULL ? o->holders : NULL;
+}
+
+/* Row r is freed: its holder (if any) takes the record back. */
+static int
+free_row(ReqPoolObject *self, int64_t r)
+{
+    uint32_t gen = mr_reqpool_gen(&self->pool, r);
+    mr_req rec;
+    int rc = mr_reqpool_free_record(&self->pool, r, &rec);
+    if (rc == MR_OK && self->holders[r] != NULL) {
+        PyObject *h = self->holders[r];
+        self->holders[r] = NULL;
+        mr_py_req_state_take_back(h, gen, &rec);
+    }
+    return rc;
 }
 
 static PyObject *
@@ -422,12 +445,19 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return mr_raise(mr_state_from_type(tp), rc, "ReqPool()");
     }
+    self->holders = PyMem_Calloc((size_t)size + 1, sizeof(PyObject *));
+    if (self->holders == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     return (PyObject *)self;
 }
 
 static void
 ReqPool_dealloc(ReqPoolObject *self)
 {
+    /* every holder keeps a reference to the pool: none is left */
+    PyMem_Free(self->holders);
     mr_reqpool_destroy(&self->pool);
     mr_type_free((PyObject *)self);
 }
@@ -519,8 +549,9 @@ PyDoc_STRVAR(ReqPool_free__doc__,
 "free($self, row, /)\n"
 "--\n"
 "\n"
-"Return request row `row`.  ValueError when it is out of range,\n"
-"OwnershipError when it is already free.");
+"Return request row `row`.  A request record that moved into the row at\n"
+"admission moves back into its ReqState.  ValueError when it is out of\n"
+"range, OwnershipError when it is already free.");
 
 static PyObject *
 ReqPool_free(ReqPoolObject *self, PyObject *arg)
@@ -530,11 +561,31 @@ ReqPool_free(ReqPoolObject *self, PyObject *arg)
     if (mr_as_int64(arg, 1, self->pool.size, "free(): row", &r) < 0) {
         return NULL;
     }
-    int rc = mr_reqpool_free(&self->pool, r);
+    int rc = free_row(self, r);
     if (rc != MR_OK) {
         return mr_raise_detail(st, rc, "free(): row", owner_overrides, "request row", r);
     }
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(ReqPool_record__doc__,
+"record($self, row, /)\n"
+"--\n"
+"\n"
+"A ReqState over row `row`'s request record (the record a request moved in\n"
+"at admission; a reset one otherwise).  It reads and writes the row while\n"
+"the row stays allocated; after the row is freed, any use raises\n"
+"ReferenceError.  ValueError when the row is not allocated.");
+
+static PyObject *
+ReqPool_record(ReqPoolObject *self, PyObject *arg)
+{
+    int64_t r = 0;
+    if (mr_as_int64(arg, 1, self->pool.size, "record(): row", &r) == 0 && !mr_reqpool_in_use(&self->pool, r)) {
+        PyErr_Format(PyExc_ValueError, "record(): request row %lld is not allocated", (long long)r);
+    }
+    return PyErr_Occurred() ? NULL
+                            : mr_py_req_state_view((PyObject *)self, &self->pool, r, mr_state_from_type(Py_TYPE(self)));
 }
 
 PyDoc_STRVAR(ReqPool_in_use__doc__,
@@ -661,6 +712,11 @@ PyDoc_STRVAR(ReqPool_clear__doc__,
 static PyObject *
 ReqPool_clear(ReqPoolObject *self, PyObject *unused)
 {
+    for (int64_t r = 1; r <= self->pool.size; r++) {
+        if (mr_reqpool_in_use(&self->pool, r)) {
+            (void)free_row(self, r);  /* a holder takes its record back */
+        }
+    }
     mr_reqpool_clear(&self->pool);
     Py_RETURN_NONE;
 }
@@ -684,6 +740,7 @@ ReqPool_check(ReqPoolObject *self, PyObject *unused)
 static PyMethodDef ReqPool_methods[] = {
     {"alloc", (PyCFunction)ReqPool_alloc, METH_O, ReqPool_alloc__doc__},
     {"free", (PyCFunction)ReqPool_free, METH_O, ReqPool_free__doc__},
+    {"record", (PyCFunction)ReqPool_record, METH_O, ReqPool_record__doc__},
     {"in_use", (PyCFunction)ReqPool_in_use, METH_O, ReqPool_in_use__doc__},
     {"write", (PyCFunction)(void (*)(void))ReqPool_write, METH_FASTCALL, ReqPool_write__doc__},
     {"mark_dirty", (PyCFunction)(void (*)(void))ReqPool_mark_dirty, METH_FASTCALL, ReqPool_mark_dirty__doc__},

@@ -382,16 +382,19 @@ class SlotIndex:
     """The index tensors of a state pool, made once on its device:
     `ids[v + 1] == v` for every slot v >= -1, so a request's slot (0-d) or
     copy-on-write source (shape (1,)) is a view of `ids`, and a ping-pong
-    buffer is gathered from it on the device: no host-device transfer per
-    request.  pp: the track buffer's width."""
+    buffer of a request without a row is gathered from it on the device: no
+    host-device transfer per request.  pp: the track buffer's width.
+    track_map: the pool's row -> track slots tensor (mambaradix's own
+    pools), whose row is the ping-pong buffer of a request in that row."""
 
-    __slots__ = ("ids", "pp", "device", "on_cpu")
+    __slots__ = ("ids", "pp", "device", "on_cpu", "track_map")
 
-    def __init__(self, size: int, device: Any, pp: int = 2) -> None:
+    def __init__(self, size: int, device: Any, pp: int = 2, track_map: Optional[torch.Tensor] = None) -> None:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.on_cpu = self.device.type == "cpu"
         self.ids = torch.arange(-1, int(size) + 1, dtype=torch.int64, device=self.device)
         self.pp = int(pp)
+        self.track_map = track_map
 
     def _grow(self, v: int) -> None:
         n = max(v + 2, 2 * self.ids.numel())
@@ -439,7 +442,9 @@ class Req:
         # place (the mamba_* properties below read and write it)
         self._rs = _C.ReqState()
         self._ix: Optional[SlotIndex] = None
-        self._track_t: Optional[torch.Tensor] = None
+        self._track_t: Optional[torch.Tensor] = None  # the ping-pong view of _track_row
+        self._track_row = -1                          # of _track_of (a track map), -1: of the record
+        self._track_of: Optional[torch.Tensor] = None
         self._pp = 2
         self.rid = rid
         self.origin_input_text = origin_input_text
@@ -475,10 +480,13 @@ class Req:
         self.kv_overallocated_freed = False
 
     # -- the recurrent-state fields, over the C record -------------------------
-    # Index tensors are views of one device tensor made once (SlotIndex); on
-    # CPU the ping-pong buffer is a zero-copy tensor over the record itself,
-    # so writing an entry writes the record.  Assigning a tensor reads it back
-    # to the host (the cache and pools never do: they write the record).
+    # The record lives in the request's ReqPool row from admission on (in
+    # the ReqState before and after).  Index tensors are views of one device
+    # tensor made once (SlotIndex); the ping-pong buffer of a request in a
+    # row is that row of the pool's track map (SGLang's
+    # req_index_to_mamba_ping_pong_track_buffer_mapping), which the C calls
+    # keep equal to the record.  Assigning a tensor reads it back to the host
+    # (the cache and pools never do: they write the record).
 
     @property
     def mamba_pool_idx(self) -> Optional[torch.Tensor]:
@@ -510,12 +518,24 @@ class Req:
         if rs.next_track < 0 and rs.track0 < 0 and rs.track1 < 0:
             return None
         ix = self._ix
+        row = rs.row
         pp = self._pp if ix is None else ix.pp
-        if ix is not None and not ix.on_cpu:
+        if row > 0:
+            if ix is None or ix.track_map is None:  # bound to a pool this cache does not index
+                return torch.tensor([rs.track0, rs.track1][:pp], dtype=torch.int64)
+            t = self._track_t
+            if t is None or self._track_row != row or self._track_of is not ix.track_map:
+                t = self._track_t = ix.track_map[row]
+                self._track_row, self._track_of = row, ix.track_map
+            return t
+        if ix is not None and not ix.on_cpu:  # not in a row, on a device: a gather
             return ix.buffer(rs, pp)
+        # not in a row, on CPU: a zero-copy tensor over the record in the
+        # ReqState (SGLang's own pools write into it in place)
         t = self._track_t
-        if t is None:
+        if t is None or self._track_row != -1:
             t = self._track_t = torch.frombuffer(rs, dtype=torch.int64)
+            self._track_row = -1
         return t if pp == 2 else t[:pp]
 
     @mamba_ping_pong_track_buffer.setter
@@ -529,7 +549,7 @@ class Req:
         if not 1 <= len(vals) <= 2:
             raise ValueError(f"mamba_ping_pong_track_buffer must hold 1 or 2 slots, not {len(vals)}")
         self._pp = len(vals)
-        rs.track0 = int(vals[0])
+        rs.track0 = int(vals[0])   # in a row: its track map (on the host)
         rs.track1 = int(vals[1]) if len(vals) > 1 else -1
 
     mamba_next_track_idx = _record_int("next_track", "mamba_next_track_idx (None = no buffer).")

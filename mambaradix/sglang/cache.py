@@ -464,6 +464,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             )
             if state >= 0:  # the record has the running slot and the source
                 self._apply(req, rs)
+                if owner >= 1:  # the row's map has the running slot
+                    self.req_to_token_pool._sync_maps_to_device([owner])
         else:
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
             if cow and state >= 0:

@@ -572,7 +572,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 self.req_index_to_mamba_ping_pong_track_buffer_mapping.to(device)
             )
         # index tensors made once on the device; requests' fields are views
-        self._ix = SlotIndex(mamba_size, device, pp)
+        # (a request's ping-pong buffer: its row of the track map)
+        self._ix = SlotIndex(mamba_size, device, pp, self.req_index_to_mamba_ping_pong_track_buffer_mapping)
         # Admission runs in C; until a MambaRadixCache binds its own
         # lifecycle, the pool uses one over a zero-sized KV allocator.
         self._lc = _C.Lifecycle(
@@ -665,13 +666,15 @@ class HybridReqToTokenPool(ReqToTokenPool):
                              self.enable_mamba_extra_buffer_lazy)
 
     def set_mamba_ping_pong_slot(self, req: Req, idx: int, value: Any) -> None:
-        if _owns_record(req):  # the record, then the row's map from it
+        if _owns_record(req):  # the record (in its row: the row's track map)
             v = value if isinstance(value, int) else int(value)
+            row = int(req.req_pool_idx)
+            if v >= 1:  # a slot the caller took for the request is the request's now
+                self.mamba_allocator._slots.transfer(np.array([v], dtype=np.int64), row)
             if idx == 0:
                 req._rs.track0 = v
             else:
                 req._rs.track1 = v
-            row = int(req.req_pool_idx)
             self._rp.track_map[row, idx] = v
             self._sync_maps_to_device([row])
             return
@@ -700,8 +703,9 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 raise ValueError("mamba_ping_pong_track_buffer_to_keep must be 0 with a track buffer of 1")
         if req.mamba_pool_idx is None:
             raise OwnershipError(f"free_mamba_cache(): request {req.rid!r} holds no state slot (double free?)")
-        rs = self._lc.free_states(_rs_of(req), keep=-1 if keep is None else keep)
-        del rs
+        self._lc.free_states(_rs_of(req), keep=-1 if keep is None else keep)
+        if req.req_pool_idx is not None and _owns_record(req):  # its track map row changed
+            self._sync_maps_to_device([int(req.req_pool_idx)])
         req.mamba_pool_idx = None
         if self.enable_mamba_extra_buffer:
             req.mamba_ping_pong_track_buffer = None

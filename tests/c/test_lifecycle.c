@@ -8,7 +8,12 @@
  *   --room      pools too small (page sizes 4 and 16): every point where a
  *               batched call takes a row, a state slot or a KV page runs out
  *               of room in turn; a refused batch takes nothing;
- *   (default: both; --oom is skipped without -DMR_FAULT_INJECT).
+ *   --bound     records of the per-request calls in their rows: a match with
+ *               copy-on-write before admission, the record moved into its
+ *               row, mr_lc_check accepting what a bound row may hold (a
+ *               pending copy-on-write source, lengths the caller keeps, a
+ *               slot a caller gave the tree) and catching a broken one;
+ *   (default: all; --oom is skipped without -DMR_FAULT_INJECT).
  * Exits with 1 when a check failed.  tests/c/Makefile builds it in
  * the four variants (plain, ASan+UBSan, fault injection, valgrind).
  */
@@ -452,18 +457,118 @@ test_out_of_room(void)
     }
 }
 
+/* ------------------------------------------------------------------------
+ * Records of the per-request calls, bound to their rows */
+
+static void
+expect_broken(world *w, const char *want, const char *what)
+{
+    char msg[512] = "";
+    int rc = mr_lc_check(w->lc, msg, sizeof(msg));
+    CHECK(rc == MR_ECORRUPT && strstr(msg, want) != NULL, "%s: not caught (want \"%s\", got \"%s\")", what, want,
+          msg);
+}
+
+static void
+test_bound_records(void)
+{
+    world w;
+    CHECK(world_make(&w, 1, 0, 1, 16, 256, 4) == 0, "world");
+    enum { L = 8 };
+    int32_t key[L + 4];
+    int64_t kv[L + 4], idx[L + 4], s = -1;
+    make_key(key, L + 4, 3, 1);
+    mr_insert_result ir;
+    CHECK(mr_kv_alloc(&w.kv, L, MR_OWNER_HELD, kv) == MR_OK && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK,
+          "units for a cached prefix");
+    CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir) == MR_OK, "insert");
+    /* 1. match with copy-on-write before admission: the record is the
+     *    caller's, its slot held */
+    mr_req st;
+    mr_req_reset(&st);
+    mr_match m;
+    CHECK(mr_lc_match(w.lc, key, L, 0, 1, &st, MR_OWNER_HELD, &m, idx) == MR_OK && st.cow_src == s && st.running >= 1,
+          "match with copy-on-write");
+    CHECK(mr_radix_lock(mr_lc_tree(w.lc), m.node) == MR_OK, "the scheduler's lock");
+    /* 2. admission, then the record moves into the row */
+    int64_t row = -1;
+    CHECK(mr_lc_admit(w.lc, &st, &row, 1, 0) == MR_OK && row >= 1, "admit");
+    st.protected_len = L;
+    st.branching_seqlen = -1;
+    CHECK(mr_reqpool_bind(&w.rp, row, &st) == MR_OK, "bind");
+    check_world(&w, "a bound row with a pending copy-on-write source");
+    /* 3. what a bound row may not hold */
+    mr_req keep = w.rp.req[row];
+    int64_t freeslot = -1;
+    CHECK(mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &freeslot) == MR_OK
+          && mr_slots_free(&w.state, &freeslot, 1, MR_FROM_CALLER, 0, NULL) == MR_OK, "a free slot");
+    w.rp.req[row].cow_src = freeslot;
+    expect_broken(&w, "pending copy-on-write source", "a copy-on-write source that is not a tree state");
+    w.rp.req[row] = keep;
+    w.rp.bound[row] = 0;
+    expect_broken(&w, "keeps a copy-on-write source between calls", "an unbound row with a copy-on-write source");
+    w.rp.bound[row] = MR_ROW_BOUND;
+    w.rp.req[row].committed = 3;
+    expect_broken(&w, "Q5: bound row", "a bound row with a committed length");
+    w.rp.req[row] = keep;
+    w.rp.req[row].protected_len = w.rp.max_ctx + 1;
+    expect_broken(&w, "Q5: bound row", "a bound row's protected length past the table");
+    w.rp.req[row] = keep;
+    int64_t t1 = w.rp.track_map[row * 2 + 1];
+    w.rp.track_map[row * 2 + 1] = keep.running;  /* the track map is the row's track storage */
+    expect_broken(&w, "holds slot", "a track map entry naming the running slot");
+    w.rp.track_map[row * 2 + 1] = freeslot;
+    expect_broken(&w, "is not owned by it", "a track map entry naming a free slot");
+    w.rp.track_map[row * 2 + 1] = t1;
+    check_world(&w, "restored");
+    /* 4. the forward consumed the copy-on-write; a caller inserts the
+     *    request's running slot itself (SGLang's tests do): the record keeps
+     *    naming it, which the check accepts, also once it is evicted */
+    mr_req cur;
+    mr_reqpool_load(&w.rp, row, &cur);
+    cur.cow_src = -1;
+    mr_reqpool_store(&w.rp, row, &cur);
+    CHECK(mr_kv_alloc(&w.kv, L + 4, MR_OWNER_HELD, kv) == MR_OK, "KV");
+    int32_t key2[L + 4];
+    make_key(key2, L + 4, 7, 2);
+    CHECK(mr_lc_insert(w.lc, key2, kv, L + 4, 0, cur.running, 0, NULL, &ir) == MR_OK && !ir.state_existed, "insert");
+    CHECK(w.rp.bound[row] == (MR_ROW_BOUND | MR_ROW_GAVE_RUNNING), "the running slot is marked given");
+    check_world(&w, "a bound row naming the slot it gave the tree");
+    CHECK(mr_lc_evict(w.lc, 0, 16, NULL, NULL) == MR_OK, "evict the unlocked states");
+    check_world(&w, "a bound row naming a slot given and evicted");
+    w.rp.bound[row] = MR_ROW_BOUND;
+    expect_broken(&w, "is not owned by it", "a given slot not marked");
+    w.rp.bound[row] |= MR_ROW_GAVE_RUNNING;
+    /* 5. the record moves out with the row */
+    mr_req out;
+    CHECK(mr_reqpool_free_record(&w.rp, row, &out) == MR_OK && out.running == cur.running && out.protected_len == L,
+          "free: the record comes out");
+    CHECK(mr_radix_unlock(mr_lc_tree(w.lc), m.node) == MR_OK, "unlock");
+    int64_t mine[2] = {out.track[0], out.track[1]};
+    CHECK(mr_slots_free(&w.state, mine, 2, MR_FROM_CALLER, 0, NULL) == MR_OK, "the track slots");
+    check_world(&w, "after the row was freed");
+    w.rp.bound[row] = MR_ROW_BOUND;
+    expect_broken(&w, "is bound", "a free row still bound");
+    w.rp.bound[row] = 0;
+    world_free(&w);
+}
+
 int
 main(int argc, char **argv)
 {
-    int oom = 1, room = 1;
+    int oom = 1, room = 1, bound = 1;
     if (argc > 1) {
-        oom = room = 0;
+        oom = room = bound = 0;
         for (int i = 1; i < argc; i++) {
             oom |= strcmp(argv[i], "--oom") == 0;
             room |= strcmp(argv[i], "--room") == 0;
+            bound |= strcmp(argv[i], "--bound") == 0;
         }
     }
     test_double_free_and_tree_owned();
+    if (bound) {
+        test_bound_records();
+    }
     if (room) {
         test_batch_in_pages();
         test_out_of_room();

@@ -6,8 +6,13 @@
  *             row -> state slot and row -> ping-pong buffer maps, request
  *             records reset on alloc, free and clear, dirty ranges (union per
  *             row, first-touch order, partial takes), and every error code;
+ *             A request's record moved into its row (mr_reqpool_bind) and
+ *             out again (mr_reqpool_free_record, mr_reqpool_unbind), a
+ *             bound row's track entries read from and written to its track
+ *             map (mr_reqpool_load / _store), the given-away marks cleared
+ *             by a changed field, the row generation on every take and free;
  *   --check   mr_reqpool_check() must report a row owned by a request or the
- *             tree, and a broken row allocator;
+ *             tree, a free row still bound, and a broken row allocator;
  *   --fuzz    random calls (alloc, free, write, read, mark_dirty,
  *             take_dirty, sync_maps, clear, in_use), each made on the model
  *             too (free rows oldest first, the table as int64, both maps,
@@ -398,6 +403,84 @@ test_bad_init(void)
 /* ------------------------------------------------------------------------
  * --check */
 
+/* A request's record moves into its row at admission and back out when
+ * the row is freed or unbound; a bound row's track entries live in its
+ * track map; the row's generation changes on every take and free. */
+static void
+test_bind_and_move(void)
+{
+    mr_reqpool p;
+    CHECK_RC(mr_reqpool_init(&p, 3, 8, 2), MR_OK, "init");
+    int64_t r = 0, r2 = 0;
+    uint32_t g0 = mr_reqpool_gen(&p, 1);
+    CHECK_RC(mr_reqpool_alloc(&p, 1, &r), MR_OK, "alloc");
+    CHECK(r == 1 && mr_reqpool_gen(&p, 1) != g0, "row 1 taken, its generation changed");
+    uint32_t g1 = mr_reqpool_gen(&p, 1);
+    mr_req st;
+    mr_req_reset(&st);
+    st.running = 5;
+    st.track[0] = 6;
+    st.track[1] = 7;
+    st.next_track = 1;
+    st.cow_src = 3;
+    st.protected_len = 4;
+    CHECK_RC(mr_reqpool_bind(&p, 2, &st), MR_EINVAL, "bind to a free row");
+    CHECK_RC(mr_reqpool_bind(&p, 1, &st), MR_OK, "bind");
+    CHECK(p.bound[1] == MR_ROW_BOUND && memcmp(&p.req[1], &st, sizeof(st)) == 0, "the record moved in");
+    CHECK(p.state_map[1] == 5 && p.track_map[2] == 6 && p.track_map[3] == 7, "the maps follow the record");
+    /* the track map is a bound row's track storage */
+    p.track_map[3] = 9;
+    mr_req got;
+    mr_reqpool_load(&p, 1, &got);
+    CHECK(got.track[0] == 6 && got.track[1] == 9 && got.running == 5 && got.cow_src == 3, "load reads the map");
+    got.track[0] = 11;
+    mr_reqpool_store(&p, 1, &got);
+    CHECK(p.track_map[2] == 11 && p.req[1].track[0] == 11 && p.req[1].track[1] == 9, "store writes the map");
+    /* a batched row's record does not read the map */
+    CHECK_RC(mr_reqpool_alloc(&p, 1, &r2), MR_OK, "alloc");
+    p.track_map[r2 * 2] = 13;
+    mr_reqpool_load(&p, r2, &got);
+    CHECK(got.track[0] == -1 && p.bound[r2] == 0, "a batched row's record is its own");
+    /* a changed field is no longer a given-away slot */
+    p.bound[1] |= MR_ROW_GAVE_RUNNING | MR_ROW_GAVE_TRACK1;
+    mr_reqpool_load(&p, 1, &got);
+    got.track[1] = 12;
+    mr_reqpool_store(&p, 1, &got);
+    CHECK(p.bound[1] == (MR_ROW_BOUND | MR_ROW_GAVE_RUNNING), "track1 changed: %d", (int)p.bound[1]);
+    got.cow_src = -1;
+    mr_reqpool_store(&p, 1, &got);
+    CHECK(p.bound[1] == (MR_ROW_BOUND | MR_ROW_GAVE_RUNNING), "another field changed: %d", (int)p.bound[1]);
+    got.running = 4;
+    mr_reqpool_store(&p, 1, &got);
+    CHECK(p.bound[1] == MR_ROW_BOUND, "running changed: %d", (int)p.bound[1]);
+    /* free moves it out (track entries from the map), resets the row */
+    mr_req out;
+    memset(&out, 0, sizeof(out));
+    CHECK_RC(mr_reqpool_free_record(&p, 1, &out), MR_OK, "free");
+    CHECK(out.running == 4 && out.track[0] == 11 && out.track[1] == 12 && out.next_track == 1
+          && out.protected_len == 4 && out.cow_src == -1,
+          "the record came out");
+    CHECK(is_fresh(&p.req[1]) && p.bound[1] == 0 && mr_reqpool_gen(&p, 1) != g1, "row 1 reset, new generation");
+    out.running = 77;
+    CHECK_RC(mr_reqpool_free_record(&p, 1, &out), MR_ENOENT, "double free");
+    CHECK_RC(mr_reqpool_free_record(&p, 0, &out), MR_EINVAL, "row 0");
+    CHECK_RC(mr_reqpool_free_record(&p, 4, &out), MR_EINVAL, "row 4");
+    CHECK(out.running == 77, "a failed free wrote the record out");
+    /* unbind: the record comes out, the row stays taken */
+    uint32_t g2 = mr_reqpool_gen(&p, r2);
+    CHECK_RC(mr_reqpool_bind(&p, r2, &st), MR_OK, "bind");
+    CHECK_RC(mr_reqpool_unbind(&p, r2, &out), MR_OK, "unbind");
+    CHECK(out.running == 5 && out.track[1] == 7 && is_fresh(&p.req[r2]) && p.bound[r2] == 0
+          && mr_reqpool_in_use(&p, r2) && mr_reqpool_gen(&p, r2) == g2,
+          "unbound, still taken, same generation");
+    CHECK_RC(mr_reqpool_unbind(&p, 1, &out), MR_EINVAL, "unbind a free row");
+    /* clear: every generation changes, no row bound */
+    CHECK_RC(mr_reqpool_bind(&p, r2, &st), MR_OK, "bind");
+    mr_reqpool_clear(&p);
+    CHECK(p.bound[r2] == 0 && mr_reqpool_gen(&p, r2) != g2 && is_fresh(&p.req[r2]), "clear");
+    mr_reqpool_destroy(&p);
+}
+
 static void
 test_check_detects(void)
 {
@@ -418,6 +501,10 @@ test_check_detects(void)
           "a broken row allocator: %s", msg);
     p.rows.n_held--;
     CHECK(mr_reqpool_check(&p, msg, sizeof(msg)) == MR_OK, "valid again: %s", msg);
+    p.bound[4] = MR_ROW_BOUND;  /* row 4 is free */
+    CHECK(mr_reqpool_check(&p, msg, sizeof(msg)) == MR_ECORRUPT && strstr(msg, "free request row 4 is bound"),
+          "a free row still bound: %s", msg);
+    p.bound[4] = 0;
     mr_reqpool_destroy(&p);
 }
 
@@ -608,6 +695,7 @@ main(int argc, char **argv)
         test_rows_and_records();
         test_table_and_dirty();
         test_bad_init();
+        test_bind_and_move();
     }
     if (on[1]) {
         test_check_detects();

@@ -603,8 +603,8 @@ def test_donated_track_slot_cannot_be_cached_again() -> None:
     with pytest.raises(_C.OwnershipError, match="already freed or donated"):
         loop.tree.cache_finished_req(req, kv_len_to_handle=req.kv_committed_len)
     assert loop.pool.mamba_allocator._slots.counts() == before
-    loop.check()
     req.mamba_ping_pong_track_buffer[keep] = slot   # put it back: finishing works
+    loop.check()
     loop.finish(req)
     assert loop.pool.mamba_allocator._slots.counts()["req"] == 0
 

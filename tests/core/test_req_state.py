@@ -71,3 +71,98 @@ def test_a_failed_call_leaves_the_record() -> None:
     with pytest.raises(_C.OwnershipError):
         lc.cache_finished(rows[0], rec, [1, 2, 3, 4], 0)
     assert rec.astuple() == before
+
+
+def _pools():
+    rp = _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(_C.SlotAllocator(16), _C.SlotAllocator(64), rp, extra_buffer=True, chunk_size=4,
+                      track_interval=4)
+    return rp, lc
+
+
+def test_the_record_moves_into_its_row_and_back() -> None:
+    """admit moves a ReqState's record into its ReqPool row: the pool's view
+    of the row (ReqPool.record) is the same record, the calls update the row,
+    the track entries are the row of the pool's track map.  ReqPool.free
+    moves it back into the ReqState (the request keeps its fields, as
+    SGLang's Req does); the view of the freed row raises ReferenceError."""
+    rp, lc = _pools()
+    rec = _C.ReqState()
+    assert rec.row == -1
+    (row,), _ = lc.admit([-1], [rec])
+    assert rec.row == row
+    view = rp.record(row)
+    assert view.row == row and view.astuple() == rec.astuple() and view.running == rec.running >= 1
+    assert rp.state_map[row] == rec.running and rp.track_map[row].tolist() == [rec.track0, rec.track1]
+    lc.prepare_extend(row, rec, 0, 9)
+    assert view.last_track_seqlen == rec.last_track_seqlen == 8  # the call wrote the row
+    view.branching_seqlen = 5
+    assert rec.branching_seqlen == 5  # one record, not two
+    t1 = rec.track1
+    rp.track_map[row, 1] = 15
+    assert rec.track1 == view.track1 == rec.astuple()[2] == 15  # the row's track entries are its track map
+    assert lc.decode_prepare(row, rec, 3)[1] == 15  # and the calls read them there (track[next] = track1)
+    rec.track1 = t1
+    assert rp.track_map[row, 1] == t1
+    lc.check()
+    with pytest.raises(BufferError, match=f"request row {row}"):
+        memoryview(rec)
+    with pytest.raises(ValueError, match=f"rs is the record of request row {row}, not of row {row + 1}"):
+        lc.prepare_extend(row + 1, rec, 0, 1)
+    before = rec.astuple()
+    rp.free(row)
+    assert rec.row == -1 and rec.astuple() == before  # back in the ReqState
+    assert bytes(memoryview(rec)) != b""  # its own buffer again
+    with pytest.raises(ReferenceError, match=f"request row {row}, which was freed since"):
+        view.running
+    with pytest.raises(ReferenceError, match="stale handle"):
+        lc.free_states(view)
+    lc.free_states(rec)
+    lc.check()
+
+
+def test_cache_finished_hands_the_record_back() -> None:
+    """A finished request's record leaves its row (which the scheduler frees
+    next); it stays with the request."""
+    rp, lc = _pools()
+    rec = _C.ReqState()
+    (row,), _ = lc.admit([-1], [rec])
+    rp.write(row, 0, [1, 2, 3, 4])
+    lc.cache_finished(row, rec, [1, 2, 3, 4], 0)
+    assert rec.row == -1 and rec.running == -1
+    assert rp.record(row).astuple() == _C.ReqState().astuple()  # the row keeps a reset record
+    rp.free(row)
+    lc.check()
+
+
+def test_a_row_freed_behind_a_handle_makes_it_stale() -> None:
+    """A row freed by a call that does not know the ReqState (a batched
+    call) leaves it stale: every use raises ReferenceError naming the row,
+    nothing reads the row's next record."""
+    rp, lc = _pools()
+    rec = _C.ReqState()
+    (row,), _ = lc.admit([-1], [rec])
+    lc.finish_batch([row], [[1, 2, 3]])
+    others = [_C.ReqState() for _ in range(4)]
+    rows, _ = lc.admit([-1] * 4, others)
+    other = others[rows.index(row)]  # the row is reused, for another record
+    for use in (lambda: rec.running, lambda: rec.astuple(), lambda: setattr(rec, "cow_src", 3), rec.reset,
+                lambda: lc.free_states(rec)):
+        with pytest.raises(ReferenceError, match=f"request row {row}"):
+            use()
+    assert other.row == row and other.running >= 1
+    lc.check()
+
+
+def test_admission_keeps_one_record_per_row() -> None:
+    rp, lc = _pools()
+    a, b = _C.ReqState(), _C.ReqState()
+    with pytest.raises(ValueError, match=r"rs_list\[1\] is rs_list\[0\]"):
+        lc.admit([-1, -1], [a, a])
+    (row,), _ = lc.admit([-1], [a])
+    with pytest.raises(ValueError, match=f"request row {row} holds another request's record"):
+        lc.admit([row], [b])
+    with pytest.raises(ValueError, match=f"rs_list\\[0\\] is the record of request row {row}, not of row"):
+        lc.admit([-1], [a])
+    assert b.row == -1 and rp.available_size() == 3
+    lc.check()

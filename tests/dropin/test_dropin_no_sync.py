@@ -77,9 +77,12 @@ def test_guard_counts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_request_fields_live_in_the_record() -> None:
-    """The Req's state fields are the C record the lifecycle updates: after
-    admission the running slot and track buffer read through to it, and a
-    write to the CPU buffer tensor is a write to the record."""
+    """The Req's state fields are the C record the lifecycle updates, which
+    lives in the request's ReqPool row from admission on: the running slot
+    and track buffer read through to the row, the buffer is the row of the
+    pool's track map (no copy), a write through the pool writes the record
+    and the map, and a write that bypasses the pool is caught by the check."""
+    from mambaradix import _C
     from mambaradix.sglang import Req
 
     from dropin_batch import make
@@ -88,14 +91,34 @@ def test_request_fields_live_in_the_record() -> None:
     r = Req(rid=1, origin_input_ids=[1, 2, 3])
     r.init_next_round_input(cache)
     pool.alloc([r])
-    rs = r._rs
-    assert rs.running >= 1 and int(r.mamba_pool_idx) == rs.running
-    assert r.mamba_ping_pong_track_buffer.tolist() == [rs.track0, rs.track1]
-    assert pool._rp.state_map[r.req_pool_idx] == rs.running
-    r.mamba_ping_pong_track_buffer[1] = 5
-    assert rs.track1 == 5
-    r.mamba_ping_pong_track_buffer = None
-    assert r.mamba_next_track_idx is None and (rs.track0, rs.track1, rs.next_track) == (-1, -1, -1)
+    rs, row = r._rs, r.req_pool_idx
+    assert rs.row == row
+    view = pool._rp.record(row)  # the pool's own view of the row's record
+    assert rs.running >= 1 and int(r.mamba_pool_idx) == rs.running == view.running
+    view_running = view.running
+    assert r.mamba_ping_pong_track_buffer.tolist() == [view.track0, view.track1] == [rs.track0, rs.track1]
+    assert pool._rp.state_map[row] == rs.running
+    buf = r.mamba_ping_pong_track_buffer
+    assert buf.data_ptr() == pool.req_index_to_mamba_ping_pong_track_buffer_mapping[row].data_ptr()
+    t0, t1 = rs.track0, rs.track1
+    pool.set_mamba_ping_pong_slot(r, 0, t1)  # swap the two slots through the pool
+    pool.set_mamba_ping_pong_slot(r, 1, torch.tensor(t0))
+    assert (view.track0, view.track1) == (rs.track0, rs.track1) == (t1, t0) and buf.tolist() == [t1, t0]
+    cache.sanity_check()
+    buf[1] = t1  # the buffer is the record's track entries: the check sees the slot twice
+    assert rs.track1 == view.track1 == t1
+    with pytest.raises(_C.InvariantError, match=f"Q2: row {row} holds slot {t1} twice"):
+        cache.sanity_check()
+    buf[1] = t0
+    cache.sanity_check()
+    pool.free(r)  # the record goes back to the request: its fields read as before
+    assert rs.row == -1 and r.req_pool_idx is None and int(r.mamba_pool_idx) == view_running
+    assert r.mamba_ping_pong_track_buffer.tolist() == [t1, t0]
+    with pytest.raises(ReferenceError, match=f"request row {row}, which was freed"):
+        view.running
+    pool.free_mamba_cache(r)
+    cache.sanity_check()
+    assert r.mamba_pool_idx is None and r.mamba_ping_pong_track_buffer is None and r.mamba_next_track_idx is None
 
 
 def test_slot_index_views_and_buffers() -> None:

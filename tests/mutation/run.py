@@ -42,6 +42,7 @@ T_DRIVER = ["tests/sim/test_driver.py"]
 T_TREE = ["tests/core/test_tree_sglang_flows.py", "tests/core/test_tree_handles.py", "tests/core/test_tree_bad_input.py",
           "tests/core/test_tree_differential.py"]
 T_POOLS = ["tests/core/test_pools.py"]
+T_RECORD = ["tests/core/test_req_state.py", "tests/dropin/test_dropin_no_sync.py"]
 T_KERN = ["tests/tensor/test_kernels_cpu.py", "tests/tensor/test_kernels_numpy.py", "tests/tensor/test_dlpack.py"]
 
 
@@ -105,6 +106,16 @@ MUTANTS: List[Mutant] = [
            "        rc = mr_radix_lock(lc->tree, m.node);\n        if (rc != MR_OK) {\n            break;\n        }\n"
            "        st->locked = 1;",
            "        st->locked = 1;", T_DECIDE + T_LIFE, "prefill batch: matched prefix never locked (skipped lock)"),
+    # ---- request records in their rows (csrc/core/req_pool.c, the ReqState binding)
+    Mutant("RP_BIND", "csrc/core/req_pool.c", "    p->req[r] = *st;\n    p->bound[r] = MR_ROW_BOUND;",
+           "    p->bound[r] = MR_ROW_BOUND;", T_RECORD, "admission: the record never moves into its row"),
+    Mutant("RP_LOAD_MAP", "csrc/core/req_pool.c", "    *out = p->req[r];\n    if (p->bound[r] & MR_ROW_BOUND) {",
+           "    *out = p->req[r];\n    if (0) {", T_RECORD, "a bound row's track entries not read from its track map"),
+    Mutant("PY_TAKE_BACK", "csrc/py/py_pools.c", "        mr_py_req_state_take_back(h, gen, &rec);\n", "",
+           T_RECORD, "ReqPool.free: the record never goes back to its ReqState"),
+    Mutant("PY_STALE", "csrc/py/py_lifecycle.c",
+           "    if (o->pool != NULL && mr_reqpool_gen(o->rp, o->row) != o->gen) {", "    if (0) {",
+           T_RECORD, "a handle to a freed row reads the row"),
     # ---- tree (csrc/core/radix.c)
     Mutant("TR_BRANCH", "csrc/core/radix.c", "    if (pos > best_len) {\n        size_t aligned",
            "    if (pos >= best_len) {\n        size_t aligned", T_TREE + T_DECIDE, "branching point also at the state",
