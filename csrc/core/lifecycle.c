@@ -499,6 +499,34 @@ mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int co
     return MR_OK;
 }
 
+int
+mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, int *need)
+{
+    *need = 0;
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    int64_t state = mr_node_state(node);
+    int wants_slot = state >= 0 && st->running < 0;
+    if (fresh >= 1 && !wants_slot) {
+        return MR_EINVAL;   /* a slot the rule does not take: the caller keeps it */
+    }
+    if (state < 0) {
+        return MR_OK;
+    }
+    if (wants_slot) {
+        if (fresh < 1) {
+            *need = 1;
+            return MR_OK;
+        }
+        st->running = fresh;
+    }
+    st->cow_src = state;
+    st->needs_clear = 0;
+    lc->stats.cow++;
+    return MR_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Admission */
 

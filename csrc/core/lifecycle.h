@@ -167,6 +167,15 @@ int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t
 int mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
                 int32_t owner, mr_match *m, int64_t *indices);
 
+/* mr_lc_match's copy-on-write step on a lifecycle without pools (the
+ * caller's allocators own the slots): with `node` (a match's result)
+ * holding a state, st->cow_src = that state and st->needs_clear = 0, after
+ * st->running gets `fresh` (>= 1) if it has no slot.  When it needs a slot
+ * and fresh < 1, *need = 1 and nothing changes: the caller allocates one
+ * (evicting with the node locked) and calls again.  MR_EINVAL for a fresh
+ * slot the rule does not take (nothing changes), MR_ESTATE with pools. */
+int mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, int *need);
+
 /* Admission of n requests (HybridReqToTokenPool.alloc, after the
  * scheduler's headroom eviction when headroom != 0: states short of
  * n * (lazy ? 2 : 3) are evicted first).  rows[i] < 1 gets a new row;

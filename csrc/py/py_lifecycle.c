@@ -1547,6 +1547,42 @@ Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, P
                          need ? Py_True : Py_False);
 }
 
+PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
+"cow_foreign($self, rs, node_id, node_gen, fresh=-1, /)\n"
+"--\n"
+"\n"
+"match's copy-on-write step on a Lifecycle without pools, for the node a\n"
+"match returned: when it holds a state, the record's cow_src becomes that\n"
+"state and needs_clear False, after its running slot becomes fresh if it has\n"
+"none.  Returns (rs, need_slot): need_slot when it wants a running slot and\n"
+"fresh gave none (allocate one with the node locked and call again; nothing\n"
+"changed).  ValueError for a fresh slot it does not take.");
+
+static PyObject *
+Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MR_ARGS(spec, pa, "cow_foreign", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
+    int64_t fresh = -1;
+    mr_req st;
+    mr_node *node = NULL;
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
+        || parse_handle(self, args[1], args[2], &node) < 0
+        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow_foreign(): fresh", &fresh) < 0)) {
+        return NULL;
+    }
+    if (self->rp_obj != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cow_foreign(): this Lifecycle has its own pools; use match(cow=True)");
+        return NULL;
+    }
+    int need = 0;
+    if (mr_lc_cow_ext(self->lc, &st, node, fresh, &need) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "cow_foreign(): fresh is a slot the request does not take "
+                                          "(it already has a running slot, or the node holds no state)");
+        return NULL;
+    }
+    return Py_BuildValue("(NO)", build_rs(self, args[0], &st), need ? Py_True : Py_False);
+}
+
 PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
 "decode_finish_foreign($self, rs, committed_len, finished, /)\n"
 "--\n"
@@ -1985,6 +2021,7 @@ static PyMethodDef Lifecycle_methods[] = {
      Lifecycle_decode_finish_foreign__doc__},
     {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
      Lifecycle_decode_prepare_foreign__doc__},
+    {"cow_foreign", (PyCFunction)(void (*)(void))Lifecycle_cow_foreign, METH_FASTCALL, Lifecycle_cow_foreign__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},

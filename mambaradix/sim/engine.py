@@ -94,6 +94,7 @@ __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
 _ReqState = _C.ReqState
+_BLANK_RS = (-1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)  # a record's fields after `running`: none set
 _POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
 
 
@@ -731,13 +732,17 @@ class _Replay(Scheduler):
         r.node = m.node
         r.branching = m.branching_seqlen
         r.cpl = r.prefix_len
-        if m.state is not None:
-            if not r.running:
-                if not self._alloc_slot(protect=m.node):
-                    raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-                r.running = self._sid()
+        # the copy-on-write step (the lifecycle's rule; the slot is ours)
+        node = m.node
+        rs, need = self.lc.cow_foreign(_ReqState((r.running or -1,) + _BLANK_RS), node.id, node.gen)
+        if need:
+            if not self._alloc_slot(protect=node):
+                raise RuntimeError("state pool exhausted at a hit: raise state_slots")
+            rs, _ = self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
+        if rs.cow_src >= 0:
+            r.running = rs.running
             r.cow = True
-            r.needs_clear = False
+            r.needs_clear = rs.needs_clear
         self._pending_match = (m.kv_matched_len, seen)
 
     # ----------------------------------------------------------- the loop
