@@ -138,7 +138,9 @@ def setup(sg, impl, rows, slots, kv, ctx):
 # Per operation
 
 
-def per_op(sg, impl, groups, per_group, shared, own, seed=0):
+def op_prompts(groups, per_group, shared, own, seed=0):
+    """The per-operation keys: `groups` x `per_group` prompts of `shared`
+    common + `own` tokens, and as many prompts that share nothing."""
     rng = np.random.default_rng(seed)
     prompts = []
     for _ in range(groups):
@@ -146,6 +148,11 @@ def per_op(sg, impl, groups, per_group, shared, own, seed=0):
         for _ in range(per_group):
             prompts.append(array("q", head + rng.integers(1, 50000, size=own).tolist()))
     misses = [array("q", rng.integers(50001, 99999, size=shared + own).tolist()) for _ in range(len(prompts))]
+    return prompts, misses
+
+
+def per_op(sg, impl, groups, per_group, shared, own, seed=0):
+    prompts, misses = op_prompts(groups, per_group, shared, own, seed)
     n = len(prompts)
     out = {}
     for timed in (False, True):   # a warm-up pass on its own cache, then the timed one

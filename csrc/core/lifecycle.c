@@ -336,7 +336,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         return MR_EINVAL;
     }
     if (!(o == MR_OWNER_HELD || o >= 1)) {
-        return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
+        return o == MR_OWNER_FREE || o == MR_OWNER_PENDING ? MR_ENOENT : MR_EBUSY;
     }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
@@ -352,7 +352,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         if (val[i] < 0 || pg > np) {
             return MR_EINVAL;
         }
-        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED) {
+        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {
             return MR_ENOENT;  /* a KV index nobody holds */
         }
         if (i >= mine && owner[pg] == MR_OWNER_TREE) {
