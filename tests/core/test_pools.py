@@ -348,3 +348,45 @@ def test_req_pool_bad_input() -> None:
         _C.ReqPool(2, 4, 3)
     assert p.track_map.shape == (3, 1)
     p.check()
+
+
+def test_free_group_defers_and_catches_a_double_free_at_once() -> None:
+    a = _C.SlotAllocator(8)
+    got = a.alloc(6).tolist()            # [1..6]
+    a.free_group_begin()
+    assert a.in_free_group
+    a.free([3, 1])
+    assert a.owner(3) == "pending" and a.available_size() == 2   # not back yet
+    assert a.counts()["pending"] == 2
+    with pytest.raises(_C.OwnershipError, match=r"free\(\): indices: slot 1 is already free"):
+        a.free([2, 1])                   # 2 is fine, 1 was freed in the group: nothing moves
+    assert a.owner(2) == "held" and a.counts()["pending"] == 2
+    a.check()
+    with pytest.raises(_C.OwnershipError):
+        a.transfer([3], "tree")          # a pending unit is nobody's
+    with pytest.raises(ValueError, match="listed twice"):
+        a.free([4, 4])
+    a.free([5])
+    a.free_group_end()
+    assert not a.in_free_group and a.counts()["pending"] == 0
+    # the units join the free list in the order freed, behind the free ones
+    assert a.alloc(5).tolist() == [7, 8, 3, 1, 5]
+    a.check()
+    # page_size > 1: a page the group freed may be listed again; the end
+    # pushes the pages, sorted, at the front (one free of all of them)
+    p = _C.SlotAllocator(16, 4)
+    toks = p.alloc(12).tolist()          # pages 1, 2, 3
+    p.free_group_begin()
+    p.free([toks[9]])                    # page 3
+    p.free([toks[10], toks[0]])          # page 3 again, page 1
+    with pytest.raises(_C.OwnershipError):
+        p.free([4 * 4])                  # page 4 is free: a double free all the same
+    p.free_group_end()
+    assert p.alloc(8).tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
+    p.check()
+    # clear() ends the group; nothing stays pending
+    a.free_group_begin()
+    a.free([2])
+    a.clear()
+    assert not a.in_free_group and a.counts()["pending"] == 0
+    a.check()
