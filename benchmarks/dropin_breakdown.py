@@ -23,7 +23,6 @@ runs alone); they say where the time goes, not a sum.
 
 from __future__ import annotations
 
-import operator
 import os
 import resource
 import statistics
@@ -40,6 +39,8 @@ import bench_dropin as B  # noqa: E402
 import sglang_wheel  # noqa: E402
 from mambaradix import _C  # noqa: E402
 from mambaradix import sglang as mrs  # noqa: E402
+from mambaradix.sglang.cache import _slot_of, _tuple_new  # noqa: E402
+from mambaradix.sglang.pools import _np_index  # noqa: E402
 
 
 def _med(fn, items):
@@ -71,7 +72,8 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
     slots = [pool.mamba_allocator.alloc(1) for _ in prompts]
     lc = cache._lc
     empty = _C.Lifecycle()
-    node = cache._node(*lc.root())
+    root = lc.root()
+    node = cache._node(*root)
     out = {}
 
     # match miss
@@ -85,7 +87,8 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
         "C call": _med(lambda k: lc.match(k.token_ids), miss_keys),
         "key read": full - one,
         "index tensor": _med(lambda k: torch.from_numpy(e), miss_keys),
-        "result objects": _med(lambda k: mrs.MatchResult(e, node, node, node), miss_keys),
+        "result objects": _med(lambda k: (cache._node(*root), _tuple_new(mrs.MatchResult, (e, node, node, node, 0, 0, 0,
+                                                                                           None, None))), miss_keys),
         "minor faults": flt,
     }
 
@@ -98,9 +101,9 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
     out["insert"] = {
         "whole op": whole,
         "key read": full - one,
-        "value -> C": _med(lambda p: (p.value.numpy(), operator.index(p.mamba_value)), ips),
+        "value -> C": _med(lambda p: (_np_index(p.value), _slot_of(p.mamba_value)), ips),
         "result objects": _med(lambda p: mrs.InsertResult(prefix_len=2048, mamba_exist=False,
-                                                          last_device_node=node), ips),
+                                                          last_device_node=cache._node(*root)), ips),
         "minor faults": flt,
     }
     # the C call and the duplicate frees, on a second cache over fresh pools
@@ -127,7 +130,8 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
         "C call": _med(lambda k: lc.match(k.token_ids), keys),
         "key read": full - one,
         "index tensor": _med(torch.from_numpy, idx * (n // len(idx))),
-        "result objects": _med(lambda k: mrs.MatchResult(e, node, node, node), keys),
+        "result objects": _med(lambda k: (cache._node(*root), _tuple_new(mrs.MatchResult, (e, node, node, node, 0, 0, 0,
+                                                                                           None, None))), keys),
         "minor faults": flt,
     }
     return out

@@ -9,6 +9,19 @@
 /* ------------------------------------------------------------------------
  * Helpers */
 
+/* Writes one byte per page of p[0:bytes), so that the kernel maps the pages
+ * now: a large zeroed block (malloc + memset becomes calloc, whose pages are
+ * mapped at first touch) would otherwise fault inside the frees that first
+ * touch it, several times per call. */
+static void
+touch_pages(void *p, size_t bytes)
+{
+    volatile uint8_t *b = p;
+    for (size_t i = 0; i < bytes; i += 4096) {
+        b[i] = b[i];
+    }
+}
+
 static int
 accepts(mr_from from, int32_t owner)
 {
@@ -152,14 +165,13 @@ mr_slots_init(mr_slots *s, int64_t n)
     s->ring = MR_MALLOC(cap * sizeof(int64_t));
     s->group = MR_MALLOC(cap * sizeof(int64_t));
     s->owner = MR_MALLOC(((size_t)n + 1) * sizeof(int32_t));
-    /* written now, not left to calloc's lazy zero pages: a free touches the
-     * marks of its units, and first touches would fault inside it */
     s->mark = MR_MALLOC((size_t)n + 1);
     if (s->ring == NULL || s->group == NULL || s->owner == NULL || s->mark == NULL) {
         mr_slots_destroy(s);
         return MR_ENOMEM;
     }
     memset(s->mark, 0, (size_t)n + 1);
+    touch_pages(s->mark, (size_t)n + 1);
     s->n = n;
     mr_slots_clear(s);
     return MR_OK;
@@ -385,10 +397,12 @@ int
 mr_slots_free_group_begin(mr_slots *s)
 {
     if (s->pending == NULL) {
-        s->pending = MR_MALLOC((size_t)(s->n > 0 ? s->n : 1) * sizeof(int64_t));
+        size_t bytes = (size_t)(s->n > 0 ? s->n : 1) * sizeof(int64_t);
+        s->pending = MR_MALLOC(bytes);
         if (s->pending == NULL) {
             return MR_ENOMEM;
         }
+        touch_pages(s->pending, bytes);
     }
     s->free_group = 1;
     return MR_OK;
