@@ -39,8 +39,15 @@ import bench_dropin as B  # noqa: E402
 import sglang_wheel  # noqa: E402
 from mambaradix import _C  # noqa: E402
 from mambaradix import sglang as mrs  # noqa: E402
-from mambaradix.sglang.cache import _slot_of, _tuple_new  # noqa: E402
 from mambaradix.sglang.pools import _np_index  # noqa: E402
+
+try:  # what the drop-in does with an insert's state slot
+    from mambaradix.sglang.cache import _slot_of  # noqa: E402
+except ImportError:  # an older drop-in (before-and-after runs)
+    def _slot_of(v):
+        return int(_np_index(v)[0])
+
+_tuple_new = tuple.__new__
 
 
 def _med(fn, items):

@@ -9,16 +9,17 @@
 /* ------------------------------------------------------------------------
  * Helpers */
 
-/* Writes one byte per page of p[0:bytes), so that the kernel maps the pages
- * now: a large zeroed block (malloc + memset becomes calloc, whose pages are
- * mapped at first touch) would otherwise fault inside the frees that first
- * touch it, several times per call. */
+/* Writes a zero byte into each page of p[0:bytes) (zeroed or unused memory),
+ * so that the kernel maps the pages now: a large zeroed block (malloc +
+ * memset becomes calloc, whose pages are mapped at first touch) would
+ * otherwise fault inside the frees that first touch it, several times per
+ * call. */
 static void
 touch_pages(void *p, size_t bytes)
 {
     volatile uint8_t *b = p;
     for (size_t i = 0; i < bytes; i += 4096) {
-        b[i] = b[i];
+        b[i] = 0;
     }
 }
 
