@@ -5,8 +5,11 @@ tokens, keys built before the timer; medians over the 1024 operations).
 
   whole op        the drop-in's match_prefix / insert, as bench_dropin.py times it
   C call          the Lifecycle call alone, with the arguments the drop-in passes
-  key read        that call's reading of the 2176-token array('q') key: the same
-                  call on an empty tree, full key minus a 1-token key
+  key read        match: its reading of the 2176-token array('q') key, the same
+                  call on an empty tree, full key minus a 1-token key (read in
+                  place, only as far as the walk goes, it is ~0 on a miss);
+                  insert: the key narrowed to int32 (RadixTree.match_prefix on
+                  an empty tree, full key minus a 1-token key)
   index tensor    torch.from_numpy of the matched KV indices
   result objects  MatchResult / InsertResult and the TreeNode handle
   value -> C      insert: reading the value tensor and the state slot
@@ -105,9 +108,12 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
     whole, flt = _whole(cache.insert, ips)
     alloc.free_group_end()
     ks = [p.key.token_ids for p in ips]
+    plain = _C.RadixTree()
+    narrowed = (_med(lambda k: plain.match_prefix(k.token_ids), miss_keys)
+                - _med(lambda k: plain.match_prefix(k.token_ids[:1]), miss_keys))
     out["insert"] = {
         "whole op": whole,
-        "key read": full - one,
+        "key read": narrowed,
         "value -> C": _med(lambda p: (_np_index(p.value), _slot_of(p.mamba_value)), ips),
         "result objects": _med(lambda p: mrs.InsertResult(prefix_len=2048, mamba_exist=False,
                                                           last_device_node=cache._node(*root)), ips),
