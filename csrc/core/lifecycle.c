@@ -468,7 +468,9 @@ mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size
     if (rc != MR_OK && rc != MR_ENOMEM) {
         return rc;
     }
-    (void)mr_radix_path_values(lc->tree, m->node, indices);
+    if (indices != NULL) {
+        (void)mr_radix_path_values(lc->tree, m->node, indices);
+    }
     if (rc != MR_OK) {
         return rc;
     }

@@ -480,12 +480,6 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     else if (read_key(self, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
         return NULL;
     }
-    if (mr_buf_reserve(&self->buf, len + 1, sizeof(int64_t)) < 0) {
-        if (have_view) {
-            PyBuffer_Release(&view);
-        }
-        return NULL;
-    }
     mr_req st;
     if (rs != NULL) {
         st = ((ReqStateObject *)rs)->st;
@@ -495,8 +489,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         st.running = running;
     }
     mr_match m;
+    /* the indices go straight into the result array (below) */
     int rc = mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)self->keybuf.p, key64, len, (int32_t)ns,
-                             cow, &st, (int32_t)owner, &m, (int64_t *)self->buf.p);
+                             cow, &st, (int32_t)owner, &m, NULL);
     if (have_view) {
         PyBuffer_Release(&view);
     }
@@ -506,10 +501,11 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     if (rc == MR_ENOSPC) {
         return lc_raise(self, rc, "match(): copy-on-write slot");
     }
-    PyObject *idx = mr_i64_array((int64_t *)self->buf.p, m.prefix_len);
+    PyObject *idx = mr_i64_array(NULL, m.prefix_len);
     if (idx == NULL) {
         return NULL;
     }
+    (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
     if (rs != NULL) {
         ((ReqStateObject *)rs)->st = st;
     }
