@@ -80,25 +80,36 @@ def _own_pools(rows, slots, kv, ctx):
 
 class _FloorCache:
     """The per-operation floor: what any cache behind SGLang's v0.5.15 API must
-    do per call with no tree work at all.  A match returns a fresh
-    ``MatchResult`` whose ``device_indices`` is a fresh tensor over KV indices
-    already in host memory (here: the expected answer, looked up by key), and
-    the node; an insert returns a fresh ``InsertResult``.  Its time is the
-    Python call and the result objects; the ratio SGLang / floor is the most
+    do per call over SGLang's own pools, with no tree work at all (the
+    answers are looked up by key, computed before the timer).  A match
+    returns a fresh ``MatchResult`` (built as the tuple it is, the cheapest
+    way) whose ``device_indices`` is a fresh tensor over KV indices already
+    in host memory, and the node.  An insert hands the caller's duplicate KV
+    indices (those of the tokens the tree already had) to the allocator's
+    ``free`` as a tensor -- inside SGLang's free group a list append -- and
+    returns a fresh ``InsertResult``.  The ratio SGLang / floor is the most
     any implementation of the API can reach over SGLang's own class."""
 
-    def __init__(self, answers):
-        self._answers = answers   # id(token array) -> int64 numpy array of the matched KV indices
+    def __init__(self, alloc):
+        self._alloc = alloc
+        self._answers = {}   # id(token array) -> int64 numpy array of the matched KV indices
+        self._dups = {}      # id(token array) -> int64 numpy array of an insert's duplicates
         self.root_node = object()
 
     def match_prefix(self, params):
         a = self._answers.get(id(params.key.token_ids))
         r = self.root_node
-        return mrs.MatchResult(device_indices=torch.from_numpy(a if a is not None else _EMPTY),
-                               last_device_node=r, last_host_node=r, best_match_node=r)
+        return _tuple_new(mrs.MatchResult, (torch.from_numpy(_EMPTY if a is None else a), r, r, r, 0, 0, 0,
+                                            None, None))
 
     def insert(self, params):
+        d = self._dups.get(id(params.key.token_ids))
+        if d is not None:
+            self._alloc.free(torch.from_numpy(d))
         return mrs.InsertResult(prefix_len=len(params.key), mamba_exist=False, last_device_node=self.root_node)
+
+
+_tuple_new = tuple.__new__
 
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -107,10 +118,11 @@ _EMPTY = np.empty(0, dtype=np.int64)
 def setup(sg, impl, rows, slots, kv, ctx):
     """(cache, pool, allocator, api) for one implementation."""
     if impl == "floor":
-        pool, alloc = _own_pools(rows, slots, kv, ctx)
-        api = types.SimpleNamespace(RadixKey=mrs.RadixKey, MatchPrefixParams=mrs.MatchPrefixParams,
-                                    InsertParams=mrs.InsertParams, EvictParams=mrs.EvictParams)
-        return _FloorCache({}), pool, alloc, api
+        pool, alloc = sglang_wheel.make_pools(sg, size=rows, mamba_size=slots, max_context_len=ctx, kv_size=kv,
+                                              extra_buffer=True)
+        api = types.SimpleNamespace(RadixKey=sg.RadixKey, MatchPrefixParams=sg.MatchPrefixParams,
+                                    InsertParams=sg.InsertParams, EvictParams=sg.EvictParams)
+        return _FloorCache(alloc), pool, alloc, api
     if impl == "dropin/own":
         pool, alloc = _own_pools(rows, slots, kv, ctx)
     else:
@@ -138,7 +150,9 @@ def setup(sg, impl, rows, slots, kv, ctx):
 # Per operation
 
 
-def per_op(sg, impl, groups, per_group, shared, own, seed=0):
+def op_prompts(groups, per_group, shared, own, seed=0):
+    """The per-operation keys: `groups` x `per_group` prompts of `shared`
+    common + `own` tokens, and as many prompts that share nothing."""
     rng = np.random.default_rng(seed)
     prompts = []
     for _ in range(groups):
@@ -146,6 +160,11 @@ def per_op(sg, impl, groups, per_group, shared, own, seed=0):
         for _ in range(per_group):
             prompts.append(array("q", head + rng.integers(1, 50000, size=own).tolist()))
     misses = [array("q", rng.integers(50001, 99999, size=shared + own).tolist()) for _ in range(len(prompts))]
+    return prompts, misses
+
+
+def per_op(sg, impl, groups, per_group, shared, own, seed=0):
+    prompts, misses = op_prompts(groups, per_group, shared, own, seed)
     n = len(prompts)
     out = {}
     for timed in (False, True):   # a warm-up pass on its own cache, then the timed one
@@ -154,8 +173,10 @@ def per_op(sg, impl, groups, per_group, shared, own, seed=0):
         miss_keys = [api.RadixKey(m, None) for m in misses]
         values = [alloc.alloc(len(p)) for p in prompts]
         slots = [pool.mamba_allocator.alloc(1) for _ in prompts]
-        if impl == "floor":   # the answers a hit returns, known before the timer
+        if impl == "floor":   # the answers a hit returns and an insert's duplicates, known before the timer
             cache._answers.update((id(p), v.numpy()) for p, v in zip(prompts, values))
+            cache._dups.update((id(p), v.numpy()[:shared]) for i, (p, v) in enumerate(zip(prompts, values))
+                               if i % per_group)
         t_miss, t_ins, t_hit = [], [], []
         # an insert frees the caller's duplicate KV indices; SGLang's
         # allocator appends them to a torch free list (a torch.cat over the

@@ -359,27 +359,33 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         return MR_EINVAL;
     }
     if (!(o == MR_OWNER_HELD || o >= 1)) {
-        return o == MR_OWNER_FREE ? MR_ENOENT : MR_EBUSY;
+        return o == MR_OWNER_FREE || o == MR_OWNER_PENDING ? MR_ENOENT : MR_EBUSY;
     }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
     /* past the tree's own prefix (cached and within the caller's locked
      * prefix), every index is the caller's: one the tree holds would come
-     * back twice from evictions */
-    size_t mine = mr_radix_cached_len(lc->tree, key, len, ns);
-    if (mine > prev_prefix_len) {
-        mine = prev_prefix_len;
-    }
+     * back twice from evictions.  The prefix is walked for at the first
+     * tree-owned index only (none: no walk). */
+    size_t mine = SIZE_MAX;
     for (size_t i = 0; i < len; i++) {
         int64_t pg = ps == 1 ? val[i] : val[i] / ps;
         if (val[i] < 0 || pg > np) {
             return MR_EINVAL;
         }
-        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED) {
+        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {
             return MR_ENOENT;  /* a KV index nobody holds */
         }
-        if (i >= mine && owner[pg] == MR_OWNER_TREE) {
-            return MR_EBUSY;
+        if (owner[pg] == MR_OWNER_TREE) {
+            if (mine == SIZE_MAX) {
+                mine = mr_radix_cached_len(lc->tree, key, len, ns);
+                if (mine > prev_prefix_len) {
+                    mine = prev_prefix_len;
+                }
+            }
+            if (i >= mine) {
+                return MR_EBUSY;
+            }
         }
     }
     rc = scratch(lc, len);
@@ -474,11 +480,20 @@ int
 mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
             int32_t owner, mr_match *m, int64_t *indices)
 {
-    int rc = mr_radix_match(lc->tree, key, len, ns, m);
+    return mr_lc_match_key(lc, key, NULL, len, ns, cow, st, owner, m, indices);
+}
+
+int
+mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int cow,
+                mr_req *st, int32_t owner, mr_match *m, int64_t *indices)
+{
+    int rc = mr_radix_match_key(lc->tree, key, key64, len, ns, m);
     if (rc != MR_OK && rc != MR_ENOMEM) {
         return rc;
     }
-    (void)mr_radix_path_values(lc->tree, m->node, indices);
+    if (indices != NULL) {
+        (void)mr_radix_path_values(lc->tree, m->node, indices);
+    }
     if (rc != MR_OK) {
         return rc;
     }

@@ -166,6 +166,11 @@ int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t
  * MR_ENOSPC if no slot could be had (the match itself stands). */
 int mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
                 int32_t owner, mr_match *m, int64_t *indices);
+/* mr_lc_match over an int64 key read in place (key64 when key is NULL; see
+ * mr_radix_match_key).  indices may be NULL (then the caller reads them
+ * with mr_radix_path_values(tree, m->node, ...)). */
+int mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int cow,
+                    mr_req *st, int32_t owner, mr_match *m, int64_t *indices);
 
 /* mr_lc_match's copy-on-write step on a lifecycle without pools (the
  * caller's allocators own the slots): with `node` (a match's result)

@@ -595,6 +595,33 @@ child_find(const mr_radix *t, const mr_node *n, int32_t ns, const int32_t *key)
     return -1;
 }
 
+/* child_find for an int64 key (read in place): a token outside int32
+ * matches no child. */
+static int64_t
+child_find64(const mr_radix *t, const mr_node *n, int32_t ns, const int64_t *key)
+{
+    if (key[0] < INT32_MIN || key[0] > INT32_MAX) {
+        return -1;
+    }
+    uint32_t i = child_lower_bound(n, ns, (int32_t)key[0]);
+    uint32_t page = t->cfg.page_size;
+    for (; i < n->nchildren; i++) {
+        const mr_child *c = &n->children[i];
+        if (c->ns != ns || c->tok != key[0]) {
+            return -1;
+        }
+        const int32_t *ck = node_key(c->child);
+        uint32_t j = 1;
+        while (j < page && ck[j] == key[j]) {
+            j++;
+        }
+        if (j == page) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 /* Index of the entry that points at child. */
 static uint32_t
 child_index(const mr_node *n, const mr_node *child)
@@ -784,6 +811,36 @@ common_prefix(const mr_radix *t, const int32_t *a, size_t na, const int32_t *b, 
     return i / t->cfg.page_size * t->cfg.page_size;
 }
 
+/* common_prefix of a[0:na) and an int64 key b[0:nb) (int32 tokens widened:
+ * a key token outside int32 differs from every token). */
+static size_t
+common_prefix64(const mr_radix *t, const int32_t *a, size_t na, const int64_t *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb;
+    size_t i = 0;
+    /* blocks of 16: narrowed to int32 without an exit inside (x fits int32
+     * when x + 2^31 has no bit above bit 31: add, shift, or, which
+     * vectorise on plain SSE2), then compared; the block with the first
+     * difference is walked one by one */
+    while (i + 16 <= n) {
+        int32_t nb32[16];
+        uint64_t out = 0;
+        for (size_t j = 0; j < 16; j++) {
+            uint64_t x = (uint64_t)b[i + j];
+            out |= (x + UINT64_C(0x80000000)) >> 32;
+            nb32[j] = (int32_t)(uint32_t)x;
+        }
+        if (out != 0 || memcmp(nb32, a + i, sizeof(nb32)) != 0) {
+            break;
+        }
+        i += 16;
+    }
+    while (i < n && a[i] == b[i]) {
+        i++;
+    }
+    return i / t->cfg.page_size * t->cfg.page_size;
+}
+
 /* Splits child at p (0 < p < child->len, a page multiple): a new upper node
  * takes child's first p tokens and child's place below the parent; child
  * keeps the rest, its state, its locks and its handle.  The upper node is a
@@ -843,6 +900,12 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
 int
 mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match *out)
 {
+    return mr_radix_match_key(t, key, NULL, len, ns, out);
+}
+
+int
+mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, mr_match *out)
+{
     const size_t page = t->cfg.page_size;
     int rc = MR_OK;
     len = len / page * page;
@@ -850,7 +913,7 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     size_t pos = 0, best_len = 0;
 
     while (pos < len) {
-        int64_t idx = child_find(t, node, ns, key + pos);
+        int64_t idx = key64 != NULL ? child_find64(t, node, ns, key64 + pos) : child_find(t, node, ns, key + pos);
         if (idx < 0) {
             break;
         }
@@ -859,7 +922,8 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
             best = node;
             best_len = pos;
         }
-        size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
+        size_t p = key64 != NULL ? common_prefix64(t, node_key(child), child->len, key64 + pos, len - pos)
+                                 : common_prefix(t, node_key(child), child->len, key + pos, len - pos);
         if (p < child->len) {
             mr_node *upper;
             rc = split_node(t, child, p, &upper);

@@ -225,6 +225,12 @@ typedef struct {
  * from LRU order, and *out describes the match without the split part. */
 int mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns,
                    mr_match *out);
+/* mr_radix_match over an int64 key (key64, read in place, when key is
+ * NULL; SGLang's array('q') tokens): only the tokens the walk compares are
+ * read, and a token outside int32 matches nothing (no inserted key holds
+ * one).  Exactly one of key and key64 is not NULL. */
+int mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns,
+                       mr_match *out);
 
 /* The effects of mr_radix_match on the key that ends exactly at node (a
  * node with a state, or any node with kv_only, or the root), without

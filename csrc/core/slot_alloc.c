@@ -9,6 +9,20 @@
 /* ------------------------------------------------------------------------
  * Helpers */
 
+/* Writes a zero byte into each page of p[0:bytes) (zeroed or unused memory),
+ * so that the kernel maps the pages now: a large zeroed block (malloc +
+ * memset becomes calloc, whose pages are mapped at first touch) would
+ * otherwise fault inside the frees that first touch it, several times per
+ * call. */
+static void
+touch_pages(void *p, size_t bytes)
+{
+    volatile uint8_t *b = p;
+    for (size_t i = 0; i < bytes; i += 4096) {
+        b[i] = 0;
+    }
+}
+
 static int
 accepts(mr_from from, int32_t owner)
 {
@@ -37,6 +51,13 @@ count_add(mr_slots *s, int32_t owner, int64_t d)
     }
 }
 
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* 1 if unit u is pre-allocated by the open alloc group and not handed out
  * yet: it is HELD, but no caller has it, so no free or transfer may take it. */
 static int
@@ -50,43 +71,85 @@ in_group(const mr_slots *s, int64_t u)
     return 0;
 }
 
-/* Validates idx[0:k) against `from`: range, current owner, duplicates.
- * Returns MR_OK or the code of the first problem, with *bad set. */
+/* Validates idx[0:k) against `from`: range, current owner, duplicates
+ * (one pass; each accepted unit gets its mark, which the caller clears).
+ * skip_pending: a PENDING unit is accepted and left out (*skip counts
+ * them; its mark stays 0).  Per-class counts of the accepted units go to
+ * d[0..2] (held, req, tree).  Returns MR_OK, or the code of the first
+ * problem with *bad set and no mark left. */
 static int
-validate(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int64_t *bad)
+validate(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int skip_pending, int64_t *bad, int64_t d[3])
 {
+    const int grp = s->group_active && s->group_pos < s->group_len;
+    int32_t *owner = s->owner;
+    uint8_t *mark = s->mark;
+    const int64_t n = s->n;
+    int64_t held = 0, req = 0, tree = 0;
     int rc = MR_OK;
     int64_t i;
     for (i = 0; i < k; i++) {
         int64_t u = idx[i];
-        if (u < 1 || u > s->n) {
+        if (u < 1 || u > n) {
             rc = MR_EINVAL;
             break;
         }
-        int32_t o = s->owner[u];
-        if (o == MR_OWNER_FREE) {
+        int32_t o = owner[u];
+        if (mark[u]) {
+            rc = MR_EINVAL;   /* listed twice */
+            break;
+        }
+        if (o == MR_OWNER_PENDING && skip_pending) {
+            continue;
+        }
+        if (o == MR_OWNER_FREE || o == MR_OWNER_PENDING) {
             rc = MR_ENOENT;
             break;
         }
-        if (!accepts(from, o) || (o == MR_OWNER_HELD && in_group(s, u))) {
+        if (!accepts(from, o) || (grp && o == MR_OWNER_HELD && in_group(s, u))) {
             rc = MR_EBUSY;
             break;
         }
-        if (s->mark[u]) {
-            rc = MR_EINVAL;
-            break;
+        held += o == MR_OWNER_HELD;
+        tree += o == MR_OWNER_TREE;
+        req += o >= 1;
+        mark[u] = 1;
+    }
+    if (rc != MR_OK) {
+        if (bad != NULL) {
+            *bad = idx[i];
         }
-        s->mark[u] = 1;
+        for (int64_t j = 0; j < i; j++) {
+            mark[idx[j]] = 0;
+        }
+        return rc;
     }
-    if (rc != MR_OK && bad != NULL) {
-        *bad = idx[i];
+    d[0] = held;
+    d[1] = req;
+    d[2] = tree;
+    return MR_OK;
+}
+
+/* Puts FREE units u[0:k) (owner already FREE) into the ring: at the tail
+ * in order, or at the head in reverse order (u[0] next out). */
+static void
+ring_put(mr_slots *s, const int64_t *u, int64_t k, int front)
+{
+    if (front) {
+        for (int64_t i = k - 1; i >= 0; i--) {
+            s->head = s->head == 0 ? s->n - 1 : s->head - 1;
+            s->ring[s->head] = u[i];
+        }
     }
-    /* clear the marks set so far */
-    int64_t end = rc == MR_OK ? k : i;
-    for (int64_t j = 0; j < end; j++) {
-        s->mark[idx[j]] = 0;
+    else {
+        int64_t tail = s->head + s->count;
+        if (tail >= s->n) {
+            tail -= s->n;
+        }
+        int64_t first = s->n - tail < k ? s->n - tail : k;   /* up to the ring's end, then from 0 */
+        memcpy(s->ring + tail, u, (size_t)first * sizeof(int64_t));
+        memcpy(s->ring, u + first, (size_t)(k - first) * sizeof(int64_t));
     }
-    return rc;
+    s->count += k;
 }
 
 /* ------------------------------------------------------------------------
@@ -103,11 +166,13 @@ mr_slots_init(mr_slots *s, int64_t n)
     s->ring = MR_MALLOC(cap * sizeof(int64_t));
     s->group = MR_MALLOC(cap * sizeof(int64_t));
     s->owner = MR_MALLOC(((size_t)n + 1) * sizeof(int32_t));
-    s->mark = MR_CALLOC((size_t)n + 1, 1);
+    s->mark = MR_MALLOC((size_t)n + 1);
     if (s->ring == NULL || s->group == NULL || s->owner == NULL || s->mark == NULL) {
         mr_slots_destroy(s);
         return MR_ENOMEM;
     }
+    memset(s->mark, 0, (size_t)n + 1);
+    touch_pages(s->mark, (size_t)n + 1);
     s->n = n;
     mr_slots_clear(s);
     return MR_OK;
@@ -120,6 +185,7 @@ mr_slots_destroy(mr_slots *s)
     MR_FREE(s->group);
     MR_FREE(s->owner);
     MR_FREE(s->mark);
+    MR_FREE(s->pending);
     memset(s, 0, sizeof(*s));
 }
 
@@ -140,6 +206,8 @@ mr_slots_clear(mr_slots *s)
     s->n_held = s->n_req = s->n_tree = 0;
     s->group_len = s->group_pos = 0;
     s->group_active = 0;
+    s->n_pending = 0;
+    s->free_group = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -182,35 +250,53 @@ mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
     return MR_OK;
 }
 
-int
-mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, int64_t *bad)
+/* mr_slots_free, with skip_pending as validate()'s. */
+static int
+slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, int skip_pending, int64_t *bad)
 {
     if (k < 0) {
         return MR_EINVAL;
     }
-    int rc = validate(s, idx, k, from, bad);
+    const int defer = s->free_group && from == MR_FROM_CALLER;
+    int64_t d[3];
+    int rc = validate(s, idx, k, from, defer && skip_pending, bad, d);
     if (rc != MR_OK) {
         return rc;
     }
+    s->n_held -= d[0];
+    s->n_req -= d[1];
+    s->n_tree -= d[2];
+    int32_t *owner = s->owner;
+    uint8_t *mark = s->mark;
+    if (defer) {
+        /* the group's end puts them in the free list */
+        int64_t *pend = s->pending + s->n_pending;
+        int64_t m = 0;
+        for (int64_t i = 0; i < k; i++) {
+            int64_t u = idx[i];
+            if (mark[u]) {   /* not a PENDING unit skipped */
+                mark[u] = 0;
+                owner[u] = MR_OWNER_PENDING;
+                pend[m++] = u;
+            }
+        }
+        s->n_pending += m;
+        return MR_OK;
+    }
     /* count + k <= n holds: every listed unit is distinct and not FREE */
     for (int64_t i = 0; i < k; i++) {
-        int64_t u = idx[front ? k - 1 - i : i];
-        count_add(s, s->owner[u], -1);
-        s->owner[u] = MR_OWNER_FREE;
-        if (front) {
-            s->head = s->head == 0 ? s->n - 1 : s->head - 1;
-            s->ring[s->head] = u;
-        }
-        else {
-            int64_t tail = s->head + s->count;
-            if (tail >= s->n) {
-                tail -= s->n;
-            }
-            s->ring[tail] = u;
-        }
-        s->count++;
+        int64_t u = idx[i];
+        mark[u] = 0;
+        owner[u] = MR_OWNER_FREE;
     }
+    ring_put(s, idx, k, front);
     return MR_OK;
+}
+
+int
+mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, int64_t *bad)
+{
+    return slots_free(s, idx, k, from, front, 0, bad);
 }
 
 int
@@ -232,7 +318,7 @@ mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int3
         if (o == to) {
             continue;
         }
-        if (o == MR_OWNER_FREE) {
+        if (o == MR_OWNER_FREE || o == MR_OWNER_PENDING) {
             if (bad != NULL) {
                 *bad = u;
             }
@@ -295,11 +381,50 @@ mr_slots_group_end(mr_slots *s)
     }
     int64_t left = s->group_len - s->group_pos, *unused = s->group + s->group_pos;
     s->group_active = 0;
-    s->group_len = s->group_pos = 0;  /* first, so that the free takes them */
-    if (left > 0) {
-        /* still HELD and distinct: this cannot fail */
-        (void)mr_slots_free(s, unused, left, MR_FROM_CALLER, 0, NULL);
+    s->group_len = s->group_pos = 0;
+    /* still HELD and distinct: straight back to the free list (never
+     * deferred by a free group: no caller freed them) */
+    for (int64_t i = 0; i < left; i++) {
+        s->owner[unused[i]] = MR_OWNER_FREE;
     }
+    s->n_held -= left;
+    ring_put(s, unused, left, 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Free groups */
+
+int
+mr_slots_free_group_begin(mr_slots *s)
+{
+    if (s->pending == NULL) {
+        size_t bytes = (size_t)(s->n > 0 ? s->n : 1) * sizeof(int64_t);
+        s->pending = MR_MALLOC(bytes);
+        if (s->pending == NULL) {
+            return MR_ENOMEM;
+        }
+        touch_pages(s->pending, bytes);
+    }
+    s->free_group = 1;
+    return MR_OK;
+}
+
+void
+mr_slots_free_group_end(mr_slots *s, int front)
+{
+    if (!s->free_group) {
+        return;
+    }
+    int64_t k = s->n_pending;
+    if (front && k > 1) {
+        qsort(s->pending, (size_t)k, sizeof(int64_t), cmp_i64);
+    }
+    for (int64_t i = 0; i < k; i++) {
+        s->owner[s->pending[i]] = MR_OWNER_FREE;
+    }
+    ring_put(s, s->pending, k, front);
+    s->n_pending = 0;
+    s->free_group = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -308,7 +433,7 @@ mr_slots_group_end(mr_slots *s)
 int
 mr_slots_check(const mr_slots *s, char *msg, size_t msglen)
 {
-    int64_t nfree = 0, nheld = 0, nreq = 0, ntree = 0;
+    int64_t nfree = 0, nheld = 0, nreq = 0, ntree = 0, npend = 0;
     if (s->owner[0] != MR_OWNER_RESERVED) {
         snprintf(msg, msglen, "slot 0 is not reserved (owner %d)", (int)s->owner[0]);
         return MR_ECORRUPT;
@@ -327,6 +452,9 @@ mr_slots_check(const mr_slots *s, char *msg, size_t msglen)
         else if (o >= 1) {
             nreq++;
         }
+        else if (o == MR_OWNER_PENDING) {
+            npend++;
+        }
         else {
             snprintf(msg, msglen, "slot %lld has an unknown owner %d", (long long)u, (int)o);
             return MR_ECORRUPT;
@@ -343,9 +471,31 @@ mr_slots_check(const mr_slots *s, char *msg, size_t msglen)
                  (long long)s->count, (long long)s->n_held, (long long)s->n_req, (long long)s->n_tree);
         return MR_ECORRUPT;
     }
-    if (nfree + nheld + nreq + ntree != s->n) {
-        snprintf(msg, msglen, "free + held + req + tree = %lld != total %lld",
-                 (long long)(nfree + nheld + nreq + ntree), (long long)s->n);
+    if (npend != s->n_pending || (npend > 0 && !s->free_group)) {
+        snprintf(msg, msglen, "%lld PENDING slots, the pending list has %lld (free group %s)", (long long)npend,
+                 (long long)s->n_pending, s->free_group ? "open" : "closed");
+        return MR_ECORRUPT;
+    }
+    if (nfree + nheld + nreq + ntree + npend != s->n) {
+        snprintf(msg, msglen, "free + held + req + tree + pending = %lld != total %lld",
+                 (long long)(nfree + nheld + nreq + ntree + npend), (long long)s->n);
+        return MR_ECORRUPT;
+    }
+    /* the pending list holds exactly the PENDING units, each once */
+    int64_t ip;
+    for (ip = 0; ip < s->n_pending; ip++) {
+        int64_t u = s->pending[ip];
+        if (u < 1 || u > s->n || s->owner[u] != MR_OWNER_PENDING || s->mark[u]) {
+            snprintf(msg, msglen, "pending list entry %lld (slot %lld) is not a distinct PENDING slot",
+                     (long long)ip, (long long)u);
+            break;
+        }
+        s->mark[u] = 1;  /* scratch: cleared below */
+    }
+    for (int64_t j = 0; j < ip; j++) {
+        s->mark[s->pending[j]] = 0;
+    }
+    if (ip < s->n_pending) {
         return MR_ECORRUPT;
     }
     /* the ring holds exactly the FREE units, each once */
@@ -437,13 +587,6 @@ mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out)
     return MR_OK;
 }
 
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int
 mr_kv_reserve(mr_kv *kv, int64_t ntok)
 {
@@ -508,11 +651,23 @@ mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
         return rc;
     }
     int64_t badpage = -1;
-    rc = mr_slots_free(&kv->pages, kv->scratch, np, from, 1, &badpage);
+    rc = slots_free(&kv->pages, kv->scratch, np, from, 1, 1, &badpage);
     if (rc != MR_OK && bad != NULL) {
         *bad = badpage * kv->page_size;
     }
     return rc;
+}
+
+int
+mr_kv_free_group_begin(mr_kv *kv)
+{
+    return mr_slots_free_group_begin(&kv->pages);
+}
+
+void
+mr_kv_free_group_end(mr_kv *kv)
+{
+    mr_slots_free_group_end(&kv->pages, kv->page_size > 1);
 }
 
 int

@@ -12,9 +12,20 @@
  *   HELD       allocated to a caller that did not name an owner (an SGLang
  *              style alloc(n)), or pre-allocated for an alloc group,
  *   REQ(r)     owned by request row r (r >= 1),
- *   TREE       owned by a node of the prefix tree.
+ *   TREE       owned by a node of the prefix tree,
+ *   PENDING    freed by a caller inside an open free group: checked, out of
+ *              the caller's hands, back in the free list at the group's end.
  * mr_slots_check() verifies it: the free list holds exactly the FREE units,
- * each once, and the per-class counters equal a recount of owner[].
+ * each once, the pending list exactly the PENDING ones, and the per-class
+ * counters equal a recount of owner[].
+ *
+ * Free groups (SGLang's free_group_begin / free_group_end): while one is
+ * open, a caller's free (MR_FROM_CALLER) is validated as usual and its units
+ * become PENDING (one pass, no free-list work); a second free of a PENDING
+ * unit is a double free (MR_ENOENT) at once.  The group's end appends the
+ * pending units to the free list in the order they were freed (the KV view
+ * with page_size > 1: sorted, at the head, as one free of them all would).
+ * Frees by the tree (evictions) are never deferred.
  *
  * Errors: every function returns MR_OK or a negative MR_E* code.  A failed
  * call changes nothing (inputs are validated before any unit moves).
@@ -32,6 +43,7 @@
 #define MR_OWNER_TREE      (-1)
 #define MR_OWNER_HELD      (-2)
 #define MR_OWNER_RESERVED  (-3)
+#define MR_OWNER_PENDING   (-4)   /* freed inside the open free group */
 
 /* Which owners a free / transfer accepts. */
 typedef enum {
@@ -55,6 +67,11 @@ typedef struct {
     int64_t group_len;
     int64_t group_pos;
     int group_active;
+    /* free group: units freed while it is open, in order (capacity n,
+     * allocated by the first mr_slots_free_group_begin) */
+    int64_t *pending;
+    int64_t n_pending;
+    int free_group;
 } mr_slots;
 
 /* Initialises s with units 1..n all FREE, in order 1, 2, ..., n.
@@ -80,10 +97,12 @@ int mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out);
  * at the head in reverse order when front != 0, so idx[0] is next out).
  * Each unit must be in [1, n] and held by an owner `from` accepts, and may
  * appear only once.  MR_EINVAL (out of range / listed twice), MR_ENOENT
- * (already FREE: a double free), MR_EBUSY (owned by the tree when from is
- * MR_FROM_CALLER, or by a caller when from is MR_FROM_TREE, or pre-allocated
- * by the open alloc group and not handed out yet); *bad (may be NULL)
- * receives the offending unit.  Nothing is freed on error. */
+ * (already FREE or PENDING: a double free), MR_EBUSY (owned by the tree when
+ * from is MR_FROM_CALLER, or by a caller when from is MR_FROM_TREE, or
+ * pre-allocated by the open alloc group and not handed out yet); *bad (may
+ * be NULL) receives the offending unit.  Nothing is freed on error.  Inside
+ * a free group a caller's units become PENDING instead (`front` then plays
+ * no part: the group's end orders them). */
 int mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front,
                   int64_t *bad);
 
@@ -102,6 +121,15 @@ int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
 int mr_slots_group_begin(mr_slots *s, int64_t k);
 /* Ends the group: unused pre-allocated units go back to the free list. */
 void mr_slots_group_end(mr_slots *s);
+
+/* Opens a free group (an open one stays open: nothing pending is lost).
+ * MR_ENOMEM (nothing changed) if the pending list cannot be allocated. */
+int mr_slots_free_group_begin(mr_slots *s);
+/* Closes the free group: the pending units go to the free list, in the
+ * order they were freed (front == 0: at the tail), or sorted and pushed at
+ * the head (front != 0, the smallest next out).  Cannot fail; nothing
+ * happens without an open group. */
+void mr_slots_free_group_end(mr_slots *s, int front);
 
 /* Verifies the ownership invariant (see the top of this file).  MR_OK, or
  * MR_ECORRUPT with a message in msg (capacity msglen). */
@@ -135,8 +163,15 @@ static inline int64_t mr_kv_available(const mr_kv *kv) { return kv->pages.count 
 int mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out);
 /* Frees the pages of tokens tok[0:k) (every page listed once or more in
  * paged mode; each token once with page_size 1).  Errors as mr_slots_free
- * (*bad is a token index); MR_ENOMEM when the scratch cannot grow. */
+ * (*bad is a token index); MR_ENOMEM when the scratch cannot grow.  Inside
+ * a free group a caller's pages become PENDING; with page_size > 1 a page
+ * already PENDING may be listed again (one free of the group's pages all
+ * together lists each page once), with page_size 1 that is a double free. */
 int mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad);
+/* Free groups over the pages (mr_slots_free_group_begin / _end with the
+ * page order of mr_kv_free). */
+int mr_kv_free_group_begin(mr_kv *kv);
+void mr_kv_free_group_end(mr_kv *kv);
 /* Makes the next free / transfer of up to ntok tokens need no memory (so a
  * caller can take it after a change it cannot undo).  MR_ENOMEM. */
 int mr_kv_reserve(mr_kv *kv, int64_t ntok);

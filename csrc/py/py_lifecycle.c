@@ -69,6 +69,45 @@ read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg
     return rc;
 }
 
+/* An int64 key that a match can read in place: a 1-D C-contiguous int64
+ * numpy array or buffer (SGLang's array('q') tokens).  Returns 1 with *p and
+ * *n set (release *view with PyBuffer_Release when *have_view), or 0 when
+ * obj is not one (then read_key converts it). */
+static int
+key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, size_t *n)
+{
+    *have_view = 0;
+    if (PyArray_CheckExact(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        if (PyArray_NDIM(a) == 1 && PyArray_TYPE(a) == NPY_INT64 && PyArray_ISCARRAY_RO(a)
+            && PyArray_ISNOTSWAPPED(a)) {
+            *p = (const int64_t *)PyArray_DATA(a);
+            *n = (size_t)PyArray_DIM(a, 0);
+            return 1;
+        }
+        return 0;
+    }
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || !PyObject_CheckBuffer(obj)) {
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();   /* read_key reads it, or names the problem */
+        return 0;
+    }
+    const char *f = view->format != NULL ? view->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') {
+        f++;
+    }
+    if (view->ndim == 1 && view->itemsize == 8 && (f[0] == 'q' || f[0] == 'l' || f[0] == 'n') && f[1] == '\0') {
+        *have_view = 1;
+        *p = (const int64_t *)view->buf;
+        *n = (size_t)view->shape[0];
+        return 1;
+    }
+    PyBuffer_Release(view);
+    return 0;
+}
+
 static int
 need_pools(LifecycleObject *self, const char *fname)
 {
@@ -504,6 +543,8 @@ PyDoc_STRVAR(Lifecycle_match__doc__,
 "--\n"
 "\n"
 "Match key (its first `limit` tokens when limit >= 0) in namespace ns.\n"
+"An int64 key (array('q'), an int64 array) is read in place, only as far\n"
+"as the walk goes; a token outside int32 matches nothing.\n"
 "Returns (indices, node_id, node_gen, node_state, branching_seqlen, running)\n"
 "(-1 = None).  With cow and a node that has a state, running gets a slot\n"
 "(owner: -2 held, or a request row) if it is -1.  rs: the request's\n"
@@ -542,18 +583,10 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_SetString(PyExc_ValueError, "match(): owner must be -2 (held) or a request row >= 1");
         return NULL;
     }
-    size_t len = 0;
-    if (read_key(self, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
-        return NULL;
-    }
     if (cow && self->rp_obj == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "match(): cow needs pools");
         return NULL;
     }
-    if (mr_buf_reserve(&self->buf, len + 1, sizeof(int64_t)) < 0) {
-        return NULL;
-    }
-    mr_req st;
     PyObject *rs = pa[6];
     if (rs == Py_None) {
         rs = NULL;
@@ -562,6 +595,19 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_SetString(PyExc_TypeError, "match(): rs must be a ReqState");
         return NULL;
     }
+    size_t len = 0;
+    Py_buffer view;
+    int have_view = 0;
+    const int64_t *key64 = NULL;
+    if (key64_view(args[0], &view, &have_view, &key64, &len)) {
+        if (limit >= 0 && (size_t)limit < len) {
+            len = (size_t)limit;
+        }
+    }
+    else if (read_key(self, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
+        return NULL;
+    }
+    mr_req st;
     if (rs != NULL) {
         if (rs_get((ReqStateObject *)rs, "match(): rs", &st) < 0) {
             return NULL;
@@ -572,17 +618,23 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         st.running = running;
     }
     mr_match m;
-    int rc = mr_lc_match(self->lc, (const int32_t *)self->keybuf.p, len, (int32_t)ns, cow, &st, (int32_t)owner, &m, (int64_t *)self->buf.p);
+    /* the indices go straight into the result array (below) */
+    int rc = mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)self->keybuf.p, key64, len, (int32_t)ns,
+                             cow, &st, (int32_t)owner, &m, NULL);
+    if (have_view) {
+        PyBuffer_Release(&view);
+    }
     if (rc != MR_OK && rc != MR_ENOSPC) {
         return lc_raise(self, rc, "match()");
     }
     if (rc == MR_ENOSPC) {
         return lc_raise(self, rc, "match(): copy-on-write slot");
     }
-    PyObject *idx = mr_i64_array((int64_t *)self->buf.p, m.prefix_len);
+    PyObject *idx = mr_i64_array(NULL, m.prefix_len);
     if (idx == NULL) {
         return NULL;
     }
+    (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
     if (rs != NULL) {
         Py_DECREF(build_rs(self, rs, &st));
     }

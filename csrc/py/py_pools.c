@@ -223,7 +223,8 @@ PyDoc_STRVAR(SlotAllocator_owner__doc__,
 "--\n"
 "\n"
 "Owner of the unit holding token/slot index: \"free\", \"tree\", \"held\",\n"
-"\"reserved\" or the request row (int).");
+"\"reserved\", \"pending\" (freed inside the open free group) or the\n"
+"request row (int).");
 
 static PyObject *
 SlotAllocator_owner(SlotAllocatorObject *self, PyObject *arg)
@@ -242,6 +243,7 @@ SlotAllocator_owner(SlotAllocatorObject *self, PyObject *arg)
     case MR_OWNER_TREE: return PyUnicode_FromString("tree");
     case MR_OWNER_HELD: return PyUnicode_FromString("held");
     case MR_OWNER_RESERVED: return PyUnicode_FromString("reserved");
+    case MR_OWNER_PENDING: return PyUnicode_FromString("pending");
     default: return PyLong_FromLong(o);
     }
 }
@@ -250,15 +252,16 @@ PyDoc_STRVAR(SlotAllocator_counts__doc__,
 "counts($self, /)\n"
 "--\n"
 "\n"
-"Units (pages) per owner class: dict(free=, held=, req=, tree=, total=).");
+"Units (pages) per owner class: dict(free=, held=, req=, tree=, pending=,\n"
+"total=).");
 
 static PyObject *
 SlotAllocator_counts(SlotAllocatorObject *self, PyObject *unused)
 {
     const mr_slots *s = &self->kv.pages;
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "free", (long long)s->count, "held",
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "free", (long long)s->count, "held",
                          (long long)s->n_held, "req", (long long)s->n_req, "tree",
-                         (long long)s->n_tree, "total", (long long)s->n);
+                         (long long)s->n_tree, "pending", (long long)s->n_pending, "total", (long long)s->n);
 }
 
 PyDoc_STRVAR(SlotAllocator_check__doc__,
@@ -322,6 +325,45 @@ SlotAllocator_group_end(SlotAllocatorObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(SlotAllocator_free_group_begin__doc__,
+"free_group_begin($self, /)\n"
+"--\n"
+"\n"
+"Open a free group (SGLang's free_group_begin): until free_group_end(),\n"
+"free() checks the units at once (a double free raises then) and sets them\n"
+"aside; they rejoin the free list at the group's end.  Frees by the prefix\n"
+"tree are not deferred.  An open group stays open.");
+
+static PyObject *
+SlotAllocator_free_group_begin(SlotAllocatorObject *self, PyObject *unused)
+{
+    int rc = mr_kv_free_group_begin(&self->kv);
+    if (rc != MR_OK) {
+        return mr_raise(mr_state_from_type(Py_TYPE(self)), rc, "free_group_begin()");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(SlotAllocator_free_group_end__doc__,
+"free_group_end($self, /)\n"
+"--\n"
+"\n"
+"Close the free group: the units freed in it join the free list, in the\n"
+"order they were freed (page_size > 1: sorted, at the front).");
+
+static PyObject *
+SlotAllocator_free_group_end(SlotAllocatorObject *self, PyObject *unused)
+{
+    mr_kv_free_group_end(&self->kv);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+SlotAllocator_in_free_group(SlotAllocatorObject *self, void *c)
+{
+    return PyBool_FromLong(self->kv.pages.free_group);
+}
+
 static PyObject *
 SlotAllocator_get_size(SlotAllocatorObject *self, void *c)
 {
@@ -346,11 +388,15 @@ static PyMethodDef SlotAllocator_methods[] = {
     {"clear", (PyCFunction)SlotAllocator_clear, METH_NOARGS, SlotAllocator_clear__doc__},
     {"alloc_group_begin", (PyCFunction)SlotAllocator_group_begin, METH_O, SlotAllocator_group_begin__doc__},
     {"alloc_group_end", (PyCFunction)SlotAllocator_group_end, METH_NOARGS, SlotAllocator_group_end__doc__},
+    {"free_group_begin", (PyCFunction)SlotAllocator_free_group_begin, METH_NOARGS,
+     SlotAllocator_free_group_begin__doc__},
+    {"free_group_end", (PyCFunction)SlotAllocator_free_group_end, METH_NOARGS, SlotAllocator_free_group_end__doc__},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef SlotAllocator_getset[] = {
     {"size", (getter)SlotAllocator_get_size, NULL, "Units (tokens) managed, slot 0 / page 0 excluded.", NULL},
+    {"in_free_group", (getter)SlotAllocator_in_free_group, NULL, "True while a free group is open.", NULL},
     {"page_size", (getter)SlotAllocator_get_page_size, NULL, "Tokens per page.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -17,6 +17,7 @@ chunk's start; the input_len - 1 cap is the Req's).
 
 from __future__ import annotations
 
+import operator
 from array import array
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -49,6 +50,17 @@ from .pools import (
 )
 
 __all__ = ["MambaRadixCache", "TreeNode"]
+
+_tuple_new = tuple.__new__
+
+
+def _slot_of(value: Any) -> int:
+    """The state slot of an insert's mamba_value: an int or a one-element
+    tensor (SGLang's shape (1,)); the first element of anything longer."""
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, RuntimeError):
+        return int(_np_index(value)[0])
 
 try:  # inside SGLang, inherit every default its scheduler may call
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache as _SGLangBase  # type: ignore
@@ -261,6 +273,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         self.mamba_track_interval = int(track_interval)
         alloc = self.token_to_kv_pool_allocator
         self.device = alloc.device if alloc is not None else torch.device("cpu")
+        self._on_cpu = torch.device(self.device).type == "cpu"
         self.lru_policy = lru_policy
         self._native = isinstance(pool, HybridReqToTokenPool) and isinstance(alloc, TokenToKVPoolAllocator)
         self._ns_ids: Dict[str, int] = {}
@@ -426,6 +439,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         return torch.empty((0,), dtype=torch.int64, device=self.device)
 
     def _indices(self, a: np.ndarray) -> torch.Tensor:
+        if self._on_cpu:   # a tensor over the array: no copy
+            return torch.from_numpy(a)
         return _to_device(a, self.device)
 
     def _apply(self, req: Any, rs: Any) -> None:
@@ -471,13 +486,10 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             if cow and state >= 0:
                 self._foreign_cow(req, nid, ngen, state)
         node = self._node(nid, ngen)
-        return MatchResult(
-            device_indices=self._indices(idx),
-            last_device_node=node,
-            last_host_node=node,
-            best_match_node=node,
-            mamba_branching_seqlen=None if branching < 0 else int(branching),
-        )
+        # MatchResult(device_indices, last_device_node, last_host_node,
+        # best_match_node, mamba_branching_seqlen=...), built as the tuple it is
+        return _tuple_new(MatchResult, (self._indices(idx), node, node, node, 0, 0, 0,
+                                        None if branching < 0 else branching, None))
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int, state: int) -> None:
         if req.mamba_pool_idx is None:
@@ -512,7 +524,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         value = params.value
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)
-        state = int(_np_index(params.mamba_value)[0])
+        state = _slot_of(params.mamba_value)
         if len(tokens) == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
         # SGLang passes a protected length past a shorter cached key (the

@@ -32,6 +32,13 @@ OwnershipError = _C.OwnershipError
 
 def _np_index(x: Any) -> np.ndarray:
     """int64 numpy view/copy of an index tensor, array or int."""
+    if type(x) is torch.Tensor and x.dtype is torch.int64:
+        try:  # a CPU tensor: its numpy view (a device tensor raises)
+            a = x.numpy()
+        except (TypeError, RuntimeError):
+            a = None
+        if a is not None and a.ndim == 1:
+            return a
     if isinstance(x, torch.Tensor):
         t = x.detach()
         if t.device.type != "cpu":
@@ -107,8 +114,6 @@ class TokenToKVPoolAllocator:
         self._kvcache = kvcache
         self.need_sort = need_sort
         self._slots = _C.SlotAllocator(size, page_size)
-        self.is_not_in_free_group = True
-        self.free_group: list = []
 
     @property
     def size_full(self) -> int:
@@ -128,31 +133,26 @@ class TokenToKVPoolAllocator:
         return None if got is None else _to_device(got, self.device)
 
     def free(self, free_index: Any) -> None:
-        idx = _np_index(free_index)
-        if idx.size == 0:
-            return
-        if self.is_not_in_free_group:
-            self._slots.free(idx)
-        else:
-            self.free_group.append(idx)
+        """Return a caller's KV indices.  Inside a free group they are
+        checked now (a double free raises OwnershipError at once) and join
+        the free list at free_group_end(), as SGLang's allocator defers."""
+        self._slots.free(_np_index(free_index))
 
     def free_group_begin(self) -> None:
-        self.is_not_in_free_group = False
-        self.free_group = []
+        self._slots.free_group_begin()
 
     def free_group_end(self) -> None:
-        self.is_not_in_free_group = True
-        if self.free_group:
-            self._slots.free(np.concatenate(self.free_group))
-        self.free_group = []
+        self._slots.free_group_end()
+
+    @property
+    def is_not_in_free_group(self) -> bool:
+        return not self._slots.in_free_group
 
     def merge_and_sort_free(self) -> None:
         """Free pages are kept in one FIFO list; nothing to merge."""
 
     def clear(self) -> None:
         self._slots.clear()
-        self.is_not_in_free_group = True
-        self.free_group = []
 
     def check(self) -> None:
         self._slots.check()

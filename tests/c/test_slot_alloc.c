@@ -6,10 +6,11 @@
  *             view, and every error code of every function;
  *   --check   mr_slots_check() must report each of a list of deliberate
  *             corruptions, and pass again once each is undone;
- *   --fuzz    random calls on mr_slots (1 to 40 units, alloc groups
- *             included) and on mr_kv (page sizes 1, 4 and 16), each made on
- *             the model too (the owner of every unit, the free list as a
- *             plain array, the group's units).  After every call: the same
+ *   --fuzz    random calls on mr_slots (1 to 40 units, alloc groups and
+ *             free groups included) and on mr_kv (page sizes 1, 4 and 16,
+ *             free groups included), each made on the model too (the owner
+ *             of every unit, the free list as a plain array, the alloc
+ *             group's units, the free group's pending units in order).  After every call: the same
  *             return code and offending unit, the same units handed out, the
  *             same owners, free-list order and counters, and
  *             mr_slots_check() passes;
@@ -43,6 +44,9 @@ typedef struct {
     int64_t group[MAXN];  /* the open group's pre-allocated units */
     int64_t glen, gpos;
     int gactive;
+    int64_t pend[MAXN];   /* the open free group's freed units, in order */
+    int64_t npend;
+    int factive;
 } model;
 
 static void
@@ -56,6 +60,8 @@ m_clear(model *m)
     m->nfree = m->n;
     m->glen = m->gpos = 0;
     m->gactive = 0;
+    m->npend = 0;
+    m->factive = 0;
 }
 
 static void
@@ -121,9 +127,11 @@ m_pending(const model *m, int64_t u)
 
 /* The first problem of idx[0:k): for a free (is_free, duplicates refused)
  * or for a transfer to `to` (units already owned by `to` pass).  A unit the
- * open group holds for its next alloc(1) belongs to no caller yet. */
+ * open group holds for its next alloc(1) belongs to no caller yet.  A unit
+ * the open free group freed is free already, except for a paged free
+ * (skip), which passes it. */
 static int
-m_validate(const model *m, const int64_t *idx, int64_t k, mr_from from, int is_free, int32_t to,
+m_validate(const model *m, const int64_t *idx, int64_t k, mr_from from, int is_free, int32_t to, int skip,
            int64_t *bad)
 {
     for (int64_t i = 0; i < k; i++) {
@@ -135,7 +143,10 @@ m_validate(const model *m, const int64_t *idx, int64_t k, mr_from from, int is_f
         else if (!is_free && m->owner[u] == to) {
             continue;
         }
-        else if (m->owner[u] == MR_OWNER_FREE) {
+        else if (skip && m->owner[u] == MR_OWNER_PENDING) {
+            continue;
+        }
+        else if (m->owner[u] == MR_OWNER_FREE || m->owner[u] == MR_OWNER_PENDING) {
             rc = MR_ENOENT;
         }
         else if (!m_takes(from, m->owner[u]) || m_pending(m, u)) {
@@ -157,14 +168,24 @@ m_validate(const model *m, const int64_t *idx, int64_t k, mr_from from, int is_f
 }
 
 static int
-m_free(model *m, const int64_t *idx, int64_t k, mr_from from, int front, int64_t *bad)
+m_free(model *m, const int64_t *idx, int64_t k, mr_from from, int front, int skip, int64_t *bad)
 {
     if (k < 0) {
         return MR_EINVAL;
     }
-    int rc = m_validate(m, idx, k, from, 1, 0, bad);
+    int defer = m->factive && from == MR_FROM_CALLER;
+    int rc = m_validate(m, idx, k, from, 1, 0, defer && skip, bad);
     if (rc != MR_OK) {
         return rc;
+    }
+    if (defer) {
+        for (int64_t i = 0; i < k; i++) {
+            if (m->owner[idx[i]] != MR_OWNER_PENDING) {
+                m->owner[idx[i]] = MR_OWNER_PENDING;
+                m->pend[m->npend++] = idx[i];
+            }
+        }
+        return MR_OK;
     }
     for (int64_t i = 0; i < k; i++) {
         m->owner[idx[i]] = MR_OWNER_FREE;
@@ -186,7 +207,7 @@ m_transfer(model *m, const int64_t *idx, int64_t k, mr_from from, int32_t to, in
     if (k < 0 || !(to == MR_OWNER_TREE || to == MR_OWNER_HELD || to > 0)) {
         return MR_EINVAL;
     }
-    int rc = m_validate(m, idx, k, from, 0, to, bad);
+    int rc = m_validate(m, idx, k, from, 0, to, 0, bad);
     if (rc != MR_OK) {
         return rc;
     }
@@ -194,6 +215,38 @@ m_transfer(model *m, const int64_t *idx, int64_t k, mr_from from, int32_t to, in
         m->owner[idx[i]] = to;
     }
     return MR_OK;
+}
+
+/* The free group's end: its units to the free list in the order freed,
+ * or ascending at the front. */
+static void
+m_free_group_end(model *m, int front)
+{
+    if (!m->factive) {
+        return;
+    }
+    int64_t k = m->npend;
+    for (int64_t i = 0; i < k; i++) {
+        m->owner[m->pend[i]] = MR_OWNER_FREE;
+    }
+    if (front) {
+        for (int64_t i = 1; i < k; i++) {   /* insertion sort */
+            int64_t u = m->pend[i], j = i;
+            while (j > 0 && m->pend[j - 1] > u) {
+                m->pend[j] = m->pend[j - 1];
+                j--;
+            }
+            m->pend[j] = u;
+        }
+        memmove(m->fifo + k, m->fifo, (size_t)m->nfree * sizeof(int64_t));
+        memcpy(m->fifo, m->pend, (size_t)k * sizeof(int64_t));
+    }
+    else {
+        memcpy(m->fifo + m->nfree, m->pend, (size_t)k * sizeof(int64_t));
+    }
+    m->nfree += k;
+    m->npend = 0;
+    m->factive = 0;
 }
 
 static void
@@ -278,14 +331,14 @@ mk_move(model *m, int64_t ps, const int64_t *tok, int64_t k, mr_from from, int i
         return MR_EINVAL;
     }
     if (ps == 1) {
-        return is_free ? m_free(m, tok, k, from, 0, bad) : m_transfer(m, tok, k, from, to, bad);
+        return is_free ? m_free(m, tok, k, from, 0, 0, bad) : m_transfer(m, tok, k, from, to, bad);
     }
     int64_t pages[MAXTOK + 8], badpage = 0;
     int64_t np = mk_pages(ps, tok, k, pages, bad);
     if (np < 0) {
         return MR_EINVAL;
     }
-    int rc = is_free ? m_free(m, pages, np, from, 1, &badpage) : m_transfer(m, pages, np, from, to, &badpage);
+    int rc = is_free ? m_free(m, pages, np, from, 1, 1, &badpage) : m_transfer(m, pages, np, from, to, &badpage);
     if (rc != MR_OK) {
         *bad = badpage * ps;
     }
@@ -331,6 +384,12 @@ same(const mr_slots *s, const model *m, const char *where)
           (long long)(s->group_len - s->group_pos), m->gactive, (long long)(m->glen - m->gpos));
     for (int64_t g = 0; unit_errors == before && g < m->glen - m->gpos; g++) {
         CHECK(s->group[s->group_pos + g] == m->group[m->gpos + g], "%s: group unit %lld", where, (long long)g);
+    }
+    CHECK(s->free_group == m->factive && s->n_pending == m->npend, "%s: free group %d with %lld pending, model %d with %lld",
+          where, s->free_group, (long long)s->n_pending, m->factive, (long long)m->npend);
+    for (int64_t g = 0; unit_errors == before && g < m->npend; g++) {
+        CHECK(s->pending[g] == m->pend[g], "%s: pending unit %lld is %lld, model %lld", where, (long long)g,
+              (long long)s->pending[g], (long long)m->pend[g]);
     }
     return unit_errors == before;
 }
@@ -739,7 +798,7 @@ fuzz_slots(int64_t n, long ops)
     for (long op = 0; op < ops; op++) {
         int64_t bad_s = -77, bad_m = -77, k;
         int rs = MR_OK, rm = MR_OK, cmp_bad = 0;
-        uint32_t kind = unit_rnd(20);
+        uint32_t kind = unit_rnd(22);
         snprintf(where, sizeof(where), "slots n=%lld op %ld kind %u", (long long)n, op, kind);
         if (kind < 6) {
             k = unit_rnd(10) == 0 ? -1 : (int64_t)unit_rnd(5);
@@ -755,7 +814,7 @@ fuzz_slots(int64_t n, long ops)
             int front = (int)unit_rnd(2);
             k = rand_units(&m, from, idx);
             rs = mr_slots_free(&s, idx, k, from, front, unit_rnd(8) == 0 ? NULL : &bad_s);
-            rm = m_free(&m, idx, k, from, front, &bad_m);
+            rm = m_free(&m, idx, k, from, front, 0, &bad_m);
             cmp_bad = bad_s != -77;
         }
         else if (kind < 15) {
@@ -774,6 +833,16 @@ fuzz_slots(int64_t n, long ops)
         else if (kind < 19) {
             mr_slots_group_end(&s);
             m_group_end(&m);
+        }
+        else if (kind == 20) {
+            rs = mr_slots_free_group_begin(&s);
+            m.factive |= rs == MR_OK;
+            rm = rs;
+        }
+        else if (kind == 21) {
+            int front = (int)unit_rnd(2);
+            mr_slots_free_group_end(&s, front);
+            m_free_group_end(&m, front);
         }
         else if (unit_rnd(4) == 0) {
             mr_slots_clear(&s);
@@ -837,7 +906,7 @@ fuzz_kv(int64_t ps, int64_t npages, long ops)
     for (long op = 0; op < ops; op++) {
         int64_t bad_s = -77, bad_m = -77, k;
         int rs = MR_OK, rm = MR_OK, cmp_bad = 0;
-        uint32_t kind = unit_rnd(10);
+        uint32_t kind = unit_rnd(11);
         snprintf(where, sizeof(where), "kv ps=%lld pages=%lld op %ld kind %u", (long long)ps, (long long)npages,
                  op, kind);
         if (kind < 4) {
@@ -850,6 +919,17 @@ fuzz_kv(int64_t ps, int64_t npages, long ops)
             rm = mk_alloc(&m, ps, k, owner, b);
             if (rs == MR_OK && rm == MR_OK) {
                 same_out(a, b, k, where);
+            }
+        }
+        else if (kind == 10) {   /* a free group opens or closes */
+            if (m.factive) {
+                mr_kv_free_group_end(&kv);
+                m_free_group_end(&m, ps > 1);
+            }
+            else {
+                rs = mr_kv_free_group_begin(&kv);
+                m.factive = rs == MR_OK;
+                rm = rs;
             }
         }
         else {

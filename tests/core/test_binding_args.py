@@ -174,8 +174,12 @@ def test_converted_arguments_still_name_the_argument():
     with pytest.raises(TypeError, match="alloc\\(\\): n must be an int"):
         _C.SlotAllocator(8).alloc("3")
     # one int-array reader: its errors name the argument and the element
+    # (an int64 array key is read in place by match, where such a token
+    # matches nothing: test_match_int64_keys.py; an int32 key is converted)
+    with pytest.raises(ValueError, match=r"insert\(\): key\[1\] = 1099511627776 is out of range"):
+        _C.Lifecycle().insert(np.array([1, 2**40], dtype=np.int64), [1, 2], 1)
     with pytest.raises(ValueError, match=r"match\(\): key\[1\] = 1099511627776 is out of range"):
-        _C.Lifecycle().match(np.array([1, 2**40], dtype=np.int64))
+        _C.Lifecycle().match([1, 2**40])
     with pytest.raises(TypeError, match=r"free\(\): indices\[1\] must be an int, not float"):
         _C.SlotAllocator(8).free([1, 1.5])
     with pytest.raises(ValueError, match=r"key must be 1-dimensional"):

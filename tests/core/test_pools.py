@@ -29,6 +29,21 @@ class ModelAllocator:
         self.n = size // page_size
         self.free = deque(range(1, self.n + 1))
         self.owner: dict[int, object] = {}
+        self.group: Optional[list[int]] = None   # pages freed in the open free group
+
+    def group_begin(self) -> None:
+        if self.group is None:
+            self.group = []
+
+    def group_end(self) -> None:
+        """As one free of every page the group freed, at its end."""
+        pages, self.group = self.group or [], None
+        for p in pages:
+            del self.owner[p]
+        if self.ps == 1:
+            self.free.extend(pages)
+        else:
+            self.free.extendleft(reversed(sorted(pages)))
 
     def alloc(self, ntok: int, owner: object = "held") -> Optional[list[int]]:
         np_ = ntok // self.ps
@@ -47,13 +62,21 @@ class ModelAllocator:
                 return "dup"
         else:
             pages = sorted(set(t // self.ps for t in toks))
+        defer = self.group is not None and not tree
+        if defer and self.ps > 1:   # a page the group freed already may be listed again
+            pages = [p for p in pages if self.owner.get(p) != "pending"]
         for p in pages:
             if p < 1 or p > self.n:
                 return "range"
-            if p not in self.owner:
+            if p not in self.owner or self.owner[p] == "pending":
                 return "double"
             if (self.owner[p] == "tree") != tree:
                 return "owner"
+        if defer:
+            for p in pages:
+                self.owner[p] = "pending"
+            self.group.extend(pages)
+            return ""
         for p in pages:
             del self.owner[p]
         if self.ps == 1:
@@ -65,8 +88,10 @@ class ModelAllocator:
     def counts(self) -> dict[str, int]:
         held = sum(1 for o in self.owner.values() if o == "held")
         tree = sum(1 for o in self.owner.values() if o == "tree")
-        req = len(self.owner) - held - tree
-        return {"free": len(self.free), "held": held, "req": req, "tree": tree, "total": self.n}
+        pending = sum(1 for o in self.owner.values() if o == "pending")
+        req = len(self.owner) - held - tree - pending
+        return {"free": len(self.free), "held": held, "req": req, "tree": tree, "pending": pending,
+                "total": self.n}
 
 
 def _same(a: "_C.SlotAllocator", m: ModelAllocator) -> None:
@@ -122,10 +147,14 @@ def test_allocator_matches_model(page_size: int) -> None:
             assert m.free_tokens(toks, tree=True) == ""
             a.release_tree(toks)
             tree = [t for t in tree if t // page_size not in pages]
-        elif op < 0.95:
-            # a bad free: double free, tree-owned, or out of range
+        elif op < 0.93:
+            # a bad free: double free (of a free unit, or of one the open
+            # free group freed), tree-owned, or out of range
             choice = rng.random()
-            if choice < 0.4 and len(m.free) > 0:
+            if choice < 0.2 and m.group and page_size == 1:
+                bad = [rng.choice(m.group)]
+                kind = "double"
+            elif choice < 0.4 and len(m.free) > 0:
                 bad = [m.free[rng.randrange(len(m.free))] * page_size]
                 kind = "double"
             elif choice < 0.7 and tree:
@@ -141,6 +170,15 @@ def test_allocator_matches_model(page_size: int) -> None:
             with pytest.raises(exc):
                 a.free(bad)
             assert a.counts() == before   # nothing moved
+        elif op < 0.97:
+            # open or close a free group (SGLang's scheduler wraps a batch's frees in one)
+            if m.group is None:
+                a.free_group_begin()
+                m.group_begin()
+            else:
+                a.free_group_end()
+                m.group_end()
+            assert a.in_free_group == (m.group is not None)
         else:
             # the tree cannot release a caller's unit
             if held:
@@ -223,7 +261,7 @@ def test_owner_rows_and_transfer() -> None:
     assert a.owner(int(s[0])) == "tree"
     with pytest.raises(_C.OwnershipError, match="not owned by the caller"):
         a.free(s)       # s[0] belongs to the tree: nothing is freed
-    assert a.counts() == {"free": 4, "held": 0, "req": 1, "tree": 1, "total": 6}
+    assert a.counts() == {"free": 4, "held": 0, "req": 1, "tree": 1, "pending": 0, "total": 6}
     a.free(s[1:])
     a.release_tree(s[:1])
     assert a.counts()["free"] == 6
@@ -310,3 +348,45 @@ def test_req_pool_bad_input() -> None:
         _C.ReqPool(2, 4, 3)
     assert p.track_map.shape == (3, 1)
     p.check()
+
+
+def test_free_group_defers_and_catches_a_double_free_at_once() -> None:
+    a = _C.SlotAllocator(8)
+    got = a.alloc(6).tolist()            # [1..6]
+    a.free_group_begin()
+    assert a.in_free_group
+    a.free([3, 1])
+    assert a.owner(3) == "pending" and a.available_size() == 2   # not back yet
+    assert a.counts()["pending"] == 2
+    with pytest.raises(_C.OwnershipError, match=r"free\(\): indices: slot 1 is already free"):
+        a.free([2, 1])                   # 2 is fine, 1 was freed in the group: nothing moves
+    assert a.owner(2) == "held" and a.counts()["pending"] == 2
+    a.check()
+    with pytest.raises(_C.OwnershipError):
+        a.transfer([3], "tree")          # a pending unit is nobody's
+    with pytest.raises(ValueError, match="listed twice"):
+        a.free([4, 4])
+    a.free([5])
+    a.free_group_end()
+    assert not a.in_free_group and a.counts()["pending"] == 0
+    # the units join the free list in the order freed, behind the free ones
+    assert a.alloc(5).tolist() == [7, 8, 3, 1, 5]
+    a.check()
+    # page_size > 1: a page the group freed may be listed again; the end
+    # pushes the pages, sorted, at the front (one free of all of them)
+    p = _C.SlotAllocator(16, 4)
+    toks = p.alloc(12).tolist()          # pages 1, 2, 3
+    p.free_group_begin()
+    p.free([toks[9]])                    # page 3
+    p.free([toks[10], toks[0]])          # page 3 again, page 1
+    with pytest.raises(_C.OwnershipError):
+        p.free([4 * 4])                  # page 4 is free: a double free all the same
+    p.free_group_end()
+    assert p.alloc(8).tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
+    p.check()
+    # clear() ends the group; nothing stays pending
+    a.free_group_begin()
+    a.free([2])
+    a.clear()
+    assert not a.in_free_group and a.counts()["pending"] == 0
+    a.check()

@@ -485,3 +485,30 @@ def test_paged_allocator_order_matches_sglangs(seed) -> None:
                     assert b.tolist() == a.tolist(), step
                     held.append((a, b))
             assert ours.available_size() == theirs.available_size(), step
+
+
+@pytest.mark.parametrize("setup", ["own", "foreign"])
+def test_insert_duplicates_inside_a_free_group_come_back_at_its_end(setup: str) -> None:
+    """An insert frees the caller's KV indices the tree already had; inside
+    the allocator's free group (SGLang's scheduler opens one around a
+    batch's results) they come back at the group's end, as SGLang's
+    allocator does, and a second free of one of them fails at once."""
+    tree, pool, alloc = _setup(setup)
+    a_kv = alloc.alloc(6)
+    tree.insert(InsertParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 6])), value=a_kv,
+                             mamba_value=pool.mamba_allocator.alloc(1)))
+    b_kv = alloc.alloc(8)
+    free0 = alloc.available_size()
+    alloc.free_group_begin()
+    r = tree.insert(InsertParams(key=RadixKey(array("q", [1, 2, 3, 4, 5, 6, 7, 8])), value=b_kv,
+                                 mamba_value=pool.mamba_allocator.alloc(1)))
+    assert r.prefix_len == 6
+    assert alloc.available_size() == free0          # the 6 duplicates wait for the group's end
+    _check(tree, pool, alloc)
+    with pytest.raises(_C.OwnershipError, match="double free"):
+        alloc.free(b_kv[:1])                        # freed by the insert already
+    _check(tree, pool, alloc)
+    alloc.free_group_end()
+    assert alloc.available_size() == free0 + 6
+    assert sorted(alloc.alloc(alloc.available_size()).tolist()[-6:]) == b_kv[:6].tolist()
+    _check(tree, pool, alloc)

@@ -1,0 +1,62 @@
+"""Lifecycle.insert over pools refuses KV indices that are not the caller's
+(the house rule: nothing changes on refusal).  Reference: the ownership
+rules written out by hand -- a tree-owned index is accepted only inside the
+prefix the tree already has and the caller declared locked
+(prev_prefix_len), a free or pending (freed in the open free group) index
+never."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mambaradix import _C
+
+
+def _setup():
+    st, kv, rp = _C.SlotAllocator(8), _C.SlotAllocator(64), _C.ReqPool(2, 16, 2)
+    lc = _C.Lifecycle(st, kv, rp)
+    a = kv.alloc(4)
+    lc.insert([1, 2, 3, 4], a, int(st.alloc(1)[0]))   # the tree owns a now
+    return lc, st, kv, a
+
+
+def _state(lc, st, kv):
+    return lc.dump(), st.counts(), kv.counts()
+
+
+def test_tree_owned_indices_only_inside_the_declared_locked_prefix() -> None:
+    lc, st, kv, a = _setup()
+    new = kv.alloc(2)
+    s = int(st.alloc(1)[0])
+    before = _state(lc, st, kv)
+    # the tree's own a[0:4] under a locked prefix of 2: a[2] is past it
+    with pytest.raises(_C.OwnershipError):
+        lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([a, new]), s, prev_prefix_len=2)
+    assert _state(lc, st, kv) == before
+    # a tree-owned index past the tree's prefix, even inside prev_prefix_len
+    with pytest.raises(_C.OwnershipError):
+        lc.insert([1, 2, 9, 9, 5, 6], np.concatenate([a, new]), s, prev_prefix_len=6)
+    assert _state(lc, st, kv) == before
+    lc.check()
+    # the whole cached prefix declared locked: accepted, nothing freed twice
+    pl, existed, _, _, _ = lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([a, new]), s, prev_prefix_len=4)
+    assert (pl, existed) == (4, False)
+    assert kv.owner(int(new[0])) == "tree" and kv.counts()["held"] == 0
+    lc.check()
+
+
+def test_free_or_pending_indices_are_refused() -> None:
+    lc, st, kv, a = _setup()
+    new = kv.alloc(4)
+    s = int(st.alloc(1)[0])
+    kv.free_group_begin()
+    kv.free(new[3:])                       # pending until the group's end
+    before = _state(lc, st, kv)
+    with pytest.raises(_C.OwnershipError):
+        lc.insert([5, 6, 7, 8], new, s)
+    assert _state(lc, st, kv) == before
+    kv.free_group_end()
+    with pytest.raises(_C.OwnershipError):
+        lc.insert([5, 6, 7, 8], new, s)    # now free
+    lc.check()

@@ -1,0 +1,61 @@
+"""Lifecycle.match reads an int64 key (SGLang's array('q') tokens) in place,
+only as far as the walk goes.  The reference: the same tree built twice,
+one matched with the key narrowed to int32 first (the path every other key
+type takes).  A token outside int32 matches nothing: in the int32 copy it
+becomes a token no inserted key holds."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import numpy as np
+import pytest
+
+from mambaradix import _C
+
+NEVER = 2**31 - 1   # no key below holds it
+
+
+def _tree(seed: int, ps: int):
+    rng = random.Random(seed)
+    lc = _C.Lifecycle(page_size=ps, chunk_size=max(4, ps))
+    keys: list = []
+    for i in range(40):
+        base = rng.choice(keys) if keys and rng.random() < 0.7 else []
+        cut = rng.randrange(len(base) + 1) // ps * ps if base else 0
+        k = list(base[:cut]) + [rng.randrange(1, 6) for _ in range(ps * rng.randint(1, 6))]
+        keys.append(k)
+        lc.insert(np.asarray(k, dtype=np.int64), np.arange(1000 * i, 1000 * i + len(k), dtype=np.int64), i + 1)
+    return lc, keys, rng
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_int64_keys_match_as_their_int32_copies(ps: int) -> None:
+    for seed in range(12):
+        a, keys, rng = _tree(seed, ps)
+        b, _, _ = _tree(seed, ps)
+        for j in range(60):
+            k = list(rng.choice(keys))[: rng.randrange(1, 40)] + [rng.randrange(1, 6) for _ in range(rng.randrange(8))]
+            if rng.random() < 0.3:   # a token past int32, some equal to an inserted token mod 2**32
+                k[rng.randrange(len(k))] = rng.choice([2**31, -(2**31) - 1, 2**32 + 1, 2**32 + 3, 2**40 + 2])
+            limit = rng.choice([-1, -1, rng.randrange(len(k) + 2)])
+            key64 = array("q", k) if j % 2 else np.asarray(k, dtype=np.int64)
+            got = a.match(key64, limit=limit)
+            want = b.match(np.asarray([t if -(2**31) <= t < 2**31 else NEVER for t in k], dtype=np.int32),
+                           limit=limit)
+            assert got[0].tolist() == want[0].tolist() and got[1:] == want[1:], (seed, j)
+            assert a.dump() == b.dump()   # the same splits and LRU order
+        a.check()
+
+
+def test_other_keys_still_read_and_checked() -> None:
+    lc = _C.Lifecycle()
+    lc.insert([1, 2, 3], [10, 11, 12], 1)
+    assert lc.match(array("i", [1, 2, 3]))[0].tolist() == [10, 11, 12]   # int32 buffer
+    assert lc.match([1, 2, 9])[0].tolist() == []                         # list: no state at [1, 2]
+    assert lc.match(np.array([1, 2, 3], dtype=np.int64)[::-1][::-1])[0].tolist() == [10, 11, 12]
+    with pytest.raises(ValueError, match="key"):
+        lc.match([1, 2**40])          # a list is converted, and checked
+    with pytest.raises(TypeError, match="key"):
+        lc.match(array("d", [1.0]))
