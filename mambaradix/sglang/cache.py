@@ -68,6 +68,12 @@ except Exception:  # pragma: no cover - depends on the environment
     _SGLangBase = None
 
 
+# Records for cow_foreign over pools that are not ours: the request has a
+# running slot (any id >= 1 stands for the allocator's tensor) or none.
+_RS_NONE = (-1, -1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)
+_RS_SLOT = (1,) + _RS_NONE[1:]
+
+
 class _Base:
     """The defaults of SGLang's BasePrefixCache for a device-only cache."""
 
@@ -483,16 +489,22 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                     self.req_to_token_pool._sync_maps_to_device([owner])
         else:
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
-            if cow and state >= 0:
-                self._foreign_cow(req, nid, ngen, state)
+            if cow:
+                self._foreign_cow(req, nid, ngen)
         node = self._node(nid, ngen)
         # MatchResult(device_indices, last_device_node, last_host_node,
         # best_match_node, mamba_branching_seqlen=...), built as the tuple it is
         return _tuple_new(MatchResult, (self._indices(idx), node, node, node, 0, 0, 0,
                                         None if branching < 0 else branching, None))
 
-    def _foreign_cow(self, req: Req, nid: int, ngen: int, state: int) -> None:
-        if req.mamba_pool_idx is None:
+    def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
+        """match_prefix's copy-on-write over pools that are not ours: the
+        lifecycle decides (cow_foreign); a running slot it asks for comes from
+        the pool's allocator and stays the tensor the allocator gave (the
+        lifecycle only learns that the request has one)."""
+        has_slot = req.mamba_pool_idx is not None
+        rs, need = self._lc.cow_foreign(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
+        if need:
             alloc = self.req_to_token_pool.mamba_allocator
             dst = alloc.alloc(1)
             if dst is None:
@@ -505,12 +517,15 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 if dst is None:
                     raise RuntimeError("match_prefix(): no state slot for copy-on-write even after eviction")
             req.mamba_pool_idx = dst[0]
+            rs, _ = self._lc.cow_foreign(rs, nid, ngen, _RS_SLOT[0])
+        if rs.cow_src < 0:
+            return
         if _owns_record(req):
-            req._rs.cow_src = state
+            req._rs.cow_src = rs.cow_src
             req._ix = self._ix
         else:
-            req.mamba_cow_src_index = self._ix.slot1(state)
-        req.mamba_needs_clear = False
+            req.mamba_cow_src_index = self._ix.slot1(rs.cow_src)
+        req.mamba_needs_clear = bool(rs.needs_clear)
 
     # -- insert / evict --------------------------------------------------------------------
 
