@@ -476,6 +476,17 @@ mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *ou
 /* ------------------------------------------------------------------------
  * Match */
 
+/* SGLang's copy-on-write at a hit (match_prefix with cow_mamba), once the
+ * request has its running slot: the slot gets a copy of the node's state
+ * before the forward, so it needs no clear. */
+static void
+record_cow(mr_lifecycle *lc, mr_req *st, int64_t state)
+{
+    st->cow_src = state;
+    st->needs_clear = 0;
+    lc->stats.cow++;
+}
+
 int
 mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
             int32_t owner, mr_match *m, int64_t *indices)
@@ -507,9 +518,7 @@ mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size
             st->running = slot;
             sync_row(lc, owner, st);  /* a request with a row: its map follows */
         }
-        st->cow_src = m->state;
-        st->needs_clear = 0;
-        lc->stats.cow++;
+        record_cow(lc, st, m->state);
     }
     return MR_OK;
 }
@@ -536,9 +545,7 @@ mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, 
         }
         st->running = fresh;
     }
-    st->cow_src = state;
-    st->needs_clear = 0;
-    lc->stats.cow++;
+    record_cow(lc, st, state);
     return MR_OK;
 }
 
