@@ -552,6 +552,68 @@ mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, 
 /* ------------------------------------------------------------------------
  * Admission */
 
+/* HybridReqToTokenPool.alloc's slots for one request: a running slot if it
+ * has none (a fresh one needs a clear unless a copy-on-write fills it) and,
+ * with extra_buffer, its ping-pong track buffer if it has none (one slot in
+ * lazy mode, track_buffer_size otherwise).  admit_wants counts them;
+ * admit_give hands them out from fresh[], in that order. */
+static int64_t
+admit_wants(const mr_lifecycle *lc, const mr_req *st)
+{
+    const mr_lc_config *c = &lc->cfg;
+    int64_t n = st->running < 0;
+    if (c->extra_buffer && st->next_track < 0) {
+        n += c->lazy ? 1 : c->track_buffer_size;
+    }
+    return n;
+}
+
+static void
+admit_give(mr_lifecycle *lc, mr_req *st, const int64_t *fresh)
+{
+    const mr_lc_config *c = &lc->cfg;
+    size_t k = 0;
+    if (st->running < 0) {
+        st->running = fresh[k++];
+        st->needs_clear = 1;
+        lc->stats.clears++;
+    }
+    if (c->extra_buffer && st->next_track < 0) {
+        int64_t nbuf = c->lazy ? 1 : c->track_buffer_size;
+        st->track[0] = fresh[k++];
+        st->track[1] = nbuf > 1 ? fresh[k++] : -1;
+        st->next_track = 0;
+    }
+}
+
+int
+mr_lc_admit_ext(mr_lifecycle *lc, mr_req *st, const int64_t *fresh, size_t nfresh, int64_t *need)
+{
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    int64_t want = admit_wants(lc, st);
+    *need = want;
+    if (nfresh == 0) {
+        return MR_OK;
+    }
+    if ((int64_t)nfresh != want) {
+        return MR_EINVAL;
+    }
+    for (size_t i = 0; i < nfresh; i++) {
+        int bad = fresh[i] < 1 || fresh[i] == st->running || fresh[i] == st->track[0] || fresh[i] == st->track[1];
+        for (size_t j = 0; j < i; j++) {
+            bad |= fresh[j] == fresh[i];
+        }
+        if (bad) {
+            return MR_EINVAL;
+        }
+    }
+    admit_give(lc, st, fresh);
+    *need = 0;
+    return MR_OK;
+}
+
 int
 mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom)
 {
@@ -570,7 +632,6 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
     }
     /* 1. count what is needed, and check it is there */
     int64_t new_rows = 0, new_slots = 0;
-    int64_t nbuf = c->lazy ? 1 : c->track_buffer_size;
     for (size_t i = 0; i < n; i++) {
         if (rows[i] < 1) {
             new_rows++;
@@ -578,12 +639,7 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         else if (!mr_reqpool_in_use(lc->rp, rows[i])) {
             return MR_EINVAL;
         }
-        if (sts[i].running < 0) {
-            new_slots++;
-        }
-        if (c->extra_buffer && sts[i].next_track < 0) {
-            new_slots += nbuf;
-        }
+        new_slots += admit_wants(lc, &sts[i]);
         /* slots a request brings must be its own (or held for it) */
         int64_t mine[3] = {sts[i].running, -1, -1};
         if (c->extra_buffer && sts[i].next_track >= 0) {
@@ -621,32 +677,18 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
     for (size_t i = 0; i < n; i++) {
         mr_req *st = &sts[i];
         int32_t owner = (int32_t)rows[i];
-        if (st->running < 0) {
-            int64_t s = 0;
-            if (mr_slots_alloc(lc->state, 1, owner, &s) != MR_OK
-                && mr_slots_alloc(lc->state, 1, MR_OWNER_HELD, &s) != MR_OK) {
-                return MR_ENOSPC;  /* not reached: counted above */
-            }
-            (void)mr_slots_transfer(lc->state, &s, 1, MR_FROM_CALLER, owner, NULL);
-            st->running = s;
-            st->needs_clear = 1;
-            lc->stats.clears++;
-        }
-        else {
+        if (st->running >= 0) {
             (void)mr_slots_transfer(lc->state, &st->running, 1, MR_FROM_CALLER, owner, NULL);
         }
-        if (c->extra_buffer && st->next_track < 0) {
-            int64_t t[2] = {-1, -1};
-            for (int64_t j = 0; j < nbuf; j++) {
-                if (mr_slots_alloc(lc->state, 1, owner, &t[j]) != MR_OK) {
-                    (void)mr_slots_alloc(lc->state, 1, MR_OWNER_HELD, &t[j]);
-                    (void)mr_slots_transfer(lc->state, &t[j], 1, MR_FROM_CALLER, owner, NULL);
-                }
+        int64_t fresh[3] = {-1, -1, -1};
+        int64_t want = admit_wants(lc, st);
+        for (int64_t j = 0; j < want; j++) {
+            if (mr_slots_alloc(lc->state, 1, owner, &fresh[j]) != MR_OK) {
+                (void)mr_slots_alloc(lc->state, 1, MR_OWNER_HELD, &fresh[j]);
+                (void)mr_slots_transfer(lc->state, &fresh[j], 1, MR_FROM_CALLER, owner, NULL);
             }
-            st->track[0] = t[0];
-            st->track[1] = t[1];
-            st->next_track = 0;
         }
+        admit_give(lc, st, fresh);
         mr_reqpool_sync_maps(lc->rp, rows[i], st);
     }
     return MR_OK;

@@ -190,6 +190,17 @@ int mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fre
  * short (nothing taken). */
 int mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom);
 
+/* mr_lc_admit's slots for one request on a lifecycle without pools (the
+ * caller's allocators own the slots and the rows): *need = how many state
+ * slots the request wants (a running slot if it has none, with
+ * extra_buffer its track buffer if it has none).  With nfresh == 0 nothing
+ * changes; the caller allocates *need slots and calls again with them
+ * (fresh, distinct, >= 1): they become the running slot (needs_clear = 1)
+ * and the track slots (next_track = 0), in that order, and *need = 0.
+ * MR_EINVAL for a wrong count or a bad slot (nothing changes), MR_ESTATE
+ * with pools. */
+int mr_lc_admit_ext(mr_lifecycle *lc, mr_req *st, const int64_t *fresh, size_t nfresh, int64_t *need);
+
 /* The prefill tracking decision for one request (extra_buffer): P prefix
  * tokens, E extend tokens.  Sets *mask = E >= C, *track_slot =
  * track[next], *track_seqlen (-1, P + E, or B + 1 at a branching point B)

@@ -1599,6 +1599,62 @@ Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, P
                          need ? Py_True : Py_False);
 }
 
+PyDoc_STRVAR(Lifecycle_admit_foreign__doc__,
+"admit_foreign($self, rs, fresh=(), /)\n"
+"--\n"
+"\n"
+"admit's state slots for one request on a Lifecycle without pools.  Returns\n"
+"(rs, need): with no fresh slots, need = how many the request wants (a\n"
+"running slot if it has none; with extra_buffer, its track buffer if it has\n"
+"none) and nothing changed; allocate that many and call again with them\n"
+"(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
+"track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
+"wrong count or a bad slot (nothing changes).");
+
+static PyObject *
+Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MR_ARGS(spec, pa, "admit_foreign", 2, 2, 1, "rs", "fresh");
+    mr_req st;
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0) {
+        return NULL;
+    }
+    if (self->rp_obj != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "admit_foreign(): this Lifecycle has its own pools; use admit");
+        return NULL;
+    }
+    int64_t fresh[3] = {-1, -1, -1};
+    size_t nfresh = 0;
+    if (nargs > 1) {
+        PyObject *seq = PySequence_Fast(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
+        if (seq == NULL) {
+            return NULL;
+        }
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+        if (m > 3) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "admit_foreign(): fresh has more slots than a request takes");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, "admit_foreign(): fresh",
+                            &fresh[i]) < 0) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        Py_DECREF(seq);
+        nfresh = (size_t)m;
+    }
+    int64_t need = 0;
+    if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
+        PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh must be %lld distinct new slot ids >= 1",
+                     (long long)need);
+        return NULL;
+    }
+    return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)need);
+}
+
 PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
 "cow_foreign($self, rs, node_id, node_gen, fresh=-1, /)\n"
 "--\n"
@@ -2074,6 +2130,8 @@ static PyMethodDef Lifecycle_methods[] = {
     {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
      Lifecycle_decode_prepare_foreign__doc__},
     {"cow_foreign", (PyCFunction)(void (*)(void))Lifecycle_cow_foreign, METH_FASTCALL, Lifecycle_cow_foreign__doc__},
+    {"admit_foreign", (PyCFunction)(void (*)(void))Lifecycle_admit_foreign, METH_FASTCALL,
+     Lifecycle_admit_foreign__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},

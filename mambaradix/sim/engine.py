@@ -620,6 +620,13 @@ class _Replay(Scheduler):
         return _ReqState((r.running or -1, t0, t1, nt, -1 if lt is None else lt, -1, -1, 0, 1, r.cpl,
                           nid, ngen, 1))
 
+    def _slots_rs(self, r: _R) -> Any:
+        """A record of r's state slots only (running, track buffer)."""
+        tr = r.track
+        if tr is None:
+            return _ReqState((r.running or -1, -1, -1, -1) + _BLANK_RS[3:])
+        return _ReqState((r.running or -1, tr[0], tr[1] if len(tr) > 1 else -1, r.next_idx) + _BLANK_RS[3:])
+
     def _take_rs(self, r: _R, rs: Any) -> None:
         """The slots, ping-pong index and locked node a call left in r's record."""
         run = rs.running
@@ -913,12 +920,12 @@ class _Replay(Scheduler):
         evict = state_headroom(self.slots_free, len(rs), d.lazy)
         if evict > 0:
             self._evict(num_states=evict)
-        # HybridReqToTokenPool.alloc
+        # HybridReqToTokenPool.alloc: the slots each request wants are the
+        # lifecycle's rule (admit_foreign); the counted pool hands out ids
+        admit = self.lc.admit_foreign
+        wants = [admit(self._slots_rs(r)) for r in rs]
         need_rows = sum(1 for r in rs if not r.row)
-        need_slots = sum((0 if r.running else 1) for r in rs)
-        if d.extra_buffer:
-            need_slots += sum((0 if r.track is not None else (1 if d.lazy else self.pp_size))
-                              for r in rs)
+        need_slots = sum(n for _, n in wants)
         if need_rows > self.rows_free:
             raise RuntimeError("request rows exhausted")
         if need_slots > self.slots_free:
@@ -927,21 +934,15 @@ class _Replay(Scheduler):
                                f"raise state_slots")
         ext_total = 0
         items = []
-        for r in rs:
+        for r, (rec, n) in zip(rs, wants):
             if not r.row:
                 r.row = True
                 self.rows_free -= 1
-            if not r.running:
-                r.running = self._sid()
-                r.needs_clear = True
-                self.slots_free -= 1
-            if d.extra_buffer and r.track is None:
-                if d.lazy:
-                    r.track = [self._sid(), -1]
-                else:
-                    r.track = [self._sid() for _ in range(self.pp_size)]
-                r.next_idx = 0
-                self.slots_free -= (1 if d.lazy else self.pp_size)
+            if n:
+                rec, _ = admit(rec, [self._sid() for _ in range(n)])
+                self.slots_free -= n
+                self._take_rs(r, rec)
+                r.needs_clear = r.needs_clear or bool(rec.needs_clear)
             P = r.prefix_len
             E = r.ext_end - P
             ext_total += E

@@ -172,3 +172,63 @@ def test_cow_foreign_refuses_pools_and_stale_nodes() -> None:
     assert lc.tree_view().evict_full(4).tokens_evicted == 4
     with pytest.raises(Exception, match="node"):
         lc.cow_foreign(_rs(-1), nid, ngen)
+
+
+# SGLang v0.5.15's HybridReqToTokenPool.alloc, written out as the reference:
+# a request without a running slot gets one (marked for a clear); with the
+# extra buffer, a request without a ping-pong track buffer gets one (one
+# slot in lazy mode, else mamba_ping_pong_track_buffer_size), next index 0.
+def _sglang_alloc(running: int, track, extra: bool, lazy: bool, pp: int, fresh: list) -> tuple:
+    fresh = list(fresh)
+    clear = False
+    if running < 0:
+        running, clear = fresh.pop(0), True
+    nxt = -1
+    if extra:
+        if track is None:
+            n = 1 if lazy else pp
+            track = (fresh[:n] + [-1, -1])[:2]
+            del fresh[:n]
+            nxt = 0
+        else:
+            nxt = 1
+    assert not fresh
+    return running, tuple(track) if track is not None else (-1, -1), nxt, clear
+
+
+@pytest.mark.parametrize("mode", ["no_buffer", "pp1", "pp2", "lazy"])
+@pytest.mark.parametrize("running", [-1, 4])
+@pytest.mark.parametrize("has_track", [False, True])
+def test_admit_foreign_is_sglangs_alloc(mode: str, running: int, has_track: bool) -> None:
+    extra, lazy, pp = mode != "no_buffer", mode == "lazy", 1 if mode == "pp1" else 2
+    if has_track and not extra:
+        pytest.skip("no track buffer without extra_buffer")
+    lc = _C.Lifecycle(chunk_size=4, extra_buffer=extra, lazy=lazy, track_buffer_size=pp)
+    track = (5, 6 if pp == 2 and not lazy else -1) if has_track else None
+    rs = _C.ReqState(_rs(running, track=track or (-1, -1), nxt=1 if has_track else -1))
+    rs, need = lc.admit_foreign(rs)
+    want = (running < 0) + (0 if (not extra or has_track) else (1 if lazy else pp))
+    assert need == want and rs.running == running     # nothing taken yet
+    fresh = [11, 12, 13][:want]
+    if want:
+        with pytest.raises(ValueError, match="fresh"):
+            lc.admit_foreign(rs, fresh + [14])         # one too many
+        if want > 1:
+            with pytest.raises(ValueError, match="distinct"):
+                lc.admit_foreign(rs, fresh[:-1])       # one too few
+        with pytest.raises(ValueError, match="distinct"):
+            lc.admit_foreign(rs, [0] + fresh[1:])      # not a slot id
+        if want > 1:
+            with pytest.raises(ValueError, match="distinct"):
+                lc.admit_foreign(rs, [fresh[0]] * want)
+        assert rs.running == running
+    rs, need = lc.admit_foreign(rs, fresh)
+    got = (rs.running, (rs.track0, rs.track1), rs.next_track, bool(rs.needs_clear))
+    assert need == 0 and got == _sglang_alloc(running, track, extra, lazy, pp, fresh)
+    assert lc.admit_foreign(rs)[1] == 0   # nothing more wanted
+
+
+def test_admit_foreign_refuses_pools() -> None:
+    own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
+    with pytest.raises(RuntimeError, match="own pools"):
+        own.admit_foreign(_rs(-1))
