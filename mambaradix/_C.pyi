@@ -310,11 +310,14 @@ class Lifecycle:
         *,
         page_size: int = 1,
         chunk_size: int = 64,
-        lru_policy: Literal["sglang", "consumed"] = "sglang",
+        lru_policy: Literal["sglang", "consumed", "utility"] = "sglang",
         extra_buffer: bool = False,
         lazy: bool = False,
         track_buffer_size: int = 2,
         track_interval: int = 256,
+        end_of_turn_states: bool = False,
+        policy_options: Optional[dict[str, float]] = None,
+        max_states_per_path: Optional[int] = None,
     ) -> None: ...
     page_size: int
     chunk_size: int
