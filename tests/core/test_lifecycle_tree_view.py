@@ -196,13 +196,11 @@ def _sglang_alloc(running: int, track, extra: bool, lazy: bool, pp: int, fresh: 
     return running, tuple(track) if track is not None else (-1, -1), nxt, clear
 
 
-@pytest.mark.parametrize("mode", ["no_buffer", "pp1", "pp2", "lazy"])
+@pytest.mark.parametrize("mode,has_track", [("no_buffer", False)] + [(m, t) for m in ("pp1", "pp2", "lazy")
+                                                                      for t in (False, True)])
 @pytest.mark.parametrize("running", [-1, 4])
-@pytest.mark.parametrize("has_track", [False, True])
 def test_admit_foreign_is_sglangs_alloc(mode: str, running: int, has_track: bool) -> None:
     extra, lazy, pp = mode != "no_buffer", mode == "lazy", 1 if mode == "pp1" else 2
-    if has_track and not extra:
-        pytest.skip("no track buffer without extra_buffer")
     lc = _C.Lifecycle(chunk_size=4, extra_buffer=extra, lazy=lazy, track_buffer_size=pp)
     track = (5, 6 if pp == 2 and not lazy else -1) if has_track else None
     rs = _C.ReqState(_rs(running, track=track or (-1, -1), nxt=1 if has_track else -1))
