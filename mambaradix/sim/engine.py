@@ -609,23 +609,20 @@ class _Replay(Scheduler):
             nid, ngen = node
         else:
             nid, ngen = node.id, node.gen
-        tr = r.track
-        if tr is None:
-            t0 = t1 = nt = -1
-        else:
-            t0 = tr[0]
-            t1 = tr[1] if len(tr) > 1 else -1
-            nt = r.next_idx
         lt = r.last_track
-        return _ReqState((r.running or -1, t0, t1, nt, -1 if lt is None else lt, -1, -1, 0, 1, r.cpl,
-                          nid, ngen, 1))
+        return _ReqState(self._slot_fields(r) + (-1 if lt is None else lt, -1, -1, 0, 1, r.cpl, nid, ngen, 1))
 
     def _slots_rs(self, r: _R) -> Any:
         """A record of r's state slots only (running, track buffer)."""
+        return _ReqState(self._slot_fields(r) + _BLANK_RS[3:])
+
+    @staticmethod
+    def _slot_fields(r: _R) -> tuple:
+        """(running, track0, track1, next_track) of r's record."""
         tr = r.track
         if tr is None:
-            return _ReqState((r.running or -1, -1, -1, -1) + _BLANK_RS[3:])
-        return _ReqState((r.running or -1, tr[0], tr[1] if len(tr) > 1 else -1, r.next_idx) + _BLANK_RS[3:])
+            return (r.running or -1, -1, -1, -1)
+        return (r.running or -1, tr[0], tr[1] if len(tr) > 1 else -1, r.next_idx)
 
     def _take_rs(self, r: _R, rs: Any) -> None:
         """The slots, ping-pong index and locked node a call left in r's record."""
