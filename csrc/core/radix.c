@@ -818,22 +818,20 @@ common_prefix64(const mr_radix *t, const int32_t *a, size_t na, const int64_t *b
 {
     size_t n = na < nb ? na : nb;
     size_t i = 0;
-    /* blocks of 16: narrowed to int32 without an exit inside (x fits int32
-     * when x + 2^31 has no bit above bit 31: add, shift, or, which
-     * vectorise on plain SSE2), then compared; the block with the first
-     * difference is walked one by one */
-    while (i + 16 <= n) {
-        int32_t nb32[16];
-        uint64_t out = 0;
-        for (size_t j = 0; j < 16; j++) {
-            uint64_t x = (uint64_t)b[i + j];
-            out |= (x + UINT64_C(0x80000000)) >> 32;
-            nb32[j] = (int32_t)(uint32_t)x;
+    /* blocks of 32 with no exit inside, which vectorise on plain SSE2: a[j]
+     * and b[j] are equal iff a[j] with its sign bit flipped, zero-extended,
+     * equals b[j] + 2^31 (a b[j] outside int32 has a bit above bit 31 there,
+     * so it differs from every token); the block with the first difference
+     * is walked one by one */
+    while (i + 32 <= n) {
+        uint64_t d = 0;
+        for (size_t j = 0; j < 32; j++) {
+            d |= (uint64_t)((uint32_t)a[i + j] ^ UINT32_C(0x80000000)) ^ ((uint64_t)b[i + j] + UINT64_C(0x80000000));
         }
-        if (out != 0 || memcmp(nb32, a + i, sizeof(nb32)) != 0) {
+        if (d != 0) {
             break;
         }
-        i += 16;
+        i += 32;
     }
     while (i < n && a[i] == b[i]) {
         i++;

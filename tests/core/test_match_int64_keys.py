@@ -59,3 +59,32 @@ def test_other_keys_still_read_and_checked() -> None:
         lc.match([1, 2**40])          # a list is converted, and checked
     with pytest.raises(TypeError, match="key"):
         lc.match(array("d", [1.0]))
+
+
+@pytest.mark.parametrize("ps", [1, 16])
+def test_long_int64_keys_compare_block_by_block(ps: int) -> None:
+    """One edge of hundreds of tokens (the walk compares it in blocks):
+    negative tokens, and tokens past int32 equal to an inserted token mod
+    2**32, put anywhere, including in the middle of a block.  The reference
+    is a pure-Python longest common prefix: the KV walk ends (and reports
+    its branching point, chunk = page) at the last whole page the keys
+    agree on."""
+    rng = random.Random(7)
+    for trial in range(24):
+        n = rng.randrange(64, 300) // ps * ps
+        lo, hi = [(0, 50000), (-(2**31), 2**31), (-3, 3)][trial % 3]   # vocabulary ids, any int32, few
+        base = [rng.randrange(lo, hi) for _ in range(n)]
+        for _ in range(8):
+            lc = _C.Lifecycle(page_size=ps, chunk_size=ps)
+            lc.insert(np.asarray(base, dtype=np.int64), np.arange(n, dtype=np.int64), 1)
+            k = list(base)
+            at = rng.randrange(n)
+            k[at] = rng.choice([base[at] + 2**32, base[at] - 2**32, base[at] + 1, base[at] ^ (1 << 31), 2**63 - 1,
+                                -(2**63)])
+            aligned = next(i for i, (x, y) in enumerate(zip(k, base)) if x != y) // ps * ps
+            got = lc.match(array("q", k))
+            assert got[0].tolist() == [] and got[4] == (aligned or -1), (trial, at)
+            lc.check()
+        lc = _C.Lifecycle(page_size=ps, chunk_size=ps)
+        lc.insert(np.asarray(base, dtype=np.int64), np.arange(n, dtype=np.int64), 1)
+        assert lc.match(array("q", base))[0].tolist() == list(range(n))
