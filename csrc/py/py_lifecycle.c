@@ -644,24 +644,30 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
 }
 
 PyDoc_STRVAR(Lifecycle_insert__doc__,
-"insert($self, key, value, state, /, ns=0, prev_prefix_len=0)\n"
+"insert($self, key, value, state, /, ns=0, prev_prefix_len=0, duplicates=True)\n"
 "--\n"
 "\n"
 "Insert key with KV indices value and state slot `state` at its end.\n"
 "Returns (prefix_len, state_existed, node_id, node_gen, duplicates).  With\n"
 "pools the new tokens and the state (unless it existed) become tree-owned\n"
 "and the duplicates are freed (the array is then empty); without pools the\n"
-"caller frees the duplicates.");
+"caller frees the duplicates: value[min(prev_prefix_len, prefix_len):\n"
+"prefix_len], which the array copies (duplicates=False: None instead, for a\n"
+"caller that frees that slice of its own value).");
 
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "insert", 3, 3, 3, "key", "value", "state", "ns", "prev_prefix_len");
+    MR_ARGS(spec, pa, "insert", 3, 3, 3, "key", "value", "state", "ns", "prev_prefix_len", "duplicates");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int64_t ns = 0, prev = 0, state = 0;
+    int want_dups = 1;
     PyObject *o;
+    if ((o = pa[5]) && (want_dups = PyObject_IsTrue(o)) < 0) {
+        return NULL;
+    }
     if ((o = pa[3]) && mr_as_int64(o, 0, INT32_MAX, "insert(): ns", &ns) < 0) {
         return NULL;
     }
@@ -696,19 +702,27 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                      (long long)prev, len);
         goto error;
     }
+    /* with pools the lifecycle frees the duplicates; without, they are
+     * copied out only for a caller that wants the array */
+    int copy_dups = want_dups && self->rp_obj == NULL;
     if (mr_buf_reserve(&self->buf, len + 1, sizeof(int64_t)) < 0) {
         goto error;
     }
     mr_insert_result r;
     int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
-                          (int32_t)ns, state, (size_t)prev, (int64_t *)self->buf.p, &r);
+                          (int32_t)ns, state, (size_t)prev, copy_dups ? (int64_t *)self->buf.p : NULL, &r);
     if (rc != MR_OK) {
         lc_raise(self, rc, "insert()");
         goto error;
     }
-    dups = mr_i64_array((int64_t *)self->buf.p, self->rp_obj == NULL ? r.ndup : 0);
-    if (dups == NULL) {
-        goto error;
+    if (want_dups) {
+        dups = mr_i64_array((int64_t *)self->buf.p, copy_dups ? r.ndup : 0);
+        if (dups == NULL) {
+            goto error;
+        }
+    }
+    else {
+        dups = Py_NewRef(Py_None);
     }
     mr_handle h = mr_node_handle(r.node);
     res = Py_BuildValue("(nOkkO)", (Py_ssize_t)r.prefix_len, r.state_existed ? Py_True : Py_False,

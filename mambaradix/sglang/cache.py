@@ -545,11 +545,20 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         # SGLang passes a protected length past a shorter cached key (the
         # tracked length); the tree's own prefix then covers the whole key.
         prev = min(int(params.prev_prefix_len), len(tokens))
-        pl, existed, nid, ngen, dups = self._lc.insert(
-            tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev
-        )
-        if not self._native and dups.size:
-            self.token_to_kv_pool_allocator.free(self._indices(dups))
+        if self._native or type(value) is not torch.Tensor:
+            pl, existed, nid, ngen, dups = self._lc.insert(
+                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev
+            )
+            if not self._native and dups.size:
+                self.token_to_kv_pool_allocator.free(self._indices(dups))
+        else:
+            # the duplicates are value[prev:prefix_len]: that slice of the
+            # caller's tensor goes to the allocator, as SGLang frees it
+            pl, existed, nid, ngen, _ = self._lc.insert(
+                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev, duplicates=False
+            )
+            if pl > prev:
+                self.token_to_kv_pool_allocator.free(value[prev:pl])
         return InsertResult(prefix_len=pl, mamba_exist=bool(existed), last_device_node=self._node(nid, ngen))
 
     def evict(self, params: EvictParams) -> EvictResult:

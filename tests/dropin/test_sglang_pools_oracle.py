@@ -190,3 +190,40 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
     assert any(headroom_evictions), "the state pool was never short at admission"
     for d in drivers.values():
         d.tree_cache.sanity_check()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped):
+    """Direct inserts over SGLang's own pools, with protected lengths that
+    leave no, one, some and all of the cached tokens as duplicates (and
+    values that are views into a larger tensor, as a request's row is):
+    SGLang's allocator must end up with the same free list, in the same
+    order, under the drop-in as under SGLang's class."""
+    sglang_wheel, sg = wheel
+    cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK)
+    rng = random.Random(3)
+    stem = [rng.randrange(1, 5000) for _ in range(96)]
+    keys = [stem[:40], stem[:64], stem[:64] + [7, 8], stem[:80], stem, stem[:41] + [9] * 5]
+    prevs = [0, 39, 65, 0, 79, 41]
+    runs = {}
+    for name in ("sglang", "dropin"):
+        pool, alloc = sglang_wheel.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
+                                              extra_buffer=True)
+        cache = _sglang_cache(sg, pool, alloc, cfg) if name == "sglang" else _dropin_cache(pool, alloc, cfg)
+        api = sg if name == "sglang" else mrs
+        if grouped:
+            alloc.free_group_begin()
+        for key, prev in zip(keys, prevs):
+            row = alloc.alloc(len(key) + 3)          # the value is a view, as req_to_token's row is
+            slot = pool.mamba_allocator.alloc(1)
+            r = cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None), value=row[1:1 + len(key)],
+                                              mamba_value=slot, prev_prefix_len=prev))
+            alloc.free(row[:1])
+            alloc.free(row[1 + len(key):])
+            if r.mamba_exist:
+                pool.mamba_allocator.free(slot)
+        if grouped:
+            alloc.free_group_end()
+        runs[name] = (alloc.free_pages.tolist(), alloc.available_size(), cache.full_evictable_size(),
+                      sorted(cache.all_values_flatten().tolist()))
+    assert runs["dropin"] == runs["sglang"]
