@@ -669,7 +669,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
         pool = self.req_to_token_pool
-        kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed])
+        kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed], True)
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
         _, kv_free, st_free = self._lc.cache_finished_foreign(
@@ -691,7 +691,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self.disable or cache_len is None:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
-        kv = _np_index(pool.req_to_token[row, : len(token_ids)])
+        kv = _np_index(pool.req_to_token[row, : len(token_ids)], True)
         fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
         keep = pool.get_mamba_ping_pong_keep_idx(req) if self.enable_mamba_extra_buffer else -1
         rs = _rs_of(req, with_node=True, cache=self)

@@ -30,9 +30,11 @@ __all__ = [
 OwnershipError = _C.OwnershipError
 
 
-def _np_index(x: Any) -> np.ndarray:
-    """int64 numpy view/copy of an index tensor, array or int."""
-    if type(x) is torch.Tensor and x.dtype is torch.int64:
+def _np_index(x: Any, int32: bool = False) -> np.ndarray:
+    """int64 numpy view/copy of an index tensor, array or int (int32: a CPU
+    int32 tensor's int32 view too, which the C core reads as it is; SGLang's
+    req_to_token rows are int32)."""
+    if type(x) is torch.Tensor and (x.dtype is torch.int64 or (int32 and x.dtype is torch.int32)):
         try:  # a CPU tensor: its numpy view (a device tensor raises)
             a = x.numpy()
         except (TypeError, RuntimeError):
