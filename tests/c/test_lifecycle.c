@@ -89,6 +89,23 @@ make_key(int32_t *k, size_t n, int base, int salt)
     }
 }
 
+/* Adds what a lifecycle's tree holds to per-unit counts: KV index i to
+ * kv[i], state s to st[s - st_base]. */
+static void
+count_tree_units(mr_lifecycle *lc, int *kv, int *st, int64_t st_base)
+{
+    mr_radix *t = mr_lc_tree(lc);
+    for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
+        const int64_t *v = mr_node_values(x);
+        for (size_t j = 0; j < mr_node_len(x); j++) {
+            kv[v[j]]++;
+        }
+        if (mr_node_state(x) >= 0) {
+            st[mr_node_state(x) - st_base]++;
+        }
+    }
+}
+
 #ifdef MR_FAULT_INJECT
 /* A tree-only lifecycle (no pools) collects what eviction releases.  With
  * an allocation failing at every point of an eviction in turn, what was
@@ -121,7 +138,7 @@ test_tree_only_oom(void)
         long used = mr_fault_count();
         mr_fault_fail_at(0);
         CHECK(rc == MR_OK || rc == MR_ENOMEM, "tree-only evict: rc %d", rc);
-        uint8_t seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
+        int seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
         const int64_t *kv, *st;
         size_t nkv, nst;
         mr_lc_take_released(lc, &kv, &nkv, &st, &nst);
@@ -131,16 +148,7 @@ test_tree_only_oom(void)
         for (size_t i = 0; i < nst; i++) {
             seen_st[st[i] - 1000]++;
         }
-        mr_radix *t = mr_lc_tree(lc);
-        for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
-            const int64_t *v = mr_node_values(x);
-            for (size_t j = 0; j < mr_node_len(x); j++) {
-                seen_kv[v[j]]++;
-            }
-            if (mr_node_state(x) >= 0) {
-                seen_st[mr_node_state(x) - 1000]++;
-            }
-        }
+        count_tree_units(lc, seen_kv, seen_st, 1000);
         for (int i = 1; i <= NK * LEN; i++) {
             CHECK(seen_kv[i] == 1, "fail_at=%ld: KV %d is held %d times (released + tree)", n, i, seen_kv[i]);
         }
@@ -602,16 +610,7 @@ ledger_check(const ledger *g, mr_lifecycle *lc, const char *where)
     int kv[1 + PK * PL], st[PK];
     memcpy(kv, g->kv, sizeof(kv));
     memcpy(st, g->st, sizeof(st));
-    mr_radix *t = mr_lc_tree(lc);
-    for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
-        const int64_t *v = mr_node_values(x);
-        for (size_t j = 0; j < mr_node_len(x); j++) {
-            kv[v[j]]++;
-        }
-        if (mr_node_state(x) >= 0) {
-            st[mr_node_state(x) - 100]++;
-        }
-    }
+    count_tree_units(lc, kv, st, 100);
     for (int i = 1; i <= PK * PL; i++) {
         CHECK(kv[i] == 1, "%s: KV %d is held %d times (handed back + tree)", where, i, kv[i]);
     }
@@ -619,7 +618,7 @@ ledger_check(const ledger *g, mr_lifecycle *lc, const char *where)
         CHECK(st[i] == 1, "%s: state %d is held %d times (handed back + tree)", where, 100 + i, st[i]);
     }
     mr_radix_stats s;
-    mr_radix_get_stats(t, &s);
+    mr_radix_get_stats(mr_lc_tree(lc), &s);
     CHECK(s.full_protected == 0 && s.state_protected == 0, "%s: a lock stayed (%zu KV, %zu states protected)",
           where, s.full_protected, s.state_protected);
     char msg[256];
