@@ -430,13 +430,28 @@ int
 mr_lc_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, size_t *tokens_out,
             size_t *states_out)
 {
+    return mr_lc_evict_protected(lc, num_tokens, num_states, NULL, tokens_out, states_out);
+}
+
+int
+mr_lc_evict_protected(mr_lifecycle *lc, size_t num_tokens, size_t num_states, mr_node *protect,
+                      size_t *tokens_out, size_t *states_out)
+{
     size_t t1 = 0, s1 = 0, t2 = 0, s2 = 0;
     int rc = MR_OK;
+    /* inc_lock_ref(protect) for the eviction's length: its state and the
+     * KV of its path are not evictable meanwhile */
+    if (protect != NULL && (rc = mr_radix_lock(lc->tree, protect)) != MR_OK) {
+        return rc;
+    }
     if (num_tokens > 0) {
         rc = mr_radix_evict_full(lc->tree, num_tokens, &lc->rel, &t1, &s1);
     }
     if (rc == MR_OK && num_states > 0) {
         rc = mr_radix_evict_state(lc->tree, num_states, &lc->rel, &t2, &s2);
+    }
+    if (protect != NULL) {
+        (void)mr_radix_unlock(lc->tree, protect);
     }
     if (tokens_out != NULL) {
         *tokens_out = t1 + t2;
@@ -457,16 +472,7 @@ mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *ou
     if (rc != MR_ENOSPC) {
         return rc;
     }
-    if (protect != NULL) {
-        rc = mr_radix_lock(lc->tree, protect);
-        if (rc != MR_OK) {
-            return rc;
-        }
-    }
-    rc = mr_radix_evict_state(lc->tree, 1, &lc->rel, NULL, NULL);
-    if (protect != NULL) {
-        (void)mr_radix_unlock(lc->tree, protect);
-    }
+    rc = mr_lc_evict_protected(lc, 0, 1, protect, NULL, NULL);
     if (rc != MR_OK) {
         return rc;
     }

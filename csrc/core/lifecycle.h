@@ -153,10 +153,19 @@ int mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_
 /* Evicts (mr_radix_evict_full / _state through the release hooks). */
 int mr_lc_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, size_t *tokens_out,
                 size_t *states_out);
+/* The same with `protect` (if not NULL) locked for the eviction's length
+ * (mr_radix_lock, undone after): its state and the KV of its path stay.
+ * The one home of "evict while the matched node is protected": the step
+ * of mr_lc_alloc_state, and of a caller whose slot pool is its own
+ * (SGLang's match_prefix with cow_mamba locks the matched node, evicts one
+ * state, unlocks and allocates again).  Tree-only, what went is collected
+ * for the caller to free (mr_lc_take_released), as mr_lc_evict. */
+int mr_lc_evict_protected(mr_lifecycle *lc, size_t num_tokens, size_t num_states, mr_node *protect,
+                          size_t *tokens_out, size_t *states_out);
 
 /* Takes one state slot for `owner` (HELD or a row); when none is free,
- * evicts one state (with `protect` locked, if not NULL) and retries.
- * MR_ENOSPC when none can be had. */
+ * evicts one state (mr_lc_evict_protected, with `protect` if not NULL) and
+ * retries.  MR_ENOSPC when none can be had. */
 int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *out);
 
 /* match_prefix: matches key[0:len) in namespace ns; writes the usable
@@ -177,8 +186,9 @@ int mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, 
  * holding a state, st->cow_src = that state and st->needs_clear = 0, after
  * st->running gets `fresh` (>= 1) if it has no slot.  When it needs a slot
  * and fresh < 1, *need = 1 and nothing changes: the caller allocates one
- * (evicting with the node locked) and calls again.  MR_EINVAL for a fresh
- * slot the rule does not take (nothing changes), MR_ESTATE with pools. */
+ * (evicting with the node protected: mr_lc_evict_protected) and calls
+ * again.  MR_EINVAL for a fresh slot the rule does not take (nothing
+ * changes), MR_ESTATE with pools. */
 int mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, int *need);
 
 /* Admission of n requests (HybridReqToTokenPool.alloc, after the

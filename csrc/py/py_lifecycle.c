@@ -332,21 +332,32 @@ build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
     return req_to_tuple(st);
 }
 
+/* A (node_id, node_gen) handle, resolved; errors name it `what` ("node":
+ * "node id must be ...", "node: the node was removed ... (stale handle)"). */
 static int
-parse_handle(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, mr_node **out)
+parse_handle_named(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, const char *what, mr_node **out)
 {
+    char id_name[96], gen_name[96];
+    (void)snprintf(id_name, sizeof(id_name), "%s id", what);
+    (void)snprintf(gen_name, sizeof(gen_name), "%s generation", what);
     int64_t id = 0, gen = 0;
-    if (mr_as_int64(id_obj, 0, UINT32_MAX, "node id", &id) < 0
-        || mr_as_int64(gen_obj, 0, UINT32_MAX, "node generation", &gen) < 0) {
+    if (mr_as_int64(id_obj, 0, UINT32_MAX, id_name, &id) < 0
+        || mr_as_int64(gen_obj, 0, UINT32_MAX, gen_name, &gen) < 0) {
         return -1;
     }
     mr_handle h = {(uint32_t)id, (uint32_t)gen};
     int rc = mr_radix_resolve(mr_lc_tree(self->lc), h, out);
     if (rc != MR_OK) {
-        mr_raise(lc_state(self), rc, "node");
+        mr_raise(lc_state(self), rc, what);
         return -1;
     }
     return 0;
+}
+
+static int
+parse_handle(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, mr_node **out)
+{
+    return parse_handle_named(self, id_obj, gen_obj, "node", out);
 }
 
 /* The (node_id, node_gen, /) arguments of a call, resolved: the node, or
@@ -734,29 +745,45 @@ error:
 }
 
 PyDoc_STRVAR(Lifecycle_evict__doc__,
-"evict($self, num_tokens=0, num_states=0, /)\n"
+"evict($self, num_tokens=0, num_states=0, /, *, protect=None)\n"
 "--\n"
 "\n"
 "Evict LRU leaves until num_tokens KV tokens went, then LRU states until\n"
-"num_states went.  Returns (tokens_evicted, states_evicted, kv_indices,\n"
-"state_slots); the arrays hold what the tree released when it has no pools\n"
-"(the caller frees them), and are empty with pools (already freed).");
+"num_states went.  protect: None or a node handle (node_id, node_gen)\n"
+"locked meanwhile (inc_lock_ref, undone after): its state and the KV of\n"
+"its path stay, as SGLang's match_prefix protects the matched node when it\n"
+"evicts for a copy-on-write slot.  Returns (tokens_evicted,\n"
+"states_evicted, kv_indices, state_slots); the arrays hold what the tree\n"
+"released when it has no pools (the caller frees them), and are empty with\n"
+"pools (already freed).");
 
 static PyObject *
-Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "evict", 2, 2, 0, "num_tokens", "num_states");
+    MR_ARGS(spec, pa, "evict", 2, 2, 0, "num_tokens", "num_states", "protect");
     int64_t nt = 0, ns = 0;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    if ((nargs > 0 && mr_as_int64(args[0], 0, INT64_MAX, "evict(): num_tokens", &nt) < 0)
-        || (nargs > 1 && mr_as_int64(args[1], 0, INT64_MAX, "evict(): num_states", &ns) < 0)) {
+    if ((pa[0] != NULL && mr_as_int64(pa[0], 0, INT64_MAX, "evict(): num_tokens", &nt) < 0)
+        || (pa[1] != NULL && mr_as_int64(pa[1], 0, INT64_MAX, "evict(): num_states", &ns) < 0)) {
         return NULL;
+    }
+    mr_node *protect = NULL;
+    if (pa[2] != NULL && pa[2] != Py_None) {
+        if (!PyTuple_Check(pa[2]) || PyTuple_GET_SIZE(pa[2]) != 2) {
+            PyErr_Format(PyExc_TypeError, "evict(): protect must be None or a (node_id, node_gen) tuple, not %.100s",
+                         Py_TYPE(pa[2])->tp_name);
+            return NULL;
+        }
+        if (parse_handle_named(self, PyTuple_GET_ITEM(pa[2], 0), PyTuple_GET_ITEM(pa[2], 1),
+                               "evict(): protect's node", &protect) < 0) {
+            return NULL;
+        }
     }
     mr_lc_clear_released(self->lc);
     size_t t = 0, s = 0;
-    int rc = mr_lc_evict(self->lc, (size_t)nt, (size_t)ns, &t, &s);
+    int rc = mr_lc_evict_protected(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s);
     const int64_t *kvp, *stp;
     size_t nkv, nst;
     mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
@@ -2114,7 +2141,7 @@ Lifecycle_get_has_pools(LifecycleObject *self, void *c)
 static PyMethodDef Lifecycle_methods[] = {
     {"match", (PyCFunction)(void (*)(void))Lifecycle_match, METH_FASTCALL | METH_KEYWORDS, Lifecycle_match__doc__},
     {"insert", (PyCFunction)(void (*)(void))Lifecycle_insert, METH_FASTCALL | METH_KEYWORDS, Lifecycle_insert__doc__},
-    {"evict", (PyCFunction)(void (*)(void))Lifecycle_evict, METH_FASTCALL, Lifecycle_evict__doc__},
+    {"evict", (PyCFunction)(void (*)(void))Lifecycle_evict, METH_FASTCALL | METH_KEYWORDS, Lifecycle_evict__doc__},
     {"lock", (PyCFunction)(void (*)(void))Lifecycle_lock, METH_FASTCALL, Lifecycle_lock__doc__},
     {"unlock", (PyCFunction)(void (*)(void))Lifecycle_unlock, METH_FASTCALL, Lifecycle_unlock__doc__},
     {"node_info", (PyCFunction)(void (*)(void))Lifecycle_node_info, METH_FASTCALL, Lifecycle_node_info__doc__},

@@ -505,17 +505,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         has_slot = req.mamba_pool_idx is not None
         rs, need = self._lc.cow_foreign(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
         if need:
-            alloc = self.req_to_token_pool.mamba_allocator
-            dst = alloc.alloc(1)
-            if dst is None:
-                self._lc.lock(nid, ngen)
-                try:
-                    self.evict(EvictParams(num_tokens=0, mamba_num=1))
-                finally:
-                    self._lc.unlock(nid, ngen)
-                dst = alloc.alloc(1)
-                if dst is None:
-                    raise RuntimeError("match_prefix(): no state slot for copy-on-write even after eviction")
+            # the matched node stays while a state is evicted for its copy
+            dst = self._alloc_mamba_slot(protect=(nid, ngen))
             req.mamba_pool_idx = dst[0]
             rs, _ = self._lc.cow_foreign(rs, nid, ngen, _RS_SLOT[0])
         if rs.cow_src < 0:
@@ -591,14 +582,23 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     def evict_mamba(self, mamba_num: int) -> int:
         return 0 if self.disable or mamba_num <= 0 else self._evict(0, int(mamba_num))[1]
 
-    def _alloc_mamba_slot(self) -> torch.Tensor:
+    def _alloc_mamba_slot(self, protect: Optional[Tuple[int, int]] = None) -> torch.Tensor:
+        slot = self._take_mamba_slot(protect)
+        if slot is None:
+            raise RuntimeError("no state slot even after evicting every unlocked cached state")
+        return slot
+
+    def _take_mamba_slot(self, protect: Optional[Tuple[int, int]] = None) -> Optional[torch.Tensor]:
+        """One slot from the pool's allocator, or None; when none is free,
+        the lifecycle evicts one cached state (keeping ``protect``, a node
+        handle, and its path) and hands back what the allocators must free,
+        then the allocator is asked again."""
         alloc = self.req_to_token_pool.mamba_allocator
         slot = alloc.alloc(1)
         if slot is None:
-            self.evict(EvictParams(num_tokens=0, mamba_num=1))
+            _, _, kv, st = self._lc.evict(0, 1, protect=protect)
+            self._free_foreign(kv, st)
             slot = alloc.alloc(1)
-            if slot is None:
-                raise RuntimeError("no state slot even after evicting every unlocked cached state")
         return slot
 
     # -- caching requests ----------------------------------------------------------------------
@@ -751,10 +751,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         tracks = rs.track0, rs.track1
         _, slot, mask, need = self._lc.decode_prepare_foreign(rs, seq_len)
         if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
-            fresh = pool.mamba_allocator.alloc(1)
-            if fresh is None:
-                self.evict(EvictParams(num_tokens=0, mamba_num=1))
-                fresh = pool.mamba_allocator.alloc(1)
+            fresh = self._take_mamba_slot()
             if fresh is not None:
                 _, slot, mask, _ = self._lc.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
         self._set_foreign_tracks(req, rs, tracks)

@@ -79,7 +79,7 @@ import bisect
 import heapq
 import time
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -521,7 +521,11 @@ class _Replay(Scheduler):
         if used_k > self.m.peak_kv_tokens:
             self.m.peak_kv_tokens = used_k
 
-    def _evict(self, num_tokens: int = 0, num_states: int = 0) -> None:
+    def _evict(self, num_tokens: int = 0, num_states: int = 0,
+               protect: Optional[Tuple[int, int]] = None) -> None:
+        """Evicts for the counted pools; ``protect`` (a node handle, states
+        only) stays with its path, as the lifecycle's evict(protect=) keeps
+        it."""
         t0 = time.perf_counter()
         if num_tokens > 0:
             r = self.tree.evict_full(num_tokens)
@@ -531,25 +535,31 @@ class _Replay(Scheduler):
             self.slots_free += r.states_evicted
             self.m.kv_tokens_evicted += r.tokens_evicted
         if num_states > 0 and self.future is not None:
-            self._evict_clairvoyant(num_states)
+            self._evict_clairvoyant(num_states, protect)
         elif num_states > 0:
-            r = self.tree.evict_mamba(num_states)
-            self.kv_free += r.tokens_evicted
-            self.slots_free += r.states_evicted
-            self.m.kv_tokens_evicted += r.tokens_evicted
-            self.m.state_evictions += r.states_evicted
+            tokens, states, _, _ = self.lc.evict(0, num_states, protect=protect)
+            self.kv_free += tokens
+            self.slots_free += states
+            self.m.kv_tokens_evicted += tokens
+            self.m.state_evictions += states
         self.t_cache += time.perf_counter() - t0
 
-    def _evict_clairvoyant(self, num_states: int) -> None:
+    def _evict_clairvoyant(self, num_states: int, protect: Optional[Tuple[int, int]] = None) -> None:
         """Belady: evict the evictable state whose next use (the next request
         not admitted yet whose match key starts with its path) lies furthest
-        ahead; never-used states first, least recently used among equals."""
+        ahead; never-used states first, least recently used among equals.
+        The policy picks its own victims, so ``protect`` is simply never one
+        (the lifecycle's lock on it would change no other pick: the path
+        above it keeps a child, and an eviction below it stops at its
+        state)."""
         fut = self.future
         inf = float("inf")
         for _ in range(num_states):
             best, best_next = None, -1.0
             for x in reversed(self.tree.lru_order("mamba")):
                 if x.state_lock_ref or (x.full_lock_ref and not x.children):
+                    continue
+                if protect is not None and (x.id, x.gen) == protect:
                     continue
                 nu = fut.next_use(x, self.cfg.chunk_size)
                 if nu > best_next:
@@ -579,17 +589,11 @@ class _Replay(Scheduler):
         self.kv_free -= n
         self._note_peaks()
 
-    def _alloc_slot(self, protect: Any = None) -> bool:
+    def _alloc_slot(self, protect: Optional[Tuple[int, int]] = None) -> bool:
+        """One slot of the counted pool; when none is free, one cached
+        state is evicted first, keeping ``protect`` (a node handle)."""
         if self.slots_free <= 0:
-            t0 = time.perf_counter()
-            if protect is not None:
-                self.tree.inc_lock_ref(protect)
-            self.t_cache += time.perf_counter() - t0
-            self._evict(num_states=1)
-            t0 = time.perf_counter()
-            if protect is not None:
-                self.tree.dec_lock_ref(protect)
-            self.t_cache += time.perf_counter() - t0
+            self._evict(num_states=1, protect=protect)
         if self.slots_free <= 0:
             return False
         self.slots_free -= 1
@@ -740,7 +744,7 @@ class _Replay(Scheduler):
         node = m.node
         rs, need = self.lc.cow_foreign(_ReqState((r.running or -1,) + _BLANK_RS), node.id, node.gen)
         if need:
-            if not self._alloc_slot(protect=node):
+            if not self._alloc_slot(protect=(node.id, node.gen)):
                 raise RuntimeError("state pool exhausted at a hit: raise state_slots")
             rs, _ = self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
         if rs.cow_src >= 0:

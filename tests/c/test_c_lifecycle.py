@@ -3,9 +3,11 @@ ASan+UBSan, fault injection, valgrind when installed): the pools and the
 request lifecycle in C, without Python.  Batches that run out of room at page
 sizes 4 and 16 must take nothing; out-of-memory injection at every allocation
 of a round of batched calls (page sizes 1, 4 and 16) must leave the tree, the
-pools, the ownership accounting and the request records valid.  Then the
-lifecycle model (tests/c/test_lc_model.c) is run against the real lifecycle
-for 10^6 batched calls at page sizes 1, 4 and 16 (10^5 more under ASan)."""
+pools, the ownership accounting and the request records valid; eviction with
+a node protected must keep it and hand back the least recently used others.
+Then the lifecycle model (tests/c/test_lc_model.c) is run against the real
+lifecycle for 10^6 batched calls at page sizes 1, 4 and 16 (10^5 more under
+ASan)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ def test_c_lifecycle_variants() -> None:
     out = run_make("test-lifecycle")
     for line in ("lifecycle: plain", "lifecycle: asan+ubsan", "lifecycle: fault injection",
                  "room: page_size=16: ", "oom: extra_buffer=1 page_size=16",
+                 "protect: evictions with a node protected checked",
                  "lc_model: 1000000 operations", "lc_model: 100000 operations"):
         assert line in out
     if shutil.which("valgrind"):

@@ -13,6 +13,11 @@
  *               row, mr_lc_check accepting what a bound row may hold (a
  *               pending copy-on-write source, lengths the caller keeps, a
  *               slot a caller gave the tree) and catching a broken one;
+ *   --protect   eviction with a node protected (mr_lc_evict_protected,
+ *               tree-only and under mr_lc_alloc_state): the victims are
+ *               the least recently used others, handed back once each, the
+ *               protected node keeps its state and its path its KV, its
+ *               lock is undone, nothing leaks;
  *   (default: all; --oom is skipped without -DMR_FAULT_INJECT).
  * Exits with 1 when a check failed.  tests/c/Makefile builds it in
  * the four variants (plain, ASan+UBSan, fault injection, valgrind).
@@ -84,6 +89,23 @@ make_key(int32_t *k, size_t n, int base, int salt)
     }
 }
 
+/* Adds what a lifecycle's tree holds to per-unit counts: KV index i to
+ * kv[i], state s to st[s - st_base]. */
+static void
+count_tree_units(mr_lifecycle *lc, int *kv, int *st, int64_t st_base)
+{
+    mr_radix *t = mr_lc_tree(lc);
+    for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
+        const int64_t *v = mr_node_values(x);
+        for (size_t j = 0; j < mr_node_len(x); j++) {
+            kv[v[j]]++;
+        }
+        if (mr_node_state(x) >= 0) {
+            st[mr_node_state(x) - st_base]++;
+        }
+    }
+}
+
 #ifdef MR_FAULT_INJECT
 /* A tree-only lifecycle (no pools) collects what eviction releases.  With
  * an allocation failing at every point of an eviction in turn, what was
@@ -116,7 +138,7 @@ test_tree_only_oom(void)
         long used = mr_fault_count();
         mr_fault_fail_at(0);
         CHECK(rc == MR_OK || rc == MR_ENOMEM, "tree-only evict: rc %d", rc);
-        uint8_t seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
+        int seen_kv[1 + NK * LEN] = {0}, seen_st[NK] = {0};
         const int64_t *kv, *st;
         size_t nkv, nst;
         mr_lc_take_released(lc, &kv, &nkv, &st, &nst);
@@ -126,16 +148,7 @@ test_tree_only_oom(void)
         for (size_t i = 0; i < nst; i++) {
             seen_st[st[i] - 1000]++;
         }
-        mr_radix *t = mr_lc_tree(lc);
-        for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
-            const int64_t *v = mr_node_values(x);
-            for (size_t j = 0; j < mr_node_len(x); j++) {
-                seen_kv[v[j]]++;
-            }
-            if (mr_node_state(x) >= 0) {
-                seen_st[mr_node_state(x) - 1000]++;
-            }
-        }
+        count_tree_units(lc, seen_kv, seen_st, 1000);
         for (int i = 1; i <= NK * LEN; i++) {
             CHECK(seen_kv[i] == 1, "fail_at=%ld: KV %d is held %d times (released + tree)", n, i, seen_kv[i]);
         }
@@ -553,21 +566,240 @@ test_bound_records(void)
     world_free(&w);
 }
 
+/* ------------------------------------------------------------------------
+ * Eviction with a node protected */
+
+enum { PK = 6, PL = 4 };
+
+/* What a tree-only lifecycle handed back so far plus what its tree holds:
+ * every KV index 1 .. PK * PL and state 100 .. 100 + PK - 1 exactly once. */
+typedef struct {
+    int kv[1 + PK * PL];
+    int st[PK];
+    size_t nkv, nst;   /* handed back so far */
+} ledger;
+
+static void
+ledger_take(ledger *g, mr_lifecycle *lc, size_t tokens, size_t states, const char *where)
+{
+    const int64_t *kv, *st;
+    size_t nkv, nst;
+    mr_lc_take_released(lc, &kv, &nkv, &st, &nst);
+    CHECK(nkv == tokens && nst == states, "%s: %zu KV / %zu states handed back, counted %zu / %zu", where, nkv,
+          nst, tokens, states);
+    for (size_t i = 0; i < nkv; i++) {
+        CHECK(kv[i] >= 1 && kv[i] <= PK * PL, "%s: KV %lld handed back", where, (long long)kv[i]);
+        if (kv[i] >= 1 && kv[i] <= PK * PL) {
+            g->kv[kv[i]]++;
+        }
+    }
+    for (size_t i = 0; i < nst; i++) {
+        CHECK(st[i] >= 100 && st[i] < 100 + PK, "%s: state %lld handed back", where, (long long)st[i]);
+        if (st[i] >= 100 && st[i] < 100 + PK) {
+            g->st[st[i] - 100]++;
+        }
+    }
+    g->nkv += nkv;
+    g->nst += nst;
+    mr_lc_clear_released(lc);
+}
+
+static void
+ledger_check(const ledger *g, mr_lifecycle *lc, const char *where)
+{
+    int kv[1 + PK * PL], st[PK];
+    memcpy(kv, g->kv, sizeof(kv));
+    memcpy(st, g->st, sizeof(st));
+    count_tree_units(lc, kv, st, 100);
+    for (int i = 1; i <= PK * PL; i++) {
+        CHECK(kv[i] == 1, "%s: KV %d is held %d times (handed back + tree)", where, i, kv[i]);
+    }
+    for (int i = 0; i < PK; i++) {
+        CHECK(st[i] == 1, "%s: state %d is held %d times (handed back + tree)", where, 100 + i, st[i]);
+    }
+    mr_radix_stats s;
+    mr_radix_get_stats(mr_lc_tree(lc), &s);
+    CHECK(s.full_protected == 0 && s.state_protected == 0, "%s: a lock stayed (%zu KV, %zu states protected)",
+          where, s.full_protected, s.state_protected);
+    char msg[256];
+    CHECK(mr_lc_check(lc, msg, sizeof(msg)) == MR_OK, "%s: %s", where, msg);
+}
+
+/* The nodes that hold a state, least recently used first. */
+static size_t
+states_lru(mr_lifecycle *lc, mr_node **out, size_t cap)
+{
+    mr_radix *t = mr_lc_tree(lc);
+    size_t n = 0;
+    for (mr_node *x = mr_radix_lru_first(t, 1); x != NULL && n < cap; x = mr_radix_lru_next(t, 1, x)) {
+        out[n++] = x;
+    }
+    for (size_t i = 0; i < n / 2; i++) {
+        mr_node *y = out[i];
+        out[i] = out[n - 1 - i];
+        out[n - 1 - i] = y;
+    }
+    return n;
+}
+
+/* A tree-only lifecycle with key 0 (state 100), key 1 under it (101) and
+ * keys 2 .. PK-1 beside them, each PL tokens of KV 1 + k * PL ...; *a is
+ * key 0's node, *b key 1's. */
+static mr_lifecycle *
+protect_tree(mr_node **a, mr_node **b)
+{
+    mr_lifecycle *lc = NULL;
+    mr_lc_config cfg = {.page_size = 1, .chunk_size = 1, .policy = MR_POLICY_SGLANG, .track_buffer_size = 2,
+                        .track_interval = 8};
+    CHECK(mr_lc_new(&cfg, NULL, NULL, NULL, &lc) == MR_OK, "tree-only init");
+    int32_t key[2 * PL];
+    int64_t val[2 * PL], dup[2 * PL];
+    for (int k = 0; k < PK; k++) {
+        size_t len = k == 1 ? 2 * PL : PL;
+        for (size_t j = 0; j < len; j++) {
+            int owner = k == 1 && j < PL ? 0 : k;   /* key 1 extends key 0 */
+            key[j] = owner * 100 + (int32_t)j;
+            val[j] = owner == k ? 1 + k * PL + (int64_t)(j % PL) : 1 + (int64_t)j;
+        }
+        mr_insert_result r;
+        CHECK(mr_lc_insert(lc, key, val, len, 0, 100 + k, k == 1 ? PL : 0, dup, &r) == MR_OK && !r.state_existed,
+              "insert key %d", k);
+        if (k <= 1) {
+            *(k == 0 ? a : b) = r.node;
+        }
+    }
+    return lc;
+}
+
+static void
+test_evict_protected(void)
+{
+    mr_node *a = NULL, *b = NULL, *lru[PK];
+    ledger g;
+    /* 1. each state protected in turn: the victims are the least recently
+     *    used others; a leaf goes with its KV, key 0 (it has a child) keeps
+     *    its KV */
+    for (int p = 0; p < PK; p++) {
+        for (size_t k = 1; k <= PK; k++) {
+            memset(&g, 0, sizeof(g));
+            mr_lifecycle *lc = protect_tree(&a, &b);
+            size_t n = states_lru(lc, lru, PK);
+            CHECK(n == PK, "%zu states", n);
+            mr_node *prot = NULL;
+            for (size_t i = 0; i < n; i++) {
+                if (mr_node_state(lru[i]) == 100 + p) {
+                    prot = lru[i];
+                }
+            }
+            mr_handle h = mr_node_handle(prot);
+            size_t want_s = 0;
+            int64_t want[PK];
+            for (size_t i = 0; i < n && want_s < k; i++) {
+                if (lru[i] != prot) {
+                    want[want_s++] = mr_node_state(lru[i]);
+                }
+            }
+            size_t t = 0, s = 0;
+            CHECK(mr_lc_evict_protected(lc, 0, k, prot, &t, &s) == MR_OK, "evict %zu protecting %d", k, p);
+            CHECK(s == want_s, "protecting %d, %zu asked: %zu states went, want %zu", p, k, s, want_s);
+            const int64_t *kvp, *stp;
+            size_t nkv, nst;
+            mr_lc_take_released(lc, &kvp, &nkv, &stp, &nst);   /* looked at, kept for the ledger */
+            for (size_t i = 0; i < nst && i < want_s; i++) {
+                CHECK(stp[i] == want[i], "protecting %d: victim %zu is state %lld, want %lld", p, i,
+                      (long long)stp[i], (long long)want[i]);
+            }
+            mr_node *again = NULL;
+            CHECK(mr_radix_resolve(mr_lc_tree(lc), h, &again) == MR_OK && again == prot
+                  && mr_node_state(prot) == 100 + p, "protecting %d: its state went", p);
+            ledger_take(&g, lc, t, s, "protected eviction");
+            ledger_check(&g, lc, "protected eviction");
+            mr_lc_free(lc);
+        }
+    }
+    /* 2. tokens too: with key 1 protected, every other leaf goes; key 0 is
+     *    its path and keeps its KV (its state is not protected) */
+    memset(&g, 0, sizeof(g));
+    mr_lifecycle *lc = protect_tree(&a, &b);
+    size_t t = 0, s = 0;
+    CHECK(mr_lc_evict_protected(lc, 1000, 1000, b, &t, &s) == MR_OK, "evict all protecting key 1");
+    CHECK(t == (PK - 2) * PL && s == PK - 1, "protecting key 1: %zu KV / %zu states went", t, s);
+    CHECK(mr_node_state(b) == 101 && mr_node_state(a) == -1 && mr_node_nchildren(a) == 1,
+          "key 1 keeps its state, key 0 its KV");
+    ledger_take(&g, lc, t, s, "everything but a protected path");
+    ledger_check(&g, lc, "everything but a protected path");
+    /* nothing else to take: the protected node stays, and so does its lock count */
+    CHECK(mr_lc_evict_protected(lc, 1000, 1000, b, &t, &s) == MR_OK && t == 0 && s == 0, "nothing left to evict");
+    ledger_take(&g, lc, 0, 0, "nothing left");
+    ledger_check(&g, lc, "nothing left");
+    /* 3. a caller's own lock is kept too; unprotected, the rest goes */
+    CHECK(mr_radix_lock(mr_lc_tree(lc), b) == MR_OK, "a caller's lock");
+    CHECK(mr_lc_evict_protected(lc, 1000, 1000, b, &t, &s) == MR_OK && t == 0 && s == 0, "locked twice");
+    CHECK(mr_node_state_lock(b) == 1 && mr_node_full_lock(a) == 1, "the caller's lock is still there");
+    CHECK(mr_radix_unlock(mr_lc_tree(lc), b) == MR_OK, "unlock");
+    CHECK(mr_lc_evict(lc, 1000, 1000, &t, &s) == MR_OK && t == 2 * PL && s == 1, "the rest, unprotected");
+    ledger_take(&g, lc, t, s, "the rest");
+    ledger_check(&g, lc, "the rest");
+    mr_lc_free(lc);
+
+    /* 4. mr_lc_alloc_state over pools takes the same step: a full state
+     *    pool, the least recently used state protected */
+    world w;
+    CHECK(world_make(&w, 1, 0, 1, 4, 256, 2) == 0, "world");
+    int32_t key[PL];
+    int64_t kv[PL], slot[4], got = -1;
+    mr_node *nodes[4];
+    for (int k = 0; k < 4; k++) {
+        make_key(key, PL, k, k);
+        mr_insert_result r;
+        CHECK(mr_kv_alloc(&w.kv, PL, MR_OWNER_HELD, kv) == MR_OK
+              && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &slot[k]) == MR_OK
+              && mr_lc_insert(w.lc, key, kv, PL, 0, slot[k], 0, NULL, &r) == MR_OK, "cache key %d", k);
+        nodes[k] = r.node;
+    }
+    CHECK(states_lru(w.lc, lru, PK) == 4 && lru[0] == nodes[0], "key 0 is the least recently used");
+    CHECK(mr_lc_alloc_state(w.lc, MR_OWNER_HELD, nodes[0], &got) == MR_OK && got == slot[1],
+          "protecting key 0, key 1's slot comes back (got %lld)", (long long)got);
+    CHECK(mr_node_state(nodes[0]) == slot[0] && mr_node_state_lock(nodes[0]) == 0, "key 0 kept, unlocked");
+    check_world(&w, "alloc_state protecting the LRU state");
+    /* every other state locked: nothing to take, nothing changes */
+    CHECK(mr_radix_lock(mr_lc_tree(w.lc), nodes[2]) == MR_OK && mr_radix_lock(mr_lc_tree(w.lc), nodes[3]) == MR_OK,
+          "locks");
+    int64_t none = -1;
+    CHECK(mr_lc_alloc_state(w.lc, MR_OWNER_HELD, nodes[0], &none) == MR_ENOSPC && none == -1, "no slot to be had");
+    CHECK(mr_node_state(nodes[0]) == slot[0] && mr_node_state_lock(nodes[0]) == 0, "key 0 kept, unlocked");
+    check_world(&w, "alloc_state refused");
+    /* unprotected, key 0 goes */
+    CHECK(mr_lc_alloc_state(w.lc, MR_OWNER_HELD, NULL, &none) == MR_OK && none == slot[0], "key 0's slot");
+    check_world(&w, "alloc_state unprotected");
+    CHECK(mr_radix_unlock(mr_lc_tree(w.lc), nodes[2]) == MR_OK && mr_radix_unlock(mr_lc_tree(w.lc), nodes[3]) == MR_OK,
+          "unlocks");
+    int64_t mine[2] = {got, none};
+    CHECK(mr_slots_free(&w.state, mine, 2, MR_FROM_CALLER, 0, NULL) == MR_OK, "the slots back");
+    check_world(&w, "after");
+    world_free(&w);
+    printf("protect: evictions with a node protected checked\n");
+}
+
 int
 main(int argc, char **argv)
 {
-    int oom = 1, room = 1, bound = 1;
+    int oom = 1, room = 1, bound = 1, protect = 1;
     if (argc > 1) {
-        oom = room = bound = 0;
+        oom = room = bound = protect = 0;
         for (int i = 1; i < argc; i++) {
             oom |= strcmp(argv[i], "--oom") == 0;
             room |= strcmp(argv[i], "--room") == 0;
             bound |= strcmp(argv[i], "--bound") == 0;
+            protect |= strcmp(argv[i], "--protect") == 0;
         }
     }
     test_double_free_and_tree_owned();
     if (bound) {
         test_bound_records();
+    }
+    if (protect) {
+        test_evict_protected();
     }
     if (room) {
         test_batch_in_pages();

@@ -230,3 +230,159 @@ def test_admit_foreign_refuses_pools() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
     with pytest.raises(RuntimeError, match="own pools"):
         own.admit_foreign(_rs(-1))
+
+
+# --------------------------------------------------------------------------
+# Eviction with the matched node protected: Lifecycle.evict(protect=), the
+# step the drop-in over SGLang's pools and the simulator take when a
+# copy-on-write at a hit finds no free state slot.  The reference is
+# SGLang v0.5.15's own MambaRadixCache from the wheel (tests/dropin's
+# oracle), doing what its match_prefix does there: inc_lock_ref(node),
+# evict(EvictParams(num_tokens=0, mamba_num=k)), dec_lock_ref(node).
+
+def _oracle():
+    try:
+        import test_sglang_oracle
+    except ImportError as e:  # pragma: no cover - the wheel is part of the test setup
+        pytest.skip("SGLang oracle unavailable: %s" % e)
+    if test_sglang_oracle.SG is None:
+        pytest.skip("SGLang oracle unavailable: %s" % test_sglang_oracle.SKIP_REASON)
+    return test_sglang_oracle.SG
+
+
+def _sg_sizes(sg) -> tuple:
+    return (sg.full_evictable_size(), sg.full_protected_size(), sg.mamba_evictable_size(),
+            sg.mamba_protected_size())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_protected_eviction_is_sglangs(seed: int) -> None:
+    import random
+    from array import array
+
+    import torch
+
+    SG = _oracle()
+    rng = random.Random(seed)
+    sg, kv_alloc, slot_alloc = SG.make(1, 64)
+    lc = _C.Lifecycle(chunk_size=64, lru_policy="sglang")
+    keys: list = []
+    next_kv, next_slot = 1, 1
+    locks: list = []   # (SGLang's node, our handle): callers' own locks
+    protected_evictions = 0
+
+    def rk(key):
+        return SG.RadixKey(array("q", key), None)
+
+    def match(key):
+        r = sg.match_prefix(SG.MatchPrefixParams(key=rk(key)))
+        idx, nid, ngen, state, _, _ = lc.match(key)
+        assert idx.tolist() == r.device_indices.tolist()
+        node = r.last_device_node
+        want = -1 if node.mamba_value is None else int(node.mamba_value[0])
+        assert state == want
+        return node, (nid, ngen)
+
+    for _ in range(260):
+        op = rng.random()
+        if op < 0.45 or not keys:
+            if keys and rng.random() < 0.6:
+                base = rng.choice(keys)
+                key = base[:rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(1, 4))]
+            else:
+                key = [rng.randrange(3) for _ in range(rng.randrange(1, 9))]
+            key = key[:12]
+            keys.append(key)
+            value = list(range(next_kv, next_kv + len(key)))
+            next_kv += len(key)
+            r = sg.insert(SG.InsertParams(key=rk(key), value=torch.tensor(value, dtype=torch.int64),
+                                          mamba_value=torch.tensor([next_slot], dtype=torch.int64)))
+            sg_dups = kv_alloc.take()
+            prefix_len, existed, _, _, dups = lc.insert(key, value, next_slot)
+            next_slot += 1
+            assert (prefix_len, existed, dups.tolist()) == (r.prefix_len, bool(r.mamba_exist), sg_dups)
+        elif op < 0.55:
+            node, h = match(rng.choice(keys))
+            if node is not sg.root_node and len(locks) < 4:
+                sg.inc_lock_ref(node)
+                lc.lock(*h)
+                locks.append((node, h))
+        elif op < 0.62 and locks:
+            node, h = locks.pop(rng.randrange(len(locks)))
+            sg.dec_lock_ref(node)
+            lc.unlock(*h)
+        else:
+            # a copy-on-write at a hit, no slot free: the matched node is kept
+            node, h = match(rng.choice(keys))
+            k = rng.choice([1, 1, 1, 2, 3])
+            before = None if node.mamba_value is None else int(node.mamba_value[0])
+            sg.inc_lock_ref(node)
+            got = sg.evict(SG.EvictParams(num_tokens=0, mamba_num=k))
+            sg.dec_lock_ref(node)
+            sg_kv, sg_slots = kv_alloc.take(), slot_alloc.take()
+            tokens, states, kv, slots = lc.evict(0, k, protect=h)
+            assert states == got.mamba_num_evicted == len(sg_slots)
+            assert (kv.tolist(), slots.tolist()) == (sg_kv, sg_slots)
+            assert tokens == len(sg_kv)
+            # the protected node is still there, with its state
+            assert lc.node_info(*h) is not None
+            assert (None if node.mamba_value is None else int(node.mamba_value[0])) == before
+            protected_evictions += before is not None and states > 0
+        assert lc.sizes()[:4] == _sg_sizes(sg)
+        assert lc.tree_view().total_size() == sg.total_size()
+        lc.check()
+    assert protected_evictions >= 5
+
+
+def test_protect_keeps_what_the_lru_would_take() -> None:
+    """The least recently used state, protected, stays; the next one goes;
+    the protection ends with the call (a later eviction takes it)."""
+    lc = _C.Lifecycle(chunk_size=4)
+    for k in range(3):
+        lc.insert([10 * k + j for j in range(4)], np.arange(4 * k + 1, 4 * k + 5), 100 + k)
+    oldest = lc.match([0, 1, 2, 3, 9])[1:3]
+    assert lc.match([0, 1, 2, 3])[3] == 100
+    lc.match([10, 11, 12, 13]), lc.match([20, 21, 22, 23])   # key 0 is the least recently used again
+    t, s, kv, st = lc.evict(0, 1, protect=oldest)
+    assert (t, s, kv.tolist(), st.tolist()) == (4, 1, [5, 6, 7, 8], [101])
+    assert lc.sizes()[1] == lc.sizes()[3] == 0        # no lock left behind
+    t, s, kv, st = lc.evict(0, 1)
+    assert (t, s, kv.tolist(), st.tolist()) == (4, 1, [1, 2, 3, 4], [100])
+    lc.check()
+
+
+def test_protect_argument_is_checked() -> None:
+    lc = _C.Lifecycle(chunk_size=4)
+    lc.insert([1, 2, 3, 4], np.arange(10, 14), 5)
+    node = lc.match([1, 2, 3, 4])[1:3]
+    before = lc.sizes()
+    for bad, exc, what in ((node[0], TypeError, "protect must be None or a \\(node_id, node_gen\\) tuple"),
+                           ([node[0], node[1]], TypeError, "protect must be"),
+                           ((node[0],), TypeError, "protect must be"),
+                           (("a", 0), TypeError, "protect's node id must be an int"),
+                           ((node[0], -1), ValueError, "protect's node generation must be in"),
+                           ((1 << 40, 0), ValueError, "protect's node id must be in")):
+        with pytest.raises(exc, match=what):
+            lc.evict(0, 1, protect=bad)
+        assert lc.sizes() == before                   # nothing evicted
+    with pytest.raises(TypeError, match="positional"):
+        lc.evict(0, 1, node)                          # keyword only
+    with pytest.raises(TypeError, match="num_states"):
+        lc.evict(0, "1", protect=node)
+    # a stale handle: the error every node call gives
+    assert lc.evict(4, 0)[0] == 4
+    with pytest.raises(_C.StaleNodeError, match="stale handle") as got:
+        lc.evict(0, 1, protect=node)
+    with pytest.raises(type(got.value)):
+        lc.lock(*node)
+    assert lc.evict(0, 1, protect=None)[:2] == (0, 0)
+    # with pools too: what goes is freed there, nothing is handed back
+    state, kv = _C.SlotAllocator(4), _C.SlotAllocator(16)
+    own = _C.Lifecycle(state, kv, _C.ReqPool(2, 8, 2), chunk_size=4)
+    slot, idx = state.alloc(1), kv.alloc(4)
+    own.insert([1, 2, 3, 4], idx, int(slot[0]))
+    h = own.match([1, 2, 3, 4])[1:3]
+    assert own.evict(0, 1, protect=h)[:2] == (0, 0)
+    t, s, a, b = own.evict(0, 1)
+    assert (t, s, a.size, b.size) == (4, 1, 0, 0)
+    own.check()

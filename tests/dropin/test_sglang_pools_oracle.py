@@ -89,8 +89,11 @@ def _own_pools(cfg, rows, slots, kv):
 
 
 def _sizes(d):
-    pool, cache = d.req_to_token_pool, d.tree_cache
-    return (pool.available_size(), pool.mamba_allocator.available_size(), d.allocator.available_size(),
+    return _sizes_of(d.tree_cache, d.req_to_token_pool, d.allocator)
+
+
+def _sizes_of(cache, pool, alloc):
+    return (pool.available_size(), pool.mamba_allocator.available_size(), alloc.available_size(),
             cache.full_evictable_size(), cache.full_protected_size(), cache.mamba_evictable_size(),
             cache.mamba_protected_size())
 
@@ -227,3 +230,61 @@ def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped):
         runs[name] = (alloc.free_pages.tolist(), alloc.available_size(), cache.full_evictable_size(),
                       sorted(cache.all_values_flatten().tolist()))
     assert runs["dropin"] == runs["sglang"]
+
+
+@pytest.mark.parametrize("mode", ["pp2", "no_buffer"])
+def test_copy_on_write_with_no_free_slot_keeps_the_matched_state(wheel, mode):
+    """match_prefix(cow_mamba=True) for a request without a slot, the state
+    pool full: SGLang locks the matched node, evicts one state, unlocks and
+    allocates again.  With every other cached state locked by running
+    requests there is nothing to evict: no slot, and the matched state stays
+    (SGLang stops on its assertion, the drop-in raises RuntimeError).  Once
+    one other state is unlocked, that one goes and the request gets its
+    slot; the matched state stays the copy's source.  Over both pool sets."""
+    w, sg = wheel
+    cfg = DriverConfig(mode=mode, chunk_size=CHUNK, track_interval=32)
+    L = 2 * CHUNK
+    keys = [[1000 * (k + 1) + j for j in range(L)] for k in range(3)]
+    got = {}
+    for name in ("sglang", "dropin-sglang-pools", "dropin-own-pools"):
+        if name == "dropin-own-pools":
+            pool, alloc = _own_pools(cfg, 4, len(keys), 4096)
+            api = mrs
+        else:
+            pool, alloc = w.make_pools(sg, size=4, mamba_size=len(keys), max_context_len=CTX, kv_size=4096,
+                                       extra_buffer=cfg.extra_buffer, lazy=cfg.lazy, overlap=cfg.overlap)
+            api = sg if name == "sglang" else mrs
+        cache = _sglang_cache(sg, pool, alloc, cfg) if name == "sglang" else _dropin_cache(pool, alloc, cfg)
+        slots = []
+        for key in keys:   # every slot of the pool cached
+            slot = pool.mamba_allocator.alloc(1)
+            slots.append(int(slot[0]))
+            cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None), value=alloc.alloc(L),
+                                          mamba_value=slot))
+        assert pool.mamba_allocator.available_size() == 0
+
+        def match(k, req=None):
+            return cache.match_prefix(api.MatchPrefixParams(
+                key=api.RadixKey(array("q", keys[k] + [7, 8]), None), req=req, cow_mamba=req is not None))
+
+        held = [match(k).last_device_node for k in (1, 2)]
+        for node in held:            # running requests' locks on the other two states
+            cache.inc_lock_ref(node)
+        req = mrs.Req("r", "", keys[0] + [7, 8], mrs.SamplingParams())
+        with pytest.raises(AssertionError if name == "sglang" else RuntimeError):
+            match(0, req)
+        steps = [(_sizes_of(cache, pool, alloc), req.mamba_pool_idx)]
+        cache.dec_lock_ref(held[1])  # key 2's state may go now (it is the only one)
+        m = match(0, req)
+        steps.append((_sizes_of(cache, pool, alloc), int(req.mamba_pool_idx), int(req.mamba_cow_src_index[0]),
+                      len(m.device_indices)))
+        cache.dec_lock_ref(held[0])
+        cache.sanity_check()
+        got[name] = (slots, steps)
+    want = got["sglang"]
+    # nothing evicted while there was nothing but the matched state: it stays
+    assert want[1][0] == ((4, 0, 4096 - 3 * L, L, 2 * L, 1, 2), None)
+    # then key 2's slot is the request's, key 0's state the copy's source
+    assert want[1][1] == ((4, 0, 4096 - 2 * L, L, L, 1, 1), want[0][2], want[0][0], L)
+    for name in ("dropin-sglang-pools", "dropin-own-pools"):
+        assert got[name] == want, name

@@ -106,6 +106,11 @@ MUTANTS: List[Mutant] = [
            "        rc = mr_radix_lock(lc->tree, m.node);\n        if (rc != MR_OK) {\n            break;\n        }\n"
            "        st->locked = 1;",
            "        st->locked = 1;", T_DECIDE + T_LIFE, "prefill batch: matched prefix never locked (skipped lock)"),
+    Mutant("LC_PROTECT", "csrc/core/lifecycle.c",
+           "    if (protect != NULL && (rc = mr_radix_lock(lc->tree, protect)) != MR_OK) {",
+           "    if (0 && protect != NULL && (rc = mr_radix_lock(lc->tree, protect)) != MR_OK) {",
+           ["tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_sglang_pools_oracle.py"],
+           "eviction for a copy-on-write slot does not protect the matched node (skipped lock)"),
     # ---- request records in their rows (csrc/core/req_pool.c, the ReqState binding)
     Mutant("RP_BIND", "csrc/core/req_pool.c", "    p->req[r] = *st;\n    p->bound[r] = MR_ROW_BOUND;",
            "    p->bound[r] = MR_ROW_BOUND;", T_RECORD, "admission: the record never moves into its row"),

@@ -374,3 +374,33 @@ def test_the_cache_steps_are_the_c_lifecycles(mode):
     m2 = rp.metrics()
     assert (m.state_usable_tokens, m.state_bytes_donated, m.state_bytes_copied, m.state_evictions) == (
         m2.state_usable_tokens, m2.state_bytes_donated, m2.state_bytes_copied, m2.state_evictions)
+
+
+def test_copy_on_write_with_an_empty_pool_keeps_the_matched_state(monkeypatch):
+    """A hit whose copy-on-write finds the counted state pool empty evicts
+    one cached state with the matched node protected (the lifecycle's
+    evict(protect=)).  Under the utility policy a match does not make its
+    node the most recently used, so the node would be the victim without
+    the protection.  The toy run (every resumed state checked against the
+    toy model's recomputation, every usable prefix against the state-free
+    replay) must agree, and the replay must have taken that step."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    from mambaradix.sim import workloads
+
+    reqs = workloads.agentic_branching(seed=3)
+    cfg = dict(mode="lazy", lru_policy="utility", kv_tokens=12000, state_slots=27, end_of_turn_states=True,
+               chunk_size=64, chunked_prefill_size=512, track_interval=128, max_running=8)
+    protected = []
+    alloc_slot = engine._Replay._alloc_slot
+
+    def counting(self, protect=None):
+        if protect is not None and self.slots_free <= 0:
+            protected.append(protect)
+        return alloc_slot(self, protect)
+
+    monkeypatch.setattr(engine._Replay, "_alloc_slot", counting)
+    m = engine.run(reqs, SimConfig(states="toy", decode_boundary="committed", **cfg))
+    assert m.state_mismatches == 0 and m.state_hits > 100
+    assert len(protected) >= 10
+    _split_adds_up(m)
