@@ -3,7 +3,7 @@
 # many more operations and several seeds (CI runs 700 ops per configuration).
 #   tests/dropin/sglang_0523/nightly.sh [ops per config, default 20000] [seeds, default 5]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 ops=${1:-20000}
 seeds=${2:-5}
 for seed in $(seq 1 "$seeds"); do

@@ -37,6 +37,7 @@ def test_differential(cfg, strategy):
     steps = d.run(OPS)
     assert steps >= OPS
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
+    assert d.resets >= min(1, OPS // 700)  # and so did a real reset (AllBlocksCleared)
 
 
 PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (4, "extra_buffer"), (16, "extra_buffer_lazy"))]
