@@ -185,7 +185,7 @@ class PageHashes:
 
     def put(self, idx: int, chain: str, block: int) -> None:
         raw = None
-        if idx < self.DENSE_MAX and isinstance(chain, str) and len(chain) == 64:
+        if 0 <= idx < self.DENSE_MAX and isinstance(chain, str) and len(chain) == 64:
             try:
                 raw = bytes.fromhex(chain)
             except ValueError:
@@ -193,7 +193,7 @@ class PageHashes:
             if raw is not None and raw.hex() != chain:  # keep only what round-trips exactly
                 raw = None
         if raw is None:
-            if idx < len(self.present):
+            if 0 <= idx < len(self.present):
                 self.present[idx] = False
             self.other[idx] = (chain, block)
             return
@@ -205,12 +205,12 @@ class PageHashes:
         self.other.pop(idx, None)
 
     def chain(self, idx: int) -> str:
-        if idx < len(self.present) and self.present[idx]:
+        if 0 <= idx < len(self.present) and self.present[idx]:
             return self.digest[idx].tobytes().hex()
         return self.other[idx][0]
 
     def pop_block(self, idx: int) -> Optional[int]:
-        if idx < len(self.present) and self.present[idx]:
+        if 0 <= idx < len(self.present) and self.present[idx]:
             self.present[idx] = False
             return int(self.block[idx])
         h = self.other.pop(idx, None)

@@ -413,3 +413,31 @@ def test_kv_sharding_falls_back_with_reason(caplog):
         cache = _build_logged(caplog, CacheConfig(page_size=4, components=(FULL,)))
     assert isinstance(cache.tree_core, UnifiedTreeCore)
     assert any("KV sharding" in r.getMessage() for r in caplog.records)
+
+
+# ---- the event-hash store ----------------------------------------------------
+
+
+def test_page_hashes_behave_as_a_dict():
+    """PageHashes (numpy rows, dict overflow) against a plain dict of
+    (chain, block) per KV index, over random puts / chain reads / pops,
+    including indices past the rows, negative ones and non-hex chains."""
+    import hashlib
+    import random
+
+    rng = random.Random(7)
+    store, model = mr_unified.PageHashes(16), {}
+    for step in range(3000):
+        idx = rng.choice([rng.randint(0, 40), rng.randint(-3, -1), mr_unified.PageHashes.DENSE_MAX + rng.randint(0, 3)])
+        r = rng.random()
+        if r < 0.5:
+            chain = hashlib.sha256(str(step).encode()).hexdigest() if rng.random() < 0.9 else f"x{step}"
+            block = rng.randint(-2**63, 2**63 - 1)
+            store.put(idx, chain, block)
+            model[idx] = (chain, block)
+        elif r < 0.75 and idx in model:
+            assert store.chain(idx) == model[idx][0]
+        else:
+            want = model.pop(idx, (None, None))[1]
+            assert store.pop_block(idx) == want
+    assert len(store.block) > 16  # the rows grew

@@ -191,6 +191,7 @@ def test_errors_name_the_argument_and_never_poison_the_core():
         (lambda: core.inc_lock_ref(10**9), KeyError, "node_id"),
         (lambda: core.dec_lock_ref(core.root_node_handle(), DecLockRefParams(node_id=12345)), ValueError, "params"),
         (lambda: core.match_prefix(MatchPrefixParams(key=[1, 2, 3])), TypeError, "key"),
+        (lambda: core.match_prefix(None), TypeError, "params"),
         (
             lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=[1, 2, 3], mamba_value=torch.tensor([0]))),
             TypeError,
