@@ -65,6 +65,9 @@ class Node:
         """Tokens from the root to the end of this node."""
     @property
     def extra_key(self) -> Optional[str]: ...
+    @property
+    def hits(self) -> int:
+        """Inserts that walked through or created the node (SGLang 0.5.23's hit_count)."""
     def __len__(self) -> int:
         """Edge length in tokens."""
 

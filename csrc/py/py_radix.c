@@ -1244,6 +1244,13 @@ Node_get_state_lock_ref(Node *self, void *c)
 }
 
 static PyObject *
+Node_get_hits(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyLong_FromUnsignedLong(mr_node_hits(n));
+}
+
+static PyObject *
 Node_get_prefix_len(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
@@ -1321,6 +1328,8 @@ static PyGetSetDef Node_getset[] = {
     {"full_lock_ref", (getter)Node_get_full_lock_ref, NULL, "KV lock count.", NULL},
     {"state_lock_ref", (getter)Node_get_state_lock_ref, NULL, "State lock count.", NULL},
     {"prefix_len", (getter)Node_get_prefix_len, NULL, "Tokens from the root to the node's end.", NULL},
+    {"hits", (getter)Node_get_hits, NULL,
+     "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).", NULL},
     {"extra_key", (getter)Node_get_extra_key, NULL, "The node's extra_key namespace, or None.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -464,10 +464,23 @@ resolve_id(UnifiedCore *self, PyObject *obj, const char *arg, mr_node **out)
 /* ------------------------------------------------------------------------
  * match_prefix */
 
+/* params.key, or a TypeError naming `params` when params has no key. */
+static PyObject *
+params_key(PyObject *params, const char *want)
+{
+    PyObject *key = PyObject_GetAttr(params, s_key);
+    if (key == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "params must be a %s (with a key), not %.100s", want,
+                     Py_TYPE(params)->tp_name);
+    }
+    return key;
+}
+
 static PyObject *
 UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
 {
-    PyObject *key = PyObject_GetAttr(params, s_key);
+    PyObject *key = params_key(params, "MatchPrefixParams");
     if (key == NULL) {
         return NULL;
     }
@@ -880,7 +893,7 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
 static PyObject *
 UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
 {
-    PyObject *key = PyObject_GetAttr(params, s_key);
+    PyObject *key = params_key(params, "InsertParams");
     if (key == NULL) {
         return NULL;
     }

@@ -19,6 +19,11 @@ session cache, custom components, other policy configurations, EAGLE bigram
 keys, KV sharding) is built on SGLang's Python TreeCore instead, with the
 reason logged; see ``fallback_reason``.
 
+``supports_fast_match_prefix()`` is False, as on SGLang's own cores, so SGLang's
+scheduler runs unchanged (waiting-prefix refresh through ``touch_prefix``);
+``register(fast_match_prefix=True)`` makes cores built afterwards answer True
+(the scheduler then matches every waiting request and skips that refresh).
+
 The hot calls (match_prefix, begin_insert, end_insert, has_ongoing_insert,
 collect_full_device_indices) are one C call each (``_C.UnifiedCore``, bound
 per instance); the ``_*_py`` methods are their Python path for what the C path
@@ -99,14 +104,23 @@ def fallback_reason(params) -> Optional[str]:
     ps = int(params.page_size)
     if ps < 1 or ps > 128:
         return f"page_size {ps} is outside 1..128"
-    try:
-        from sglang.srt.mem_cache.page_interleave import page_interleave_shard_size
-
-        if page_interleave_shard_size(params.token_to_kv_pool_allocator) > 1:
-            return "logical-page KV sharding is not served natively"
-    except Exception:  # pragma: no cover - older layouts
-        pass
+    shard_size = _page_interleave_shard_size()
+    if shard_size is not None and shard_size(params.token_to_kv_pool_allocator) > 1:
+        return "logical-page KV sharding is not served natively"
     return None
+
+
+def _page_interleave_shard_size():
+    """SGLang's page_interleave_shard_size (0.5.23 keeps it in
+    mem_cache.allocator.page_interleave), or None in a release without KV sharding."""
+    try:
+        from sglang.srt.mem_cache.allocator.page_interleave import page_interleave_shard_size
+    except ImportError:
+        try:
+            from sglang.srt.mem_cache.page_interleave import page_interleave_shard_size
+        except ImportError:
+            return None
+    return page_interleave_shard_size
 
 
 def _factory(params, components):
@@ -119,12 +133,91 @@ def _factory(params, components):
     return _core_class()(params, components)
 
 
-def register() -> None:
-    """Register the TreeCore under ``"mambaradix"`` (idempotent)."""
+_FAST_MATCH_PREFIX = False
+
+
+def register(fast_match_prefix: Optional[bool] = None) -> None:
+    """Register the TreeCore under ``"mambaradix"`` (idempotent).
+
+    ``fast_match_prefix=True`` makes cores built afterwards answer True to
+    ``supports_fast_match_prefix()``: SGLang's scheduler then matches every
+    waiting request each round (cheap on this core) and skips its waiting-prefix
+    refresh (``touch_prefix``).  The default (False, kept while the argument is
+    None) is what SGLang's Python and Rust cores answer, so the scheduler behaves
+    exactly as with them."""
+    global _FAST_MATCH_PREFIX
     from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
 
+    if fast_match_prefix is not None:
+        _FAST_MATCH_PREFIX = bool(fast_match_prefix)
     if reg.get_tree_core_factory(BACKEND_NAME) is None:
         reg.register_tree_core_backend(BACKEND_NAME, _factory)
+
+
+class PageHashes:
+    """The KV-event hashes of each cached page, keyed by the KV index of the
+    page's first token: its chain digest (SGLang's 64-hex SHA-256 hash_value,
+    kept as 32 bytes; a child's BlockStored chains from its parent's last page)
+    and its namespaced int64 block hash (what BlockRemoved names).  Dense numpy
+    rows indexed by KV index (41 bytes each, sized to the KV pool when it is
+    known, else grown by doubling), so the cost is bounded by the pool, not a
+    Python object per page; an index past
+    DENSE_MAX, or a hash that is not 64 hex digits, goes to a small dict."""
+
+    DENSE_MAX = 1 << 26
+
+    def __init__(self, capacity: int = 0):
+        capacity = min(max(int(capacity), 0), self.DENSE_MAX)
+        self.digest = np.zeros((capacity, 32), dtype=np.uint8)
+        self.block = np.zeros(capacity, dtype=np.int64)
+        self.present = np.zeros(capacity, dtype=bool)
+        self.other: dict = {}
+
+    def _grow(self, idx):
+        n = max(1024, len(self.block))
+        while n <= idx:
+            n *= 2
+        for name in ("digest", "block", "present"):
+            old = getattr(self, name)
+            new = np.zeros((n,) + old.shape[1:], dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def put(self, idx: int, chain: str, block: int) -> None:
+        raw = None
+        if 0 <= idx < self.DENSE_MAX and isinstance(chain, str) and len(chain) == 64:
+            try:
+                raw = bytes.fromhex(chain)
+            except ValueError:
+                raw = None
+            if raw is not None and raw.hex() != chain:  # keep only what round-trips exactly
+                raw = None
+        if raw is None:
+            if 0 <= idx < len(self.present):
+                self.present[idx] = False
+            self.other[idx] = (chain, block)
+            return
+        if idx >= len(self.block):
+            self._grow(idx)
+        self.digest[idx] = np.frombuffer(raw, dtype=np.uint8)
+        self.block[idx] = block
+        self.present[idx] = True
+        self.other.pop(idx, None)
+
+    def chain(self, idx: int) -> str:
+        if 0 <= idx < len(self.present) and self.present[idx]:
+            return self.digest[idx].tobytes().hex()
+        return self.other[idx][0]
+
+    def pop_block(self, idx: int) -> Optional[int]:
+        if 0 <= idx < len(self.present) and self.present[idx]:
+            self.present[idx] = False
+            return int(self.block[idx])
+        h = self.other.pop(idx, None)
+        return None if h is None else h[1]
+
+    def nbytes(self) -> int:
+        return self.digest.nbytes + self.block.nbytes + self.present.nbytes
 
 
 def _core_class():
@@ -219,6 +312,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self.is_host_memory_buffer_only = False
             alloc = params.token_to_kv_pool_allocator
             self.device = alloc.device if alloc is not None else torch.device("cpu")
+            self._kv_rows = int(getattr(alloc, "size", 0) or 0) + self.page_size + 1
             self._on_cpu = torch.device(self.device).type == "cpu"
             chunk = self.page_size
             if self.has_mamba:
@@ -251,6 +345,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                          dict(DecLockRefResult().__dict__))
             policy = (params.eviction_policy or "lru").lower()
             self.eviction_policy = policy
+            self._fast_match_prefix = _FAST_MATCH_PREFIX
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
@@ -317,11 +412,11 @@ def _build_class():  # noqa: C901 - one class, built lazily
             root = self._tree.root
             self._root = root
             self._pin: dict[int, int] = {}
-            self._page_hash: dict[int, tuple] = {}
+            # Rows for the KV pool's indices (allocators hand out 1..size, paged ones a page more).
+            self._page_hash = PageHashes(self._kv_rows if self.kv_events.enabled else 0)
             self._insert_state = None
             self._insert_pending: list = []
-            self._evict_walk: Optional[ComponentType] = None
-            self._evict_quota = 0
+            self._evict_quota: dict = {}  # component -> request_cnt of its ongoing walk
             self._empty_match = MatchResult(
                 device_prefix_len=0,
                 last_device_node=self._nid(root),
@@ -465,6 +560,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         def _match_prefix_py(self, params):
             """match_prefix for what the C path hands back (keys over token lists)."""
+            if not hasattr(params, "key"):
+                raise TypeError(f"params must be a MatchPrefixParams (with a key), not {type(params).__name__}")
             key = params.key
             toks = self._aligned(key)
             if len(toks) == 0:
@@ -524,7 +621,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return self._empty_match
 
         def supports_fast_match_prefix(self) -> bool:
-            return True
+            # False (as SGLang's own cores) unless register(fast_match_prefix=True).
+            return self._fast_match_prefix
 
         def is_full_device_evicted(self, node_id) -> bool:
             self._node(node_id)
@@ -641,7 +739,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 parent = root
             else:
                 pv = parent_node.value
-                chain = self._page_hash[int(pv[len(pv) - ps])][0]
+                chain = self._page_hash.chain(int(pv[len(pv) - ps]))
                 parent = _EvNode(
                     RadixKey(array_q(parent_node.key[-ps:]), extra, cache_salt=salt),
                     root,
@@ -655,7 +753,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             seed = self.kv_events._namespace_seed(ev)
             vals = leaf.value
             for i, h in enumerate(hv):
-                self._page_hash[int(vals[i * ps])] = (h, namespaced_block_hash(hash_str_to_int64(h), namespace_seed=seed))
+                self._page_hash.put(int(vals[i * ps]), h, namespaced_block_hash(hash_str_to_int64(h), namespace_seed=seed))
             del start
 
         def _record_removed(self, kv: np.ndarray):
@@ -664,21 +762,27 @@ def _build_class():  # noqa: C901 - one class, built lazily
             ps = self.page_size
             hashes = []
             for i in range(0, len(kv), ps):
-                h = self._page_hash.pop(int(kv[i]), None)
+                h = self._page_hash.pop_block(int(kv[i]))
                 if h is not None:
-                    hashes.append(h[1])
+                    hashes.append(h)
             if hashes:
                 self.kv_events.enqueue(BlockRemoved(block_hashes=hashes, medium=StorageMedium.GPU))
 
         # ---- eviction ----------------------------------------------------------
 
+        # A walk's steps outside evict_device_start / _end fail as SGLang's
+        # components assert they do (AssertionError naming the component).
         def evict_device_start(self, component_type, request_cnt) -> None:
-            self._evict_walk = component_type
-            self._evict_quota = int(request_cnt)
+            if component_type in self._evict_quota:
+                raise AssertionError(f"{component_type} device eviction already in progress")
+            self._evict_quota[component_type] = int(request_cnt)
 
         def evict_device_next_node(self, component_type, tracker):
+            quota = self._evict_quota.get(component_type)
+            if quota is None:
+                raise AssertionError(f"{component_type} device eviction not started")
             res = EvictDeviceNextNodeResult()
-            if tracker[component_type] >= self._evict_quota:
+            if tracker.get(component_type, 0) >= quota:
                 return res
             if component_type == MAMBA:
                 if not self.has_mamba:
@@ -699,7 +803,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return res
 
         def evict_device_end(self, component_type) -> None:
-            self._evict_walk = None
+            if self._evict_quota.pop(component_type, None) is None:
+                raise AssertionError(f"{component_type} device eviction not started")
 
         def evict_device_leaf(self, node_id, is_write_back):
             raise RuntimeError("evict_device_next_node never hands out a leaf in this TreeCore")
@@ -819,7 +924,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 raise AssertionError(str(e)) from e
 
         def pretty_print(self) -> None:
-            self._tree.pretty_print()
+            print(self._tree.pretty_print(), end="")
 
         # ---- host tier and friends: served by the Python TreeCore -------------
 
@@ -942,8 +1047,9 @@ def inspection_core_class():
             return 0
 
         def get_node_hit_count(self, node_id):
-            self._node(node_id)
-            return 0
+            # The C tree counts as SGLang's insert walk does: +1 for each node an
+            # insert walks past its inserted_len or creates; a split keeps the count.
+            return self._node(node_id).hits
 
         def get_write_through_pending_id(self, node_id):
             self._node(node_id)

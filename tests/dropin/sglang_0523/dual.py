@@ -98,6 +98,7 @@ class Differ:
         self.log = []
         self.requests = True
         self.requests_done = 0
+        self.resets = 0
         self.check("init")
 
     # -- observables ----------------------------------------------------------
@@ -322,11 +323,23 @@ class Differ:
         return trace
 
     def op_reset(self):
+        """Release every lock, then (usually) flush the cache as the scheduler's
+        flush_cache does: the tree (AllBlocksCleared when events are on), then
+        the KV allocator and the request / state pools (no request is running
+        between operations)."""
         for side in (self.a, self.b):
             for node, receipt in side.locks:
                 side.cache.dec_lock_ref(node, receipt.to_dec_params())
             side.locks.clear()
         self.check("unlock all")
+        if self.rng.random() < 0.25:
+            return
+        for side in (self.a, self.b):
+            side.cache.reset()
+            side.alloc.clear()
+            side.pool.clear()
+        self.check("reset")
+        self.resets += 1
 
     def step(self):
         r = self.rng.random()

@@ -37,6 +37,7 @@ def test_differential(cfg, strategy):
     steps = d.run(OPS)
     assert steps >= OPS
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
+    assert d.resets >= min(1, OPS // 700)  # and so did a real reset (AllBlocksCleared)
 
 
 PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"), (4, "extra_buffer"), (16, "extra_buffer_lazy"))]
@@ -190,6 +191,7 @@ def test_errors_name_the_argument_and_never_poison_the_core():
         (lambda: core.inc_lock_ref(10**9), KeyError, "node_id"),
         (lambda: core.dec_lock_ref(core.root_node_handle(), DecLockRefParams(node_id=12345)), ValueError, "params"),
         (lambda: core.match_prefix(MatchPrefixParams(key=[1, 2, 3])), TypeError, "key"),
+        (lambda: core.match_prefix(None), TypeError, "params"),
         (
             lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=[1, 2, 3], mamba_value=torch.tensor([0]))),
             TypeError,
