@@ -405,6 +405,17 @@ mr_slots_free_group_begin(mr_slots *s)
         }
         touch_pages(s->pending, bytes);
     }
+    /* A group already open: SGLang's free_group_begin resets its list
+     * (free_group = []), so the frees made in it never reach the free list
+     * (they are lost to the allocator until clear()).  Here they go back to
+     * HELD: out of the free list as in SGLang (same available_size), still
+     * counted (free + held + req + tree + pending == n), and clear() or a
+     * caller's free of them returns them, as SGLang's would. */
+    for (int64_t i = 0; i < s->n_pending; i++) {
+        s->owner[s->pending[i]] = MR_OWNER_HELD;
+    }
+    s->n_held += s->n_pending;
+    s->n_pending = 0;
     s->free_group = 1;
     return MR_OK;
 }

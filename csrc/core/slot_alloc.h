@@ -25,6 +25,8 @@
  * unit is a double free (MR_ENOENT) at once.  The group's end appends the
  * pending units to the free list in the order they were freed (the KV view
  * with page_size > 1: sorted, at the head, as one free of them all would).
+ * Opening a group while one is open drops the pending units, as SGLang
+ * does (they become HELD; see mr_slots_free_group_begin).
  * Frees by the tree (evictions) are never deferred.
  *
  * Errors: every function returns MR_OK or a negative MR_E* code.  A failed
@@ -122,8 +124,10 @@ int mr_slots_group_begin(mr_slots *s, int64_t k);
 /* Ends the group: unused pre-allocated units go back to the free list. */
 void mr_slots_group_end(mr_slots *s);
 
-/* Opens a free group (an open one stays open: nothing pending is lost).
- * MR_ENOMEM (nothing changed) if the pending list cannot be allocated. */
+/* Opens a free group.  With one already open, its pending units are
+ * dropped as SGLang's free_group_begin drops them (they do not rejoin the
+ * free list): they become HELD again.  MR_ENOMEM (nothing changed) if the
+ * pending list cannot be allocated. */
 int mr_slots_free_group_begin(mr_slots *s);
 /* Closes the free group: the pending units go to the free list, in the
  * order they were freed (front == 0: at the tail), or sorted and pushed at

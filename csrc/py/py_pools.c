@@ -332,7 +332,10 @@ PyDoc_STRVAR(SlotAllocator_free_group_begin__doc__,
 "Open a free group (SGLang's free_group_begin): until free_group_end(),\n"
 "free() checks the units at once (a double free raises then) and sets them\n"
 "aside; they rejoin the free list at the group's end.  Frees by the prefix\n"
-"tree are not deferred.  An open group stays open.");
+"tree are not deferred.  Called while a group is open, it drops that\n"
+"group's pending frees as SGLang's allocator does (they never rejoin the\n"
+"free list; here they count as held again, so clear() or a new free\n"
+"returns them).");
 
 static PyObject *
 SlotAllocator_free_group_begin(SlotAllocatorObject *self, PyObject *unused)

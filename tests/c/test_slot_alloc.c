@@ -249,6 +249,19 @@ m_free_group_end(model *m, int front)
     m->factive = 0;
 }
 
+/* A free group opens; an open one's pending units are dropped, as
+ * SGLang's free_group_begin resets its list: they are the caller's (HELD)
+ * again, never back in the free list. */
+static void
+m_free_group_begin(model *m)
+{
+    for (int64_t i = 0; m->factive && i < m->npend; i++) {
+        m->owner[m->pend[i]] = MR_OWNER_HELD;
+    }
+    m->npend = 0;
+    m->factive = 1;
+}
+
 static void
 m_group_end(model *m)
 {
@@ -549,6 +562,22 @@ test_groups(void)
     expect_valid(&s, "groups");
     mr_slots_clear(&s);
     CHECK(!s.group_active && mr_slots_available(&s) == 6, "clear ends the group");
+    /* a free group opened while one is open drops the pending units, as
+     * SGLang's free_group_begin resets its list: HELD again, never freed */
+    CHECK_RC(mr_slots_alloc(&s, 4, MR_OWNER_HELD, a), MR_OK, "alloc 4");     /* 1 2 3 4 */
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){2, 1}, 2, MR_FROM_CALLER, 0, NULL), MR_OK, "free 2 1 in the group");
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group again");
+    CHECK(s.free_group && s.n_pending == 0 && s.n_held == 4 && s.owner[1] == MR_OWNER_HELD
+          && s.owner[2] == MR_OWNER_HELD && mr_slots_available(&s) == 2, "the open group's frees are dropped");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){3}, 1, MR_FROM_CALLER, 0, NULL), MR_OK, "free 3 in the new group");
+    mr_slots_free_group_end(&s, 0);
+    CHECK(mr_slots_available(&s) == 3 && s.n_held == 3, "only the new group's unit comes back");
+    CHECK_RC(mr_slots_alloc(&s, 3, MR_OWNER_HELD, a), MR_OK, "alloc 3");
+    CHECK(a[0] == 5 && a[1] == 6 && a[2] == 3, "free list 5 6 3, not 2 or 1");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){1, 2}, 2, MR_FROM_CALLER, 0, NULL), MR_OK,
+             "a dropped unit may be freed again");
+    expect_valid(&s, "dropped free group");
     mr_slots_destroy(&s);
 }
 
@@ -836,7 +865,9 @@ fuzz_slots(int64_t n, long ops)
         }
         else if (kind == 20) {
             rs = mr_slots_free_group_begin(&s);
-            m.factive |= rs == MR_OK;
+            if (rs == MR_OK) {
+                m_free_group_begin(&m);
+            }
             rm = rs;
         }
         else if (kind == 21) {
@@ -922,13 +953,15 @@ fuzz_kv(int64_t ps, int64_t npages, long ops)
             }
         }
         else if (kind == 10) {   /* a free group opens or closes */
-            if (m.factive) {
+            if (m.factive && unit_rnd(4) != 0) {
                 mr_kv_free_group_end(&kv);
                 m_free_group_end(&m, ps > 1);
             }
-            else {
+            else {   /* sometimes while one is open: its pending pages are dropped */
                 rs = mr_kv_free_group_begin(&kv);
-                m.factive = rs == MR_OK;
+                if (rs == MR_OK) {
+                    m_free_group_begin(&m);
+                }
                 rm = rs;
             }
         }

@@ -190,3 +190,59 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
     assert any(headroom_evictions), "the state pool was never short at admission"
     for d in drivers.values():
         d.tree_cache.sanity_check()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_free_groups_match_sglang_allocator(wheel, seed):
+    """TokenToKVPoolAllocator's free groups against SGLang's (the wheel's
+    allocator/base.py and token.py): random allocs, frees and group begins
+    and ends, free_group_begin called while a group is open too (SGLang
+    resets its list there, so the pending frees never come back).  Every
+    alloc returns the same indices and available_size() agrees after every
+    call; ours stays accounted (check()), and an index whose free was
+    dropped may be freed again, as SGLang allows."""
+    _, sg = wheel
+    rng = random.Random(seed)
+    theirs = sg.TokenToKVPoolAllocator(size=64, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                       need_sort=False)
+    ours = mrs.TokenToKVPoolAllocator(64, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    held = []          # index lists both hold
+    dropped = []       # indices whose free a nested begin dropped
+    pending = []       # indices freed in the open group
+    nested = 0
+    for step in range(600):
+        op = rng.random()
+        if op < 0.35:
+            n = rng.randint(1, 6)
+            a, b = theirs.alloc(n), ours.alloc(n)
+            assert (a is None) == (b is None), step
+            if a is not None:
+                assert b.tolist() == a.tolist(), step
+                held.append(a.tolist())
+        elif op < 0.65 and (held or dropped):
+            if dropped and (not held or rng.random() < 0.2):
+                idx, dropped = dropped, []
+            else:
+                idx = held.pop(rng.randrange(len(held)))
+            theirs.free(torch.tensor(idx, dtype=torch.int64))
+            ours.free(torch.tensor(idx, dtype=torch.int64))
+            if not theirs.is_not_in_free_group:
+                pending += idx
+        elif op < 0.85:
+            if not theirs.is_not_in_free_group:   # a group already open: SGLang drops its frees
+                dropped += pending
+                nested += bool(pending)
+            pending = []
+            theirs.free_group_begin()
+            ours.free_group_begin()
+        elif not theirs.is_not_in_free_group:
+            theirs.free_group_end()
+            ours.free_group_end()
+            pending = []
+        assert ours.is_not_in_free_group == theirs.is_not_in_free_group, step
+        assert ours.available_size() == theirs.available_size(), step
+        ours.check()
+    assert nested > 3, "free_group_begin never dropped an open group's frees"
+    # both hand out the same indices until empty
+    n = theirs.available_size()
+    assert ours.alloc(n).tolist() == theirs.alloc(n).tolist()
