@@ -308,17 +308,17 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim);
+                     int trim, int64_t *bad);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
-             int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
+             int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int64_t *bad)
 {
     int32_t o = 0;
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -344,16 +344,32 @@ trim_inserted(mr_lifecycle *lc, mr_handle h)
     return mr_radix_trim_path(lc->tree, n, &lc->rel, NULL);
 }
 
+/* The tree's own prefix of an insert: cached, and within the caller's
+ * locked prefix (prev_prefix_len); past it every index is the caller's. */
+static size_t
+own_prefix(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, size_t prev_prefix_len)
+{
+    size_t n = mr_radix_cached_len(lc->tree, key, len, ns);
+    return n < prev_prefix_len ? n : prev_prefix_len;
+}
+
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
-          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim)
+          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
+          int64_t *bad)
 {
     int rc;
+    int64_t bad_local;
+    if (bad == NULL) {
+        bad = &bad_local;
+    }
+    *bad = -1;
     if (!has_pools(lc)) {
         return mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
     }
-    /* 1. validate ownership before the tree changes: the state must be a
-     *    caller's slot, the new KV a caller's or the tree's own */
+    /* 1. validate everything before the tree changes (a refused insert
+     *    changes nothing): the state must be a caller's slot, the new KV a
+     *    caller's or the tree's own, each of the caller's listed once */
     int32_t o = 0;
     if (mr_slots_owner(lc->state, state, &o) != MR_OK || state < 1) {
         return MR_EINVAL;
@@ -363,29 +379,47 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
-    /* past the tree's own prefix (cached and within the caller's locked
-     * prefix), every index is the caller's: one the tree holds would come
-     * back twice from evictions.  The prefix is walked for at the first
-     * tree-owned index only (none: no walk). */
+    const mr_slots *pages = &lc->kv->pages;
+    const int grp = pages->group_active && pages->group_pos < pages->group_len;
+    /* past the tree's own prefix every index is the caller's: one the tree
+     * holds would come back twice from evictions.  The prefix is walked for
+     * at the first tree-owned index only (none: no walk). */
     size_t mine = SIZE_MAX;
     for (size_t i = 0; i < len; i++) {
         int64_t pg = ps == 1 ? val[i] : val[i] / ps;
         if (val[i] < 0 || pg > np) {
+            *bad = (int64_t)i;
             return MR_EINVAL;
         }
         if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {
+            *bad = (int64_t)i;
             return MR_ENOENT;  /* a KV index nobody holds */
         }
         if (owner[pg] == MR_OWNER_TREE) {
             if (mine == SIZE_MAX) {
-                mine = mr_radix_cached_len(lc->tree, key, len, ns);
-                if (mine > prev_prefix_len) {
-                    mine = prev_prefix_len;
-                }
+                mine = own_prefix(lc, key, len, ns, prev_prefix_len);
             }
             if (i >= mine) {
+                *bad = (int64_t)i;
                 return MR_EBUSY;
             }
+        }
+        else if (grp && owner[pg] == MR_OWNER_HELD && mr_slots_in_alloc_group(pages, pg)) {
+            *bad = (int64_t)i;
+            return MR_EBUSY;  /* an alloc group's, not handed out */
+        }
+    }
+    /* an index listed twice past the tree's prefix would be freed twice (a
+     * duplicate) or stored twice; the whole value is checked first (no
+     * walk), the exact range only when that finds a repeat */
+    int64_t at = -1;
+    if (mr_kv_distinct(lc->kv, val, (int64_t)len, 0, &at) != MR_OK) {
+        if (mine == SIZE_MAX) {
+            mine = own_prefix(lc, key, len, ns, prev_prefix_len);
+        }
+        if (mine < len && mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at) != MR_OK) {
+            *bad = (int64_t)mine + at;
+            return MR_EINVAL;
         }
     }
     rc = scratch(lc, len);
@@ -858,9 +892,9 @@ insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t le
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL);
     }
-    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0);
+    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL);
     if (rc == MR_OK) {
         rc = out_kv(lc, lc->b, res->ndup);
     }

@@ -670,6 +670,66 @@ mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
 }
 
 int
+mr_slots_in_alloc_group(const mr_slots *s, int64_t u)
+{
+    return s->group_active && s->group_pos < s->group_len && in_group(s, u);
+}
+
+int
+mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad)
+{
+    const int64_t ps = kv->page_size, n = kv->pages.n;
+    uint8_t *mark = kv->pages.mark;
+    int rc = MR_OK;
+    int64_t i = 0;
+    if (ps == 1) {
+        for (; i < k; i++) {
+            int64_t u = tok[i];
+            if (u < 1 || u > n || mark[u]) {
+                rc = MR_EINVAL;
+                break;
+            }
+            mark[u] = 1;
+        }
+    }
+    else {
+        /* mark 2: a page of the current block (it may be listed again
+         * there), 1: of an earlier block */
+        while (i < k && rc == MR_OK) {
+            int64_t end = i + ps - (base + i) % ps;
+            if (end > k) {
+                end = k;
+            }
+            int64_t j;
+            for (j = i; j < end; j++) {
+                int64_t p = tok[j] < 0 ? -1 : tok[j] / ps;
+                if (p < 1 || p > n || mark[p] == 1) {
+                    rc = MR_EINVAL;
+                    break;
+                }
+                mark[p] = 2;
+            }
+            if (rc != MR_OK) {
+                i = j;
+                break;
+            }
+            for (j = i; j < end; j++) {
+                mark[tok[j] / ps] = 1;
+            }
+            i = end;
+        }
+    }
+    /* clear the marks of tok[0:i) (their pages are in range) */
+    for (int64_t j = 0; j < i; j++) {
+        mark[ps == 1 ? tok[j] : tok[j] / ps] = 0;
+    }
+    if (rc != MR_OK && bad != NULL) {
+        *bad = i;
+    }
+    return rc;
+}
+
+int
 mr_kv_free_group_begin(mr_kv *kv)
 {
     return mr_slots_free_group_begin(&kv->pages);

@@ -135,6 +135,10 @@ int mr_slots_free_group_begin(mr_slots *s);
  * happens without an open group. */
 void mr_slots_free_group_end(mr_slots *s, int front);
 
+/* 1 if unit u is pre-allocated by the open alloc group and not handed out
+ * yet (HELD, but no caller's: a free or transfer of it is MR_EBUSY). */
+int mr_slots_in_alloc_group(const mr_slots *s, int64_t u);
+
 /* Verifies the ownership invariant (see the top of this file).  MR_OK, or
  * MR_ECORRUPT with a message in msg (capacity msglen). */
 int mr_slots_check(const mr_slots *s, char *msg, size_t msglen);
@@ -179,6 +183,12 @@ void mr_kv_free_group_end(mr_kv *kv);
 /* Makes the next free / transfer of up to ntok tokens need no memory (so a
  * caller can take it after a change it cannot undo).  MR_ENOMEM. */
 int mr_kv_reserve(mr_kv *kv, int64_t ntok);
+/* Checks that tok[0:k), the KV indices of key positions base .. base + k
+ * - 1, name each page from one page-sized block of positions only (page
+ * size 1: each token once): a value an insert could store or free twice.
+ * Changes nothing.  MR_EINVAL with *bad (may be NULL) = the offending
+ * offset in tok, for a page listed again or out of range. */
+int mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad);
 /* Moves the pages of tokens tok[0:k) to owner `to` (see mr_slots_transfer). */
 int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,
                    int64_t *bad);

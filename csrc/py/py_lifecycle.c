@@ -643,6 +643,46 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
                          (long long)m.branching_seqlen, (long long)st.running);
 }
 
+/* A refused insert (nothing changed): what is wrong with which argument. */
+static void
+insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int64_t state)
+{
+    mr_state *st = lc_state(self);
+    if (bad < 0) {
+        if (rc == MR_EINVAL) {
+            PyErr_Format(PyExc_ValueError, "insert(): state %lld is not a state slot (out of range)", (long long)state);
+        }
+        else if (rc == MR_ENOENT || rc == MR_EBUSY) {
+            PyErr_Format(st->OwnershipError, "insert(): state %lld is %s", (long long)state,
+                         rc == MR_ENOENT ? "free (never allocated, or a double free)" : "owned by the prefix tree already");
+        }
+        else {
+            lc_raise(self, rc, "insert()");
+        }
+        return;
+    }
+    long long i = (long long)bad, x = (long long)val[bad];
+    const mr_kv *kv = mr_pools_slot_allocator_kv(self->kv_obj, st);
+    switch (rc) {
+    case MR_EINVAL:
+        PyErr_Format(PyExc_ValueError, "insert(): value[%lld] = %lld is %s", i, x,
+                     x >= 0 && kv != NULL && x / kv->page_size <= kv->pages.n
+                         ? "listed twice past the tree's own prefix (an index the insert would store or free twice)"
+                         : "out of range");
+        break;
+    case MR_ENOENT:
+        PyErr_Format(st->OwnershipError, "insert(): value[%lld] = %lld is free (never allocated, or a double free)", i, x);
+        break;
+    case MR_EBUSY:
+        PyErr_Format(st->OwnershipError,
+                     "insert(): value[%lld] = %lld is owned by the prefix tree past its own prefix (pass that "
+                     "prefix's length as prev_prefix_len)", i, x);
+        break;
+    default:
+        lc_raise(self, rc, "insert()");
+    }
+}
+
 PyDoc_STRVAR(Lifecycle_insert__doc__,
 "insert($self, key, value, state, /, ns=0, prev_prefix_len=0)\n"
 "--\n"
@@ -700,10 +740,12 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
         goto error;
     }
     mr_insert_result r;
-    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
-                          (int32_t)ns, state, (size_t)prev, (int64_t *)self->buf.p, &r);
+    int64_t bad = -1;
+    const int64_t *v = (const int64_t *)PyArray_DATA((PyArrayObject *)val);
+    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, v, len, (int32_t)ns, state, (size_t)prev,
+                          (int64_t *)self->buf.p, &r, &bad);
     if (rc != MR_OK) {
-        lc_raise(self, rc, "insert()");
+        insert_raise(self, rc, v, bad, state);
         goto error;
     }
     dups = mr_i64_array((int64_t *)self->buf.p, self->rp_obj == NULL ? r.ndup : 0);

@@ -109,7 +109,7 @@ test_tree_only_oom(void)
                 val[j] = 1 + k * LEN + j;
             }
             mr_insert_result r;
-            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r) == MR_OK, "tree-only insert");
+            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r, NULL) == MR_OK, "tree-only insert");
         }
         mr_fault_fail_at(n);
         int rc = mr_lc_evict(lc, NK * LEN, 0, NULL, NULL);
@@ -481,7 +481,7 @@ test_bound_records(void)
     mr_insert_result ir;
     CHECK(mr_kv_alloc(&w.kv, L, MR_OWNER_HELD, kv) == MR_OK && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK,
           "units for a cached prefix");
-    CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir) == MR_OK, "insert");
+    CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir, NULL) == MR_OK, "insert");
     /* 1. match with copy-on-write before admission: the record is the
      *    caller's, its slot held */
     mr_req st;
@@ -531,7 +531,7 @@ test_bound_records(void)
     CHECK(mr_kv_alloc(&w.kv, L + 4, MR_OWNER_HELD, kv) == MR_OK, "KV");
     int32_t key2[L + 4];
     make_key(key2, L + 4, 7, 2);
-    CHECK(mr_lc_insert(w.lc, key2, kv, L + 4, 0, cur.running, 0, NULL, &ir) == MR_OK && !ir.state_existed, "insert");
+    CHECK(mr_lc_insert(w.lc, key2, kv, L + 4, 0, cur.running, 0, NULL, &ir, NULL) == MR_OK && !ir.state_existed, "insert");
     CHECK(w.rp.bound[row] == (MR_ROW_BOUND | MR_ROW_GAVE_RUNNING), "the running slot is marked given");
     check_world(&w, "a bound row naming the slot it gave the tree");
     CHECK(mr_lc_evict(w.lc, 0, 16, NULL, NULL) == MR_OK, "evict the unlocked states");
