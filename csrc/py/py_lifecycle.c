@@ -630,17 +630,28 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     if (rc == MR_ENOSPC) {
         return lc_raise(self, rc, "match(): copy-on-write slot");
     }
-    PyObject *idx = mr_i64_array(NULL, m.prefix_len);
-    if (idx == NULL) {
-        return NULL;
-    }
-    (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
+    /* The request holds what the copy-on-write gave it (a running slot, the
+     * source) before anything below can fail, as SGLang's Req gets them
+     * before its result is built: a failure then leaves it holding them,
+     * nothing leaked.  Without rs the slot is only in the result: a failure
+     * gives it back. */
     if (rs != NULL) {
         Py_DECREF(build_rs(self, rs, &st));
     }
-    mr_handle h = mr_node_handle(m.node);
-    return Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
-                         (long long)m.branching_seqlen, (long long)st.running);
+    PyObject *res = NULL, *idx = mr_i64_array(NULL, m.prefix_len);
+    if (idx != NULL) {
+        (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
+        mr_handle h = mr_node_handle(m.node);
+        res = Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
+                            (long long)m.branching_seqlen, (long long)st.running);
+    }
+    if (res == NULL && rs == NULL && st.running != running) {
+        (void)mr_lc_free_states(self->lc, &st, -1);
+        if (owner >= 1) {
+            mr_reqpool_sync_maps(mr_pools_req_pool(self->rp_obj, lc_state(self)), owner, &st);
+        }
+    }
+    return res;
 }
 
 /* A refused insert (nothing changed): what is wrong with which argument. */

@@ -42,19 +42,10 @@ pytestmark = pytest.mark.skipif(SG is None, reason="SGLang oracle unavailable: %
 
 from mambaradix import sglang as mrs  # noqa: E402
 from mambaradix.driver import DriverConfig, DriverRequest, SchedulerDriver, api_from_module  # noqa: E402
+from sglang_wheel import wheel  # noqa: E402,F401  (a fixture)
 
 CHUNK = 64
 CTX = 4096
-
-
-@pytest.fixture(scope="module")
-def wheel():
-    import sglang_wheel
-
-    try:
-        return sglang_wheel, sglang_wheel.load()
-    except ImportError as e:
-        pytest.skip(str(e))
 
 
 def _sglang_cache(sg, pool, alloc, cfg):
