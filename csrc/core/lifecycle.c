@@ -385,8 +385,20 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * holds would come back twice from evictions.  The prefix is walked for
      * at the first tree-owned index only (none: no walk). */
     size_t mine = SIZE_MAX;
+    /* each index (page) listed once, checked in the same pass: each page is
+     * stamped with this call's generation (mr_kv_stamp_begin) */
+    uint16_t gen = 0;
+    rc = mr_kv_stamp_begin(lc->kv, &gen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t in_block = 0, again = -1;
+    uint16_t *const stamp = lc->kv->stamp;
+    /* pages of a power-of-two size by a shift (a division costs more than
+     * the rest of this pass) */
+    const int shift = (ps & (ps - 1)) == 0 ? __builtin_ctzll((unsigned long long)ps) : -1;
     for (size_t i = 0; i < len; i++) {
-        int64_t pg = ps == 1 ? val[i] : val[i] / ps;
+        int64_t pg = shift >= 0 ? val[i] >> shift : val[i] / ps;
         if (val[i] < 0 || pg > np) {
             *bad = (int64_t)i;
             return MR_EINVAL;
@@ -408,18 +420,34 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
             *bad = (int64_t)i;
             return MR_EBUSY;  /* an alloc group's, not handed out */
         }
+        if (ps == 1) {   /* each token its own block: a page seen is listed again */
+            again = stamp[pg] == gen && again < 0 ? (int64_t)i : again;
+            stamp[pg] = gen;
+        }
+        else {
+            if (mr_kv_stamp_page(lc->kv, gen, val, (int64_t)i, (int64_t)i - in_block, pg) && again < 0) {
+                again = (int64_t)i;
+            }
+            if (++in_block == ps) {
+                in_block = 0;
+            }
+        }
     }
     /* an index listed twice past the tree's prefix would be freed twice (a
-     * duplicate) or stored twice; the whole value is checked first (no
-     * walk), the exact range only when that finds a repeat */
-    int64_t at = -1;
-    if (mr_kv_distinct(lc->kv, val, (int64_t)len, 0, &at) != MR_OK) {
+     * duplicate) or stored twice.  The pass above checked the whole value
+     * (no walk); a repeat found there is looked for again past the tree's
+     * own prefix only (SGLang ignores what comes before it). */
+    if (again >= 0) {
+        int64_t at = -1;
         if (mine == SIZE_MAX) {
             mine = own_prefix(lc, key, len, ns, prev_prefix_len);
         }
-        if (mine < len && mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at) != MR_OK) {
+        rc = mine < len ? mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at) : MR_OK;
+        if (rc == MR_EINVAL) {
             *bad = (int64_t)mine + at;
-            return MR_EINVAL;
+        }
+        if (rc != MR_OK) {
+            return rc;
         }
     }
     rc = scratch(lc, len);

@@ -567,6 +567,7 @@ mr_kv_destroy(mr_kv *kv)
 {
     mr_slots_destroy(&kv->pages);
     MR_FREE(kv->scratch);
+    MR_FREE(kv->stamp);
     memset(kv, 0, sizeof(*kv));
 }
 
@@ -676,57 +677,53 @@ mr_slots_in_alloc_group(const mr_slots *s, int64_t u)
 }
 
 int
+mr_kv_stamp_begin(mr_kv *kv, uint16_t *gen)
+{
+    size_t bytes = ((size_t)kv->pages.n + 1) * sizeof(uint16_t);
+    if (kv->stamp == NULL) {
+        kv->stamp = MR_MALLOC(bytes);
+        if (kv->stamp == NULL) {
+            return MR_ENOMEM;
+        }
+        memset(kv->stamp, 0, bytes);
+        touch_pages(kv->stamp, bytes);
+        kv->stamp_gen = 0;
+    }
+    if (++kv->stamp_gen == 0) {   /* generations wrap: start over */
+        memset(kv->stamp, 0, bytes);
+        kv->stamp_gen = 1;
+    }
+    *gen = kv->stamp_gen;
+    return MR_OK;
+}
+
+int
 mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad)
 {
     const int64_t ps = kv->page_size, n = kv->pages.n;
-    uint8_t *mark = kv->pages.mark;
-    int rc = MR_OK;
-    int64_t i = 0;
-    if (ps == 1) {
-        for (; i < k; i++) {
-            int64_t u = tok[i];
-            if (u < 1 || u > n || mark[u]) {
-                rc = MR_EINVAL;
-                break;
+    if (k <= 0) {
+        return k < 0 ? MR_EINVAL : MR_OK;
+    }
+    uint16_t gen = 0;
+    int rc = mr_kv_stamp_begin(kv, &gen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t in_block = base % ps;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t t = tok[i], p = t < 0 ? -1 : (ps == 1 ? t : t / ps);
+        int64_t from = i - in_block < 0 ? 0 : i - in_block;
+        if (p < 1 || p > n || mr_kv_stamp_page(kv, gen, tok, i, from, p)) {
+            if (bad != NULL) {
+                *bad = i;
             }
-            mark[u] = 1;
+            return MR_EINVAL;
+        }
+        if (++in_block == ps) {
+            in_block = 0;
         }
     }
-    else {
-        /* mark 2: a page of the current block (it may be listed again
-         * there), 1: of an earlier block */
-        while (i < k && rc == MR_OK) {
-            int64_t end = i + ps - (base + i) % ps;
-            if (end > k) {
-                end = k;
-            }
-            int64_t j;
-            for (j = i; j < end; j++) {
-                int64_t p = tok[j] < 0 ? -1 : tok[j] / ps;
-                if (p < 1 || p > n || mark[p] == 1) {
-                    rc = MR_EINVAL;
-                    break;
-                }
-                mark[p] = 2;
-            }
-            if (rc != MR_OK) {
-                i = j;
-                break;
-            }
-            for (j = i; j < end; j++) {
-                mark[tok[j] / ps] = 1;
-            }
-            i = end;
-        }
-    }
-    /* clear the marks of tok[0:i) (their pages are in range) */
-    for (int64_t j = 0; j < i; j++) {
-        mark[ps == 1 ? tok[j] : tok[j] / ps] = 0;
-    }
-    if (rc != MR_OK && bad != NULL) {
-        *bad = i;
-    }
-    return rc;
+    return MR_OK;
 }
 
 int

@@ -156,6 +156,8 @@ typedef struct {
     int64_t page_size;
     int64_t *scratch;     /* page list of the current free / transfer */
     size_t scratch_cap;
+    uint16_t *stamp;      /* n + 1 generations of mr_kv_distinct (allocated by its first call) */
+    uint16_t stamp_gen;   /* the latest one */
 } mr_kv;
 
 /* size tokens (size / page_size pages).  MR_EINVAL for page_size < 1 or
@@ -183,11 +185,35 @@ void mr_kv_free_group_end(mr_kv *kv);
 /* Makes the next free / transfer of up to ntok tokens need no memory (so a
  * caller can take it after a change it cannot undo).  MR_ENOMEM. */
 int mr_kv_reserve(mr_kv *kv, int64_t ntok);
+/* Starts a check like mr_kv_distinct's (which a caller may fuse into its
+ * own pass over the tokens): *gen is a generation no page's stamp has
+ * (kv->stamp is allocated by the first call: MR_ENOMEM).  Then, for each
+ * token tok[i] in order, of page p, with tok[from:i) the earlier tokens of
+ * its block (page-sized run of positions), mr_kv_stamp_page() stamps p and
+ * returns 1 when p was listed in an earlier block. */
+int mr_kv_stamp_begin(mr_kv *kv, uint16_t *gen);
+static inline int
+mr_kv_stamp_page(mr_kv *kv, uint16_t gen, const int64_t *tok, int64_t i, int64_t from, int64_t p)
+{
+    if (kv->stamp[p] != gen) {
+        kv->stamp[p] = gen;
+        return 0;
+    }
+    for (int64_t j = i - 1; j >= from; j--) {   /* seen already: in this block? */
+        if (tok[j] / kv->page_size == p) {
+            return 0;
+        }
+    }
+    return 1;
+}
 /* Checks that tok[0:k), the KV indices of key positions base .. base + k
  * - 1, name each page from one page-sized block of positions only (page
  * size 1: each token once): a value an insert could store or free twice.
- * Changes nothing.  MR_EINVAL with *bad (may be NULL) = the offending
- * offset in tok, for a page listed again or out of range. */
+ * Changes no unit (one pass, stamping each page with the call's
+ * generation).  MR_EINVAL
+ * with *bad (may be NULL) = the offending offset in tok, for a page listed
+ * again or out of range; MR_ENOMEM when the first call cannot allocate
+ * its stamps. */
 int mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad);
 /* Moves the pages of tokens tok[0:k) to owner `to` (see mr_slots_transfer). */
 int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,

@@ -482,6 +482,29 @@ test_bound_records(void)
     CHECK(mr_kv_alloc(&w.kv, L, MR_OWNER_HELD, kv) == MR_OK && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK,
           "units for a cached prefix");
     CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir, NULL) == MR_OK, "insert");
+    /* 0. a value listing a KV index twice past the tree's prefix (a
+     *    duplicate the insert would free twice) is refused before the tree
+     *    changes: nothing moves */
+    {
+        int64_t v[L + 4], s2 = -1, bad = -1;
+        CHECK(mr_kv_alloc(&w.kv, L + 4, MR_OWNER_HELD, v) == MR_OK
+              && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s2) == MR_OK, "units for a longer key");
+        v[3] = v[1];
+        held before = held_now(&w);
+        mr_radix_stats t0, t1;
+        memset(&t0, 0, sizeof(t0));
+        memset(&t1, 0, sizeof(t1));
+        mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
+        CHECK(mr_lc_insert(w.lc, key, v, L + 4, 0, s2, 0, NULL, &ir, &bad) == MR_EINVAL && bad == 3,
+              "a repeated duplicate: refused at value[3] (bad %lld)", (long long)bad);
+        mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
+        CHECK(same_held(before, held_now(&w)) && memcmp(&t0, &t1, sizeof(t0)) == 0 && w.kv.pages.n_tree == L
+              && w.state.n_tree == 1, "the refused insert changed nothing");
+        check_world(&w, "after a refused insert");
+        CHECK(mr_kv_free(&w.kv, v, 3, MR_FROM_CALLER, NULL) == MR_OK
+              && mr_kv_free(&w.kv, v + 4, L, MR_FROM_CALLER, NULL) == MR_OK
+              && mr_slots_free(&w.state, &s2, 1, MR_FROM_CALLER, 0, NULL) == MR_OK, "give them back");
+    }
     /* 1. match with copy-on-write before admission: the record is the
      *    caller's, its slot held */
     mr_req st;

@@ -649,6 +649,18 @@ test_kv_pages(void)
     CHECK_RC(mr_kv_reserve(&kv, -1), MR_EINVAL, "reserve -1");
     CHECK_RC(mr_kv_reserve(&kv, 40), MR_OK, "reserve 40");
     CHECK(kv.scratch_cap >= 40, "reserve grows the scratch");
+    /* distinct pages per block of 4 positions (an insert's value) */
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 5, 6, 7, 8, 9, 10, 11}, 8, 0, &bad), MR_OK, "two pages");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 4, 9, 6, 12, 13}, 6, 0, &bad), MR_OK,
+             "a block may list its pages again, two pages included");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 5, 6, 7, 8, 9, 5, 11}, 8, 0, &bad), MR_EINVAL,
+             "page 1 in a second block");
+    CHECK(bad == 6, "bad offset %lld", (long long)bad);
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){6, 7, 4, 5}, 4, 2, &bad), MR_EINVAL,
+             "positions 2..5: page 1 ends block 0 and starts block 1");
+    CHECK(bad == 2, "bad offset %lld", (long long)bad);
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 16}, 2, 0, &bad), MR_EINVAL, "a page out of range");
+    CHECK(bad == 1, "bad offset %lld", (long long)bad);
     expect_valid(&kv.pages, "kv pages");
     mr_kv_destroy(&kv);
     /* page size 1: a page is a token, frees go to the tail in the order given */
@@ -659,6 +671,10 @@ test_kv_pages(void)
     CHECK_RC(mr_kv_free(&kv, (int64_t[]){2, 2}, 2, MR_FROM_CALLER, &bad), MR_EINVAL, "free 2 twice");
     CHECK_RC(mr_kv_alloc(&kv, 3, MR_OWNER_HELD, t), MR_OK, "alloc 3");
     expect_units(t, (int64_t[]){4, 3, 1}, 3, "tail order");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){1, 3, 2}, 3, 0, &bad), MR_OK, "three tokens");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){1, 3, 1}, 3, 0, &bad), MR_EINVAL, "token 1 twice");
+    CHECK(bad == 2, "bad offset %lld", (long long)bad);
+    expect_valid(&kv.pages, "no mark left");
     CHECK_RC(mr_kv_reserve(&kv, 100), MR_OK, "reserve at page size 1");
     CHECK(kv.scratch == NULL, "page size 1 needs no scratch");
     mr_kv_destroy(&kv);
