@@ -702,7 +702,10 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 "Returns (prefix_len, state_existed, node_id, node_gen, duplicates).  With\n"
 "pools the new tokens and the state (unless it existed) become tree-owned\n"
 "and the duplicates are freed (the array is then empty); without pools the\n"
-"caller frees the duplicates.");
+"caller frees the duplicates.  With pools everything is checked before the\n"
+"tree changes (owners, each KV index listed once past the tree's own\n"
+"prefix): a refused insert raises naming value[i] or state and changes\n"
+"nothing.");
 
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
