@@ -462,9 +462,15 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc != MR_OK) {
         return rc;
     }
-    /* 2. the tree owns the new tokens and the state now */
+    /* 2. the tree owns the new tokens and the state now.  The new tokens
+     * and the duplicates are val[min(prev_prefix_len, prefix_len):], which
+     * step 1 checked (the caller's, each once): with page size 1 they move
+     * without a second check */
     size_t pl = out->prefix_len;
-    if (len > pl) {
+    if (len > pl && ps == 1) {
+        mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE);
+    }
+    else if (len > pl) {
         rc = mr_kv_transfer(lc->kv, val + pl, (int64_t)(len - pl), MR_FROM_CALLER, MR_OWNER_TREE, NULL);
         if (rc != MR_OK) {
             return rc;
@@ -478,7 +484,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         lc->stats.donated++;
     }
     /* 3. the caller's duplicates go back to the pool */
-    if (out->ndup > 0) {
+    if (out->ndup > 0 && ps == 1) {
+        mr_slots_free_checked(&lc->kv->pages, dup, (int64_t)out->ndup);
+    }
+    else if (out->ndup > 0) {
         rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
     }
     /* 4. the per-path state budget */

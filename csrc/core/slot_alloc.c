@@ -299,6 +299,37 @@ mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int fron
     return slots_free(s, idx, k, from, front, 0, bad);
 }
 
+void
+mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+{
+    int32_t *owner = s->owner;
+    for (int64_t i = 0; i < k; i++) {
+        count_add(s, owner[idx[i]], -1);
+    }
+    if (s->free_group) {   /* the group's end puts them in the free list */
+        for (int64_t i = 0; i < k; i++) {
+            owner[idx[i]] = MR_OWNER_PENDING;
+            s->pending[s->n_pending++] = idx[i];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        owner[idx[i]] = MR_OWNER_FREE;
+    }
+    ring_put(s, idx, k, 0);
+}
+
+void
+mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
+{
+    int32_t *owner = s->owner;
+    for (int64_t i = 0; i < k; i++) {
+        count_add(s, owner[idx[i]], -1);
+        owner[idx[i]] = to;
+    }
+    count_add(s, to, k);
+}
+
 int
 mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to, int64_t *bad)
 {

@@ -114,6 +114,13 @@ int mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int 
 int mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to,
                       int64_t *bad);
 
+/* mr_slots_free (from a caller, to the tail) and mr_slots_transfer of
+ * units the caller has checked already: each in [1, n], listed once, HELD
+ * or REQ(r) and not an open alloc group's (mr_lc_insert's own pass checks
+ * exactly that).  Nothing is validated; they cannot fail. */
+void mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k);
+void mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to);
+
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
 

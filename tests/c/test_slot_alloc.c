@@ -578,6 +578,18 @@ test_groups(void)
     CHECK_RC(mr_slots_free(&s, (int64_t[]){1, 2}, 2, MR_FROM_CALLER, 0, NULL), MR_OK,
              "a dropped unit may be freed again");
     expect_valid(&s, "dropped free group");
+    /* moves of units the caller checked: as mr_slots_transfer / mr_slots_free */
+    CHECK_RC(mr_slots_alloc(&s, 2, 2, a), MR_OK, "alloc 2 for row 2");          /* 1 2 */
+    mr_slots_transfer_checked(&s, a, 1, MR_OWNER_TREE);
+    CHECK(s.owner[a[0]] == MR_OWNER_TREE && s.n_tree == 1 && s.n_req == 1, "a checked transfer");
+    mr_slots_free_checked(&s, a + 1, 1);
+    CHECK(s.n_req == 0 && mr_slots_available(&s) == 1, "a checked free");
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group");
+    CHECK_RC(mr_slots_alloc(&s, 1, MR_OWNER_HELD, a), MR_OK, "alloc 1");
+    mr_slots_free_checked(&s, a, 1);
+    CHECK(s.owner[a[0]] == MR_OWNER_PENDING && s.n_pending == 1, "a checked free in a group waits");
+    mr_slots_free_group_end(&s, 0);
+    expect_valid(&s, "checked moves");
     mr_slots_destroy(&s);
 }
 
