@@ -308,17 +308,17 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim);
+                     int trim, int64_t *bad);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
-             int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out)
+             int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int64_t *bad)
 {
     int32_t o = 0;
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -344,16 +344,32 @@ trim_inserted(mr_lifecycle *lc, mr_handle h)
     return mr_radix_trim_path(lc->tree, n, &lc->rel, NULL);
 }
 
+/* The tree's own prefix of an insert: cached, and within the caller's
+ * locked prefix (prev_prefix_len); past it every index is the caller's. */
+static size_t
+own_prefix(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, size_t prev_prefix_len)
+{
+    size_t n = mr_radix_cached_len(lc->tree, key, len, ns);
+    return n < prev_prefix_len ? n : prev_prefix_len;
+}
+
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
-          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim)
+          int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
+          int64_t *bad)
 {
     int rc;
+    int64_t bad_local;
+    if (bad == NULL) {
+        bad = &bad_local;
+    }
+    *bad = -1;
     if (!has_pools(lc)) {
         return mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
     }
-    /* 1. validate ownership before the tree changes: the state must be a
-     *    caller's slot, the new KV a caller's or the tree's own */
+    /* 1. validate everything before the tree changes (a refused insert
+     *    changes nothing): the state must be a caller's slot, the new KV a
+     *    caller's or the tree's own, each of the caller's listed once */
     int32_t o = 0;
     if (mr_slots_owner(lc->state, state, &o) != MR_OK || state < 1) {
         return MR_EINVAL;
@@ -363,29 +379,75 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
-    /* past the tree's own prefix (cached and within the caller's locked
-     * prefix), every index is the caller's: one the tree holds would come
-     * back twice from evictions.  The prefix is walked for at the first
-     * tree-owned index only (none: no walk). */
+    const mr_slots *pages = &lc->kv->pages;
+    const int grp = pages->group_active && pages->group_pos < pages->group_len;
+    /* past the tree's own prefix every index is the caller's: one the tree
+     * holds would come back twice from evictions.  The prefix is walked for
+     * at the first tree-owned index only (none: no walk). */
     size_t mine = SIZE_MAX;
+    /* each index (page) listed once, checked in the same pass: each page is
+     * stamped with this call's generation (mr_kv_stamp_begin) */
+    uint16_t gen = 0;
+    rc = mr_kv_stamp_begin(lc->kv, &gen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t in_block = 0, again = -1;
+    uint16_t *const stamp = lc->kv->stamp;
+    /* pages of a power-of-two size by a shift (a division costs more than
+     * the rest of this pass) */
+    const int shift = (ps & (ps - 1)) == 0 ? __builtin_ctzll((unsigned long long)ps) : -1;
     for (size_t i = 0; i < len; i++) {
-        int64_t pg = ps == 1 ? val[i] : val[i] / ps;
+        int64_t pg = shift >= 0 ? val[i] >> shift : val[i] / ps;
         if (val[i] < 0 || pg > np) {
+            *bad = (int64_t)i;
             return MR_EINVAL;
         }
         if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {
+            *bad = (int64_t)i;
             return MR_ENOENT;  /* a KV index nobody holds */
         }
         if (owner[pg] == MR_OWNER_TREE) {
             if (mine == SIZE_MAX) {
-                mine = mr_radix_cached_len(lc->tree, key, len, ns);
-                if (mine > prev_prefix_len) {
-                    mine = prev_prefix_len;
-                }
+                mine = own_prefix(lc, key, len, ns, prev_prefix_len);
             }
             if (i >= mine) {
+                *bad = (int64_t)i;
                 return MR_EBUSY;
             }
+        }
+        else if (grp && owner[pg] == MR_OWNER_HELD && mr_slots_in_alloc_group(pages, pg)) {
+            *bad = (int64_t)i;
+            return MR_EBUSY;  /* an alloc group's, not handed out */
+        }
+        if (ps == 1) {   /* each token its own block: a page seen is listed again */
+            again = stamp[pg] == gen && again < 0 ? (int64_t)i : again;
+            stamp[pg] = gen;
+        }
+        else {
+            if (mr_kv_stamp_page(lc->kv, gen, val, (int64_t)i, (int64_t)i - in_block, pg) && again < 0) {
+                again = (int64_t)i;
+            }
+            if (++in_block == ps) {
+                in_block = 0;
+            }
+        }
+    }
+    /* an index listed twice past the tree's prefix would be freed twice (a
+     * duplicate) or stored twice.  The pass above checked the whole value
+     * (no walk); a repeat found there is looked for again past the tree's
+     * own prefix only (SGLang ignores what comes before it). */
+    if (again >= 0) {
+        int64_t at = -1;
+        if (mine == SIZE_MAX) {
+            mine = own_prefix(lc, key, len, ns, prev_prefix_len);
+        }
+        rc = mine < len ? mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at) : MR_OK;
+        if (rc == MR_EINVAL) {
+            *bad = (int64_t)mine + at;
+        }
+        if (rc != MR_OK) {
+            return rc;
         }
     }
     rc = scratch(lc, len);
@@ -400,9 +462,15 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc != MR_OK) {
         return rc;
     }
-    /* 2. the tree owns the new tokens and the state now */
+    /* 2. the tree owns the new tokens and the state now.  The new tokens
+     * and the duplicates are val[min(prev_prefix_len, prefix_len):], which
+     * step 1 checked (the caller's, each once): with page size 1 they move
+     * without a second check */
     size_t pl = out->prefix_len;
-    if (len > pl) {
+    if (len > pl && ps == 1) {
+        mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE);
+    }
+    else if (len > pl) {
         rc = mr_kv_transfer(lc->kv, val + pl, (int64_t)(len - pl), MR_FROM_CALLER, MR_OWNER_TREE, NULL);
         if (rc != MR_OK) {
             return rc;
@@ -416,7 +484,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         lc->stats.donated++;
     }
     /* 3. the caller's duplicates go back to the pool */
-    if (out->ndup > 0) {
+    if (out->ndup > 0 && ps == 1) {
+        mr_slots_free_checked(&lc->kv->pages, dup, (int64_t)out->ndup);
+    }
+    else if (out->ndup > 0) {
         rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
     }
     /* 4. the per-path state budget */
@@ -864,9 +935,9 @@ insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t le
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL);
     }
-    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0);
+    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL);
     if (rc == MR_OK) {
         rc = out_kv(lc, lc->b, res->ndup);
     }

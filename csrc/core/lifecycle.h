@@ -147,9 +147,14 @@ void mr_lc_clear_released(mr_lifecycle *lc);
 /* Inserts with ownership: new KV tokens and the state slot (unless it
  * existed) move to the tree, duplicate KV indices are freed.  Without
  * pools, duplicates are written to dup_out (capacity len) and nothing moves.
- * *out as mr_radix_insert. */
+ * *out as mr_radix_insert.  With pools everything is checked before the
+ * tree changes, and a refused insert changes nothing: MR_EINVAL (the state
+ * out of range, a KV index out of range or listed twice past the tree's own
+ * prefix), MR_ENOENT (a free one), MR_EBUSY (the tree's own past its
+ * prefix, or a slot the tree holds); *bad (may be NULL) receives the
+ * position in val of the offending KV index, -1 when it is the state. */
 int mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
-                 int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out);
+                 int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int64_t *bad);
 /* Evicts (mr_radix_evict_full / _state through the release hooks). */
 int mr_lc_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, size_t *tokens_out,
                 size_t *states_out);

@@ -299,6 +299,37 @@ mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int fron
     return slots_free(s, idx, k, from, front, 0, bad);
 }
 
+void
+mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+{
+    int32_t *owner = s->owner;
+    for (int64_t i = 0; i < k; i++) {
+        count_add(s, owner[idx[i]], -1);
+    }
+    if (s->free_group) {   /* the group's end puts them in the free list */
+        for (int64_t i = 0; i < k; i++) {
+            owner[idx[i]] = MR_OWNER_PENDING;
+            s->pending[s->n_pending++] = idx[i];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        owner[idx[i]] = MR_OWNER_FREE;
+    }
+    ring_put(s, idx, k, 0);
+}
+
+void
+mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
+{
+    int32_t *owner = s->owner;
+    for (int64_t i = 0; i < k; i++) {
+        count_add(s, owner[idx[i]], -1);
+        owner[idx[i]] = to;
+    }
+    count_add(s, to, k);
+}
+
 int
 mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to, int64_t *bad)
 {
@@ -405,6 +436,10 @@ mr_slots_free_group_begin(mr_slots *s)
         }
         touch_pages(s->pending, bytes);
     }
+    /* A group already open stays open and keeps its pending units (they
+     * rejoin the free list at the group's end).  SGLang's free_group_begin
+     * resets its list there, so those frees never come back: a leak we do
+     * not copy. */
     s->free_group = 1;
     return MR_OK;
 }
@@ -556,6 +591,7 @@ mr_kv_destroy(mr_kv *kv)
 {
     mr_slots_destroy(&kv->pages);
     MR_FREE(kv->scratch);
+    MR_FREE(kv->stamp);
     memset(kv, 0, sizeof(*kv));
 }
 
@@ -656,6 +692,62 @@ mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
         *bad = badpage * kv->page_size;
     }
     return rc;
+}
+
+int
+mr_slots_in_alloc_group(const mr_slots *s, int64_t u)
+{
+    return s->group_active && s->group_pos < s->group_len && in_group(s, u);
+}
+
+int
+mr_kv_stamp_begin(mr_kv *kv, uint16_t *gen)
+{
+    size_t bytes = ((size_t)kv->pages.n + 1) * sizeof(uint16_t);
+    if (kv->stamp == NULL) {
+        kv->stamp = MR_MALLOC(bytes);
+        if (kv->stamp == NULL) {
+            return MR_ENOMEM;
+        }
+        memset(kv->stamp, 0, bytes);
+        touch_pages(kv->stamp, bytes);
+        kv->stamp_gen = 0;
+    }
+    if (++kv->stamp_gen == 0) {   /* generations wrap: start over */
+        memset(kv->stamp, 0, bytes);
+        kv->stamp_gen = 1;
+    }
+    *gen = kv->stamp_gen;
+    return MR_OK;
+}
+
+int
+mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad)
+{
+    const int64_t ps = kv->page_size, n = kv->pages.n;
+    if (k <= 0) {
+        return k < 0 ? MR_EINVAL : MR_OK;
+    }
+    uint16_t gen = 0;
+    int rc = mr_kv_stamp_begin(kv, &gen);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    int64_t in_block = base % ps;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t t = tok[i], p = t < 0 ? -1 : (ps == 1 ? t : t / ps);
+        int64_t from = i - in_block < 0 ? 0 : i - in_block;
+        if (p < 1 || p > n || mr_kv_stamp_page(kv, gen, tok, i, from, p)) {
+            if (bad != NULL) {
+                *bad = i;
+            }
+            return MR_EINVAL;
+        }
+        if (++in_block == ps) {
+            in_block = 0;
+        }
+    }
+    return MR_OK;
 }
 
 int

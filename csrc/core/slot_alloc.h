@@ -25,6 +25,8 @@
  * unit is a double free (MR_ENOENT) at once.  The group's end appends the
  * pending units to the free list in the order they were freed (the KV view
  * with page_size > 1: sorted, at the head, as one free of them all would).
+ * Opening a group while one is open keeps it open with its pending units
+ * (SGLang's free_group_begin loses them there; see mr_slots_free_group_begin).
  * Frees by the tree (evictions) are never deferred.
  *
  * Errors: every function returns MR_OK or a negative MR_E* code.  A failed
@@ -112,6 +114,13 @@ int mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int 
 int mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int32_t to,
                       int64_t *bad);
 
+/* mr_slots_free (from a caller, to the tail) and mr_slots_transfer of
+ * units the caller has checked already: each in [1, n], listed once, HELD
+ * or REQ(r) and not an open alloc group's (mr_lc_insert's own pass checks
+ * exactly that).  Nothing is validated; they cannot fail. */
+void mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k);
+void mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to);
+
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
 
@@ -122,7 +131,8 @@ int mr_slots_group_begin(mr_slots *s, int64_t k);
 /* Ends the group: unused pre-allocated units go back to the free list. */
 void mr_slots_group_end(mr_slots *s);
 
-/* Opens a free group (an open one stays open: nothing pending is lost).
+/* Opens a free group (one already open stays open: nothing pending is
+ * lost, where SGLang's free_group_begin would drop those frees for good).
  * MR_ENOMEM (nothing changed) if the pending list cannot be allocated. */
 int mr_slots_free_group_begin(mr_slots *s);
 /* Closes the free group: the pending units go to the free list, in the
@@ -130,6 +140,10 @@ int mr_slots_free_group_begin(mr_slots *s);
  * the head (front != 0, the smallest next out).  Cannot fail; nothing
  * happens without an open group. */
 void mr_slots_free_group_end(mr_slots *s, int front);
+
+/* 1 if unit u is pre-allocated by the open alloc group and not handed out
+ * yet (HELD, but no caller's: a free or transfer of it is MR_EBUSY). */
+int mr_slots_in_alloc_group(const mr_slots *s, int64_t u);
 
 /* Verifies the ownership invariant (see the top of this file).  MR_OK, or
  * MR_ECORRUPT with a message in msg (capacity msglen). */
@@ -148,6 +162,8 @@ typedef struct {
     int64_t page_size;
     int64_t *scratch;     /* page list of the current free / transfer */
     size_t scratch_cap;
+    uint16_t *stamp;      /* n + 1 generations of mr_kv_distinct (allocated by its first call) */
+    uint16_t stamp_gen;   /* the latest one */
 } mr_kv;
 
 /* size tokens (size / page_size pages).  MR_EINVAL for page_size < 1 or
@@ -175,6 +191,36 @@ void mr_kv_free_group_end(mr_kv *kv);
 /* Makes the next free / transfer of up to ntok tokens need no memory (so a
  * caller can take it after a change it cannot undo).  MR_ENOMEM. */
 int mr_kv_reserve(mr_kv *kv, int64_t ntok);
+/* Starts a check like mr_kv_distinct's (which a caller may fuse into its
+ * own pass over the tokens): *gen is a generation no page's stamp has
+ * (kv->stamp is allocated by the first call: MR_ENOMEM).  Then, for each
+ * token tok[i] in order, of page p, with tok[from:i) the earlier tokens of
+ * its block (page-sized run of positions), mr_kv_stamp_page() stamps p and
+ * returns 1 when p was listed in an earlier block. */
+int mr_kv_stamp_begin(mr_kv *kv, uint16_t *gen);
+static inline int
+mr_kv_stamp_page(mr_kv *kv, uint16_t gen, const int64_t *tok, int64_t i, int64_t from, int64_t p)
+{
+    if (kv->stamp[p] != gen) {
+        kv->stamp[p] = gen;
+        return 0;
+    }
+    for (int64_t j = i - 1; j >= from; j--) {   /* seen already: in this block? */
+        if (tok[j] / kv->page_size == p) {
+            return 0;
+        }
+    }
+    return 1;
+}
+/* Checks that tok[0:k), the KV indices of key positions base .. base + k
+ * - 1, name each page from one page-sized block of positions only (page
+ * size 1: each token once): a value an insert could store or free twice.
+ * Changes no unit (one pass, stamping each page with the call's
+ * generation).  MR_EINVAL
+ * with *bad (may be NULL) = the offending offset in tok, for a page listed
+ * again or out of range; MR_ENOMEM when the first call cannot allocate
+ * its stamps. */
+int mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64_t *bad);
 /* Moves the pages of tokens tok[0:k) to owner `to` (see mr_slots_transfer). */
 int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,
                    int64_t *bad);

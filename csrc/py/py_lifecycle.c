@@ -641,17 +641,68 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     if (rc == MR_ENOSPC) {
         return lc_raise(self, rc, "match(): copy-on-write slot");
     }
-    PyObject *idx = mr_i64_array(NULL, m.prefix_len);
-    if (idx == NULL) {
-        return NULL;
-    }
-    (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
+    /* The request holds what the copy-on-write gave it (a running slot, the
+     * source) before anything below can fail, as SGLang's Req gets them
+     * before its result is built: a failure then leaves it holding them,
+     * nothing leaked.  Without rs the slot is only in the result: a failure
+     * gives it back. */
     if (rs != NULL) {
         Py_DECREF(build_rs(self, rs, &st));
     }
-    mr_handle h = mr_node_handle(m.node);
-    return Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
-                         (long long)m.branching_seqlen, (long long)st.running);
+    PyObject *res = NULL, *idx = mr_i64_array(NULL, m.prefix_len);
+    if (idx != NULL) {
+        (void)mr_radix_path_values(mr_lc_tree(self->lc), m.node, (int64_t *)PyArray_DATA((PyArrayObject *)idx));
+        mr_handle h = mr_node_handle(m.node);
+        res = Py_BuildValue("(NkkLLL)", idx, (unsigned long)h.id, (unsigned long)h.gen, (long long)m.state,
+                            (long long)m.branching_seqlen, (long long)st.running);
+    }
+    if (res == NULL && rs == NULL && st.running != running) {
+        (void)mr_lc_free_states(self->lc, &st, -1);
+        if (owner >= 1) {
+            mr_reqpool_sync_maps(mr_pools_req_pool(self->rp_obj, lc_state(self)), owner, &st);
+        }
+    }
+    return res;
+}
+
+/* A refused insert (nothing changed): what is wrong with which argument. */
+static void
+insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int64_t state)
+{
+    mr_state *st = lc_state(self);
+    if (bad < 0) {
+        if (rc == MR_EINVAL) {
+            PyErr_Format(PyExc_ValueError, "insert(): state %lld is not a state slot (out of range)", (long long)state);
+        }
+        else if (rc == MR_ENOENT || rc == MR_EBUSY) {
+            PyErr_Format(st->OwnershipError, "insert(): state %lld is %s", (long long)state,
+                         rc == MR_ENOENT ? "free (never allocated, or a double free)" : "owned by the prefix tree already");
+        }
+        else {
+            lc_raise(self, rc, "insert()");
+        }
+        return;
+    }
+    long long i = (long long)bad, x = (long long)val[bad];
+    const mr_kv *kv = mr_pools_slot_allocator_kv(self->kv_obj, st);
+    switch (rc) {
+    case MR_EINVAL:
+        PyErr_Format(PyExc_ValueError, "insert(): value[%lld] = %lld is %s", i, x,
+                     x >= 0 && kv != NULL && x / kv->page_size <= kv->pages.n
+                         ? "listed twice past the tree's own prefix (an index the insert would store or free twice)"
+                         : "out of range");
+        break;
+    case MR_ENOENT:
+        PyErr_Format(st->OwnershipError, "insert(): value[%lld] = %lld is free (never allocated, or a double free)", i, x);
+        break;
+    case MR_EBUSY:
+        PyErr_Format(st->OwnershipError,
+                     "insert(): value[%lld] = %lld is owned by the prefix tree past its own prefix (pass that "
+                     "prefix's length as prev_prefix_len)", i, x);
+        break;
+    default:
+        lc_raise(self, rc, "insert()");
+    }
 }
 
 PyDoc_STRVAR(Lifecycle_insert__doc__,
@@ -664,7 +715,10 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 "and the duplicates are freed (the array is then empty); without pools the\n"
 "caller frees the duplicates: value[min(prev_prefix_len, prefix_len):\n"
 "prefix_len], which the array copies (duplicates=False: None instead, for a\n"
-"caller that frees that slice of its own value).");
+"caller that frees that slice of its own value).  With pools everything is\n"
+"checked before the tree changes (owners, each KV index listed once past\n"
+"the tree's own prefix): a refused insert raises naming value[i] or state\n"
+"and changes nothing.");
 
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -720,10 +774,12 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
         goto error;
     }
     mr_insert_result r;
-    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, (const int64_t *)PyArray_DATA((PyArrayObject *)val), len,
-                          (int32_t)ns, state, (size_t)prev, copy_dups ? (int64_t *)self->buf.p : NULL, &r);
+    int64_t bad = -1;
+    const int64_t *v = (const int64_t *)PyArray_DATA((PyArrayObject *)val);
+    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, v, len, (int32_t)ns, state, (size_t)prev,
+                          copy_dups ? (int64_t *)self->buf.p : NULL, &r, &bad);
     if (rc != MR_OK) {
-        lc_raise(self, rc, "insert()");
+        insert_raise(self, rc, v, bad, state);
         goto error;
     }
     if (want_dups) {

@@ -332,7 +332,9 @@ PyDoc_STRVAR(SlotAllocator_free_group_begin__doc__,
 "Open a free group (SGLang's free_group_begin): until free_group_end(),\n"
 "free() checks the units at once (a double free raises then) and sets them\n"
 "aside; they rejoin the free list at the group's end.  Frees by the prefix\n"
-"tree are not deferred.  An open group stays open.");
+"tree are not deferred.  Called while a group is open, it keeps that\n"
+"group open with its pending frees (SGLang's allocator loses them there,\n"
+"a leak this one does not copy).");
 
 static PyObject *
 SlotAllocator_free_group_begin(SlotAllocatorObject *self, PyObject *unused)

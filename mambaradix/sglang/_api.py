@@ -10,6 +10,7 @@ behaviour (see the project's reference notes), not its code.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from array import array
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
@@ -409,6 +410,18 @@ class SlotIndex:
         if v + 1 >= self.ids.numel():
             self._grow(v)
         return self.ids[v + 1 : v + 2]
+
+    def host_value(self, value: Any) -> int:
+        """The slot `value` names, without reading a device: an int as it
+        is, a one-element view of `ids` (a slot this index handed out) from
+        its offset; any other tensor is read back (on a device, a sync)."""
+        if type(value) is int:
+            return value
+        if isinstance(value, torch.Tensor):
+            if value._base is self.ids and value.numel() == 1:
+                return value.storage_offset() - 1
+            return int(value.reshape(-1)[0])
+        return operator.index(value)
 
     def buffer(self, rs: Any, pp: int) -> torch.Tensor:
         """A new tensor of the record's pp track entries (the caller may

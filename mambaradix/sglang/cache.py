@@ -480,9 +480,18 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self._native and cow:
             rs = _rs_of(req)
             owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
-            idx, nid, ngen, state, branching, _ = self._lc.match(
-                tokens, ns=ns, cow=True, owner=owner, limit=limit, rs=rs
-            )
+            try:
+                idx, nid, ngen, state, branching, _ = self._lc.match(
+                    tokens, ns=ns, cow=True, owner=owner, limit=limit, rs=rs
+                )
+            except BaseException:
+                # failed once the record had its running slot and source
+                # (building the result): the request keeps them, as
+                # SGLang's Req does; its fields and row map follow
+                self._apply(req, rs)
+                if owner >= 1:
+                    self.req_to_token_pool._sync_maps_to_device([owner])
+                raise
             if state >= 0:  # the record has the running slot and the source
                 self._apply(req, rs)
                 if owner >= 1:  # the row's map has the running slot

@@ -73,6 +73,9 @@ class MambaSlotAllocator:
         self.size = size
         self.device = device
         self._slots = _C.SlotAllocator(size)
+        # the pool's index tensors (HybridReqToTokenPool sets them): one slot
+        # comes back as a view of them, whose value the pool reads on the host
+        self._ix: Optional[SlotIndex] = None
 
     def available_size(self) -> int:
         return self._slots.available_size()
@@ -88,7 +91,11 @@ class MambaSlotAllocator:
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
         got = self._slots.alloc(int(need_size))
-        return None if got is None else _to_device(got, self.device)
+        if got is None:
+            return None
+        if got.size == 1 and self._ix is not None:  # shape (1,), no copy to the device
+            return self._ix.slot1(int(got[0]))
+        return _to_device(got, self.device)
 
     def free(self, free_index: Any) -> None:
         idx = _np_index(free_index)
@@ -576,6 +583,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         # index tensors made once on the device; requests' fields are views
         # (a request's ping-pong buffer: its row of the track map)
         self._ix = SlotIndex(mamba_size, device, pp, self.req_index_to_mamba_ping_pong_track_buffer_mapping)
+        self.mamba_allocator._ix = self._ix
         # Admission runs in C; until a MambaRadixCache binds its own
         # lifecycle, the pool uses one over a zero-sized KV allocator.
         self._lc = _C.Lifecycle(
@@ -668,16 +676,23 @@ class HybridReqToTokenPool(ReqToTokenPool):
                              self.enable_mamba_extra_buffer_lazy)
 
     def set_mamba_ping_pong_slot(self, req: Req, idx: int, value: Any) -> None:
-        if _owns_record(req):  # the record (in its row: the row's track map)
-            v = value if isinstance(value, int) else int(value)
+        """track[idx] = value (a slot, or -1), in the request's buffer and
+        its row of the track map.  For our requests the value is read on the
+        host (an int, or a slot this pool's allocator handed out: no device
+        read) and written once, into the record: a record in its row is that
+        row of the track map."""
+        if _owns_record(req):
+            v = self._ix.host_value(value)
             row = int(req.req_pool_idx)
             if v >= 1:  # a slot the caller took for the request is the request's now
                 self.mamba_allocator._slots.transfer(np.array([v], dtype=np.int64), row)
+            rs = req._rs
             if idx == 0:
-                req._rs.track0 = v
+                rs.track0 = v
             else:
-                req._rs.track1 = v
-            self._rp.track_map[row, idx] = v
+                rs.track1 = v
+            if rs.row != row:  # a record outside the row: the row's map as well
+                self._rp.track_map[row, idx] = v
             self._sync_maps_to_device([row])
             return
         req.mamba_ping_pong_track_buffer[idx] = value
@@ -685,10 +700,18 @@ class HybridReqToTokenPool(ReqToTokenPool):
 
     def donate_mamba_ping_pong_slot(self, req: Req, new_slot: torch.Tensor) -> torch.Tensor:
         """Hand the newest snapshot slot over (returned, shape [1]) and put
-        new_slot in its place."""
+        new_slot in its place.  For our requests the slot comes from the
+        record (no device read) and is returned as a view of the pool's
+        index tensor."""
         k = self.get_mamba_ping_pong_keep_idx(req)
-        donated = req.mamba_ping_pong_track_buffer[k].reshape(1).clone()
-        if int(donated[0]) == -1:
+        if _owns_record(req):
+            v = req._rs.track1 if k else req._rs.track0
+            donated = None if v == -1 else self._ix.slot1(v)
+        else:
+            donated = req.mamba_ping_pong_track_buffer[k].reshape(1).clone()
+            if int(donated[0]) == -1:
+                donated = None
+        if donated is None:
             raise OwnershipError(f"request {req.rid!r}: the track slot to donate is empty (donated already?)")
         self.set_mamba_ping_pong_slot(req, k, new_slot.reshape(-1)[0])
         return donated

@@ -131,7 +131,7 @@ test_tree_only_oom(void)
                 val[j] = 1 + k * LEN + j;
             }
             mr_insert_result r;
-            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r) == MR_OK, "tree-only insert");
+            CHECK(mr_lc_insert(lc, key, val, LEN, 0, 1000 + k, 0, dup, &r, NULL) == MR_OK, "tree-only insert");
         }
         mr_fault_fail_at(n);
         int rc = mr_lc_evict(lc, NK * LEN, 0, NULL, NULL);
@@ -494,7 +494,30 @@ test_bound_records(void)
     mr_insert_result ir;
     CHECK(mr_kv_alloc(&w.kv, L, MR_OWNER_HELD, kv) == MR_OK && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK,
           "units for a cached prefix");
-    CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir) == MR_OK, "insert");
+    CHECK(mr_lc_insert(w.lc, key, kv, L, 0, s, 0, NULL, &ir, NULL) == MR_OK, "insert");
+    /* 0. a value listing a KV index twice past the tree's prefix (a
+     *    duplicate the insert would free twice) is refused before the tree
+     *    changes: nothing moves */
+    {
+        int64_t v[L + 4], s2 = -1, bad = -1;
+        CHECK(mr_kv_alloc(&w.kv, L + 4, MR_OWNER_HELD, v) == MR_OK
+              && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s2) == MR_OK, "units for a longer key");
+        v[3] = v[1];
+        held before = held_now(&w);
+        mr_radix_stats t0, t1;
+        memset(&t0, 0, sizeof(t0));
+        memset(&t1, 0, sizeof(t1));
+        mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
+        CHECK(mr_lc_insert(w.lc, key, v, L + 4, 0, s2, 0, NULL, &ir, &bad) == MR_EINVAL && bad == 3,
+              "a repeated duplicate: refused at value[3] (bad %lld)", (long long)bad);
+        mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
+        CHECK(same_held(before, held_now(&w)) && memcmp(&t0, &t1, sizeof(t0)) == 0 && w.kv.pages.n_tree == L
+              && w.state.n_tree == 1, "the refused insert changed nothing");
+        check_world(&w, "after a refused insert");
+        CHECK(mr_kv_free(&w.kv, v, 3, MR_FROM_CALLER, NULL) == MR_OK
+              && mr_kv_free(&w.kv, v + 4, L, MR_FROM_CALLER, NULL) == MR_OK
+              && mr_slots_free(&w.state, &s2, 1, MR_FROM_CALLER, 0, NULL) == MR_OK, "give them back");
+    }
     /* 1. match with copy-on-write before admission: the record is the
      *    caller's, its slot held */
     mr_req st;
@@ -544,7 +567,7 @@ test_bound_records(void)
     CHECK(mr_kv_alloc(&w.kv, L + 4, MR_OWNER_HELD, kv) == MR_OK, "KV");
     int32_t key2[L + 4];
     make_key(key2, L + 4, 7, 2);
-    CHECK(mr_lc_insert(w.lc, key2, kv, L + 4, 0, cur.running, 0, NULL, &ir) == MR_OK && !ir.state_existed, "insert");
+    CHECK(mr_lc_insert(w.lc, key2, kv, L + 4, 0, cur.running, 0, NULL, &ir, NULL) == MR_OK && !ir.state_existed, "insert");
     CHECK(w.rp.bound[row] == (MR_ROW_BOUND | MR_ROW_GAVE_RUNNING), "the running slot is marked given");
     check_world(&w, "a bound row naming the slot it gave the tree");
     CHECK(mr_lc_evict(w.lc, 0, 16, NULL, NULL) == MR_OK, "evict the unlocked states");
@@ -662,7 +685,7 @@ protect_tree(mr_node **a, mr_node **b)
             val[j] = owner == k ? 1 + k * PL + (int64_t)(j % PL) : 1 + (int64_t)j;
         }
         mr_insert_result r;
-        CHECK(mr_lc_insert(lc, key, val, len, 0, 100 + k, k == 1 ? PL : 0, dup, &r) == MR_OK && !r.state_existed,
+        CHECK(mr_lc_insert(lc, key, val, len, 0, 100 + k, k == 1 ? PL : 0, dup, &r, NULL) == MR_OK && !r.state_existed,
               "insert key %d", k);
         if (k <= 1) {
             *(k == 0 ? a : b) = r.node;
@@ -754,7 +777,7 @@ test_evict_protected(void)
         mr_insert_result r;
         CHECK(mr_kv_alloc(&w.kv, PL, MR_OWNER_HELD, kv) == MR_OK
               && mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &slot[k]) == MR_OK
-              && mr_lc_insert(w.lc, key, kv, PL, 0, slot[k], 0, NULL, &r) == MR_OK, "cache key %d", k);
+              && mr_lc_insert(w.lc, key, kv, PL, 0, slot[k], 0, NULL, &r, NULL) == MR_OK, "cache key %d", k);
         nodes[k] = r.node;
     }
     CHECK(states_lru(w.lc, lru, PK) == 4 && lru[0] == nodes[0], "key 0 is the least recently used");

@@ -249,6 +249,14 @@ m_free_group_end(model *m, int front)
     m->factive = 0;
 }
 
+/* A free group opens; an open one stays open with its pending units (they
+ * rejoin at the end; SGLang's free_group_begin would lose them). */
+static void
+m_free_group_begin(model *m)
+{
+    m->factive = 1;
+}
+
 static void
 m_group_end(model *m)
 {
@@ -511,7 +519,7 @@ static void
 test_groups(void)
 {
     mr_slots s;
-    int64_t a[4];
+    int64_t a[5];
     CHECK_RC(mr_slots_init(&s, 6), MR_OK, "init 6");
     CHECK_RC(mr_slots_group_begin(&s, -1), MR_EINVAL, "group of -1");
     CHECK_RC(mr_slots_group_begin(&s, 3), MR_OK, "group of 3");
@@ -549,6 +557,34 @@ test_groups(void)
     expect_valid(&s, "groups");
     mr_slots_clear(&s);
     CHECK(!s.group_active && mr_slots_available(&s) == 6, "clear ends the group");
+    /* a free group opened while one is open keeps it open with its pending
+     * units (SGLang's free_group_begin would lose them: a leak) */
+    CHECK_RC(mr_slots_alloc(&s, 4, MR_OWNER_HELD, a), MR_OK, "alloc 4");     /* 1 2 3 4 */
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){2, 1}, 2, MR_FROM_CALLER, 0, NULL), MR_OK, "free 2 1 in the group");
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group again");
+    CHECK(s.free_group && s.n_pending == 2 && s.n_held == 2 && s.owner[1] == MR_OWNER_PENDING
+          && s.owner[2] == MR_OWNER_PENDING && mr_slots_available(&s) == 2, "the open group's frees stay pending");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){1}, 1, MR_FROM_CALLER, 0, NULL), MR_ENOENT, "a pending unit freed twice");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){3}, 1, MR_FROM_CALLER, 0, NULL), MR_OK, "free 3 in the same group");
+    mr_slots_free_group_end(&s, 0);
+    CHECK(mr_slots_available(&s) == 5 && s.n_held == 1, "all three frees come back");
+    CHECK_RC(mr_slots_alloc(&s, 5, MR_OWNER_HELD, a), MR_OK, "alloc 5");
+    CHECK(a[0] == 5 && a[1] == 6 && a[2] == 2 && a[3] == 1 && a[4] == 3, "free list 5 6 2 1 3, in the order freed");
+    CHECK_RC(mr_slots_free(&s, (int64_t[]){1, 2}, 2, MR_FROM_CALLER, 0, NULL), MR_OK, "free 1 2");
+    expect_valid(&s, "nested free group");
+    /* moves of units the caller checked: as mr_slots_transfer / mr_slots_free */
+    CHECK_RC(mr_slots_alloc(&s, 2, 2, a), MR_OK, "alloc 2 for row 2");          /* 1 2 */
+    mr_slots_transfer_checked(&s, a, 1, MR_OWNER_TREE);
+    CHECK(s.owner[a[0]] == MR_OWNER_TREE && s.n_tree == 1 && s.n_req == 1, "a checked transfer");
+    mr_slots_free_checked(&s, a + 1, 1);
+    CHECK(s.n_req == 0 && mr_slots_available(&s) == 1, "a checked free");
+    CHECK_RC(mr_slots_free_group_begin(&s), MR_OK, "free group");
+    CHECK_RC(mr_slots_alloc(&s, 1, MR_OWNER_HELD, a), MR_OK, "alloc 1");
+    mr_slots_free_checked(&s, a, 1);
+    CHECK(s.owner[a[0]] == MR_OWNER_PENDING && s.n_pending == 1, "a checked free in a group waits");
+    mr_slots_free_group_end(&s, 0);
+    expect_valid(&s, "checked moves");
     mr_slots_destroy(&s);
 }
 
@@ -620,6 +656,18 @@ test_kv_pages(void)
     CHECK_RC(mr_kv_reserve(&kv, -1), MR_EINVAL, "reserve -1");
     CHECK_RC(mr_kv_reserve(&kv, 40), MR_OK, "reserve 40");
     CHECK(kv.scratch_cap >= 40, "reserve grows the scratch");
+    /* distinct pages per block of 4 positions (an insert's value) */
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 5, 6, 7, 8, 9, 10, 11}, 8, 0, &bad), MR_OK, "two pages");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 4, 9, 6, 12, 13}, 6, 0, &bad), MR_OK,
+             "a block may list its pages again, two pages included");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 5, 6, 7, 8, 9, 5, 11}, 8, 0, &bad), MR_EINVAL,
+             "page 1 in a second block");
+    CHECK(bad == 6, "bad offset %lld", (long long)bad);
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){6, 7, 4, 5}, 4, 2, &bad), MR_EINVAL,
+             "positions 2..5: page 1 ends block 0 and starts block 1");
+    CHECK(bad == 2, "bad offset %lld", (long long)bad);
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){4, 16}, 2, 0, &bad), MR_EINVAL, "a page out of range");
+    CHECK(bad == 1, "bad offset %lld", (long long)bad);
     expect_valid(&kv.pages, "kv pages");
     mr_kv_destroy(&kv);
     /* page size 1: a page is a token, frees go to the tail in the order given */
@@ -630,6 +678,10 @@ test_kv_pages(void)
     CHECK_RC(mr_kv_free(&kv, (int64_t[]){2, 2}, 2, MR_FROM_CALLER, &bad), MR_EINVAL, "free 2 twice");
     CHECK_RC(mr_kv_alloc(&kv, 3, MR_OWNER_HELD, t), MR_OK, "alloc 3");
     expect_units(t, (int64_t[]){4, 3, 1}, 3, "tail order");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){1, 3, 2}, 3, 0, &bad), MR_OK, "three tokens");
+    CHECK_RC(mr_kv_distinct(&kv, (int64_t[]){1, 3, 1}, 3, 0, &bad), MR_EINVAL, "token 1 twice");
+    CHECK(bad == 2, "bad offset %lld", (long long)bad);
+    expect_valid(&kv.pages, "no mark left");
     CHECK_RC(mr_kv_reserve(&kv, 100), MR_OK, "reserve at page size 1");
     CHECK(kv.scratch == NULL, "page size 1 needs no scratch");
     mr_kv_destroy(&kv);
@@ -836,7 +888,9 @@ fuzz_slots(int64_t n, long ops)
         }
         else if (kind == 20) {
             rs = mr_slots_free_group_begin(&s);
-            m.factive |= rs == MR_OK;
+            if (rs == MR_OK) {
+                m_free_group_begin(&m);
+            }
             rm = rs;
         }
         else if (kind == 21) {
@@ -922,13 +976,15 @@ fuzz_kv(int64_t ps, int64_t npages, long ops)
             }
         }
         else if (kind == 10) {   /* a free group opens or closes */
-            if (m.factive) {
+            if (m.factive && unit_rnd(4) != 0) {
                 mr_kv_free_group_end(&kv);
                 m_free_group_end(&m, ps > 1);
             }
-            else {
+            else {   /* sometimes while one is open: its pending pages are dropped */
                 rs = mr_kv_free_group_begin(&kv);
-                m.factive = rs == MR_OK;
+                if (rs == MR_OK) {
+                    m_free_group_begin(&m);
+                }
                 rm = rs;
             }
         }

@@ -11,7 +11,8 @@ installed here):
 - common.py's alloc_req_slots function and its headroom factors.
 
 `load()` returns test_sglang_oracle's namespace with these added, or raises
-ImportError with the reason.
+ImportError with the reason; the `wheel` fixture (import it into a test
+module) is (this module, that namespace), or skips with the reason.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import types
 from typing import Any
 
+import pytest
 import torch
 
 from test_sglang_oracle import _exec_module, _stub, load_sglang
@@ -147,3 +149,11 @@ def make_pools(sg: Any, *, size: int, mamba_size: int, max_context_len: int, kv_
 
 def load() -> Any:
     return load_sglang(more=_more)
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    try:
+        return sys.modules[__name__], load()
+    except ImportError as e:
+        pytest.skip(str(e))

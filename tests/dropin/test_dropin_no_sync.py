@@ -139,3 +139,50 @@ def test_slot_index_views_and_buffers() -> None:
     assert ix.buffer(rs, 1).tolist() == [2]
     rs.track1 = -1  # lazy: one slot held
     assert ix.buffer(rs, 2).tolist() == [2, -1]
+
+
+@pytest.mark.parametrize("mode", ["extra_buffer", "lazy"])
+def test_ping_pong_slot_calls_make_no_host_conversion(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool calls SGLang's code makes on a request's ping-pong buffer
+    (donate_mamba_ping_pong_slot in cache_unfinished_req; set_mamba_ping_pong_slot
+    with the allocator's new_slot[0] at a lazy borrow, with -1 once that slot is
+    given back) read our request's slots from its record and the
+    allocator's index views, never from a tensor; the buffer, the row's
+    track map and the slots' owners follow."""
+    from mambaradix.sglang import Req
+
+    from dropin_batch import make
+
+    cache, pool, _ = make(mode, "cpu")
+    r = Req(rid=1, origin_input_ids=[1, 2, 3])
+    r.init_next_round_input(cache)
+    pool.alloc([r])
+    row, rs, slots = r.req_pool_idx, r._rs, pool.mamba_allocator._slots
+    k = pool.get_mamba_ping_pong_keep_idx(r)
+    other = pool.get_mamba_ping_pong_other_idx(r.mamba_next_track_idx)
+    tracks = [rs.track0, rs.track1]
+    guard = ConversionGuard(monkeypatch)
+    with guard():
+        new = pool.mamba_allocator.alloc(1)
+        donated = pool.donate_mamba_ping_pong_slot(r, new)
+    assert guard.seen == []
+    new_v = new.tolist()[0]
+    assert donated.tolist() == [tracks[k]] and slots.owner(new_v) == row
+    tracks[k] = new_v
+    assert [rs.track0, rs.track1] == tracks and pool._rp.track_map[row].tolist() == tracks
+    pool.mamba_allocator.free(donated)   # the cache would insert it
+    if tracks[other] != -1:              # give the other slot back, then borrow one again
+        pool.mamba_allocator.free([tracks[other]])
+    with guard():
+        pool.set_mamba_ping_pong_slot(r, other, -1)
+        fresh = pool.mamba_allocator.alloc(1)
+        pool.set_mamba_ping_pong_slot(r, other, fresh[0])
+    assert guard.seen == []
+    tracks[other] = fresh.tolist()[0]
+    assert [rs.track0, rs.track1] == tracks and r.mamba_ping_pong_track_buffer.tolist() == tracks
+    assert pool._rp.track_map[row].tolist() == tracks and slots.owner(tracks[other]) == row
+    cache.sanity_check()
+    pool.free_mamba_cache(r)
+    pool.free(r)
+    assert pool.mamba_allocator.available_size() == pool.mamba_allocator.size
+    cache.sanity_check()

@@ -42,19 +42,10 @@ pytestmark = pytest.mark.skipif(SG is None, reason="SGLang oracle unavailable: %
 
 from mambaradix import sglang as mrs  # noqa: E402
 from mambaradix.driver import DriverConfig, DriverRequest, SchedulerDriver, api_from_module  # noqa: E402
+from sglang_wheel import wheel  # noqa: E402,F401  (a fixture)
 
 CHUNK = 64
 CTX = 4096
-
-
-@pytest.fixture(scope="module")
-def wheel():
-    import sglang_wheel
-
-    try:
-        return sglang_wheel, sglang_wheel.load()
-    except ImportError as e:
-        pytest.skip(str(e))
 
 
 def _sglang_cache(sg, pool, alloc, cfg):
@@ -288,3 +279,55 @@ def test_copy_on_write_with_no_free_slot_keeps_the_matched_state(wheel, mode):
     assert want[1][1] == ((4, 0, 4096 - 2 * L, L, L, 1, 1), want[0][2], want[0][0], L)
     for name in ("dropin-sglang-pools", "dropin-own-pools"):
         assert got[name] == want, name
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_free_groups_match_sglang_allocator(wheel, seed):
+    """TokenToKVPoolAllocator's free groups against SGLang's (the wheel's
+    allocator/base.py and token.py): random allocs, frees and group begins
+    and ends, free_group_begin called while a group is open too.  There
+    SGLang resets its list, so the open group's frees never come back (a
+    leak); ours keeps them pending, so the reference is SGLang's allocator
+    with those frees put back on its list.  Every alloc returns the same
+    indices, available_size() agrees after every call, and ours stays
+    accounted (check())."""
+    _, sg = wheel
+    rng = random.Random(seed)
+    theirs = sg.TokenToKVPoolAllocator(size=64, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                       need_sort=False)
+    ours = mrs.TokenToKVPoolAllocator(64, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    held = []          # index lists both hold
+    nested = 0
+    for step in range(600):
+        op = rng.random()
+        if op < 0.35:
+            n = rng.randint(1, 6)
+            a, b = theirs.alloc(n), ours.alloc(n)
+            assert (a is None) == (b is None), step
+            if a is not None:
+                assert b.tolist() == a.tolist(), step
+                held.append(a.tolist())
+        elif op < 0.65 and held:
+            idx = held.pop(rng.randrange(len(held)))
+            theirs.free(torch.tensor(idx, dtype=torch.int64))
+            ours.free(torch.tensor(idx, dtype=torch.int64))
+        elif op < 0.85:
+            kept = [] if theirs.is_not_in_free_group else list(theirs.free_group)
+            nested += bool(kept)
+            theirs.free_group_begin()
+            theirs.free_group.extend(kept)   # what SGLang's reset would lose
+            ours.free_group_begin()
+        elif not theirs.is_not_in_free_group:
+            theirs.free_group_end()
+            ours.free_group_end()
+        assert ours.is_not_in_free_group == theirs.is_not_in_free_group, step
+        assert ours.available_size() == theirs.available_size(), step
+        ours.check()
+    assert nested > 3, "free_group_begin never ran with an open group's frees pending"
+    if not theirs.is_not_in_free_group:
+        theirs.free_group_end()
+        ours.free_group_end()
+    # nothing leaked: every index not held is free, and both hand out the same ones
+    assert ours.available_size() == 64 - sum(map(len, held))
+    n = theirs.available_size()
+    assert ours.alloc(n).tolist() == theirs.alloc(n).tolist()
