@@ -504,6 +504,10 @@ policy_of(const mr_radix *t)
  * build keep their order, and no key changes while the heap is current: the
  * frozen entries equal a fresh scan's view, victim for victim. */
 
+#ifndef MR_LEAF_SCAN_ONLY
+#define MR_LEAF_SCAN_ONLY 0   /* 1: no heap, a scan per victim (benchmarks/bench_leaf_orders.py's baseline) */
+#endif
+
 struct leaf_ent {
     int64_t key;
     uint32_t rank;
@@ -1514,7 +1518,7 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
     if (num_tokens > 0) {
         tune_start(t);
     }
-    if (pol->keyed && num_tokens > 0 && leaf_heap_ready(t) == MR_OK) {
+    if (pol->keyed && !MR_LEAF_SCAN_ONLY && num_tokens > 0 && leaf_heap_ready(t) == MR_OK) {
         rc = evict_full_keyed(t, num_tokens, rel, &tokens, &states);
     }
     else {
