@@ -1,5 +1,5 @@
 /* radix.c - the prefix tree of a hybrid cache.  See radix.h for the model,
- * the invariants (I1..I9) and the ownership rules. */
+ * the invariants (I1..I10) and the ownership rules. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -2188,6 +2188,28 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
             seen++;
         }
         CHECK(seen == expect, "I4: %s LRU list has %zu nodes, expected %zu", w ? "state" : "full", seen, expect);
+    }
+
+    if (t->heap_ok && t->heap_ver == t->ver) {
+        const mr_link *head = &t->head[LRU_FULL];
+        size_t leaves = 0;
+        int64_t last = -1;
+        for (const mr_link *l = head->prev; l != head; l = l->prev) {
+            const mr_node *n = link_node((mr_link *)l, LRU_FULL);
+            CHECK((int64_t)n->rank > last, "I10: leaf heap rank of node %u is out of list order", n->id);
+            last = n->rank;
+            leaves += n->full_lock == 0 && n->nchildren == 0;
+        }
+        CHECK(t->heap_len == leaves, "I10: leaf heap holds %zu entries for %zu evictable leaves", t->heap_len,
+              leaves);
+        for (size_t i = 0; i < t->heap_len; i++) {
+            const struct leaf_ent *e = &t->heap[i];
+            const mr_node *n = e->id < t->nids ? t->by_id[e->id] : NULL;
+            CHECK(n != NULL && n->full_lock == 0 && n->nchildren == 0,
+                  "I10: leaf heap entry %zu is not an evictable leaf", i);
+            CHECK(e->rank == n->rank && e->key == heap_key(t, n), "I10: leaf heap entry of node %u is stale", n->id);
+            CHECK(i == 0 || !leaf_ent_less(e, &t->heap[(i - 1) / 2]), "I10: leaf heap order broken at %zu", i);
+        }
     }
 done:
     MR_FREE(stack);

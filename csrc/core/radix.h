@@ -47,6 +47,10 @@
  *       verify it; the C tests check it against a model.
  *   I9  Every live node is registered under its id with its current
  *       generation; handles of removed nodes are detected as stale.
+ *   I10 While the leaf orders' victim heap is current (nothing but its own
+ *       evictions changed the tree since it was built), it holds exactly the
+ *       evictable leaves, each under its present key and rank, and the
+ *       ranks rise along the full list from its LRU end.
  *
  * Ownership: the tree copies the keys and KV indices it is given.  It never
  * frees KV indices or state slots itself: insert reports the caller's
