@@ -502,7 +502,8 @@ policy_of(const mr_radix *t)
  * change) bumps t->ver, and a heap whose heap_ver is older is rebuilt.
  * Evictions only remove nodes from the full list, so the ranks given at the
  * build keep their order, and no key changes while the heap is current: the
- * frozen entries equal a fresh scan's view, victim for victim. */
+ * frozen entries equal a fresh scan's view, victim for victim.  (MRU probes
+ * the MRU end first: see mru_probe.) */
 
 #ifndef MR_LEAF_SCAN_ONLY
 #define MR_LEAF_SCAN_ONLY 0   /* 1: no heap, a scan per victim (benchmarks/bench_leaf_orders.py's baseline) */
@@ -587,6 +588,9 @@ leaf_heap_ready(mr_radix *t)
         return MR_OK;
     }
     t->heap_ok = 0;
+    if (MR_LEAF_SCAN_ONLY) {
+        return MR_ENOMEM;   /* the benchmark's baseline: no heap, ever */
+    }
     size_t need = t->nodes ? t->nodes : 1;
     if (need > t->heap_cap || (need > 64 && need * 4 < t->heap_cap)) {
         struct leaf_ent *h = MR_REALLOC(t->heap, need * sizeof(*h));
@@ -1488,22 +1492,57 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
     return MR_OK;
 }
 
-/* evict_full for a keyed policy over a current leaf heap. */
+/* MRU's victim is usually within a few nodes of the MRU end: while the heap
+ * is not current, MRU_PROBE nodes from that end are probed first, and the
+ * heap (an O(n) build) is made only when they hold no evictable leaf. */
+#define MRU_PROBE 64
+
+static mr_node *
+mru_probe(const mr_radix *t)
+{
+    const mr_link *head = &t->head[LRU_FULL];
+    int k = 0;
+    for (const mr_link *l = head->next; l != head && k < MRU_PROBE; l = l->next, k++) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+/* evict_full for a keyed policy: victims from the leaf heap (MRU: from the
+ * probe first), or from the policy's scan when the heap cannot be had. */
 static int
 evict_full_keyed(mr_radix *t, size_t num_tokens, const mr_release *rel, size_t *tokens, size_t *states)
 {
     int rc = MR_OK;
-    while (*tokens < num_tokens && t->heap_len > 0) {
-        mr_node *x = t->by_id[t->heap[0].id], *up;
-        /* a callback error before any change leaves x on top, the heap current */
+    while (*tokens < num_tokens) {
+        mr_node *x = NULL, *up;
+        int heaped = t->heap_ok && t->heap_ver == t->ver;
+        if (!heaped && t->cfg.policy == MR_POLICY_MRU) {
+            x = mru_probe(t);
+        }
+        if (x == NULL && !heaped) {
+            heaped = leaf_heap_ready(t) == MR_OK;
+        }
+        if (x == NULL) {
+            x = !heaped ? policy_of(t)->leaf_victim(t, NULL) : t->heap_len > 0 ? t->by_id[t->heap[0].id] : NULL;
+        }
+        if (x == NULL) {
+            break;
+        }
+        /* a callback error before any change leaves x in place (on top), the heap current */
         if ((rc = evict_leaf(t, x, rel, tokens, states, &up)) != MR_OK) {
             return rc;
         }
-        leaf_heap_pop(t);
-        if (up != NULL && up != t->root && up->full_lock == 0) {
-            leaf_heap_push(t, up);
+        if (heaped) {
+            leaf_heap_pop(t);
+            if (up != NULL && up != t->root && up->full_lock == 0) {
+                leaf_heap_push(t, up);
+            }
+            t->heap_ver = t->ver;
         }
-        t->heap_ver = t->ver;
     }
     return rc;
 }
@@ -1518,7 +1557,7 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
     if (num_tokens > 0) {
         tune_start(t);
     }
-    if (pol->keyed && !MR_LEAF_SCAN_ONLY && num_tokens > 0 && leaf_heap_ready(t) == MR_OK) {
+    if (pol->keyed && num_tokens > 0) {
         rc = evict_full_keyed(t, num_tokens, rel, &tokens, &states);
     }
     else {
