@@ -1499,10 +1499,52 @@ unit_v0523_mode(void)
     mr_radix_free(t);
 }
 
+/* The leaf heap outlives an eviction call; a lock or an unlock between two
+ * calls must be seen by the next one (a leaf unlocked after the heap was
+ * built is a victim; one locked after it is not). */
+static void
+unit_leaf_heap_sees_locks(void)
+{
+    fixture f;
+    mr_insert_result ra, rb, rc;
+    size_t tok, sts;
+    const int32_t a[2] = {1, 2}, b[2] = {3, 4}, c[2] = {5, 6};
+    cur_test = "leaf_heap_sees_locks";
+    fx_init(&f, 1, 1, MR_POLICY_LFU, 64, 16);
+    CHECK_RC(fx_insert_pp(&f, a, 2, 0, 0, &ra, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, b, 2, 0, 0, &rb, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, c, 2, 0, 0, &rc, NULL, NULL), MR_OK);
+    CHECK_RC(mr_radix_lock_kv(f.t, ra.node), MR_OK);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* b: the least recent unlocked */
+    CHECK(tok == 2 && fx_stats(&f).nodes == 2);
+    CHECK_TREE(f.t);
+    mr_handle hc = mr_node_handle(rc.node);
+    mr_node *live;
+    CHECK_RC(mr_radix_lock_kv(f.t, rc.node), MR_OK);
+    CHECK_RC(mr_radix_unlock_kv(f.t, ra.node), MR_OK);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* a, unlocked since; not c */
+    CHECK(tok == 2 && fx_stats(&f).nodes == 1);
+    CHECK_RC(mr_radix_resolve(f.t, hc, &live), MR_OK);
+    if (live != rc.node) {
+        fx_done(&f);
+        return;
+    }
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* c is locked */
+    CHECK(tok == 0 && fx_stats(&f).nodes == 1);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_unlock_kv(f.t, rc.node), MR_OK);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 2 && fx_stats(&f).nodes == 0);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
 static void
 run_units(void)
 {
     unit_new_and_empty();
+    unit_leaf_heap_sees_locks();
     unit_v0523_mode();
     unit_sglang_cache_1(MR_POLICY_SGLANG);
     unit_sglang_cache_1(MR_POLICY_CONSUMED);
