@@ -120,8 +120,18 @@ class RadixTree:
     chunk_size: alignment of branching lengths (default max(64, page_size));
       one of page_size and chunk_size must divide the other.
     lru_policy: "consumed" (default; a match refreshes only the node whose
-      state is used, SGLang PR #31643) or "sglang" (v0.5.15: every state on
-      the matched path, and states on insert walks and splits).
+      state is used, SGLang PR #31643), "sglang" (v0.5.15: every state on
+      the matched path, and states on insert walks and splits), "utility"
+      (Marconi-style: FLOPs saved per byte plus recency; policy_options has
+      its parameters), or one of SGLang 0.5.23's leaf orders for the KV
+      victim (--radix-eviction-policy; touches as "consumed"): "lfu" (fewest
+      hits first), "fifo" (oldest node), "mru" (most recently used), "filo"
+      (newest node), "priority" (lowest insert priority), "slru" (hits below
+      policy_options["protected_threshold"], default 2, first) or "tlru"
+      (leaves past the branch's budget first; policy_options "threshold" and
+      "next_prompt_estimate", default 0); ties go to the least recently used.
+      evict_full takes their victims from a heap of the evictable leaves,
+      O(log n) a victim.
     check_ownership: track the KV indices and state slots the tree holds;
       insert() then raises ValueError (tree unchanged) for a KV index past
       prev_prefix_len or a state slot the tree already holds, an index listed
@@ -133,9 +143,12 @@ class RadixTree:
         self,
         page_size: int = 1,
         chunk_size: Optional[int] = None,
-        lru_policy: Literal["consumed", "sglang"] = "consumed",
+        lru_policy: Literal["consumed", "sglang", "utility", "lfu", "fifo", "mru", "filo", "priority",
+                            "slru", "tlru"] = "consumed",
         *,
         check_ownership: bool = False,
+        policy_options: Optional[dict[str, float]] = None,
+        max_states_per_path: Optional[int] = None,
         semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
         kv_only: bool = False,
     ) -> None:
@@ -169,9 +182,14 @@ class RadixTree:
         *,
         extra_key: Optional[str] = None,
         prev_prefix_len: int = 0,
+        priority: int = 0,
+        inserted_len: int = 0,
     ) -> InsertResult:
         """Insert key with its KV indices and the state slot at its end
-        (None: no state, semantics="v0.5.23" only)."""
+        (None: no state, semantics="v0.5.23" only).  priority and
+        inserted_len feed the leaf orders: the nodes walked or created keep
+        the highest priority inserted through them ("priority"), and count a
+        hit ("lfu", "slru") when they end past inserted_len."""
     def inc_kv_lock(self, node: Node) -> None:
         """Lock only the KV of node's path, never its state."""
     def dec_kv_lock(self, node: Node) -> None:

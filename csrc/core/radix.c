@@ -1,5 +1,5 @@
 /* radix.c - the prefix tree of a hybrid cache.  See radix.h for the model,
- * the invariants (I1..I9) and the ownership rules. */
+ * the invariants (I1..I10) and the ownership rules. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +48,7 @@ struct mr_node {
     int32_t nostate_lock;  /* locks taken on this node while it had no state */
     uint32_t id;
     uint32_t gen;
+    uint32_t rank;         /* position in the full list from its LRU end, as of the leaf heap's build */
     mr_link lru[2];
     uint64_t stamp;        /* state-list recency: larger is more recent */
     uint64_t end;          /* tokens from the root to the node's end (fixed for its life) */
@@ -103,6 +104,13 @@ struct mr_radix {
     size_t max_states;        /* most states the tree held during the window */
     uint64_t births;          /* creation counter (mr_node.born) */
     mr_leaf_order order;      /* the 0.5.23 leaf orders' parameters */
+    /* The leaf orders' victim heap (see "Leaf heap"): valid while heap_ok
+     * and nothing but its own evictions changed the tree since (ver). */
+    struct leaf_ent *heap;
+    size_t heap_len, heap_cap;
+    uint64_t ver;             /* bumped by every change a leaf order can see */
+    uint64_t heap_ver;        /* ver when the heap was last brought up to date */
+    int heap_ok;
 };
 
 static void tune_start(mr_radix *t);
@@ -152,6 +160,7 @@ lru_insert_after(mr_link *pos, mr_node *n, int w)
 MR_INLINE void
 lru_push_mru(mr_radix *t, mr_node *n, int w)
 {
+    t->ver++;
     lru_insert_after(&t->head[w], n, w);
     if (w == LRU_STATE) {
         n->stamp = ++t->clock;
@@ -173,6 +182,7 @@ lru_touch_path(mr_radix *t, mr_node *n, int w)
 {
     mr_link *prev = &t->head[w];
     uint64_t k = 0;   /* stamps decrease along the chain, as the list order */
+    t->ver++;
     for (const mr_node *m = n; w == LRU_STATE && m != t->root; m = m->parent) {
         k += m->state >= 0;
     }
@@ -212,6 +222,10 @@ typedef struct {
     /* 1: the victims are not an order along a list: the eviction loops ask
      * for a fresh victim (from = NULL) after each one. */
     int rescan;
+    /* 1: the leaf victim is the smallest (heap_key, LRU rank) and
+     * evict_full takes it from the leaf heap; leaf_victim is its scan, used
+     * when the heap cannot be allocated. */
+    int keyed;
 } mr_evict_policy;
 
 static void
@@ -381,7 +395,8 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
 /* SGLang 0.5.23's leaf orders (evict_policy.py).  Its FULL eviction pops
  * the evictable leaf with the smallest (key, last access) from a heap; the
  * full list is in last-access order, so the first leaf of smallest key met
- * from the LRU end is that leaf.  Keys are unique where SGLang's would need
+ * from the LRU end is that leaf.  evict_full keeps such a heap too (see
+ * "Leaf heap"); the scans below are its reference and its fallback.  Keys are unique where SGLang's would need
  * a tie-break beyond the last access (creation orders: only one leaf of a
  * split chain exists at a time). */
 static int64_t
@@ -445,15 +460,15 @@ mru_leaf_victim(const mr_radix *t, const mr_link *from)
 }
 
 #define MR_LEAF_ORDER_ROW(name, victim) \
-    {name, consumed_on_match, consumed_on_insert_visit, consumed_on_split, lru_state_victim, victim, 1}
+    {name, consumed_on_match, consumed_on_insert_visit, consumed_on_split, lru_state_victim, victim, 1, 1}
 
 static const mr_evict_policy policies[] = {
     [MR_POLICY_SGLANG] = {"sglang", sglang_on_match, sglang_on_insert_visit, sglang_on_split,
-                          lru_state_victim, lru_leaf_victim, 0},
+                          lru_state_victim, lru_leaf_victim, 0, 0},
     [MR_POLICY_CONSUMED] = {"consumed", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
-                            lru_state_victim, lru_leaf_victim, 0},
+                            lru_state_victim, lru_leaf_victim, 0, 0},
     [MR_POLICY_UTILITY] = {"utility", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
-                           utility_state_victim, utility_leaf_victim, 1},
+                           utility_state_victim, utility_leaf_victim, 1, 0},
     [MR_POLICY_LFU] = MR_LEAF_ORDER_ROW("lfu", keyed_leaf_victim),
     [MR_POLICY_FIFO] = MR_LEAF_ORDER_ROW("fifo", keyed_leaf_victim),
     [MR_POLICY_MRU] = MR_LEAF_ORDER_ROW("mru", mru_leaf_victim),
@@ -468,6 +483,142 @@ MR_INLINE const mr_evict_policy *
 policy_of(const mr_radix *t)
 {
     return &policies[t->cfg.policy];
+}
+
+/* ------------------------------------------------------------------------
+ * Leaf heap
+ *
+ * A keyed policy's victim is the evictable leaf (unlocked, childless) with
+ * the smallest (heap_key, rank), rank being the position in the full list
+ * counted from its LRU end: the leaf the scan would meet first.  Instead of
+ * scanning every node per victim, evict_full pops it from a binary heap of
+ * the evictable leaves, built in one pass over the full list, and pushes a
+ * parent that the eviction leaves an evictable leaf: O(log n) a victim.
+ *
+ * The heap is kept between evict_full calls (SGLang's eviction walk asks
+ * for one leaf per call) as long as nothing but its own evictions touched
+ * the tree: every change a key, a rank or a leaf's evictability can see
+ * (LRU refreshes, node creation and removal, locks, inserts, a policy
+ * change) bumps t->ver, and a heap whose heap_ver is older is rebuilt.
+ * Evictions only remove nodes from the full list, so the ranks given at the
+ * build keep their order, and no key changes while the heap is current: the
+ * frozen entries equal a fresh scan's view, victim for victim.  (MRU probes
+ * the MRU end first: see mru_probe.) */
+
+#ifndef MR_LEAF_SCAN_ONLY
+#define MR_LEAF_SCAN_ONLY 0   /* 1: no heap, a scan per victim (benchmarks/bench_leaf_orders.py's baseline) */
+#endif
+
+struct leaf_ent {
+    int64_t key;
+    uint32_t rank;
+    uint32_t id;   /* the node's id (t->by_id) */
+};
+
+/* The key a leaf is ordered by: the policy's, or for MRU its recency
+ * reversed (the most recently used first). */
+MR_INLINE int64_t
+heap_key(const mr_radix *t, const mr_node *n)
+{
+    return t->cfg.policy == MR_POLICY_MRU ? -(int64_t)n->rank : leaf_order_key(t, n);
+}
+
+MR_INLINE int
+leaf_ent_less(const struct leaf_ent *a, const struct leaf_ent *b)
+{
+    return a->key < b->key || (a->key == b->key && a->rank < b->rank);
+}
+
+static void
+leaf_heap_sift_down(struct leaf_ent *h, size_t len, size_t i)
+{
+    struct leaf_ent e = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= len) {
+            break;
+        }
+        if (c + 1 < len && leaf_ent_less(&h[c + 1], &h[c])) {
+            c++;
+        }
+        if (!leaf_ent_less(&h[c], &e)) {
+            break;
+        }
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
+}
+
+static void
+leaf_heap_push(mr_radix *t, mr_node *n)
+{
+    struct leaf_ent e = {heap_key(t, n), n->rank, n->id}, *h = t->heap;
+    size_t i = t->heap_len++;   /* room: the heap never holds more entries than the nodes at its build */
+    while (i > 0 && leaf_ent_less(&e, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static void
+leaf_heap_pop(mr_radix *t)
+{
+    t->heap[0] = t->heap[--t->heap_len];
+    leaf_heap_sift_down(t->heap, t->heap_len, 0);
+}
+
+static void
+leaf_heap_release(mr_radix *t)
+{
+    t->bytes -= t->heap_cap * sizeof(struct leaf_ent);
+    MR_FREE(t->heap);
+    t->heap = NULL;
+    t->heap_len = t->heap_cap = 0;
+    t->heap_ok = 0;
+}
+
+/* Makes the heap current (rebuilding it unless it is); MR_ENOMEM: no heap,
+ * the caller scans. */
+static int
+leaf_heap_ready(mr_radix *t)
+{
+    if (t->heap_ok && t->heap_ver == t->ver) {
+        return MR_OK;
+    }
+    t->heap_ok = 0;
+    if (MR_LEAF_SCAN_ONLY) {
+        return MR_ENOMEM;   /* the benchmark's baseline: no heap, ever */
+    }
+    size_t need = t->nodes ? t->nodes : 1;
+    if (need > t->heap_cap || (need > 64 && need * 4 < t->heap_cap)) {
+        struct leaf_ent *h = MR_REALLOC(t->heap, need * sizeof(*h));
+        if (h == NULL) {
+            return MR_ENOMEM;
+        }
+        t->bytes += need * sizeof(*h);
+        t->bytes -= t->heap_cap * sizeof(*h);
+        t->heap = h;
+        t->heap_cap = need;
+    }
+    const mr_link *head = &t->head[LRU_FULL];
+    uint32_t rank = 0;
+    size_t k = 0;
+    for (const mr_link *l = head->prev; l != head; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        n->rank = rank++;
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            t->heap[k++] = (struct leaf_ent){heap_key(t, n), n->rank, n->id};
+        }
+    }
+    t->heap_len = k;
+    for (size_t i = k / 2; i-- > 0;) {
+        leaf_heap_sift_down(t->heap, k, i);
+    }
+    t->heap_ok = 1;
+    t->heap_ver = t->ver;
+    return MR_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -535,6 +686,7 @@ node_new(mr_radix *t, size_t len, int32_t ns, mr_node **out)
     n->id = id;
     n->gen = t->gens[id];
     t->by_id[id] = n;
+    t->ver++;
     t->bytes += sizeof(*n) + len * (sizeof(int64_t) + sizeof(int32_t));
     *out = n;
     return MR_OK;
@@ -545,6 +697,7 @@ node_new(mr_radix *t, size_t len, int32_t ns, mr_node **out)
 static void
 node_free(mr_radix *t, mr_node *n)
 {
+    t->ver++;
     t->by_id[n->id] = NULL;
     t->gens[n->id] = n->gen + 1;
     t->free_ids[t->nfree++] = n->id;
@@ -739,6 +892,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->by_id);
     MR_FREE(t->gens);
     MR_FREE(t->free_ids);
+    MR_FREE(t->heap);
     MR_FREE(t);
 }
 
@@ -746,6 +900,7 @@ void
 mr_radix_reset(mr_radix *t)
 {
     free_all_nodes(t);
+    leaf_heap_release(t);
     mr_node *root = t->root;
     root->nchildren = 0;
     root->full_lock = root->state_lock = root->nostate_lock = 0;
@@ -1019,6 +1174,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
     if (opts == NULL) {
         opts = &zero;
     }
+    t->ver++;   /* keys (hits, prio, hist) change below */
     if (len % t->cfg.page_size != 0
         || (state < 0 && !(state == MR_NO_STATE && t->cfg.semantics == MR_SEMANTICS_V0523))) {
         return MR_EINVAL;
@@ -1163,6 +1319,7 @@ mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, int32_t n
 static void
 path_lock_delta(mr_radix *t, mr_node *node, int delta)
 {
+    t->ver++;
     for (mr_node *n = node; n != t->root; n = n->parent) {
         if (delta > 0 && n->full_lock++ == 0) {
             t->full_evictable -= n->len;
@@ -1181,6 +1338,7 @@ mr_radix_lock(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
+    t->ver++;
     if (node->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523) {
         /* v0.5.23 counts the state lock on a tombstone too (SGLang's Mamba
          * lock_ref); a state attached under it is protected at once. */
@@ -1209,6 +1367,7 @@ mr_radix_unlock(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
+    t->ver++;
     if (t->cfg.semantics == MR_SEMANTICS_V0523) {
         /* Locks are told apart (mr_radix_lock vs mr_radix_lock_kv). */
         if (node->state_lock == 0) {
@@ -1287,14 +1446,14 @@ release_node(const mr_release *rel, mr_node *n, int with_state)
 }
 
 /* Removes an unlocked leaf and its KV and state, then every tombstone above
- * it that is left an unlocked leaf (SGLang's cascade).  *parent_emptied
- * tells whether the first ancestor that survives was left without
- * children (then it may be the new least recently used leaf).  A callback
+ * it that is left an unlocked leaf (SGLang's cascade).  *emptied is the
+ * first ancestor that survives if it was left without children (then it may
+ * be the next victim), else NULL.  A callback
  * error leaves the leaf in place (or stops the cascade, leaving an unlocked
  * tombstone leaf that evict_full removes later). */
 static int
 evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states,
-           int *parent_emptied)
+           mr_node **emptied)
 {
     int rc = release_node(rel, x, 1);
     if (rc != MR_OK) {
@@ -1327,8 +1486,63 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         t->nodes--;
         parent = up;
     }
-    *parent_emptied = parent->nchildren == 0;
+    *emptied = parent->nchildren == 0 ? parent : NULL;
     return MR_OK;
+}
+
+/* MRU's victim is usually within a few nodes of the MRU end: while the heap
+ * is not current, MRU_PROBE nodes from that end are probed first, and the
+ * heap (an O(n) build) is made only when they hold no evictable leaf. */
+#define MRU_PROBE 64
+
+static mr_node *
+mru_probe(const mr_radix *t)
+{
+    const mr_link *head = &t->head[LRU_FULL];
+    int k = 0;
+    for (const mr_link *l = head->next; l != head && k < MRU_PROBE; l = l->next, k++) {
+        mr_node *n = link_node((mr_link *)l, LRU_FULL);
+        if (n->full_lock == 0 && n->nchildren == 0) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+/* evict_full for a keyed policy: victims from the leaf heap (MRU: from the
+ * probe first), or from the policy's scan when the heap cannot be had. */
+static int
+evict_full_keyed(mr_radix *t, size_t num_tokens, const mr_release *rel, size_t *tokens, size_t *states)
+{
+    int rc = MR_OK;
+    while (*tokens < num_tokens) {
+        mr_node *x = NULL, *up;
+        int heaped = t->heap_ok && t->heap_ver == t->ver;
+        if (!heaped && t->cfg.policy == MR_POLICY_MRU) {
+            x = mru_probe(t);
+        }
+        if (x == NULL && !heaped) {
+            heaped = leaf_heap_ready(t) == MR_OK;
+        }
+        if (x == NULL) {
+            x = !heaped ? policy_of(t)->leaf_victim(t, NULL) : t->heap_len > 0 ? t->by_id[t->heap[0].id] : NULL;
+        }
+        if (x == NULL) {
+            break;
+        }
+        /* a callback error before any change leaves x in place (on top), the heap current */
+        if ((rc = evict_leaf(t, x, rel, tokens, states, &up)) != MR_OK) {
+            return rc;
+        }
+        if (heaped) {
+            leaf_heap_pop(t);
+            if (up != NULL && up != t->root && up->full_lock == 0) {
+                leaf_heap_push(t, up);
+            }
+            t->heap_ver = t->ver;
+        }
+    }
+    return rc;
 }
 
 int
@@ -1341,15 +1555,20 @@ mr_radix_evict_full(mr_radix *t, size_t num_tokens, const mr_release *rel,
     if (num_tokens > 0) {
         tune_start(t);
     }
-    mr_node *x = pol->leaf_victim(t, NULL);
-    while (tokens < num_tokens && x != NULL) {
-        mr_node *next = pol->rescan ? NULL : pol->leaf_victim(t, x->lru[LRU_FULL].prev);
-        int emptied = 0;
-        if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
-            break;
+    if (pol->keyed && num_tokens > 0) {
+        rc = evict_full_keyed(t, num_tokens, rel, &tokens, &states);
+    }
+    else {
+        mr_node *x = pol->leaf_victim(t, NULL);
+        while (tokens < num_tokens && x != NULL) {
+            mr_node *next = pol->rescan ? NULL : pol->leaf_victim(t, x->lru[LRU_FULL].prev);
+            mr_node *emptied;
+            if ((rc = evict_leaf(t, x, rel, &tokens, &states, &emptied)) != MR_OK) {
+                break;
+            }
+            /* The parent may have become the least recently used leaf. */
+            x = emptied != NULL || pol->rescan ? pol->leaf_victim(t, NULL) : next;
         }
-        /* The parent may have become the least recently used leaf. */
-        x = emptied || pol->rescan ? pol->leaf_victim(t, NULL) : next;
     }
     if (tokens_out) {
         *tokens_out = tokens;
@@ -1378,7 +1597,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
         *states += 1;
         return MR_OK;
     }
-    int emptied = 0;
+    mr_node *emptied;
     return evict_leaf(t, x, rel, tokens, states, &emptied);
 }
 
@@ -1838,7 +2057,26 @@ mr_radix_set_policy(mr_radix *t, mr_lru_policy policy, const mr_leaf_order *orde
     }
     t->cfg.policy = policy;
     t->order = order != NULL ? *order : (mr_leaf_order){2, 0, 0};
+    t->ver++;
     return MR_OK;
+}
+
+const char *
+mr_radix_policy_name(mr_lru_policy policy)
+{
+    return (unsigned)policy < MR_NPOLICIES ? policies[policy].name : NULL;
+}
+
+int
+mr_radix_policy_by_name(const char *name, mr_lru_policy *out)
+{
+    for (unsigned i = 0; i < MR_NPOLICIES; i++) {
+        if (strcmp(policies[i].name, name) == 0) {
+            *out = (mr_lru_policy)i;
+            return MR_OK;
+        }
+    }
+    return MR_EINVAL;
 }
 
 uint32_t mr_node_hits(const mr_node *n) { return n->hits; }
@@ -1987,6 +2225,28 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
             seen++;
         }
         CHECK(seen == expect, "I4: %s LRU list has %zu nodes, expected %zu", w ? "state" : "full", seen, expect);
+    }
+
+    if (t->heap_ok && t->heap_ver == t->ver) {
+        const mr_link *head = &t->head[LRU_FULL];
+        size_t leaves = 0;
+        int64_t last = -1;
+        for (const mr_link *l = head->prev; l != head; l = l->prev) {
+            const mr_node *n = link_node((mr_link *)l, LRU_FULL);
+            CHECK((int64_t)n->rank > last, "I10: leaf heap rank of node %u is out of list order", n->id);
+            last = n->rank;
+            leaves += n->full_lock == 0 && n->nchildren == 0;
+        }
+        CHECK(t->heap_len == leaves, "I10: leaf heap holds %zu entries for %zu evictable leaves", t->heap_len,
+              leaves);
+        for (size_t i = 0; i < t->heap_len; i++) {
+            const struct leaf_ent *e = &t->heap[i];
+            const mr_node *n = e->id < t->nids ? t->by_id[e->id] : NULL;
+            CHECK(n != NULL && n->full_lock == 0 && n->nchildren == 0,
+                  "I10: leaf heap entry %zu is not an evictable leaf", i);
+            CHECK(e->rank == n->rank && e->key == heap_key(t, n), "I10: leaf heap entry of node %u is stale", n->id);
+            CHECK(i == 0 || !leaf_ent_less(e, &t->heap[(i - 1) / 2]), "I10: leaf heap order broken at %zu", i);
+        }
     }
 done:
     MR_FREE(stack);

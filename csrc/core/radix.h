@@ -47,6 +47,10 @@
  *       verify it; the C tests check it against a model.
  *   I9  Every live node is registered under its id with its current
  *       generation; handles of removed nodes are detected as stale.
+ *   I10 While the leaf orders' victim heap is current (nothing but its own
+ *       evictions changed the tree since it was built), it holds exactly the
+ *       evictable leaves, each under its present key and rank, and the
+ *       ranks rise along the full list from its LRU end.
  *
  * Ownership: the tree copies the keys and KV indices it is given.  It never
  * frees KV indices or state slots itself: insert reports the caller's
@@ -89,7 +93,10 @@ typedef enum {
      * "tail-safe" (TLRU: -1 when the tokens above the leaf already cover the
      * branch's history + next prompt - threshold); MRU takes the most
      * recently used leaf and FILO the newest.  LRU is CONSUMED itself.
-     * Set with mr_radix_set_policy on an empty tree. */
+     * evict_full takes these victims from a heap of the evictable leaves
+     * (O(log n) a victim), kept across calls while only its own evictions
+     * change the tree.  Set in the config, or with mr_radix_set_policy (and
+     * the orders' parameters) on an empty tree. */
     MR_POLICY_LFU = 3,
     MR_POLICY_FIFO = 4,
     MR_POLICY_MRU = 5,
@@ -164,6 +171,12 @@ typedef struct {
  * changed, unless the tree is empty (the orders' bookkeeping starts with the
  * first node) or for an unknown policy.  order may be NULL (defaults). */
 int mr_radix_set_policy(mr_radix *t, mr_lru_policy policy, const mr_leaf_order *order);
+
+/* The policy table's names: "sglang", "consumed", "utility", "lfu", "fifo",
+ * "mru", "filo", "priority", "slru", "tlru".  mr_radix_policy_name: NULL for
+ * an unknown policy; mr_radix_policy_by_name: MR_EINVAL for an unknown name. */
+const char *mr_radix_policy_name(mr_lru_policy policy);
+int mr_radix_policy_by_name(const char *name, mr_lru_policy *out);
 
 /* A node handle: stays comparable after the node is gone, and resolves to
  * MR_ESTALE then. */

@@ -48,12 +48,69 @@ mr_type_free(PyObject *self)
 const char *
 mr_policy_name(int policy)
 {
-    return policy == MR_POLICY_SGLANG ? "sglang" : policy == MR_POLICY_UTILITY ? "utility" : "consumed";
+    const char *name = mr_radix_policy_name((mr_lru_policy)policy);
+    return name != NULL ? name : "?";
+}
+
+/* policy_options: 1 when a mapping was given, 0 for None / absent, -1 with
+ * TypeError otherwise. */
+static int
+options_given(const char *fname, PyObject *options)
+{
+    if (options == NULL || options == Py_None) {
+        return 0;
+    }
+    if (!PyMapping_Check(options) || PyList_Check(options) || PyTuple_Check(options)) {
+        PyErr_Format(PyExc_TypeError, "%s: policy_options must be a mapping, not %s", fname,
+                     Py_TYPE(options)->tp_name);
+        return -1;
+    }
+    return 1;
+}
+
+/* Reads those of the int keys names[0..n) that options holds into vals
+ * (each in 0..hi[i]), counting them in *seen. */
+static int
+read_int_keys(PyObject *options, const char *const *names, size_t n, const int64_t *hi, int64_t *vals,
+              Py_ssize_t *seen)
+{
+    for (size_t i = 0; i < n; i++) {
+        PyObject *v = PyMapping_GetItemString(options, names[i]);
+        if (v == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        ++*seen;
+        char arg[64];
+        snprintf(arg, sizeof(arg), "policy_options['%s']", names[i]);
+        int r = mr_as_int64(v, 0, hi[i], arg, &vals[i]);
+        Py_DECREF(v);
+        if (r < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ValueError unless options holds only the seen keys. */
+static int
+no_other_keys(const char *fname, PyObject *options, Py_ssize_t seen, const char *policy, const char *known)
+{
+    Py_ssize_t n = PyMapping_Size(options);
+    if (n < 0) {
+        return -1;
+    }
+    if (n != seen) {
+        PyErr_Format(PyExc_ValueError, "%s: policy_options has unknown keys for lru_policy '%s' (known: %s)", fname,
+                     policy, known);
+        return -1;
+    }
+    return 0;
 }
 
 int
 mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObject *budget, void *cfgp,
-               void *optp)
+               void *optp, void *orderp)
 {
     mr_radix_config *pcfg = cfgp;
     mr_radix_options *cfg = optp;
@@ -64,19 +121,24 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     static const char *const inames[] = {"evict_window", "tune_window", "mru"};
     uint32_t *ivals[] = {&cfg->evict_window, &cfg->tune_window, &cfg->mru};
     static const int64_t imax[] = {1024, 1 << 20, 1};
-    if (strcmp(policy, "sglang") == 0) {
-        pcfg->policy = MR_POLICY_SGLANG;
-    }
-    else if (strcmp(policy, "consumed") == 0) {
-        pcfg->policy = MR_POLICY_CONSUMED;
-    }
-    else if (strcmp(policy, "utility") == 0) {
-        pcfg->policy = MR_POLICY_UTILITY;
-    }
-    else {
-        PyErr_Format(PyExc_ValueError, "%s: lru_policy must be 'sglang', 'consumed' or 'utility', not '%s'",
-                     fname, policy);
+    /* the leaf orders' keys, as SGLang's eviction_policy_config names them */
+    static const char *const onames[] = {"protected_threshold", "threshold", "next_prompt_estimate"};
+    static const int64_t omax[] = {(int64_t)1 << 60, (int64_t)1 << 60, (int64_t)1 << 60};
+    mr_lru_policy p;
+    int known = mr_radix_policy_by_name(policy, &p) == MR_OK;
+    int classic = known && (p == MR_POLICY_SGLANG || p == MR_POLICY_CONSUMED || p == MR_POLICY_UTILITY);
+    if (!classic && (orderp == NULL || !known)) {
+        PyErr_Format(PyExc_ValueError, "%s: lru_policy must be %s, not '%s'", fname,
+                     orderp == NULL ? "'sglang', 'consumed' or 'utility'"
+                                    : "'sglang', 'consumed', 'utility', 'lfu', 'fifo', 'mru', 'filo', "
+                                      "'priority', 'slru' or 'tlru'",
+                     policy);
         return -1;
+    }
+    pcfg->policy = p;
+    mr_leaf_order *order = orderp;
+    if (order != NULL) {
+        *order = (mr_leaf_order){2, 0, 0};
     }
     if (budget != NULL && budget != Py_None) {
         int64_t b;
@@ -85,15 +147,23 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
         }
         cfg->max_states_per_path = (uint32_t)b;
     }
-    if (options == NULL || options == Py_None) {
-        return 0;
-    }
-    if (!PyMapping_Check(options) || PyList_Check(options) || PyTuple_Check(options)) {
-        PyErr_Format(PyExc_TypeError, "%s: policy_options must be a mapping, not %s", fname,
-                     Py_TYPE(options)->tp_name);
-        return -1;
+    int given = options_given(fname, options);
+    if (given <= 0) {
+        return given;
     }
     Py_ssize_t seen = 0;
+    if (!classic) {
+        int64_t o[3] = {order->slru_protected_threshold, order->tlru_threshold, order->tlru_next_prompt_estimate};
+        size_t first = p == MR_POLICY_SLRU ? 0 : 1, count = p == MR_POLICY_SLRU ? 1 : p == MR_POLICY_TLRU ? 2 : 0;
+        if (read_int_keys(options, onames + first, count, omax, o + first, &seen) < 0) {
+            return -1;
+        }
+        *order = (mr_leaf_order){o[0], o[1], o[2]};
+        return no_other_keys(fname, options, seen, policy,
+                             p == MR_POLICY_SLRU   ? "protected_threshold"
+                             : p == MR_POLICY_TLRU ? "threshold, next_prompt_estimate"
+                                                   : "none");
+    }
     for (size_t i = 0; i < sizeof(dnames) / sizeof(dnames[0]); i++) {
         PyObject *v = PyMapping_GetItemString(options, dnames[i]);
         if (v == NULL) {
@@ -114,33 +184,16 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
         }
         *dvals[i] = d;
     }
-    for (size_t i = 0; i < sizeof(inames) / sizeof(inames[0]); i++) {
-        PyObject *v = PyMapping_GetItemString(options, inames[i]);
-        if (v == NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        seen++;
-        int64_t x;
-        char arg[64];
-        snprintf(arg, sizeof(arg), "policy_options['%s']", inames[i]);
-        int r = mr_as_int64(v, 0, imax[i], arg, &x);
-        Py_DECREF(v);
-        if (r < 0) {
-            return -1;
-        }
-        *ivals[i] = (uint32_t)x;
-    }
-    Py_ssize_t n = PyMapping_Size(options);
-    if (n < 0) {
+    int64_t iv[3] = {*ivals[0], *ivals[1], *ivals[2]};
+    if (read_int_keys(options, inames, 3, imax, iv, &seen) < 0) {
         return -1;
     }
-    if (n != seen) {
-        PyErr_Format(PyExc_ValueError, "%s: policy_options has unknown keys (known: alpha, flops_per_token, "
-                     "attn_flops_per_pos, state_bytes, kv_bytes_per_token, evict_window, tune_window, mru)", fname);
-        return -1;
+    for (size_t i = 0; i < 3; i++) {
+        *ivals[i] = (uint32_t)iv[i];
     }
-    return 0;
+    return no_other_keys(fname, options, seen, policy,
+                         "alpha, flops_per_token, attn_flops_per_pos, state_bytes, kv_bytes_per_token, "
+                         "evict_window, tune_window, mru");
 }
 
 /* ------------------------------------------------------------------------

@@ -105,14 +105,18 @@ mr_seq_put(mr_seq *r, PyObject *v)
 #define MR_SEQ_ADD(r, expr) ((r).res != NULL ? mr_seq_put(&(r), (expr)) : (void)0)
 
 /* The tree's policy settings shared by RadixTree and Lifecycle: the policy
- * name ("sglang", "consumed", "utility"), policy_options (None or a mapping
- * with the utility policy's alpha, flops_per_token, attn_flops_per_pos,
- * state_bytes, kv_bytes_per_token, evict_window, tune_window) and
- * max_states_per_path (None or an int >= 0).  Fills cfg's policy (an
- * mr_radix_config) and opt (an mr_radix_options);
+ * name ("sglang", "consumed", "utility"; with order non-NULL also the leaf
+ * orders "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru"),
+ * policy_options (None or a mapping: for sglang / consumed / utility the
+ * utility policy's alpha, flops_per_token, attn_flops_per_pos, state_bytes,
+ * kv_bytes_per_token, evict_window, tune_window, mru; for slru
+ * protected_threshold, for tlru threshold and next_prompt_estimate, as
+ * SGLang's eviction_policy_config) and max_states_per_path (None or an
+ * int >= 0).  Fills cfg's policy (an mr_radix_config), opt (an
+ * mr_radix_options) and order (an mr_leaf_order, or NULL);
  * returns -1 with ValueError / TypeError naming fname and the argument. */
 int mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObject *budget, void *cfg,
-                   void *opt);
+                   void *opt, void *order);
 /* The policy's name for a config. */
 const char *mr_policy_name(int policy);
 

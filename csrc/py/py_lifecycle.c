@@ -465,7 +465,7 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     mr_radix_config pc = {1, 1, MR_POLICY_SGLANG};
-    if (mr_read_policy("Lifecycle()", policy, opts, budget, &pc, &cfg.tree) < 0) {
+    if (mr_read_policy("Lifecycle()", policy, opts, budget, &pc, &cfg.tree, NULL) < 0) {
         return NULL;
     }
     cfg.policy = pc.policy;

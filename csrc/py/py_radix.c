@@ -177,7 +177,8 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     mr_radix_config cfg = {.page_size = (uint32_t)page, .chunk_size = (uint32_t)chunk, .policy = MR_POLICY_CONSUMED};
     mr_radix_options opt = {0};
-    if (mr_read_policy("RadixTree()", policy, opts, budget, &cfg, &opt) < 0) {
+    mr_leaf_order order;
+    if (mr_read_policy("RadixTree()", policy, opts, budget, &cfg, &opt, &order) < 0) {
         return NULL;
     }
     cfg.kv_only = kv_only;
@@ -204,6 +205,9 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rc = mr_radix_new(&cfg, &self->tree);
     if (rc == MR_OK) {
         rc = mr_radix_set_options(self->tree, &opt);
+    }
+    if (rc == MR_OK) {
+        rc = mr_radix_set_policy(self->tree, cfg.policy, &order);
     }
     if (rc != MR_OK) {
         mr_raise(mr_state_from_type(type), rc, "RadixTree()");
@@ -367,7 +371,8 @@ check_owned(RadixTree *self, const int32_t *key, const int64_t *val, size_t klen
 }
 
 PyDoc_STRVAR(RadixTree_insert__doc__,
-"insert($self, key, value, state, /, *, extra_key=None, prev_prefix_len=0)\n"
+"insert($self, key, value, state, /, *, extra_key=None, prev_prefix_len=0,\n"
+"       priority=0, inserted_len=0)\n"
 "--\n"
 "\n"
 "Insert key with its KV indices (value, same length) and the state slot at\n"
@@ -378,12 +383,18 @@ PyDoc_STRVAR(RadixTree_insert__doc__,
 "tokens already cached; whether the end node already had a state (then the\n"
 "caller keeps and frees its slot); the node ending at the key's end; and\n"
 "the caller's indices for already-cached tokens past prev_prefix_len,\n"
-"which the caller must free.  The tree frees nothing itself.");
+"which the caller must free.  The tree frees nothing itself.\n"
+"\n"
+"priority and inserted_len feed SGLang 0.5.23's leaf orders: every node the\n"
+"insert walks or creates keeps the highest priority inserted through it\n"
+"('priority'), and counts a hit ('lfu', 'slru') when it ends past\n"
+"inserted_len, the tokens this request inserted before.");
 
 static PyObject *
 RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, a, "insert", 3, 3, 3, "key", "value", "state", "extra_key", "prev_prefix_len");
+    MR_ARGS(spec, a, "insert", 3, 3, 3, "key", "value", "state", "extra_key", "prev_prefix_len", "priority",
+            "inserted_len");
     mr_state *st = tree_state((PyObject *)self);
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
@@ -398,6 +409,13 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
         return NULL;
     }
+    mr_insert_opts io = {0, 0};
+    int64_t inserted = 0;
+    if ((a[5] != NULL && mr_as_int64(a[5], INT64_MIN, INT64_MAX, "priority", &io.priority) < 0)
+        || (a[6] != NULL && mr_as_int64(a[6], 0, INT64_MAX, "inserted_len", &inserted) < 0)) {
+        return NULL;
+    }
+    io.inserted_len = (size_t)inserted;
     mr_ints kb = {0}, vb = {0};
     PyObject *res = NULL;
     int32_t ns;
@@ -425,7 +443,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         goto done;
     }
     mr_insert_result ir;
-    int rc = mr_radix_insert(self->tree, key, val, klen, ns, state, (size_t)prev, NULL, &ir);
+    int rc = mr_radix_insert_ex(self->tree, key, val, klen, ns, state, (size_t)prev, &io, NULL, &ir);
     if (rc != MR_OK) {
         mr_raise(st, rc, "insert()");
         goto done;
@@ -1059,7 +1077,8 @@ static PyGetSetDef RadixTree_getset[] = {
     {"root", (getter)RadixTree_get_root, NULL, "The root node.", NULL},
     {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
     {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
-    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL, "'consumed', 'sglang' or 'utility'.", NULL},
+    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL,
+     "'consumed', 'sglang', 'utility', 'lfu', 'fifo', 'mru', 'filo', 'priority', 'slru' or 'tlru'.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1087,8 +1106,15 @@ PyDoc_STRVAR(RadixTree__doc__,
 "state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
 "victim, default and most 1024), tune_window (> 0: re-tune alpha, the KV\n"
 "weight and the recency order by replaying that many insertions against a\n"
-"snapshot) and mru (1: start with the recency order reversed).  max_states_per_path: a per-path\n"
-"state budget enforced by trim_path().\n"
+"snapshot) and mru (1: start with the recency order reversed).\n"
+"lru_policy may also be one of SGLang 0.5.23's leaf orders for the KV victim\n"
+"(--radix-eviction-policy; touches as 'consumed'): 'lfu' (fewest hits),\n"
+"'fifo' (oldest node), 'mru' (most recently used), 'filo' (newest node),\n"
+"'priority' (lowest insert priority), 'slru' (hits below\n"
+"policy_options['protected_threshold'], default 2, first) or 'tlru'\n"
+"(leaves past the branch's budget first; policy_options 'threshold' and\n"
+"'next_prompt_estimate', default 0); ties go to the least recently used.\n"
+"max_states_per_path: a per-path state budget enforced by trim_path().\n"
 "check_ownership: track the KV indices and state slots the tree holds and\n"
 "make insert() raise ValueError, leaving the tree unchanged, for a KV index\n"
 "past prev_prefix_len or a state slot the tree already holds (a later\n"

@@ -192,6 +192,7 @@ typedef struct {
     int nst_log;
     int check_in_tree;            /* callbacks verify the node is still there */
     long not_in_tree;
+    mr_insert_opts io;   /* fx_insert_pp's insert options (zero: none) */
 } fixture;
 
 static int
@@ -319,7 +320,7 @@ fx_insert_pp(fixture *f, const int32_t *key, size_t len, int32_t ns, size_t pp,
         *slot_out = slot;
     }
     memset(&r, 0xa5, sizeof r);
-    rc = mr_radix_insert(f->t, key, val, len, ns, slot, pp, dup, &r);
+    rc = mr_radix_insert_ex(f->t, key, val, len, ns, slot, pp, &f->io, dup, &r);
     if (rc == MR_OK) {
         size_t expect = r.prefix_len > pp ? r.prefix_len - pp : 0;
         CHECK_EQ(r.ndup, expect);
@@ -1498,10 +1499,52 @@ unit_v0523_mode(void)
     mr_radix_free(t);
 }
 
+/* The leaf heap outlives an eviction call; a lock or an unlock between two
+ * calls must be seen by the next one (a leaf unlocked after the heap was
+ * built is a victim; one locked after it is not). */
+static void
+unit_leaf_heap_sees_locks(void)
+{
+    fixture f;
+    mr_insert_result ra, rb, rc;
+    size_t tok, sts;
+    const int32_t a[2] = {1, 2}, b[2] = {3, 4}, c[2] = {5, 6};
+    cur_test = "leaf_heap_sees_locks";
+    fx_init(&f, 1, 1, MR_POLICY_LFU, 64, 16);
+    CHECK_RC(fx_insert_pp(&f, a, 2, 0, 0, &ra, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, b, 2, 0, 0, &rb, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, c, 2, 0, 0, &rc, NULL, NULL), MR_OK);
+    CHECK_RC(mr_radix_lock_kv(f.t, ra.node), MR_OK);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* b: the least recent unlocked */
+    CHECK(tok == 2 && fx_stats(&f).nodes == 2);
+    CHECK_TREE(f.t);
+    mr_handle hc = mr_node_handle(rc.node);
+    mr_node *live;
+    CHECK_RC(mr_radix_lock_kv(f.t, rc.node), MR_OK);
+    CHECK_RC(mr_radix_unlock_kv(f.t, ra.node), MR_OK);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* a, unlocked since; not c */
+    CHECK(tok == 2 && fx_stats(&f).nodes == 1);
+    CHECK_RC(mr_radix_resolve(f.t, hc, &live), MR_OK);
+    if (live != rc.node) {
+        fx_done(&f);
+        return;
+    }
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);   /* c is locked */
+    CHECK(tok == 0 && fx_stats(&f).nodes == 1);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_unlock_kv(f.t, rc.node), MR_OK);
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 2 && fx_stats(&f).nodes == 0);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
 static void
 run_units(void)
 {
     unit_new_and_empty();
+    unit_leaf_heap_sees_locks();
     unit_v0523_mode();
     unit_sglang_cache_1(MR_POLICY_SGLANG);
     unit_sglang_cache_1(MR_POLICY_CONSUMED);
@@ -2178,6 +2221,70 @@ oom_units(void)
     mr_fault_fail_at(0);
 }
 
+/* A keyed leaf order whose victim heap cannot be allocated scans for each
+ * victim instead; the heap (kept across the one-leaf calls of SGLang's walk)
+ * and the scan must pick the same victims, under both semantics (v0.5.15's
+ * cascade through tombstones included).  Tree a never gets its heap, tree b
+ * does; their dumps must agree after every eviction. */
+static void
+oom_leaf_heap(void)
+{
+    static const mr_lru_policy pols[] = {MR_POLICY_LFU,      MR_POLICY_FIFO, MR_POLICY_MRU, MR_POLICY_FILO,
+                                         MR_POLICY_PRIORITY, MR_POLICY_SLRU, MR_POLICY_TLRU};
+    for (size_t pi = 0; pi < sizeof(pols) / sizeof(pols[0]); pi++) {
+        for (int sem = 0; sem < 2; sem++) {
+            fixture f[2];
+            mr_radix_config cfg = {1, 1, pols[pi], (mr_semantics)sem, 0};
+            cur_test = "oom_leaf_heap";
+            for (int w = 0; w < 2; w++) {
+                fx_init(&f[w], 1, 1, pols[pi], 4096, 512);
+                mr_radix_free(f[w].t);
+                CHECK_RC(mr_radix_new(&cfg, &f[w].t), MR_OK);
+            }
+            rng_state = 77 + pi;
+            for (int i = 0; i < 150; i++) {
+                int32_t k[8];
+                size_t len = 1 + rng_next(NULL) % 8;
+                for (size_t j = 0; j < len; j++) {
+                    k[j] = (int32_t)(rng_next(NULL) % 3);
+                }
+                mr_insert_opts io = {rng_next(NULL) % 2 ? len / 2 : 0, (int64_t)(rng_next(NULL) % 3)};
+                for (int w = 0; w < 2; w++) {
+                    f[w].io = io;
+                    CHECK_RC(fx_insert_pp(&f[w], k, len, 0, 0, NULL, NULL, NULL), MR_OK);
+                }
+                if (i % 4 == 0) {
+                    mr_match m;
+                    CHECK_RC(mr_radix_match(f[0].t, k, len / 2, 0, &m), MR_OK);
+                    CHECK_RC(mr_radix_match(f[1].t, k, len / 2, 0, &m), MR_OK);
+                }
+            }
+            while (fx_stats(&f[1]).nodes > 0) {
+                size_t tok[2], sts[2];
+                mr_fault_fail_at(1);
+                int rc = mr_radix_evict_full(f[0].t, 1, &f[0].rel, &tok[0], &sts[0]);
+                mr_fault_fail_at(0);
+                CHECK_RC(rc, MR_OK);
+                CHECK_RC(mr_radix_evict_full(f[1].t, 1, &f[1].rel, &tok[1], &sts[1]), MR_OK);
+                CHECK(tok[0] == tok[1] && tok[1] > 0 && sts[0] == sts[1]);
+                char *d[2];
+                size_t n[2];
+                CHECK_RC(mr_radix_dump(f[0].t, &d[0], &n[0]), MR_OK);
+                CHECK_RC(mr_radix_dump(f[1].t, &d[1], &n[1]), MR_OK);
+                int same = n[0] == n[1] && memcmp(d[0], d[1], n[0]) == 0;
+                MR_FREE(d[0]);
+                MR_FREE(d[1]);
+                CHECK(same);
+                if (!same || !CHECK_TREE(f[0].t) || !CHECK_TREE(f[1].t)) {
+                    break;
+                }
+            }
+            fx_done(&f[0]);
+            fx_done(&f[1]);
+        }
+    }
+}
+
 #endif /* MR_FAULT_INJECT */
 
 /* ------------------------------------------------------------------------
@@ -2233,6 +2340,7 @@ main(int argc, char **argv)
 #ifdef MR_FAULT_INJECT
         printf("oom...\n");
         oom_units();
+        oom_leaf_heap();
         printf("oom fuzz: %ld ops, seed %llu...\n", ops, (unsigned long long)seed);
         run_fuzz(seed, ops, 1);
 #else

@@ -139,6 +139,13 @@ MUTANTS: List[Mutant] = [
            "        size_t p", T_TREE, "match ignores states on the way down (only the deepest node counts)"),
     Mutant("TR_CASCADE", "csrc/core/radix.c", "while (t->cfg.semantics == MR_SEMANTICS_V0515 && parent != t->root && parent->state < 0\n           && parent->nchildren == 0 && parent->full_lock == 0) {",
            "while (0) {", T_TREE, "evicting a leaf leaves childless stateless parents (dropped free)"),
+    Mutant("TR_LEAF_TIE", "csrc/core/radix.c", "(a->key == b->key && a->rank < b->rank)",
+           "(a->key == b->key && a->rank > b->rank)", ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py"],
+           "leaf heap breaks key ties toward the most recently used leaf"),
+    Mutant("TR_LEAF_STALE", "csrc/core/radix.c", "path_lock_delta(mr_radix *t, mr_node *node, int delta)\n{\n    t->ver++;",
+           "path_lock_delta(mr_radix *t, mr_node *node, int delta)\n{",
+           ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py"],
+           "a KV lock or unlock leaves the leaf heap current (stale evictability)"),
     # ---- allocators (csrc/core/slot_alloc.c)
     Mutant("SA_ENOSPC", "csrc/core/slot_alloc.c", "    if (k > s->count) {\n        return MR_ENOSPC;",
            "    if (k > s->count + 1) {\n        return MR_ENOSPC;", T_POOLS + T_LIFE,

@@ -219,7 +219,7 @@ def test_utility_tuner_keeps_the_tree_valid() -> None:
 
 def test_policy_options_are_checked() -> None:
     with pytest.raises(ValueError, match="lru_policy"):
-        mambaradix.RadixTree(lru_policy="lfu")
+        mambaradix.RadixTree(lru_policy="belady")
     with pytest.raises(ValueError, match="unknown keys"):
         mambaradix.RadixTree(lru_policy="utility", policy_options={"alpah": 1.0})
     with pytest.raises(ValueError, match="alpha"):
