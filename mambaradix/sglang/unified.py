@@ -720,8 +720,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return []
 
         def evict_excess_path_states(self, tail_node_id, device_frees, host_frees, cache_actions) -> None:
+            # SGLang's core looks up its Mamba component first: a tree without
+            # one raises KeyError(MAMBA) whatever the tail or the cap.
+            if not self.has_mamba:
+                raise KeyError(MAMBA)
             node = self._node(tail_node_id, "tail_node_id")
-            if self._path_cap < 0 or not self.has_mamba:
+            if self._path_cap < 0:
                 return
             slots = self._tree.evict_path_states(node, self._path_cap)
             if len(slots):

@@ -213,6 +213,28 @@ def test_evict_excess_path_states_called_directly():
     d.check("after evict_excess_path_states")
 
 
+@pytest.mark.parametrize("path_cap", [-1, 1])
+def test_evict_excess_path_states_without_mamba(path_cap):
+    """A [FULL] tree has no Mamba component to trim: both cores raise the
+    same KeyError, whatever the tail (a live node or no node) and the cap,
+    and change nothing."""
+    d = dual.Differ(CacheConfig(page_size=1, components=(FULL,)), "none", seed=5, path_cap=path_cap)
+    d.run(40)
+    out = []
+    for side in (d.a, d.b):
+        live = side.core.match_full_device_prefix(_key([1, 1, 1, 1]))[1]
+        raised = []
+        for tail in (live, side.core.root_node_handle(), 10**9):
+            frees = {FULL: []}
+            with pytest.raises(KeyError) as ei:
+                side.core.evict_excess_path_states(tail, frees, {FULL: []}, [])
+            raised.append((ei.value.args, frees))
+        out.append(raised)
+    assert out[0] == out[1]
+    assert out[0][0] == ((MAMBA,), {FULL: []})
+    d.check("after evict_excess_path_states without Mamba")
+
+
 # ---- pretty_print ------------------------------------------------------------
 
 
