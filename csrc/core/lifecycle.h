@@ -176,7 +176,9 @@ int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t
 /* match_prefix: matches key[0:len) in namespace ns; writes the usable
  * prefix's KV indices to indices (capacity len) and *m.  With cow and a
  * node that has a state: st->running gets a slot if it has none (owner
- * `owner`), st->cow_src = the node's state, st->needs_clear = 0.
+ * `owner`), st->cow_src = the node's state, st->needs_clear = 0.  With
+ * owner a request row, st must be that row's request's record: the row's
+ * maps are rewritten from st (Q3) when it gets the slot.
  * MR_ENOSPC if no slot could be had (the match itself stands). */
 int mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
                 int32_t owner, mr_match *m, int64_t *indices);

@@ -560,7 +560,45 @@ PyDoc_STRVAR(Lifecycle_match__doc__,
 "(-1 = None).  With cow and a node that has a state, running gets a slot\n"
 "(owner: -2 held, or a request row) if it is -1.  rs: the request's\n"
 "ReqState (then `running` is its own); with cow and a hit it records the\n"
-"running slot, the copy-on-write source and needs_clear = False.");
+"running slot, the copy-on-write source and needs_clear = False.\n"
+"A row's state and track maps follow its request's record, so cow with\n"
+"owner a request row needs that request's record as rs: without rs (the\n"
+"slot would be only in the result, the row's record would not name it), or\n"
+"with rs the record of another row, or a record outside the row while the\n"
+"row holds one, the call raises ValueError and changes nothing.  Without a\n"
+"record, use owner=-2: the slot is held, only in the result.");
+
+/* match(cow=True, owner=row): the core writes the row's maps from the
+ * record it is given, so that record must be the row's request's: rs itself
+ * (not None), bound to that row, or, while the row holds no record, one
+ * outside any row (a request whose record its caller keeps). */
+static int
+match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
+{
+    if (rs == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "match(): cow with owner=%lld (a request row) needs rs, that request's record: the row's "
+                     "maps follow its record (use owner=-2 for a slot held only in the result)",
+                     (long long)owner);
+        return -1;
+    }
+    if (rs_live(rs, "match(): rs") < 0) {
+        return -1;
+    }
+    const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->row != owner)) {
+        PyErr_Format(PyExc_ValueError, "match(): rs is the record of request row %lld%s, not of owner=%lld",
+                     (long long)rs->row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
+        return -1;
+    }
+    if (rs->pool == NULL && owner <= rp->size && (rp->bound[owner] & MR_ROW_BOUND)) {
+        PyErr_Format(PyExc_ValueError,
+                     "match(): owner=%lld holds another request's record; rs (a record outside any row) is not it",
+                     (long long)owner);
+        return -1;
+    }
+    return 0;
+}
 
 static PyObject *
 Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -606,6 +644,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_SetString(PyExc_TypeError, "match(): rs must be a ReqState");
         return NULL;
     }
+    if (cow && owner >= 1 && match_row_record(self, (ReqStateObject *)rs, owner) < 0) {
+        return NULL;
+    }
     size_t len = 0;
     Py_buffer view;
     int have_view = 0;
@@ -644,8 +685,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     /* The request holds what the copy-on-write gave it (a running slot, the
      * source) before anything below can fail, as SGLang's Req gets them
      * before its result is built: a failure then leaves it holding them,
-     * nothing leaked.  Without rs the slot is only in the result: a failure
-     * gives it back. */
+     * nothing leaked.  Without rs the slot is only in the result (held:
+     * match_row_record refused a row as its owner): a failure gives it
+     * back. */
     if (rs != NULL) {
         Py_DECREF(build_rs(self, rs, &st));
     }
@@ -658,9 +700,6 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     if (res == NULL && rs == NULL && st.running != running) {
         (void)mr_lc_free_states(self->lc, &st, -1);
-        if (owner >= 1) {
-            mr_reqpool_sync_maps(mr_pools_req_pool(self->rp_obj, lc_state(self)), owner, &st);
-        }
     }
     return res;
 }

@@ -166,3 +166,48 @@ def test_admission_keeps_one_record_per_row() -> None:
         lc.admit([-1], [a])
     assert b.row == -1 and rp.available_size() == 3
     lc.check()
+
+
+def test_a_copy_on_write_match_for_a_row_keeps_the_rows_record() -> None:
+    """match(cow=True, owner=row) gives the row's request a running slot and
+    the row's maps follow that request's record.  A call whose record is not
+    the row's (none, another row's, one outside the row while the row holds
+    one) would rewrite the row's maps from it: it raises ValueError naming
+    rs / owner, and the row keeps what admit gave it (its maps equal to its
+    record, the slots owned as they were)."""
+    states, kv, rp = _C.SlotAllocator(16), _C.SlotAllocator(64), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(states, kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+    rec, other = _C.ReqState(), _C.ReqState()
+    (row, row2), _ = lc.admit([-1, -1], [rec, other])
+    lc.insert([1, 2, 3, 4], kv.alloc(4), int(states.alloc(1)[0]))
+    key = [1, 2, 3, 4, 5]
+
+    def held():
+        return (int(rp.state_map[row]), rp.track_map[row].tolist(), rec.astuple(), states.counts())
+
+    before = held()
+    assert before[0] == rec.running >= 1 and before[1] == [rec.track0, rec.track1] and -1 not in before[1]
+    for kw, msg in (({}, f"owner={row} .*needs rs"),
+                    ({"rs": other}, f"rs is the record of request row {row2}, not of owner={row}"),
+                    ({"rs": _C.ReqState()}, f"owner={row} holds another request's record")):
+        with pytest.raises(ValueError, match=msg):
+            lc.match(key, cow=True, owner=row, **kw)
+        assert held() == before
+        lc.check()
+    assert lc.match(key, cow=True)[5] >= 1   # held (owner -2): the slot is only in the result
+    assert held()[:3] == before[:3]
+    # the row's own record: a hit records the source; a record that lost its
+    # slots gets a fresh running slot, and the row's maps follow the record
+    lc.match(key, cow=True, owner=row, rs=rec)
+    assert rec.cow_src == lc.match(key)[3] and held()[:2] == before[:2]
+    lc.free_states(rec)
+    lc.match(key, cow=True, owner=row, rs=rec)
+    assert rec.running >= 1 and (rec.track0, rec.track1) == (-1, -1)
+    assert (int(rp.state_map[row]), rp.track_map[row].tolist()) == (rec.running, [-1, -1])
+    # a row that keeps no record (its caller keeps it, a 13-tuple): any
+    # record outside a row is the request's
+    (row3,), (t,) = lc.admit([-1], [_C.ReqState().astuple()])
+    mine = _C.ReqState(t)
+    lc.free_states(mine)
+    lc.match(key, cow=True, owner=row3, rs=mine)
+    assert (int(rp.state_map[row3]), rp.track_map[row3].tolist()) == (mine.running, [-1, -1])
