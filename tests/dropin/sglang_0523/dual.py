@@ -1,6 +1,7 @@
 """Two UnifiedRadixCaches, one over SGLang's Python TreeCore and one over
 mambaradix, driven through the same seeded operations; every observable is
-compared after every step."""
+compared after every step, the KV indices and state slots each step frees
+among them (in the order they reach the allocators)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,34 @@ class Side:
             self.cache, self.alloc, self.pool = build(cfg, backend, path_cap=path_cap, policy_config=policy_config)
         self.core = self.cache.tree_core
         self.locks = []  # (node_id, receipt)
+        self.freed = {"kv": [], "mamba": []}  # what each allocator got back since the last check, in order
+        _record_frees(self.alloc, self.freed["kv"])
+        if cfg.has_mamba:
+            _record_frees(self.pool.mamba_allocator, self.freed["mamba"])
+
+    def take_freed(self):
+        out = {k: list(v) for k, v in self.freed.items()}
+        for v in self.freed.values():
+            v.clear()
+        return out
+
+
+def _record_frees(alloc, log):
+    """Wraps alloc.free (every free path of the fixture's allocators ends
+    there) to log the indices it returns to the pool, in order; a free inside
+    a free group is logged when the group's end returns it.  The allocators
+    are FIFO (need_sort=False): the order of the frees decides which indices
+    later allocations get, so it is compared with the indices; how they are
+    split into calls is not (SGLang's insert frees its duplicates one call a
+    node it walks, ours one slice)."""
+    real = alloc.free
+
+    def free(index):
+        if getattr(alloc, "free_group", None) is None and index.numel():
+            log.extend(index.reshape(-1).tolist())
+        return real(index)
+
+    alloc.free = free
 
 
 def _key(tokens, extra=None, salt=None, limit=None):
@@ -125,6 +154,7 @@ class Differ:
                 c.component_evictable_size(MAMBA),
             ),
             "kv_free": side.alloc.available_size(),
+            "freed": side.take_freed(),
             "mamba_free": side.pool.mamba_allocator.available_size() if self.has_mamba else 0,
             "events": [repr(e) for e in c.take_events()],
             "values": (sorted(c.all_values_flatten().tolist()), sorted(c.all_mamba_values_flatten().tolist())),
@@ -141,7 +171,10 @@ class Differ:
         sa, sb = self.snapshot(self.a), self.snapshot(self.b)
         for k in sa:
             if sa[k] != sb[k]:
-                raise AssertionError(f"step {len(self.log)} {what}: {k}: python={sa[k]!r} mambaradix={sb[k]!r}")
+                note = ""
+                if k == "freed" and all(sorted(sa[k][p]) == sorted(sb[k][p]) for p in sa[k]):
+                    note = " (the same indices, in another order)"
+                raise AssertionError(f"step {len(self.log)} {what}: {k}{note}: python={sa[k]!r} mambaradix={sb[k]!r}")
         self.a.cache.sanity_check()
         self.b.cache.sanity_check()
 
