@@ -61,6 +61,9 @@ class Node:
     @property
     def state_lock_ref(self) -> int: ...
     @property
+    def can_evict_state(self) -> bool:
+        """True when a state eviction may take this node's state now (the tree's rule)."""
+    @property
     def prefix_len(self) -> int:
         """Tokens from the root to the end of this node."""
     @property

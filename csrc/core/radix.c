@@ -274,18 +274,26 @@ consumed_on_split(mr_radix *t, mr_node *child)
     (void)child;
 }
 
-/* LRU victims.  A state can go when it is not locked, and, on a leaf (whose
- * removal also frees its KV), when the KV is not locked either (a fix of
- * SGLang issue #21379).  A leaf can go when it is not locked. */
+/* Which states an eviction may take.  A state can go when it is not
+ * locked, and, on a leaf (whose removal also frees its KV), when the KV is
+ * not locked either (a fix of SGLang issue #21379); v0.5.23 takes a
+ * KV-locked leaf's state too (its KV stays). */
+int
+mr_radix_can_evict_state(const mr_radix *t, const mr_node *n)
+{
+    return n != t->root && n->state >= 0 && n->state_lock == 0
+           && (n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523);
+}
+
+/* LRU victims: the least recently used state an eviction may take; a leaf
+ * can go when it is not locked. */
 static mr_node *
 lru_state_victim(const mr_radix *t, const mr_link *from)
 {
     const mr_link *head = &t->head[LRU_STATE];
     for (const mr_link *l = from ? from : head->prev; l != head; l = l->prev) {
         mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        /* v0.5.23 takes a KV-locked leaf's state too (its KV stays). */
-        if (n->state_lock == 0
-            && (n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523)) {
+        if (mr_radix_can_evict_state(t, n)) {
             return n;
         }
     }
@@ -349,8 +357,7 @@ utility_victim(const mr_radix *t, int w)
     const mr_link *head = &t->head[w];
     for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
         mr_node *n = link_node((mr_link *)l, w);
-        int ok = w == LRU_STATE ? n->state_lock == 0 && (n->nchildren > 0 || n->full_lock == 0)
-                                : n->full_lock == 0 && n->nchildren == 0;
+        int ok = w == LRU_STATE ? mr_radix_can_evict_state(t, n) : n->full_lock == 0 && n->nchildren == 0;
         if (ok) {
             cand[k] = n;
             eff[k] = node_flops_per_byte(t, n);
@@ -1644,7 +1651,7 @@ mr_radix_evict_node_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t
                           size_t *states_out)
 {
     size_t tokens = 0, states = 0;
-    if (x == t->root || x->state < 0 || x->state_lock > 0 || (x->nchildren == 0 && x->full_lock > 0)) {
+    if (!mr_radix_can_evict_state(t, x)) {
         return MR_EINVAL;
     }
     int rc = evict_one_state(t, x, rel, &tokens, &states);

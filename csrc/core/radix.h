@@ -344,10 +344,16 @@ int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
  * *states_out (may be NULL) receives the number dropped. */
 int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *states_out);
 
+/* 1 if a state eviction may take node's state now, 0 if not: the one rule
+ * mr_radix_evict_state's victims (every policy) and
+ * mr_radix_evict_node_state follow.  node is not the root, has a state
+ * that is not locked, and is not a leaf whose KV is locked (v0.5.15;
+ * v0.5.23 takes such a leaf's state, its KV staying). */
+int mr_radix_can_evict_state(const mr_radix *t, const mr_node *node);
+
 /* Evicts node's state as mr_radix_evict_state would if it picked node (an
  * external policy's choice, e.g. a simulator's clairvoyant one).
- * MR_EINVAL (nothing changed) if node is the root, has no state, its state
- * is locked, or it is a leaf whose KV is locked. */
+ * MR_EINVAL (nothing changed) unless mr_radix_can_evict_state(t, node). */
 int mr_radix_evict_node_state(mr_radix *t, mr_node *node, const mr_release *rel, size_t *tokens_out,
                               size_t *states_out);
 

@@ -724,8 +724,8 @@ PyDoc_STRVAR(RadixTree_evict_node_state__doc__,
 "--\n"
 "\n"
 "Evict node's state as evict_mamba would if it picked node (for a policy\n"
-"decided outside the tree).  ValueError if node is the root, has no state,\n"
-"its state is locked or it is a leaf whose KV is locked.  Returns\n"
+"decided outside the tree).  ValueError unless node.can_evict_state (the\n"
+"root, no state, a locked state, a leaf whose KV is locked).  Returns\n"
 "EvictResult.");
 
 static PyObject *
@@ -736,10 +736,9 @@ RadixTree_evict_node_state(RadixTree *self, PyObject *arg)
     if (resolve_node(st, self, arg, "node", &n) < 0) {
         return NULL;
     }
-    if (n == mr_radix_root(self->tree) || mr_node_state(n) < 0 || mr_node_state_lock(n) > 0
-        || (mr_node_nchildren(n) == 0 && mr_node_full_lock(n) > 0)) {
+    if (!mr_radix_can_evict_state(self->tree, n)) {
         PyErr_SetString(PyExc_ValueError,
-                        "evict_node_state(): node must have an unlocked state (and, for a leaf, unlocked KV)");
+                        "evict_node_state(): node must have an unlocked state (and, for a leaf, unlocked KV under v0.5.15 rules)");
         return NULL;
     }
     evict_sink sink = {0};
@@ -1270,6 +1269,13 @@ Node_get_state_lock_ref(Node *self, void *c)
 }
 
 static PyObject *
+Node_get_can_evict_state(Node *self, void *c)
+{
+    mr_node *n = Node_get(self);
+    return n == NULL ? NULL : PyBool_FromLong(mr_radix_can_evict_state(self->owner->tree, n));
+}
+
+static PyObject *
 Node_get_hits(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
@@ -1353,6 +1359,10 @@ static PyGetSetDef Node_getset[] = {
     {"children", (getter)Node_get_children, NULL, "Child nodes.", NULL},
     {"full_lock_ref", (getter)Node_get_full_lock_ref, NULL, "KV lock count.", NULL},
     {"state_lock_ref", (getter)Node_get_state_lock_ref, NULL, "State lock count.", NULL},
+    {"can_evict_state", (getter)Node_get_can_evict_state, NULL,
+     "True when a state eviction may take the node's state now (the tree's own rule, which evict_mamba's "
+     "victims and evict_node_state follow): it has an unlocked state and is not a leaf whose KV is locked "
+     "(v0.5.23 semantics take that leaf's state too).", NULL},
     {"prefix_len", (getter)Node_get_prefix_len, NULL, "Tokens from the root to the node's end.", NULL},
     {"hits", (getter)Node_get_hits, NULL,
      "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).", NULL},

@@ -557,7 +557,7 @@ class _Replay(Scheduler):
         for _ in range(num_states):
             best, best_next = None, -1.0
             for x in reversed(self.tree.lru_order("mamba")):
-                if x.state_lock_ref or (x.full_lock_ref and not x.children):
+                if not x.can_evict_state:  # the tree's rule, as its own eviction decides
                     continue
                 if protect is not None and (x.id, x.gen) == protect:
                     continue
