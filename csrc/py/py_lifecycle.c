@@ -562,16 +562,18 @@ PyDoc_STRVAR(Lifecycle_match__doc__,
 "ReqState (then `running` is its own); with cow and a hit it records the\n"
 "running slot, the copy-on-write source and needs_clear = False.\n"
 "A row's state and track maps follow its request's record, so cow with\n"
-"owner a request row needs that request's record as rs: without rs (the\n"
-"slot would be only in the result, the row's record would not name it), or\n"
-"with rs the record of another row, or a record outside the row while the\n"
-"row holds one, the call raises ValueError and changes nothing.  Without a\n"
-"record, use owner=-2: the slot is held, only in the result.");
+"owner a request row needs a row in use and its request's record as rs.\n"
+"A free row (or one past the pool), no rs (the slot would be only in the\n"
+"result, the row's record would not name it), rs the record of another\n"
+"row, or a record outside the row while the row holds one: the call\n"
+"raises ValueError and changes nothing.  Without a record, use owner=-2:\n"
+"the slot is held, only in the result.");
 
 /* match(cow=True, owner=row): the core writes the row's maps from the
- * record it is given, so that record must be the row's request's: rs itself
- * (not None), bound to that row, or, while the row holds no record, one
- * outside any row (a request whose record its caller keeps). */
+ * record it is given, so the row must be in use and that record the row's
+ * request's: rs itself (not None), bound to that row, or, while the row
+ * holds no record, one outside any row (a request whose record its caller
+ * keeps). */
 static int
 match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
 {
@@ -586,12 +588,17 @@ match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
         return -1;
     }
     const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    if (!mr_reqpool_in_use(rp, owner)) {
+        PyErr_Format(PyExc_ValueError, "match(): owner=%lld is not a request row in use (the ReqPool has rows 1..%lld)",
+                     (long long)owner, (long long)rp->size);
+        return -1;
+    }
     if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->row != owner)) {
         PyErr_Format(PyExc_ValueError, "match(): rs is the record of request row %lld%s, not of owner=%lld",
                      (long long)rs->row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
         return -1;
     }
-    if (rs->pool == NULL && owner <= rp->size && (rp->bound[owner] & MR_ROW_BOUND)) {
+    if (rs->pool == NULL && (rp->bound[owner] & MR_ROW_BOUND)) {
         PyErr_Format(PyExc_ValueError,
                      "match(): owner=%lld holds another request's record; rs (a record outside any row) is not it",
                      (long long)owner);

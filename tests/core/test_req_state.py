@@ -172,9 +172,10 @@ def test_a_copy_on_write_match_for_a_row_keeps_the_rows_record() -> None:
     """match(cow=True, owner=row) gives the row's request a running slot and
     the row's maps follow that request's record.  A call whose record is not
     the row's (none, another row's, one outside the row while the row holds
-    one) would rewrite the row's maps from it: it raises ValueError naming
-    rs / owner, and the row keeps what admit gave it (its maps equal to its
-    record, the slots owned as they were)."""
+    one), or whose owner is not a row in use, would rewrite a row's maps
+    from it: it raises ValueError naming rs / owner, and the row keeps what
+    admit gave it (its maps equal to its record, the slots owned as they
+    were; a free row's maps untouched)."""
     states, kv, rp = _C.SlotAllocator(16), _C.SlotAllocator(64), _C.ReqPool(4, 64, 2)
     lc = _C.Lifecycle(states, kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
     rec, other = _C.ReqState(), _C.ReqState()
@@ -187,12 +188,15 @@ def test_a_copy_on_write_match_for_a_row_keeps_the_rows_record() -> None:
 
     before = held()
     assert before[0] == rec.running >= 1 and before[1] == [rec.track0, rec.track1] and -1 not in before[1]
-    for kw, msg in (({}, f"owner={row} .*needs rs"),
-                    ({"rs": other}, f"rs is the record of request row {row2}, not of owner={row}"),
-                    ({"rs": _C.ReqState()}, f"owner={row} holds another request's record")):
+    for owner, kw, msg in ((row, {}, f"owner={row} .*needs rs"),
+                           (row, {"rs": other}, f"rs is the record of request row {row2}, not of owner={row}"),
+                           (row, {"rs": _C.ReqState()}, f"owner={row} holds another request's record"),
+                           (3, {"rs": _C.ReqState()}, "owner=3 is not a request row in use"),
+                           (99, {"rs": _C.ReqState()}, "owner=99 is not a request row in use")):
+        free_maps = (rp.state_map[3:].tolist(), rp.track_map[3:].tolist())
         with pytest.raises(ValueError, match=msg):
-            lc.match(key, cow=True, owner=row, **kw)
-        assert held() == before
+            lc.match(key, cow=True, owner=owner, **kw)
+        assert held() == before and (rp.state_map[3:].tolist(), rp.track_map[3:].tolist()) == free_maps
         lc.check()
     assert lc.match(key, cow=True)[5] >= 1   # held (owner -2): the slot is only in the result
     assert held()[:3] == before[:3]
