@@ -723,3 +723,29 @@ def test_disabled_cache_frees_everything() -> None:
         assert loop.alloc.available_size() == kv_free
         assert loop.pool.mamba_allocator.available_size() == st_free
     assert tree.total_size() == (0, 0)
+
+
+def test_check_catches_a_row_map_that_differs_from_the_record() -> None:
+    """A request's row maps (state_map, track_map: what the kernels read)
+    must name the slots its record holds; check() catches an entry that
+    differs (the track entries swapped, or another slot the request owns),
+    and passes again once it is put back."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(64, 4), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    out = lc.prefill_batch([[1, 2, 3, 4, 5], [6, 7]])
+    lc.check()
+    row = int(out["rows"][0])
+    tm, sm = rp.track_map, rp.state_map
+    good = tm[row].copy()
+    assert good[0] != good[1] and min(good) >= 1 and st.owner(int(good[0])) == row
+    tm[row] = good[::-1]
+    with pytest.raises(_C.InvariantError, match="track map entry 0 differs"):
+        lc.check()
+    tm[row] = good
+    lc.check()
+    running = int(sm[row])
+    sm[row] = int(good[0])                 # a slot the request owns, not its running one
+    with pytest.raises(_C.InvariantError, match="state map says"):
+        lc.check()
+    sm[row] = running
+    lc.check()
