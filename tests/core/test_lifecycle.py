@@ -525,6 +525,22 @@ def test_batch_admission_counts_kv_in_pages() -> None:
         lc.check()
 
 
+def test_batch_admission_evicts_for_partial_pages() -> None:
+    """Page size 4, four KV pages, two of them a cached 8-token key: three
+    2-token requests need a page each (a partial page is a whole one), so
+    the batch evicts the cached key and is admitted; the pages it takes are
+    the three it needs."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(16, 4), _C.ReqPool(6, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    lc.insert(list(range(100, 108)), kv.alloc(8), int(st.alloc(1)[0]))
+    assert kv.available_size() == 8
+    out = lc.prefill_batch([[1, 2], [3, 4], [5, 6]])
+    assert out is not None
+    assert lc.sizes()[0] == 0 and kv.available_size() == 4     # the cached key went
+    assert kv.counts()["req"] == 3 and kv.counts()["tree"] == 0
+    lc.check()
+
+
 def test_no_buffer_needs_page_size_one() -> None:
     """SGLang's MambaRadixCache asserts page_size == 1 without the extra buffer."""
     with pytest.raises(ValueError):
