@@ -1566,6 +1566,35 @@ unit_leaf_heap_locked_parent(mr_lru_policy pol)
     fx_done(&f);
 }
 
+/* MRU with more than the probe's 64 locked leaves at the MRU end: the
+ * victim comes from the heap, and is still the most recently used
+ * evictable leaf (SGLang's MRU order), not the least. */
+static void
+unit_leaf_heap_mru_past_the_probe(void)
+{
+    fixture f;
+    mr_insert_result r, ra, rb;
+    size_t tok, sts;
+    const int32_t a[1] = {1}, b[1] = {2};
+    cur_test = "leaf_heap_mru_past_the_probe";
+    fx_init(&f, 1, 1, MR_POLICY_MRU, 256, 128);
+    CHECK_RC(fx_insert_pp(&f, a, 1, 0, 0, &ra, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, b, 1, 0, 0, &rb, NULL, NULL), MR_OK);
+    for (int32_t k = 0; k < 80; k++) {
+        const int32_t key[1] = {100 + k};
+        CHECK_RC(fx_insert_pp(&f, key, 1, 0, 0, &r, NULL, NULL), MR_OK);
+        CHECK_RC(mr_radix_lock_kv(f.t, r.node), MR_OK);
+    }
+    mr_handle ha = mr_node_handle(ra.node), hb = mr_node_handle(rb.node);
+    mr_node *live;
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 1 && fx_stats(&f).nodes == 81);
+    CHECK(mr_radix_resolve(f.t, hb, &live) != MR_OK);    /* b, the more recent, went */
+    CHECK_RC(mr_radix_resolve(f.t, ha, &live), MR_OK);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
 static void
 run_units(void)
 {
@@ -1575,6 +1604,7 @@ run_units(void)
     unit_leaf_heap_locked_parent(MR_POLICY_FIFO);
     unit_leaf_heap_locked_parent(MR_POLICY_PRIORITY);
     unit_leaf_heap_locked_parent(MR_POLICY_MRU);
+    unit_leaf_heap_mru_past_the_probe();
     unit_v0523_mode();
     unit_sglang_cache_1(MR_POLICY_SGLANG);
     unit_sglang_cache_1(MR_POLICY_CONSUMED);

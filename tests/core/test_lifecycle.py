@@ -741,11 +741,12 @@ def test_disabled_cache_frees_everything() -> None:
     assert tree.total_size() == (0, 0)
 
 
-def test_check_catches_a_row_map_that_differs_from_the_record() -> None:
+def test_check_catches_a_row_that_breaks_its_record_rules() -> None:
     """A request's row maps (state_map, track_map: what the kernels read)
-    must name the slots its record holds; check() catches an entry that
-    differs (the track entries swapped, or another slot the request owns),
-    and passes again once it is put back."""
+    must name the slots its record holds, and between calls its record
+    keeps no copy-on-write source; check() catches an entry that differs
+    (the track entries swapped, or another slot the request owns) and a
+    source left behind, and passes again once each is put back."""
     st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(64, 4), _C.ReqPool(4, 64, 2)
     lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
     out = lc.prefill_batch([[1, 2, 3, 4, 5], [6, 7]])
@@ -764,4 +765,13 @@ def test_check_catches_a_row_map_that_differs_from_the_record() -> None:
     with pytest.raises(_C.InvariantError, match="state map says"):
         lc.check()
     sm[row] = running
+    lc.check()
+    # between calls a row keeps no copy-on-write source, even a tree state
+    tree_slot = int(st.alloc(1)[0])
+    lc.insert([9, 9, 9, 9], kv.alloc(4), tree_slot)
+    assert st.owner(tree_slot) == "tree"
+    rp.record(row).cow_src = tree_slot
+    with pytest.raises(_C.InvariantError, match="keeps a copy-on-write source between calls"):
+        lc.check()
+    rp.record(row).cow_src = -1
     lc.check()
