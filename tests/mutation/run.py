@@ -52,7 +52,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
-T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_dropin_refusals.py",
+T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py"]
 
 
