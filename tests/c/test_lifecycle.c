@@ -283,6 +283,8 @@ same_held(held a, held b)
 
 /* The issue's reproducer: three 2-token requests need three KV pages of 4;
  * two are free.  The batch is refused whole, then admitted with a third. */
+static void expect_broken(world *w, const char *want, const char *what);
+
 static void
 test_batch_in_pages(void)
 {
@@ -346,6 +348,21 @@ test_batch_in_pages(void)
                   "admitted batch (case %d)", c);
         }
         check_world(&w, "batch in pages");
+        if (rc == MR_OK) {
+            /* a row outside the drop-in (its record in the row, not bound):
+             * its maps, what the kernels read, must name its record's slots */
+            int64_t r = rows[0], *tmap = w.rp.track_map + r * 2, t0 = tmap[0];
+            int32_t sm = w.rp.state_map[r];
+            tmap[0] = tmap[1];
+            tmap[1] = t0;
+            expect_broken(&w, "track map entry 0 differs", "an unbound row's track map entries swapped");
+            tmap[1] = tmap[0];
+            tmap[0] = t0;
+            w.rp.state_map[r] = (int32_t)t0;
+            expect_broken(&w, "state map says", "an unbound row's state map naming its track slot");
+            w.rp.state_map[r] = sm;
+            check_world(&w, "maps restored");
+        }
         world_free(&w);
     }
 }

@@ -1540,11 +1540,71 @@ unit_leaf_heap_sees_locks(void)
     fx_done(&f);
 }
 
+/* A leaf evicted under a locked parent: the parent, a leaf now, stays out
+ * of the heap (its lock holds), for every keyed order and MRU. */
+static void
+unit_leaf_heap_locked_parent(mr_lru_policy pol)
+{
+    fixture f;
+    mr_insert_result rp, rc, ro;
+    size_t tok, sts;
+    const int32_t p[2] = {1, 2}, c[4] = {1, 2, 3, 4}, o[2] = {7, 8};
+    cur_test = "leaf_heap_locked_parent";
+    fx_init(&f, 1, 1, pol, 64, 16);
+    CHECK_RC(fx_insert_pp(&f, p, 2, 0, 0, &rp, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, c, 4, 0, 0, &rc, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, o, 2, 0, 0, &ro, NULL, NULL), MR_OK);
+    CHECK_RC(mr_radix_lock_kv(f.t, rp.node), MR_OK);
+    /* everything evictable goes: the child [3, 4] and the other key */
+    CHECK_RC(mr_radix_evict_full(f.t, 64, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 4 && fx_stats(&f).nodes == 1);
+    CHECK_TREE(f.t);
+    CHECK_RC(mr_radix_unlock_kv(f.t, rp.node), MR_OK);
+    CHECK_RC(mr_radix_evict_full(f.t, 64, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 2 && fx_stats(&f).nodes == 0);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
+/* MRU with more than the probe's 64 locked leaves at the MRU end: the
+ * victim comes from the heap, and is still the most recently used
+ * evictable leaf (SGLang's MRU order), not the least. */
+static void
+unit_leaf_heap_mru_past_the_probe(void)
+{
+    fixture f;
+    mr_insert_result r, ra, rb;
+    size_t tok, sts;
+    const int32_t a[1] = {1}, b[1] = {2};
+    cur_test = "leaf_heap_mru_past_the_probe";
+    fx_init(&f, 1, 1, MR_POLICY_MRU, 256, 128);
+    CHECK_RC(fx_insert_pp(&f, a, 1, 0, 0, &ra, NULL, NULL), MR_OK);
+    CHECK_RC(fx_insert_pp(&f, b, 1, 0, 0, &rb, NULL, NULL), MR_OK);
+    for (int32_t k = 0; k < 80; k++) {
+        const int32_t key[1] = {100 + k};
+        CHECK_RC(fx_insert_pp(&f, key, 1, 0, 0, &r, NULL, NULL), MR_OK);
+        CHECK_RC(mr_radix_lock_kv(f.t, r.node), MR_OK);
+    }
+    mr_handle ha = mr_node_handle(ra.node), hb = mr_node_handle(rb.node);
+    mr_node *live;
+    CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tok, &sts), MR_OK);
+    CHECK(tok == 1 && fx_stats(&f).nodes == 81);
+    CHECK(mr_radix_resolve(f.t, hb, &live) != MR_OK);    /* b, the more recent, went */
+    CHECK_RC(mr_radix_resolve(f.t, ha, &live), MR_OK);
+    CHECK_TREE(f.t);
+    fx_done(&f);
+}
+
 static void
 run_units(void)
 {
     unit_new_and_empty();
     unit_leaf_heap_sees_locks();
+    unit_leaf_heap_locked_parent(MR_POLICY_LFU);
+    unit_leaf_heap_locked_parent(MR_POLICY_FIFO);
+    unit_leaf_heap_locked_parent(MR_POLICY_PRIORITY);
+    unit_leaf_heap_locked_parent(MR_POLICY_MRU);
+    unit_leaf_heap_mru_past_the_probe();
     unit_v0523_mode();
     unit_sglang_cache_1(MR_POLICY_SGLANG);
     unit_sglang_cache_1(MR_POLICY_CONSUMED);

@@ -525,6 +525,22 @@ def test_batch_admission_counts_kv_in_pages() -> None:
         lc.check()
 
 
+def test_batch_admission_evicts_for_partial_pages() -> None:
+    """Page size 4, four KV pages, two of them a cached 8-token key: three
+    2-token requests need a page each (a partial page is a whole one), so
+    the batch evicts the cached key and is admitted; the pages it takes are
+    the three it needs."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(16, 4), _C.ReqPool(6, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    lc.insert(list(range(100, 108)), kv.alloc(8), int(st.alloc(1)[0]))
+    assert kv.available_size() == 8
+    out = lc.prefill_batch([[1, 2], [3, 4], [5, 6]])
+    assert out is not None
+    assert lc.sizes()[0] == 0 and kv.available_size() == 4     # the cached key went
+    assert kv.counts()["req"] == 3 and kv.counts()["tree"] == 0
+    lc.check()
+
+
 def test_no_buffer_needs_page_size_one() -> None:
     """SGLang's MambaRadixCache asserts page_size == 1 without the extra buffer."""
     with pytest.raises(ValueError):
@@ -723,3 +739,39 @@ def test_disabled_cache_frees_everything() -> None:
         assert loop.alloc.available_size() == kv_free
         assert loop.pool.mamba_allocator.available_size() == st_free
     assert tree.total_size() == (0, 0)
+
+
+def test_check_catches_a_row_that_breaks_its_record_rules() -> None:
+    """A request's row maps (state_map, track_map: what the kernels read)
+    must name the slots its record holds, and between calls its record
+    keeps no copy-on-write source; check() catches an entry that differs
+    (the track entries swapped, or another slot the request owns) and a
+    source left behind, and passes again once each is put back."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(64, 4), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    out = lc.prefill_batch([[1, 2, 3, 4, 5], [6, 7]])
+    lc.check()
+    row = int(out["rows"][0])
+    tm, sm = rp.track_map, rp.state_map
+    good = tm[row].copy()
+    assert good[0] != good[1] and min(good) >= 1 and st.owner(int(good[0])) == row
+    tm[row] = good[::-1]
+    with pytest.raises(_C.InvariantError, match="track map entry 0 differs"):
+        lc.check()
+    tm[row] = good
+    lc.check()
+    running = int(sm[row])
+    sm[row] = int(good[0])                 # a slot the request owns, not its running one
+    with pytest.raises(_C.InvariantError, match="state map says"):
+        lc.check()
+    sm[row] = running
+    lc.check()
+    # between calls a row keeps no copy-on-write source, even a tree state
+    tree_slot = int(st.alloc(1)[0])
+    lc.insert([9, 9, 9, 9], kv.alloc(4), tree_slot)
+    assert st.owner(tree_slot) == "tree"
+    rp.record(row).cow_src = tree_slot
+    with pytest.raises(_C.InvariantError, match="keeps a copy-on-write source between calls"):
+        lc.check()
+    rp.record(row).cow_src = -1
+    lc.check()

@@ -46,6 +46,45 @@ def test_tree_owned_indices_only_inside_the_declared_locked_prefix() -> None:
     lc.check()
 
 
+def test_a_tree_owned_index_right_past_the_locked_prefix_is_refused() -> None:
+    """The boundary: the one tree-owned index is value[prev_prefix_len],
+    every other past it the caller's.  It would be freed as a duplicate
+    while the tree keeps it (or stored twice): refused, naming it, nothing
+    changed; one position further in (prev_prefix_len + 1) it is accepted."""
+    lc, st, kv, a = _setup()
+    new = kv.alloc(6)
+    s = int(st.alloc(1)[0])
+    before = _state(lc, st, kv)
+    value = np.concatenate([a[:3], new[3:]])      # a[2] at position 2, then the caller's
+    with pytest.raises(_C.OwnershipError, match=r"value\[2\]"):
+        lc.insert([1, 2, 3, 4, 5, 6], value, s, prev_prefix_len=2)
+    assert _state(lc, st, kv) == before
+    lc.check()
+    pl = lc.insert([1, 2, 3, 4, 5, 6], value, s, prev_prefix_len=3)[0]
+    # value[3:4], the caller's, is the duplicate: freed; the tree keeps a
+    assert pl == 4 and kv.owner(int(new[3])) == "free"
+    assert [kv.owner(int(i)) for i in a] == ["tree"] * 4
+    lc.check()
+
+
+def test_a_repeat_is_looked_for_past_the_tree_prefix_only() -> None:
+    """SGLang reads value[prev_prefix_len:] only (value[:prev_prefix_len]
+    is the tree's own): a repeat inside the locked prefix is accepted; one
+    past it is refused, naming its position in the whole value."""
+    lc, st, kv, a = _setup()
+    new = kv.alloc(2)
+    s = int(st.alloc(1)[0])
+    before = _state(lc, st, kv)
+    with pytest.raises(ValueError, match=r"value\[5\] = %d is listed twice" % int(new[0])):
+        lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([a, [new[0], new[0]]]), s, prev_prefix_len=4)
+    assert _state(lc, st, kv) == before
+    pl, existed = lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([[a[0], a[0]], a[2:], new]), s,
+                            prev_prefix_len=4)[:2]
+    assert (pl, existed) == (4, False)
+    assert [kv.owner(int(i)) for i in np.concatenate([a, new])] == ["tree"] * 6
+    lc.check()
+
+
 def test_free_or_pending_indices_are_refused() -> None:
     lc, st, kv, a = _setup()
     new = kv.alloc(4)

@@ -147,6 +147,34 @@ def make_pools(sg: Any, *, size: int, mamba_size: int, max_context_len: int, kv_
     return pool, alloc
 
 
+def paged_allocator_class(sg: Any) -> Any:
+    """SGLang's PagedTokenToKVPoolAllocator, the wheel's allocator/paged.py
+    whole, over stand-ins for the Triton kernels (alloc_extend /
+    alloc_decode need them; alloc, free and the free groups do not) and for
+    the few sglang.srt.utils helpers it imports.  Loaded after load()."""
+    token = sg.TokenToKVPoolAllocator
+    path = os.path.join(os.path.dirname(token.__init__.__code__.co_filename), "paged.py")
+    base = next(c for c in token.__mro__ if c.__name__ == "BaseTokenToKVPoolAllocator")
+    pkg = "sglang.srt.mem_cache"
+    stubs = {"sglang": {}, "sglang.srt": {}, pkg: {}, pkg + ".allocator": {},
+             pkg + ".allocator.base": {"BaseTokenToKVPoolAllocator": base},
+             pkg + ".triton_ops": {}, pkg + ".triton_ops.allocator": {"alloc_decode_kernel": None,
+                                                                     "alloc_extend_kernel": None},
+             "sglang.srt.utils": {"get_bool_env_var": lambda *a, **k: False, "is_hip": lambda: False,
+                                  "get_num_new_pages": None, "next_power_of_2": None}}
+    saved = {n: sys.modules.get(n) for n in list(stubs) + [pkg + ".allocator.paged"]}
+    for n, attrs in stubs.items():
+        sys.modules[n] = _stub(n, **attrs)
+    try:
+        return _exec_module("sglang.srt.mem_cache.allocator.paged", path).PagedTokenToKVPoolAllocator
+    finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
 def load() -> Any:
     return load_sglang(more=_more)
 

@@ -151,6 +151,54 @@ def test_insert_repeating_an_index_inside_the_locked_prefix_is_accepted_as_by_sg
     alloc.check()
 
 
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_of_an_index_freed_in_the_open_free_group_is_refused(ps):
+    """Inside a free group (SGLang's scheduler frees finished requests'
+    KV in one), an index the group freed is nobody's: SGLang's allocator
+    hands it out again at the group's end, so a tree holding it would share
+    it with the next request.  The drop-in refuses such an insert, naming
+    the index, and nothing moves: once the group ends, the tree, both
+    allocators (owners, free-list order) and the sizes are those of a twin
+    that never tried the insert."""
+    runs = []
+    for attempt in (True, False):
+        cache, pool, alloc = _own(ps)
+        kv = alloc.alloc(4 * ps).tolist()
+        slot = int(pool.mamba_allocator.alloc(1)[0])
+        alloc.free_group_begin()
+        alloc.free(kv[2 * ps:3 * ps])             # the third page, pending until the group's end
+        if attempt:
+            with pytest.raises(mrs.OwnershipError, match=r"insert\(\): value\[%d\]" % (2 * ps)):
+                _ins(cache, list(range(1, 4 * ps + 1)), kv, slot)
+        alloc.free_group_end()
+        cache.sanity_check()
+        alloc.check()
+        runs.append(_snapshot(cache, pool, alloc))
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_of_a_tree_index_right_past_the_locked_prefix_is_refused(ps):
+    """value[prev_prefix_len] (its page, paged) is the tree's own, the rest
+    past it the caller's: SGLang would free it as a duplicate while its
+    tree keeps it.  The drop-in refuses the insert, naming value[prev],
+    and nothing moves (the tree, both allocators, their free lists)."""
+    cache, pool, alloc = _own(ps)
+    old_kv = alloc.alloc(4 * ps).tolist()
+    key = list(range(1, 6 * ps + 1))
+    _ins(cache, key[:4 * ps], old_kv, int(pool.mamba_allocator.alloc(1)[0]))
+    new_kv = alloc.alloc(6 * ps).tolist()
+    prev = 2 * ps
+    value = old_kv[:prev + ps] + new_kv[prev + ps:]
+    slot = int(pool.mamba_allocator.alloc(1)[0])
+    before = _snapshot(cache, pool, alloc)
+    with pytest.raises(mrs.OwnershipError, match=r"insert\(\): value\[%d\]" % prev):
+        _ins(cache, key, value, slot, prev)
+    assert _snapshot(cache, pool, alloc) == before
+    cache.sanity_check()
+    alloc.check()
+
+
 # The drop-in's side of the failed match, in a child process: a long cached
 # prefix, then the address space capped just above what the process uses, so
 # that the match's result array (8 MiB of KV indices) cannot be allocated

@@ -421,6 +421,62 @@ def test_mamba_radix_cache_1_with_sglang_pools(sglang_pools) -> None:
     assert pool.mamba_allocator.available_size() + tree.mamba_evictable_size() + tree.mamba_protected_size() == 20
 
 
+def test_cow_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_pools) -> None:
+    """Over SGLang's own pools, SGLang's rules written out by hand:
+
+    - match_prefix(cow_mamba=True) for a request without a slot, the state
+      pool empty: the matched node is locked while one state is evicted, so
+      with every other state locked nothing goes (the drop-in raises, the
+      matched state stays); once another state is unlocked, that one goes,
+      its slot is the request's and the matched state the copy's source;
+    - insert frees value[prev_prefix_len:prefix_len] (the caller's
+      duplicates) through SGLang's allocator, never the tree's own prefix."""
+    pool, alloc = sglang_pools
+    tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
+                                           token_to_kv_pool_allocator=alloc))
+    ma = pool.mamba_allocator
+    keys = [[100 * (k + 1) + j for j in range(8)] for k in range(3)]
+    slots, values = [], []
+    for key in keys:
+        slot, value = ma.alloc(1), alloc.alloc(8)
+        slots.append(int(slot[0]))
+        values.append(value.tolist())
+        tree.insert(InsertParams(key=RadixKey(array("q", key)), value=value, mamba_value=slot))
+    rest = ma.alloc(ma.available_size())       # the state pool is empty now
+    assert ma.available_size() == 0
+
+    def match(k, req=None):
+        return tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", keys[k] + [7])), req=req,
+                                                   cow_mamba=req is not None))
+
+    held = [match(k).last_device_node for k in (1, 2)]
+    for node in held:
+        tree.inc_lock_ref(node)
+    req = Req("r", "", array("q", keys[0] + [7]), SamplingParams())
+    with pytest.raises(RuntimeError):
+        match(0, req)
+    assert match(0).device_indices.tolist() == values[0]        # its state stayed
+    tree.dec_lock_ref(held[1])
+    m = match(0, req)
+    assert m.device_indices.tolist() == values[0]
+    assert int(req.mamba_pool_idx) == slots[2] and int(req.mamba_cow_src_index[0]) == slots[0]
+    assert len(match(2).device_indices) == 0                    # key 2's state went
+    tree.dec_lock_ref(held[0])
+    tree.sanity_check()
+    # insert with a locked prefix of 4 over key 1 (cached, 8 tokens long)
+    fresh = alloc.alloc(12)
+    alloc.free(fresh[:4])
+    before = alloc.available_size()
+    value = torch.tensor(values[1][:4] + fresh[4:].tolist(), dtype=torch.int64)
+    r = tree.insert(InsertParams(key=RadixKey(array("q", keys[1] + [1, 2, 3, 4])), value=value,
+                                 mamba_value=rest[:1], prev_prefix_len=4))
+    assert r.prefix_len == 8
+    assert alloc.available_size() == before + 4                 # value[4:8], the caller's
+    free = set(alloc.free_pages.tolist())
+    assert not free & set(values[1]) and set(fresh[4:8].tolist()) <= free
+    tree.sanity_check()
+
+
 def test_register_with_sglang() -> None:
     """register() against SGLang's own registry module (from the wheel)."""
     import mambaradix.sglang as mrs

@@ -188,39 +188,47 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
 
 @pytest.mark.parametrize("grouped", [False, True])
 def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped):
-    """Direct inserts over SGLang's own pools, with protected lengths that
-    leave no, one, some and all of the cached tokens as duplicates (and
-    values that are views into a larger tensor, as a request's row is):
-    SGLang's allocator must end up with the same free list, in the same
-    order, under the drop-in as under SGLang's class."""
+    """Direct inserts over SGLang's own pools and over ours, with protected
+    lengths that leave no, one, some and all of the cached tokens as
+    duplicates (and values that are views into a larger tensor, as a
+    request's row is): the KV allocator must have the same number of free
+    indices after every insert (inside a free group: the duplicates wait
+    for its end) and end with the same free list, in the same order, under
+    the drop-in as under SGLang's class."""
     sglang_wheel, sg = wheel
-    cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK)
+    cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK, overlap=True)
     rng = random.Random(3)
     stem = [rng.randrange(1, 5000) for _ in range(96)]
     keys = [stem[:40], stem[:64], stem[:64] + [7, 8], stem[:80], stem, stem[:41] + [9] * 5]
     prevs = [0, 39, 65, 0, 79, 41]
     runs = {}
-    for name in ("sglang", "dropin"):
-        pool, alloc = sglang_wheel.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
-                                              extra_buffer=True)
+    for name in ("sglang", "dropin", "dropin-own-pools"):
+        if name == "dropin-own-pools":
+            pool, alloc = _own_pools(cfg, 4, 16, 1024)
+        else:
+            pool, alloc = sglang_wheel.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
+                                                  extra_buffer=True)
         cache = _sglang_cache(sg, pool, alloc, cfg) if name == "sglang" else _dropin_cache(pool, alloc, cfg)
         api = sg if name == "sglang" else mrs
         if grouped:
             alloc.free_group_begin()
+        sizes = []
         for key, prev in zip(keys, prevs):
             row = alloc.alloc(len(key) + 3)          # the value is a view, as req_to_token's row is
             slot = pool.mamba_allocator.alloc(1)
             r = cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None), value=row[1:1 + len(key)],
                                               mamba_value=slot, prev_prefix_len=prev))
+            sizes.append(alloc.available_size())
             alloc.free(row[:1])
             alloc.free(row[1 + len(key):])
             if r.mamba_exist:
                 pool.mamba_allocator.free(slot)
         if grouped:
             alloc.free_group_end()
-        runs[name] = (alloc.free_pages.tolist(), alloc.available_size(), cache.full_evictable_size(),
-                      sorted(cache.all_values_flatten().tolist()))
+        runs[name] = (sizes, alloc.available_size(), cache.full_evictable_size(),
+                      sorted(cache.all_values_flatten().tolist()), alloc.alloc(alloc.available_size()).tolist())
     assert runs["dropin"] == runs["sglang"]
+    assert runs["dropin-own-pools"] == runs["sglang"]
 
 
 @pytest.mark.parametrize("mode", ["pp2", "no_buffer"])
@@ -281,27 +289,22 @@ def test_copy_on_write_with_no_free_slot_keeps_the_matched_state(wheel, mode):
         assert got[name] == want, name
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_free_groups_match_sglang_allocator(wheel, seed):
-    """TokenToKVPoolAllocator's free groups against SGLang's (the wheel's
-    allocator/base.py and token.py): random allocs, frees and group begins
-    and ends, free_group_begin called while a group is open too.  There
-    SGLang resets its list, so the open group's frees never come back (a
-    leak); ours keeps them pending, so the reference is SGLang's allocator
-    with those frees put back on its list.  Every alloc returns the same
-    indices, available_size() agrees after every call, and ours stays
-    accounted (check())."""
-    _, sg = wheel
-    rng = random.Random(seed)
-    theirs = sg.TokenToKVPoolAllocator(size=64, dtype=torch.bfloat16, device="cpu", kvcache=None,
-                                       need_sort=False)
-    ours = mrs.TokenToKVPoolAllocator(64, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
-    held = []          # index lists both hold
-    nested = 0
+def _free_group_walk(theirs, ours, rng, alloc_sizes, split_in_group):
+    """600 random steps on two allocators, SGLang's and ours: allocs (sizes
+    from alloc_sizes), frees of what both hold (inside a group, split in
+    two frees when split_in_group), group begins (with a group open too:
+    SGLang resets its list there, so the open group's frees never come back,
+    a leak; ours keeps them pending, so SGLang's list gets them back) and
+    ends.  Every alloc returns the same indices, available_size() agrees
+    after every step, ours stays accounted.  Ends any open group; returns
+    (held index lists, nested begins, frees inside a group)."""
+    held = []
+    nested = grouped_frees = 0
     for step in range(600):
         op = rng.random()
+        in_group = not theirs.is_not_in_free_group
         if op < 0.35:
-            n = rng.randint(1, 6)
+            n = rng.choice(alloc_sizes)
             a, b = theirs.alloc(n), ours.alloc(n)
             assert (a is None) == (b is None), step
             if a is not None:
@@ -309,25 +312,99 @@ def test_free_groups_match_sglang_allocator(wheel, seed):
                 held.append(a.tolist())
         elif op < 0.65 and held:
             idx = held.pop(rng.randrange(len(held)))
-            theirs.free(torch.tensor(idx, dtype=torch.int64))
-            ours.free(torch.tensor(idx, dtype=torch.int64))
+            parts = [idx]
+            if split_in_group and in_group and len(idx) > 1:   # the group sees a page twice
+                rng.shuffle(idx)
+                cut = rng.randrange(1, len(idx))
+                parts = [idx[:cut], idx[cut:]]
+            for part in parts:
+                theirs.free(torch.tensor(part, dtype=torch.int64))
+                ours.free(torch.tensor(part, dtype=torch.int64))
+            grouped_frees += in_group
         elif op < 0.85:
-            kept = [] if theirs.is_not_in_free_group else list(theirs.free_group)
+            kept = list(theirs.free_group) if in_group else []
             nested += bool(kept)
             theirs.free_group_begin()
             theirs.free_group.extend(kept)   # what SGLang's reset would lose
             ours.free_group_begin()
-        elif not theirs.is_not_in_free_group:
+        elif in_group:
             theirs.free_group_end()
             ours.free_group_end()
         assert ours.is_not_in_free_group == theirs.is_not_in_free_group, step
         assert ours.available_size() == theirs.available_size(), step
         ours.check()
-    assert nested > 3, "free_group_begin never ran with an open group's frees pending"
     if not theirs.is_not_in_free_group:
         theirs.free_group_end()
         ours.free_group_end()
+    return held, nested, grouped_frees
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_free_groups_match_sglang_allocator(wheel, seed):
+    """TokenToKVPoolAllocator's free groups against SGLang's (the wheel's
+    allocator/base.py and token.py), free_group_begin called while a group
+    is open too (see _free_group_walk)."""
+    _, sg = wheel
+    theirs = sg.TokenToKVPoolAllocator(size=64, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                       need_sort=False)
+    ours = mrs.TokenToKVPoolAllocator(64, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    held, nested, _ = _free_group_walk(theirs, ours, random.Random(seed), range(1, 7), False)
+    assert nested > 3, "free_group_begin never ran with an open group's frees pending"
     # nothing leaked: every index not held is free, and both hand out the same ones
     assert ours.available_size() == 64 - sum(map(len, held))
     n = theirs.available_size()
     assert ours.alloc(n).tolist() == theirs.alloc(n).tolist()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_paged_free_groups_match_sglang_allocator(wheel, seed):
+    """PagedTokenToKVPoolAllocator's free groups against SGLang's (the
+    wheel's allocator/paged.py), inside a group a page's tokens split over
+    two frees as well: a free, and a group's end, put the pages sorted at
+    the head of the free list, so every alloc returns the same indices."""
+    w, sg = wheel
+    ps, size = 4, 128
+    theirs = w.paged_allocator_class(sg)(size=size, page_size=ps, dtype=torch.bfloat16, device="cpu",
+                                         kvcache=None, need_sort=False)
+    ours = mrs.PagedTokenToKVPoolAllocator(size, ps, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                           need_sort=False)
+    held, nested, grouped = _free_group_walk(theirs, ours, random.Random(seed), [ps, 2 * ps, 3 * ps, 4 * ps], True)
+    assert nested > 3 and grouped > 10
+    assert ours.available_size() == size - sum(map(len, held))
+    n = theirs.available_size()
+    assert ours.alloc(n).tolist() == theirs.alloc(n).tolist()
+
+
+def test_int64_key_tokens_past_int32_match_as_sglang(wheel):
+    """match_prefix with array('q') keys (SGLang's token ids) holding a token
+    outside int32 -- some equal to the cached token modulo 2**32 -- inside
+    an edge compared block by block: SGLang's cache compares Python ints, so
+    such a token matches nothing; the drop-in must return the same indices
+    (the longest cached state's prefix before it) and the same KV split."""
+    sglang_wheel, sg = wheel
+    cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK)
+    rng = random.Random(11)
+    stem = [rng.randrange(0, 2**31) for _ in range(256)]
+    probes = []
+    for _ in range(40):
+        k = list(stem[:rng.randrange(40, 257)])
+        at = rng.randrange(len(k))
+        k[at] = rng.choice([k[at] + 2**32, k[at] - 2**32, k[at] + 2**40, 2**31, -(2**31) - 1])
+        probes.append(k)
+    got = {}
+    for name in ("sglang", "dropin"):
+        pool, alloc = sglang_wheel.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
+                                              extra_buffer=True)
+        cache = _sglang_cache(sg, pool, alloc, cfg) if name == "sglang" else _dropin_cache(pool, alloc, cfg)
+        api = sg if name == "sglang" else mrs
+        value = alloc.alloc(len(stem))
+        for n in (32, 96, 160, 256):   # a state every few blocks of 32
+            cache.insert(api.InsertParams(key=api.RadixKey(array("q", stem[:n]), None), value=value[:n],
+                                          mamba_value=pool.mamba_allocator.alloc(1), prev_prefix_len=n))
+        out = []
+        for k in probes:
+            m = cache.match_prefix(api.MatchPrefixParams(key=api.RadixKey(array("q", k), None)))
+            out.append((m.device_indices.tolist(), cache.full_evictable_size()))
+        got[name] = (out, sorted(cache.all_values_flatten().tolist()))
+    assert got["dropin"] == got["sglang"]
+    assert any(len(ind) >= 96 for ind, _ in got["sglang"][0])

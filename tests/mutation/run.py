@@ -44,6 +44,16 @@ T_TREE = ["tests/core/test_tree_sglang_flows.py", "tests/core/test_tree_handles.
 T_POOLS = ["tests/core/test_pools.py"]
 T_RECORD = ["tests/core/test_req_state.py", "tests/dropin/test_dropin_no_sync.py"]
 T_KERN = ["tests/tensor/test_kernels_cpu.py", "tests/tensor/test_kernels_numpy.py", "tests/tensor/test_dlpack.py"]
+T_FG = ["tests/core/test_pools.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/c/test_c_core.py"]
+T_TONLY = ["tests/core/test_lifecycle_tree_view.py", "tests/sim/test_sim_engine.py", "tests/dropin/test_sglang_pools_oracle.py",
+           "tests/c/test_c_lifecycle.py"]
+T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycle_insert_dups.py",
+         "tests/dropin/test_dropin_refusals.py", "tests/c/test_c_lifecycle.py"]
+T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
+T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
+T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
+T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
+          "tests/core/test_lifecycle_tree_view.py"]
 
 
 @dataclass
@@ -179,6 +189,93 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_COPY_FROM", "mambaradix/sglang/pools.py", "        self._ops.copy(src, dst)\n        self.bytes_copied",
            "        self.bytes_copied", T_DROPIN + T_LIFE,
            "MambaPool.copy_from does nothing"),
+    # ---- code newer than the list above (2026-12-01)
+    # free groups (csrc/core/slot_alloc.c)
+    Mutant("SA_FG_SORT", "csrc/core/slot_alloc.c", "    if (front && k > 1) {\n        qsort(s->pending",
+           "    if (0) {\n        qsort(s->pending", T_FG, "paged free group's end: pending pages not sorted"),
+    Mutant("SA_FG_FRONT", "csrc/core/slot_alloc.c", "mr_slots_free_group_end(&kv->pages, kv->page_size > 1);",
+           "mr_slots_free_group_end(&kv->pages, 0);", T_FG, "paged free group's end puts its pages at the tail"),
+    Mutant("SA_FG_NEST", "csrc/core/slot_alloc.c", "     * not copy. */\n    s->free_group = 1;",
+           "     * not copy. */\n    s->n_pending = 0;\n    s->free_group = 1;", T_FG,
+           "a nested free_group_begin drops the open group's frees (SGLang's leak)"),
+    Mutant("SA_FG_CHECKED", "csrc/core/slot_alloc.c",
+           "    if (s->free_group) {   /* the group's end puts them in the free list */", "    if (0) {",
+           T_FG + T_INS, "an insert's duplicates (page size 1) skip the open free group"),
+    Mutant("SA_FG_PEND_DUP", "csrc/core/slot_alloc.c", "            if (mark[u]) {   /* not a PENDING unit skipped */",
+           "            if (1) {", T_FG, "a page the open group freed already is listed pending again"),
+    Mutant("SA_FG_TREE", "csrc/core/slot_alloc.c", "const int defer = s->free_group && from == MR_FROM_CALLER;",
+           "const int defer = s->free_group;", T_FG, "the tree's evictions deferred by an open free group"),
+    # the tree-only lifecycle over SGLang's pools, eviction with a node protected (csrc/core/lifecycle.c)
+    Mutant("LC_TO_OUTKV", "csrc/core/lifecycle.c",
+           "    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n    lc->nrkv += n;\n    return MR_OK;\n}\n\n/* Frees",
+           "    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n    return MR_OK;\n}\n\n/* Frees", T_TONLY,
+           "tree-only: a caller's KV a call frees is never handed back (dropped free)"),
+    Mutant("LC_TO_EVKV", "csrc/core/lifecycle.c",
+           "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n        lc->nrkv += n;\n",
+           "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n", T_TONLY,
+           "tree-only: evicted KV never handed back (dropped free)"),
+    Mutant("LC_TO_CLEAR", "csrc/core/lifecycle.c", "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    lc->nrkv = lc->nrst = 0;",
+           "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    (void)lc;", T_TONLY,
+           "tree-only: what a call handed back is handed back again by the next", fast=True),
+    Mutant("LC_TO_HOOKRES", "csrc/core/lifecycle.c",
+           "\n            || grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {", ") {",
+           T_TONLY + ["tests/c/test_c_core.py"],
+           "tree-only KV release hook: no room reserved for the node's state"),
+    Mutant("LC_EVP_UNLOCK", "csrc/core/lifecycle.c", "        (void)mr_radix_unlock(lc->tree, protect);\n", "", T_TONLY,
+           "eviction with a node protected: the node stays locked (skipped unlock)"),
+    Mutant("LC_EVP_COUNT", "csrc/core/lifecycle.c", "        *tokens_out = t1 + t2;", "        *tokens_out = t1;",
+           T_TONLY + T_LIFE, "evict: tokens freed by state eviction not counted"),
+    # insert refusals (csrc/core/lifecycle.c)
+    Mutant("LC_INS_PENDING", "csrc/core/lifecycle.c",
+           "owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {", "owner[pg] == MR_OWNER_RESERVED) {",
+           T_INS + T_FG[:2], "insert accepts a KV page freed in the open free group"),
+    Mutant("LC_INS_MINE", "csrc/core/lifecycle.c", "            if (i >= mine) {", "            if (i > mine) {", T_INS,
+           "insert: a tree-owned index just past the tree's own prefix accepted (off by one)"),
+    Mutant("LC_INS_AGAIN", "csrc/core/lifecycle.c", "    if (again >= 0) {\n        int64_t at = -1;",
+           "    if (0) {\n        int64_t at = -1;", T_INS, "insert: an index listed twice is not refused (skipped check)"),
+    Mutant("LC_INS_BAD", "csrc/core/lifecycle.c", "            *bad = (int64_t)mine + at;", "            *bad = at;", T_INS,
+           "insert refusal: the repeated index reported relative to the tree's prefix"),
+    Mutant("LC_INS_WHOLE", "csrc/core/lifecycle.c",
+           "mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at)",
+           "mr_kv_distinct(lc->kv, val, (int64_t)len, 0, &at)", T_INS,
+           "insert: a repeat inside the tree's own prefix refused too (SGLang ignores it)"),
+    Mutant("LC_BATCH_PAGES", "csrc/core/lifecycle.c",
+           "        need_pages += ((int64_t)lens[i] - st->prefix_len + ps - 1) / ps;",
+           "        need_pages += ((int64_t)lens[i] - st->prefix_len) / ps;", T_LIFE + ["tests/c/test_c_lifecycle.py"],
+           "batch admission: a partial last page not counted (rounds down)"),
+    # int64 keys, the leaf heap (csrc/core/radix.c)
+    Mutant("TR_C64_NARROW", "csrc/core/radix.c", "^ ((uint64_t)b[i + j] + UINT64_C(0x80000000));",
+           "^ (uint64_t)((uint32_t)b[i + j] ^ UINT32_C(0x80000000));", T_INT64,
+           "int64 key compared narrowed to 32 bits in the blocks"),
+    Mutant("TR_C64_EXIT", "csrc/core/radix.c", "        if (d != 0) {\n            break;\n        }\n        i += 32;",
+           "        if (d == 0) {\n            break;\n        }\n        i += 32;", T_INT64,
+           "int64 key blocks: the block with a difference skipped (inverted test)", fast=True),
+    Mutant("TR_HEAP_PARENT", "csrc/core/radix.c",
+           "            if (up != NULL && up != t->root && up->full_lock == 0) {\n                leaf_heap_push",
+           "            if (0) {\n                leaf_heap_push", T_HEAP,
+           "leaf heap: a parent left a leaf by an eviction is not pushed"),
+    Mutant("TR_HEAP_PLOCK", "csrc/core/radix.c", "up != NULL && up != t->root && up->full_lock == 0)",
+           "up != NULL && up != t->root)", T_HEAP, "leaf heap: a locked parent pushed (skipped lock)"),
+    Mutant("TR_HEAP_SIFT", "csrc/core/radix.c", "if (c + 1 < len && leaf_ent_less(&h[c + 1], &h[c])) {",
+           "if (c + 1 < len && leaf_ent_less(&h[c], &h[c + 1])) {", T_HEAP, "leaf heap: sift-down takes the larger child"),
+    Mutant("TR_HEAP_BUILD", "csrc/core/radix.c", "for (size_t i = k / 2; i-- > 0;) {", "for (size_t i = k / 2; i-- > 1;) {",
+           T_HEAP, "leaf heap build: the root never sifted (off by one)"),
+    Mutant("TR_HEAP_MRU", "csrc/core/radix.c", "MR_POLICY_MRU ? -(int64_t)n->rank : leaf_order_key(t, n);",
+           "MR_POLICY_MRU ? (int64_t)n->rank : leaf_order_key(t, n);", T_HEAP, "MRU's heap key not reversed (LRU order)"),
+    # request records checked by mr_lc_check (csrc/core/lifecycle.c)
+    Mutant("LC_CHK_COW", "csrc/core/lifecycle.c", "    if (st->cow_src != -1 && !bound) {", "    if (0) {", T_CHK,
+           "check: an unbound row keeping a copy-on-write source passes"),
+    Mutant("LC_CHK_MAP", "csrc/core/lifecycle.c",
+           "            if (rp->track_map[(size_t)r * (size_t)rp->pp + (size_t)j] != st->track[j]) {",
+           "            if (0) {", T_CHK, "check: a track map entry that differs from its record passes"),
+    # the drop-in over SGLang's pools (mambaradix/sglang/cache.py)
+    Mutant("PY_TAKE_RETRY", "mambaradix/sglang/cache.py", "            self._free_foreign(kv, st)\n            slot = alloc.alloc(1)\n",
+           "            self._free_foreign(kv, st)\n", T_TAKE, "_take_mamba_slot: the allocator not asked again after evicting"),
+    Mutant("PY_TAKE_PROTECT", "mambaradix/sglang/cache.py", "_, _, kv, st = self._lc.evict(0, 1, protect=protect)",
+           "_, _, kv, st = self._lc.evict(0, 1)", T_TAKE, "_take_mamba_slot: the matched node not protected"),
+    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "self.token_to_kv_pool_allocator.free(value[prev:pl])",
+           "self.token_to_kv_pool_allocator.free(value[:pl])", T_TAKE + ["tests/core/test_lifecycle_insert_dups.py"],
+           "insert over SGLang's pools frees the locked prefix with the duplicates"),
 ]
 
 
