@@ -1192,7 +1192,9 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t *newidx = lc->b;
+    /* the tree's indices go straight into the caller's prefix (no copy
+     * through scratch), and from there into the row */
+    int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
     if (prefix_out != NULL || kv_in == NULL) {
         (void)mr_radix_path_values(lc->tree, mnode, newidx);
     }
@@ -1211,11 +1213,8 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     st->locked = 1;
     st->has_node = 1;
     st->last_node = mr_node_handle(mnode);
-    if (prefix_out != NULL) {
-        memcpy(prefix_out, newidx, nnew * sizeof(int64_t));
-        if (fill_len > nnew) {
-            memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
-        }
+    if (prefix_out != NULL && fill_len > nnew) {
+        memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
     }
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;
