@@ -644,7 +644,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return
         if not self._native:
             return self._foreign_cache_finished(req, is_insert, committed)
-        if req.mamba_pool_idx is None:
+        if (req._rs.running < 0) if _owns_record(req) else (req.mamba_pool_idx is None):
             raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
