@@ -1198,9 +1198,12 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (prefix_out != NULL || kv_in == NULL) {
         (void)mr_radix_path_values(lc->tree, mnode, newidx);
     }
+    /* the row gets the tree's indices where they are not its own: past the
+     * insert's matched prefix the tree stored the row's values */
     int64_t pl = st->protected_len;
-    if ((int64_t)nnew > pl && kv_in == NULL) {
-        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
+    int64_t differ = res.prefix_len < nnew ? (int64_t)res.prefix_len : (int64_t)nnew;
+    if (differ > pl && kv_in == NULL) {
+        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, differ - pl);
     }
     /* 4. move the lock */
     rc = mr_radix_lock(lc->tree, mnode);
