@@ -1192,13 +1192,18 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t *newidx = lc->b;
+    /* the tree's indices go straight into the caller's prefix (no copy
+     * through scratch), and from there into the row */
+    int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
     if (prefix_out != NULL || kv_in == NULL) {
         (void)mr_radix_path_values(lc->tree, mnode, newidx);
     }
+    /* the row gets the tree's indices where they are not its own: past the
+     * insert's matched prefix the tree stored the row's values */
     int64_t pl = st->protected_len;
-    if ((int64_t)nnew > pl && kv_in == NULL) {
-        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, (int64_t)nnew - pl);
+    int64_t differ = res.prefix_len < nnew ? (int64_t)res.prefix_len : (int64_t)nnew;
+    if (differ > pl && kv_in == NULL) {
+        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, differ - pl);
     }
     /* 4. move the lock */
     rc = mr_radix_lock(lc->tree, mnode);
@@ -1211,11 +1216,8 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     st->locked = 1;
     st->has_node = 1;
     st->last_node = mr_node_handle(mnode);
-    if (prefix_out != NULL) {
-        memcpy(prefix_out, newidx, nnew * sizeof(int64_t));
-        if (fill_len > nnew) {
-            memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
-        }
+    if (prefix_out != NULL && fill_len > nnew) {
+        memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
     }
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;

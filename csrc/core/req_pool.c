@@ -246,6 +246,46 @@ mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, i
 }
 
 int
+mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals,
+                      int width, int64_t vstride, int64_t *bad)
+{
+    *bad = -1;
+    int64_t last = n > 0 ? start + (n - 1) * step : start;
+    if (r < 0 || r > p->size || n < 0 || (width != 4 && width != 8)
+        || (n > 0 && (start < 0 || start >= p->max_ctx || last < 0 || last >= p->max_ctx))) {
+        return MR_EINVAL;
+    }
+    const char *v = vals;
+    if (width == 8) {   /* int64 values: each must fit the int32 table */
+        for (int64_t i = 0; i < n; i++) {
+            int64_t x = *(const int64_t *)(v + i * vstride);
+            if (x < INT32_MIN || x > INT32_MAX) {
+                *bad = i;
+                return MR_EINVAL;
+            }
+        }
+    }
+    int32_t *row = p->table + (size_t)r * (size_t)p->max_ctx;
+    if (step == 1 && vstride == width && width == 4) {
+        memcpy(row + start, vals, (size_t)n * sizeof(int32_t));
+    }
+    else if (width == 4) {
+        for (int64_t i = 0; i < n; i++) {
+            row[start + i * step] = *(const int32_t *)(v + i * vstride);
+        }
+    }
+    else {
+        for (int64_t i = 0; i < n; i++) {
+            row[start + i * step] = (int32_t)*(const int64_t *)(v + i * vstride);
+        }
+    }
+    if (n > 0) {
+        mr_reqpool_mark_dirty(p, r, step > 0 ? start : last, (step > 0 ? last : start) + 1);
+    }
+    return MR_OK;
+}
+
+int
 mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out)
 {
     if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {

@@ -130,6 +130,14 @@ int mr_reqpool_in_use(const mr_reqpool *p, int64_t r);
  * range as dirty.  MR_EINVAL when r, start or n is out of the table, or a
  * value does not fit int32. */
 int mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n);
+/* Row r, columns start + i * step for i in [0, n) (step may be negative),
+ * gets the int32 (width 4) or int64 (width 8) value at vals + i * vstride
+ * bytes (vstride 0: the one value, broadcast); the columns' span is
+ * recorded as dirty.  Every column and value is checked before anything is
+ * written: MR_EINVAL when r or a column is out of the table (*bad = -1) or
+ * value i does not fit int32 (*bad = i); nothing changes then. */
+int mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals,
+                          int width, int64_t vstride, int64_t *bad);
 /* Reads row r, columns [start, start + n) into out (int64). */
 int mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out);
 /* Records columns [start, end) of row r as dirty (for writes made through

@@ -69,6 +69,39 @@ read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg
     return rc;
 }
 
+/* read_key, then, when fewer than `limit` tokens were read and tail is
+ * given (not None), the tokens of tail after them (up to limit in all):
+ * SGLang's origin_input_ids + output_ids without building the sum. */
+static int
+read_key_tail(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t limit, const char *arg,
+              const char *tail_arg, size_t *len)
+{
+    if (read_key(self, obj, limit, arg, len) < 0) {
+        return -1;
+    }
+    if (tail == NULL || tail == Py_None || (limit >= 0 && (size_t)limit <= *len)) {
+        return 0;
+    }
+    mr_buf tmp = {0};
+    mr_ints v;
+    if (mr_ints_read(tail, 4, INT32_MIN, INT32_MAX, tail_arg, MR_INTS_SCALAR, &tmp, &v) < 0) {
+        mr_buf_free(&tmp);
+        return -1;
+    }
+    size_t m = v.len;
+    if (limit >= 0 && m > (size_t)limit - *len) {
+        m = (size_t)limit - *len;
+    }
+    int rc = mr_buf_reserve(&self->keybuf, *len + m, sizeof(int32_t));
+    if (rc == 0 && m > 0) {
+        memcpy((int32_t *)self->keybuf.p + *len, v.data, m * sizeof(int32_t));
+        *len += m;
+    }
+    mr_ints_release(&v);
+    mr_buf_free(&tmp);
+    return rc;
+}
+
 /* An int64 key that a match can read in place: a 1-D C-contiguous int64
  * numpy array or buffer (SGLang's array('q') tokens).  Returns 1 with *p and
  * *n set (release *view with PyBuffer_Release when *have_view), or 0 when
@@ -1482,18 +1515,19 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
-"cache_finished($self, row, rs, tokens, committed_len, /, ns=0, is_insert=True)\n"
+"cache_finished($self, row, rs, tokens, committed_len, /, ns=0, is_insert=True, tail=None)\n"
 "--\n"
 "\n"
 "cache_finished_req for the request in `row`: insert what is cacheable, free\n"
 "the tail KV and every state slot the tree does not keep, drop the lock.\n"
+"tail: more tokens after `tokens` (the key is tokens + tail, not built).\n"
 "Returns rs.  OwnershipError when the request was already finished or its\n"
 "slot donated (nothing changes).");
 
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert");
+    MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert", "tail");
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
     mr_req st;
@@ -1513,7 +1547,8 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     size_t len = 0;
-    if (read_key(self, args[2], (Py_ssize_t)c, "cache_finished(): tokens", &len) < 0) {
+    if (read_key_tail(self, args[2], pa[6], (Py_ssize_t)c, "cache_finished(): tokens", "cache_finished(): tail",
+                      &len) < 0) {
         return NULL;
     }
     if ((int64_t)len < c) {

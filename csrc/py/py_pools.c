@@ -688,6 +688,126 @@ ReqPool_write(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(ReqPool_write_index__doc__,
+"write_index($self, indices, values, /)\n"
+"--\n"
+"\n"
+"table[indices] = values for the common case of SGLang's write: indices a\n"
+"(row, slice) tuple with an int row (negative counts from the end, as in\n"
+"torch) and a slice of step >= 1, and values a 0-d or 1-D int32/int64 numpy array or an int (one\n"
+"value or as many as the slice has columns; one is broadcast).  Returns\n"
+"True when written, False when the case is not one of these (the caller\n"
+"assigns through the table view, torch's semantics, instead).  IndexError\n"
+"when the row is out of the table, RuntimeError when the number of values\n"
+"is not the slice's, OverflowError when a value does not fit int32: the\n"
+"table is unchanged then.");
+
+/* 1 when [p, p + bytes) and the table's memory overlap. */
+static int
+overlaps_table(const mr_reqpool *rp, const char *p, Py_ssize_t bytes)
+{
+    const char *t = (const char *)rp->table;
+    size_t tb = (size_t)(rp->size + 1) * (size_t)rp->max_ctx * sizeof(int32_t);
+    return p < t + tb && t < p + bytes;
+}
+
+static PyObject *
+ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "write_index() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *ix = args[0], *vo = args[1];
+    if (!PyTuple_CheckExact(ix) || PyTuple_GET_SIZE(ix) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(ix, 0))
+        || !PySlice_Check(PyTuple_GET_ITEM(ix, 1))) {
+        Py_RETURN_FALSE;
+    }
+    mr_reqpool *rp = &self->pool;
+    const int64_t rows = rp->size + 1;
+    /* the values: an int, or an int32/int64 numpy array of at most one
+     * dimension not sharing memory with the table */
+    const void *data = NULL;
+    int width = 8;
+    int64_t nv = 1, vstride = 0, one = 0;
+    if (PyLong_CheckExact(vo)) {
+        int ovf = 0;
+        one = PyLong_AsLongLongAndOverflow(vo, &ovf);
+        if (ovf != 0 || (one == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_OverflowError, "write(): values does not fit the int32 table");
+            return NULL;
+        }
+        data = &one;
+    }
+    else if (PyArray_CheckExact(vo)) {
+        PyArrayObject *a = (PyArrayObject *)vo;
+        int t = PyArray_TYPE(a), nd = PyArray_NDIM(a);
+        width = t == NPY_INT32 ? 4 : 8;
+        if ((t != NPY_INT32 && t != NPY_INT64) || !PyArray_ISNOTSWAPPED(a) || nd > 1) {
+            Py_RETURN_FALSE;
+        }
+        nv = nd == 0 ? 1 : (int64_t)PyArray_DIM(a, 0);
+        vstride = nd == 0 ? 0 : (int64_t)PyArray_STRIDE(a, 0);
+        if (vstride % width != 0) {
+            Py_RETURN_FALSE;
+        }
+        data = PyArray_DATA(a);
+        if (nv > 0) {
+            const char *lo = data, *hi = data;
+            if (vstride >= 0) {
+                hi += (nv - 1) * vstride + width;
+            }
+            else {
+                lo += (nv - 1) * vstride;
+                hi += width;
+            }
+            if (overlaps_table(rp, lo, hi - lo)) {
+                Py_RETURN_FALSE;   /* torch decides what an overlapping copy does */
+            }
+        }
+    }
+    else {
+        Py_RETURN_FALSE;
+    }
+    int ovf = 0;
+    long long r = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(ix, 0), &ovf);
+    if (ovf != 0 || r < -rows || r >= rows) {
+        PyErr_Format(PyExc_IndexError, "write(): row %R of indices is out of the table's %lld rows",
+                     PyTuple_GET_ITEM(ix, 0), (long long)rows);
+        return NULL;
+    }
+    if (r < 0) {
+        r += rows;
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(PyTuple_GET_ITEM(ix, 1), &start, &stop, &step) < 0 || step < 1) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;   /* torch refuses a step below 1: its own error */
+    }
+    Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)rp->max_ctx, &start, &stop, step);
+    if (nv != n && nv != 1) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "write(): %lld values for the %zd columns of slice %R (max_context_len %lld) of row %lld",
+                     (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, r);
+        return NULL;
+    }
+    int64_t bad = -1;
+    if (mr_reqpool_write_cols(rp, r, start, step, n, data, width, nv == 1 ? 0 : vstride, &bad) != MR_OK) {
+        if (bad >= 0) {
+            int64_t x = width == 4 ? 0 : *(const int64_t *)((const char *)data + (nv == 1 ? 0 : bad * vstride));
+            PyErr_Format(PyExc_OverflowError, "write(): values[%lld] = %lld does not fit the int32 table",
+                         (long long)(nv == 1 ? 0 : bad), (long long)x);
+        }
+        else {
+            PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", r,
+                         PyTuple_GET_ITEM(ix, 1));
+        }
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
 PyDoc_STRVAR(ReqPool_mark_dirty__doc__,
 "mark_dirty($self, row, start, end, /)\n"
 "--\n"
@@ -791,6 +911,7 @@ static PyMethodDef ReqPool_methods[] = {
     {"record", (PyCFunction)ReqPool_record, METH_O, ReqPool_record__doc__},
     {"in_use", (PyCFunction)ReqPool_in_use, METH_O, ReqPool_in_use__doc__},
     {"write", (PyCFunction)(void (*)(void))ReqPool_write, METH_FASTCALL, ReqPool_write__doc__},
+    {"write_index", (PyCFunction)(void (*)(void))ReqPool_write_index, METH_FASTCALL, ReqPool_write_index__doc__},
     {"mark_dirty", (PyCFunction)(void (*)(void))ReqPool_mark_dirty, METH_FASTCALL, ReqPool_mark_dirty__doc__},
     {"take_dirty", (PyCFunction)ReqPool_take_dirty, METH_NOARGS, ReqPool_take_dirty__doc__},
     {"available_size", (PyCFunction)ReqPool_available_size, METH_NOARGS, ReqPool_available_size__doc__},

@@ -388,7 +388,7 @@ class SlotIndex:
     track_map: the pool's row -> track slots tensor (mambaradix's own
     pools), whose row is the ping-pong buffer of a request in that row."""
 
-    __slots__ = ("ids", "pp", "device", "on_cpu", "track_map")
+    __slots__ = ("ids", "pp", "device", "on_cpu", "track_map", "_s0", "_s1")
 
     def __init__(self, size: int, device: Any, pp: int = 2, track_map: Optional[torch.Tensor] = None) -> None:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -396,20 +396,32 @@ class SlotIndex:
         self.ids = torch.arange(-1, int(size) + 1, dtype=torch.int64, device=self.device)
         self.pp = int(pp)
         self.track_map = track_map
+        # the views handed out, made once per slot (a view costs more than
+        # the lookup; they are views of ids either way)
+        self._s0: dict = {}
+        self._s1: dict = {}
 
     def _grow(self, v: int) -> None:
         n = max(v + 2, 2 * self.ids.numel())
         self.ids = torch.arange(-1, n - 1, dtype=torch.int64, device=self.device)
+        self._s0 = {}
+        self._s1 = {}
 
     def slot(self, v: int) -> torch.Tensor:
-        if v + 1 >= self.ids.numel():
-            self._grow(v)
-        return self.ids[v + 1]
+        t = self._s0.get(v)
+        if t is None:
+            if v + 1 >= self.ids.numel():
+                self._grow(v)
+            t = self._s0[v] = self.ids[v + 1]
+        return t
 
     def slot1(self, v: int) -> torch.Tensor:
-        if v + 1 >= self.ids.numel():
-            self._grow(v)
-        return self.ids[v + 1 : v + 2]
+        t = self._s1.get(v)
+        if t is None:
+            if v + 1 >= self.ids.numel():
+                self._grow(v)
+            t = self._s1[v] = self.ids[v + 1 : v + 2]
+        return t
 
     def host_value(self, value: Any) -> int:
         """The slot `value` names, without reading a device: an int as it

@@ -54,6 +54,19 @@ __all__ = ["MambaRadixCache", "TreeNode"]
 _tuple_new = tuple.__new__
 
 
+def _fill_ids(req: Any) -> Tuple[Any, int]:
+    """(tokens, fill_len): the request's fill ids are tokens[:fill_len].
+    Our Req's are the head of its full_untruncated_fill_ids, which the C
+    call reads in place (the lifecycle reads fill_len tokens); another
+    request type's come from its get_fill_ids()."""
+    r = req.extend_range if type(req) is Req else None
+    if r is not None and type(r.end) is int and r.end >= 0:
+        full = req.full_untruncated_fill_ids
+        return full, min(r.end, len(full))
+    t = req.get_fill_ids()
+    return t, len(t)
+
+
 def _slot_of(value: Any) -> int:
     """The state slot of an insert's mamba_value: an int or a one-element
     tensor (SGLang's shape (1,)); the first element of anything longer."""
@@ -631,13 +644,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return
         if not self._native:
             return self._foreign_cache_finished(req, is_insert, committed)
-        if req.mamba_pool_idx is None:
+        if (req._rs.running < 0) if _owns_record(req) else (req.mamba_pool_idx is None):
             raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
         rs = _rs_of(req, with_node=True, cache=self)
-        tokens = req.origin_input_ids + req.output_ids
         running = rs.running
+        # the key is origin_input_ids + output_ids, read without the sum
         self._lc.cache_finished(
-            int(req.req_pool_idx), rs, tokens, committed, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+            int(req.req_pool_idx), rs, req.origin_input_ids, committed, ns=self._ns(req.extra_key),
+            is_insert=bool(is_insert), tail=req.output_ids,
         )
         drop = self.enable_mamba_extra_buffer or pool.mamba_allocator._slots.owner(running) != "tree"
         self._keep_running(req, running, drop)
@@ -652,16 +666,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         running state is forked.  The request then points at the tree's KV
         indices and holds its lock on the new node."""
         pool = self.req_to_token_pool
-        token_ids = req.get_fill_ids()
         if not self._native:
             return self._foreign_cache_unfinished(req, chunked)
-        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else len(token_ids)
+        token_ids, fill = _fill_ids(req)
+        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else fill
         row = int(req.req_pool_idx)
         if self.disable or cache_len is None:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
         rs = _rs_of(req, with_node=True, cache=self)
-        _, prefix, fs, fd = self._lc.cache_unfinished(row, rs, token_ids, len(token_ids), ns=self._ns(req.extra_key))
+        _, prefix, fs, fd = self._lc.cache_unfinished(row, rs, token_ids, fill, ns=self._ns(req.extra_key))
         if fs >= 0:
             pool.mamba_pool.copy_from(self._ix.slot1(fs), self._ix.slot1(fd))
         self._apply(req, rs)

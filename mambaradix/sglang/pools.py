@@ -58,6 +58,9 @@ def _to_device(a: np.ndarray, device: Any) -> torch.Tensor:
     return t
 
 
+_NP_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
 def _is_cpu(device: Any) -> bool:
     return torch.device(device).type == "cpu"
 
@@ -72,6 +75,7 @@ class MambaSlotAllocator:
     def __init__(self, size: int, device: Any) -> None:
         self.size = size
         self.device = device
+        self._on_host = _is_cpu(device)
         self._slots = _C.SlotAllocator(size)
         # the pool's index tensors (HybridReqToTokenPool sets them): one slot
         # comes back as a view of them, whose value the pool reads on the host
@@ -95,7 +99,7 @@ class MambaSlotAllocator:
             return None
         if got.size == 1 and self._ix is not None:  # shape (1,), no copy to the device
             return self._ix.slot1(int(got[0]))
-        return _to_device(got, self.device)
+        return torch.from_numpy(got) if self._on_host else _to_device(got, self.device)
 
     def free(self, free_index: Any) -> None:
         idx = _np_index(free_index)
@@ -120,6 +124,7 @@ class TokenToKVPoolAllocator:
         self.page_size = page_size
         self.dtype = dtype
         self.device = device
+        self._on_host = _is_cpu(device)
         self._kvcache = kvcache
         self.need_sort = need_sort
         self._slots = _C.SlotAllocator(size, page_size)
@@ -139,7 +144,9 @@ class TokenToKVPoolAllocator:
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
         got = self._slots.alloc(int(need_size))
-        return None if got is None else _to_device(got, self.device)
+        if got is None:
+            return None
+        return torch.from_numpy(got) if self._on_host else _to_device(got, self.device)
 
     def free(self, free_index: Any) -> None:
         """Return a caller's KV indices.  Inside a free group they are
@@ -375,15 +382,17 @@ class ReqToTokenPool:
         self.device = device
         self._rp = _C.ReqPool(size, max_context_len, _pp)
         self._host = torch.from_numpy(self._rp.table)
-        if _is_cpu(device):
-            self.req_to_token = self._host
-        else:
-            self.req_to_token = self._host.to(device)
+        # on CPU req_to_token is the C table itself (decided once: the
+        # per-request calls test this flag, not the device)
+        self._on_host = _is_cpu(device)
+        self.req_to_token = self._host if self._on_host else self._host.to(device)
 
     def sync_device(self) -> None:
         """Copy the host rows the C lifecycle changed to the device mirror."""
+        if self._on_host:  # the table is the C one: nothing to copy
+            return
         rows, starts, ends = self._rp.take_dirty()
-        if self.req_to_token is self._host or rows.size == 0:
+        if rows.size == 0:
             return
         table = self._rp.table
         write = getattr(_C, "write_req_to_token", None)
@@ -395,29 +404,34 @@ class ReqToTokenPool:
             self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)
 
     def write(self, indices: Any, values: Any) -> None:
-        """req_to_token[indices] = values (SGLang's write).  A (row, slice)
-        index on CPU goes straight into the C table."""
-        if (
-            self.req_to_token is self._host
-            and isinstance(indices, tuple)
-            and len(indices) == 2
-            and isinstance(indices[0], int)
-            and isinstance(indices[1], slice)
-            and indices[1].step in (None, 1)
-        ):
-            v = values.detach().reshape(-1).numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
-            a = indices[1].start or 0
-            self._rp.table[indices[0], a : a + v.size] = v
+        """req_to_token[indices] = values (SGLang's write; int32/int64 numpy
+        arrays are taken as the tensors over them).  On CPU a (row, slice)
+        index with int32/int64 values (a CPU tensor, a numpy array of at
+        most one dimension, an int) goes straight into the C table,
+        checked there (IndexError for a row out of the table, RuntimeError
+        for a length that is not the slice's, OverflowError for a value an
+        int32 table cannot hold; nothing written then); any other case is
+        torch's own assignment."""
+        if self._on_host:
+            v = values
+            if type(v) is torch.Tensor:
+                try:  # a CPU tensor's numpy view (a device tensor raises)
+                    v = v.numpy()
+                except (TypeError, RuntimeError):
+                    v = None
+            if not self._rp.write_index(indices, v):
+                if type(values) is np.ndarray and values.dtype in _NP_INDEX_TYPES:  # read as the fast path reads it
+                    values = torch.from_numpy(np.ascontiguousarray(values))
+                self._host[indices] = values
             return
         self.req_to_token[indices] = values
-        if self.req_to_token is not self._host:
-            if isinstance(values, torch.Tensor):
-                values = values.cpu()
-            if isinstance(indices, tuple):
-                indices = tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in indices)
-            elif isinstance(indices, torch.Tensor):
-                indices = indices.cpu()
-            self._host[indices] = values
+        if isinstance(values, torch.Tensor):
+            values = values.cpu()
+        if isinstance(indices, tuple):
+            indices = tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in indices)
+        elif isinstance(indices, torch.Tensor):
+            indices = indices.cpu()
+        self._host[indices] = values
 
     def available_size(self) -> int:
         return self._rp.available_size()
@@ -575,7 +589,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         self.mamba_ckpt_pool = None
         self.req_index_to_mamba_index_mapping = torch.from_numpy(self._rp.state_map)
         self.req_index_to_mamba_ping_pong_track_buffer_mapping = torch.from_numpy(self._rp.track_map)
-        if not _is_cpu(device):
+        if not self._on_host:
             self.req_index_to_mamba_index_mapping = self.req_index_to_mamba_index_mapping.to(device)
             self.req_index_to_mamba_ping_pong_track_buffer_mapping = (
                 self.req_index_to_mamba_ping_pong_track_buffer_mapping.to(device)
@@ -612,7 +626,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
     def _sync_maps_to_device(self, rows: Sequence[int]) -> None:
         """Copies the maps' rows from the C pool to the device mirror, queued
         on the stream (host arrays in, no read back)."""
-        if _is_cpu(self.device) or not rows:
+        if self._on_host or not rows:
             return
         idx = np.asarray(rows, dtype=np.int64)
         d = _to_device(idx, self.device)
@@ -739,6 +753,6 @@ class HybridReqToTokenPool(ReqToTokenPool):
     def clear(self) -> None:
         super().clear()
         self.mamba_allocator.clear()
-        if not _is_cpu(self.device):
+        if not self._on_host:
             self.req_index_to_mamba_index_mapping.zero_()
             self.req_index_to_mamba_ping_pong_track_buffer_mapping.zero_()
