@@ -4,8 +4,9 @@
  * and py_buf.h.
  *
  * Multi-phase initialisation (PEP 489): PyInit__C only returns the
- * definition; mr_exec creates the exceptions and asks each binding file
- * (py_radix.c, py_tensor.c, py_pools.c) to add its types. */
+ * definition; mr_exec creates the exceptions and asks the binding files to
+ * add their types (mr_py_radix_init, mr_py_tensor_init in py_dlpack.c,
+ * mr_py_pools_init). */
 #include "py_common.h"
 #include "cuda_api.h"
 #include "radix.h"

@@ -9,7 +9,7 @@
  * their owner alive through a caller-supplied reference (see
  * mr_tensor_export()).
  *
- * No Python here: the binding (py_tensor.c) does the capsule protocol. */
+ * No Python here: the binding (py_dlpack.c) does the capsule protocol. */
 #ifndef MR_TENSOR_H
 #define MR_TENSOR_H
 
