@@ -621,7 +621,7 @@ mr_cuda_memcpy_h2d(int device, void *dst, const void *src, size_t nbytes, void *
 {
     DeviceGuard guard(device);
     if (guard.err != cudaSuccess) {
-        return fail(guard.err, "write_req_to_token");
+        return fail(guard.err, "cudaSetDevice");
     }
     cudaError_t err = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
     return err == cudaSuccess ? MR_OK : fail(err, "cudaMemcpyAsync");

@@ -61,6 +61,15 @@ def _to_device(a: np.ndarray, device: Any) -> torch.Tensor:
 _NP_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
+def _stream_of(t: torch.Tensor) -> Optional[int]:
+    """The stream a kernel on `t` must run on: torch's current stream on
+    t's device (SGLang's forward and overlap streams are not the legacy
+    default stream, which the kernels use without one); None on the host."""
+    if t.device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
 def _is_cpu(device: Any) -> bool:
     return torch.device(device).type == "cpu"
 
@@ -277,7 +286,7 @@ class _StateOps:
 
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         if self.native is not None:
-            self.native.copy_slots(src, dst)
+            self.native.copy_slots(src, dst, stream=_stream_of(self.temporal))
             return
         for t in self.conv:
             t[:, dst] = t[:, src]
@@ -285,7 +294,7 @@ class _StateOps:
 
     def clear(self, idx: torch.Tensor) -> None:
         if self.native is not None:
-            self.native.clear_slots(idx)
+            self.native.clear_slots(idx, stream=_stream_of(self.temporal))
             return
         for t in self.conv:
             t[:, idx] = 0
@@ -398,7 +407,7 @@ class ReqToTokenPool:
         write = getattr(_C, "write_req_to_token", None)
         if write is not None:  # one ragged launch
             values = np.concatenate([table[r, a:b] for r, a, b in zip(rows, starts, ends)])
-            write(self.req_to_token, rows, starts, values, ends=ends)
+            write(self.req_to_token, rows, starts, values, ends=ends, stream=_stream_of(self.req_to_token))
             return
         for r, a, b in zip(rows.tolist(), starts.tolist(), ends.tolist()):
             self.req_to_token[r, a:b].copy_(self._host[r, a:b], non_blocking=True)

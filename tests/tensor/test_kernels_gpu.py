@@ -231,6 +231,9 @@ def test_cupy_pool_and_indices():
     conv2 = rs.randint(-2**31, 2**31 - 1, size=(layers, slots + 1, 5), dtype=cp.int64).astype(cp.int32)
     temporal = rs.standard_normal((layers, slots + 1, 2, 8, 8)).astype(cp.float32)
     ref = [a.copy() for a in (conv, conv2, temporal)]
+    # the arrays were made on CuPy's null stream, which a non-blocking
+    # stream does not wait for
+    cp.cuda.Device().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         pool = mambaradix.StatePool([conv, conv2], temporal, stream=stream.ptr)
