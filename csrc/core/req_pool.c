@@ -229,20 +229,11 @@ mr_reqpool_mark_dirty(mr_reqpool *p, int64_t r, int64_t start, int64_t end)
 int
 mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n)
 {
-    if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {
+    if (start < 0 || start > p->max_ctx) {   /* refused for n == 0 too */
         return MR_EINVAL;
     }
-    for (int64_t i = 0; i < n; i++) {
-        if (vals[i] < INT32_MIN || vals[i] > INT32_MAX) {
-            return MR_EINVAL;
-        }
-    }
-    int32_t *row = p->table + (size_t)r * (size_t)p->max_ctx + start;
-    for (int64_t i = 0; i < n; i++) {
-        row[i] = (int32_t)vals[i];
-    }
-    mr_reqpool_mark_dirty(p, r, start, start + n);
-    return MR_OK;
+    int64_t bad;
+    return mr_reqpool_write_cols(p, r, start, 1, n, vals, (int)sizeof(int64_t), (int64_t)sizeof(int64_t), &bad);
 }
 
 int

@@ -714,8 +714,8 @@ overlaps_table(const mr_reqpool *rp, const char *p, Py_ssize_t bytes)
 static PyObject *
 ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "write_index() takes 2 arguments (%zd given)", nargs);
+    MR_ARGS(spec, parsed, "write_index", 2, 2, 2, "indices", "values");
+    if (mr_parse(&spec, args, nargs, NULL, parsed) < 0) {
         return NULL;
     }
     PyObject *ix = args[0], *vo = args[1];
