@@ -191,19 +191,30 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         w.values = vals.idx.ptr;
         w.value_bits = 64;
-        if (dvt == MR_DL_CUDA && tt->dtype == MR_DTYPE_INT32) {
-            /* The row-by-row device copy needs values in the table's type. */
-            conv = MR_MALLOC((size_t)(nvalues > 0 ? nvalues : 1) * sizeof(int32_t));
+        if (dvt == MR_DL_CUDA) {
+            /* The row-by-row device copy reads values in the table's type,
+             * from a buffer of our own: a host-to-device copy from pageable
+             * memory has read its source when it returns, one from
+             * page-locked memory (a pinned tensor of the caller's) only
+             * when the stream reaches it, and the caller may change or free
+             * its values as soon as this call returns. */
+            size_t es = tt->dtype == MR_DTYPE_INT32 ? sizeof(int32_t) : sizeof(int64_t);
+            conv = MR_MALLOC((size_t)(nvalues > 0 ? nvalues : 1) * es);
             if (conv == NULL) {
                 PyErr_NoMemory();
                 goto error;
             }
             const int64_t *v = vals.idx.ptr;
-            for (int64_t k = 0; k < nvalues; k++) {
-                ((int32_t *)conv)[k] = (int32_t)v[k];  /* in range: checked above */
+            if (es == sizeof(int32_t)) {
+                for (int64_t k = 0; k < nvalues; k++) {
+                    ((int32_t *)conv)[k] = (int32_t)v[k];  /* in range: checked above */
+                }
+            }
+            else if (nvalues > 0) {
+                memcpy(conv, v, (size_t)nvalues * es);
             }
             w.values = conv;
-            w.value_bits = 32;
+            w.value_bits = (int)es * 8;
         }
     }
     w.table = tt->data;

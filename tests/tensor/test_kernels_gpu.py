@@ -250,3 +250,27 @@ def test_cupy_pool_and_indices():
     # Export back to CuPy: same memory.
     t = cp.from_dlpack(pool.temporal)
     assert t.data.ptr == temporal.data.ptr
+
+
+@pytest.mark.parametrize("tdtype", [torch.int32, torch.int64])
+def test_write_req_to_token_pinned_host_values_are_read_before_return(tdtype):
+    """Host values in page-locked memory: CUDA copies those only when the
+    stream reaches the copy, but the call's contract is that the caller may
+    change its values once it returns.  A long device sleep keeps the stream
+    busy, the values are overwritten right after the call: the table must
+    hold what they were at the call."""
+    table = torch.zeros(4, 64, dtype=tdtype, device=DEV)
+    values = torch.arange(100, 148, dtype=torch.int64).pin_memory()
+    expect = values.clone()
+    rows, starts, ends = np.array([1, 3]), np.array([0, 8]), np.array([16, 40])
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)
+        mambaradix.write_req_to_token(table, rows, starts, values, ends=ends, stream=s.cuda_stream)
+        values.fill_(-1)
+    s.synchronize()
+    got = table.cpu()
+    assert torch.equal(got[1, :16], expect[:16].to(tdtype))
+    assert torch.equal(got[3, 8:40], expect[16:].to(tdtype))
+    assert int(got[0].abs().sum()) == 0 and int(got[2].abs().sum()) == 0
