@@ -300,23 +300,15 @@ mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int fron
 }
 
 /* Sets the owner of units idx[0:k) (distinct) to `to`, taking each out of
- * its class count (count_add's classes, counted without branches: one
- * pass over the owners). */
+ * its class count: one pass over the owners. */
 static void
 set_owners(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
 {
     int32_t *owner = s->owner;
-    int64_t held = 0, tree = 0, req = 0;
     for (int64_t i = 0; i < k; i++) {
-        int32_t o = owner[idx[i]];
-        held += o == MR_OWNER_HELD;
-        tree += o == MR_OWNER_TREE;
-        req += o >= 1;
+        count_add(s, owner[idx[i]], -1);
         owner[idx[i]] = to;
     }
-    s->n_held -= held;
-    s->n_tree -= tree;
-    s->n_req -= req;
 }
 
 void
