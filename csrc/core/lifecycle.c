@@ -308,7 +308,7 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim, int64_t *bad);
+                     int trim, int64_t *bad, size_t mine);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
@@ -318,7 +318,7 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -345,18 +345,51 @@ trim_inserted(mr_lifecycle *lc, mr_handle h)
 }
 
 /* The tree's own prefix of an insert: cached, and within the caller's
- * locked prefix (prev_prefix_len); past it every index is the caller's. */
+ * locked prefix (prev_prefix_len).  SGLang reads nothing of the value
+ * before it: an insert stores value[prefix_len:] and frees
+ * value[min(prev_prefix_len, prefix_len):prefix_len], so only that part is
+ * checked (and, in the request calls, read from the table).  No walk when
+ * prev_prefix_len is 0. */
 static size_t
 own_prefix(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, size_t prev_prefix_len)
 {
+    if (prev_prefix_len == 0) {
+        return 0;
+    }
     size_t n = mr_radix_cached_len(lc->tree, key, len, ns);
     return n < prev_prefix_len ? n : prev_prefix_len;
+}
+
+/* Where an insert's check starts: own_prefix rounded down to a page (a
+ * page's indices are checked together: its block starts on a page
+ * boundary of the key). */
+static size_t
+check_from(const mr_lifecycle *lc, size_t mine)
+{
+    return mine / lc->cfg.page_size * lc->cfg.page_size;
+}
+
+/* Why an insert refuses KV index val[i] (page pg, owner o, which is not a
+ * request row): MR_OK when it is the caller's. */
+static int
+kv_refusal(const mr_kv *kv, int32_t o, int64_t pg, int grp, size_t i, size_t mine)
+{
+    if (o == MR_OWNER_FREE || o == MR_OWNER_RESERVED || o == MR_OWNER_PENDING) {
+        return MR_ENOENT;  /* a KV index nobody holds */
+    }
+    if (o == MR_OWNER_TREE) {
+        return i >= mine ? MR_EBUSY : MR_OK;  /* the tree's own past its prefix */
+    }
+    if (grp && o == MR_OWNER_HELD && mr_slots_in_alloc_group(&kv->pages, pg)) {
+        return MR_EBUSY;   /* an alloc group's, not handed out */
+    }
+    return MR_OK;
 }
 
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
           int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
-          int64_t *bad)
+          int64_t *bad, size_t mine)
 {
     int rc;
     int64_t bad_local;
@@ -367,9 +400,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (!has_pools(lc)) {
         return mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
     }
-    /* 1. validate everything before the tree changes (a refused insert
-     *    changes nothing): the state must be a caller's slot, the new KV a
-     *    caller's or the tree's own, each of the caller's listed once */
+    /* 1. validate before the tree changes (a refused insert changes
+     *    nothing): the state must be a caller's slot, each KV index the
+     *    insert stores or frees (value[mine:], own_prefix) a caller's,
+     *    listed once */
     int32_t o = 0;
     if (mr_slots_owner(lc->state, state, &o) != MR_OK || state < 1) {
         return MR_EINVAL;
@@ -377,14 +411,13 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (!(o == MR_OWNER_HELD || o >= 1)) {
         return o == MR_OWNER_FREE || o == MR_OWNER_PENDING ? MR_ENOENT : MR_EBUSY;
     }
+    if (mine == SIZE_MAX) {
+        mine = own_prefix(lc, key, len, ns, prev_prefix_len);
+    }
     const int64_t ps = lc->kv->page_size, np = lc->kv->pages.n;
     const int32_t *owner = lc->kv->pages.owner;
     const mr_slots *pages = &lc->kv->pages;
     const int grp = pages->group_active && pages->group_pos < pages->group_len;
-    /* past the tree's own prefix every index is the caller's: one the tree
-     * holds would come back twice from evictions.  The prefix is walked for
-     * at the first tree-owned index only (none: no walk). */
-    size_t mine = SIZE_MAX;
     /* each index (page) listed once, checked in the same pass: each page is
      * stamped with this call's generation (mr_kv_stamp_begin) */
     uint16_t gen = 0;
@@ -392,39 +425,47 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t in_block = 0, again = -1;
+    int64_t again = -1;
     uint16_t *const stamp = lc->kv->stamp;
-    /* pages of a power-of-two size by a shift (a division costs more than
-     * the rest of this pass) */
-    const int shift = (ps & (ps - 1)) == 0 ? __builtin_ctzll((unsigned long long)ps) : -1;
-    for (size_t i = 0; i < len; i++) {
-        int64_t pg = shift >= 0 ? val[i] >> shift : val[i] / ps;
-        if (val[i] < 0 || pg > np) {
-            *bad = (int64_t)i;
-            return MR_EINVAL;
-        }
-        if (owner[pg] == MR_OWNER_FREE || owner[pg] == MR_OWNER_RESERVED || owner[pg] == MR_OWNER_PENDING) {
-            *bad = (int64_t)i;
-            return MR_ENOENT;  /* a KV index nobody holds */
-        }
-        if (owner[pg] == MR_OWNER_TREE) {
-            if (mine == SIZE_MAX) {
-                mine = own_prefix(lc, key, len, ns, prev_prefix_len);
-            }
-            if (i >= mine) {
+    if (ps == 1) {
+        /* each token its own page: one test per index for the common case
+         * (a request's), the rest classified by kv_refusal */
+        for (size_t i = mine; i < len; i++) {
+            int64_t u = val[i];
+            if (MR_UNLIKELY((uint64_t)u > (uint64_t)np)) {
                 *bad = (int64_t)i;
-                return MR_EBUSY;
+                return MR_EINVAL;
             }
+            int32_t ou = owner[u];
+            if (MR_UNLIKELY(ou < 1)) {
+                rc = kv_refusal(lc->kv, ou, u, grp, i, mine);
+                if (rc != MR_OK) {
+                    *bad = (int64_t)i;
+                    return rc;
+                }
+            }
+            if (MR_UNLIKELY(stamp[u] == gen) && again < 0) {
+                again = (int64_t)i;   /* a page seen is listed again */
+            }
+            stamp[u] = gen;
         }
-        else if (grp && owner[pg] == MR_OWNER_HELD && mr_slots_in_alloc_group(pages, pg)) {
-            *bad = (int64_t)i;
-            return MR_EBUSY;  /* an alloc group's, not handed out */
-        }
-        if (ps == 1) {   /* each token its own block: a page seen is listed again */
-            again = stamp[pg] == gen && again < 0 ? (int64_t)i : again;
-            stamp[pg] = gen;
-        }
-        else {
+    }
+    else {
+        /* pages of a power-of-two size by a shift (a division costs more
+         * than the rest of this pass) */
+        const int shift = (ps & (ps - 1)) == 0 ? __builtin_ctzll((unsigned long long)ps) : -1;
+        int64_t in_block = 0;
+        for (size_t i = check_from(lc, mine); i < len; i++) {
+            int64_t pg = shift >= 0 ? val[i] >> shift : val[i] / ps;
+            if (val[i] < 0 || pg > np) {
+                *bad = (int64_t)i;
+                return MR_EINVAL;
+            }
+            rc = owner[pg] >= 1 ? MR_OK : kv_refusal(lc->kv, owner[pg], pg, grp, i, mine);
+            if (rc != MR_OK) {
+                *bad = (int64_t)i;
+                return rc;
+            }
             if (mr_kv_stamp_page(lc->kv, gen, val, (int64_t)i, (int64_t)i - in_block, pg) && again < 0) {
                 again = (int64_t)i;
             }
@@ -434,14 +475,12 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         }
     }
     /* an index listed twice past the tree's prefix would be freed twice (a
-     * duplicate) or stored twice.  The pass above checked the whole value
-     * (no walk); a repeat found there is looked for again past the tree's
-     * own prefix only (SGLang ignores what comes before it). */
+     * duplicate) or stored twice.  A page boundary before `mine` may have
+     * started the pass above early: a repeat found there is looked for
+     * again past the tree's own prefix only (SGLang ignores what comes
+     * before it). */
     if (again >= 0) {
         int64_t at = -1;
-        if (mine == SIZE_MAX) {
-            mine = own_prefix(lc, key, len, ns, prev_prefix_len);
-        }
         rc = mine < len ? mr_kv_distinct(lc->kv, val + mine, (int64_t)(len - mine), (int64_t)mine, &at) : MR_OK;
         if (rc == MR_EINVAL) {
             *bad = (int64_t)mine + at;
@@ -926,18 +965,19 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
 }
 
 /* Inserts a request's prefix with ownership: with pools through
- * mr_lc_insert; tree-only, the caller's duplicates are handed out with the
- * collected frees (room reserved by the caller). */
+ * mr_lc_insert (mine: own_prefix of the insert, whose KV indices kv[0:mine)
+ * are neither checked nor read); tree-only, the caller's duplicates are
+ * handed out with the collected frees (room reserved by the caller). */
 static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
-           size_t prev, mr_insert_result *res)
+           size_t prev, size_t mine, mr_insert_result *res)
 {
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine);
     }
-    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL);
+    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine);
     if (rc == MR_OK) {
         rc = out_kv(lc, lc->b, res->ndup);
     }
@@ -961,11 +1001,6 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (rc != MR_OK) {
         return rc;
     }
-    const int64_t *kv = kv_in;
-    if (kv_in == NULL) {
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)committed_len, lc->a);
-        kv = lc->a;
-    }
     int64_t protected_len = st->protected_len;
     int keep = -1;
     int existed = 1;
@@ -975,9 +1010,21 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     int eot = is_insert && avail >= 0
               && mr_rule_end_of_turn(c->end_of_turn, c->extra_buffer, (int64_t)committed_len, c->page_size,
                                      avail, c->lazy);
+    int64_t cache_len = is_insert ? mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen,
+                                                             (int64_t)committed_len, eot, c->page_size)
+                                  : 0;
+    size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
+    /* the KV the call uses: the insert's from its own prefix on (mine), the
+     * tail past the protected prefix; the table is read from there only */
+    size_t mine = cache_len > 0 && has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : prev;
+    const int64_t *kv = kv_in;
+    if (kv_in == NULL) {
+        size_t from = check_from(lc, mine < prev ? mine : prev);
+        from = from < committed_len ? from : committed_len;
+        (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(committed_len - from), lc->a + from);
+        kv = lc->a;
+    }
     if (is_insert) {
-        int64_t cache_len = mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen,
-                                                     (int64_t)committed_len, eot, c->page_size);
         int64_t slot = st->running;
         if (c->extra_buffer) {
             if (st->next_track < 0) {
@@ -997,8 +1044,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
          * has changed */
         if (cache_len > 0) {
             mr_insert_result res;
-            size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
-            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, &res);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res);
             if (rc != MR_OK) {
                 return rc;
             }
@@ -1133,11 +1179,6 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (rc != MR_OK) {
         return rc;
     }
-    const int64_t *kv = kv_in;
-    if (kv_in == NULL) {
-        (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, lc->a);
-        kv = lc->a;
-    }
     mr_node *old = NULL;
     if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
         return MR_ESTATE;
@@ -1162,10 +1203,19 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
         *fork_dst = donated;
         lc->stats.forks++;
     }
-    /* 2. insert */
+    /* 2. insert.  The KV it uses, value[mine:], and the tail past the
+     *    inserted prefix: the table is read from there only (after the
+     *    allocation above, whose eviction may shorten the tree's prefix) */
     mr_insert_result res;
     size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
-    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, &res);
+    size_t mine = has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
+    const int64_t *kv = kv_in;
+    if (kv_in == NULL) {
+        size_t from = check_from(lc, mine);
+        (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(fill_len - from), lc->a + from);
+        kv = lc->a;
+    }
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);

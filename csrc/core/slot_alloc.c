@@ -299,22 +299,26 @@ mr_slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int fron
     return slots_free(s, idx, k, from, front, 0, bad);
 }
 
-void
-mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+/* Sets the owner of units idx[0:k) (distinct) to `to`, taking each out of
+ * its class count: one pass over the owners. */
+static void
+set_owners(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
 {
     int32_t *owner = s->owner;
     for (int64_t i = 0; i < k; i++) {
         count_add(s, owner[idx[i]], -1);
+        owner[idx[i]] = to;
     }
+}
+
+void
+mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+{
+    set_owners(s, idx, k, s->free_group ? MR_OWNER_PENDING : MR_OWNER_FREE);
     if (s->free_group) {   /* the group's end puts them in the free list */
-        for (int64_t i = 0; i < k; i++) {
-            owner[idx[i]] = MR_OWNER_PENDING;
-            s->pending[s->n_pending++] = idx[i];
-        }
+        memcpy(s->pending + s->n_pending, idx, (size_t)k * sizeof(int64_t));
+        s->n_pending += k;
         return;
-    }
-    for (int64_t i = 0; i < k; i++) {
-        owner[idx[i]] = MR_OWNER_FREE;
     }
     ring_put(s, idx, k, 0);
 }
@@ -322,11 +326,7 @@ mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
 void
 mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
 {
-    int32_t *owner = s->owner;
-    for (int64_t i = 0; i < k; i++) {
-        count_add(s, owner[idx[i]], -1);
-        owner[idx[i]] = to;
-    }
+    set_owners(s, idx, k, to);
     count_add(s, to, k);
 }
 

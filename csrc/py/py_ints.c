@@ -64,6 +64,9 @@ static int
 check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
 {
     int64_t mn = INT64_MAX, mx = INT64_MIN;
+    if (width == 8 && lo == INT64_MIN && hi == INT64_MAX) {
+        return 0;   /* every int64 is in range: no pass */
+    }
     if (width == 8 && lo == 0 && hi == INT64_MAX) {
         /* Only the sign bits matter: one OR over the array (vectorised
          * without 64-bit compares, which baseline x86-64 lacks). */
@@ -239,6 +242,23 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
             if (mn >= lo && mx <= hi) {
                 goto done;
             }
+        }
+        /* Out of range somewhere: the loop below names the first index. */
+    }
+    else if (kind == 's' && v->itemsize == 4 && width == 8 && contiguous) {
+        /* int32 indices (SGLang's req_to_token rows): one widening pass,
+         * the range checked by its min and max */
+        const int32_t *src = v->buf;
+        int64_t *dst = scratch->p;
+        int32_t mn = INT32_MAX, mx = INT32_MIN;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t x = src[i];
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+            dst[i] = x;
+        }
+        if (n == 0 || (mn >= lo && mx <= hi)) {
+            goto done;
         }
         /* Out of range somewhere: the loop below names the first index. */
     }

@@ -1597,45 +1597,45 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
 }
 
 /* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
- * ns.  The tokens are read in place when they are int32 (*tok, released by
- * the caller with mr_ints_release), else converted into keybuf; returns the
- * kv array (new ref). */
-static PyObject *
+ * ns.  The tokens are read in place when they are int32 (*tok), else
+ * converted into keybuf; the KV indices in place when they are int64
+ * (*kvv), else widened into buf (SGLang's int32 req_to_token rows: no
+ * array is made).  The caller releases both with mr_ints_release.
+ * Returns 0, or -1 with an exception (nothing to release). */
+static int
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
-             PyObject *ns_obj, mr_req *st, int64_t *ns, npy_intp *n, mr_ints *tok)
+             PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok)
 {
     char arg[96];
     if (self->rp_obj != NULL) {
         PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has its own pools; use the call without _foreign",
                      fname);
-        return NULL;
+        return -1;
     }
     if (parse_rs(self, rs, st) < 0) {
-        return NULL;
+        return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): ns", fname);
     if (ns_obj != NULL && mr_as_int64(ns_obj, 0, INT32_MAX, arg, ns) < 0) {
-        return NULL;
+        return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
-    PyObject *arr = mr_ints_array(kv, arg);
-    if (arr == NULL) {
-        return NULL;
+    if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, &self->buf, kvv) < 0) {
+        return -1;
     }
-    *n = PyArray_SIZE((PyArrayObject *)arr);
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
     if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, tok) < 0) {
-        Py_DECREF(arr);
-        return NULL;
+        mr_ints_release(kvv);
+        return -1;
     }
-    if ((npy_intp)tok->len < *n) {
-        PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zd KV indices", fname, tok->len, (Py_ssize_t)*n);
+    if (tok->len < kvv->len) {
+        PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zu KV indices", fname, tok->len, kvv->len);
         mr_ints_release(tok);
-        Py_DECREF(arr);
-        return NULL;
+        mr_ints_release(kvv);
+        return -1;
     }
     mr_lc_clear_released(self->lc);
-    return arr;
+    return 0;
 }
 
 PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
@@ -1664,24 +1664,23 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         || (pa[5] != NULL && (want_prefix = PyObject_IsTrue(pa[5])) < 0)) {
         return NULL;
     }
-    mr_ints tok;
-    PyObject *kv = foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2],
-                                pa[4], &st, &ns, &n, &tok);
-    if (kv == NULL) {
+    mr_ints tok, kv;
+    if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok) < 0) {
         return NULL;
     }
+    n = (npy_intp)kv.len;
     PyObject *prefix = want_prefix ? mr_i64_array(NULL, (Py_ssize_t)n) : Py_NewRef(Py_None);
     if (prefix == NULL) {
         mr_ints_release(&tok);
-        Py_DECREF(kv);
+        mr_ints_release(&kv);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
+    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
                                         (size_t)n, (int32_t)ns, fresh,
                                         want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
     mr_ints_release(&tok);
-    Py_DECREF(kv);
+    mr_ints_release(&kv);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1711,7 +1710,6 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
             "state_available");
     int64_t ns = 0, avail = -1;
     int ins = 1;
-    npy_intp n = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
@@ -1724,18 +1722,16 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished_foreign(): state_available", &avail) < 0) {
         return NULL;
     }
-    mr_ints tok;
-    PyObject *kv = foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2],
-                                pa[3], &st, &ns, &n, &tok);
-    if (kv == NULL) {
+    mr_ints tok, kv;
+    if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok) < 0) {
         return NULL;
     }
     mr_lc_set_state_available(self->lc, avail);
-    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)PyArray_DATA((PyArrayObject *)kv),
-                                      (size_t)n, (int32_t)ns, ins);
+    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
+                                      kv.len, (int32_t)ns, ins);
     mr_lc_set_state_available(self->lc, -1);
     mr_ints_release(&tok);
-    Py_DECREF(kv);
+    mr_ints_release(&kv);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);

@@ -78,6 +78,10 @@ def test_a_repeat_is_looked_for_past_the_tree_prefix_only() -> None:
     with pytest.raises(ValueError, match=r"value\[5\] = %d is listed twice" % int(new[0])):
         lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([a, [new[0], new[0]]]), s, prev_prefix_len=4)
     assert _state(lc, st, kv) == before
+    # repeats on both sides: the one past the prefix is named
+    with pytest.raises(ValueError, match=r"value\[5\] = %d is listed twice" % int(new[0])):
+        lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([[a[0], a[0]], a[2:], [new[0], new[0]]]), s, prev_prefix_len=4)
+    assert _state(lc, st, kv) == before
     pl, existed = lc.insert([1, 2, 3, 4, 5, 6], np.concatenate([[a[0], a[0]], a[2:], new]), s,
                             prev_prefix_len=4)[:2]
     assert (pl, existed) == (4, False)

@@ -174,6 +174,8 @@ def test_int32_extremes_are_valid_tokens():
         (np.zeros((3, 1), dtype=np.int64), ValueError, ["value"]),
         (np.array([1, -1, 2], dtype=np.int64), ValueError, ["value[1]"]),
         (np.array([1, 2, 2**64 - 1], dtype=np.uint64), ValueError, ["value[2]"]),
+        (np.array([1, 2, -1], dtype=np.int32), ValueError, ["value[2] = -1"]),   # int32: widened in one pass
+        (np.array([-2**31, 2, 3], dtype=np.int32), ValueError, ["value[0] = -2147483648"]),
         (None, TypeError, ["value"]),
         ("abc", TypeError, ["value"]),
     ],

@@ -339,3 +339,48 @@ def test_bare_copy_on_write_match_that_fails_gives_its_slot_back():
     its result: when that cannot be built, the slot goes back."""
     got = _child("bare")
     assert got["raised"] == "MemoryError" and got["taken"] == 0
+
+
+@needs_sglang
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_ignores_what_the_locked_prefix_holds_as_sglang_does(ps):
+    """SGLang reads nothing of value[:prev_prefix_len] inside the tree's
+    own prefix: a free index, one out of the pool's range and a negative one
+    there are no error for it, nor for the drop-in, which neither checks
+    nor reads that part (nothing of it is stored or freed).  Right past it
+    (value[prev_prefix_len], the first index the insert frees) a free index
+    is still refused, naming it, with nothing changed."""
+    cache, pool, alloc = _own(ps)
+    old_kv = alloc.alloc(4 * ps).tolist()
+    key = list(range(1, 6 * ps + 1))
+    _ins(cache, key[:4 * ps], old_kv, int(pool.mamba_allocator.alloc(1)[0]))
+    new_kv = alloc.alloc(2 * ps).tolist()
+    freed = alloc.alloc(ps).tolist()
+    alloc.free(torch.tensor(freed))             # free again: nobody's
+    prev = 4 * ps
+    junk = freed + [10 ** 9] * ps + [-5] * ps + old_kv[3 * ps:]
+    slot = int(pool.mamba_allocator.alloc(1)[0])
+    # a free index right past the locked prefix: refused, nothing moves
+    before = _snapshot(cache, pool, alloc)
+    with pytest.raises(mrs.OwnershipError, match=r"value\[%d\] = %d is free" % (prev, freed[0])):
+        _ins(cache, key, junk + freed + new_kv[ps:], slot, prev)
+    assert _snapshot(cache, pool, alloc) == before
+    # a repeat inside the prefix is ignored, one past it named
+    twice = junk[:ps] + junk[:ps] + junk[2 * ps:] + new_kv[:ps] + new_kv[:ps]
+    with pytest.raises(ValueError, match=r"value\[%d\] = %d is listed twice" % (5 * ps, new_kv[0])):
+        _ins(cache, key, twice, slot, prev)
+    assert _snapshot(cache, pool, alloc) == before
+    got = _ins(cache, key, junk + new_kv, slot, prev)
+    sg, sg_kv, _ = SG.make(page_size=ps)
+    _sg_ins(sg, key[:4 * ps], old_kv, 1)
+    sg_kv.take()
+    want = _sg_ins(sg, key, junk + new_kv, 2, prev)
+    assert (got.prefix_len, got.mamba_exist) == (want.prefix_len, want.mamba_exist) == (4 * ps, False)
+    assert sg_kv.take() == []                  # SGLang frees nothing of it either
+    m = cache.match_prefix(mrs.MatchPrefixParams(key=mrs.RadixKey(array("q", key))))
+    w = sg.match_prefix(SG.MatchPrefixParams(key=SG.RadixKey(array("q", key), None)))
+    assert m.device_indices.tolist() == w.device_indices.tolist() == old_kv + new_kv
+    assert all(alloc._slots.owner(i) == "free" for i in freed)
+    cache.sanity_check()
+    alloc.check()
+    pool.mamba_allocator.check()

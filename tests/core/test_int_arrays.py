@@ -1,0 +1,49 @@
+"""Index arrays in the forms SGLang hands them: its req_to_token rows are
+int32, read by the bindings' one integer reader (py_ints.c), which widens
+them to int64 in one pass.  Reference: the same call with the int64 array
+(an independent path through the reader: read in place), and the values
+written out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mambaradix
+from mambaradix import _C
+
+
+def _rs(running: int, track=(-1, -1), nxt: int = -1, last_track: int = -1, protected: int = 0,
+        node=(-1, 0), locked: int = 0) -> tuple:
+    return (running, track[0], track[1], nxt, last_track, -1, -1, 0, 1, protected, node[0], node[1], locked)
+
+
+def _finish(kv) -> tuple:
+    lc = _C.Lifecycle(chunk_size=4)
+    out = []
+    # one cached request, then one that shares its first 4 tokens: its
+    # duplicates and its tail come back to be freed
+    rs, kvf, stf = lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4, 9, 9, 9, 9], kv[:8])
+    out.append((kvf.tolist(), stf.tolist()))
+    rs, kvf, stf = lc.cache_finished_foreign(_rs(6), [1, 2, 3, 4, 7, 7, 7, 7, 8, 8], kv[8:18])
+    out.append((kvf.tolist(), stf.tolist()))
+    m = lc.match(np.array([1, 2, 3, 4, 7, 7, 7, 7, 8, 8], np.int64))
+    return out, m[0].tolist()
+
+
+def test_int32_kv_rows_are_the_same_indices_as_int64() -> None:
+    big = 2**31 - 1                                  # the largest index an int32 table holds
+    kv64 = np.array([0, 1, 2, 3, 4, 5, 6, big, 10, 11, 12, 13, 14, 15, 16, big - 1, 20, 21], np.int64)
+    got = _finish(kv64.astype(np.int32))
+    assert got == _finish(kv64)
+    assert got[1] == [0, 1, 2, 3, 14, 15, 16, big - 1, 20, 21]   # the tree's prefix, then the second request's
+    assert got[0][1][0] == [10, 11, 12, 13]                       # its duplicates: freed
+
+
+def test_a_negative_int32_index_is_named() -> None:
+    t = mambaradix.RadixTree(page_size=1)
+    with pytest.raises(ValueError, match=r"value\[1\] = -7 is out of range"):
+        t.insert([1, 2, 3], np.array([4, -7, 5], np.int32), 1)
+    assert t.total_size() == (0, 0)
+    t.insert([1, 2, 3], np.array([4, 2**31 - 1, 0], np.int32), 1)
+    assert t.match_prefix([1, 2, 3]).indices.tolist() == [4, 2**31 - 1, 0]
