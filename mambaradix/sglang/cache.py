@@ -43,6 +43,7 @@ from .pools import (
     HybridReqToTokenPool,
     TokenToKVPoolAllocator,
     _apply_record,
+    _host_view,
     _np_index,
     _owns_record,
     _rs_of,
@@ -52,6 +53,7 @@ from .pools import (
 __all__ = ["MambaRadixCache", "TreeNode"]
 
 _tuple_new = tuple.__new__
+_from_numpy = torch.from_numpy
 
 
 def _fill_ids(req: Any) -> Tuple[Any, int]:
@@ -482,15 +484,24 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self.disable or len(key) == 0:
             r = self.root_node
             return MatchResult(self._empty(), r, r, r)
-        ns = self._ns(key.extra_key, create=False)
+        extra = key.extra_key
+        ns = 0 if extra is None else self._ns_ids.get(extra, -1)
         if ns < 0:  # a namespace never inserted: nothing can match
             r = self.root_node
             return MatchResult(self._empty(), r, r, r)
         req = params.req
-        cow = bool(params.cow_mamba) and req is not None
         tokens = key.token_ids
-        limit = -1 if key.limit is None else int(key.limit)
-        if self._native and cow:
+        limit = key.limit
+        if not params.cow_mamba or req is None:
+            # a plain lookup; the C call's defaults (ns=0, limit=-1) are not
+            # passed, which spares parsing them
+            if ns == 0 and limit is None:
+                idx, nid, ngen, state, branching, _ = self._lc.match(tokens)
+            else:
+                idx, nid, ngen, state, branching, _ = self._lc.match(
+                    tokens, ns=ns, limit=-1 if limit is None else int(limit))
+        elif self._native:
+            limit = -1 if limit is None else int(limit)
             rs = _rs_of(req)
             owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
             try:
@@ -510,14 +521,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 if owner >= 1:  # the row's map has the running slot
                     self.req_to_token_pool._sync_maps_to_device([owner])
         else:
-            idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
-            if cow:
-                self._foreign_cow(req, nid, ngen)
-        node = self._node(nid, ngen)
+            idx, nid, ngen, state, branching, _ = self._lc.match(
+                tokens, ns=ns, limit=-1 if limit is None else int(limit))
+            self._foreign_cow(req, nid, ngen)
+        # _node and _indices, inline: this is the scheduler's hottest call
+        r = self.root_node
+        node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)
         # MatchResult(device_indices, last_device_node, last_host_node,
         # best_match_node, mamba_branching_seqlen=...), built as the tuple it is
-        return _tuple_new(MatchResult, (self._indices(idx), node, node, node, 0, 0, 0,
-                                        None if branching < 0 else branching, None))
+        return _tuple_new(MatchResult, (_from_numpy(idx) if self._on_cpu else _to_device(idx, self.device),
+                                        node, node, node, 0, 0, 0, None if branching < 0 else branching, None))
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
         """match_prefix's copy-on-write over pools that are not ours: the
@@ -548,31 +561,44 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         key = params.key
         if params.mamba_value is None:
             raise ValueError("insert(): mamba_value must be a state slot tensor, not None")
-        tokens = key.raw_token_ids()
+        # raw_token_ids() without the call when no limit cuts (as match_prefix reads keys)
+        tokens = key.token_ids if key.limit is None else key.raw_token_ids()
         value = params.value
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)
         state = _slot_of(params.mamba_value)
-        if len(tokens) == 0:
+        n = len(tokens)
+        if n == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
         # SGLang passes a protected length past a shorter cached key (the
         # tracked length); the tree's own prefix then covers the whole key.
-        prev = min(int(params.prev_prefix_len), len(tokens))
+        prev = min(int(params.prev_prefix_len), n)
+        extra = key.extra_key
+        ns = 0 if extra is None else self._ns(extra)
         if self._native or type(value) is not torch.Tensor:
             pl, existed, nid, ngen, dups = self._lc.insert(
-                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev
+                tokens, _np_index(value), state, ns=ns, prev_prefix_len=prev
             )
             if not self._native and dups.size:
                 self.token_to_kv_pool_allocator.free(self._indices(dups))
         else:
             # the duplicates are value[prev:prefix_len]: that slice of the
             # caller's tensor goes to the allocator, as SGLang frees it
+            view = _host_view(value)
             pl, existed, nid, ngen, _ = self._lc.insert(
-                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev, duplicates=False
+                tokens, _np_index(value) if view is None else view, state, ns=ns, prev_prefix_len=prev,
+                duplicates=False,
             )
             if pl > prev:
-                self.token_to_kv_pool_allocator.free(value[prev:pl])
-        return InsertResult(prefix_len=pl, mamba_exist=bool(existed), last_device_node=self._node(nid, ngen))
+                # a CPU tensor's slice is made through its numpy view (the
+                # same memory, several times cheaper than torch's slicing)
+                dups = value[prev:pl] if view is None else _from_numpy(view[prev:pl])
+                self.token_to_kv_pool_allocator.free(dups)
+        r = self.root_node
+        node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)
+        # InsertResult(prefix_len, total_len, last_device_node, mamba_exist):
+        # positional, which the dataclass's __init__ takes faster than keywords
+        return InsertResult(pl, 0, node, bool(existed))
 
     def evict(self, params: EvictParams) -> EvictResult:
         if self.disable:

@@ -52,6 +52,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
+T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py"]
 
@@ -273,9 +274,25 @@ MUTANTS: List[Mutant] = [
            "            self._free_foreign(kv, st)\n", T_TAKE, "_take_mamba_slot: the allocator not asked again after evicting"),
     Mutant("PY_TAKE_PROTECT", "mambaradix/sglang/cache.py", "_, _, kv, st = self._lc.evict(0, 1, protect=protect)",
            "_, _, kv, st = self._lc.evict(0, 1)", T_TAKE, "_take_mamba_slot: the matched node not protected"),
-    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "self.token_to_kv_pool_allocator.free(value[prev:pl])",
-           "self.token_to_kv_pool_allocator.free(value[:pl])", T_TAKE + ["tests/core/test_lifecycle_insert_dups.py"],
+    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "_from_numpy(view[prev:pl])", "_from_numpy(view[:pl])",
+           T_TAKE + T_OPS + ["tests/core/test_lifecycle_insert_dups.py"],
            "insert over SGLang's pools frees the locked prefix with the duplicates"),
+    Mutant("PY_INS_PREFIX_T", "mambaradix/sglang/cache.py", "dups = value[prev:pl] if view", "dups = value[:pl] if view",
+           T_TAKE + T_OPS, "insert over SGLang's pools, a value with no host view (int32, on a device): the locked "
+           "prefix freed with the duplicates"),
+    Mutant("PY_INS_TOKENS", "mambaradix/sglang/cache.py",
+           "tokens = key.token_ids if key.limit is None else key.raw_token_ids()", "tokens = key.token_ids",
+           T_OPS + T_DROPIN, "insert ignores the key's limit"),
+    Mutant("PY_INS_EXIST", "mambaradix/sglang/cache.py", "return InsertResult(pl, 0, node, bool(existed))",
+           "return InsertResult(pl, 0, node, False)", T_OPS + T_DROPIN + T_TAKE, "insert never reports mamba_exist"),
+    Mutant("PY_MATCH_LIMIT", "mambaradix/sglang/cache.py", "            if ns == 0 and limit is None:\n",
+           "            if ns == 0:\n", T_OPS + T_DROPIN + T_TAKE, "a plain match ignores the key's limit"),
+    Mutant("PY_MATCH_NS", "mambaradix/sglang/cache.py", "ns = 0 if extra is None else self._ns_ids.get(extra, -1)",
+           "ns = 0 if extra is None else self._ns_ids.get(extra, 0)", T_OPS + T_DROPIN,
+           "a match in a namespace never inserted looks in the default one"),
+    Mutant("PY_MATCH_ROOT", "mambaradix/sglang/cache.py", "node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)\n"
+           "        # MatchResult", "node = TreeNode(self, nid, ngen)\n        # MatchResult", T_OPS + T_DROPIN + T_TAKE,
+           "a miss returns a new handle of the root, not cache.root_node"),
 ]
 
 
