@@ -346,10 +346,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     # -- nodes and namespaces ------------------------------------------------------
 
     def _node(self, node_id: int, gen: int) -> TreeNode:
-        r = self.root_node
-        if node_id == r._id and gen == r._gen:
-            return r
-        return TreeNode(self, node_id, gen)
+        """The node's handle: one per node id, made again when the id names
+        a newer node (another generation).  A handle is only (cache, id,
+        generation), so handing out the same one again is as good as a new
+        one, and cheaper."""
+        h = self._handles.get(node_id)
+        if h is None or h._gen != gen:
+            h = self._handles[node_id] = TreeNode(self, node_id, gen)
+        return h
 
     def _ns(self, extra_key: Optional[str], create: bool = True) -> int:
         if extra_key is None:
@@ -380,6 +384,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         self._lc.reset()
         rid, rgen = self._lc.root()
         self.root_node = TreeNode(self, rid, rgen)
+        self._handles: Dict[int, TreeNode] = {rid: self.root_node}
 
     def sanity_check(self) -> None:
         """Tree invariants and, with own pools, pool accounting against the
@@ -524,11 +529,10 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             idx, nid, ngen, state, branching, _ = self._lc.match(
                 tokens, ns=ns, limit=-1 if limit is None else int(limit))
             self._foreign_cow(req, nid, ngen)
-        # _node and _indices, inline: this is the scheduler's hottest call
-        r = self.root_node
-        node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)
+        node = self._node(nid, ngen)
         # MatchResult(device_indices, last_device_node, last_host_node,
-        # best_match_node, mamba_branching_seqlen=...), built as the tuple it is
+        # best_match_node, mamba_branching_seqlen=...), built as the tuple it
+        # is; the index tensor is _indices(idx), inline
         return _tuple_new(MatchResult, (_from_numpy(idx) if self._on_cpu else _to_device(idx, self.device),
                                         node, node, node, 0, 0, 0, None if branching < 0 else branching, None))
 
@@ -594,8 +598,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 # same memory, several times cheaper than torch's slicing)
                 dups = value[prev:pl] if view is None else _from_numpy(view[prev:pl])
                 self.token_to_kv_pool_allocator.free(dups)
-        r = self.root_node
-        node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)
+        node = self._node(nid, ngen)
         # InsertResult(prefix_len, total_len, last_device_node, mamba_exist):
         # positional, which the dataclass's __init__ takes faster than keywords
         return InsertResult(pl, 0, node, bool(existed))

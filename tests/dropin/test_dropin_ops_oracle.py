@@ -2,17 +2,18 @@
 call for call against SGLang's own MambaRadixCache (both from the wheel's
 files, as test_sglang_pools_oracle.py loads them).
 
-A seeded run of direct inserts and plain matches (no copy-on-write) over
-keys that share prefixes, with namespaces (one never inserted), key limits
-on matches and inserts, protected lengths, and every kind of value tensor
-an insert may get: a view into the allocator's free list, a view into a
-larger row, a strided view, int32, and none (the tokens).  Keys are
-SGLang's RadixKey or ours.  After every call: the same result (indices,
-their device and shape, the branching length, the node's own key, the root
-itself on a miss), the same KV indices handed to the allocator's free (in
-order, with the value's dtype), the same evictable sizes.  Each match
-result is then overwritten, so one that shared memory with another result
-or with the tree would show in a later comparison.
+A seeded run of direct inserts and plain matches (no copy-on-write), with
+evictions between them (so node ids are reused), over keys that share
+prefixes, with namespaces (one never inserted), key limits on matches and
+inserts, protected lengths, and every kind of value tensor an insert may
+get: a view into the allocator's free list, a view into a larger row, a
+strided view, int32, and none (the tokens).  Keys are SGLang's RadixKey or
+ours.  After every call: the same result (indices, their device and shape,
+the branching length, the node's own key, the root itself on a miss), the
+same KV indices handed to the allocator's free (in order, with the value's
+dtype; an eviction's state slots too), the same evictable sizes.  Each
+match result is then overwritten, so one that shared memory with another
+result or with the tree would show in a later comparison.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ def _value(kind, indices, tokens):
 
 
 class _Side:
-    def __init__(self, name, cache, alloc, api):
+    def __init__(self, name, cache, pool, alloc, api):
         self.name, self.cache, self.api = name, cache, api
         self.frees = recording_frees(alloc)
+        self.state_frees = recording_frees(pool.mamba_allocator)
 
     def key(self, tokens, extra, limit):
         return self.api.RadixKey(array("q", tokens), extra, limit=limit)
@@ -79,6 +81,12 @@ class _Side:
         t.fill_(-7)   # the caller's to overwrite
         return out, t.dtype
 
+    def evict(self, num_tokens, num_states):
+        del self.frees[:], self.state_frees[:]
+        r = self.cache.evict(self.api.EvictParams(num_tokens=num_tokens, mamba_num=num_states))
+        return (r.num_tokens_evicted, r.mamba_num_evicted, [i for _, idx in self.frees for i in idx],
+                [i for _, idx in self.state_frees for i in idx], self.sizes())
+
     def sizes(self):
         c = self.cache
         return (c.full_evictable_size(), c.full_protected_size(), c.mamba_evictable_size())
@@ -90,11 +98,11 @@ def _sides(w, sg, our_keys):
     for name in ("sglang", "dropin"):
         pool, alloc = w.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024, extra_buffer=True)
         if name == "sglang":
-            sides.append(_Side(name, _sglang_cache(sg, pool, alloc, cfg), alloc, sg))
+            sides.append(_Side(name, _sglang_cache(sg, pool, alloc, cfg), pool, alloc, sg))
         else:
-            api = types.SimpleNamespace(RadixKey=mrs.RadixKey if our_keys else sg.RadixKey,
+            api = types.SimpleNamespace(RadixKey=mrs.RadixKey if our_keys else sg.RadixKey, EvictParams=mrs.EvictParams,
                                         InsertParams=mrs.InsertParams, MatchPrefixParams=mrs.MatchPrefixParams)
-            sides.append(_Side(name, _dropin_cache(pool, alloc, cfg), alloc, api))
+            sides.append(_Side(name, _dropin_cache(pool, alloc, cfg), pool, alloc, api))
     return sides
 
 
@@ -108,8 +116,8 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
     cached = []
     int32_inserted = False
     next_kv, next_slot = 5000, 1
-    seen = dict(hits=0, misses=0, branching=0, frees=0, kinds=set(), limits=0, ns_hits=0)
-    for step in range(300):
+    seen = dict(evicted=0, hits=0, misses=0, branching=0, frees=0, kinds=set(), limits=0, ns_hits=0)
+    for step in range(400):
         extra = rng.choice([None, None, "a", "b"])
         if cached and rng.random() < 0.7:
             base = rng.choice(cached)
@@ -120,7 +128,12 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
         tokens = tokens + [rng.randrange(1, 3000) for _ in range(rng.choice([0, 0, 1, 5, 70]))]
         limit = rng.randrange(0, len(tokens) + 3) if rng.random() < 0.25 else None
         n = len(tokens) if limit is None else min(limit, len(tokens))
-        if rng.random() < 0.45:
+        if rng.random() < 0.08:
+            args = rng.choice([(rng.randrange(1, 300), 0), (0, rng.randrange(1, 4)), (rng.randrange(1, 50), 1)])
+            want, got = theirs.evict(*args), ours.evict(*args)
+            assert got == want, (step, "evict", args)
+            seen["evicted"] += want[0] + want[1]
+        elif rng.random() < 0.45:
             kind = rng.choice(VALUE_KINDS)
             indices = list(tokens[:n]) if kind == "none" else list(range(next_kv, next_kv + n))
             next_kv += n
@@ -147,7 +160,7 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
             seen["limits"] += bool(want[0]) and limit is not None
     ours.cache.sanity_check()
     # the run reached what it is meant to compare
-    assert min(seen["hits"], seen["misses"], seen["branching"], seen["frees"], seen["ns_hits"],
+    assert min(seen["evicted"], seen["hits"], seen["misses"], seen["branching"], seen["frees"], seen["ns_hits"],
                seen["limits"]) > 3, seen
     assert seen["kinds"] == set(VALUE_KINDS), seen
 

@@ -483,7 +483,8 @@ def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_po
     value[prev_prefix_len:prefix_len], a slice of the caller's tensor in its
     own dtype, reports mamba_exist when the key's end has a state already,
     and reads only the tokens the key's limit leaves; a match honours the
-    key's limit, and a namespace never inserted matches nothing (the root)."""
+    key's limit, and a namespace never inserted matches nothing (the root).
+    A node made after an eviction has a handle of its own."""
     pool, alloc = sglang_pools
     tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
                                            token_to_kv_pool_allocator=alloc))
@@ -524,6 +525,15 @@ def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_po
     assert match([7, 8, 9], extra="a").device_indices.tolist() == v6.tolist()
     m = match([7, 8, 9], extra="b")
     assert len(m.device_indices) == 0 and m.last_device_node is tree.root_node
+    # a node made after an eviction (under a node id the tree reuses) gets its own handle
+    held = [match(k).last_device_node for k in (key, [40, 41, 42, 43], [7, 8, 9])]
+    assert tree.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted == 20 and tree.total_size() == (0, 0)
+    ins([90, 91], alloc.alloc(2))
+    ins([90, 91, 92], alloc.alloc(3))
+    for k in ([90, 91], [90, 91, 92]):
+        node = match(k).last_device_node
+        assert node.valid and list(node.key) == k[len(k) - len(node):]
+    assert not any(h.valid for h in held)
     tree.sanity_check()
 
 

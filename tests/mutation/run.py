@@ -290,9 +290,11 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_MATCH_NS", "mambaradix/sglang/cache.py", "ns = 0 if extra is None else self._ns_ids.get(extra, -1)",
            "ns = 0 if extra is None else self._ns_ids.get(extra, 0)", T_OPS + T_DROPIN,
            "a match in a namespace never inserted looks in the default one"),
-    Mutant("PY_MATCH_ROOT", "mambaradix/sglang/cache.py", "node = r if nid == r._id and ngen == r._gen else TreeNode(self, nid, ngen)\n"
-           "        # MatchResult", "node = TreeNode(self, nid, ngen)\n        # MatchResult", T_OPS + T_DROPIN + T_TAKE,
+    Mutant("PY_NODE_ROOT", "mambaradix/sglang/cache.py", "self._handles: Dict[int, TreeNode] = {rid: self.root_node}",
+           "self._handles: Dict[int, TreeNode] = {}", T_OPS + T_DROPIN + T_TAKE,
            "a miss returns a new handle of the root, not cache.root_node"),
+    Mutant("PY_NODE_GEN", "mambaradix/sglang/cache.py", "        if h is None or h._gen != gen:\n",
+           "        if h is None:\n", T_OPS + T_DROPIN, "a reused node id gets the handle of the node it named before"),
 ]
 
 
