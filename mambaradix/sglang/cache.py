@@ -486,27 +486,47 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         slot (if it has none) and records the node's slot as its
         copy-on-write source."""
         key = params.key
-        if self.disable or len(key) == 0:
-            r = self.root_node
-            return MatchResult(self._empty(), r, r, r)
-        extra = key.extra_key
-        ns = 0 if extra is None else self._ns_ids.get(extra, -1)
+        if self.disable:
+            return self._empty_match()
+        if (key.extra_key is None and key.limit is None and not key.is_bigram
+                and (not params.cow_mamba or params.req is None)):
+            # the usual call: a whole key in the default namespace, no
+            # copy-on-write.  One C call with no keyword (parsing them costs);
+            # len(key), a Python method of SGLang's RadixKey, is not asked:
+            # an empty key gets the C call's empty match at the root, which
+            # is the result _match_general gives it
+            idx, nid, ngen, _, branching, _ = self._lc.match(key.token_ids)
+        else:
+            m = self._match_general(params, key)
+            if m is None:
+                return self._empty_match()
+            idx, nid, ngen, branching = m
+        node = self._node(nid, ngen)
+        # MatchResult(device_indices, last_device_node, last_host_node,
+        # best_match_node, mamba_branching_seqlen=...), built as the tuple it
+        # is; the index tensor is _indices(idx), inline
+        return _tuple_new(MatchResult, (_from_numpy(idx) if self._on_cpu else _to_device(idx, self.device),
+                                        node, node, node, 0, 0, 0, None if branching < 0 else branching, None))
+
+    def _empty_match(self) -> MatchResult:
+        r = self.root_node
+        return MatchResult(self._empty(), r, r, r)
+
+    def _match_general(self, params: MatchPrefixParams, key: Any) -> Optional[Tuple[np.ndarray, int, int, int]]:
+        """match_prefix for any key and copy-on-write: (indices, node id,
+        node generation, branching length), or None for the empty match at
+        the root without asking the tree (an empty key, a namespace never
+        inserted)."""
+        if len(key) == 0:
+            return None
+        ns = self._ns(key.extra_key, create=False)
         if ns < 0:  # a namespace never inserted: nothing can match
-            r = self.root_node
-            return MatchResult(self._empty(), r, r, r)
+            return None
         req = params.req
+        cow = bool(params.cow_mamba) and req is not None
         tokens = key.token_ids
-        limit = key.limit
-        if not params.cow_mamba or req is None:
-            # a plain lookup; the C call's defaults (ns=0, limit=-1) are not
-            # passed, which spares parsing them
-            if ns == 0 and limit is None:
-                idx, nid, ngen, state, branching, _ = self._lc.match(tokens)
-            else:
-                idx, nid, ngen, state, branching, _ = self._lc.match(
-                    tokens, ns=ns, limit=-1 if limit is None else int(limit))
-        elif self._native:
-            limit = -1 if limit is None else int(limit)
+        limit = -1 if key.limit is None else int(key.limit)
+        if self._native and cow:
             rs = _rs_of(req)
             owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
             try:
@@ -526,15 +546,10 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 if owner >= 1:  # the row's map has the running slot
                     self.req_to_token_pool._sync_maps_to_device([owner])
         else:
-            idx, nid, ngen, state, branching, _ = self._lc.match(
-                tokens, ns=ns, limit=-1 if limit is None else int(limit))
-            self._foreign_cow(req, nid, ngen)
-        node = self._node(nid, ngen)
-        # MatchResult(device_indices, last_device_node, last_host_node,
-        # best_match_node, mamba_branching_seqlen=...), built as the tuple it
-        # is; the index tensor is _indices(idx), inline
-        return _tuple_new(MatchResult, (_from_numpy(idx) if self._on_cpu else _to_device(idx, self.device),
-                                        node, node, node, 0, 0, 0, None if branching < 0 else branching, None))
+            idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
+            if cow:
+                self._foreign_cow(req, nid, ngen)
+        return idx, nid, ngen, branching
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
         """match_prefix's copy-on-write over pools that are not ours: the

@@ -5,15 +5,16 @@ files, as test_sglang_pools_oracle.py loads them).
 A seeded run of direct inserts and plain matches (no copy-on-write), with
 evictions between them (so node ids are reused), over keys that share
 prefixes, with namespaces (one never inserted), key limits on matches and
-inserts, protected lengths, and every kind of value tensor an insert may
-get: a view into the allocator's free list, a view into a larger row, a
-strided view, int32, and none (the tokens).  Keys are SGLang's RadixKey or
-ours.  After every call: the same result (indices, their device and shape,
-the branching length, the node's own key, the root itself on a miss), the
-same KV indices handed to the allocator's free (in order, with the value's
-dtype; an eviction's state slots too), the same evictable sizes.  Each
-match result is then overwritten, so one that shared memory with another
-result or with the tree would show in a later comparison.
+inserts, empty keys (no tokens; one token as bigrams), protected lengths,
+and every kind of value tensor an insert may get: a view into the
+allocator's free list, a view into a larger row, a strided view, int32,
+and none (the tokens).  Keys are SGLang's RadixKey or ours.  After every
+call: the same result (indices, their device and shape, the branching
+length, the node's own key, the root itself on a miss), the same KV
+indices handed to the allocator's free (in order, with the value's dtype;
+an eviction's state slots too), the same evictable sizes.  Each match
+result is then overwritten, so one that shared memory with another result
+or with the tree would show in a later comparison.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class _Side:
         self.frees = recording_frees(alloc)
         self.state_frees = recording_frees(pool.mamba_allocator)
 
-    def key(self, tokens, extra, limit):
-        return self.api.RadixKey(array("q", tokens), extra, limit=limit)
+    def key(self, tokens, extra, limit, bigram=False):
+        return self.api.RadixKey(array("q", tokens), extra, is_bigram=bigram, limit=limit)
 
     def insert(self, tokens, extra, limit, kind, indices, slot, prev):
         value = _value(kind, indices, tokens)
@@ -71,8 +72,8 @@ class _Side:
         dtypes = sorted({str(d) for d, _ in self.frees})
         return (r.prefix_len, r.mamba_exist, freed, dtypes, self.sizes())
 
-    def match(self, tokens, extra, limit):
-        m = self.cache.match_prefix(self.api.MatchPrefixParams(key=self.key(tokens, extra, limit)))
+    def match(self, tokens, extra, limit, bigram=False):
+        m = self.cache.match_prefix(self.api.MatchPrefixParams(key=self.key(tokens, extra, limit, bigram)))
         node = m.last_device_node
         t = m.device_indices
         out = (t.tolist(), t.device.type, tuple(t.shape), m.mamba_branching_seqlen,
@@ -113,6 +114,11 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
     theirs, ours = _sides(w, sg, our_keys)
     rng = random.Random(seed)
     stems = [[rng.randrange(1, 3000) for _ in range(rng.randrange(100, 260))] for _ in range(3)]
+    # each stem's first token alone, with a state: a one-token bigram key (no
+    # bigram at all) must not match it
+    for i, s in enumerate(stems):
+        assert theirs.insert([s[0]], None, None, "alloc", [4000 + i], 200 + i, 0) == \
+            ours.insert([s[0]], None, None, "alloc", [4000 + i], 200 + i, 0)
     cached = []
     int32_inserted = False
     next_kv, next_slot = 5000, 1
@@ -149,8 +155,15 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
             int32_inserted = int32_inserted or kind == "int32"
         else:
             extra = rng.choice([None, None, "a", "b", "never"])
-            (want, want_dtype), (got, dtype) = theirs.match(tokens, extra, limit), ours.match(tokens, extra, limit)
-            assert got == want, (step, "match", extra, limit)
+            bigram = False
+            r = rng.random()
+            if r < 0.05:        # an empty key
+                tokens, limit = [], None
+            elif r < 0.1:       # one token as bigrams: an empty key too
+                tokens, limit, bigram = [rng.choice(stems)[0]], None, True
+            args = (tokens, extra, limit, bigram)
+            (want, want_dtype), (got, dtype) = theirs.match(*args), ours.match(*args)
+            assert got == want, (step, "match", args)
             # SGLang's indices have the dtype of the values inserted (torch.cat
             # of node clones); the drop-in's are int64, as int64 values give
             assert dtype == torch.int64 and (int32_inserted or want_dtype == torch.int64), step

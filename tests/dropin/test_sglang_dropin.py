@@ -483,7 +483,8 @@ def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_po
     value[prev_prefix_len:prefix_len], a slice of the caller's tensor in its
     own dtype, reports mamba_exist when the key's end has a state already,
     and reads only the tokens the key's limit leaves; a match honours the
-    key's limit, and a namespace never inserted matches nothing (the root).
+    key's limit; a namespace never inserted and an empty key (one token as
+    bigrams too) match nothing (the root).
     A node made after an eviction has a handle of its own."""
     pool, alloc = sglang_pools
     tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
@@ -525,6 +526,13 @@ def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_po
     assert match([7, 8, 9], extra="a").device_indices.tolist() == v6.tolist()
     m = match([7, 8, 9], extra="b")
     assert len(m.device_indices) == 0 and m.last_device_node is tree.root_node
+    # empty keys: no tokens, or one token as bigrams (none), though [7] is cached with a state
+    ins([7], alloc.alloc(1))               # a state where [7, 8, 9]'s edge splits
+    assert match([7]).device_indices.tolist() == v5[:1].tolist()
+    for k in (RadixKey(array("q")), RadixKey(array("q", [7]), is_bigram=True)):
+        m = tree.match_prefix(MatchPrefixParams(key=k))
+        assert m.device_indices.shape == (0,) and m.device_indices.dtype == torch.int64
+        assert m.last_device_node is tree.root_node and m.mamba_branching_seqlen is None
     # a node made after an eviction (under a node id the tree reuses) gets its own handle
     held = [match(k).last_device_node for k in (key, [40, 41, 42, 43], [7, 8, 9])]
     assert tree.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted == 20 and tree.total_size() == (0, 0)
