@@ -593,10 +593,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         # tracked length); the tree's own prefix then covers the whole key.
         prev = min(int(params.prev_prefix_len), n)
         extra = key.extra_key
-        ns = 0 if extra is None else self._ns(extra)
         if self._native or type(value) is not torch.Tensor:
             pl, existed, nid, ngen, dups = self._lc.insert(
-                tokens, _np_index(value), state, ns=ns, prev_prefix_len=prev
+                tokens, _np_index(value), state, ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev
             )
             if not self._native and dups.size:
                 self.token_to_kv_pool_allocator.free(self._indices(dups))
@@ -605,8 +604,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             # caller's tensor goes to the allocator, as SGLang frees it
             view = _host_view(value)
             pl, existed, nid, ngen, _ = self._lc.insert(
-                tokens, _np_index(value) if view is None else view, state, ns=ns, prev_prefix_len=prev,
-                duplicates=False,
+                tokens, _np_index(value) if view is None else view, state,
+                ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev, duplicates=False,
             )
             if pl > prev:
                 # a CPU tensor's slice is made through its numpy view (the
