@@ -32,6 +32,7 @@ from test_sglang_oracle import SG, SKIP_REASON  # noqa: E402
 pytestmark = pytest.mark.skipif(SG is None, reason="SGLang oracle unavailable: %s" % SKIP_REASON)
 
 from mambaradix import sglang as mrs  # noqa: E402
+from seeds import seeds  # noqa: E402
 from sglang_wheel import recording_frees, wheel  # noqa: E402,F401  (wheel: a fixture)
 from test_sglang_pools_oracle import CTX, _dropin_cache, _sglang_cache  # noqa: E402
 
@@ -108,7 +109,7 @@ def _sides(w, sg, our_keys):
 
 
 @pytest.mark.parametrize("our_keys", [False, True], ids=["sglang-keys", "our-keys"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", seeds(2))
 def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
     w, sg = wheel
     theirs, ours = _sides(w, sg, our_keys)
@@ -123,7 +124,16 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
     int32_inserted = False
     next_kv, next_slot = 5000, 1
     seen = dict(evicted=0, hits=0, misses=0, branching=0, frees=0, kinds=set(), limits=0, ns_hits=0)
-    for step in range(400):
+
+    def reached():
+        """The run reached what it is meant to compare (it goes on until it has)."""
+        counts = [v for k, v in seen.items() if k != "kinds"]
+        return min(counts) > 3 and seen["kinds"] == set(VALUE_KINDS)
+
+    step = 0
+    while step < 400 or not reached():
+        assert step < 5000, seen
+        step += 1
         extra = rng.choice([None, None, "a", "b"])
         if cached and rng.random() < 0.7:
             base = rng.choice(cached)
@@ -172,10 +182,6 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
             seen["ns_hits"] += bool(want[0]) and extra is not None
             seen["limits"] += bool(want[0]) and limit is not None
     ours.cache.sanity_check()
-    # the run reached what it is meant to compare
-    assert min(seen["evicted"], seen["hits"], seen["misses"], seen["branching"], seen["frees"], seen["ns_hits"],
-               seen["limits"]) > 3, seen
-    assert seen["kinds"] == set(VALUE_KINDS), seen
 
 
 def test_match_results_are_fresh_tensors(wheel):
