@@ -602,7 +602,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         else:
             # the duplicates are value[prev:prefix_len]: that slice of the
             # caller's tensor goes to the allocator, as SGLang frees it
-            view = _host_view(value)
+            view = _host_view(value) if self._on_cpu else None   # a device's values: no view to try
             pl, existed, nid, ngen, _ = self._lc.insert(
                 tokens, _np_index(value) if view is None else view, state,
                 ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev, duplicates=False,
