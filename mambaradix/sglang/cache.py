@@ -43,6 +43,7 @@ from .pools import (
     HybridReqToTokenPool,
     TokenToKVPoolAllocator,
     _apply_record,
+    _host_view,
     _np_index,
     _owns_record,
     _rs_of,
@@ -52,6 +53,7 @@ from .pools import (
 __all__ = ["MambaRadixCache", "TreeNode"]
 
 _tuple_new = tuple.__new__
+_from_numpy = torch.from_numpy
 
 
 def _fill_ids(req: Any) -> Tuple[Any, int]:
@@ -344,10 +346,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     # -- nodes and namespaces ------------------------------------------------------
 
     def _node(self, node_id: int, gen: int) -> TreeNode:
-        r = self.root_node
-        if node_id == r._id and gen == r._gen:
-            return r
-        return TreeNode(self, node_id, gen)
+        """The node's handle: one per node id, made again when the id names
+        a newer node (another generation).  A handle is only (cache, id,
+        generation), so handing out the same one again is as good as a new
+        one, and cheaper."""
+        h = self._handles.get(node_id)
+        if h is None or h._gen != gen:
+            h = self._handles[node_id] = TreeNode(self, node_id, gen)
+        return h
 
     def _ns(self, extra_key: Optional[str], create: bool = True) -> int:
         if extra_key is None:
@@ -378,6 +384,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         self._lc.reset()
         rid, rgen = self._lc.root()
         self.root_node = TreeNode(self, rid, rgen)
+        self._handles: Dict[int, TreeNode] = {rid: self.root_node}
 
     def sanity_check(self) -> None:
         """Tree invariants and, with own pools, pool accounting against the
@@ -479,13 +486,42 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         slot (if it has none) and records the node's slot as its
         copy-on-write source."""
         key = params.key
-        if self.disable or len(key) == 0:
-            r = self.root_node
-            return MatchResult(self._empty(), r, r, r)
+        if self.disable:
+            return self._empty_match()
+        if (key.extra_key is None and key.limit is None and not key.is_bigram
+                and (not params.cow_mamba or params.req is None)):
+            # the usual call: a whole key in the default namespace, no
+            # copy-on-write.  One C call with no keyword (parsing them costs);
+            # len(key), a Python method of SGLang's RadixKey, is not asked:
+            # an empty key gets the C call's empty match at the root, which
+            # is the result _match_general gives it
+            idx, nid, ngen, _, branching, _ = self._lc.match(key.token_ids)
+        else:
+            m = self._match_general(params, key)
+            if m is None:
+                return self._empty_match()
+            idx, nid, ngen, branching = m
+        node = self._node(nid, ngen)
+        # MatchResult(device_indices, last_device_node, last_host_node,
+        # best_match_node, mamba_branching_seqlen=...), built as the tuple it
+        # is; the index tensor is _indices(idx), inline
+        return _tuple_new(MatchResult, (_from_numpy(idx) if self._on_cpu else _to_device(idx, self.device),
+                                        node, node, node, 0, 0, 0, None if branching < 0 else branching, None))
+
+    def _empty_match(self) -> MatchResult:
+        r = self.root_node
+        return MatchResult(self._empty(), r, r, r)
+
+    def _match_general(self, params: MatchPrefixParams, key: Any) -> Optional[Tuple[np.ndarray, int, int, int]]:
+        """match_prefix for any key and copy-on-write: (indices, node id,
+        node generation, branching length), or None for the empty match at
+        the root without asking the tree (an empty key, a namespace never
+        inserted)."""
+        if len(key) == 0:
+            return None
         ns = self._ns(key.extra_key, create=False)
         if ns < 0:  # a namespace never inserted: nothing can match
-            r = self.root_node
-            return MatchResult(self._empty(), r, r, r)
+            return None
         req = params.req
         cow = bool(params.cow_mamba) and req is not None
         tokens = key.token_ids
@@ -513,11 +549,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             idx, nid, ngen, state, branching, _ = self._lc.match(tokens, ns=ns, limit=limit)
             if cow:
                 self._foreign_cow(req, nid, ngen)
-        node = self._node(nid, ngen)
-        # MatchResult(device_indices, last_device_node, last_host_node,
-        # best_match_node, mamba_branching_seqlen=...), built as the tuple it is
-        return _tuple_new(MatchResult, (self._indices(idx), node, node, node, 0, 0, 0,
-                                        None if branching < 0 else branching, None))
+        return idx, nid, ngen, branching
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
         """match_prefix's copy-on-write over pools that are not ours: the
@@ -548,31 +580,42 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         key = params.key
         if params.mamba_value is None:
             raise ValueError("insert(): mamba_value must be a state slot tensor, not None")
-        tokens = key.raw_token_ids()
+        # raw_token_ids() without the call when no limit cuts (as match_prefix reads keys)
+        tokens = key.token_ids if key.limit is None else key.raw_token_ids()
         value = params.value
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)
         state = _slot_of(params.mamba_value)
-        if len(tokens) == 0:
+        n = len(tokens)
+        if n == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
         # SGLang passes a protected length past a shorter cached key (the
         # tracked length); the tree's own prefix then covers the whole key.
-        prev = min(int(params.prev_prefix_len), len(tokens))
+        prev = min(int(params.prev_prefix_len), n)
+        extra = key.extra_key
         if self._native or type(value) is not torch.Tensor:
             pl, existed, nid, ngen, dups = self._lc.insert(
-                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev
+                tokens, _np_index(value), state, ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev
             )
             if not self._native and dups.size:
                 self.token_to_kv_pool_allocator.free(self._indices(dups))
         else:
             # the duplicates are value[prev:prefix_len]: that slice of the
             # caller's tensor goes to the allocator, as SGLang frees it
+            view = _host_view(value) if self._on_cpu else None   # a device's values: no view to try
             pl, existed, nid, ngen, _ = self._lc.insert(
-                tokens, _np_index(value), state, ns=self._ns(key.extra_key), prev_prefix_len=prev, duplicates=False
+                tokens, _np_index(value) if view is None else view, state,
+                ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev, duplicates=False,
             )
             if pl > prev:
-                self.token_to_kv_pool_allocator.free(value[prev:pl])
-        return InsertResult(prefix_len=pl, mamba_exist=bool(existed), last_device_node=self._node(nid, ngen))
+                # a CPU tensor's slice is made through its numpy view (the
+                # same memory, several times cheaper than torch's slicing)
+                dups = value[prev:pl] if view is None else _from_numpy(view[prev:pl])
+                self.token_to_kv_pool_allocator.free(dups)
+        node = self._node(nid, ngen)
+        # InsertResult(prefix_len, total_len, last_device_node, mamba_exist):
+        # positional, which the dataclass's __init__ takes faster than keywords
+        return InsertResult(pl, 0, node, bool(existed))
 
     def evict(self, params: EvictParams) -> EvictResult:
         if self.disable:

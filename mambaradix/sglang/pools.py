@@ -30,16 +30,27 @@ __all__ = [
 OwnershipError = _C.OwnershipError
 
 
+def _host_view(x: torch.Tensor, int32: bool = False) -> Optional[np.ndarray]:
+    """The numpy view of a one-dimensional int64 tensor (int32: or int32)
+    in host memory, sharing its memory; None for anything else (a device
+    tensor is not read)."""
+    if x.dtype is torch.int64 or (int32 and x.dtype is torch.int32):
+        try:  # a CPU tensor: its numpy view (a device tensor raises)
+            a = x.numpy()
+        except (TypeError, RuntimeError):
+            return None
+        if a.ndim == 1:
+            return a
+    return None
+
+
 def _np_index(x: Any, int32: bool = False) -> np.ndarray:
     """int64 numpy view/copy of an index tensor, array or int (int32: a CPU
     int32 tensor's int32 view too, which the C core reads as it is; SGLang's
     req_to_token rows are int32)."""
-    if type(x) is torch.Tensor and (x.dtype is torch.int64 or (int32 and x.dtype is torch.int32)):
-        try:  # a CPU tensor: its numpy view (a device tensor raises)
-            a = x.numpy()
-        except (TypeError, RuntimeError):
-            a = None
-        if a is not None and a.ndim == 1:
+    if type(x) is torch.Tensor:
+        a = _host_view(x, int32)
+        if a is not None:
             return a
     if isinstance(x, torch.Tensor):
         t = x.detach()

@@ -175,6 +175,20 @@ def paged_allocator_class(sg: Any) -> Any:
                 sys.modules[n] = m
 
 
+def recording_frees(alloc: Any) -> list:
+    """Records every tensor an allocator's free gets, as (dtype, indices),
+    in the returned list (the allocator frees it as before)."""
+    log = []
+    free = alloc.free
+
+    def recording(index):
+        log.append((index.dtype, index.tolist()))
+        return free(index)
+
+    alloc.free = recording
+    return log
+
+
 def load() -> Any:
     return load_sglang(more=_more)
 

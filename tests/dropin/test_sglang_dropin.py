@@ -477,6 +477,74 @@ def test_cow_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_pools) -> 
     tree.sanity_check()
 
 
+def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_pools) -> None:
+    """match_prefix without copy-on-write and insert over SGLang's own pools,
+    SGLang's rules written out by hand: insert hands the allocator
+    value[prev_prefix_len:prefix_len], a slice of the caller's tensor in its
+    own dtype, reports mamba_exist when the key's end has a state already,
+    and reads only the tokens the key's limit leaves; a match honours the
+    key's limit; a namespace never inserted and an empty key (one token as
+    bigrams too) match nothing (the root).
+    A node made after an eviction has a handle of its own."""
+    pool, alloc = sglang_pools
+    tree = MambaRadixCache(CacheInitParams(page_size=1, disable=False, req_to_token_pool=pool,
+                                           token_to_kv_pool_allocator=alloc))
+    from sglang_wheel import recording_frees
+
+    freed = recording_frees(alloc)
+
+    def ins(tokens, value, extra=None, limit=None, prev=0):
+        del freed[:]
+        return tree.insert(InsertParams(key=RadixKey(array("q", tokens), extra, limit=limit), value=value,
+                                        mamba_value=pool.mamba_allocator.alloc(1), prev_prefix_len=prev))
+
+    def match(tokens, extra=None, limit=None):
+        return tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens), extra, limit=limit)))
+
+    key = list(range(10, 18))
+    v1, v2 = alloc.alloc(8), alloc.alloc(8)
+    r = ins(key, v1)
+    assert (r.prefix_len, r.mamba_exist, freed) == (0, False, [])
+    r = ins(key, v2, prev=2)             # cached, with its state: v2[2:8] are the caller's duplicates
+    assert (r.prefix_len, r.mamba_exist, freed) == (8, True, [(torch.int64, v2[2:].tolist())])
+    v3 = alloc.alloc(10).to(torch.int32)
+    r = ins(key + [1, 2], v3, prev=3)    # an int32 value: its own slice, int32
+    assert (r.prefix_len, r.mamba_exist, freed) == (8, False, [(torch.int32, v3[3:8].tolist())])
+    # the key's limit: 4 of the 6 tokens are inserted (4 values)
+    v4 = alloc.alloc(4)
+    r = ins([40, 41, 42, 43, 44, 45], v4, limit=4)
+    assert (r.prefix_len, r.mamba_exist, freed) == (0, False, [])
+    assert match([40, 41, 42, 43, 44, 45]).device_indices.tolist() == v4.tolist()
+    # a match's limit: 9 tokens end inside the last edge, where no state is
+    assert match(key + [1, 2], limit=9).device_indices.tolist() == v1.tolist()
+    assert match(key + [1, 2], limit=10).device_indices.tolist() == v1.tolist() + v3[8:].tolist()
+    # namespaces: the same tokens in the default one and in "a"; "b" was never inserted
+    v5, v6 = alloc.alloc(3), alloc.alloc(3)
+    ins([7, 8, 9], v5)
+    ins([7, 8, 9], v6, extra="a")
+    assert match([7, 8, 9]).device_indices.tolist() == v5.tolist()
+    assert match([7, 8, 9], extra="a").device_indices.tolist() == v6.tolist()
+    m = match([7, 8, 9], extra="b")
+    assert len(m.device_indices) == 0 and m.last_device_node is tree.root_node
+    # empty keys: no tokens, or one token as bigrams (none), though [7] is cached with a state
+    ins([7], alloc.alloc(1))               # a state where [7, 8, 9]'s edge splits
+    assert match([7]).device_indices.tolist() == v5[:1].tolist()
+    for k in (RadixKey(array("q")), RadixKey(array("q", [7]), is_bigram=True)):
+        m = tree.match_prefix(MatchPrefixParams(key=k))
+        assert m.device_indices.shape == (0,) and m.device_indices.dtype == torch.int64
+        assert m.last_device_node is tree.root_node and m.mamba_branching_seqlen is None
+    # a node made after an eviction (under a node id the tree reuses) gets its own handle
+    held = [match(k).last_device_node for k in (key, [40, 41, 42, 43], [7, 8, 9])]
+    assert tree.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted == 20 and tree.total_size() == (0, 0)
+    ins([90, 91], alloc.alloc(2))
+    ins([90, 91, 92], alloc.alloc(3))
+    for k in ([90, 91], [90, 91, 92]):
+        node = match(k).last_device_node
+        assert node.valid and list(node.key) == k[len(k) - len(node):]
+    assert not any(h.valid for h in held)
+    tree.sanity_check()
+
+
 def test_register_with_sglang() -> None:
     """register() against SGLang's own registry module (from the wheel)."""
     import mambaradix.sglang as mrs

@@ -52,6 +52,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
+T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py"]
 
@@ -294,9 +295,36 @@ MUTANTS: List[Mutant] = [
            "            self._free_foreign(kv, st)\n", T_TAKE, "_take_mamba_slot: the allocator not asked again after evicting"),
     Mutant("PY_TAKE_PROTECT", "mambaradix/sglang/cache.py", "_, _, kv, st = self._lc.evict(0, 1, protect=protect)",
            "_, _, kv, st = self._lc.evict(0, 1)", T_TAKE, "_take_mamba_slot: the matched node not protected"),
-    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "self.token_to_kv_pool_allocator.free(value[prev:pl])",
-           "self.token_to_kv_pool_allocator.free(value[:pl])", T_TAKE + ["tests/core/test_lifecycle_insert_dups.py"],
+    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "_from_numpy(view[prev:pl])", "_from_numpy(view[:pl])",
+           T_TAKE + T_OPS + ["tests/core/test_lifecycle_insert_dups.py"],
            "insert over SGLang's pools frees the locked prefix with the duplicates"),
+    Mutant("PY_INS_PREFIX_T", "mambaradix/sglang/cache.py", "dups = value[prev:pl] if view", "dups = value[:pl] if view",
+           T_TAKE + T_OPS, "insert over SGLang's pools, a value with no host view (int32, on a device): the locked "
+           "prefix freed with the duplicates"),
+    Mutant("PY_INS_TOKENS", "mambaradix/sglang/cache.py",
+           "tokens = key.token_ids if key.limit is None else key.raw_token_ids()", "tokens = key.token_ids",
+           T_OPS + T_DROPIN, "insert ignores the key's limit"),
+    Mutant("PY_INS_EXIST", "mambaradix/sglang/cache.py", "return InsertResult(pl, 0, node, bool(existed))",
+           "return InsertResult(pl, 0, node, False)", T_OPS + T_DROPIN + T_TAKE, "insert never reports mamba_exist"),
+    Mutant("PY_MATCH_LIMIT", "mambaradix/sglang/cache.py", "if (key.extra_key is None and key.limit is None and not key.is_bigram\n",
+           "if (key.extra_key is None and not key.is_bigram\n", T_OPS + T_DROPIN + T_TAKE,
+           "a plain match ignores the key's limit"),
+    Mutant("PY_MATCH_NS", "mambaradix/sglang/cache.py", "if (key.extra_key is None and key.limit is None and not key.is_bigram\n",
+           "if (key.limit is None and not key.is_bigram\n", T_OPS + T_DROPIN,
+           "a plain match ignores the key's namespace"),
+    Mutant("PY_MATCH_BIGRAM", "mambaradix/sglang/cache.py", "if (key.extra_key is None and key.limit is None and not key.is_bigram\n",
+           "if (key.extra_key is None and key.limit is None\n", T_OPS + T_DROPIN,
+           "a one-token bigram key (empty) matched as its token"),
+    Mutant("PY_MATCH_COW", "mambaradix/sglang/cache.py", "                and (not params.cow_mamba or params.req is None)):",
+           "                ):", T_TAKE + T_DROPIN + T_RECORD, "match_prefix(cow_mamba=True) without the copy-on-write"),
+    Mutant("PY_MATCH_NS_NEW", "mambaradix/sglang/cache.py", "        if ns < 0:  # a namespace never inserted: nothing can match\n            return None",
+           "        if ns < 0:  # a namespace never inserted: nothing can match\n            ns = 0", T_OPS + T_DROPIN,
+           "a match in a namespace never inserted looks in the default one"),
+    Mutant("PY_NODE_ROOT", "mambaradix/sglang/cache.py", "self._handles: Dict[int, TreeNode] = {rid: self.root_node}",
+           "self._handles: Dict[int, TreeNode] = {}", T_OPS + T_DROPIN + T_TAKE,
+           "a miss returns a new handle of the root, not cache.root_node"),
+    Mutant("PY_NODE_GEN", "mambaradix/sglang/cache.py", "        if h is None or h._gen != gen:\n",
+           "        if h is None:\n", T_OPS + T_DROPIN, "a reused node id gets the handle of the node it named before"),
 ]
 
 
