@@ -69,9 +69,13 @@ def _fill_ids(req: Any) -> Tuple[Any, int]:
     return t, len(t)
 
 
-def _slot_of(value: Any) -> int:
+def _slot_of(value: Any, ix: SlotIndex) -> int:
     """The state slot of an insert's mamba_value: an int or a one-element
-    tensor (SGLang's shape (1,)); the first element of anything longer."""
+    tensor (SGLang's shape (1,)); the first element of anything longer.  A
+    slot our pools handed out (a view of ix's ids) is read from its offset:
+    no device read."""
+    if type(value) is torch.Tensor and value._base is ix.ids and value.numel() == 1:
+        return ix.host_value(value)
     try:
         return operator.index(value)
     except (TypeError, ValueError, RuntimeError):
@@ -585,7 +589,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         value = params.value
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)
-        state = _slot_of(params.mamba_value)
+        state = _slot_of(params.mamba_value, self._ix)
         n = len(tokens)
         if n == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)

@@ -186,3 +186,28 @@ def test_ping_pong_slot_calls_make_no_host_conversion(mode: str, monkeypatch: py
     pool.free(r)
     assert pool.mamba_allocator.available_size() == pool.mamba_allocator.size
     cache.sanity_check()
+
+
+def test_insert_reads_a_slot_our_pool_handed_out_without_a_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """insert()'s mamba_value from the pool's own allocator (a view of its
+    slot index) is read from the view's offset, not from the tensor; a
+    tensor made elsewhere is still read, and both name the same slot."""
+    import numpy as np
+
+    from dropin_batch import make
+    from mambaradix.sglang import InsertParams, MatchPrefixParams, RadixKey
+
+    cache, pool, alloc = make("extra_buffer", "cpu")
+    guard = ConversionGuard(monkeypatch)
+    for key, own in (([5, 6, 7], True), ([8, 9], False)):
+        slot = pool.mamba_allocator.alloc(1)
+        value = alloc.alloc(len(key)).numpy().copy()   # a host array: no tensor read for the KV
+        mamba_value = slot if own else torch.tensor([int(slot[0])])
+        with guard():
+            cache.insert(InsertParams(key=RadixKey(key), value=value, mamba_value=mamba_value))
+        assert guard.seen == ([] if own else ["__index__"])
+        guard.seen.clear()
+        res = cache.match_prefix(MatchPrefixParams(key=RadixKey(key)))
+        assert np.array_equal(res.device_indices.numpy(), value)
+        assert int(res.last_device_node.mamba_value[0]) == int(slot[0])
+    cache.sanity_check()
