@@ -47,7 +47,7 @@ from mambaradix.sglang.pools import _np_index  # noqa: E402
 try:  # what the drop-in does with an insert's state slot
     from mambaradix.sglang.cache import _slot_of  # noqa: E402
 except ImportError:  # an older drop-in (before-and-after runs)
-    def _slot_of(v):
+    def _slot_of(v, ix=None):
         return int(_np_index(v)[0])
 
 _tuple_new = tuple.__new__
@@ -114,7 +114,7 @@ def breakdown(sg, impl, groups=64, per_group=16, shared=2048, own=128, seed=0):
     out["insert"] = {
         "whole op": whole,
         "key read": narrowed,
-        "value -> C": _med(lambda p: (_np_index(p.value), _slot_of(p.mamba_value)), ips),
+        "value -> C": _med(lambda p: (_np_index(p.value), _slot_of(p.mamba_value, cache._ix)), ips),
         "result objects": _med(lambda p: mrs.InsertResult(prefix_len=2048, mamba_exist=False,
                                                           last_device_node=cache._node(*root)), ips),
         "minor faults": flt,

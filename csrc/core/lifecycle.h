@@ -154,8 +154,9 @@ void mr_lc_clear_released(mr_lifecycle *lc);
  * prefix, or a slot the tree holds); *bad (may be NULL) receives the
  * position in val of the offending KV index, -1 when it is the state.
  * Only val[min(prev_prefix_len, cached):] is checked (and read): what the
- * tree stores or frees.  SGLang reads nothing before it, so neither does
- * this (an index there may be anything). */
+ * tree stores or frees, from the page boundary at or before it (a page's
+ * indices are checked together).  SGLang reads nothing before it, so
+ * neither does this (an index before that page may be anything). */
 int mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                  int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int64_t *bad);
 /* Evicts (mr_radix_evict_full / _state through the release hooks). */

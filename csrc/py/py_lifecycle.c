@@ -794,10 +794,11 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 "and the duplicates are freed (the array is then empty); without pools the\n"
 "caller frees the duplicates: value[min(prev_prefix_len, prefix_len):\n"
 "prefix_len], which the array copies (duplicates=False: None instead, for a\n"
-"caller that frees that slice of its own value).  With pools everything is\n"
-"checked before the tree changes (owners, each KV index listed once past\n"
-"the tree's own prefix): a refused insert raises naming value[i] or state\n"
-"and changes nothing.");
+"caller that frees that slice of its own value).  With pools what the\n"
+"insert stores or frees, value[min(prev_prefix_len, cached):] (from the page\n"
+"boundary at or before it), is checked before the tree changes (owners,\n"
+"each KV index listed once past the tree's own prefix): a refused insert\n"
+"raises naming value[i] or state and changes nothing.");
 
 static PyObject *
 Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -1599,12 +1600,16 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
 /* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
  * ns.  The tokens are read in place when they are int32 (*tok), else
  * converted into keybuf; the KV indices in place when they are int64
- * (*kvv), else widened into buf (SGLang's int32 req_to_token rows: no
- * array is made).  The caller releases both with mr_ints_release.
- * Returns 0, or -1 with an exception (nothing to release). */
+ * (*kvv), else widened into *kvbuf (SGLang's int32 req_to_token rows: no
+ * array is made).  kvbuf is the call's own, not the Lifecycle's buf:
+ * reading the tokens may run Python code (__array__, __index__, a
+ * finalizer) that calls this Lifecycle again, which must not move the
+ * KV indices under us.  The caller releases both with mr_ints_release
+ * and frees *kvbuf.  Returns 0, or -1 with an exception (nothing to
+ * release or free). */
 static int
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
-             PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok)
+             PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf)
 {
     char arg[96];
     if (self->rp_obj != NULL) {
@@ -1620,18 +1625,21 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
-    if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, &self->buf, kvv) < 0) {
+    if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
+        mr_buf_free(kvbuf);
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
     if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, tok) < 0) {
         mr_ints_release(kvv);
+        mr_buf_free(kvbuf);
         return -1;
     }
     if (tok->len < kvv->len) {
         PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zu KV indices", fname, tok->len, kvv->len);
         mr_ints_release(tok);
         mr_ints_release(kvv);
+        mr_buf_free(kvbuf);
         return -1;
     }
     mr_lc_clear_released(self->lc);
@@ -1665,7 +1673,9 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         return NULL;
     }
     mr_ints tok, kv;
-    if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok) < 0) {
+    mr_buf kvbuf = {0};
+    if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
+                     &kvbuf) < 0) {
         return NULL;
     }
     n = (npy_intp)kv.len;
@@ -1673,6 +1683,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     if (prefix == NULL) {
         mr_ints_release(&tok);
         mr_ints_release(&kv);
+        mr_buf_free(&kvbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
@@ -1681,6 +1692,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
                                         want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
     mr_ints_release(&tok);
     mr_ints_release(&kv);
+    mr_buf_free(&kvbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1723,7 +1735,9 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
         return NULL;
     }
     mr_ints tok, kv;
-    if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok) < 0) {
+    mr_buf kvbuf = {0};
+    if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
+                     &kvbuf) < 0) {
         return NULL;
     }
     mr_lc_set_state_available(self->lc, avail);
@@ -1732,6 +1746,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     mr_lc_set_state_available(self->lc, -1);
     mr_ints_release(&tok);
     mr_ints_release(&kv);
+    mr_buf_free(&kvbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);

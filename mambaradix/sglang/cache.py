@@ -69,12 +69,12 @@ def _fill_ids(req: Any) -> Tuple[Any, int]:
     return t, len(t)
 
 
-def _slot_of(value: Any, ix: SlotIndex) -> int:
+def _slot_of(value: Any, ix: Optional[SlotIndex] = None) -> int:
     """The state slot of an insert's mamba_value: an int or a one-element
     tensor (SGLang's shape (1,)); the first element of anything longer.  A
     slot our pools handed out (a view of ix's ids) is read from its offset:
     no device read."""
-    if type(value) is torch.Tensor and value._base is ix.ids and value.numel() == 1:
+    if ix is not None and type(value) is torch.Tensor and value._base is ix.ids and value.numel() == 1:
         return ix.host_value(value)
     try:
         return operator.index(value)
@@ -492,15 +492,19 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         key = params.key
         if self.disable:
             return self._empty_match()
-        if (key.extra_key is None and key.limit is None and not key.is_bigram
-                and (not params.cow_mamba or params.req is None)):
+        plain = (key.extra_key is None and key.limit is None and not key.is_bigram
+                 and (not params.cow_mamba or params.req is None))
+        if plain:
             # the usual call: a whole key in the default namespace, no
             # copy-on-write.  One C call with no keyword (parsing them costs);
             # len(key), a Python method of SGLang's RadixKey, is not asked:
             # an empty key gets the C call's empty match at the root, which
             # is the result _match_general gives it
-            idx, nid, ngen, _, branching, _ = self._lc.match(key.token_ids)
-        else:
+            try:
+                idx, nid, ngen, _, branching, _ = self._lc.match(key.token_ids)
+            except TypeError:   # a key C does not read (an empty tensor): the general path decides
+                plain = False
+        if not plain:
             m = self._match_general(params, key)
             if m is None:
                 return self._empty_match()

@@ -47,3 +47,31 @@ def test_a_negative_int32_index_is_named() -> None:
     assert t.total_size() == (0, 0)
     t.insert([1, 2, 3], np.array([4, 2**31 - 1, 0], np.int32), 1)
     assert t.match_prefix([1, 2, 3]).indices.tolist() == [4, 2**31 - 1, 0]
+
+
+def test_int32_kv_row_survives_a_reentrant_call_while_the_tokens_are_read() -> None:
+    """The tokens are read after the KV row and may run Python code (an
+    item's __index__) that calls the same Lifecycle: a large insert there
+    grows the Lifecycle's scratch buffers.  The KV row widened from int32
+    must not live in one of them (under ASan a dangling read fails; here the
+    indices would be wrong)."""
+    lc = _C.Lifecycle(chunk_size=4)
+    n = 8
+
+    class Token:
+        def __init__(self, v: int, reenter: bool) -> None:
+            self.v, self.reenter = v, reenter
+
+        def __index__(self) -> int:
+            if self.reenter:
+                self.reenter = False
+                big = 1 << 16
+                lc.insert(np.arange(100, 100 + big, dtype=np.int32), np.arange(big, dtype=np.int64) + 10**6, 9)
+            return self.v
+
+    kv = np.arange(500, 500 + n, dtype=np.int32)
+    tokens = [Token(i + 1, i == 0) for i in range(n)]
+    rs, kvf, stf = lc.cache_finished_foreign(_rs(5), tokens, kv)
+    assert kvf.tolist() == [] and stf.tolist() == []
+    m = lc.match(np.arange(1, n + 1, dtype=np.int64))
+    assert m[0].tolist() == kv.tolist()

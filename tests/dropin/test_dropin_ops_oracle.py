@@ -62,7 +62,9 @@ class _Side:
         self.state_frees = recording_frees(pool.mamba_allocator)
 
     def key(self, tokens, extra, limit, bigram=False):
-        return self.api.RadixKey(array("q", tokens), extra, is_bigram=bigram, limit=limit)
+        if not isinstance(tokens, torch.Tensor):
+            tokens = array("q", tokens)
+        return self.api.RadixKey(tokens, extra, is_bigram=bigram, limit=limit)
 
     def insert(self, tokens, extra, limit, kind, indices, slot, prev):
         value = _value(kind, indices, tokens)
@@ -167,8 +169,8 @@ def test_match_and_insert_follow_sglang(wheel, seed, our_keys):
             extra = rng.choice([None, None, "a", "b", "never"])
             bigram = False
             r = rng.random()
-            if r < 0.05:        # an empty key
-                tokens, limit = [], None
+            if r < 0.05:        # an empty key (every other one an empty tensor)
+                tokens, limit = ([] if step % 2 else torch.tensor([], dtype=torch.int64)), None
             elif r < 0.1:       # one token as bigrams: an empty key too
                 tokens, limit, bigram = [rng.choice(stems)[0]], None, True
             args = (tokens, extra, limit, bigram)

@@ -529,7 +529,9 @@ def test_plain_match_and_insert_over_sglang_pools_follow_sglangs_rules(sglang_po
     # empty keys: no tokens, or one token as bigrams (none), though [7] is cached with a state
     ins([7], alloc.alloc(1))               # a state where [7, 8, 9]'s edge splits
     assert match([7]).device_indices.tolist() == v5[:1].tolist()
-    for k in (RadixKey(array("q")), RadixKey(array("q", [7]), is_bigram=True)):
+    # (an empty tensor too: SGLang asks len(key) first, so any empty sequence is a miss)
+    for k in (RadixKey(array("q")), RadixKey(array("q", [7]), is_bigram=True),
+              RadixKey(torch.tensor([], dtype=torch.int64))):
         m = tree.match_prefix(MatchPrefixParams(key=k))
         assert m.device_indices.shape == (0,) and m.device_indices.dtype == torch.int64
         assert m.last_device_node is tree.root_node and m.mamba_branching_seqlen is None
