@@ -966,8 +966,9 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
 
 /* Inserts a request's prefix with ownership: with pools through
  * mr_lc_insert (mine: own_prefix of the insert; its KV indices before the
- * page boundary at or before mine are neither checked nor read); tree-only, the caller's duplicates are
- * handed out with the collected frees (room reserved by the caller). */
+ * page boundary at or before mine are neither checked nor read); tree-only,
+ * the caller's duplicates are handed out with the collected frees (room
+ * reserved by the caller). */
 static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
            size_t prev, size_t mine, mr_insert_result *res)

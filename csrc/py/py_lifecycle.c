@@ -1601,12 +1601,12 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
  * ns.  The tokens are read in place when they are int32 (*tok), else
  * converted into keybuf; the KV indices in place when they are int64
  * (*kvv), else widened into *kvbuf (SGLang's int32 req_to_token rows: no
- * array is made).  kvbuf is the call's own, not the Lifecycle's buf:
- * reading the tokens may run Python code (__array__, __index__, a
- * finalizer) that calls this Lifecycle again, which must not move the
- * KV indices under us.  The caller releases both with mr_ints_release
- * and frees *kvbuf.  Returns 0, or -1 with an exception (nothing to
- * release or free). */
+ * array is made).  *kvbuf is the Lifecycle's buf, taken for the call
+ * (mr_buf_take): reading the tokens may run Python code (__array__,
+ * __index__, a finalizer) that calls this Lifecycle again, which must not
+ * move the KV indices under us.  The caller releases both with
+ * mr_ints_release and gives *kvbuf back (mr_buf_give).  Returns 0, or -1
+ * with an exception (nothing to release or give back). */
 static int
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
              PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf)
@@ -1625,21 +1625,22 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
+    *kvbuf = mr_buf_take(&self->buf);
     if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
-        mr_buf_free(kvbuf);
+        mr_buf_give(&self->buf, kvbuf);
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
     if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, tok) < 0) {
         mr_ints_release(kvv);
-        mr_buf_free(kvbuf);
+        mr_buf_give(&self->buf, kvbuf);
         return -1;
     }
     if (tok->len < kvv->len) {
         PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zu KV indices", fname, tok->len, kvv->len);
         mr_ints_release(tok);
         mr_ints_release(kvv);
-        mr_buf_free(kvbuf);
+        mr_buf_give(&self->buf, kvbuf);
         return -1;
     }
     mr_lc_clear_released(self->lc);
@@ -1673,7 +1674,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         return NULL;
     }
     mr_ints tok, kv;
-    mr_buf kvbuf = {0};
+    mr_buf kvbuf;
     if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
                      &kvbuf) < 0) {
         return NULL;
@@ -1683,7 +1684,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     if (prefix == NULL) {
         mr_ints_release(&tok);
         mr_ints_release(&kv);
-        mr_buf_free(&kvbuf);
+        mr_buf_give(&self->buf, &kvbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
@@ -1692,7 +1693,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
                                         want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
     mr_ints_release(&tok);
     mr_ints_release(&kv);
-    mr_buf_free(&kvbuf);
+    mr_buf_give(&self->buf, &kvbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1735,7 +1736,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
         return NULL;
     }
     mr_ints tok, kv;
-    mr_buf kvbuf = {0};
+    mr_buf kvbuf;
     if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
                      &kvbuf) < 0) {
         return NULL;
@@ -1746,7 +1747,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     mr_lc_set_state_available(self->lc, -1);
     mr_ints_release(&tok);
     mr_ints_release(&kv);
-    mr_buf_free(&kvbuf);
+    mr_buf_give(&self->buf, &kvbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);
