@@ -47,21 +47,25 @@ lc_state(LifecycleObject *self)
 }
 
 /* Reads obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
- * tensors) as int32 tokens into self->keybuf; *len gets their number.  The
- * first `limit` tokens only when limit >= 0. */
+ * tensors) as int32 tokens into kb; *len gets their number.  The first
+ * `limit` tokens only when limit >= 0.  Reading may run Python code (an
+ * item's __index__, __array__) that calls this Lifecycle again: a call
+ * that runs more Python code after the key is read reads it into the
+ * Lifecycle's keybuf taken for the call (mr_buf_take), so that a
+ * re-entrant call cannot change the tokens under it. */
 static int
-read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
+read_key(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
 {
     mr_ints v;
-    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, &v) < 0) {
+    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, kb, &v) < 0) {
         return -1;
     }
     size_t n = limit >= 0 && (size_t)limit < v.len ? (size_t)limit : v.len;
     int rc = 0;
-    if (v.data != self->keybuf.p) {
-        rc = mr_buf_reserve(&self->keybuf, n, sizeof(int32_t));
+    if (v.data != kb->p) {
+        rc = mr_buf_reserve(kb, n, sizeof(int32_t));
         if (rc == 0 && n > 0) {
-            memcpy(self->keybuf.p, v.data, n * sizeof(int32_t));
+            memcpy(kb->p, v.data, n * sizeof(int32_t));
         }
     }
     mr_ints_release(&v);
@@ -73,10 +77,10 @@ read_key(LifecycleObject *self, PyObject *obj, Py_ssize_t limit, const char *arg
  * given (not None), the tokens of tail after them (up to limit in all):
  * SGLang's origin_input_ids + output_ids without building the sum. */
 static int
-read_key_tail(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t limit, const char *arg,
-              const char *tail_arg, size_t *len)
+read_key_tail(mr_buf *kb, PyObject *obj, PyObject *tail, Py_ssize_t limit, const char *arg, const char *tail_arg,
+              size_t *len)
 {
-    if (read_key(self, obj, limit, arg, len) < 0) {
+    if (read_key(kb, obj, limit, arg, len) < 0) {
         return -1;
     }
     if (tail == NULL || tail == Py_None || (limit >= 0 && (size_t)limit <= *len)) {
@@ -92,9 +96,9 @@ read_key_tail(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t l
     if (limit >= 0 && m > (size_t)limit - *len) {
         m = (size_t)limit - *len;
     }
-    int rc = mr_buf_reserve(&self->keybuf, *len + m, sizeof(int32_t));
+    int rc = mr_buf_reserve(kb, *len + m, sizeof(int32_t));
     if (rc == 0 && m > 0) {
-        memcpy((int32_t *)self->keybuf.p + *len, v.data, m * sizeof(int32_t));
+        memcpy((int32_t *)kb->p + *len, v.data, m * sizeof(int32_t));
         *len += m;
     }
     mr_ints_release(&v);
@@ -696,7 +700,7 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             len = (size_t)limit;
         }
     }
-    else if (read_key(self, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
+    else if (read_key(&self->keybuf, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
         return NULL;
     }
     mr_req st;
@@ -824,14 +828,16 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     size_t len = 0;
-    if (read_key(self, args[0], -1, "insert(): key", &len) < 0) {
-        return NULL;
+    PyObject *val = NULL, *dups = NULL, *res = NULL;
+    /* reading the value may run Python code: the key stays in kb */
+    mr_buf kb = mr_buf_take(&self->keybuf);
+    if (read_key(&kb, args[0], -1, "insert(): key", &len) < 0) {
+        goto error;
     }
-    PyObject *val = mr_ints_array(args[1], "insert(): value");
+    val = mr_ints_array(args[1], "insert(): value");
     if (val == NULL) {
-        return NULL;
+        goto error;
     }
-    PyObject *dups = NULL, *res = NULL;
     if ((size_t)PyArray_SIZE((PyArrayObject *)val) != len) {
         PyErr_Format(PyExc_ValueError, "insert(): value has %zd indices for %zu tokens",
                      (Py_ssize_t)PyArray_SIZE((PyArrayObject *)val), len);
@@ -856,7 +862,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     mr_insert_result r;
     int64_t bad = -1;
     const int64_t *v = (const int64_t *)PyArray_DATA((PyArrayObject *)val);
-    int rc = mr_lc_insert(self->lc, (const int32_t *)self->keybuf.p, v, len, (int32_t)ns, state, (size_t)prev,
+    int rc = mr_lc_insert(self->lc, (const int32_t *)kb.p, v, len, (int32_t)ns, state, (size_t)prev,
                           copy_dups ? (int64_t *)self->buf.p : NULL, &r, &bad);
     if (rc != MR_OK) {
         insert_raise(self, rc, v, bad, state);
@@ -875,8 +881,9 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     res = Py_BuildValue("(nOkkO)", (Py_ssize_t)r.prefix_len, r.state_existed ? Py_True : Py_False,
                         (unsigned long)h.id, (unsigned long)h.gen, dups);
 error:
+    mr_buf_give(&self->keybuf, &kb);
     Py_XDECREF(dups);
-    Py_DECREF(val);
+    Py_XDECREF(val);
     return res;
 }
 
@@ -1485,7 +1492,6 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_unfinished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0
-        || parse_rs_row(self, args[1], row, "cache_unfinished", &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
         return NULL;
     }
@@ -1493,26 +1499,40 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_unfinished(): ns", &ns) < 0) {
         return NULL;
     }
+    /* the tokens first: reading them may run Python code that calls this
+     * Lifecycle again; the row's record is read after it, and the key
+     * stays in kb */
     size_t len = 0;
-    if (read_key(self, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
-        return NULL;
+    PyObject *prefix = NULL, *res = NULL;
+    mr_buf kb = mr_buf_take(&self->keybuf);
+    if (read_key(&kb, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
+        goto done;
     }
     if ((int64_t)len < fill) {
         PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", len, (long long)fill);
-        return NULL;
+        goto done;
     }
-    PyObject *prefix = mr_i64_array(NULL, (Py_ssize_t)fill);
+    if (parse_rs_row(self, args[1], row, "cache_unfinished", &st) < 0) {
+        goto done;
+    }
+    prefix = mr_i64_array(NULL, (Py_ssize_t)fill);
     if (prefix == NULL) {
-        return NULL;
+        goto done;
     }
     int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)fill, (int32_t)ns,
+    int rc = mr_lc_cache_unfinished(self->lc, row, &st, (const int32_t *)kb.p, (size_t)fill, (int32_t)ns,
                                     (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
     if (rc != MR_OK) {
-        Py_DECREF(prefix);
-        return lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
+        Py_CLEAR(prefix);
+        lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
+        goto done;
     }
-    return Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
+    res = Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
+    prefix = NULL;   /* stolen by "N" */
+done:
+    mr_buf_give(&self->keybuf, &kb);
+    Py_XDECREF(prefix);
+    return res;
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
@@ -1535,7 +1555,6 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_finished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0
-        || parse_rs_row(self, args[1], row, "cache_finished", &st) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1547,16 +1566,21 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
+    /* the tokens first (cache_unfinished says why), into kb */
     size_t len = 0;
-    if (read_key_tail(self, args[2], pa[6], (Py_ssize_t)c, "cache_finished(): tokens", "cache_finished(): tail",
-                      &len) < 0) {
-        return NULL;
-    }
-    if ((int64_t)len < c) {
+    mr_buf kb = mr_buf_take(&self->keybuf);
+    int ok = read_key_tail(&kb, args[2], pa[6], (Py_ssize_t)c, "cache_finished(): tokens", "cache_finished(): tail",
+                           &len) == 0;
+    if (ok && (int64_t)len < c) {
         PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", len, (long long)c);
+        ok = 0;
+    }
+    ok = ok && parse_rs_row(self, args[1], row, "cache_finished", &st) == 0;
+    int rc = ok ? mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)kb.p, (size_t)c, (int32_t)ns, ins) : MR_OK;
+    mr_buf_give(&self->keybuf, &kb);
+    if (!ok) {
         return NULL;
     }
-    int rc = mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)self->keybuf.p, (size_t)c, (int32_t)ns, ins);
     if (rc != MR_OK) {
         return lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
     }
@@ -1599,25 +1623,23 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
 
 /* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
  * ns.  The tokens are read in place when they are int32 (*tok), else
- * converted into keybuf; the KV indices in place when they are int64
+ * converted into *tokbuf; the KV indices in place when they are int64
  * (*kvv), else widened into *kvbuf (SGLang's int32 req_to_token rows: no
- * array is made).  *kvbuf is the Lifecycle's buf, taken for the call
- * (mr_buf_take): reading the tokens may run Python code (__array__,
- * __index__, a finalizer) that calls this Lifecycle again, which must not
- * move the KV indices under us.  The caller releases both with
- * mr_ints_release and gives *kvbuf back (mr_buf_give).  Returns 0, or -1
+ * array is made).  *kvbuf and *tokbuf are the Lifecycle's buf and keybuf,
+ * taken for the call (mr_buf_take): reading the arrays may run Python code
+ * (__array__, __index__, a finalizer) that calls this Lifecycle again,
+ * which must not move or change them under us; for the same reason the
+ * request's record (rs) is read last.  The caller releases both with
+ * mr_ints_release and gives both buffers back (mr_buf_give).  Returns 0, or -1
  * with an exception (nothing to release or give back). */
 static int
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
-             PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf)
+             PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf, mr_buf *tokbuf)
 {
     char arg[96];
     if (self->rp_obj != NULL) {
         PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has its own pools; use the call without _foreign",
                      fname);
-        return -1;
-    }
-    if (parse_rs(self, rs, st) < 0) {
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): ns", fname);
@@ -1626,25 +1648,33 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
     *kvbuf = mr_buf_take(&self->buf);
+    *tokbuf = mr_buf_take(&self->keybuf);
     if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
-        mr_buf_give(&self->buf, kvbuf);
-        return -1;
+        goto fail;
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
-    if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &self->keybuf, tok) < 0) {
+    if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, tokbuf, tok) < 0) {
         mr_ints_release(kvv);
-        mr_buf_give(&self->buf, kvbuf);
-        return -1;
+        goto fail;
     }
     if (tok->len < kvv->len) {
         PyErr_Format(PyExc_ValueError, "%s(): %zu tokens for %zu KV indices", fname, tok->len, kvv->len);
-        mr_ints_release(tok);
-        mr_ints_release(kvv);
-        mr_buf_give(&self->buf, kvbuf);
-        return -1;
+        goto fail_both;
+    }
+    /* the request's record last: reading the arrays may have run Python
+     * code that calls this Lifecycle again */
+    if (parse_rs(self, rs, st) < 0) {
+        goto fail_both;
     }
     mr_lc_clear_released(self->lc);
     return 0;
+fail_both:
+    mr_ints_release(tok);
+    mr_ints_release(kvv);
+fail:
+    mr_buf_give(&self->buf, kvbuf);
+    mr_buf_give(&self->keybuf, tokbuf);
+    return -1;
 }
 
 PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
@@ -1674,9 +1704,9 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         return NULL;
     }
     mr_ints tok, kv;
-    mr_buf kvbuf;
+    mr_buf kvbuf, tokbuf;
     if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
-                     &kvbuf) < 0) {
+                     &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
     n = (npy_intp)kv.len;
@@ -1685,6 +1715,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         mr_ints_release(&tok);
         mr_ints_release(&kv);
         mr_buf_give(&self->buf, &kvbuf);
+        mr_buf_give(&self->keybuf, &tokbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
@@ -1694,6 +1725,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     mr_ints_release(&tok);
     mr_ints_release(&kv);
     mr_buf_give(&self->buf, &kvbuf);
+    mr_buf_give(&self->keybuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1736,9 +1768,9 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
         return NULL;
     }
     mr_ints tok, kv;
-    mr_buf kvbuf;
+    mr_buf kvbuf, tokbuf;
     if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
-                     &kvbuf) < 0) {
+                     &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
     mr_lc_set_state_available(self->lc, avail);
@@ -1748,6 +1780,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     mr_ints_release(&tok);
     mr_ints_release(&kv);
     mr_buf_give(&self->buf, &kvbuf);
+    mr_buf_give(&self->keybuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);
