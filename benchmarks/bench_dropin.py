@@ -27,7 +27,16 @@ prefill tracking decision, then cache_unfinished_req, one decode token,
 cache_finished_req and the row's release, the KV frees of each step inside
 one free group as SGLang's scheduler does; no model runs.  Workloads: the
 shared-prefix generator and the Mooncake conversation trace of
-bench_lifecycle.py.  The median of --repeat runs, each on fresh caches.
+bench_lifecycle.py.  The median of --repeat runs, each on fresh caches,
+with nothing wrapped around any method.  Then, per workload:
+  memory floor    memory_floor(): the least data any implementation must
+                  move per request, as bulk copies; sglang / floor is the
+                  most any implementation can reach
+  clocked run     one more run of each implementation with a clock around
+                  every cache, pool and allocator method; what is left is
+                  the scheduler's own code (Req objects, its tensors, the
+                  loop), and sglang / that is the most a cache and pools
+                  behind SGLang's per-request API can reach
 
   python3 benchmarks/bench_dropin.py [--requests N] [--groups G] [--repeat R]
 """
@@ -210,36 +219,61 @@ def per_op(sg, impl, groups, per_group, shared, own, seed=0):
 # Per request
 
 
-class _Timed:
-    """Forwards to a cache and adds up the seconds spent in its methods."""
+class _Clock:
+    """Per-call clocks for the breakdown run (they add their own cost, so
+    the headline run has none): the seconds spent in the cache's methods
+    and in the pools' and allocators' methods, each call counted once (a
+    pool method the cache calls is the cache's time; one pool method
+    calling another is one call)."""
 
-    def __init__(self, inner):
-        self.inner = inner
-        self.seconds = 0.0
+    def __init__(self):
+        self.seconds = {"cache": 0.0, "pools": 0.0}
+        self.active = None
 
-    def __getattr__(self, name):   # first use of a name only: the wrapper is kept
-        fn = getattr(self.inner, name)
-
+    def wrap(self, part, fn):
         def call(*args, **kwargs):
+            if self.active is not None:
+                return fn(*args, **kwargs)
+            self.active = part
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - t0
+                self.seconds[part] += time.perf_counter() - t0
+                self.active = None
 
-        setattr(self, name, call)
         return call
 
+    def patch(self, part, obj, names):
+        """Shadows obj's methods `names` with clocked ones (instance
+        attributes: the object's own calls through self go through them too)."""
+        for name in names:
+            setattr(obj, name, self.wrap(part, getattr(obj, name)))
 
-def per_request(sg, impl, reqs, cfg, batch):
+
+_CACHE_METHODS = ("match_prefix", "inc_lock_ref", "dec_lock_ref", "evict", "cache_unfinished_req",
+                  "cache_finished_req")
+_POOL_METHODS = ("alloc", "free", "write", "available_size", "get_mamba_ping_pong_other_idx",
+                 "free_mamba_cache")
+_ALLOC_METHODS = ("alloc", "free", "available_size", "free_group_begin", "free_group_end")
+_STATE_ALLOC_METHODS = ("alloc", "free", "available_size", "schedulable_available_size")
+
+
+def per_request(sg, impl, reqs, cfg, batch, clocked=False):
     """Batches of `batch` requests, as a scheduler runs them: KV frees of a
     batch's results inside one free group (SGLang's scheduler does this).
-    Also returns the seconds spent inside the cache's own methods ("cache"):
-    the rest is the scheduler's side, pools and allocators included, which
-    every cache over the same pools pays."""
+    With `clocked`, also the seconds spent inside the cache's own methods
+    ("cache") and inside the pools' and allocators' ("pools"): the rest is
+    the scheduler's own code, which no cache or pool can make faster."""
     cache, pool, alloc, api = setup(sg, impl, cfg["rows"], cfg["states"], cfg["kv"], cfg["ctx"])
-    cache = _Timed(cache)
+    clock = _Clock()
+    if clocked:
+        clock.patch("cache", cache, _CACHE_METHODS)
+        clock.patch("pools", pool, _POOL_METHODS)
+        clock.patch("pools", alloc, _ALLOC_METHODS)
+        clock.patch("pools", pool.mamba_allocator, _STATE_ALLOC_METHODS)
     hits = 0
+    prefix_lens = []
     t0 = time.perf_counter()
     for s in range(0, len(reqs), batch):
         group = [mrs.Req(rid=s + i, origin_input_ids=toks) for i, toks in enumerate(reqs[s : s + batch])]
@@ -272,6 +306,7 @@ def per_request(sg, impl, reqs, cfg, batch):
                 req.mamba_next_track_idx = pool.get_mamba_ping_pong_other_idx(req.mamba_next_track_idx)
                 req.mamba_last_track_seqlen = point
             hits += P
+            prefix_lens.append(P)
         alloc.free_group_begin()
         for req in group:                                     # end of prefill
             req.output_ids.append(1)
@@ -293,8 +328,55 @@ def per_request(sg, impl, reqs, cfg, batch):
             pool.free(req)
         alloc.free_group_end()
     dt = time.perf_counter() - t0
-    cache.inner.sanity_check()
-    return {"seconds": dt, "hits": hits, "cache": cache.seconds}
+    cache.sanity_check()
+    return {"seconds": dt, "hits": hits, "prefix_lens": prefix_lens, **clock.seconds}
+
+
+def memory_floor(reqs, prefix_lens, cfg, batch, repeat):
+    """A lower bound, per request, for any implementation of the per-request
+    work: the least data it must move, as bulk numpy copies per batch of
+    `batch` requests, with no tree walk, no call per request and no result
+    object.  For a request of n tokens of which P hit (as SGLang's class
+    hits them) and E = n - P are new:
+      - read its n tokens once (narrowed to int32, as the tree keeps them);
+      - write its n KV indices into its req-to-token row (the P cached ones
+        read from the tree);
+      - take E fresh KV indices from a free list;
+      - store the E new tokens and their E indices in the tree.
+    Frees, evictions, locks, state slots and the decode token are left out,
+    so the true floor is higher.  Returns (us per request median of `repeat`
+    passes)."""
+    kv = cfg["kv"]
+    batches = []
+    for s in range(0, len(reqs), batch):
+        group = reqs[s : s + batch]
+        keys = np.concatenate([np.frombuffer(r, dtype=np.int64) for r in group])
+        new = sum(len(r) - p for r, p in zip(group, prefix_lens[s : s + batch]))
+        batches.append((keys, new))
+    width = max(len(k) for k, _ in batches)
+    key32 = np.empty(width, dtype=np.int32)
+    rows = np.empty(width, dtype=np.int64)
+    fresh = np.empty(width, dtype=np.int64)
+    free_list = np.arange(1, kv + 1, dtype=np.int64)
+    tree_keys = np.empty(kv, dtype=np.int32)
+    tree_values = np.empty(kv, dtype=np.int64)
+    runs = []
+    for _ in range(repeat + 1):   # the first pass warms up
+        at = 0
+        t0 = time.perf_counter()
+        for keys, new in batches:
+            n = len(keys)
+            np.copyto(key32[:n], keys, casting="unsafe")   # read the tokens
+            if at + new > kv:
+                at = 0
+            fresh[:new] = free_list[at : at + new]         # E fresh indices
+            rows[: n - new] = tree_values[: n - new]         # the rows get the P cached indices
+            rows[n - new : n] = fresh[:new]                  # and the E fresh ones
+            tree_keys[at : at + new] = key32[n - new : n]    # the tree keeps E tokens
+            tree_values[at : at + new] = fresh[:new]         # and their E indices
+            at += new
+        runs.append((time.perf_counter() - t0) / len(reqs) * 1e6)
+    return statistics.median(runs[1:])
 
 
 # ---------------------------------------------------------------------------
@@ -344,28 +426,33 @@ def main() -> None:
         ctx = max(len(r) for r in reqs) + 8
         total = sum(len(r) for r in reqs)
         cfg = {"kv": max(400_000, min(total // 4, 4_000_000)), "states": 192, "rows": 64, "ctx": ctx}
-        us, hits, in_cache = {}, {}, {}
+        us, hits, prefix_lens = {}, {}, None
         for impl in impls + ("batch",):
             runs = []
             for _ in range(args.repeat):
                 r = (run_batch(reqs, cfg, args.batch) if impl == "batch"
                      else per_request(sg, impl, reqs, cfg, args.batch))
-                runs.append((r["seconds"], r.get("cache", r["seconds"])))
+                runs.append(r["seconds"])
                 hits[impl] = r["hits"]
-            runs.sort()
-            us[impl] = runs[len(runs) // 2][0] / len(reqs) * 1e6
-            in_cache[impl] = runs[len(runs) // 2][1] / len(reqs) * 1e6
+                if impl == "sglang":
+                    prefix_lens = r["prefix_lens"]
+            us[impl] = statistics.median(runs) / len(reqs) * 1e6
         base = us["sglang"]
+        floor = memory_floor(reqs, prefix_lens, cfg, args.batch, args.repeat)
         print(f"{name:14}" + "".join(f"{us[i]:12.1f}" for i in impls + ("batch",))
               + "".join(f"{base / us[i]:13.1f}x" for i in impls[1:] + ("batch",)))
         print(f"  ({len(reqs)} requests, {total / len(reqs):.0f} tokens/request; hit tokens: "
               + ", ".join(f"{i} {hits[i]}" for i in impls + ("batch",)) + ")")
-        print("  inside the cache's methods (us/request): "
-              + ", ".join(f"{i} {in_cache[i]:.1f}" for i in impls))
+        print(f"  memory floor (memory_floor: the least data any implementation moves) {floor:.1f} us/request: "
+              f"no implementation can pass sglang/floor = {base / floor:.1f}x")
+        print("  one more run of each with per-call clocks (us/request: the clocks add their own cost):")
         for i in impls:
-            rest = us[i] - in_cache[i]
-            print(f"  {i}: scheduler side outside the cache {rest:.1f} us/request; "
-                  f"a zero-cost cache over the same pools would reach sglang/{rest:.1f} = {base / rest:.1f}x")
+            r = per_request(sg, i, reqs, cfg, args.batch, clocked=True)
+            whole, in_cache, in_pools = (r[k] / len(reqs) * 1e6 for k in ("seconds", "cache", "pools"))
+            rest = whole - in_cache - in_pools
+            print(f"    {i:11} whole {whole:7.1f}  cache {in_cache:7.1f}  pools {in_pools:7.1f}  scheduler's own code "
+                  f"{rest:6.1f}: a zero-cost cache over these pools would reach {base / (whole - in_cache):.1f}x, "
+                  f"over zero-cost pools too {base / rest:.1f}x")
 
 
 if __name__ == "__main__":
