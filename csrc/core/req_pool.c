@@ -247,8 +247,19 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
         return MR_EINVAL;
     }
     const char *v = vals;
+    const int contiguous = step == 1 && vstride == width;
     if (width == 8) {   /* int64 values: each must fit the int32 table */
-        for (int64_t i = 0; i < n; i++) {
+        /* contiguous: one branch-free pass (x fits when x + 2^31 has no
+         * bit above bit 31), which vectorises; the first misfit is then
+         * looked for */
+        uint64_t out = 0;
+        if (contiguous) {
+            const int64_t *x = vals;
+            for (int64_t i = 0; i < n; i++) {
+                out |= ((uint64_t)x[i] + UINT64_C(0x80000000)) >> 32;
+            }
+        }
+        for (int64_t i = 0; (!contiguous || out != 0) && i < n; i++) {
             int64_t x = *(const int64_t *)(v + i * vstride);
             if (x < INT32_MIN || x > INT32_MAX) {
                 *bad = i;
@@ -257,8 +268,15 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
         }
     }
     int32_t *row = p->table + (size_t)r * (size_t)p->max_ctx;
-    if (step == 1 && vstride == width && width == 4) {
+    if (contiguous && width == 4) {
         memcpy(row + start, vals, (size_t)n * sizeof(int32_t));
+    }
+    else if (contiguous) {
+        const int64_t *x = vals;
+        int32_t *dst = row + start;
+        for (int64_t i = 0; i < n; i++) {
+            dst[i] = (int32_t)x[i];
+        }
     }
     else if (width == 4) {
         for (int64_t i = 0; i < n; i++) {

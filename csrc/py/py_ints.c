@@ -369,6 +369,46 @@ fail:
     return -1;
 }
 
+int
+mr_ints_append_i32(PyObject *obj, const char *arg, mr_buf *scratch, mr_buf *dst, size_t at, size_t *len)
+{
+    if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(obj, &v, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            return -1;
+        }
+        if (v.ndim == 1 && v.itemsize == 8 && int_kind(v.format) == 's'
+            && (v.strides == NULL || v.strides[0] == 8)) {
+            size_t n = (size_t)v.shape[0];
+            if (mr_buf_reserve(dst, at + n + 1, sizeof(int32_t)) < 0) {
+                PyBuffer_Release(&v);
+                return -1;
+            }
+            int out_of_range = mr_narrow_i64_i32(v.buf, n, (int32_t *)dst->p + at);
+            PyBuffer_Release(&v);
+            if (!out_of_range) {
+                *len = n;
+                return 0;
+            }
+            /* mr_ints_read below names the first value out of range */
+        }
+        else {
+            PyBuffer_Release(&v);
+        }
+    }
+    mr_ints v;
+    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, scratch, &v) < 0) {
+        return -1;
+    }
+    int rc = mr_buf_reserve(dst, at + v.len + 1, sizeof(int32_t));
+    if (rc == 0 && v.len > 0) {
+        memcpy((int32_t *)dst->p + at, v.data, v.len * sizeof(int32_t));
+    }
+    *len = v.len;
+    mr_ints_release(&v);
+    return rc;
+}
+
 PyObject *
 mr_ints_array(PyObject *obj, const char *arg)
 {

@@ -38,6 +38,14 @@ int mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *a
                  mr_ints *out);
 void mr_ints_release(mr_ints *v);
 
+/* Reads obj as int32 tokens (mr_ints_read's rules and errors, a lone int
+ * accepted) and appends them to dst at element `at` (dst grown as needed,
+ * one element of room left past them); *len gets their number.  A
+ * contiguous int64 buffer (SGLang's array('q') tokens) is narrowed straight
+ * into dst; anything else goes through scratch.  Returns 0, or -1 with an
+ * exception (dst's first `at` elements unchanged). */
+int mr_ints_append_i32(PyObject *obj, const char *arg, mr_buf *scratch, mr_buf *dst, size_t at, size_t *len);
+
 /* Narrows src[0:n) (int64) into dst (int32) in one pass; nonzero when some
  * value does not fit int32.  A value fits when x + 2^31 has no bit above
  * bit 31: add, shift and or, which vectorise on plain SSE2 (a 64-bit

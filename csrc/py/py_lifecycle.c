@@ -1983,6 +1983,23 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
 /* ------------------------------------------------------------------------
  * Batched calls */
 
+/* Writes "<i>]" and a NUL at dst (room for 23 bytes). */
+static void
+put_index(char *dst, size_t i)
+{
+    char d[20];
+    int m = 0;
+    do {
+        d[m++] = (char)('0' + i % 10);
+        i /= 10;
+    } while (i > 0);
+    while (m > 0) {
+        *dst++ = d[--m];
+    }
+    *dst++ = ']';
+    *dst = '\0';
+}
+
 typedef struct {
     mr_buf data;           /* every key's int32 tokens, back to back */
     const int32_t **ptrs;
@@ -2020,23 +2037,30 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         PyErr_NoMemory();
     }
     mr_buf scratch = {0};
+    /* the argument's name for errors: "<fname>(): keys[" once, the index
+     * written per key (no formatting call per key) */
+    char arg[96];
+    int plen = snprintf(arg, sizeof(arg), "%s(): keys[", fname);
+    if (plen < 0 || plen > (int)sizeof(arg) - 24) {
+        plen = 0;
+    }
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        char arg[96];
-        snprintf(arg, sizeof(arg), "%s(): keys[%zd]", fname, i);
-        mr_ints v;
+        if (i >= PySequence_Fast_GET_SIZE(seq)) {
+            /* an item's __index__ shrank the list of keys */
+            PyErr_Format(PyExc_RuntimeError, "%s(): keys changed size while read", fname);
+            ok = 0;
+            break;
+        }
+        put_index(arg + plen, (size_t)i);
+        size_t len = 0;
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        ok = mr_ints_read(item, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, &scratch, &v) == 0;
+        ok = mr_ints_append_i32(item, arg, &scratch, &k->data, total, &len) == 0;
         Py_DECREF(item);
         if (!ok) {
             break;
         }
-        ok = mr_buf_reserve(&k->data, total + v.len + 1, sizeof(int32_t)) == 0;
-        if (ok && v.len > 0) {
-            memcpy((int32_t *)k->data.p + total, v.data, v.len * sizeof(int32_t));
-        }
-        mr_ints_release(&v);
-        k->lens[i] = v.len;
-        total += v.len;
+        k->lens[i] = len;
+        total += len;
     }
     mr_buf_free(&scratch);
     for (Py_ssize_t i = 0, off = 0; ok && i < n; off += (Py_ssize_t)k->lens[i], i++) {

@@ -775,3 +775,57 @@ def test_check_catches_a_row_that_breaks_its_record_rules() -> None:
         lc.check()
     rp.record(row).cow_src = -1
     lc.check()
+
+
+def _batch_lifecycle():
+    st, kv, rp = _C.SlotAllocator(64), _C.SlotAllocator(4096), _C.ReqPool(16, 64, 2)
+    return _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True), st, kv, rp
+
+
+def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
+    """The batch calls read each key as int32 tokens: array('q') and int64
+    numpy keys are narrowed in place into the batch's buffer, any other form
+    converted; every form gives the same tree as plain lists (the
+    reference), and a token past int32 is named by key and position."""
+    rng = np.random.default_rng(5)
+    lists = [rng.integers(1, 2**31 - 1, size=int(m)).tolist() for m in rng.integers(1, 40, size=12)]
+    forms = [lambda k: k, lambda k: array("q", k), lambda k: np.array(k, np.int64),
+             lambda k: np.array(k, np.int32), lambda k: np.array(k, np.int64)[::1], lambda k: tuple(k)]
+    def keys(f):   # f: one form for every key, or None: the forms in turn
+        return [(forms[i % len(forms)] if f is None else f)(k) for i, k in enumerate(lists)]
+
+    want = None
+    for form in forms + [None]:
+        lc, st, kv, rp = _batch_lifecycle()
+        out = lc.prefill_batch(keys(form))
+        got = (out["prefix_len"].tolist(), [lc.match(array("q", k))[0].tolist() for k in lists])
+        lc.unfinished_batch(out["rows"], keys(form))
+        got += ([lc.match(array("q", k))[0].tolist() for k in lists],)
+        lc.check()
+        want = got if want is None else want
+        assert got == want
+    assert [len(m) for m in want[2]] == [len(k) - len(k) % 4 for k in lists]   # cached up to the tracked chunk
+    lc, st, kv, rp = _batch_lifecycle()
+    keys = [array("q", k) for k in lists]
+    keys[11] = array("q", [1, 2, 2**32, 4])
+    with pytest.raises(ValueError, match=r"^prefill_batch\(\): keys\[11\]\[2\] = 4294967296 is out of range"):
+        lc.prefill_batch(keys)
+    assert (st.available_size(), kv.available_size(), rp.available_size()) == (64, 4096, 16)
+    lc.check()
+
+
+def test_batch_keys_shrunk_while_read_are_refused() -> None:
+    """An item's __index__ that empties the list of keys being read: the
+    call is refused with nothing admitted (it used to read past the list)."""
+    lc, st, kv, rp = _batch_lifecycle()
+
+    class Shrinks:
+        def __index__(self) -> int:
+            keys.clear()
+            return 7
+
+    keys = [[1, 2, 3, 4], [Shrinks(), 5], [6, 7]] + [[8, 9]] * 100
+    with pytest.raises(RuntimeError, match=r"^prefill_batch\(\): keys changed size while read$"):
+        lc.prefill_batch(keys)
+    assert (st.available_size(), kv.available_size(), rp.available_size()) == (64, 4096, 16)
+    lc.check()
