@@ -329,6 +329,26 @@ req_to_tuple(const mr_req *st)
 }
 
 /* Reads rs (a ReqState or a 13-tuple) into *st, a working copy. */
+/* A tuple holding obj's items (obj itself when it is a tuple): the
+ * binding's own references, which an item's __index__ changing the
+ * caller's list cannot take away.  TypeError `msg` when obj is not
+ * iterable. */
+static PyObject *
+own_tuple(PyObject *obj, const char *msg)
+{
+    PyObject *t = PySequence_Tuple(obj);
+    if (t == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_SetString(PyExc_TypeError, msg);
+    }
+    return t;
+}
+
+/* The rule for reading a request record: a ReqState is copied into *st
+ * after every other argument of the call is converted (an argument's
+ * __index__, __bool__ or __array__ may call this Lifecycle again and change
+ * the record; a copy taken before would be written back over that change),
+ * and nothing that runs Python code comes between the copy and the core
+ * call.  A tuple cannot change, so its conversion may run anywhere. */
 static int
 parse_rs(LifecycleObject *self, PyObject *obj, mr_req *st)
 {
@@ -371,6 +391,19 @@ build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
 
 /* A (node_id, node_gen) handle, resolved; errors name it `what` ("node":
  * "node id must be ...", "node: the node was removed ... (stale handle)"). */
+/* The node a converted handle names, or -1 with StaleNodeError & co. */
+static int
+resolve_handle(LifecycleObject *self, int64_t id, int64_t gen, const char *what, mr_node **out)
+{
+    mr_handle h = {(uint32_t)id, (uint32_t)gen};
+    int rc = mr_radix_resolve(mr_lc_tree(self->lc), h, out);
+    if (rc != MR_OK) {
+        mr_raise(lc_state(self), rc, what);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 parse_handle_named(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, const char *what, mr_node **out)
 {
@@ -382,13 +415,7 @@ parse_handle_named(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, c
         || mr_as_int64(gen_obj, 0, UINT32_MAX, gen_name, &gen) < 0) {
         return -1;
     }
-    mr_handle h = {(uint32_t)id, (uint32_t)gen};
-    int rc = mr_radix_resolve(mr_lc_tree(self->lc), h, out);
-    if (rc != MR_OK) {
-        mr_raise(lc_state(self), rc, what);
-        return -1;
-    }
-    return 0;
+    return resolve_handle(self, id, gen, what, out);
 }
 
 static int
@@ -688,37 +715,50 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyErr_SetString(PyExc_TypeError, "match(): rs must be a ReqState");
         return NULL;
     }
-    if (cow && owner >= 1 && match_row_record(self, (ReqStateObject *)rs, owner) < 0) {
-        return NULL;
-    }
+    /* the key first: converting it may run Python code that calls this
+     * Lifecycle again, so a converted key lives in keybuf taken for the
+     * call, and the row and the record are read after it */
     size_t len = 0;
     Py_buffer view;
     int have_view = 0;
     const int64_t *key64 = NULL;
+    mr_buf kb = {NULL, 0};
+    int took = 0;
     if (key64_view(args[0], &view, &have_view, &key64, &len)) {
         if (limit >= 0 && (size_t)limit < len) {
             len = (size_t)limit;
         }
     }
-    else if (read_key(&self->keybuf, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
-        return NULL;
-    }
-    mr_req st;
-    if (rs != NULL) {
-        if (rs_get((ReqStateObject *)rs, "match(): rs", &st) < 0) {
+    else {
+        kb = mr_buf_take(&self->keybuf);
+        took = 1;
+        if (read_key(&kb, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
+            mr_buf_give(&self->keybuf, &kb);
             return NULL;
         }
     }
-    else {
+    mr_req st;
+    int ok = !(cow && owner >= 1 && match_row_record(self, (ReqStateObject *)rs, owner) < 0);
+    if (ok && rs != NULL) {
+        ok = rs_get((ReqStateObject *)rs, "match(): rs", &st) == 0;
+    }
+    else if (ok) {
         mr_req_reset(&st);
         st.running = running;
     }
     mr_match m;
     /* the indices go straight into the result array (below) */
-    int rc = mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)self->keybuf.p, key64, len, (int32_t)ns,
-                             cow, &st, (int32_t)owner, &m, NULL);
+    int rc = ok ? mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)kb.p, key64, len, (int32_t)ns,
+                                  cow, &st, (int32_t)owner, &m, NULL)
+                : MR_OK;
     if (have_view) {
         PyBuffer_Release(&view);
+    }
+    if (took) {
+        mr_buf_give(&self->keybuf, &kb);
+    }
+    if (!ok) {
+        return NULL;
     }
     if (rc != MR_OK && rc != MR_ENOSPC) {
         return lc_raise(self, rc, "match()");
@@ -1289,14 +1329,15 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     if (o != NULL && (headroom = PyObject_IsTrue(o)) < 0) {
         return NULL;
     }
-    PyObject *rows_seq = PySequence_Fast(args[0], "admit(): rows must be a sequence");
+    /* tuples of their own: an item's __index__ may change the caller's lists */
+    PyObject *rows_seq = own_tuple(args[0], "admit(): rows must be a sequence");
     PyObject *rs_seq = NULL, *out_rows = NULL, *out_rs = NULL, *res = NULL;
     mr_req *sts = NULL;
     int64_t *rows = NULL;
     if (rows_seq == NULL) {
         return NULL;
     }
-    rs_seq = PySequence_Fast(args[1], "admit(): rs_list must be a sequence");
+    rs_seq = own_tuple(args[1], "admit(): rs_list must be a sequence");
     if (rs_seq == NULL) {
         goto error;
     }
@@ -1314,14 +1355,22 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
     PyObject **holders = mr_pools_req_holders(self->rp_obj, lc_state(self));
     PyTypeObject *rs_type = req_state_type(self);
+    /* the rows and the tuple records (conversions that may run Python
+     * code) first, the ReqState records last (parse_rs) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
         if (mr_as_int64(PySequence_Fast_GET_ITEM(rows_seq, i), INT64_MIN, INT64_MAX, "admit(): rows", &rows[i]) < 0
-            || parse_rs(self, obj, &sts[i]) < 0) {
+            || (!Py_IS_TYPE(obj, rs_type) && parse_rs(self, obj, &sts[i]) < 0)) {
             goto error;
         }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
         if (!Py_IS_TYPE(obj, rs_type)) {
             continue;
+        }
+        if (parse_rs(self, obj, &sts[i]) < 0) {
+            goto error;
         }
         /* a record in a row is admitted in that row; one that is not moves
          * into the row it gets, which must not hold another's */
@@ -1407,9 +1456,9 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "prepare_extend(): row", &row) < 0
-        || parse_rs_row(self, args[1], row, "prepare_extend", &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "prepare_extend(): prefix_len", &p) < 0
-        || mr_as_int64(args[3], 0, INT64_MAX, "prepare_extend(): extend_len", &e) < 0) {
+        || mr_as_int64(args[3], 0, INT64_MAX, "prepare_extend(): extend_len", &e) < 0
+        || parse_rs_row(self, args[1], row, "prepare_extend", &st) < 0) {   /* the record last */
         return NULL;
     }
     int64_t slot = -1, seqlen = -1;
@@ -1434,8 +1483,8 @@ Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
-        || parse_rs_row(self, args[1], row, "decode_prepare", &st) < 0
-        || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0) {
+        || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0
+        || parse_rs_row(self, args[1], row, "decode_prepare", &st) < 0) {   /* the record last */
         return NULL;
     }
     int64_t slot = -1;
@@ -1463,12 +1512,11 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     mr_req st;
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
         || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
-        || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
         return NULL;
     }
     int fin = PyObject_IsTrue(args[3]);
-    if (fin < 0) {
+    if (fin < 0 || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0) {   /* the record last */
         return NULL;
     }
     int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
@@ -1804,9 +1852,10 @@ Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, P
     MR_ARGS(spec, pa, "decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
     int64_t sl = 0, fresh = -1;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
-        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)) {
+        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)
+        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
     int64_t slot = -1;
@@ -1839,7 +1888,7 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
 {
     MR_ARGS(spec, pa, "admit_foreign", 2, 2, 1, "rs", "fresh");
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0) {
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
         return NULL;
     }
     if (self->rp_obj != NULL) {
@@ -1849,7 +1898,8 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     int64_t fresh[3] = {-1, -1, -1};
     size_t nfresh = 0;
     if (nargs > 1) {
-        PyObject *seq = PySequence_Fast(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
+        /* a tuple of its own: an item's __index__ may change the caller's list */
+        PyObject *seq = own_tuple(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
         if (seq == NULL) {
             return NULL;
         }
@@ -1868,6 +1918,9 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         }
         Py_DECREF(seq);
         nfresh = (size_t)m;
+    }
+    if (parse_rs(self, args[0], &st) < 0) {   /* the record last */
+        return NULL;
     }
     int64_t need = 0;
     if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
@@ -1893,12 +1946,17 @@ static PyObject *
 Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     MR_ARGS(spec, pa, "cow_foreign", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
-    int64_t fresh = -1;
+    int64_t fresh = -1, id = 0, gen = 0;
     mr_req st;
     mr_node *node = NULL;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
-        || parse_handle(self, args[1], args[2], &node) < 0
-        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow_foreign(): fresh", &fresh) < 0)) {
+    /* every int first, then the record, then the node (resolving runs no
+     * Python code, so no call in between can free it) */
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
+        || mr_as_int64(args[1], 0, UINT32_MAX, "node id", &id) < 0
+        || mr_as_int64(args[2], 0, UINT32_MAX, "node generation", &gen) < 0
+        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow_foreign(): fresh", &fresh) < 0)
+        || parse_rs(self, args[0], &st) < 0
+        || resolve_handle(self, id, gen, "node", &node) < 0) {
         return NULL;
     }
     if (self->rp_obj != NULL) {
@@ -1928,7 +1986,7 @@ Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py
     MR_ARGS(spec, pa, "decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
     int64_t c = 0;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || parse_rs(self, args[0], &st) < 0
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
         return NULL;
     }
@@ -1938,7 +1996,7 @@ Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py
         return NULL;
     }
     int fin = PyObject_IsTrue(args[2]);
-    if (fin < 0) {
+    if (fin < 0 || parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
     mr_lc_clear_released(self->lc);
@@ -1965,12 +2023,12 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     MR_ARGS(spec, pa, "free_states", 1, 1, 1, "rs", "keep");
     int64_t keep = -1;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "free_states") < 0 || parse_rs(self, args[0], &st) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "free_states") < 0) {
         return NULL;
     }
     PyObject *o = pa[1];
-    if (o != NULL && o != Py_None && mr_as_int64(o, -1, 1, "free_states(): keep", &keep) < 0) {
+    if ((o != NULL && o != Py_None && mr_as_int64(o, -1, 1, "free_states(): keep", &keep) < 0)
+        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
     int rc = mr_lc_free_states(self->lc, &st, (int)keep);
@@ -2023,7 +2081,8 @@ static int
 keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
 {
     memset(k, 0, sizeof(*k));
-    PyObject *seq = PySequence_Fast(keys, "keys must be a sequence of token sequences");
+    /* tuples of their own: an item's __index__ may change the caller's lists */
+    PyObject *seq = own_tuple(keys, "keys must be a sequence of token sequences");
     if (seq == NULL) {
         return -1;
     }
@@ -2045,12 +2104,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         plen = 0;
     }
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        if (i >= PySequence_Fast_GET_SIZE(seq)) {
-            /* an item's __index__ shrank the list of keys */
-            PyErr_Format(PyExc_RuntimeError, "%s(): keys changed size while read", fname);
-            ok = 0;
-            break;
-        }
         put_index(arg + plen, (size_t)i);
         size_t len = 0;
         PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
@@ -2067,7 +2120,7 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         k->ptrs[i] = (const int32_t *)k->data.p + off;
     }
     if (ok && ns_obj != NULL && ns_obj != Py_None) {
-        PyObject *nseq = PySequence_Fast(ns_obj, "ns must be a sequence of ints");
+        PyObject *nseq = own_tuple(ns_obj, "ns must be a sequence of ints");
         if (nseq == NULL || PySequence_Fast_GET_SIZE(nseq) != n) {
             if (nseq != NULL) {
                 PyErr_Format(PyExc_ValueError, "%s(): ns and keys differ in length", fname);
@@ -2496,7 +2549,8 @@ ReqState_set_node_id(ReqStateObject *self, PyObject *v, void *c)
         return -1;
     }
     mr_req rec;
-    if (rs_get(self, "ReqState.node_id", &rec) < 0 || mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0) {
+    /* the value first: its __index__ may change the record (parse_rs) */
+    if (mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0 || rs_get(self, "ReqState.node_id", &rec) < 0) {
         return -1;
     }
     rec.has_node = id >= 0;
@@ -2601,7 +2655,8 @@ ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
     static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX};
     int64_t x = 0;
     mr_req rec;
-    if (rs_get(self, f->name, &rec) < 0 || mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0) {
+    /* the value first: its __index__ may change the record (parse_rs) */
+    if (mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0 || rs_get(self, f->name, &rec) < 0) {
         return -1;
     }
     char *p = (char *)&rec + f->off;

@@ -813,19 +813,3 @@ def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
     assert (st.available_size(), kv.available_size(), rp.available_size()) == (64, 4096, 16)
     lc.check()
 
-
-def test_batch_keys_shrunk_while_read_are_refused() -> None:
-    """An item's __index__ that empties the list of keys being read: the
-    call is refused with nothing admitted (it used to read past the list)."""
-    lc, st, kv, rp = _batch_lifecycle()
-
-    class Shrinks:
-        def __index__(self) -> int:
-            keys.clear()
-            return 7
-
-    keys = [[1, 2, 3, 4], [Shrinks(), 5], [6, 7]] + [[8, 9]] * 100
-    with pytest.raises(RuntimeError, match=r"^prefill_batch\(\): keys changed size while read$"):
-        lc.prefill_batch(keys)
-    assert (st.available_size(), kv.available_size(), rp.available_size()) == (64, 4096, 16)
-    lc.check()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 
 import numpy as np
+import pytest
 
 from mambaradix import _C
 
@@ -157,3 +158,257 @@ def test_cache_finished_foreign_reads_the_record_after_its_arrays() -> None:
 
     got, want = run(True), run(False)
     assert got == want
+
+
+class _Truthy:
+    """A bool whose __bool__ first runs `fn` once."""
+
+    def __init__(self, v: bool, fn) -> None:
+        self.v, self.fn = v, fn
+
+    def __bool__(self) -> bool:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+        return self.v
+
+
+def _outcome(fn, *objs):
+    """fn()'s result or its exception, then each object's check()."""
+    try:
+        out = ("ok", fn())
+    except Exception as e:  # the comparison is the test: both runs must raise alike
+        out = (type(e).__name__, str(e))
+    checks = []
+    for o in objs:
+        try:
+            o.check()
+            checks.append("ok")
+        except Exception as e:
+            checks.append(f"{type(e).__name__}: {e}")
+    return out, checks
+
+
+def test_match_keeps_its_converted_key_while_an_item_matches_another() -> None:
+    # a list key is converted item by item; its fifth item matches another
+    # key, whose tokens used to go into the same buffer over the first four
+    lc = _C.Lifecycle(chunk_size=4)
+    key, other = list(range(1, 9)), list(range(50, 58))
+    lc.insert(key, list(range(100, 108)), 1)
+    lc.insert(other, list(range(300, 308)), 2)
+    got = lc.match(key[:4] + [_Calls(key[4], lambda: lc.match(list(other)))] + key[5:])
+    assert got[0].tolist() == list(range(100, 108)) and got[3] == 1
+    lc.check()
+
+
+def _admitted_record():
+    """Pools, and one request admitted (its row, its record)."""
+    st = _C.SlotAllocator(16)
+    kv, rp = _C.SlotAllocator(64), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+    rec = _C.ReqState()
+    (row,), _ = lc.admit([-1], [rec])
+    return lc, st, kv, rp, row, rec
+
+
+def test_match_cow_checks_the_row_after_reading_the_key() -> None:
+    # the key's reading frees the row the copy-on-write would give a slot
+    # to; the call must refuse the row as a sequential call does (it used
+    # to give a state slot to the freed row, which nobody could free)
+    def run(reenter: bool):
+        lc, st, kv, rp, row, rec = _admitted_record()
+        key = list(range(1, 9))
+        lc.insert(key, kv.alloc(8), int(st.alloc(1)[0]))
+        free_row = lambda: (lc.free_states(rec), rp.free(row))  # noqa: E731
+        if reenter:
+            k = [_Calls(key[0], free_row)] + key[1:]
+        else:
+            free_row()
+            k = key
+        other = _C.ReqState()
+        out = _outcome(lambda: lc.match(k, cow=True, owner=row, rs=other)[3], lc, rp, st)
+        return out, rp.in_use(row), other.astuple(), st.counts()
+
+    got = run(True)
+    assert got == run(False)
+    assert "not a request row in use" in got[0][0][1]
+    assert got[3]["req"] == 0
+
+
+_RECORD_CASES = {
+    # the call, with the argument read after the record wrapped by `a`
+    "prepare_extend(prefix_len)": lambda lc, row, rec, a: lc.prepare_extend(row, rec, a(0), 8),
+    "prepare_extend(extend_len)": lambda lc, row, rec, a: lc.prepare_extend(row, rec, 0, a(8)),
+    "decode_prepare(seq_len)": lambda lc, row, rec, a: lc.decode_prepare(row, rec, a(9)),
+    "decode_finish(committed_len)": lambda lc, row, rec, a: lc.decode_finish(row, rec, a(8), False),
+    "decode_finish(finished)": lambda lc, row, rec, a: lc.decode_finish(row, rec, 8, a(False, True)),
+    "free_states(keep)": lambda lc, row, rec, a: lc.free_states(rec, keep=a(0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_RECORD_CASES))
+def test_per_request_calls_read_the_record_after_their_other_arguments(case) -> None:
+    # an argument's __index__ / __bool__ frees the request's slots
+    # (free_states); the call used to write its earlier copy of the record
+    # back, naming free slots again
+    def run(reenter: bool):
+        lc, st, kv, rp, row, rec = _admitted_record()
+        inner = lambda: lc.free_states(rec)  # noqa: E731
+
+        def a(v, boolean=False):
+            if not reenter:
+                return v
+            return _Truthy(v, inner) if boolean else _Calls(v, inner)
+
+        if not reenter:
+            inner()
+        out = _outcome(lambda: _RECORD_CASES[case](lc, row, rec, a) and None, lc, rp, st)
+        return out, rec.astuple(), lc.sizes(), st.counts()
+
+    got = run(True)
+    assert got == run(False)
+    assert got[0][1] == ["ok", "ok", "ok"]
+
+
+_FOREIGN_CASES = {
+    "decode_prepare_foreign(seq_len)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, a(9)),
+    "decode_prepare_foreign(fresh)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, 9, a(-1)),
+    "decode_finish_foreign(committed_len)": lambda lc, rec, a: lc.decode_finish_foreign(rec, a(9), False),
+    "decode_finish_foreign(finished)": lambda lc, rec, a: lc.decode_finish_foreign(rec, 9, a(False, True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FOREIGN_CASES))
+def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None:
+    # over someone else's pools: an argument's reading ends the request's
+    # first chunk (cache_unfinished_foreign locks the node it caches and
+    # notes the lock in the record); the call used to write its earlier
+    # copy back, losing the lock for good
+    tokens = list(range(1, 13))
+    kv = np.arange(200, 212, dtype=np.int64)
+
+    def run(reenter: bool):
+        lc = _C.Lifecycle(chunk_size=4)
+        rec = _C.ReqState(_rs(5))
+        inner = lambda: lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6)  # noqa: E731
+
+        def a(v, boolean=False):
+            if not reenter:
+                return v
+            return _Truthy(v, inner) if boolean else _Calls(v, inner)
+
+        if not reenter:
+            inner()
+        out = _outcome(lambda: _FOREIGN_CASES[case](lc, rec, a) and None, lc)
+        return out, rec.astuple(), lc.sizes()
+
+    got = run(True)
+    assert got == run(False)
+    assert got[1][12] == 1   # the record still holds its lock on the cached node (locked)
+
+
+def test_admit_foreign_reads_the_record_after_the_fresh_slots() -> None:
+    # reading the fresh slot admits the request with another slot; the call
+    # used to take the slot from its earlier copy (no running slot) and drop
+    # the other from the record; as after the inner call, it must refuse
+    def run(reenter: bool):
+        lc = _C.Lifecycle(chunk_size=4)
+        rec = _C.ReqState()
+        inner = lambda: lc.admit_foreign(rec, [7])  # noqa: E731
+        if not reenter:
+            inner()
+        out = _outcome(lambda: lc.admit_foreign(rec, [_Calls(9, inner) if reenter else 9]) and None, lc)
+        return out, rec.astuple()
+
+    got = run(True)
+    assert got == run(False)
+    assert got[1][0] == 7 and got[0][0][0] == "ValueError"
+
+
+def test_cow_foreign_resolves_the_node_after_its_other_arguments() -> None:
+    # `fresh`'s reading evicts the matched node; the call used to go on with
+    # the freed node (a use after free; here a stale slot as cow_src)
+    lc = _C.Lifecycle(chunk_size=4)
+    keys = [list(range(1, 9)), list(range(50, 58))]
+    lc.insert(keys[0], list(range(100, 108)), 3)
+    _, nid, ngen, state, _, _ = lc.match(keys[0])
+    assert state == 3
+
+    def evict():
+        lc.evict(8, 1)
+        lc.insert(keys[1], list(range(300, 308)), 11)   # may reuse the freed node
+
+    rec = _C.ReqState()
+    with pytest.raises(_C.StaleNodeError):
+        lc.cow_foreign(rec, nid, ngen, _Calls(7, evict))
+    assert rec.cow_src == -1 and rec.running == -1
+    lc.check()
+
+
+def test_admit_reads_the_records_after_the_rows() -> None:
+    # rows[1]'s reading admits rs_list[0] on its own; the batch admission
+    # used to admit it again from its earlier copy, orphaning a row and its
+    # slots
+    def run(reenter: bool):
+        lc, st, kv, rp, row, first = _admitted_record()
+        a, b = _C.ReqState(), _C.ReqState()
+        inner = lambda: lc.admit([-1], [a])  # noqa: E731
+        if not reenter:
+            inner()
+        out = _outcome(lambda: lc.admit([-1, _Calls(-1, inner) if reenter else -1], [a, b]) and None, lc, rp, st)
+        return out, a.astuple(), a.row, b.astuple(), rp.available_size(), st.counts()
+
+    got = run(True)
+    assert got == run(False)
+    assert "rs_list[0] is the record of request row" in got[0][0][1]
+
+
+def test_admit_holds_its_own_references_to_the_records() -> None:
+    # rows[0]'s reading empties the caller's rs_list: the records must stay
+    # alive (they used to be read after being freed)
+    lc, st, kv, rp, row, first = _admitted_record()
+    rs_list = [_C.ReqState(), _C.ReqState()]
+    keep = list(rs_list)
+    rows, recs = lc.admit([_Calls(-1, rs_list.clear), -1], rs_list)
+    assert recs == keep and [r.row for r in keep] == rows
+    lc.check()
+    rp.check()
+
+
+@pytest.mark.parametrize("field,value", [("last_track_seqlen", 4), ("node_id", -1)])
+def test_record_setters_convert_the_value_first(field, value) -> None:
+    # the value's __index__ frees the request's slots; the setter used to
+    # write its earlier copy of the whole record back
+    def run(reenter: bool):
+        lc, st, kv, rp, row, rec = _admitted_record()
+        inner = lambda: lc.free_states(rec)  # noqa: E731
+        if not reenter:
+            inner()
+        setattr(rec, field, _Calls(value, inner) if reenter else value)
+        return _outcome(lambda: None, lc, rp, st), rec.astuple(), st.counts()
+
+    got = run(True)
+    assert got == run(False)
+    assert got[0][1] == ["ok", "ok", "ok"]
+
+
+@pytest.mark.parametrize("which", ["keys", "ns"])
+def test_batch_calls_hold_their_own_references_to_keys_and_namespaces(which) -> None:
+    # an item's __index__ empties the caller's list of keys (or of
+    # namespaces) while it is read: the call reads the list as it was (it
+    # used to read past its end)
+    def run(reenter: bool):
+        lc, st, kv, rp, row, rec = _admitted_record()
+        keys = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+        ns = [0, 0, 0]
+        if reenter and which == "keys":
+            keys[0] = [_Calls(1, keys.clear), 2, 3, 4]
+        elif reenter:
+            ns[0] = _Calls(0, ns.clear)
+        out = lc.prefill_batch(keys, ns=ns)
+        lc.check()
+        return out["prefix_len"].tolist(), out["rows"].tolist(), rp.available_size(), kv.available_size()
+
+    got = run(True)
+    assert got == run(False)
+    assert len(got[1]) == 3
