@@ -16,16 +16,23 @@ from mambaradix import _C
 
 
 class _Calls:
-    """An int whose __index__ first runs `fn` once."""
+    """An int (or bool) whose __index__ (or __bool__) first runs `fn` once."""
 
     def __init__(self, v: int, fn) -> None:
         self.v, self.fn = v, fn
 
-    def __index__(self) -> int:
+    def _run(self) -> None:
         fn, self.fn = self.fn, None
         if fn is not None:
             fn()
-        return self.v
+
+    def __index__(self) -> int:
+        self._run()
+        return int(self.v)
+
+    def __bool__(self) -> bool:
+        self._run()
+        return bool(self.v)
 
 
 def _tree(lc, keys):
@@ -160,19 +167,6 @@ def test_cache_finished_foreign_reads_the_record_after_its_arrays() -> None:
     assert got == want
 
 
-class _Truthy:
-    """A bool whose __bool__ first runs `fn` once."""
-
-    def __init__(self, v: bool, fn) -> None:
-        self.v, self.fn = v, fn
-
-    def __bool__(self) -> bool:
-        fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
-        return self.v
-
-
 def _outcome(fn, *objs):
     """fn()'s result or its exception, then each object's check()."""
     try:
@@ -241,7 +235,7 @@ _RECORD_CASES = {
     "prepare_extend(extend_len)": lambda lc, row, rec, a: lc.prepare_extend(row, rec, 0, a(8)),
     "decode_prepare(seq_len)": lambda lc, row, rec, a: lc.decode_prepare(row, rec, a(9)),
     "decode_finish(committed_len)": lambda lc, row, rec, a: lc.decode_finish(row, rec, a(8), False),
-    "decode_finish(finished)": lambda lc, row, rec, a: lc.decode_finish(row, rec, 8, a(False, True)),
+    "decode_finish(finished)": lambda lc, row, rec, a: lc.decode_finish(row, rec, 8, a(False)),
     "free_states(keep)": lambda lc, row, rec, a: lc.free_states(rec, keep=a(0)),
 }
 
@@ -255,10 +249,10 @@ def test_per_request_calls_read_the_record_after_their_other_arguments(case) -> 
         lc, st, kv, rp, row, rec = _admitted_record()
         inner = lambda: lc.free_states(rec)  # noqa: E731
 
-        def a(v, boolean=False):
+        def a(v):
             if not reenter:
                 return v
-            return _Truthy(v, inner) if boolean else _Calls(v, inner)
+            return _Calls(v, inner)
 
         if not reenter:
             inner()
@@ -274,7 +268,7 @@ _FOREIGN_CASES = {
     "decode_prepare_foreign(seq_len)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, a(9)),
     "decode_prepare_foreign(fresh)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, 9, a(-1)),
     "decode_finish_foreign(committed_len)": lambda lc, rec, a: lc.decode_finish_foreign(rec, a(9), False),
-    "decode_finish_foreign(finished)": lambda lc, rec, a: lc.decode_finish_foreign(rec, 9, a(False, True)),
+    "decode_finish_foreign(finished)": lambda lc, rec, a: lc.decode_finish_foreign(rec, 9, a(False)),
 }
 
 
@@ -292,10 +286,10 @@ def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None
         rec = _C.ReqState(_rs(5))
         inner = lambda: lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6)  # noqa: E731
 
-        def a(v, boolean=False):
+        def a(v):
             if not reenter:
                 return v
-            return _Truthy(v, inner) if boolean else _Calls(v, inner)
+            return _Calls(v, inner)
 
         if not reenter:
             inner()
