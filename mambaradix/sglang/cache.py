@@ -525,6 +525,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         node generation, branching length), or None for the empty match at
         the root without asking the tree (an empty key, a namespace never
         inserted)."""
+        if key.limit is not None and key.limit < 0:   # SGLang's RadixKey has a negative length then
+            raise ValueError(f"match_prefix(): key.limit must be >= 0, not {key.limit}")
         if len(key) == 0:
             return None
         ns = self._ns(key.extra_key, create=False)
@@ -589,7 +591,12 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if params.mamba_value is None:
             raise ValueError("insert(): mamba_value must be a state slot tensor, not None")
         # raw_token_ids() without the call when no limit cuts (as match_prefix reads keys)
-        tokens = key.token_ids if key.limit is None else key.raw_token_ids()
+        if key.limit is None:
+            tokens = key.token_ids
+        elif key.limit < 0:   # SGLang's RadixKey has a negative length then, and its insert raises
+            raise ValueError(f"insert(): key.limit must be >= 0, not {key.limit}")
+        else:
+            tokens = key.raw_token_ids()
         value = params.value
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)

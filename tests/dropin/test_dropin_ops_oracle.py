@@ -200,3 +200,28 @@ def test_match_results_are_fresh_tensors(wheel):
     e1, e2 = ours.cache.match_prefix(miss).device_indices, ours.cache.match_prefix(miss).device_indices
     assert e1 is not e2 and e1.untyped_storage()._cdata != e2.untyped_storage()._cdata
     assert e1.dtype == e2.dtype == torch.int64 and e1.shape == e2.shape == (0,)
+
+
+@pytest.mark.parametrize("our_keys", [False, True], ids=["sglang-keys", "our-keys"])
+def test_a_negative_key_limit_is_refused_as_sglang_refuses_it(wheel, our_keys):
+    """A key whose limit is negative: SGLang's class raises on insert and
+    on match (the key's length is negative) and changes nothing; so must the
+    drop-in (its insert used to store the tokens up to the limit from the
+    end)."""
+    w, sg = wheel
+    theirs, ours = _sides(w, sg, our_keys)
+    tokens = list(range(1, 20))
+    for op in ("insert", "match"):
+        outcomes = []
+        for side in (theirs, ours):
+            try:
+                if op == "insert":
+                    side.insert(tokens, None, -3, "alloc", list(range(100, 119)), 1, 0)
+                else:
+                    side.match(tokens, None, -3)
+                outcomes.append(None)
+            except (ValueError, TypeError) as e:
+                outcomes.append(type(e))
+            outcomes.append(side.sizes())
+        assert outcomes[0] is not None and outcomes == [outcomes[0], theirs.sizes(), outcomes[0], ours.sizes()]
+    assert theirs.sizes() == ours.sizes() == (0, 0, 0)
