@@ -281,16 +281,23 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     MR_ARGS(spec, a, "match_prefix", 1, 2, 1, "key", "extra_key", "indices");
     mr_state *st = tree_state((PyObject *)self);
     int32_t ns;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || namespace_of(self, a[1], 0, &ns) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
     int want = a[2] == NULL ? 1 : PyObject_IsTrue(a[2]);
     if (want < 0) {
         return NULL;
     }
+    /* The key before the namespace id: reading it may run Python code (an
+     * item's __index__) that inserts under extra_key, creating its id. */
     mr_ints key;
     mr_buf ks = mr_buf_take(&self->keybuf);
     if (read_key(a[0], &ks, &key) < 0) {
+        mr_buf_give(&self->keybuf, &ks);
+        return NULL;
+    }
+    if (namespace_of(self, a[1], 0, &ns) < 0) {
+        mr_ints_release(&key);
         mr_buf_give(&self->keybuf, &ks);
         return NULL;
     }
@@ -668,9 +675,11 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
     mr_node *n;
     int64_t cap;
     MR_ARGS(spec, a, "evict_path_states", 2, 2, 2, "node", "cap");
+    /* cap before the node: its __index__ may run Python code that removes
+     * the node (evict, reset) */
     if (mr_parse(&spec, args, nargs, NULL, a) < 0
-        || resolve_node(st, self, args[0], "node", &n) < 0
-        || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0) {
+        || mr_as_int64(args[1], 0, INT64_MAX, "cap", &cap) < 0
+        || resolve_node(st, self, args[0], "node", &n) < 0) {
         return NULL;
     }
     evict_sink sink = {0};

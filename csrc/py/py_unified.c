@@ -39,8 +39,7 @@ typedef struct {
     /* configuration */
     int has_mamba, events;
     int64_t page_size, chunk, path_cap;
-    mr_buf keybuf;               /* scratch for narrowed keys */
-    int busy;                    /* keybuf is lent out (a re-entrant call uses the fallback) */
+    mr_buf keybuf;               /* scratch for narrowed keys, taken for a call (mr_buf_take) */
 } UnifiedCore;
 
 /* interned attribute names */
@@ -307,21 +306,22 @@ typedef struct {
 } keyread;
 
 /* Reads params.key (a RadixKey over an int64 buffer, limit honoured,
- * truncated to whole pages) into self->keybuf, with its namespace id
- * (create: a new namespace gets an id).  Returns -1 with an exception, 0
- * with kr->fast = 0 when the key needs the Python path (a token list, a
- * narrower buffer), else 0.  The caller releases keybuf (self->busy = 0). */
+ * truncated to whole pages) into kb, with its namespace id (create: a new
+ * namespace gets an id).  kb is the UnifiedCore's keybuf taken for the
+ * call (mr_buf_take; the caller gives it back): reading the key's other
+ * attributes, and the call's other arguments after it, may run Python code
+ * (a property, __index__, the adapter's _namespace) that calls this
+ * UnifiedCore again, which then works on a buffer of its own.  Returns -1
+ * with an exception, 0 with kr->fast = 0 when the key needs the Python
+ * path (a token list, a narrower buffer), else 0. */
 static int
-read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
+read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
 {
     kr->fast = 0;
     if (Py_TYPE(key) != (PyTypeObject *)self->RadixKey
         && !PyObject_TypeCheck(key, (PyTypeObject *)self->RadixKey)) {
         PyErr_Format(PyExc_TypeError, "params.key must be a RadixKey, not %.100s", Py_TYPE(key)->tp_name);
         return -1;
-    }
-    if (self->busy) {
-        return 0;
     }
     PyObject *big = PyObject_GetAttr(key, s_is_bigram);
     if (big == NULL) {
@@ -380,11 +380,11 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
     }
     Py_DECREF(lim);
     n -= n % (size_t)self->page_size;
-    if (mr_buf_reserve(&self->keybuf, n, sizeof(int32_t)) < 0) {
+    if (mr_buf_reserve(kb, n, sizeof(int32_t)) < 0) {
         PyBuffer_Release(&v);
         return -1;
     }
-    int out_of_range = mr_narrow_i64_i32(v.buf, n, self->keybuf.p);
+    int out_of_range = mr_narrow_i64_i32(v.buf, n, kb->p);
     PyBuffer_Release(&v);
     if (out_of_range) {
         PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);
@@ -416,10 +416,9 @@ read_key(UnifiedCore *self, PyObject *key, int create, keyread *kr)
             return -1;
         }
     }
-    kr->tok = self->keybuf.p;
+    kr->tok = kb->p;
     kr->len = n;
     kr->fast = 1;
-    self->busy = 1;
     return 0;
 }
 
@@ -485,13 +484,12 @@ UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
         return NULL;
     }
     keyread kr;
-    int rc = read_key(self, key, 0, &kr);
+    mr_buf kb = mr_buf_take(&self->keybuf);
+    int rc = read_key(self, key, 0, &kb, &kr);
     Py_DECREF(key);
-    if (rc < 0) {
-        return NULL;
-    }
-    if (!kr.fast) {
-        return fallback(self, s_fb_match, &params, 1);
+    if (rc < 0 || !kr.fast) {
+        mr_buf_give(&self->keybuf, &kb);
+        return rc < 0 ? NULL : fallback(self, s_fb_match, &params, 1);
     }
     mr_radix *t = self->tree;
     mr_match m;
@@ -503,7 +501,7 @@ UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
     else {
         rc = mr_radix_match(t, kr.tok, kr.len, kr.ns, &m);
     }
-    self->busy = 0;
+    mr_buf_give(&self->keybuf, &kb);
     if (rc != MR_OK) {
         PyErr_Format(PyExc_RuntimeError, "match_prefix(): the tree failed (status %d)", rc);
         return NULL;
@@ -670,11 +668,13 @@ call_int(PyObject *obj, PyObject *name)
 /* The caller's KV indices: a 1-D, contiguous int64 CPU tensor of at least n
  * elements, read in place through its data pointer (a handful of cheap
  * attribute calls; Tensor.numpy() costs more than the whole insert walk).
- * Returns 1 with *data set, 0 when the value needs the Python path (another
- * dtype or device, strided), -1 with TypeError / ValueError naming
- * params.value. */
+ * value_kind: 1 when the value can be read so, 0 when it needs the Python
+ * path (another dtype or device, strided), -1 with TypeError naming
+ * params.value.  value_data then reads the pointer (the call's last Python
+ * code: it follows every other argument): 0 with *data set, -1 with
+ * ValueError naming params.value. */
 static int
-value_data(UnifiedCore *self, PyObject *value, size_t n, const int64_t **data)
+value_kind(UnifiedCore *self, PyObject *value)
 {
     if (!PyObject_TypeCheck(value, (PyTypeObject *)self->Tensor)) {
         PyErr_Format(PyExc_TypeError, "params.value must be a torch.Tensor, not %.100s", Py_TYPE(value)->tp_name);
@@ -701,9 +701,12 @@ value_data(UnifiedCore *self, PyObject *value, size_t n, const int64_t **data)
     if (c < 0 || (dim == -1 && PyErr_Occurred())) {
         return -1;
     }
-    if (c == 0 || dim != 1) {
-        return 0;
-    }
+    return c == 1 && dim == 1;
+}
+
+static int
+value_data(PyObject *value, size_t n, const int64_t **data)
+{
     long long ne = call_int(value, s_numel);
     if (ne == -1 && PyErr_Occurred()) {
         return -1;
@@ -730,7 +733,7 @@ value_data(UnifiedCore *self, PyObject *value, size_t n, const int64_t **data)
         return -1;
     }
     *data = v;
-    return 1;
+    return 0;
 }
 
 /* obj.name as an int64 >= lo (None: 0); ValueError / TypeError name arg. */
@@ -793,10 +796,11 @@ from_template(PyObject *tp_obj, PyObject *tmpl, Py_ssize_t n, PyObject *const *k
 }
 
 static PyObject *
-new_insert_result(UnifiedCore *self, size_t prefix_len, const mr_node *node, int mamba_exist)
+new_insert_result(UnifiedCore *self, size_t prefix_len, PyObject *node_id, int mamba_exist)
 {
     PyObject *keys[3] = {s_prefix_len, s_last_device_node, s_mamba_exist};
-    PyObject *vals[3] = {PyLong_FromSize_t(prefix_len), node_id_obj(node), Py_NewRef(mamba_exist ? Py_True : Py_False)};
+    PyObject *vals[3] = {PyLong_FromSize_t(prefix_len), Py_NewRef(node_id),
+                         Py_NewRef(mamba_exist ? Py_True : Py_False)};
     PyObject *r = from_template(self->InsertResult, self->insert_template, 3, keys, vals);
     for (int i = 0; i < 3; i++) {
         Py_XDECREF(vals[i]);
@@ -853,24 +857,25 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     mr_node *n = NULL;
-    int rc = nargs >= 2 && nargs <= 3 && kwnames == NULL ? resolve_id(self, args[0], "node_id", &n) : 0;
-    if (rc < 0) {
-        return NULL;
-    }
-    int fast = rc == 1 && args[1] != Py_None;
+    int fast = nargs >= 2 && nargs <= 3 && kwnames == NULL && PyLong_CheckExact(args[0]) && args[1] != Py_None;
     if (fast) {
-        /* the receipt must be anchored on this node and have skipped nothing */
+        /* the receipt must be anchored on this node (the same NodeId) and
+         * have skipped nothing; read before the node is resolved, as its
+         * attributes may run Python code that changes the tree */
         PyObject *rid = PyObject_GetAttr(args[1], s_node_id);
         PyObject *sk = rid ? PyObject_GetAttr(args[1], s_skipped) : NULL;
-        mr_handle h = mr_node_handle(n);
-        fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid)
-               && PyLong_AsUnsignedLongLong(rid) == (((unsigned long long)h.gen << 32) | h.id)
-               && PyTuple_CheckExact(sk) && PyTuple_GET_SIZE(sk) == 0;
+        fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid) && PyTuple_CheckExact(sk)
+               && PyTuple_GET_SIZE(sk) == 0;
+        fast = fast && PyObject_RichCompareBool(rid, args[0], Py_EQ) == 1;   /* exact ints: no Python code */
         Py_XDECREF(rid);
         Py_XDECREF(sk);
         PyErr_Clear();
     }
-    if (!fast) {
+    int rc = nargs >= 2 && nargs <= 3 && kwnames == NULL ? resolve_id(self, args[0], "node_id", &n) : 0;
+    if (rc < 0) {
+        return NULL;
+    }
+    if (rc == 0 || !fast) {
         PyObject *fn = PyObject_GetAttr(self->core, s_fb_dec_lock);
         if (fn == NULL) {
             return NULL;
@@ -890,6 +895,13 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
     return r;
 }
 
+/* begin_insert reads every argument before it calls the tree: the key into
+ * the keybuf taken for the call, then the value's kind (the Python path
+ * decided before any other argument is read), the state slot and the ints,
+ * and the value's data pointer last.  The node the insert ends at is made
+ * into its NodeId (and Node) at once: building the actions and the result
+ * runs Python code (to_tensor, the result classes, _record_store) that may
+ * change the tree. */
 static PyObject *
 UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
 {
@@ -898,14 +910,15 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         return NULL;
     }
     keyread kr;
-    int rc = read_key(self, key, 1, &kr);
-    PyObject *value = NULL, *res = NULL, *actions = NULL;
+    mr_buf kb = mr_buf_take(&self->keybuf);
+    int rc = read_key(self, key, 1, &kb, &kr);
+    PyObject *value = NULL, *res = NULL, *actions = NULL, *nid = NULL, *node = NULL;
     const int64_t *vals = NULL;
     if (rc < 0) {
         goto done;
     }
     if (!kr.fast || kr.len == 0) {
-        self->busy = 0;
+        mr_buf_give(&self->keybuf, &kb);   /* the Python path's tree_insert reuses it */
         res = fallback(self, s_fb_begin_insert, &params, 1);
         goto done;
     }
@@ -913,9 +926,9 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     if (value == NULL) {
         goto done;
     }
-    if (value == Py_None || (rc = value_data(self, value, kr.len, &vals)) <= 0) {
+    if (value == Py_None || (rc = value_kind(self, value)) <= 0) {
         if (value == Py_None || rc == 0) {
-            self->busy = 0;
+            mr_buf_give(&self->keybuf, &kb);
             res = fallback(self, s_fb_begin_insert, &params, 1);
         }
         goto done;
@@ -952,21 +965,28 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     int64_t prev = 0, inserted = 0, prio = 0;
     if (int_attr(params, s_prev_prefix_len, 0, "params.prev_prefix_len", &prev) < 0
         || int_attr(params, s_inserted_len, 0, "params.inserted_len", &inserted) < 0
-        || int_attr(params, s_priority, INT64_MIN, "params.priority", &prio) < 0) {
+        || int_attr(params, s_priority, INT64_MIN, "params.priority", &prio) < 0
+        || value_data(value, kr.len, &vals) < 0) {
         goto done;
     }
     mr_insert_result ir;
     mr_insert_opts io = {(size_t)inserted, prio};
     rc = mr_radix_insert_ex(self->tree, kr.tok, vals, kr.len, kr.ns, state,
                             (size_t)prev, &io, NULL, &ir);
-    self->busy = 0;
+    mr_buf_give(&self->keybuf, &kb);
     if (rc != MR_OK) {
         PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_RuntimeError,
                      "begin_insert(): the tree refused the insert (status %d); nothing changed", rc);
         goto done;
     }
     /* The tree changed: from here on, report every failure as an exception
-     * (the result objects are all that is left to build). */
+     * (the result objects are all that is left to build), and use ir.node
+     * only through nid / node (neither allocation runs Python code). */
+    nid = node_id_obj(ir.node);
+    int record = self->events && ir.prefix_len < kr.len;
+    if (nid == NULL || (record && (node = mr_py_radix_node(self->tree_obj, ir.node)) == NULL)) {
+        goto done;
+    }
     actions = PyList_New(0);
     if (actions == NULL) {
         goto done;
@@ -999,31 +1019,27 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         Py_DECREF(act);
     }
     if (state != MR_NO_STATE && !ir.state_existed && self->path_cap >= 0) {
-        PyObject *nid = node_id_obj(ir.node);
-        PyObject *act = nid ? PyObject_CallOneArg(self->EvictExcess, nid) : NULL;
-        Py_XDECREF(nid);
+        PyObject *act = PyObject_CallOneArg(self->EvictExcess, nid);
         if (act == NULL || PyList_Append(actions, act) < 0) {
             Py_XDECREF(act);
             goto done;
         }
         Py_DECREF(act);
     }
-    if (self->events && ir.prefix_len < kr.len) {
-        PyObject *node = mr_py_radix_node(self->tree_obj, ir.node);
+    if (record) {
         PyObject *sid = PyObject_GetAttr(params, s_session_id);
         PyObject *r = NULL;
-        if (node != NULL && key != NULL && sid != NULL) {
+        if (sid != NULL) {
             PyObject *a[4] = {self->core, node, key, sid};
             r = PyObject_VectorcallMethod(s_record_store, a, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         }
-        Py_XDECREF(node);
         Py_XDECREF(sid);
         Py_XDECREF(r);
         if (r == NULL) {
             goto done;
         }
     }
-    PyObject *ires = new_insert_result(self, ir.prefix_len, ir.node, self->has_mamba && ir.state_existed);
+    PyObject *ires = new_insert_result(self, ir.prefix_len, nid, self->has_mamba && ir.state_existed);
     if (ires == NULL) {
         goto done;
     }
@@ -1031,10 +1047,12 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     res = PyObject_Vectorcall(self->InsertStepResult, a, 2, NULL);
     Py_DECREF(ires);
 done:
-    self->busy = 0;
+    mr_buf_give(&self->keybuf, &kb);   /* a no-op when given back already */
     Py_XDECREF(key);
     Py_XDECREF(value);
     Py_XDECREF(actions);
+    Py_XDECREF(nid);
+    Py_XDECREF(node);
     return res;
 }
 
