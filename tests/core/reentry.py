@@ -5,13 +5,20 @@ from __future__ import annotations
 
 
 class Calls:
-    """An int whose __index__ first runs `fn` once."""
+    """An int (or bool) whose __index__ (or __bool__) first runs `fn` once."""
 
     def __init__(self, v: int, fn) -> None:
         self.v, self.fn = v, fn
 
-    def __index__(self) -> int:
+    def _run(self) -> None:
         fn, self.fn = self.fn, None
         if fn is not None:
             fn()
-        return self.v
+
+    def __index__(self) -> int:
+        self._run()
+        return int(self.v)
+
+    def __bool__(self) -> bool:
+        self._run()
+        return bool(self.v)

@@ -13,26 +13,7 @@ import numpy as np
 import pytest
 
 from mambaradix import _C
-
-
-class _Calls:
-    """An int (or bool) whose __index__ (or __bool__) first runs `fn` once."""
-
-    def __init__(self, v: int, fn) -> None:
-        self.v, self.fn = v, fn
-
-    def _run(self) -> None:
-        fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
-
-    def __index__(self) -> int:
-        self._run()
-        return int(self.v)
-
-    def __bool__(self) -> bool:
-        self._run()
-        return bool(self.v)
+from reentry import Calls as _Calls
 
 
 def _tree(lc, keys):
