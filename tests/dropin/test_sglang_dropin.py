@@ -287,6 +287,16 @@ def test_bad_input_gives_clear_errors_and_keeps_accounting() -> None:
         tree.dec_lock_ref(tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3, 4])))).last_device_node)
     with pytest.raises(ValueError, match="mamba_value"):
         tree.insert(InsertParams(key=RadixKey(array("q", [7])), value=alloc.alloc(1), mamba_value=None))
+    # a negative key limit (SGLang's RadixKey then has a negative length, and
+    # its class raises on both calls): refused, nothing stored or freed
+    sizes = (tree.full_evictable_size(), alloc.available_size(), pool.mamba_allocator.available_size())
+    value = alloc.alloc(4)
+    with pytest.raises(ValueError, match=r"insert\(\): key.limit must be >= 0, not -1"):
+        tree.insert(InsertParams(key=RadixKey(array("q", [7, 8, 9, 10]), limit=-1), value=value, mamba_value=slot))
+    with pytest.raises(ValueError, match=r"match_prefix\(\): key.limit must be >= 0, not -2"):
+        tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2, 3]), limit=-2)))
+    alloc.free(value)
+    assert (tree.full_evictable_size(), alloc.available_size(), pool.mamba_allocator.available_size()) == sizes
     _check(tree, pool, alloc)
 
 

@@ -302,8 +302,12 @@ MUTANTS: List[Mutant] = [
            T_TAKE + T_OPS, "insert over SGLang's pools, a value with no host view (int32, on a device): the locked "
            "prefix freed with the duplicates"),
     Mutant("PY_INS_TOKENS", "mambaradix/sglang/cache.py",
-           "tokens = key.token_ids if key.limit is None else key.raw_token_ids()", "tokens = key.token_ids",
+           "            tokens = key.raw_token_ids()", "            tokens = key.token_ids",
            T_OPS + T_DROPIN, "insert ignores the key's limit"),
+    Mutant("PY_INS_NEG_LIMIT", "mambaradix/sglang/cache.py", "        elif key.limit < 0:", "        elif False:",
+           T_OPS + T_DROPIN, "insert takes a negative key limit"),
+    Mutant("PY_MATCH_NEG_LIMIT", "mambaradix/sglang/cache.py", "if key.limit is not None and key.limit < 0:",
+           "if False:", T_OPS + T_DROPIN, "match takes a negative key limit"),
     Mutant("PY_INS_EXIST", "mambaradix/sglang/cache.py", "return InsertResult(pl, 0, node, bool(existed))",
            "return InsertResult(pl, 0, node, False)", T_OPS + T_DROPIN + T_TAKE, "insert never reports mamba_exist"),
     Mutant("PY_MATCH_LIMIT", "mambaradix/sglang/cache.py", "plain = (key.extra_key is None and key.limit is None and not key.is_bigram\n",
