@@ -669,16 +669,22 @@ call_int(PyObject *obj, PyObject *name)
  * elements, read in place through its data pointer (a handful of cheap
  * attribute calls; Tensor.numpy() costs more than the whole insert walk).
  * value_kind: 1 when the value can be read so, 0 when it needs the Python
- * path (another dtype or device, strided), -1 with TypeError naming
- * params.value.  value_data then reads the pointer (the call's last Python
- * code: it follows every other argument): 0 with *data set, -1 with
- * ValueError naming params.value. */
+ * path (another dtype or device, strided, a Tensor subclass), -1 with
+ * TypeError naming params.value.  Only an exact torch.Tensor is read in
+ * place: its attributes and methods are C, so no Python code runs between
+ * value_kind and value_data.  begin_insert asks value_kind again right
+ * before value_data, after every other argument (whose Python code may
+ * have replaced the tensor's storage).  value_data reads the pointer: 0
+ * with *data set, -1 with ValueError naming params.value. */
 static int
 value_kind(UnifiedCore *self, PyObject *value)
 {
     if (!PyObject_TypeCheck(value, (PyTypeObject *)self->Tensor)) {
         PyErr_Format(PyExc_TypeError, "params.value must be a torch.Tensor, not %.100s", Py_TYPE(value)->tp_name);
         return -1;
+    }
+    if (Py_TYPE(value) != (PyTypeObject *)self->Tensor) {
+        return 0;   /* a subclass: its methods may be Python code */
     }
     PyObject *dt = PyObject_GetAttr(value, s_dtype);
     if (dt == NULL) {
@@ -966,7 +972,15 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     if (int_attr(params, s_prev_prefix_len, 0, "params.prev_prefix_len", &prev) < 0
         || int_attr(params, s_inserted_len, 0, "params.inserted_len", &inserted) < 0
         || int_attr(params, s_priority, INT64_MIN, "params.priority", &prio) < 0
-        || value_data(value, kr.len, &vals) < 0) {
+        || (rc = value_kind(self, value)) < 0) {   /* again: the ints' Python code may have changed it */
+        goto done;
+    }
+    if (rc == 0) {
+        mr_buf_give(&self->keybuf, &kb);
+        res = fallback(self, s_fb_begin_insert, &params, 1);
+        goto done;
+    }
+    if (value_data(value, kr.len, &vals) < 0) {
         goto done;
     }
     mr_insert_result ir;

@@ -215,6 +215,39 @@ def test_begin_insert_names_its_node_before_building_the_result() -> None:
     assert got[4] == [(nid & 0xFFFFFFFF, nid >> 32, OUTER + [9, 10, 11, 12])]
 
 
+@pytest.mark.parametrize("swap", ["int32", "strided", "subclass"])
+def test_begin_insert_reads_the_value_as_it_is_after_the_ints(swap) -> None:
+    # an int's __index__ replaces the value tensor's storage (int32, a
+    # strided view) after its kind was looked at: the insert used to read
+    # the new storage as contiguous int64 (a heap over-read, garbage KV
+    # indices in the tree); it must take the Python path, as it does for
+    # such a value from the start.  A Tensor subclass always takes it.
+    def run(reenter: bool):
+        tree, uc, core = _build()
+        taken = []
+        core._begin_insert_py = lambda p: taken.append((p.value.dtype, p.value.is_contiguous())) or "python path"
+        value = torch.arange(100, 108, dtype=torch.int64)
+
+        def hook():
+            if swap == "int32":
+                value.data = torch.arange(1, 9, dtype=torch.int32)
+            elif swap == "strided":
+                value.data = torch.arange(300, 316, dtype=torch.int64)[::2]
+
+        v = value
+        if swap == "subclass":
+            v = value.as_subclass(type("Sub", (torch.Tensor,), {}))
+        if not reenter:
+            hook()
+        r = uc.begin_insert(Params(key=RadixKey(OUTER), value=v, prev_prefix_len=Calls(0, hook) if reenter else 0))
+        tree.sanity_check()
+        return r, taken, _contents(tree, [OUTER])
+
+    got = run(True)
+    assert got == run(False)
+    assert got[0] == "python path" and got[2] == [([], None)]
+
+
 def test_dec_lock_ref_reads_the_receipt_before_the_node() -> None:
     # the receipt's node_id (a property) resets the tree: the node the call
     # had resolved was freed before it was unlocked
