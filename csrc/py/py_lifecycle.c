@@ -328,7 +328,6 @@ req_to_tuple(const mr_req *st)
                          (long long)st->last_node.gen, (int)st->locked);
 }
 
-/* Reads rs (a ReqState or a 13-tuple) into *st, a working copy. */
 /* A tuple holding obj's items (obj itself when it is a tuple): the
  * binding's own references, which an item's __index__ changing the
  * caller's list cannot take away.  TypeError `msg` when obj is not
@@ -343,7 +342,9 @@ own_tuple(PyObject *obj, const char *msg)
     return t;
 }
 
-/* The rule for reading a request record: a ReqState is copied into *st
+/* Reads rs (a ReqState or a 13-tuple) into *st, a working copy.
+ *
+ * The rule for reading a request record: a ReqState is copied into *st
  * after every other argument of the call is converted (an argument's
  * __index__, __bool__ or __array__ may call this Lifecycle again and change
  * the record; a copy taken before would be written back over that change),
@@ -389,8 +390,6 @@ build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
     return req_to_tuple(st);
 }
 
-/* A (node_id, node_gen) handle, resolved; errors name it `what` ("node":
- * "node id must be ...", "node: the node was removed ... (stale handle)"). */
 /* The node a converted handle names, or -1 with StaleNodeError & co. */
 static int
 resolve_handle(LifecycleObject *self, int64_t id, int64_t gen, const char *what, mr_node **out)
@@ -404,6 +403,8 @@ resolve_handle(LifecycleObject *self, int64_t id, int64_t gen, const char *what,
     return 0;
 }
 
+/* A (node_id, node_gen) handle, resolved; errors name it `what` ("node":
+ * "node id must be ...", "node: the node was removed ... (stale handle)"). */
 static int
 parse_handle_named(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, const char *what, mr_node **out)
 {
@@ -1669,6 +1670,16 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
     return 0;
 }
 
+/* What foreign_args took: both arrays released, both buffers given back. */
+static void
+foreign_release(LifecycleObject *self, mr_ints *tok, mr_ints *kvv, mr_buf *kvbuf, mr_buf *tokbuf)
+{
+    mr_ints_release(tok);
+    mr_ints_release(kvv);
+    mr_buf_give(&self->buf, kvbuf);
+    mr_buf_give(&self->keybuf, tokbuf);
+}
+
 /* Common arguments: rs, tokens, kv (the request's KV indices, n of them),
  * ns.  The tokens are read in place when they are int32 (*tok), else
  * converted into *tokbuf; the KV indices in place when they are int64
@@ -1677,9 +1688,9 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
  * taken for the call (mr_buf_take): reading the arrays may run Python code
  * (__array__, __index__, a finalizer) that calls this Lifecycle again,
  * which must not move or change them under us; for the same reason the
- * request's record (rs) is read last.  The caller releases both with
- * mr_ints_release and gives both buffers back (mr_buf_give).  Returns 0, or -1
- * with an exception (nothing to release or give back). */
+ * request's record (rs) is read last.  The caller hands all four to
+ * foreign_release.  Returns 0, or -1 with an exception (nothing to release
+ * or give back). */
 static int
 foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *tokens, PyObject *kv,
              PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf, mr_buf *tokbuf)
@@ -1717,8 +1728,8 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
     mr_lc_clear_released(self->lc);
     return 0;
 fail_both:
-    mr_ints_release(tok);
-    mr_ints_release(kvv);
+    foreign_release(self, tok, kvv, kvbuf, tokbuf);
+    return -1;
 fail:
     mr_buf_give(&self->buf, kvbuf);
     mr_buf_give(&self->keybuf, tokbuf);
@@ -1760,20 +1771,14 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     n = (npy_intp)kv.len;
     PyObject *prefix = want_prefix ? mr_i64_array(NULL, (Py_ssize_t)n) : Py_NewRef(Py_None);
     if (prefix == NULL) {
-        mr_ints_release(&tok);
-        mr_ints_release(&kv);
-        mr_buf_give(&self->buf, &kvbuf);
-        mr_buf_give(&self->keybuf, &tokbuf);
+        foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1;
     int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
                                         (size_t)n, (int32_t)ns, fresh,
                                         want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
-    mr_ints_release(&tok);
-    mr_ints_release(&kv);
-    mr_buf_give(&self->buf, &kvbuf);
-    mr_buf_give(&self->keybuf, &tokbuf);
+    foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1825,10 +1830,7 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
                                       kv.len, (int32_t)ns, ins);
     mr_lc_set_state_available(self->lc, -1);
-    mr_ints_release(&tok);
-    mr_ints_release(&kv);
-    mr_buf_give(&self->buf, &kvbuf);
-    mr_buf_give(&self->keybuf, &tokbuf);
+    foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);
@@ -2106,9 +2108,7 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         put_index(arg + plen, (size_t)i);
         size_t len = 0;
-        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        ok = mr_ints_append_i32(item, arg, &scratch, &k->data, total, &len) == 0;
-        Py_DECREF(item);
+        ok = mr_ints_append_i32(PySequence_Fast_GET_ITEM(seq, i), arg, &scratch, &k->data, total, &len) == 0;
         if (!ok) {
             break;
         }

@@ -43,10 +43,20 @@ def test_insert_keeps_its_key_while_a_reentrant_insert_runs() -> None:
 
 
 def _pools():
-    kv = _C.SlotAllocator(64)
-    rp = _C.ReqPool(4, 64, 2)
-    lc = _C.Lifecycle(_C.SlotAllocator(16), kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
-    return lc, kv, rp
+    """A Lifecycle over its own pools: (lifecycle, state slots, KV, rows)."""
+    st, kv, rp = _C.SlotAllocator(16), _C.SlotAllocator(64), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+    return lc, st, kv, rp
+
+
+def _hooked(reenter: bool, inner):
+    """The wrapper for an argument read after the record: re-entrant, an int
+    whose conversion runs `inner`; else `inner` runs now, before the call,
+    and the plain value is passed."""
+    if not reenter:
+        inner()
+        return lambda v: v
+    return lambda v: _Calls(v, inner)
 
 
 def _admitted(lc, kv, rp, n, extend):
@@ -67,7 +77,7 @@ def test_cache_finished_keeps_its_key_while_the_tail_runs_a_reentrant_match() ->
     other = list(range(100, 140))
 
     def run(reenter: bool):
-        lc, kv, rp = _pools()
+        lc, _, kv, rp = _pools()
         row, rec, vals = _admitted(lc, kv, rp, 8, 8)
         tail = tokens[4:]
         if reenter:
@@ -90,7 +100,7 @@ def test_cache_unfinished_reads_the_request_record_after_its_tokens() -> None:
     tokens = list(range(1, 13))
 
     def run(reenter: bool):
-        lc, kv, rp = _pools()
+        lc, _, kv, rp = _pools()
         row, rec, vals = _admitted(lc, kv, rp, 12, 8)
 
         def first_chunk():
@@ -178,9 +188,7 @@ def test_match_keeps_its_converted_key_while_an_item_matches_another() -> None:
 
 def _admitted_record():
     """Pools, and one request admitted (its row, its record)."""
-    st = _C.SlotAllocator(16)
-    kv, rp = _C.SlotAllocator(64), _C.ReqPool(4, 64, 2)
-    lc = _C.Lifecycle(st, kv, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+    lc, st, kv, rp = _pools()
     rec = _C.ReqState()
     (row,), _ = lc.admit([-1], [rec])
     return lc, st, kv, rp, row, rec
@@ -228,15 +236,7 @@ def test_per_request_calls_read_the_record_after_their_other_arguments(case) -> 
     # back, naming free slots again
     def run(reenter: bool):
         lc, st, kv, rp, row, rec = _admitted_record()
-        inner = lambda: lc.free_states(rec)  # noqa: E731
-
-        def a(v):
-            if not reenter:
-                return v
-            return _Calls(v, inner)
-
-        if not reenter:
-            inner()
+        a = _hooked(reenter, lambda: lc.free_states(rec))
         out = _outcome(lambda: _RECORD_CASES[case](lc, row, rec, a) and None, lc, rp, st)
         return out, rec.astuple(), lc.sizes(), st.counts()
 
@@ -265,15 +265,7 @@ def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None
     def run(reenter: bool):
         lc = _C.Lifecycle(chunk_size=4)
         rec = _C.ReqState(_rs(5))
-        inner = lambda: lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6)  # noqa: E731
-
-        def a(v):
-            if not reenter:
-                return v
-            return _Calls(v, inner)
-
-        if not reenter:
-            inner()
+        a = _hooked(reenter, lambda: lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6))
         out = _outcome(lambda: _FOREIGN_CASES[case](lc, rec, a) and None, lc)
         return out, rec.astuple(), lc.sizes()
 
