@@ -1138,10 +1138,11 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
 static int
 cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
                  size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out, int64_t *fork_src,
-                 int64_t *fork_dst)
+                 int64_t *fork_dst, int64_t *table_end)
 {
     const mr_lc_config *c = &lc->cfg;
     *fork_src = *fork_dst = -1;
+    *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
     int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
@@ -1256,6 +1257,9 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (differ > pl && kv_in == NULL) {
         (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, differ - pl);
     }
+    if (differ > *table_end) {
+        *table_end = differ;
+    }
     /* 4. move the lock */
     rc = mr_radix_lock(lc->tree, mnode);
     if (rc != MR_OK) {
@@ -1287,21 +1291,24 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
     if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)fill_len > lc->rp->max_ctx) {
         return MR_EINVAL;
     }
-    return cache_unfinished(lc, row, st, tokens, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst);
+    int64_t table_end;
+    return cache_unfinished(lc, row, st, tokens, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst, &table_end);
 }
 
 int
 mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv, size_t fill_len,
-                           int32_t ns, int64_t fresh, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
+                           int32_t ns, int64_t fresh, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst,
+                           int64_t *table_end)
 {
     *fork_src = *fork_dst = -1;
+    *table_end = st->protected_len > 0 ? st->protected_len : 0;
     if (has_pools(lc)) {
         return MR_ESTATE;
     }
     if (fresh < 1) {
         return MR_EINVAL;
     }
-    return cache_unfinished(lc, -1, st, tokens, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst);
+    return cache_unfinished(lc, -1, st, tokens, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst, table_end);
 }
 
 /* ------------------------------------------------------------------------

@@ -276,10 +276,15 @@ int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_
  * released: the caller takes them (mr_lc_take_released) and frees each
  * kind in one call.  The table rewrite is the caller's: prefix_out holds
  * the request's indices, the tree's for [0, st->protected_len); tree-only,
- * prefix_out may be NULL (not wanted).  MR_ESTATE with pools. */
+ * prefix_out may be NULL (not wanted).  Of the range the caller's table
+ * must now hold, [old protected_len, new protected_len), only
+ * [old protected_len, *table_end) differs from kv (the duplicates the tree
+ * replaced with its own indices; past them the tree took kv's): the caller
+ * writes that part, none when *table_end is not past the old length.
+ * MR_ESTATE with pools. */
 int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                                size_t fill_len, int32_t ns, int64_t fresh, int64_t *prefix_out,
-                               int64_t *fork_src, int64_t *fork_dst);
+                               int64_t *fork_src, int64_t *fork_dst, int64_t *table_end);
 int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                              size_t committed_len, int32_t ns, int is_insert);
 /* Tree-only: the caller's free state slots, which the end-of-turn rule

@@ -1743,10 +1743,14 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
 "cache_unfinished_req on a Lifecycle without pools (the pools are someone\n"
 "else's): kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
 "state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
-"fork_src, fork_dst, kv_to_free, slots_to_free): the caller writes\n"
-"prefix_indices[old protected_len : new protected_len] to its table and\n"
-"frees the two arrays with one call each (fresh is among the slots when it\n"
-"was not needed).  prefix=False: prefix_indices is None (not built).");
+"fork_src, fork_dst, kv_to_free, slots_to_free, table_end): the caller's\n"
+"table must hold prefix_indices[:new protected_len], and differs from it\n"
+"only on [old protected_len, table_end) (the duplicates the tree replaced\n"
+"with its own indices; past them the tree took kv's), so the caller writes\n"
+"prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
+"not past it) and frees the two arrays with one call each (fresh is among\n"
+"the slots when it was not needed).  prefix=False: prefix_indices is None\n"
+"(not built).");
 
 static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1774,10 +1778,11 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
         return NULL;
     }
-    int64_t fs = -1, fd = -1;
+    int64_t fs = -1, fd = -1, table_end = 0;
     int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
                                         (size_t)n, (int32_t)ns, fresh,
-                                        want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd);
+                                        want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd,
+                                        &table_end);
     foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
@@ -1787,7 +1792,8 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
                            : NULL;
     }
-    return Py_BuildValue("(NNLLNN)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf);
+    return Py_BuildValue("(NNLLNNL)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf,
+                         (long long)table_end);
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,

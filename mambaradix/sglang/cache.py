@@ -778,7 +778,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         rs = _rs_of(req, with_node=True, cache=self)
         p = rs.protected_len
         try:
-            _, prefix, fs, fd, kv_free, st_free = self._lc.cache_unfinished_foreign(
+            _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished_foreign(
                 rs, token_ids, kv, int(fresh[0]), ns=self._ns(req.extra_key)
             )
         except BaseException:
@@ -790,11 +790,13 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             # the tree took the newest snapshot's slot; the buffer gets the fresh one
             pool.set_mamba_ping_pong_slot(req, keep, fresh[0])
         self._free_foreign(kv_free, st_free)
-        n = rs.protected_len
-        if n > p:
-            pool.write((row, slice(p, n)), _to_device(prefix[p:n], pool.req_to_token.device).to(pool.req_to_token.dtype))
+        # the row must hold prefix[:protected_len]: past `end` it already
+        # does (the tree took the row's own indices), so only the
+        # duplicates the tree replaced are written
+        if end > p:
+            pool.write((row, slice(p, end)), _to_device(prefix[p:end], pool.req_to_token.device).to(pool.req_to_token.dtype))
         req.prefix_indices = self._indices(prefix)
-        req.cache_protected_len = n
+        req.cache_protected_len = rs.protected_len
         req.mamba_last_track_seqlen = None
         req.last_node = self._node(rs.node_id, rs.node_gen)
 

@@ -665,7 +665,7 @@ class _Replay(Scheduler):
         donated = r.track[self._keep_idx(r)] if extra and r.track is not None else fresh
         cache_len = r.last_track if extra else fill_len
         t0 = time.perf_counter()
-        rs, _, _, _, kvf, stf = self.lc.cache_unfinished_foreign(
+        rs, _, _, _, kvf, stf, _ = self.lc.cache_unfinished_foreign(
             self._rs(r), r.tokens, self._values(fill_len), fresh, ns=r.nsid, prefix=False)
         self._seen(r, cache_len)
         self.t_cache += time.perf_counter() - t0

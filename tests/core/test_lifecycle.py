@@ -677,15 +677,16 @@ def test_tree_only_calls_hand_back_what_to_free() -> None:
     assert lc.sizes()[2] + lc.sizes()[3] == 2                        # states 5 and 6 cached
     # extra_buffer: the newest snapshot (track[keep]) is donated; the fresh slot replaces it
     lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
-    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
         _rs(1, track=(2, 3), nxt=0, last_track=4), [1, 2, 3, 4, 5], np.array([11, 12, 13, 14, 15]), 9)
     assert rs[1:3] == (2, 9)        # keep = other(next) = 1: slot 3 went to the tree, 9 took its place
     assert prefix.tolist() == [11, 12, 13, 14, 15] and rs[9] == 4 and (fs, fd) == (-1, -1)
     assert kv_free.size == 0 and st_free.size == 0
+    assert end == 0                 # the tree took the caller's indices: its table needs no write
     # nothing tracked: the fresh slot comes back unused
-    rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
         _rs(4, track=(5, 6), nxt=0), [7, 7], np.array([50, 51]), 8)
-    assert st_free.tolist() == [8] and prefix.tolist() == [50, 51]
+    assert st_free.tolist() == [8] and prefix.tolist() == [50, 51] and end == 0
     lc.check()
 
 

@@ -103,16 +103,17 @@ def test_unfinished_without_the_prefix_array() -> None:
     for want in (True, False):
         lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
         lc.cache_finished_foreign(_rs(7, track=(5, 6), nxt=0, last_track=4), [1, 2, 3, 4], np.arange(30, 34))
-        rs, prefix, fs, fd, kv_free, st_free = lc.cache_unfinished_foreign(
+        rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
             _rs(1, track=(2, 3), nxt=0, last_track=8), list(range(1, 11)), np.arange(40, 50), 9,
             prefix=want)
         assert (prefix is None) == (not want)
         if want:
             assert prefix.tolist() == [30, 31, 32, 33] + list(range(44, 50))
-        got.append((rs, fs, fd, kv_free.tolist(), st_free.tolist(), lc.sizes()))
+        got.append((rs, fs, fd, kv_free.tolist(), st_free.tolist(), lc.sizes(), end))
         lc.check()
     assert got[0] == got[1]
     assert got[0][3] == [40, 41, 42, 43]             # the tree's own prefix: duplicates
+    assert got[0][6] == 4                            # only they differ from the caller's table
     assert got[0][0][9] == 8 and got[0][0][1:3] == (2, 9)
 
 

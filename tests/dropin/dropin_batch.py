@@ -47,7 +47,10 @@ def _params() -> Mamba2CacheParams:
     return Mamba2CacheParams(shape=shape, layers=[0, 1])
 
 
-def make(mode: str, device: Any) -> tuple:
+def make(mode: str, device: Any, wrap: Callable[[Any], Any] = lambda pool: pool) -> tuple:
+    """(cache, pool, allocator) for one mode; wrap(pool) is what the cache
+    is given (a wrapper that is not one of our classes sends it down the
+    path for someone else's pools)."""
     extra, lazy, overlap = MODES[mode]
     pool = HybridReqToTokenPool(
         size=8, mamba_size=24, max_context_len=128, device=device, cache_params=_params(), mamba_layer_ids=[0, 1],
@@ -55,6 +58,7 @@ def make(mode: str, device: Any) -> tuple:
         mamba_track_interval=INTERVAL,
     )
     alloc = TokenToKVPoolAllocator(size=512, dtype=torch.float32, device=device, kvcache=None, need_sort=False)
+    pool, alloc = wrap(pool), wrap(alloc)
     cache = MambaRadixCache(
         CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1,
                         enable_mamba_extra_buffer=extra, enable_mamba_extra_buffer_lazy=lazy),

@@ -128,6 +128,32 @@ CONFIGS = [("pp2", 12, 2, 1, None), ("pp2", 12, 2, 1, 128), ("pp2", 12, 2, 2, No
            ("no_buffer", 9, 2, 1, 128)]
 
 
+def _same_rows(drivers, step):
+    """Every request's req_to_token row, [0, its committed length), as
+    SGLang's own cache leaves it: after a chunk is cached the row holds the
+    tree's KV indices (the request's duplicates were freed), so a stale
+    index here is KV the attention kernel would read after it was freed."""
+    def live(d):
+        infos = d.running + d.waiting + ([d.chunked] if d.chunked is not None else [])
+        return {x.spec.rid: x.req for x in infos if x.req.req_pool_idx is not None}
+
+    want_d = drivers["sglang"]
+    want, want_reqs = want_d.req_to_token_pool.req_to_token, live(want_d)
+    checked = 0
+    for name in ("dropin-sglang-pools", "dropin-own-pools"):
+        d = drivers[name]
+        got, reqs = d.req_to_token_pool.req_to_token, live(d)
+        assert sorted(reqs) == sorted(want_reqs), "step %d, %s: requests holding rows" % (step, name)
+        for rid, a in want_reqs.items():
+            b = reqs[rid]
+            n = int(a.kv_committed_len)
+            assert int(b.kv_committed_len) == n
+            assert got[b.req_pool_idx, :n].tolist() == want[a.req_pool_idx, :n].tolist(), (
+                "step %d, %s: row of %s differs from SGLang's" % (step, name, rid))
+            checked += n
+    return checked
+
+
 @pytest.mark.parametrize("mode,slots,max_running,seed,chunked", CONFIGS)
 def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, seed, chunked):
     w, sg = wheel
@@ -158,7 +184,7 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
                 return out
         drivers[name] = SchedulerDriver(cfg, cache, pool, alloc, api=api, alloc_req_slots=admit)
     arrivals = _workload(seed, 14)
-    step = 0
+    step = rows_checked = 0
     while step < 5000:
         for _, d in drivers.items():
             for at, req in arrivals:
@@ -172,6 +198,7 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
         for name in ("sglang", "dropin-sglang-pools"):
             _partition(drivers[name], name)
         drivers["dropin-own-pools"].tree_cache.sanity_check()
+        rows_checked += _same_rows(drivers, step)
         for name, d in drivers.items():
             got = _sizes(d)
             assert got == want, "step %d, %s: %s" % (
@@ -182,6 +209,7 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
     assert prefixes["dropin-sglang-pools"] == prefixes["sglang"]
     assert prefixes["dropin-own-pools"] == prefixes["sglang"]
     assert any(headroom_evictions), "the state pool was never short at admission"
+    assert rows_checked > 0
     for d in drivers.values():
         d.tree_cache.sanity_check()
 

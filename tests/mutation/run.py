@@ -54,7 +54,7 @@ T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "test
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
-          "tests/core/test_lifecycle_tree_view.py"]
+          "tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_row_after_cache_unfinished.py"]
 
 
 @dataclass
@@ -304,6 +304,13 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_INS_TOKENS", "mambaradix/sglang/cache.py",
            "            tokens = key.raw_token_ids()", "            tokens = key.token_ids",
            T_OPS + T_DROPIN, "insert ignores the key's limit"),
+    Mutant("LC_TABLE_END", "csrc/core/lifecycle.c", "    if (differ > *table_end) {", "    if (0) {",
+           T_TONLY + T_TAKE + T_DROPIN, "tree-only cache_unfinished never asks the caller to rewrite the duplicates"),
+    Mutant("LC_ROW_DUPS", "csrc/core/lifecycle.c", "    if (differ > pl && kv_in == NULL) {", "    if (0) {",
+           T_LIFE + T_TAKE + T_DROPIN + T_DRIVER, "cache_unfinished over our pools leaves the freed duplicates in the row"),
+    Mutant("PY_TABLE_END", "mambaradix/sglang/cache.py", "            pool.write((row, slice(p, end)), _to_device(prefix[p:end]",
+           "            pool.write((row, slice(p, p)), _to_device(prefix[p:p]", T_TAKE + T_DROPIN,
+           "the drop-in over SGLang's pools leaves the freed duplicates in the row"),
     Mutant("PY_INS_NEG_LIMIT", "mambaradix/sglang/cache.py", "        elif key.limit < 0:", "        elif False:",
            T_OPS + T_DROPIN, "insert takes a negative key limit"),
     Mutant("PY_MATCH_NEG_LIMIT", "mambaradix/sglang/cache.py", "if key.limit is not None and key.limit < 0:",
@@ -421,6 +428,7 @@ def main(argv=None) -> int:
             print("the unmutated suite fails (%s):\n%s" % (sorted(base), out[-3000:]), file=sys.stderr)
             return 2
         rows = []
+        stale = False   # the build still holds the last C mutant (restored in the source, not yet rebuilt)
         for m in sel:
             if m.equivalent:
                 rows.append((m, "equivalent", [], 0.0))
@@ -436,8 +444,10 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(orig.replace(find, repl))
             try:
-                if m.path.startswith("csrc/"):
+                if m.path.startswith("csrc/") or stale:
+                    # a Python mutant after a C one runs over the unmutated build
                     err = _build(d)
+                    stale = False
                     if err:
                         rows.append((m, "NOT BUILT", [], time.time() - t1))
                         continue
@@ -447,6 +457,7 @@ def main(argv=None) -> int:
                     f.write(orig)
                 if m.path.startswith("csrc/"):
                     os.utime(path)
+                    stale = True
             fns = sorted(failed)
             files = {f.split("::")[0] for f in fns}
             verdict = "killed" if len(files) >= 2 else ("WEAK (one file)" if fns else "SURVIVED")
@@ -454,7 +465,7 @@ def main(argv=None) -> int:
             print("%-16s %-16s %3d tests in %d files %5.0fs  %s"
                   % (m.id, verdict, len(fns), len(files), time.time() - t1,
                      ", ".join(f.split("/")[-1] for f in fns[:6])), flush=True)
-        if any(m.path.startswith("csrc/") for m in sel):
+        if stale:
             _build(d)
     finally:
         if a.keep:
