@@ -67,12 +67,12 @@ def make(mode: str, device: Any, wrap: Callable[[Any], Any] = lambda pool: pool)
 
 
 def run_batch(mode: str, device: Any, guard: Callable[[], ContextManager] = contextlib.nullcontext,
-              decode_steps: int = 9) -> List[int]:
+              decode_steps: int = 9, wrap: Callable[[Any], Any] = lambda pool: pool) -> List[int]:
     """Two rounds of three requests (two sharing a prefix); each request of
     the second round extends one of the first, so it hits what that one
     cached.  Every drop-in call runs inside guard().
     Returns each request's cache hit (tokens matched at admission)."""
-    cache, pool, alloc = make(mode, device)
+    cache, pool, alloc = make(mode, device, wrap)
     extra = MODES[mode][0]
     prompts = [[1] * 12 + [2] * 5, [1] * 12 + [3] * 6, [4] * 9]
     hits: List[int] = []

@@ -183,7 +183,7 @@ MUTANTS: List[Mutant] = [
            "ssm snapshot reads the next chunk's h"),
     # ---- the Python copies of the match cap
     Mutant("PY_CAP_DRIVER", "mambaradix/driver.py", "limit = match_key_limit(len(fill), self.config.match_cap)",
-           "limit = match_key_limit(len(fill), False)", T_DRIVER + T_DECIDE,
+           "limit = match_key_limit(len(fill), False)", T_DRIVER + T_DECIDE + ["tests/sim/test_sim_engine.py"],
            "driver's match cap (input_len - 1) dropped"),
     Mutant("PY_CAP_API", "mambaradix/sglang/_api.py", "        m = input_len - 1\n", "        m = input_len\n",
            T_LIFE + T_DECIDE + T_DROPIN, "drop-in Req's match cap (input_len - 1) dropped"),

@@ -404,3 +404,29 @@ def test_copy_on_write_with_an_empty_pool_keeps_the_matched_state(monkeypatch):
     assert m.state_mismatches == 0 and m.state_hits > 100
     assert len(protected) >= 10
     _split_adds_up(m)
+
+
+@pytest.mark.parametrize("mode", ["pp2", "no_buffer"])
+def test_a_prompt_ending_at_a_cached_state_is_matched_short_of_it(mode):
+    """SGLang matches a prompt capped at input_len - 1, so a prompt that ends
+    exactly where an earlier request left a state does not reuse that state:
+    its usable prefix stops at an earlier state (none here) and the last
+    token is prefilled.  The state-free replay and the toy run through
+    mambaradix.sglang (SchedulerDriver) must both apply the cap."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    rng = np.random.default_rng(SEED)
+    first = rng.integers(1, 40000, size=64).astype(np.int32)
+    out = rng.integers(1, 40000, size=3).astype(np.int32)
+    reqs = [SimRequest("a", first, len(out), arrival=0.0, output_ids=out),
+            # after a finished: its whole prompt again (the state at 64 is cached),
+            # and the prompt plus one token (the cap then leaves 64 usable)
+            SimRequest("b", first.copy(), 2, arrival=5.0, output_ids=out[:2]),
+            SimRequest("c", np.concatenate([first, [5]]).astype(np.int32), 2, arrival=10.0,
+                       output_ids=out[:2])]
+    cfg = SimConfig(mode=mode, states="toy", chunk_size=16, track_interval=64, chunked_prefill_size=None,
+                    max_running=1, kv_tokens=4000, state_slots=12, seed=1)
+    res = engine.replay(reqs, cfg.resolved())
+    assert res.prefixes == {"a": 0, "b": 0, "c": 64}
+    m = engine.run(reqs, cfg)      # the toy run agrees request by request, or raises
+    assert m.state_mismatches == 0 and m.state_hits == 1
