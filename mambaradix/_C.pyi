@@ -346,6 +346,8 @@ class Lifecycle:
     page_size: int
     chunk_size: int
     has_pools: bool
+    # tree-only: where each free call of the last handed-out KV array ends
+    kv_free_ends: npt.NDArray[np.int64]
     # tree
     def match(self, key: _Key, *, ns: int = 0, cow: bool = False, running: int = -1, owner: int = -2,
               limit: int = -1, rs: Optional[ReqState] = None) -> tuple[npt.NDArray[np.int64], int, int, int, int, int]: ...

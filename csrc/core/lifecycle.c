@@ -23,6 +23,10 @@ struct mr_lifecycle {
     /* collected releases (tree-only mode) */
     int64_t *rkv;
     size_t nrkv, caprkv;
+    int64_t *rcut;         /* where each free call of rkv ends (SGLang's per node, tail, duplicates) */
+    size_t nrcut, caprcut;
+    int64_t *ends;         /* the last insert's duplicate runs (dup_runs) */
+    size_t nends, capends;
     int64_t *rst;
     size_t nrst, caprst;
     int rel_error;         /* first error a release hook hit */
@@ -84,11 +88,13 @@ free_kv_hook(void *ctx, const int64_t *idx, size_t n)
         /* room for the node's state too: free_state must not fail once
          * this node's KV is handed over (radix.h, mr_release) */
         if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK
+            || grow(&lc->rcut, &lc->caprcut, lc->nrcut + 1) != MR_OK
             || grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {
             return MR_ENOMEM;
         }
         memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
         lc->nrkv += n;
+        lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node, as SGLang's */
         return MR_OK;
     }
     int rc = mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_TREE, NULL);
@@ -146,11 +152,13 @@ out_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
     if (lc->kv != NULL) {
         return mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_CALLER, NULL);
     }
-    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK) {
+    if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK
+        || grow(&lc->rcut, &lc->caprcut, lc->nrcut + 1) != MR_OK) {
         return MR_ENOMEM;
     }
     memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
     lc->nrkv += n;
+    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */
     return MR_OK;
 }
 
@@ -172,9 +180,10 @@ out_slots(mr_lifecycle *lc, const int64_t *slots, size_t k)
     return MR_OK;
 }
 
-/* Tree-only: room in the collected arrays for nkv more KV indices and nst
- * more slots, so that a call can hand them out after a change it cannot
- * undo.  With pools: the KV allocator's scratch for nkv. */
+/* Tree-only: room in the collected arrays for nkv more KV indices (in up
+ * to two free calls) and nst more slots, so that a call can hand them out
+ * after a change it cannot undo.  With pools: the KV allocator's scratch
+ * for nkv. */
 static int
 reserve_out(mr_lifecycle *lc, size_t nkv, size_t nst)
 {
@@ -182,10 +191,48 @@ reserve_out(mr_lifecycle *lc, size_t nkv, size_t nst)
         return mr_kv_reserve(lc->kv, (int64_t)nkv);
     }
     if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + nkv) != MR_OK
+        || grow(&lc->rcut, &lc->caprcut, lc->nrcut + 2) != MR_OK
         || grow(&lc->rst, &lc->caprst, lc->nrst + nst) != MR_OK) {
         return MR_ENOMEM;
     }
     return MR_OK;
+}
+
+/* Room for the duplicate runs of an insert of len tokens (one per node
+ * of its path at most), before the tree changes. */
+static int
+reserve_runs(mr_lifecycle *lc, size_t len)
+{
+    lc->nends = 0;
+    return grow(&lc->ends, &lc->capends, len / lc->cfg.page_size + 2);
+}
+
+/* SGLang's _insert_helper frees an insert's duplicates with a call for
+ * each node of the path they cross (the part of that node's tokens past
+ * prev_prefix_len).  After the insert (res, len tokens), the nodes of the
+ * path to prefix_len have the same boundaries (the partly matched one was
+ * split there): the end of each run, counted from the first duplicate, is
+ * written to lc->ends (ascending; room reserved by reserve_runs). */
+static void
+dup_runs(mr_lifecycle *lc, const mr_insert_result *res, size_t len)
+{
+    lc->nends = 0;
+    if (res->ndup == 0) {
+        return;
+    }
+    size_t pl = res->prefix_len, d0 = pl - res->ndup, k = 0, depth = pl;
+    mr_node *top = pl < len ? mr_node_parent(res->node) : res->node;  /* the node ending at pl */
+    for (mr_node *n = top; depth > d0; n = mr_node_parent(n)) {
+        k++;
+        depth -= mr_node_len(n);
+    }
+    depth = pl;
+    mr_node *n = top;
+    for (size_t i = k; i-- > 0; n = mr_node_parent(n)) {
+        lc->ends[i] = (int64_t)(depth - d0);
+        depth -= mr_node_len(n);
+    }
+    lc->nends = k;
 }
 
 /* frees a caller's state slot, ignoring -1 */
@@ -260,6 +307,8 @@ mr_lc_free(mr_lifecycle *lc)
     MR_FREE(lc->a);
     MR_FREE(lc->b);
     MR_FREE(lc->rkv);
+    MR_FREE(lc->rcut);
+    MR_FREE(lc->ends);
     MR_FREE(lc->rst);
     MR_FREE(lc);
 }
@@ -272,7 +321,7 @@ void
 mr_lc_reset(mr_lifecycle *lc)
 {
     mr_radix_reset(lc->tree);
-    lc->nrkv = lc->nrst = 0;
+    lc->nrkv = lc->nrst = lc->nrcut = 0;
 }
 
 const mr_release *
@@ -292,9 +341,23 @@ mr_lc_take_released(mr_lifecycle *lc, const int64_t **kv, size_t *nkv, const int
 }
 
 void
+mr_lc_insert_runs(const mr_lifecycle *lc, const int64_t **ends, size_t *n)
+{
+    *ends = lc->ends;
+    *n = lc->nends;
+}
+
+void
+mr_lc_take_released_calls(mr_lifecycle *lc, const int64_t **ends, size_t *n)
+{
+    *ends = lc->rcut;
+    *n = lc->nrcut;
+}
+
+void
 mr_lc_clear_released(mr_lifecycle *lc)
 {
-    lc->nrkv = lc->nrst = 0;
+    lc->nrkv = lc->nrst = lc->nrcut = 0;
 }
 
 void
@@ -308,7 +371,7 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim, int64_t *bad, size_t mine);
+                     int trim, int64_t *bad, size_t mine, const int64_t *tail, size_t ntail);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
@@ -318,7 +381,7 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX, NULL, 0);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -386,10 +449,13 @@ kv_refusal(const mr_kv *kv, int32_t o, int64_t pg, int grp, size_t i, size_t min
     return MR_OK;
 }
 
+/* tail[0:ntail) (with pools): the caller's KV past what it caches, freed
+ * once the tree has changed, in a call of its own before the duplicates
+ * (cache_finished_req frees its tail before it inserts). */
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
           int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
-          int64_t *bad, size_t mine)
+          int64_t *bad, size_t mine, const int64_t *tail, size_t ntail)
 {
     int rc;
     int64_t bad_local;
@@ -398,7 +464,14 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     }
     *bad = -1;
     if (!has_pools(lc)) {
-        return mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
+        if ((rc = reserve_runs(lc, len)) != MR_OK) {
+            return rc;
+        }
+        rc = mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
+        if (rc == MR_OK) {
+            dup_runs(lc, out, len);
+        }
+        return rc;
     }
     /* 1. validate before the tree changes (a refused insert changes
      *    nothing): the state must be a caller's slot, each KV index the
@@ -493,6 +566,9 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc == MR_OK) {
         rc = mr_kv_reserve(lc->kv, (int64_t)len);  /* steps 2 and 3 cannot fail then */
     }
+    if (rc == MR_OK && ps > 1) {
+        rc = reserve_runs(lc, len);
+    }
     if (rc != MR_OK) {
         return rc;
     }
@@ -522,12 +598,20 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         }
         lc->stats.donated++;
     }
-    /* 3. the caller's duplicates go back to the pool */
+    /* 3. the caller's tail, then its duplicates, go back to the pool */
+    if (ntail > 0 && (rc = mr_kv_free(lc->kv, tail, (int64_t)ntail, MR_FROM_CALLER, NULL)) != MR_OK) {
+        return rc;
+    }
     if (out->ndup > 0 && ps == 1) {
+        /* tokens are appended to the free list: one call frees as SGLang's calls do */
         mr_slots_free_checked(&lc->kv->pages, dup, (int64_t)out->ndup);
     }
     else if (out->ndup > 0) {
-        rc = mr_kv_free(lc->kv, dup, (int64_t)out->ndup, MR_FROM_CALLER, NULL);
+        /* pages go, sorted, to the head of the free list: SGLang's calls, one per node */
+        dup_runs(lc, out, len);
+        for (size_t i = 0, from = 0; i < lc->nends && rc == MR_OK; from = (size_t)lc->ends[i++]) {
+            rc = mr_kv_free(lc->kv, dup + from, lc->ends[i] - (int64_t)from, MR_FROM_CALLER, NULL);
+        }
     }
     /* 4. the per-path state budget */
     if (rc == MR_OK && trim && !out->state_existed) {
@@ -968,19 +1052,28 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
  * mr_lc_insert (mine: own_prefix of the insert; its KV indices before the
  * page boundary at or before mine are neither checked nor read); tree-only,
  * the caller's duplicates are handed out with the collected frees (room
- * reserved by the caller). */
+ * reserved by the caller).  tail[0:ntail): KV the request frees past what
+ * it caches, once the insert succeeded, in a free call before the
+ * duplicates' (SGLang's order). */
 static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
-           size_t prev, size_t mine, mr_insert_result *res)
+           size_t prev, size_t mine, mr_insert_result *res, const int64_t *tail, size_t ntail)
 {
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine, tail, ntail);
     }
-    int rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine);
+    /* room for a free call per run (the caller reserved the indices) */
+    int rc = grow(&lc->rcut, &lc->caprcut, lc->nrcut + len / lc->cfg.page_size + 3);
     if (rc == MR_OK) {
-        rc = out_kv(lc, lc->b, res->ndup);
+        rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine, NULL, 0);
+    }
+    if (rc == MR_OK) {
+        rc = out_kv(lc, tail, ntail);
+    }
+    for (size_t i = 0, from = 0; i < lc->nends && rc == MR_OK; from = (size_t)lc->ends[i++]) {
+        rc = out_kv(lc, lc->b + from, (size_t)lc->ends[i] - from);
     }
     return rc;
 }
@@ -1041,24 +1134,24 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                 keep = -1;
             }
         }
+        /* the tail beyond what is cached (and beyond the tree's own
+         * prefix): SGLang frees it before the insert frees the duplicates,
+         * each a free call of its own */
+        int64_t end = cache_len > protected_len ? cache_len : protected_len;
+        size_t ntail = end < (int64_t)committed_len ? committed_len - (size_t)end : 0;
         /* insert first: it is the step that can fail, and then nothing
-         * has changed */
+         * has changed; the tail goes once it succeeded */
         if (cache_len > 0) {
             mr_insert_result res;
-            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, kv + end, ntail);
             if (rc != MR_OK) {
                 return rc;
             }
             existed = res.state_existed;
             inserted = mr_node_handle(res.node);
         }
-        /* the tail beyond what is cached (and beyond the tree's own prefix) */
-        int64_t end = cache_len > protected_len ? cache_len : protected_len;
-        if (end < (int64_t)committed_len) {
-            rc = out_kv(lc, kv + end, committed_len - (size_t)end);
-            if (rc != MR_OK) {
-                return rc;
-            }
+        else if (ntail > 0 && (rc = out_kv(lc, kv + end, ntail)) != MR_OK) {
+            return rc;
         }
     }
     else if (protected_len < (int64_t)committed_len) {
@@ -1217,7 +1310,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
         (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(fill_len - from), lc->a + from);
         kv = lc->a;
     }
-    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res);
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);

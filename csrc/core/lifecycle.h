@@ -142,6 +142,16 @@ void mr_lc_reset(mr_lifecycle *lc);
 const mr_release *mr_lc_release_hooks(mr_lifecycle *lc);
 void mr_lc_take_released(mr_lifecycle *lc, const int64_t **kv, size_t *nkv, const int64_t **states,
                          size_t *nstates);
+/* Where each free call of the collected KV array ends (ends[0] < ends[1] <
+ * ... = nkv): SGLang frees an evicted node's KV with a call of its own,
+ * and cache_finished_req frees the tail before its insert frees the
+ * duplicates.  A paged allocator puts each call's pages, sorted, at the
+ * head of its free list, so the caller makes the same calls. */
+void mr_lc_take_released_calls(mr_lifecycle *lc, const int64_t **ends, size_t *n);
+/* Tree-only: the last mr_lc_insert's duplicates as SGLang frees them, one
+ * call per node of the path they cross: where each call's run ends,
+ * counted from the first duplicate (ascending, the last = ndup). */
+void mr_lc_insert_runs(const mr_lifecycle *lc, const int64_t **ends, size_t *n);
 void mr_lc_clear_released(mr_lifecycle *lc);
 
 /* Inserts with ownership: new KV tokens and the state slot (unless it
@@ -273,8 +283,9 @@ int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_
  * handed back when not needed).  Every KV index and state slot the
  * caller's allocators must free (duplicates, the tail, slots the tree does
  * not keep) is appended to the collected arrays, with what eviction
- * released: the caller takes them (mr_lc_take_released) and frees each
- * kind in one call.  The table rewrite is the caller's: prefix_out holds
+ * released: the caller takes them (mr_lc_take_released) and frees the
+ * slots in one call, the KV in the calls mr_lc_take_released_calls
+ * gives (the tail before the duplicates, those one call per node).  The table rewrite is the caller's: prefix_out holds
  * the request's indices, the tree's for [0, st->protected_len); tree-only,
  * prefix_out may be NULL (not wanted).  Of the range the caller's table
  * must now hold, [old protected_len, new protected_len), only

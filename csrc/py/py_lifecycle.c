@@ -35,6 +35,7 @@ typedef struct {
     PyObject *rp_obj;      /* ReqPool or NULL */
     mr_buf keybuf;         /* int32 tokens of the call's key */
     mr_buf buf;            /* int64 results of the core */
+    PyObject *kv_ends;     /* kv_free_ends: the last handed-out KV array's free calls */
 } LifecycleObject;
 
 /* ------------------------------------------------------------------------
@@ -608,6 +609,7 @@ Lifecycle_dealloc(LifecycleObject *self)
     Py_XDECREF(self->rp_obj);
     mr_buf_free(&self->keybuf);
     mr_buf_free(&self->buf);
+    Py_XDECREF(self->kv_ends);
     mr_type_free((PyObject *)self);
 }
 
@@ -829,6 +831,30 @@ insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int
     }
 }
 
+/* kv_free_ends: where each free call of the KV array the last call handed
+ * out ends.  -1 with an exception. */
+static int
+set_kv_ends(LifecycleObject *self, const int64_t *ends, size_t n)
+{
+    PyObject *a = mr_i64_array(ends, n);
+    if (a == NULL) {
+        return -1;
+    }
+    PyArray_CLEARFLAGS((PyArrayObject *)a, NPY_ARRAY_WRITEABLE);   /* handed out as it is */
+    Py_XSETREF(self->kv_ends, a);
+    return 0;
+}
+
+/* The collected KV array's free calls (before mr_lc_clear_released). */
+static int
+keep_kv_ends(LifecycleObject *self)
+{
+    const int64_t *ends;
+    size_t n;
+    mr_lc_take_released_calls(self->lc, &ends, &n);
+    return set_kv_ends(self, ends, n);
+}
+
 PyDoc_STRVAR(Lifecycle_insert__doc__,
 "insert($self, key, value, state, /, ns=0, prev_prefix_len=0, duplicates=True)\n"
 "--\n"
@@ -839,7 +865,9 @@ PyDoc_STRVAR(Lifecycle_insert__doc__,
 "and the duplicates are freed (the array is then empty); without pools the\n"
 "caller frees the duplicates: value[min(prev_prefix_len, prefix_len):\n"
 "prefix_len], which the array copies (duplicates=False: None instead, for a\n"
-"caller that frees that slice of its own value).  With pools what the\n"
+"caller that frees that slice of its own value), in the free calls\n"
+"kv_free_ends gives (one per node of the path, as SGLang's insert frees\n"
+"them; they matter to a paged allocator).  With pools what the\n"
 "insert stores or frees, value[min(prev_prefix_len, cached):] (from the page\n"
 "boundary at or before it), is checked before the tree changes (owners,\n"
 "each KV index listed once past the tree's own prefix): a refused insert\n"
@@ -909,6 +937,14 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
         insert_raise(self, rc, v, bad, state);
         goto error;
     }
+    if (self->rp_obj == NULL) {   /* the duplicates' free calls, one per node (kv_free_ends) */
+        const int64_t *ends;
+        size_t nends;
+        mr_lc_insert_runs(self->lc, &ends, &nends);
+        if (set_kv_ends(self, ends, nends) < 0) {
+            goto error;
+        }
+    }
     if (want_dups) {
         dups = mr_i64_array((int64_t *)self->buf.p, copy_dups ? r.ndup : 0);
         if (dups == NULL) {
@@ -938,8 +974,9 @@ PyDoc_STRVAR(Lifecycle_evict__doc__,
 "its path stay, as SGLang's match_prefix protects the matched node when it\n"
 "evicts for a copy-on-write slot.  Returns (tokens_evicted,\n"
 "states_evicted, kv_indices, state_slots); the arrays hold what the tree\n"
-"released when it has no pools (the caller frees them), and are empty with\n"
-"pools (already freed).");
+"released when it has no pools (the caller frees them, the KV in the calls\n"
+"kv_free_ends gives: one per node), and are empty with pools (already\n"
+"freed).");
 
 static PyObject *
 Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -973,6 +1010,9 @@ Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
     PyObject *a = mr_i64_array(kvp, nkv);
     PyObject *b = mr_i64_array(stp, nst);
+    if (keep_kv_ends(self) < 0) {
+        Py_CLEAR(a);
+    }
     mr_lc_clear_released(self->lc);
     if (rc != MR_OK) {
         Py_XDECREF(a);
@@ -1661,6 +1701,9 @@ take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
     mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
     *kv = mr_i64_array(kvp, nkv);
     *states = mr_i64_array(stp, nst);
+    if (keep_kv_ends(self) < 0) {
+        Py_CLEAR(*kv);
+    }
     mr_lc_clear_released(self->lc);
     if (*kv == NULL || *states == NULL) {
         Py_CLEAR(*kv);
@@ -1748,9 +1791,9 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
 "only on [old protected_len, table_end) (the duplicates the tree replaced\n"
 "with its own indices; past them the tree took kv's), so the caller writes\n"
 "prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
-"not past it) and frees the two arrays with one call each (fresh is among\n"
-"the slots when it was not needed).  prefix=False: prefix_indices is None\n"
-"(not built).");
+"not past it), frees the slots with one call and the KV in the calls\n"
+"kv_free_ends gives (fresh is among the slots when it was not needed).\n"
+"prefix=False: prefix_indices is None (not built).");
 
 static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1801,8 +1844,9 @@ PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
 "--\n"
 "\n"
 "cache_finished_req on a Lifecycle without pools: kv holds the request's\n"
-"committed KV indices.  Returns (rs, kv_to_free, slots_to_free), each array\n"
-"for one free call of the caller's allocator.  state_available: the\n"
+"committed KV indices.  Returns (rs, kv_to_free, slots_to_free): the slots\n"
+"for one free call of the caller's allocator, the KV for the calls\n"
+"kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
 "caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
 "-1: unknown, no end-of-turn state.");
 
@@ -2403,6 +2447,15 @@ Lifecycle_get_has_pools(LifecycleObject *self, void *c)
     return PyBool_FromLong(self->rp_obj != NULL);
 }
 
+static PyObject *
+Lifecycle_get_kv_free_ends(LifecycleObject *self, void *c)
+{
+    if (self->kv_ends == NULL) {
+        return mr_i64_array(NULL, 0);
+    }
+    return Py_NewRef(self->kv_ends);
+}
+
 static PyMethodDef Lifecycle_methods[] = {
     {"match", (PyCFunction)(void (*)(void))Lifecycle_match, METH_FASTCALL | METH_KEYWORDS, Lifecycle_match__doc__},
     {"insert", (PyCFunction)(void (*)(void))Lifecycle_insert, METH_FASTCALL | METH_KEYWORDS, Lifecycle_insert__doc__},
@@ -2450,6 +2503,11 @@ static PyGetSetDef Lifecycle_getset[] = {
     {"page_size", (getter)Lifecycle_get_page_size, NULL, "KV page size.", NULL},
     {"chunk_size", (getter)Lifecycle_get_chunk_size, NULL, "mamba_cache_chunk_size.", NULL},
     {"has_pools", (getter)Lifecycle_get_has_pools, NULL, "True when built over mambaradix's own pools.", NULL},
+    {"kv_free_ends", (getter)Lifecycle_get_kv_free_ends, NULL,
+     "Tree-only: where each free call of the KV array the last call handed out ends (numpy int64,\n"
+     "increasing, the last = its length): SGLang frees each evicted node's KV, and a finished\n"
+     "request's tail before its duplicates, with calls of their own; a paged allocator puts each\n"
+     "call's pages, sorted, at the head of its free list, so the caller makes the same calls.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -613,7 +613,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                 tokens, _np_index(value), state, ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev
             )
             if not self._native and dups.size:
-                self.token_to_kv_pool_allocator.free(self._indices(dups))
+                self._free_foreign(dups, dups[:0])
         else:
             # the duplicates are value[prev:prefix_len]: that slice of the
             # caller's tensor goes to the allocator, as SGLang frees it
@@ -624,9 +624,15 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             )
             if pl > prev:
                 # a CPU tensor's slice is made through its numpy view (the
-                # same memory, several times cheaper than torch's slicing)
-                dups = value[prev:pl] if view is None else _from_numpy(view[prev:pl])
-                self.token_to_kv_pool_allocator.free(dups)
+                # same memory, several times cheaper than torch's slicing);
+                # with pages, a slice per node (kv_free_ends), as SGLang frees them
+                ends = (pl - prev,) if self.page_size == 1 else self._lc.kv_free_ends.tolist()
+                at = prev
+                for end in ends:
+                    upto = prev + end
+                    self.token_to_kv_pool_allocator.free(
+                        value[at:upto] if view is None else _from_numpy(view[at:upto]))
+                    at = upto
         node = self._node(nid, ngen)
         # InsertResult(prefix_len, total_len, last_device_node, mamba_exist):
         # positional, which the dataclass's __init__ takes faster than keywords
@@ -649,10 +655,22 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         return t, s
 
     def _free_foreign(self, kv: np.ndarray, st: np.ndarray) -> None:
+        """Frees what the lifecycle's last call handed out (kv: its KV
+        array, st: its state slots).  A paged allocator gets the KV in the
+        lifecycle's free calls (kv_free_ends: SGLang's, a node's, a tail's,
+        the duplicates'), since each call's pages go, sorted, to the head
+        of its free list; a token allocator appends, so one call does."""
         if self._native:
             return
         if kv.size:
-            self.token_to_kv_pool_allocator.free(self._indices(kv))
+            free = self.token_to_kv_pool_allocator.free
+            if self.page_size == 1:
+                free(self._indices(kv))
+            else:
+                start = 0
+                for end in self._lc.kv_free_ends.tolist():
+                    free(self._indices(kv[start:end]))
+                    start = end
         if st.size:
             self.req_to_token_pool.mamba_allocator.free(self._indices(st))
 
@@ -746,7 +764,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     # -- the same two operations over someone else's pools -------------------------
     # The C lifecycle decides (tree-only mode); what the pools' allocators must
-    # free comes back as two arrays, each freed with one call.
+    # free comes back as two arrays (_free_foreign frees them as SGLang does).
 
     def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
         pool = self.req_to_token_pool

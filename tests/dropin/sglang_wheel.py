@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import types
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import torch
@@ -94,6 +94,9 @@ def _more(d: str) -> dict:
     alloc_pkg = sys.modules["sglang.srt.mem_cache.allocator"]
     alloc_pkg.BaseTokenToKVPoolAllocator = base.BaseTokenToKVPoolAllocator
     alloc_pkg.TokenToKVPoolAllocator = token.TokenToKVPoolAllocator
+    # the paged allocator, the class mamba_radix_cache.py checks for
+    paged = _load_paged(al, base.BaseTokenToKVPoolAllocator)
+    alloc_pkg.PagedTokenToKVPoolAllocator = paged
     # the two pool classes of memory_pool.py
     pool_ns = {"torch": torch, "logger": logging.getLogger("sglang.memory_pool"),
                "TorchMemorySaverAdapter": _NoMemorySaver, "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache",
@@ -110,6 +113,7 @@ def _more(d: str) -> dict:
                           assigns=("MAMBA_STATE_PER_REQ_PREFIX_CACHE", "MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY",
                                    "MAMBA_STATE_PER_REQ_NO_CACHE"))
     return {"TokenToKVPoolAllocator": token.TokenToKVPoolAllocator,
+            "PagedTokenToKVPoolAllocator": paged,
             "MambaSlotAllocator": mamba.MambaSlotAllocator,
             "HybridReqToTokenPool": pool_ns["HybridReqToTokenPool"],
             "common_source": common_src}
@@ -127,8 +131,9 @@ def alloc_req_slots_for(sg: Any, evict_params: Any):
 
 
 def make_pools(sg: Any, *, size: int, mamba_size: int, max_context_len: int, kv_size: int,
-               extra_buffer: bool, lazy: bool = False, overlap: bool = True):
-    """SGLang's HybridReqToTokenPool and TokenToKVPoolAllocator on CPU."""
+               extra_buffer: bool, lazy: bool = False, overlap: bool = True, page_size: int = 1):
+    """SGLang's HybridReqToTokenPool and TokenToKVPoolAllocator (page_size >
+    1: its PagedTokenToKVPoolAllocator, see paged_allocator_class) on CPU."""
     saved = sys.modules.get(_CKPT)
     sys.modules[_CKPT] = _stub(_CKPT, maybe_init_int8_mamba_checkpoint_pool=lambda **_: None)
     try:
@@ -142,37 +147,94 @@ def make_pools(sg: Any, *, size: int, mamba_size: int, max_context_len: int, kv_
             del sys.modules[_CKPT]
         else:
             sys.modules[_CKPT] = saved
-    alloc = sg.TokenToKVPoolAllocator(size=kv_size, dtype=torch.bfloat16, device="cpu", kvcache=None,
-                                      need_sort=False)
+    if page_size == 1:
+        alloc = sg.TokenToKVPoolAllocator(size=kv_size, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                          need_sort=False)
+    else:
+        alloc = paged_allocator_class(sg)(size=kv_size, page_size=page_size, dtype=torch.bfloat16,
+                                          device="cpu", kvcache=None, need_sort=False)
     return pool, alloc
 
 
-def paged_allocator_class(sg: Any) -> Any:
-    """SGLang's PagedTokenToKVPoolAllocator, the wheel's allocator/paged.py
-    whole, over stand-ins for the Triton kernels (alloc_extend /
-    alloc_decode need them; alloc, free and the free groups do not) and for
-    the few sglang.srt.utils helpers it imports.  Loaded after load()."""
-    token = sg.TokenToKVPoolAllocator
-    path = os.path.join(os.path.dirname(token.__init__.__code__.co_filename), "paged.py")
-    base = next(c for c in token.__mro__ if c.__name__ == "BaseTokenToKVPoolAllocator")
+class _Launch:
+    """``fn[grid](*args)`` for a plain function standing in for a Triton kernel."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self.fn
+
+
+def _decode_kernel_standin(seq_lens, last_loc, free_pages, out, _bs_upper, page_size):
+    """alloc_decode_kernel's result, written from its semantics: each request
+    (seq_len tokens after this step, last_loc its last KV index) writes at
+    last_loc + 1 while its page has room; a request whose new token starts a
+    page (seq_len - 1 a page multiple) takes the next free page, in batch
+    order, at the page's first offset."""
+    taken = 0
+    for i in range(len(seq_lens)):
+        if (int(seq_lens[i]) - 1) % page_size:
+            out[i] = int(last_loc[i]) + 1
+        else:
+            if taken >= len(free_pages):   # the kernel reads past the list; the caller returns None
+                return
+            out[i] = int(free_pages[taken]) * page_size
+            taken += 1
+
+
+def _extend_kernel_standin(mod: Any) -> Any:
+    """alloc_extend_kernel as the wheel's own alloc_extend_naive (the NPU
+    path's fallback, same file), skipped when the free list is too short
+    (the kernel then reads past it and alloc_extend returns None)."""
+
+    def run(prefix_lens, seq_lens, last_loc, free_pages, out, _bs_upper, page_size):
+        need = int(((seq_lens + page_size - 1) // page_size - (prefix_lens + page_size - 1) // page_size).sum())
+        if need <= len(free_pages):
+            mod.alloc_extend_naive(prefix_lens, seq_lens, last_loc, free_pages, out, page_size, out.device)
+
+    return run
+
+
+def _load_paged(al: str, base: Any) -> Any:
+    """The wheel's allocator/paged.py, whole, over stand-ins for its Triton
+    kernels (alloc_extend: the file's own alloc_extend_naive; alloc_decode:
+    _decode_kernel_standin) and for the sglang.srt.utils helpers it imports
+    (get_num_new_pages: the wheel's own function, read from
+    utils/common.py); base is its BaseTokenToKVPoolAllocator."""
+    path = os.path.join(al, "paged.py")
+    utils_ns = {"torch": torch, "Optional": Optional}
+    exec(_sources(os.path.join(al, "..", "..", "utils", "common.py"), functions=("get_num_new_pages",)), utils_ns)
     pkg = "sglang.srt.mem_cache"
-    stubs = {"sglang": {}, "sglang.srt": {}, pkg: {}, pkg + ".allocator": {},
-             pkg + ".allocator.base": {"BaseTokenToKVPoolAllocator": base},
+    stubs = {pkg + ".allocator.base": {"BaseTokenToKVPoolAllocator": base},
              pkg + ".triton_ops": {}, pkg + ".triton_ops.allocator": {"alloc_decode_kernel": None,
                                                                      "alloc_extend_kernel": None},
              "sglang.srt.utils": {"get_bool_env_var": lambda *a, **k: False, "is_hip": lambda: False,
-                                  "get_num_new_pages": None, "next_power_of_2": None}}
+                                  "get_num_new_pages": utils_ns["get_num_new_pages"],
+                                  "next_power_of_2": lambda n: 1 << max(int(n) - 1, 0).bit_length()}}
+    for n in ("sglang", "sglang.srt", pkg, pkg + ".allocator"):
+        if n not in sys.modules:
+            stubs[n] = {}
     saved = {n: sys.modules.get(n) for n in list(stubs) + [pkg + ".allocator.paged"]}
     for n, attrs in stubs.items():
         sys.modules[n] = _stub(n, **attrs)
     try:
-        return _exec_module("sglang.srt.mem_cache.allocator.paged", path).PagedTokenToKVPoolAllocator
+        mod = _exec_module(pkg + ".allocator.paged", path)
     finally:
         for n, m in saved.items():
             if m is None:
                 sys.modules.pop(n, None)
             else:
                 sys.modules[n] = m
+    mod.alloc_extend_kernel = _Launch(_extend_kernel_standin(mod))
+    mod.alloc_decode_kernel = _Launch(_decode_kernel_standin)
+    return mod.PagedTokenToKVPoolAllocator
+
+
+def paged_allocator_class(sg: Any) -> Any:
+    """SGLang's PagedTokenToKVPoolAllocator (see _load_paged), the class
+    SGLang's MambaRadixCache accepts.  From load()."""
+    return sg.PagedTokenToKVPoolAllocator
 
 
 def recording_frees(alloc: Any) -> list:

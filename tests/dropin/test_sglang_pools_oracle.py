@@ -48,23 +48,23 @@ CHUNK = 64
 CTX = 4096
 
 
-def _sglang_cache(sg, pool, alloc, cfg):
+def _sglang_cache(sg, pool, alloc, cfg, page_size=1):
     _SERVER_ARGS.mamba_cache_chunk_size = CHUNK
     params = types.SimpleNamespace(
-        req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, disable=False,
+        req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=page_size, disable=False,
         enable_kv_cache_events=False, enable_mamba_extra_buffer=cfg.extra_buffer,
         enable_mamba_extra_buffer_lazy=cfg.lazy, enable_metrics=False)
     return sg.MambaRadixCache(params)
 
 
-def _dropin_cache(pool, alloc, cfg):
+def _dropin_cache(pool, alloc, cfg, page_size=1):
     init = mrs.CacheInitParams(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=alloc,
-                               page_size=1, enable_mamba_extra_buffer=cfg.extra_buffer,
+                               page_size=page_size, enable_mamba_extra_buffer=cfg.extra_buffer,
                                enable_mamba_extra_buffer_lazy=cfg.lazy)
     return mrs.MambaRadixCache(init, chunk_size=CHUNK, track_interval=cfg.track_interval)
 
 
-def _own_pools(cfg, rows, slots, kv):
+def _own_pools(cfg, rows, slots, kv, page_size=1):
     shape = mrs.Mamba2StateShape(conv=[(1,)], temporal=(1,), intermediate_size=1, conv_dim=1,
                                  ssm_state_size=1, num_heads=1, head_dim=1, state_size=1, conv_kernel=2)
     params = mrs.Mamba2CacheParams(shape=shape, layers=[0],
@@ -75,7 +75,11 @@ def _own_pools(cfg, rows, slots, kv):
         enable_mamba_extra_buffer=cfg.extra_buffer, enable_mamba_extra_buffer_lazy=cfg.lazy,
         enable_overlap_schedule=cfg.overlap, mamba_cache_chunk_size=CHUNK,
         mamba_track_interval=cfg.track_interval)
-    alloc = mrs.TokenToKVPoolAllocator(kv, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    if page_size == 1:
+        alloc = mrs.TokenToKVPoolAllocator(kv, dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    else:
+        alloc = mrs.PagedTokenToKVPoolAllocator(kv, page_size, dtype=torch.bfloat16, device="cpu", kvcache=None,
+                                                need_sort=False)
     return pool, alloc
 
 
@@ -92,20 +96,27 @@ def _sizes_of(cache, pool, alloc):
 def _partition(d, name):
     """Over SGLang's pools (no ownership records there): every state slot is
     exactly one of free, the tree's, or a live request's (running or track
-    buffer), and every KV index one of free, the tree's, or a live request's
-    own (table positions from cache_protected_len to kv_allocated_len)."""
-    pool, cache = d.req_to_token_pool, d.tree_cache
+    buffer), and every KV page (token at page size 1) one of free, the
+    tree's (the tree holds whole pages), or a live request's own (the pages
+    of its table positions from cache_protected_len to kv_allocated_len)."""
+    pool, cache, alloc = d.req_to_token_pool, d.tree_cache, d.allocator
+    page = int(getattr(alloc, "page_size", 1))
     slots = pool.mamba_allocator.free_slots.tolist() + cache.all_mamba_values_flatten().tolist()
-    kv = d.allocator.free_pages.tolist() + cache.all_values_flatten().tolist()
+    tree = sorted(int(x) for x in cache.all_values_flatten().tolist())
+    tree_pages = sorted({t // page for t in tree})
+    assert tree == [p * page + k for p in tree_pages for k in range(page)], (name, "the tree's KV is not whole pages")
+    pages = alloc.free_pages.tolist() + tree_pages
     for req in d.live_requests():
         if req.mamba_pool_idx is not None:
             slots.append(int(req.mamba_pool_idx))
         if req.mamba_ping_pong_track_buffer is not None:
             slots += [int(x) for x in req.mamba_ping_pong_track_buffer.tolist() if int(x) != -1]
         if req.req_pool_idx is not None:
-            kv += pool.req_to_token[req.req_pool_idx, req.cache_protected_len:req.kv_allocated_len].tolist()
+            own = [int(x) for x in pool.req_to_token[req.req_pool_idx, req.cache_protected_len:req.kv_allocated_len]]
+            assert len(set(own)) == len(own), (name, req.rid, "a KV index twice in a row")
+            pages += sorted({t // page for t in own})
     assert sorted(int(x) for x in slots) == list(range(1, pool.mamba_allocator.size + 1)), (name, "state slots")
-    assert sorted(int(x) for x in kv) == list(range(1, d.allocator.size + 1)), (name, "KV indices")
+    assert sorted(int(x) for x in pages) == list(range(1, alloc.size // page + 1)), (name, "KV pages")
 
 
 SIZE_NAMES = ("free rows", "free state slots", "free KV", "full evictable", "full protected",
@@ -128,63 +139,46 @@ CONFIGS = [("pp2", 12, 2, 1, None), ("pp2", 12, 2, 1, 128), ("pp2", 12, 2, 2, No
            ("no_buffer", 9, 2, 1, 128)]
 
 
-def _same_rows(drivers, step):
-    """Every request's req_to_token row, [0, its committed length), as
-    SGLang's own cache leaves it: after a chunk is cached the row holds the
-    tree's KV indices (the request's duplicates were freed), so a stale
-    index here is KV the attention kernel would read after it was freed."""
-    def live(d):
-        infos = d.running + d.waiting + ([d.chunked] if d.chunked is not None else [])
-        return {x.spec.rid: x.req for x in infos if x.req.req_pool_idx is not None}
-
-    want_d = drivers["sglang"]
-    want, want_reqs = want_d.req_to_token_pool.req_to_token, live(want_d)
-    checked = 0
-    for name in ("dropin-sglang-pools", "dropin-own-pools"):
-        d = drivers[name]
-        got, reqs = d.req_to_token_pool.req_to_token, live(d)
-        assert sorted(reqs) == sorted(want_reqs), "step %d, %s: requests holding rows" % (step, name)
-        for rid, a in want_reqs.items():
-            b = reqs[rid]
-            n = int(a.kv_committed_len)
-            assert int(b.kv_committed_len) == n
-            assert got[b.req_pool_idx, :n].tolist() == want[a.req_pool_idx, :n].tolist(), (
-                "step %d, %s: row of %s differs from SGLang's" % (step, name, rid))
-            checked += n
-    return checked
-
-
-@pytest.mark.parametrize("mode,slots,max_running,seed,chunked", CONFIGS)
-def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, seed, chunked):
-    w, sg = wheel
-    cfg = DriverConfig(mode=mode, chunk_size=CHUNK, track_interval=32, max_running=max_running,
-                       chunked_prefill_size=chunked, new_token_ratio=1.0)
-    rows, kv = 6, 20000
+def _run_three(w, sg, cfg, rows, slots, kv, arrivals, compare_rows=False):
+    """The three set-ups (module docstring) over the same arrivals
+    [(step, DriverRequest)], compared after every step; returns the drivers
+    and what SGLang's cache evicted: .headroom, the states its admission
+    evicted at each of its calls; .kv, the KV tokens of each evict_full.
+    compare_rows: every live request's KV table row must hold the same
+    indices in all three as well (the KV allocators hand out the same
+    indices when the caches free the same ones in the same order)."""
+    page = cfg.page_size
     sg_api = types.SimpleNamespace(RadixKey=sg.RadixKey, MatchPrefixParams=sg.MatchPrefixParams,
                                    EvictParams=sg.EvictParams, Req=mrs.Req, SamplingParams=mrs.SamplingParams)
     ours_api = api_from_module(mrs)
     drivers = {}
-    headroom_evictions = []
+    evicted = types.SimpleNamespace(headroom=[], kv=[])
     for name in ("sglang", "dropin-sglang-pools", "dropin-own-pools"):
         if name == "dropin-own-pools":
-            pool, alloc = _own_pools(cfg, rows, slots, kv)
+            pool, alloc = _own_pools(cfg, rows, slots, kv, page)
         else:
             pool, alloc = w.make_pools(sg, size=rows, mamba_size=slots, max_context_len=CTX, kv_size=kv,
-                                       extra_buffer=cfg.extra_buffer, lazy=cfg.lazy, overlap=cfg.overlap)
+                                       extra_buffer=cfg.extra_buffer, lazy=cfg.lazy, overlap=cfg.overlap,
+                                       page_size=page)
         if name == "sglang":
-            cache, api, evict = _sglang_cache(sg, pool, alloc, cfg), sg_api, sg.EvictParams
+            cache, api, evict = _sglang_cache(sg, pool, alloc, cfg, page), sg_api, sg.EvictParams
         else:
-            cache, api, evict = _dropin_cache(pool, alloc, cfg), ours_api, mrs.EvictParams
+            cache, api, evict = _dropin_cache(pool, alloc, cfg, page), ours_api, mrs.EvictParams
         admit = w.alloc_req_slots_for(sg, evict)
         if name == "sglang":
             def admit(pool, reqs, cache, _admit=admit):
                 before = cache.mamba_evictable_size()
                 out = _admit(pool, reqs, cache)
-                headroom_evictions.append(before - cache.mamba_evictable_size())
+                evicted.headroom.append(before - cache.mamba_evictable_size())
                 return out
+
+            def evict_full(n, _evict_full=cache.evict_full):
+                out = _evict_full(n)
+                evicted.kv.append(out)
+                return out
+            cache.evict_full = evict_full
         drivers[name] = SchedulerDriver(cfg, cache, pool, alloc, api=api, alloc_req_slots=admit)
-    arrivals = _workload(seed, 14)
-    step = rows_checked = 0
+    step = 0
     while step < 5000:
         for _, d in drivers.items():
             for at, req in arrivals:
@@ -198,57 +192,108 @@ def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, see
         for name in ("sglang", "dropin-sglang-pools"):
             _partition(drivers[name], name)
         drivers["dropin-own-pools"].tree_cache.sanity_check()
-        rows_checked += _same_rows(drivers, step)
         for name, d in drivers.items():
             got = _sizes(d)
             assert got == want, "step %d, %s: %s" % (
                 step, name, {n: (g, x) for n, g, x in zip(SIZE_NAMES, got, want) if g != x})
+        if compare_rows:
+            rows_of = {name: _live_rows(d) for name, d in drivers.items()}
+            for name in ("dropin-sglang-pools", "dropin-own-pools"):
+                assert rows_of[name] == rows_of["sglang"], "step %d, %s: KV rows differ" % (step, name)
         step += 1
     assert all(d.idle for d in drivers.values())
     prefixes = {name: [d.records[r.rid].prefix_len for _, r in arrivals] for name, d in drivers.items()}
     assert prefixes["dropin-sglang-pools"] == prefixes["sglang"]
     assert prefixes["dropin-own-pools"] == prefixes["sglang"]
-    assert any(headroom_evictions), "the state pool was never short at admission"
-    assert rows_checked > 0
     for d in drivers.values():
         d.tree_cache.sanity_check()
+    return drivers, evicted
 
 
+def _live_rows(d):
+    table = d.req_to_token_pool.req_to_token
+    return {r.rid: table[r.req_pool_idx, :r.kv_allocated_len].tolist() for r in d.live_requests()
+            if r.req_pool_idx is not None}
+
+
+@pytest.mark.parametrize("mode,slots,max_running,seed,chunked", CONFIGS)
+def test_state_pool_pressure_matches_sglang(wheel, mode, slots, max_running, seed, chunked):
+    w, sg = wheel
+    cfg = DriverConfig(mode=mode, chunk_size=CHUNK, track_interval=32, max_running=max_running,
+                       chunked_prefill_size=chunked, new_token_ratio=1.0)
+    _, evicted = _run_three(w, sg, cfg, 6, slots, 20000, _workload(seed, 14), compare_rows=True)
+    assert any(evicted.headroom), "the state pool was never short at admission"
+
+
+@pytest.mark.parametrize("mode,slots,max_running,seed,chunked", [("pp2", 12, 2, 2, None), ("pp1", 9, 2, 1, None),
+                                                                 ("lazy", 9, 2, 1, 128)])
+def test_kv_pool_pressure_matches_sglang(wheel, mode, slots, max_running, seed, chunked):
+    """The same with a KV pool small enough that freed indices come back
+    soon (and the tree's KV is evicted): every live request's KV row holds
+    the same indices in all three, so the caches freed the same indices in
+    the same order (a finished request's tail before its duplicates, as
+    SGLang's cache_finished_req)."""
+    w, sg = wheel
+    cfg = DriverConfig(mode=mode, chunk_size=CHUNK, track_interval=32, max_running=max_running,
+                       chunked_prefill_size=chunked, new_token_ratio=1.0)
+    _, evicted = _run_three(w, sg, cfg, 6, slots, 800, _workload(seed, 14), compare_rows=True)
+    assert sum(evicted.kv) > 0, "the tree's KV was never evicted"
+
+
+def _three_caches(w, sg, cfg, page):
+    """(name, pool, KV allocator, cache, api) of SGLang's cache over its
+    pools, the drop-in over SGLang's pools and the drop-in over its own, in
+    extra_buffer mode: 4 rows, 16 state slots, 1024 KV tokens in pages of
+    `page`; one at a time (the next is built when the caller asks)."""
+    for name in ("sglang", "dropin", "dropin-own-pools"):
+        if name == "dropin-own-pools":
+            pool, alloc = _own_pools(cfg, 4, 16, 1024, page)
+        else:
+            pool, alloc = w.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
+                                       extra_buffer=True, page_size=page)
+        if name == "sglang":
+            yield name, pool, alloc, _sglang_cache(sg, pool, alloc, cfg, page), sg
+        else:
+            yield name, pool, alloc, _dropin_cache(pool, alloc, cfg, page), mrs
+
+
+@pytest.mark.parametrize("page", [1, 4])
 @pytest.mark.parametrize("grouped", [False, True])
-def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped):
+def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped, page):
     """Direct inserts over SGLang's own pools and over ours, with protected
     lengths that leave no, one, some and all of the cached tokens as
-    duplicates (and values that are views into a larger tensor, as a
-    request's row is): the KV allocator must have the same number of free
-    indices after every insert (inside a free group: the duplicates wait
-    for its end) and end with the same free list, in the same order, under
-    the drop-in as under SGLang's class."""
+    duplicates, some across several nodes (and values that are views into
+    a larger tensor, as a request's row is): the KV allocator must have the
+    same number of free indices after every insert (inside a free group:
+    the duplicates wait for its end) and end with the same free list, in
+    the same order, under the drop-in as under SGLang's class.  With pages
+    SGLang frees the duplicates node by node, each call's pages going,
+    sorted, to the head of its free list."""
     sglang_wheel, sg = wheel
     cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK, overlap=True)
     rng = random.Random(3)
     stem = [rng.randrange(1, 5000) for _ in range(96)]
-    keys = [stem[:40], stem[:64], stem[:64] + [7, 8], stem[:80], stem, stem[:41] + [9] * 5]
-    prevs = [0, 39, 65, 0, 79, 41]
+    if page == 1:
+        keys = [stem[:40], stem[:64], stem[:64] + [7, 8], stem[:80], stem, stem[:41] + [9] * 5]
+        prevs = [0, 39, 65, 0, 79, 41]
+    else:   # whole pages; prev_prefix_len a page multiple (a protected length)
+        keys = [stem[:40], stem[:64], stem[:64] + [7, 8, 9, 10], stem[:80], stem, stem[:44] + [9] * 4, stem,
+                stem[:88]]
+        prevs = [0, 36, 64, 0, 0, 40, 48, 8]
+    pad = 1 if page == 1 else page
     runs = {}
-    for name in ("sglang", "dropin", "dropin-own-pools"):
-        if name == "dropin-own-pools":
-            pool, alloc = _own_pools(cfg, 4, 16, 1024)
-        else:
-            pool, alloc = sglang_wheel.make_pools(sg, size=4, mamba_size=16, max_context_len=CTX, kv_size=1024,
-                                                  extra_buffer=True)
-        cache = _sglang_cache(sg, pool, alloc, cfg) if name == "sglang" else _dropin_cache(pool, alloc, cfg)
-        api = sg if name == "sglang" else mrs
+    for name, pool, alloc, cache, api in _three_caches(sglang_wheel, sg, cfg, page):
         if grouped:
             alloc.free_group_begin()
         sizes = []
         for key, prev in zip(keys, prevs):
-            row = alloc.alloc(len(key) + 3)          # the value is a view, as req_to_token's row is
+            row = alloc.alloc(len(key) + 2 * pad)    # the value is a view, as req_to_token's row is
             slot = pool.mamba_allocator.alloc(1)
-            r = cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None), value=row[1:1 + len(key)],
-                                              mamba_value=slot, prev_prefix_len=prev))
+            r = cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None),
+                                              value=row[pad:pad + len(key)], mamba_value=slot, prev_prefix_len=prev))
             sizes.append(alloc.available_size())
-            alloc.free(row[:1])
-            alloc.free(row[1 + len(key):])
+            alloc.free(row[:pad])
+            alloc.free(row[pad + len(key):])
             if r.mamba_exist:
                 pool.mamba_allocator.free(slot)
         if grouped:
@@ -257,6 +302,38 @@ def test_insert_frees_the_same_duplicates_as_sglang(wheel, grouped):
                       sorted(cache.all_values_flatten().tolist()), alloc.alloc(alloc.available_size()).tolist())
     assert runs["dropin"] == runs["sglang"]
     assert runs["dropin-own-pools"] == runs["sglang"]
+
+
+def test_paged_evict_frees_node_by_node_as_sglang(wheel):
+    """Page size 4: keys that share prefixes (nodes of several pages,
+    split by later keys), then evictions of a few tokens, of states, and of
+    everything, over SGLang's paged allocator (SGLang's cache and the
+    drop-in) and over ours: SGLang frees each evicted node's KV with a call
+    of its own, each call's pages going, sorted, to the head of the free
+    list, so the free list must be the same after every step."""
+    w, sg = wheel
+    page = 4
+    cfg = types.SimpleNamespace(extra_buffer=True, lazy=False, track_interval=CHUNK, overlap=True)
+    rng = random.Random(5)
+    stems = [[rng.randrange(1, 5000) for _ in range(96)] for _ in range(2)]
+    keys = [stems[0][:32], stems[0][:64], stems[1][:48], stems[0][:48] + [7] * 8, stems[1], stems[0][:16] + [8] * 12,
+            stems[0]]
+    runs = {}
+    for name, pool, alloc, cache, api in _three_caches(w, sg, cfg, page):
+        for key in keys:
+            # what the tree has already comes back as duplicates (node by node)
+            cache.insert(api.InsertParams(key=api.RadixKey(array("q", key), None), value=alloc.alloc(len(key)),
+                                          mamba_value=pool.mamba_allocator.alloc(1)))
+        seen = []
+        for tokens, states in ((8, 0), (0, 2), (40, 0), (0, 1), (10 ** 6, 0)):
+            cache.evict(api.EvictParams(num_tokens=tokens, mamba_num=states))
+            seen.append((alloc.available_size(), alloc.free_pages.tolist() if name != "dropin-own-pools" else None,
+                         cache.full_evictable_size(), cache.mamba_evictable_size()))
+        runs[name] = (seen, alloc.alloc(alloc.available_size()).tolist())
+    assert runs["dropin"] == runs["sglang"]
+    own = runs["dropin-own-pools"]
+    assert [s[:1] + s[2:] for s in own[0]] == [s[:1] + s[2:] for s in runs["sglang"][0]]
+    assert own[1] == runs["sglang"][1]
 
 
 @pytest.mark.parametrize("mode", ["pp2", "no_buffer"])

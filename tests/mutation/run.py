@@ -55,6 +55,8 @@ T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/c
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_row_after_cache_unfinished.py"]
+T_PAGED = ["tests/dropin/test_sglang_pools_oracle_paged.py", "tests/dropin/test_sglang_pools_oracle.py",
+           "tests/core/test_lifecycle_free_calls.py"]
 
 
 @dataclass
@@ -109,8 +111,9 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_COW_SRC", "csrc/core/lifecycle.c", "    st->cow_src = state;\n",
            "    st->cow_src = st->running;\n", T_DECIDE + T_LIFE + T_DROPIN,
            "copy-on-write source is the request's own slot"),
-    Mutant("LC_TAIL_FREE", "csrc/core/lifecycle.c", "        if (end < (int64_t)committed_len) {",
-           "        if (0) {", T_LIFE + T_DROPIN, "finish: tail KV never freed (dropped free)"),
+    Mutant("LC_TAIL_FREE", "csrc/core/lifecycle.c",
+           "        size_t ntail = end < (int64_t)committed_len ? committed_len - (size_t)end : 0;",
+           "        size_t ntail = 0;", T_LIFE + T_DROPIN, "finish: tail KV never freed (dropped free)"),
     Mutant("LC_UNLOCK", "csrc/core/lifecycle.c", "        (void)mr_radix_unlock(lc->tree, old);\n", "",
            T_LIFE + T_DROPIN, "cache_unfinished: old node's lock never released (skipped unlock)"),
     Mutant("LC_LOCK", "csrc/core/lifecycle.c",
@@ -208,14 +211,14 @@ MUTANTS: List[Mutant] = [
            "const int defer = s->free_group;", T_FG, "the tree's evictions deferred by an open free group"),
     # the tree-only lifecycle over SGLang's pools, eviction with a node protected (csrc/core/lifecycle.c)
     Mutant("LC_TO_OUTKV", "csrc/core/lifecycle.c",
-           "    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n    lc->nrkv += n;\n    return MR_OK;\n}\n\n/* Frees",
-           "    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n    return MR_OK;\n}\n\n/* Frees", T_TONLY,
+           "    lc->nrkv += n;\n    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */",
+           "    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */", T_TONLY,
            "tree-only: a caller's KV a call frees is never handed back (dropped free)"),
     Mutant("LC_TO_EVKV", "csrc/core/lifecycle.c",
            "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n        lc->nrkv += n;\n",
            "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n", T_TONLY,
            "tree-only: evicted KV never handed back (dropped free)"),
-    Mutant("LC_TO_CLEAR", "csrc/core/lifecycle.c", "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    lc->nrkv = lc->nrst = 0;",
+    Mutant("LC_TO_CLEAR", "csrc/core/lifecycle.c", "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    lc->nrkv = lc->nrst = lc->nrcut = 0;",
            "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    (void)lc;", T_TONLY,
            "tree-only: what a call handed back is handed back again by the next", fast=True),
     Mutant("LC_TO_HOOKRES", "csrc/core/lifecycle.c",
@@ -295,10 +298,10 @@ MUTANTS: List[Mutant] = [
            "            self._free_foreign(kv, st)\n", T_TAKE, "_take_mamba_slot: the allocator not asked again after evicting"),
     Mutant("PY_TAKE_PROTECT", "mambaradix/sglang/cache.py", "_, _, kv, st = self._lc.evict(0, 1, protect=protect)",
            "_, _, kv, st = self._lc.evict(0, 1)", T_TAKE, "_take_mamba_slot: the matched node not protected"),
-    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "_from_numpy(view[prev:pl])", "_from_numpy(view[:pl])",
+    Mutant("PY_INS_PREFIX", "mambaradix/sglang/cache.py", "_from_numpy(view[at:upto])", "_from_numpy(view[:upto])",
            T_TAKE + T_OPS + ["tests/core/test_lifecycle_insert_dups.py"],
            "insert over SGLang's pools frees the locked prefix with the duplicates"),
-    Mutant("PY_INS_PREFIX_T", "mambaradix/sglang/cache.py", "dups = value[prev:pl] if view", "dups = value[:pl] if view",
+    Mutant("PY_INS_PREFIX_T", "mambaradix/sglang/cache.py", "value[at:upto] if view", "value[:upto] if view",
            T_TAKE + T_OPS, "insert over SGLang's pools, a value with no host view (int32, on a device): the locked "
            "prefix freed with the duplicates"),
     Mutant("PY_INS_TOKENS", "mambaradix/sglang/cache.py",
@@ -341,6 +344,21 @@ MUTANTS: List[Mutant] = [
            "a miss returns a new handle of the root, not cache.root_node"),
     Mutant("PY_NODE_GEN", "mambaradix/sglang/cache.py", "        if h is None or h._gen != gen:\n",
            "        if h is None:\n", T_OPS + T_DROPIN, "a reused node id gets the handle of the node it named before"),
+    # ---- free calls as SGLang's (a paged allocator's free list depends on them)
+    Mutant("LC_DUP_RUNS", "csrc/core/lifecycle.c", "        lc->ends[i] = (int64_t)(depth - d0);",
+           "        lc->ends[i] = (int64_t)(pl - d0);", T_PAGED,
+           "an insert's duplicates freed in one call instead of one per node"),
+    Mutant("LC_TAIL_FIRST", "csrc/core/lifecycle.c",
+           "    if (rc == MR_OK) {\n        rc = out_kv(lc, tail, ntail);\n    }\n"
+           "    for (size_t i = 0, from = 0; i < lc->nends && rc == MR_OK; from = (size_t)lc->ends[i++]) {\n"
+           "        rc = out_kv(lc, lc->b + from, (size_t)lc->ends[i] - from);\n    }\n",
+           "    for (size_t i = 0, from = 0; i < lc->nends && rc == MR_OK; from = (size_t)lc->ends[i++]) {\n"
+           "        rc = out_kv(lc, lc->b + from, (size_t)lc->ends[i] - from);\n    }\n"
+           "    if (rc == MR_OK) {\n        rc = out_kv(lc, tail, ntail);\n    }\n", T_PAGED,
+           "tree-only cache_finished hands out the duplicates before the tail"),
+    Mutant("PY_FREE_CALLS", "mambaradix/sglang/cache.py", "            if self.page_size == 1:\n                free(self._indices(kv))",
+           "            if True:\n                free(self._indices(kv))", T_PAGED,
+           "over SGLang's paged allocator, what the lifecycle hands out is freed in one call"),
 ]
 
 
@@ -428,11 +446,14 @@ def main(argv=None) -> int:
             print("the unmutated suite fails (%s):\n%s" % (sorted(base), out[-3000:]), file=sys.stderr)
             return 2
         rows = []
-        stale = False   # the build still holds the last C mutant (restored in the source, not yet rebuilt)
+        stale = False   # the extension was built with a C mutant since restored
         for m in sel:
             if m.equivalent:
                 rows.append((m, "equivalent", [], 0.0))
                 continue
+            if stale and not m.path.startswith("csrc/"):
+                _build(d)   # a Python mutant runs over the unmutated C core
+                stale = False
             path = os.path.join(d, m.path)
             with open(path) as f:
                 orig = f.read()
@@ -444,10 +465,9 @@ def main(argv=None) -> int:
             with open(path, "w") as f:
                 f.write(orig.replace(find, repl))
             try:
-                if m.path.startswith("csrc/") or stale:
-                    # a Python mutant after a C one runs over the unmutated build
+                if m.path.startswith("csrc/"):
+                    stale = True
                     err = _build(d)
-                    stale = False
                     if err:
                         rows.append((m, "NOT BUILT", [], time.time() - t1))
                         continue
@@ -457,7 +477,6 @@ def main(argv=None) -> int:
                     f.write(orig)
                 if m.path.startswith("csrc/"):
                     os.utime(path)
-                    stale = True
             fns = sorted(failed)
             files = {f.split("::")[0] for f in fns}
             verdict = "killed" if len(files) >= 2 else ("WEAK (one file)" if fns else "SURVIVED")
