@@ -7,7 +7,8 @@ Environment knobs:
                               without nvcc; 0: CPU-only build.
   MAMBARADIX_CUDA_ARCHS="90"  semicolon/comma list of SM versions; SASS for
                               each plus PTX of the highest.
-  MAMBARADIX_DEBUG=1          -O0 -g -UNDEBUG -Werror.
+  MAMBARADIX_DEBUG=1          -O0 -g -UNDEBUG -Werror; with MAMBARADIX_SANITIZE,
+                              also -DMR_VERIFY_TRUSTED (csrc/core/common.h).
   MAMBARADIX_SANITIZE=1       ASan + UBSan (see README, "Debugging").
   NVCC_THREADS=N              nvcc -t N.
 """
@@ -143,6 +144,8 @@ def make_extension():
     extra_link_args = []
     libraries = []
     library_dirs = []
+    if DEBUG or SANITIZE:
+        define_macros.append(("MR_VERIFY_TRUSTED", "1"))   # csrc/core/common.h
     if DEBUG:
         extra_compile_args += ["-O0", "-g", "-UNDEBUG", "-Werror"]
     else:

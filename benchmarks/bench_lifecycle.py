@@ -175,11 +175,15 @@ def run_dropin(reqs: List[List[int]], cfg: dict) -> dict:
     return {"seconds": dt, "hits": hits, "copies": st["cow"] + st["forks"], "donated": st["donated"]}
 
 
-def run_batch(reqs: List[List[int]], cfg: dict, batch: int) -> dict:
-    state = _C.SlotAllocator(cfg["states"])
-    kv = _C.SlotAllocator(cfg["kv"])
-    rp = _C.ReqPool(cfg["rows"], cfg["ctx"], 2)
-    lc = _C.Lifecycle(state, kv, rp, chunk_size=CHUNK, extra_buffer=True, track_interval=INTERVAL)
+def run_batch(reqs: List[List[int]], cfg: dict, batch: int, C=None) -> dict:
+    """The batch API over fresh pools (built before the timer); C: the
+    module (default mambaradix._C; bench_batch_ab.py passes another
+    build's)."""
+    C = C or _C
+    state = C.SlotAllocator(cfg["states"])
+    kv = C.SlotAllocator(cfg["kv"])
+    rp = C.ReqPool(cfg["rows"], cfg["ctx"], 2)
+    lc = C.Lifecycle(state, kv, rp, chunk_size=CHUNK, extra_buffer=True, track_interval=INTERVAL)
     hits = 0
     t0 = time.perf_counter()
     for s in range(0, len(reqs), batch):

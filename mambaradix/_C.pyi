@@ -140,6 +140,12 @@ class RadixTree:
       prev_prefix_len or a state slot the tree already holds, an index listed
       twice, or a prev_prefix_len longer than the key.  Off by default, as
       SGLang accepts all of these.
+    values: False keeps keys only, no KV index per token (a third of the
+      memory, for trees that only measure prefixes, such as the simulator's
+      record of every key seen): insert() takes value=None, match_prefix()
+      and insert() return None for the indices and the duplicates,
+      Node.value is None, evictions count tokens and return no KV indices,
+      and path_indices() raises ValueError.
     """
 
     def __init__(
@@ -154,6 +160,7 @@ class RadixTree:
         max_states_per_path: Optional[int] = None,
         semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
         kv_only: bool = False,
+        values: bool = True,
     ) -> None:
         """semantics="v0.5.23": SGLang 0.5.23's tree rules (state None on
         insert; no cascade through stateless ancestors on eviction).
@@ -180,7 +187,7 @@ class RadixTree:
     def insert(
         self,
         key: _Key,
-        value: _Values,
+        value: Optional[_Values],
         state: Optional[int],
         *,
         extra_key: Optional[str] = None,
@@ -202,10 +209,12 @@ class RadixTree:
     def evict_path_states(self, node: Node, cap: int) -> npt.NDArray[np.int64]:
         """Drop the shallowest states beyond cap on the path to node (KV kept);
         returns their slots to free (SGLang 0.5.23's mamba_max_states_per_path)."""
-    def evict_full(self, num_tokens: int) -> EvictResult:
-        """Evict LRU unlocked leaves until num_tokens KV tokens are released."""
-    def evict_mamba(self, num_states: int) -> EvictResult:
-        """Evict LRU unlocked states (internal nodes become tombstones)."""
+    def evict_full(self, num_tokens: int, /, *, indices: bool = True) -> EvictResult:
+        """Evict LRU unlocked leaves until num_tokens KV tokens are released.
+        indices=False: kv_indices is empty (the tokens are only counted)."""
+    def evict_mamba(self, num_states: int, /, *, indices: bool = True) -> EvictResult:
+        """Evict LRU unlocked states (internal nodes become tombstones).
+        indices=False: kv_indices is empty (the tokens are only counted)."""
     def inc_lock_ref(self, node: Node) -> None: ...
     def dec_lock_ref(self, node: Node) -> None:
         """Undo one inc_lock_ref(node); ValueError if node is not locked."""

@@ -31,6 +31,11 @@
 #define MR_INLINE      static inline
 #endif
 
+/* MR_VERIFY_TRUSTED (defined by debug and sanitizer builds, setup.py, and
+ * by the sanitized C tests): the few hot paths that trust the core's own
+ * invariants instead of validating each unit (a tree eviction's KV frees,
+ * an insert's ownership transfer) validate anyway and abort on a breach. */
+
 /* Short name of a status code ("MR_ENOMEM"), for messages. */
 const char *mr_strerror(int code);
 

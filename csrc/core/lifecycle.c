@@ -97,7 +97,7 @@ free_kv_hook(void *ctx, const int64_t *idx, size_t n)
         lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node, as SGLang's */
         return MR_OK;
     }
-    int rc = mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_TREE, NULL);
+    int rc = mr_kv_free_tree(lc->kv, idx, (int64_t)n);
     if (rc == MR_OK) {
         lc->stats.tokens_evicted += n;
     }
@@ -498,7 +498,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t again = -1;
+    int64_t again = -1, held = 0;   /* held: HELD units in val[mine:len), ps == 1 */
     uint16_t *const stamp = lc->kv->stamp;
     if (ps == 1) {
         /* each token its own page: one test per index for the common case
@@ -516,6 +516,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
                     *bad = (int64_t)i;
                     return rc;
                 }
+                held++;   /* past mine, kv_refusal accepts HELD only */
             }
             if (MR_UNLIKELY(stamp[u] == gen) && again < 0) {
                 again = (int64_t)i;   /* a page seen is listed again */
@@ -583,7 +584,11 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * without a second check */
     size_t pl = out->prefix_len;
     if (len > pl && ps == 1) {
-        mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE);
+        /* HELD units past pl: the check's count less those before it */
+        for (size_t i = mine; i < pl; i++) {
+            held -= owner[val[i]] == MR_OWNER_HELD;
+        }
+        mr_slots_transfer_counted(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE, held);
     }
     else if (len > pl) {
         rc = mr_kv_transfer(lc->kv, val + pl, (int64_t)(len - pl), MR_FROM_CALLER, MR_OWNER_TREE, NULL);
@@ -1337,16 +1342,17 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (rc != MR_OK) {
         return rc;
     }
-    /* the tree's indices go straight into the caller's prefix (no copy
-     * through scratch), and from there into the row */
-    int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
-    if (prefix_out != NULL || kv_in == NULL) {
-        (void)mr_radix_path_values(lc->tree, mnode, newidx);
-    }
     /* the row gets the tree's indices where they are not its own: past the
      * insert's matched prefix the tree stored the row's values */
     int64_t pl = st->protected_len;
     int64_t differ = res.prefix_len < nnew ? (int64_t)res.prefix_len : (int64_t)nnew;
+    /* the tree's indices go straight into the caller's prefix (no copy
+     * through scratch), and from there into the row; read only when one of
+     * them wants them */
+    int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
+    if (prefix_out != NULL || (kv_in == NULL && differ > pl)) {
+        (void)mr_radix_path_values(lc->tree, mnode, newidx);
+    }
     if (differ > pl && kv_in == NULL) {
         (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, differ - pl);
     }
@@ -1635,7 +1641,7 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
         mr_req *st = &sts[i];
         size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
-        rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, lc->b);
+        rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
         if (rc != MR_OK) {
             break;
         }
@@ -1750,18 +1756,9 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
         }
         mr_req *st = &lc->rp->req[rows[i]];
         size_t fill = (size_t)st->committed;
-        int rc = scratch(lc, fill + 1);
-        if (rc != MR_OK) {
-            return rc;
-        }
-        /* prefix_out may alias nothing the call reads: use a private copy */
-        int64_t *prefix = MR_MALLOC((fill + 1) * sizeof(int64_t));
-        if (prefix == NULL) {
-            return MR_ENOMEM;
-        }
-        rc = mr_lc_cache_unfinished(lc, rows[i], st, keys[i], fill, ns ? ns[i] : 0, prefix, &fork_src[i],
-                                    &fork_dst[i]);
-        MR_FREE(prefix);
+        /* the batch hands back no prefix: the row is the request's table */
+        int rc = mr_lc_cache_unfinished(lc, rows[i], st, keys[i], fill, ns ? ns[i] : 0, NULL, &fork_src[i],
+                                        &fork_dst[i]);
         if (rc != MR_OK) {
             return rc;
         }

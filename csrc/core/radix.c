@@ -41,7 +41,8 @@ struct mr_node {
     uint32_t cap;
     uint32_t len;          /* edge length in tokens */
     int32_t ns;
-    int64_t *val;          /* len KV indices, then len int32 tokens */
+    int64_t *val;          /* len KV indices, then the key (NULL: a tree without values) */
+    int32_t *key;          /* len int32 tokens: after val, or alone without values */
     int64_t state;         /* -1: tombstone */
     int32_t full_lock;
     int32_t state_lock;
@@ -119,7 +120,35 @@ static void tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns);
 MR_INLINE int32_t *
 node_key(const mr_node *n)
 {
-    return (int32_t *)(n->val + n->len);
+    return n->key;
+}
+
+/* Bytes a node stores per token: its KV index (none without values) and its
+ * token. */
+MR_INLINE size_t
+token_bytes(const mr_radix *t)
+{
+    return (t->cfg.no_values ? 0 : sizeof(int64_t)) + sizeof(int32_t);
+}
+
+/* Points val and key into n's storage mem (val first: int64 alignment). */
+MR_INLINE void
+node_place(const mr_radix *t, mr_node *n, void *mem)
+{
+    if (t->cfg.no_values) {
+        n->val = NULL;
+        n->key = mem;
+    }
+    else {
+        n->val = mem;
+        n->key = mem == NULL ? NULL : (int32_t *)(n->val + n->len);
+    }
+}
+
+MR_INLINE void *
+node_mem(const mr_node *n)
+{
+    return n->val != NULL ? (void *)n->val : (void *)n->key;
 }
 
 MR_INLINE mr_node *
@@ -679,14 +708,16 @@ node_new(mr_radix *t, size_t len, int32_t ns, mr_node **out)
     if (n == NULL) {
         return MR_ENOMEM;
     }
+    void *mem = NULL;
     if (len > 0) {
-        n->val = MR_MALLOC(len * (sizeof(int64_t) + sizeof(int32_t)));
-        if (n->val == NULL) {
+        mem = MR_MALLOC(len * token_bytes(t));
+        if (mem == NULL) {
             MR_FREE(n);
             return MR_ENOMEM;
         }
     }
     n->len = (uint32_t)len;
+    node_place(t, n, mem);
     n->ns = ns;
     n->state = -1;
     uint32_t id = t->nfree > 0 ? t->free_ids[--t->nfree] : t->nids++;
@@ -694,7 +725,7 @@ node_new(mr_radix *t, size_t len, int32_t ns, mr_node **out)
     n->gen = t->gens[id];
     t->by_id[id] = n;
     t->ver++;
-    t->bytes += sizeof(*n) + len * (sizeof(int64_t) + sizeof(int32_t));
+    t->bytes += sizeof(*n) + len * token_bytes(t);
     *out = n;
     return MR_OK;
 }
@@ -708,10 +739,10 @@ node_free(mr_radix *t, mr_node *n)
     t->by_id[n->id] = NULL;
     t->gens[n->id] = n->gen + 1;
     t->free_ids[t->nfree++] = n->id;
-    t->bytes -= sizeof(*n) + (size_t)n->len * (sizeof(int64_t) + sizeof(int32_t));
+    t->bytes -= sizeof(*n) + (size_t)n->len * token_bytes(t);
     t->bytes -= (size_t)n->cap * sizeof(mr_child);
     MR_FREE(n->children);
-    MR_FREE(n->val);
+    MR_FREE(node_mem(n));
     MR_FREE(n);
 }
 
@@ -1020,7 +1051,9 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     }
     size_t len = child->len, rest = len - p;
     int32_t *ckey = node_key(child);
-    memcpy(upper->val, child->val, p * sizeof(int64_t));
+    if (!t->cfg.no_values) {
+        memcpy(upper->val, child->val, p * sizeof(int64_t));
+    }
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
     upper->end = child->end - (child->len - p);
@@ -1035,14 +1068,18 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     upper->parent = parent;
 
     /* Shift child's edge: values then tokens, in place. */
-    memmove(child->val, child->val + p, rest * sizeof(int64_t));
-    memmove((int32_t *)(child->val + rest), ckey + p, rest * sizeof(int32_t));
-    child->len = (uint32_t)rest;
-    int64_t *shrunk = MR_REALLOC(child->val, rest * (sizeof(int64_t) + sizeof(int32_t)));
-    if (shrunk != NULL) {
-        child->val = shrunk;
+    void *mem = node_mem(child);
+    if (!t->cfg.no_values) {
+        memmove(child->val, child->val + p, rest * sizeof(int64_t));
+        memmove((int32_t *)(child->val + rest), ckey + p, rest * sizeof(int32_t));
     }
-    t->bytes -= p * (sizeof(int64_t) + sizeof(int32_t));
+    else {
+        memmove(ckey, ckey + p, rest * sizeof(int32_t));
+    }
+    child->len = (uint32_t)rest;
+    void *shrunk = MR_REALLOC(mem, rest * token_bytes(t));
+    node_place(t, child, shrunk != NULL ? shrunk : mem);
+    t->bytes -= p * token_bytes(t);
     child_add(upper, child);
 
     lru_remove(child, LRU_FULL);
@@ -1152,6 +1189,9 @@ mr_radix_path_len(const mr_radix *t, const mr_node *node)
 size_t
 mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst)
 {
+    if (t->cfg.no_values) {
+        return 0;   /* no indices to copy */
+    }
     size_t total = mr_radix_path_len(t, node), off = total;
     for (; node != t->root; node = node->parent) {
         off -= node->len;
@@ -1210,7 +1250,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
         size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
         if (prev_prefix_len < pos + p) {
             size_t start = prev_prefix_len > pos ? prev_prefix_len - pos : 0;
-            if (dup_out != NULL) {
+            if (dup_out != NULL && val != NULL) {
                 memcpy(dup_out + ndup, val + pos + start, (p - start) * sizeof(int64_t));
             }
             ndup += p - start;
@@ -1239,7 +1279,9 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
             return MR_ENOMEM;
         }
         size_t rest = len - pos;
-        memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
+        if (!t->cfg.no_values) {
+            memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
+        }
         memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
         leaf->state = state;
         leaf->end = (uint64_t)len;
@@ -1818,7 +1860,7 @@ radix_clone(const mr_radix *src, tune_point p, mr_radix **out)
             if ((rc = child_reserve(t, dn)) != MR_OK || (rc = node_new(t, c->len, c->ns, &d)) != MR_OK) {
                 goto done;
             }
-            memcpy(d->val, c->val, (size_t)c->len * (sizeof(int64_t) + sizeof(int32_t)));
+            memcpy(node_mem(d), node_mem(c), (size_t)c->len * token_bytes(t));
             d->state = c->state;
             d->used = c->used;
             d->end = c->end;
@@ -2342,7 +2384,9 @@ mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
             sb_printf(&sb, i ? " %d" : "%d", k[i]);
         }
         sb_printf(&sb, n->len > 8 ? " ...]" : "]");
-        sb_printf(&sb, " kv=[%lld..]", (long long)n->val[0]);
+        if (n->val != NULL) {
+            sb_printf(&sb, " kv=[%lld..]", (long long)n->val[0]);
+        }
         if (n->state >= 0) {
             sb_printf(&sb, " state=%lld", (long long)n->state);
         }

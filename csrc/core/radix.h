@@ -125,6 +125,12 @@ typedef struct {
     /* Non-zero: attention-only model (SGLang's [FULL] tree).  No node needs a
      * state to be usable: a match uses the whole KV-matched path. */
     int kv_only;
+    /* Non-zero: the tree keeps keys only, no KV index per token (a third of
+     * the memory; for trees that only measure prefixes, such as a
+     * simulator's record of every key seen).  Inserts read no values (val
+     * may be NULL), mr_radix_path_values writes nothing and returns 0, and
+     * the release callbacks get free_kv(ctx, NULL, n). */
+    int no_values;
 } mr_radix_config;
 
 /* Options beyond SGLang, set after creation (mr_radix_set_options); all
@@ -254,7 +260,8 @@ int mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, si
 int mr_radix_match_node(mr_radix *t, mr_node *node, size_t *prefix_len);
 
 /* Writes the KV indices of the path root..node (node's prefix length of
- * them) to dst, in token order.  Returns the number written. */
+ * them) to dst, in token order.  Returns the number written (0 in a tree
+ * without values). */
 size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst);
 /* Number of tokens from the root to the end of node. */
 size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);

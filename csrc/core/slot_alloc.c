@@ -2,6 +2,7 @@
 #include "slot_alloc.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -217,11 +218,14 @@ mr_slots_clear(mr_slots *s)
 static void
 ring_pop(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
 {
+    /* up to the ring's end, then from its start */
+    int64_t first = s->n - s->head < k ? s->n - s->head : k;
+    memcpy(out, s->ring + s->head, (size_t)first * sizeof(int64_t));
+    memcpy(out + first, s->ring, (size_t)(k - first) * sizeof(int64_t));
+    s->head = k > first ? k - first : (s->head + k == s->n ? 0 : s->head + k);
+    int32_t *own = s->owner;
     for (int64_t i = 0; i < k; i++) {
-        int64_t u = s->ring[s->head];
-        s->head = s->head + 1 == s->n ? 0 : s->head + 1;
-        out[i] = u;
-        s->owner[u] = owner;
+        own[out[i]] = owner;
     }
     s->count -= k;
     count_add(s, owner, k);
@@ -327,6 +331,30 @@ void
 mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
 {
     set_owners(s, idx, k, to);
+    count_add(s, to, k);
+}
+
+void
+mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld)
+{
+    int32_t *owner = s->owner;
+#ifdef MR_VERIFY_TRUSTED
+    int64_t held = 0, req = 0;
+    for (int64_t i = 0; i < k; i++) {
+        held += owner[idx[i]] == MR_OWNER_HELD;
+        req += owner[idx[i]] >= 1;
+    }
+    if (held != nheld || held + req != k) {
+        fprintf(stderr, "mr_slots_transfer_counted: %lld HELD and %lld REQ units of %lld, told %lld HELD\n",
+                (long long)held, (long long)req, (long long)k, (long long)nheld);
+        abort();
+    }
+#endif
+    for (int64_t i = 0; i < k; i++) {
+        owner[idx[i]] = to;
+    }
+    s->n_held -= nheld;
+    s->n_req -= k - nheld;
     count_add(s, to, k);
 }
 
@@ -692,6 +720,24 @@ mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
         *bad = badpage * kv->page_size;
     }
     return rc;
+}
+
+int
+mr_kv_free_tree(mr_kv *kv, const int64_t *tok, int64_t k)
+{
+#ifndef MR_VERIFY_TRUSTED
+    if (kv->page_size == 1 && k >= 0) {
+        mr_slots *s = &kv->pages;
+        int32_t *owner = s->owner;
+        for (int64_t i = 0; i < k; i++) {
+            owner[tok[i]] = MR_OWNER_FREE;
+        }
+        s->n_tree -= k;
+        ring_put(s, tok, k, 0);   /* the tree's frees never wait for a free group */
+        return MR_OK;
+    }
+#endif
+    return mr_kv_free(kv, tok, k, MR_FROM_TREE, NULL);
 }
 
 int

@@ -120,6 +120,11 @@ int mr_slots_transfer(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, 
  * exactly that).  Nothing is validated; they cannot fail. */
 void mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k);
 void mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to);
+/* mr_slots_transfer_checked when the caller's check also counted the HELD
+ * units among idx[0:k) (nheld; the rest are REQ): the owners are written
+ * without being read again (MR_VERIFY_TRUSTED builds verify the count and
+ * abort on a mismatch). */
+void mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld);
 
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
@@ -184,6 +189,12 @@ int mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out);
  * already PENDING may be listed again (one free of the group's pages all
  * together lists each page once), with page_size 1 that is a double free. */
 int mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad);
+/* mr_kv_free(kv, tok, k, MR_FROM_TREE, NULL) for KV the tree evicts, which
+ * the tree owns by the lifecycle's invariant (mr_lc_check counts it).  With
+ * page_size 1 the units are not validated: one pass sets their owners,
+ * where mr_kv_free reads and marks each first.  Paged pools, and builds
+ * with MR_VERIFY_TRUSTED (common.h), take mr_kv_free's path. */
+int mr_kv_free_tree(mr_kv *kv, const int64_t *tok, int64_t k);
 /* Free groups over the pages (mr_slots_free_group_begin / _end with the
  * page order of mr_kv_free). */
 int mr_kv_free_group_begin(mr_kv *kv);

@@ -150,12 +150,18 @@ static PyObject *
 RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "RadixTree", 0, 3, 0, "page_size", "chunk_size", "lru_policy", "check_ownership",
-            "policy_options", "max_states_per_path", "semantics", "kv_only");
+            "policy_options", "max_states_per_path", "semantics", "kv_only", "values");
     const char *policy = "consumed", *semantics = "v0.5.15";
-    int check_ownership = 0, kv_only = 0;
+    int check_ownership = 0, kv_only = 0, values = 1;
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_str(a[2], "RadixTree", "lru_policy", 0, &policy) < 0
         || mr_arg_bool(a[3], &check_ownership) < 0 || mr_arg_str(a[6], "RadixTree", "semantics", 0, &semantics) < 0
-        || mr_arg_bool(a[7], &kv_only) < 0) {
+        || mr_arg_bool(a[7], &kv_only) < 0 || mr_arg_bool(a[8], &values) < 0) {
+        return NULL;
+    }
+    if (!values && check_ownership) {
+        PyErr_SetString(PyExc_ValueError,
+                        "RadixTree(): check_ownership checks KV indices, which a tree made with values=False "
+                        "does not hold");
         return NULL;
     }
     PyObject *page_obj = a[0], *chunk_obj = a[1] ? a[1] : Py_None, *opts = a[4] ? a[4] : Py_None,
@@ -182,6 +188,7 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     cfg.kv_only = kv_only;
+    cfg.no_values = !values;
     if (strcmp(semantics, "v0.5.23") == 0) {
         cfg.semantics = MR_SEMANTICS_V0523;
     }
@@ -239,10 +246,14 @@ RadixTree_dealloc(RadixTree *self)
     mr_type_free((PyObject *)self);
 }
 
-/* The KV indices from the root to n (len of them), as an int64 array. */
+/* The KV indices from the root to n (len of them), as an int64 array; None
+ * in a tree without values. */
 static PyObject *
 path_indices(RadixTree *self, const mr_node *n, size_t len)
 {
+    if (mr_radix_config_of(self->tree)->no_values) {
+        return Py_NewRef(Py_None);
+    }
     PyObject *idx = mr_i64_array(NULL, len);
     if (idx != NULL) {
         mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
@@ -429,14 +440,19 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (namespace_of(self, extra, 1, &ns) < 0) {
         return NULL;
     }
+    const int novals = mr_radix_config_of(self->tree)->no_values;
+    if (novals && args[1] != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "insert(): value must be None in a tree made with values=False");
+        return NULL;
+    }
     mr_buf ks = mr_buf_take(&self->keybuf), vs = mr_buf_take(&self->valbuf);
     if (read_key(args[0], &ks, &kb) < 0
-        || mr_ints_read(args[1], 8, 0, INT64_MAX, "value", 0, &vs, &vb) < 0) {
+        || (!novals && mr_ints_read(args[1], 8, 0, INT64_MAX, "value", 0, &vs, &vb) < 0)) {
         goto done;
     }
     const int32_t *key = kb.data;
     const int64_t *val = vb.data;
-    size_t klen = kb.len, vlen = vb.len;
+    size_t klen = kb.len, vlen = novals ? kb.len : vb.len;
     if (vlen != klen) {
         PyErr_Format(PyExc_ValueError, "value has %zu indices but key has %zu tokens", vlen, klen);
         goto done;
@@ -471,7 +487,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     MR_SEQ_ADD(r, PyLong_FromSize_t(ir.prefix_len));
     MR_SEQ_ADD(r, Py_NewRef(ir.state_existed ? Py_True : Py_False));
     MR_SEQ_ADD(r, node_new_handle(st, self, ir.node));
-    MR_SEQ_ADD(r, duplicates_of(args[1], val, ir.prefix_len - ir.ndup, ir.ndup));
+    MR_SEQ_ADD(r, novals ? Py_NewRef(Py_None) : duplicates_of(args[1], val, ir.prefix_len - ir.ndup, ir.ndup));
     res = r.res;
 done:
     mr_ints_release(&kb);
@@ -487,6 +503,8 @@ typedef struct {
     size_t nkv;
     mr_buf st;
     size_t nst;
+    int count_only;   /* the caller wants no KV indices back: count them */
+    int hide_kv;      /* ... and they were collected anyway (check_ownership) */
 } evict_sink;
 
 static int
@@ -494,13 +512,19 @@ sink_free_kv(void *ctx, const int64_t *idx, size_t n)
 {
     evict_sink *s = ctx;
     /* Reserve one state slot too: free_state must not fail after this. */
-    if (mr_buf_reserve(&s->kv, s->nkv + n, sizeof(int64_t)) < 0
+    /* idx NULL: a tree without values (the core counts its tokens) */
+    if (s->count_only) {
+        idx = NULL;
+    }
+    if ((idx != NULL && mr_buf_reserve(&s->kv, s->nkv + n, sizeof(int64_t)) < 0)
         || mr_buf_reserve(&s->st, s->nst + 1, sizeof(int64_t)) < 0) {
         PyErr_Clear();
         return MR_ENOMEM;
     }
-    memcpy((int64_t *)s->kv.p + s->nkv, idx, n * sizeof(int64_t));
-    s->nkv += n;
+    if (idx != NULL) {
+        memcpy((int64_t *)s->kv.p + s->nkv, idx, n * sizeof(int64_t));
+        s->nkv += n;
+    }
     return 0;
 }
 
@@ -519,14 +543,19 @@ static PyObject *evict_result(RadixTree *self, mr_state *st, evict_sink *sink, i
                               size_t nstates, const char *fname);
 
 static PyObject *
-do_evict(RadixTree *self, PyObject *arg, int states, const char *fname)
+do_evict(RadixTree *self, PyObject *arg, PyObject *indices, int states, const char *fname)
 {
     mr_state *st = tree_state((PyObject *)self);
     int64_t n;
-    if (mr_as_int64(arg, 0, INT64_MAX, states ? "num_states" : "num_tokens", &n) < 0) {
+    int want = 1;
+    if (mr_as_int64(arg, 0, INT64_MAX, states ? "num_states" : "num_tokens", &n) < 0
+        || mr_arg_bool(indices, &want) < 0) {
         return NULL;
     }
     evict_sink sink = {0};
+    /* check_ownership needs the indices to forget them */
+    sink.count_only = !want && !self->check_ownership;
+    sink.hide_kv = !want;
     mr_release rel = {sink_free_kv, sink_free_state, &sink};
     size_t tokens = 0, nstates = 0;
     int rc = states ? mr_radix_evict_state(self->tree, (size_t)n, &rel, &tokens, &nstates)
@@ -549,7 +578,7 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
             (void)mr_idset_remove(&self->st_owned, ((int64_t *)sink.st.p)[i]);
         }
     }
-    if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0) {
+    if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0 && tokens == 0) {
         mr_raise(st, rc, fname);
         goto done;
     }
@@ -558,7 +587,7 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
     mr_seq r = mr_seq_new(st->EvictResult);
     MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
     MR_SEQ_ADD(r, PyLong_FromSize_t(nstates));
-    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv));
+    MR_SEQ_ADD(r, sink.hide_kv ? mr_i64_array(NULL, 0) : mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv));
     MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst));
     res = r.res;
 done:
@@ -568,33 +597,44 @@ done:
 }
 
 PyDoc_STRVAR(RadixTree_evict_full__doc__,
-"evict_full($self, num_tokens, /)\n"
+"evict_full($self, num_tokens, /, *, indices=True)\n"
 "--\n"
 "\n"
 "Evict least recently used unlocked leaves (with their states and the\n"
 "stateless nodes left childless above them) until at least num_tokens KV\n"
 "tokens are released.  Returns EvictResult(tokens_evicted, states_evicted,\n"
-"kv_indices, state_slots); the caller frees the returned indices and slots.");
+"kv_indices, state_slots); the caller frees the returned indices and slots.\n"
+"indices=False: kv_indices is empty (the tokens are only counted), for a\n"
+"caller that keeps no KV pool.");
 
 static PyObject *
-RadixTree_evict_full(RadixTree *self, PyObject *arg)
+RadixTree_evict_full(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    return do_evict(self, arg, 0, "evict_full()");
+    MR_ARGS(spec, a, "evict_full", 1, 1, 1, "num_tokens", "indices");
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    return do_evict(self, a[0], a[1], 0, "evict_full()");
 }
 
 PyDoc_STRVAR(RadixTree_evict_mamba__doc__,
-"evict_mamba($self, num_states, /)\n"
+"evict_mamba($self, num_states, /, *, indices=True)\n"
 "--\n"
 "\n"
 "Evict least recently used unlocked states until num_states are released:\n"
 "an internal node keeps its KV and becomes stateless; a leaf is removed\n"
 "with its KV.  A leaf whose KV is locked is never picked.  Returns\n"
-"EvictResult; the caller frees the returned indices and slots.");
+"EvictResult; the caller frees the returned indices and slots.\n"
+"indices=False: kv_indices is empty (the tokens are only counted).");
 
 static PyObject *
-RadixTree_evict_mamba(RadixTree *self, PyObject *arg)
+RadixTree_evict_mamba(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    return do_evict(self, arg, 1, "evict_mamba()");
+    MR_ARGS(spec, a, "evict_mamba", 1, 1, 1, "num_states", "indices");
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    return do_evict(self, a[0], a[1], 1, "evict_mamba()");
 }
 
 PyDoc_STRVAR(RadixTree_inc_kv_lock__doc__,
@@ -650,6 +690,10 @@ RadixTree_path_indices(RadixTree *self, PyObject *arg)
     mr_state *st = tree_state((PyObject *)self);
     mr_node *n;
     if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    if (mr_radix_config_of(self->tree)->no_values) {
+        PyErr_SetString(PyExc_ValueError, "path_indices(): a tree made with values=False holds no KV indices");
         return NULL;
     }
     npy_intp dims[1] = {(npy_intp)mr_radix_path_len(self->tree, n)};
@@ -1048,8 +1092,10 @@ static PyMethodDef RadixTree_methods[] = {
     {"match_prefix", (PyCFunction)(void (*)(void))RadixTree_match_prefix, METH_FASTCALL | METH_KEYWORDS,
      RadixTree_match_prefix__doc__},
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
-    {"evict_full", (PyCFunction)RadixTree_evict_full, METH_O, RadixTree_evict_full__doc__},
-    {"evict_mamba", (PyCFunction)RadixTree_evict_mamba, METH_O, RadixTree_evict_mamba__doc__},
+    {"evict_full", (PyCFunction)(void (*)(void))RadixTree_evict_full, METH_FASTCALL | METH_KEYWORDS,
+     RadixTree_evict_full__doc__},
+    {"evict_mamba", (PyCFunction)(void (*)(void))RadixTree_evict_mamba, METH_FASTCALL | METH_KEYWORDS,
+     RadixTree_evict_mamba__doc__},
     {"inc_kv_lock", (PyCFunction)RadixTree_inc_kv_lock, METH_O, RadixTree_inc_kv_lock__doc__},
     {"dec_kv_lock", (PyCFunction)RadixTree_dec_kv_lock, METH_O, RadixTree_dec_kv_lock__doc__},
     {"path_indices", (PyCFunction)RadixTree_path_indices, METH_O, RadixTree_path_indices__doc__},
@@ -1098,7 +1144,7 @@ static PyMemberDef RadixTree_members[] = {
 PyDoc_STRVAR(RadixTree__doc__,
 "RadixTree(page_size=1, chunk_size=None, lru_policy='consumed', *,\n"
 "          check_ownership=False, policy_options=None, max_states_per_path=None,\n"
-"          semantics='v0.5.15', kv_only=False)\n"
+"          semantics='v0.5.15', kv_only=False, values=True)\n"
 "--\n"
 "\n"
 "SGLang MambaRadixCache's tree in C: token-id keys, a KV index per token and\n"
@@ -1131,7 +1177,11 @@ PyDoc_STRVAR(RadixTree__doc__,
 "semantics: 'v0.5.15' (MambaRadixCache) or 'v0.5.23' (UnifiedRadixCache's\n"
 "tree rules: inserts without a state, no cascade through stateless\n"
 "ancestors on eviction).  kv_only: the whole KV match is usable\n"
-"(attention-only trees).");
+"(attention-only trees).  values=False: keys only, no KV index per token (a\n"
+"third of the memory, for trees that only measure prefixes): insert() takes\n"
+"value=None, match_prefix() and insert() return None for the indices and the\n"
+"duplicates, Node.value is None, evictions count tokens and return no KV\n"
+"indices, and path_indices() raises ValueError.");
 
 static PyType_Slot RadixTree_slots[] = {
     {Py_tp_new, RadixTree_new},
@@ -1215,7 +1265,11 @@ static PyObject *
 Node_get_value(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_i64_array(mr_node_values(n), mr_node_len(n));
+    if (n == NULL) {
+        return NULL;
+    }
+    const int64_t *v = mr_node_values(n);
+    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
 }
 
 static PyObject *
@@ -1362,7 +1416,8 @@ static PyGetSetDef Node_getset[] = {
     {"valid", (getter)Node_get_valid, NULL, "False once the node was removed.", NULL},
     {"is_root", (getter)Node_get_is_root, NULL, "True for the root.", NULL},
     {"key", (getter)Node_get_key, NULL, "Copy of the edge tokens (int32).", NULL},
-    {"value", (getter)Node_get_value, NULL, "Copy of the edge's KV indices (int64).", NULL},
+    {"value", (getter)Node_get_value, NULL,
+     "Copy of the edge's KV indices (int64); None in a tree made with values=False.", NULL},
     {"state", (getter)Node_get_state, NULL, "State slot at the node's end, or None.", NULL},
     {"parent", (getter)Node_get_parent, NULL, "Parent node (None for the root).", NULL},
     {"children", (getter)Node_get_children, NULL, "Child nodes.", NULL},

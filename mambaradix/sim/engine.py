@@ -452,8 +452,9 @@ class _Replay(Scheduler):
         self.slot_id = 0
         self.distance: dict = {}
         self.n_submitted = 0
-        self.shadow = mambaradix.RadixTree(page_size=config.page_size,
-                                           chunk_size=config.chunk_size, lru_policy="consumed")
+        # keys only: the shadow measures prefixes, it holds no KV
+        self.shadow = mambaradix.RadixTree(page_size=config.page_size, chunk_size=config.chunk_size,
+                                           lru_policy="consumed", values=False)
         self.t_cache = 0.0
         # KV counts tokens; with pages (SGLang's paged allocator) the pool
         # holds whole pages and a request holds the pages of its tokens
@@ -528,7 +529,7 @@ class _Replay(Scheduler):
         it."""
         t0 = time.perf_counter()
         if num_tokens > 0:
-            r = self.tree.evict_full(num_tokens)
+            r = self.tree.evict_full(num_tokens, indices=False)   # counted, never freed
             if r.tokens_evicted or r.states_evicted:
                 self.m.full_evictions += 1
             self.kv_free += r.tokens_evicted
@@ -643,7 +644,7 @@ class _Replay(Scheduler):
     def _seen(self, r: _R, n: int) -> None:
         """The shadow tree holds every key ever inserted (it never evicts)."""
         if n > r.seen:
-            self.shadow.insert(r.tokens[:n], self._values(n), 1, extra_key=r.ns)
+            self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
             r.seen = n
 
     # ----------------------------------------------------------- cache ops

@@ -458,12 +458,12 @@ static void
 unit_new_and_empty(void)
 {
     mr_radix_config bad[] = {
-        {0, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {1, 0, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {3, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
-        {4, 6, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0}, {16, 24, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
+        {0, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {1, 0, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {3, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+        {4, 6, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0}, {16, 24, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
     };
     mr_radix_config good[] = {
-        {1, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {16, 64, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0}, {4, 2, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
-        {64, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0}, {1, 1, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
+        {1, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {16, 64, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0}, {4, 2, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+        {64, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {1, 1, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
     };
     size_t i;
     mr_radix *t;
@@ -2047,12 +2047,12 @@ rng_next(void *ctx)
 }
 
 static const mr_radix_config fuzz_configs[] = {
-    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
-    {1, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
-    {2, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
-    {4, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
-    {1, 3, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0},
-    {2, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0},
+    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+    {1, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
+    {2, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+    {4, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
+    {1, 3, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+    {2, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
 };
 
 static void
@@ -2137,7 +2137,7 @@ oom_units(void)
 {
     fixture f;
     mr_radix *t = NULL;
-    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0};
+    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
     int rc;
     int32_t k[12];
     int64_t val[12], dup[12], slot;
@@ -2294,7 +2294,7 @@ oom_leaf_heap(void)
     for (size_t pi = 0; pi < sizeof(pols) / sizeof(pols[0]); pi++) {
         for (int sem = 0; sem < 2; sem++) {
             fixture f[2];
-            mr_radix_config cfg = {1, 1, pols[pi], (mr_semantics)sem, 0};
+            mr_radix_config cfg = {1, 1, pols[pi], (mr_semantics)sem, 0, 0};
             cur_test = "oom_leaf_heap";
             for (int w = 0; w < 2; w++) {
                 fx_init(&f[w], 1, 1, pols[pi], 4096, 512);

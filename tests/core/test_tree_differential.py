@@ -87,6 +87,31 @@ def test_random_ops_match_reference_long(cfg, request):
     d.run(int(34000 * SCALE))
 
 
+# (id, config): the C tree without values, and evictions that only count
+VALUE_CONFIGS = [
+    ("p1-consumed", dict(page_size=1, chunk_size=4, lru_policy="consumed", alphabet=3)),
+    ("p1-sglang", dict(page_size=1, chunk_size=2, lru_policy="sglang", alphabet=3)),
+    ("p16-consumed", dict(page_size=16, chunk_size=32, lru_policy="consumed", alphabet=2, max_pages=5,
+                          max_tokens=1200)),
+    ("p4-chunk2-sglang", dict(page_size=4, chunk_size=2, lru_policy="sglang", alphabet=2, max_pages=4,
+                              max_tokens=200)),
+]
+
+
+@pytest.mark.parametrize("values", [False, True], ids=["keys-only", "with-values"])
+@pytest.mark.parametrize("cfg", [c[1] for c in VALUE_CONFIGS], ids=[c[0] for c in VALUE_CONFIGS])
+def test_keys_only_tree_and_counting_evictions_match_reference(cfg, values):
+    """RadixTree(values=False) splits, matches, locks and evicts exactly as
+    the model (which keeps values) does, and evict_*(indices=False) counts
+    what it releases; whole trees compared every other operation."""
+    d = Differ(31, deep_every=2, values=values, hide_indices=0.4, **cfg)
+    n = max(50, int(3000 * SCALE))
+    d.run(n)
+    if n >= 2000:
+        missing = [k for k in MUST_SEE if not d.stats.get(k)]
+        assert not missing, "the run never reached %r (stats %r)" % (missing, d.stats)
+
+
 def test_random_ops_every_step_deep():
     """A shorter run that compares the whole trees after every operation."""
     for i, (_, cfg) in enumerate(CONFIGS):

@@ -26,7 +26,12 @@ class Differ:
     number of distinct tokens (small, so that prefixes collide and splits
     happen); max_pages bounds key lengths (in pages); max_tokens bounds the
     tree (an eviction is forced above it); deep_every: every that many
-    operations the whole trees and both LRU orders are compared too."""
+    operations the whole trees and both LRU orders are compared too.
+    values=False: the C tree keeps keys only (RadixTree(values=False)); its
+    indices and duplicates must be None, its evictions must return no KV
+    indices, and everything else must match the model (which keeps values).
+    hide_indices: the share of the C tree's evictions called with
+    indices=False (their counts and state slots must still match)."""
 
     def __init__(
         self,
@@ -39,12 +44,16 @@ class Differ:
         max_tokens=120,
         deep_every=1,
         c_factory=None,
+        values=True,
+        hide_indices=0.0,
     ):
         self.rng = random.Random(seed)
         self.page = page_size
         kw = dict(page_size=page_size, chunk_size=chunk_size, lru_policy=lru_policy)
         self.native = c_factory is None
-        self.c = (c_factory or RadixTree)(**kw)
+        self.values = values
+        self.hide_indices = hide_indices
+        self.c = (c_factory or RadixTree)(**kw, **({} if values else {"values": False}))
         self.m = ReferenceTree(**kw)
         self.alphabet = alphabet
         self.max_pages = max_pages
@@ -177,8 +186,11 @@ class Differ:
         self.note("match_hit" if m.node.parent is not None else "match_miss")
         if m.branching_seqlen is not None:
             self.note("match_branching")
-        self.check_array("match indices", c.indices)
-        self.same("match indices", ints(c.indices), m.indices)
+        if self.values:
+            self.check_array("match indices", c.indices)
+            self.same("match indices", ints(c.indices), m.indices)
+        else:
+            self.same("match indices", c.indices, None)
         self.same("match node", node_path(c.node), m.node.path)
         self.same("match state", c.state, m.state)
         self.same("match kv_matched_len", c.kv_matched_len, m.kv_matched_len)
@@ -199,6 +211,8 @@ class Differ:
             prev = 0 if rng.random() < 0.7 else rng.randrange(len(key) + 3)
         self.log.append("insert %r extra=%r prev=%d slot=%d kv0=%d" % (key, extra, prev, slot, value[0] if value else -1))
         vform = value if rng.random() < 0.5 else np.asarray(value, dtype=np.int64)
+        if not self.values:
+            vform = None
         c, m = self.both(
             "insert",
             lambda: self.c.insert(self.key_form(key), vform, slot, extra_key=extra, prev_prefix_len=prev),
@@ -216,39 +230,51 @@ class Differ:
         self.same("insert prefix_len", c.prefix_len, m.prefix_len)
         self.same("insert state_existed", bool(c.state_existed), m.state_existed)
         self.same("insert node", node_path(c.node), m.node.path)
-        self.check_array("insert duplicates", c.duplicates)
-        self.same("insert duplicates", ints(c.duplicates), m.duplicates)
+        if self.values:
+            self.check_array("insert duplicates", c.duplicates)
+            self.same("insert duplicates", ints(c.duplicates), m.duplicates)
+        else:
+            self.same("insert duplicates", c.duplicates, None)
         self.handles.append((m.node, c.node))
 
-    def _compare_evict(self, what, c, m):
+    def _evict_kw(self):
+        """indices=False for a share of the C tree's evictions."""
+        if self.hide_indices > 0 and self.rng.random() < self.hide_indices:
+            return {"indices": False}
+        return {}
+
+    def _compare_evict(self, what, c, m, kw):
         self.check_array(what + " kv_indices", c.kv_indices)
         self.check_array(what + " state_slots", c.state_slots)
         self.same(what + " tokens", c.tokens_evicted, m.tokens_evicted)
         self.same(what + " states", c.states_evicted, m.states_evicted)
-        self.same(what + " kv_indices", ints(c.kv_indices), m.kv_indices)
+        shown = self.values and kw.get("indices", True)
+        self.same(what + " kv_indices", ints(c.kv_indices), m.kv_indices if shown else [])
         self.same(what + " state_slots", ints(c.state_slots), m.state_slots)
 
     def op_evict_full(self, n=None):
         if n is None:
             n = self.rng.choice([0, 1, 1, 2, 3, 5, 8, 20]) * self.page
-        self.log.append("evict_full %d" % n)
-        c, m = self.both("evict_full", lambda: self.c.evict_full(n), lambda: self.m.evict_full(n))
+        kw = self._evict_kw()
+        self.log.append("evict_full %d %r" % (n, kw))
+        c, m = self.both("evict_full", lambda: self.c.evict_full(n, **kw), lambda: self.m.evict_full(n))
         if c is not None:
             if len(m.kv_indices) > 0 and m.states_evicted < 1:
                 self.note("evict_full_tombstone_leaf")
-            self._compare_evict("evict_full", c, m)
+            self._compare_evict("evict_full", c, m, kw)
 
     def op_evict_mamba(self, n=None):
         if n is None:
             n = self.rng.choice([0, 1, 1, 1, 2, 3])
-        self.log.append("evict_mamba %d" % n)
-        c, m = self.both("evict_mamba", lambda: self.c.evict_mamba(n), lambda: self.m.evict_mamba(n))
+        kw = self._evict_kw()
+        self.log.append("evict_mamba %d %r" % (n, kw))
+        c, m = self.both("evict_mamba", lambda: self.c.evict_mamba(n, **kw), lambda: self.m.evict_mamba(n))
         if c is not None:
             if m.states_evicted > 0 and not m.kv_indices:
                 self.note("evict_mamba_internal")
             if m.kv_indices:
                 self.note("evict_mamba_leaf")
-            self._compare_evict("evict_mamba", c, m)
+            self._compare_evict("evict_mamba", c, m, kw)
 
     def _c_node_of(self, m_node):
         """The C node at the model node's path."""
@@ -376,7 +402,11 @@ class Differ:
         self.m.sanity_check()
         if deep or (deep is None and self.ops % self.deep_every == 0):
             cp, mp = {}, {}
-            self.same("tree", tree_snapshot(self.c, cp), tree_snapshot(self.m, mp))
+            ct, mt = tree_snapshot(self.c, cp), tree_snapshot(self.m, mp)
+            if not self.values:   # the C nodes hold no values: compare the rest
+                ct = [r[:2] + r[3:] for r in ct]
+                mt = [r[:2] + r[3:] for r in mt]
+            self.same("tree", ct, mt)
             self.same("full LRU order", lru_paths(self.c, "full", cp), lru_paths(self.m, "full", mp))
             self.same("state LRU order", lru_paths(self.c, "mamba", cp), lru_paths(self.m, "mamba", mp))
 

@@ -44,7 +44,10 @@ def make_tree(impl: str, **kw):
 
 
 def ints(xs) -> list:
-    """A result array or list as a list of Python ints."""
+    """A result array or list as a list of Python ints (None stays None: a
+    tree made with values=False has no values)."""
+    if xs is None:
+        return None
     if hasattr(xs, "tolist"):
         return xs.tolist()
     return [int(x) for x in xs]

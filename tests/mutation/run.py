@@ -359,6 +359,25 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_FREE_CALLS", "mambaradix/sglang/cache.py", "            if self.page_size == 1:\n                free(self._indices(kv))",
            "            if True:\n                free(self._indices(kv))", T_PAGED,
            "over SGLang's paged allocator, what the lifecycle hands out is freed in one call"),
+    # the trusting paths (MR_VERIFY_TRUSTED off in this build) and the keys-only tree
+    Mutant("SA_TREE_COUNT", "csrc/core/slot_alloc.c", "        s->n_tree -= k;\n        ring_put(s, tok, k, 0);",
+           "        ring_put(s, tok, k, 0);", T_LIFE + T_CHK + ["tests/dropin/test_sglang_dropin.py"],
+           "a tree eviction's trusted free leaves the tree-owned count as it was"),
+    Mutant("SA_TREE_OWNER", "csrc/core/slot_alloc.c", "            owner[tok[i]] = MR_OWNER_FREE;",
+           "            owner[tok[i]] = MR_OWNER_TREE;", T_LIFE + T_CHK + ["tests/dropin/test_sglang_dropin.py"],
+           "a tree eviction's trusted free leaves the units owned by the tree"),
+    Mutant("LC_HELD_COUNT", "csrc/core/lifecycle.c", "                held++;   /* past mine, kv_refusal accepts HELD only */",
+           "                /* not counted */", T_LIFE + T_CHK + T_INS,
+           "an insert's transfer is told there are no HELD units among those it moves"),
+    Mutant("LC_HELD_BEFORE", "csrc/core/lifecycle.c", "            held -= owner[val[i]] == MR_OWNER_HELD;",
+           "            (void)0;", T_LIFE + T_CHK + T_INS + T_TONLY,
+           "an insert's transfer counts the HELD units before its prefix as moved"),
+    Mutant("RX_NOVAL_SPLIT", "csrc/core/radix.c", "        memmove(ckey, ckey + p, rest * sizeof(int32_t));",
+           "        (void)0;", ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
+           "a keys-only tree's split leaves the lower node's tokens unshifted"),
+    Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
+           ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
+           "evict_full(indices=False) on a check_ownership tree returns the indices"),
 ]
 
 

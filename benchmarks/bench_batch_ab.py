@@ -1,0 +1,86 @@
+"""The batch API, before and after, in one process (CPU): this tree's C module
+against another built checkout's, on bench_lifecycle.py's workloads
+(shared-prefix and the Mooncake conversation trace).
+
+Both modules are loaded side by side (each as the ``_C`` of its own package
+name), and each round runs ``bench_lifecycle.run_batch`` on fresh pools with
+either module, in alternating order: ``prefill_batch``,
+``unfinished_batch`` over the requests and their two output tokens,
+``decode_batch``, ``finish_batch``, batches of --batch requests, the pools
+built before the timer.  Both must report the same hit tokens.  The table
+gives each side's median us per request and the median of the per-round
+ratios (other / this): on a shared machine this reads a change that two
+separate runs minutes apart cannot.
+
+  python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8]
+
+OTHER_CHECKOUT must hold a built module (``python3 setup.py build_ext
+--inplace`` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import os
+import statistics
+import sys
+import types
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from bench_lifecycle import mooncake_workload, run_batch, shared_prefix_workload  # noqa: E402
+
+TRACE = os.path.join(ROOT, "..", "shared", "data", "mooncake_conversation_trace.jsonl")
+
+
+def load_module(tag: str, checkout: str):
+    """The checkout's built mambaradix/_C as the module ``tag._C``."""
+    found = sorted(glob.glob(os.path.join(checkout, "mambaradix", "_C*.so")))
+    if not found:
+        raise SystemExit(f"no built mambaradix/_C*.so in {checkout}: run setup.py build_ext --inplace there")
+    sys.modules[tag] = types.ModuleType(tag)
+    spec = importlib.util.spec_from_file_location(tag + "._C", found[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("other", help="a built checkout to compare against")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=8)
+    args = ap.parse_args()
+    mods = {"other": load_module("mr_other", os.path.abspath(args.other)), "this": load_module("mr_this", ROOT)}
+    workloads = [("shared-prefix", shared_prefix_workload(args.requests))]
+    if os.path.exists(TRACE):
+        workloads.append(("mooncake", mooncake_workload(TRACE, args.requests)))
+    print(f"{'workload':14} {'other us/req':>13} {'this us/req':>12} {'other / this':>13} {'ratio range':>14}")
+    for name, reqs in workloads:
+        reqs = [array("q", r) for r in reqs]
+        total = sum(len(r) for r in reqs)
+        cfg = {"kv": max(400_000, min(total // 4, 4_000_000)), "states": 192, "rows": 64,
+               "ctx": max(len(r) for r in reqs) + 8}
+        times = {"other": [], "this": []}
+        ratios, hits = [], {}
+        for i in range(args.rounds):
+            got = {}
+            for side in (("other", "this") if i % 2 == 0 else ("this", "other")):
+                r = run_batch(reqs, cfg, args.batch, C=mods[side])
+                got[side], hits[side] = r["seconds"] / len(reqs) * 1e6, r["hits"]
+                times[side].append(got[side])
+            ratios.append(got["other"] / got["this"])
+        if hits["other"] != hits["this"]:
+            raise SystemExit(f"{name}: hit tokens differ ({hits['other']} vs {hits['this']})")
+        print(f"{name:14} {statistics.median(times['other']):13.1f} {statistics.median(times['this']):12.1f} "
+              f"{statistics.median(ratios):12.2f}x {min(ratios):6.2f}-{max(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
