@@ -36,6 +36,18 @@
  * invariants instead of validating each unit (a tree eviction's KV frees,
  * an insert's ownership transfer) validate anyway and abort on a breach. */
 
+/* 1 when every value of src[0:n) fits int32: one branch-free pass (x fits
+ * when x + 2^31 has no bit above bit 31), which vectorises. */
+MR_INLINE int
+mr_fits_i32(const int64_t *src, size_t n)
+{
+    uint64_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        out |= ((uint64_t)src[i] + UINT64_C(0x80000000)) >> 32;
+    }
+    return out == 0;
+}
+
 /* Short name of a status code ("MR_ENOMEM"), for messages. */
 const char *mr_strerror(int code);
 

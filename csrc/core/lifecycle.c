@@ -1609,6 +1609,13 @@ int
 mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
                     const int32_t *ns, mr_lc_prefill_out *out)
 {
+    return mr_lc_prefill_batch_key(lc, n, keys, NULL, lens, ns, out);
+}
+
+int
+mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const int64_t *const *keys64,
+                        const size_t *lens, const int32_t *ns, mr_lc_prefill_out *out)
+{
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -1641,8 +1648,14 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
         mr_req *st = &sts[i];
         size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
-        rc = mr_lc_match(lc, keys[i], cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
+        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
+        rc = mr_lc_match_key(lc, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m,
+                             NULL);
         if (rc != MR_OK) {
+            break;
+        }
+        if (k64 != NULL && !mr_fits_i32(k64 + m.kv_matched_len, lens[i] - m.kv_matched_len)) {
+            rc = MR_EINVAL;   /* a token past what matched is outside int32 (what matched is the tree's) */
             break;
         }
         rc = mr_radix_lock(lc->tree, m.node);
@@ -1715,8 +1728,12 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, cons
         int64_t P = st->prefix_len, E = (int64_t)lens[i] - P;
         mr_node *node = NULL;
         (void)mr_radix_resolve(lc->tree, st->last_node, &node);
-        size_t np = mr_radix_path_values(lc->tree, node, lc->b);
-        (void)mr_reqpool_write(lc->rp, row, 0, lc->b, (int64_t)np);
+        /* the prefix's indices, node by node from the tree into the row */
+        int64_t end = (int64_t)mr_radix_path_len(lc->tree, node);
+        for (mr_node *n = node; mr_node_parent(n) != NULL; n = mr_node_parent(n)) {
+            end -= (int64_t)mr_node_len(n);
+            (void)mr_reqpool_write(lc->rp, row, end, mr_node_values(n), (int64_t)mr_node_len(n));
+        }
         st->committed = (int64_t)lens[i];
         if (lc->cfg.extra_buffer) {
             mr_lc_prepare_extend(lc, row, st, P, E, &out->track_slot[i], &out->track_mask[i],

@@ -332,6 +332,12 @@ typedef struct {
  * admitted and every slot it took is back. */
 int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
                         const int32_t *ns, mr_lc_prefill_out *out);
+/* mr_lc_prefill_batch where a key may be int64 tokens read in place
+ * (keys64[i] non-NULL: keys[i] is ignored; keys64 NULL: every key is
+ * keys[i]).  The batch only matches its keys, so no key is copied: a token
+ * outside int32 matches nothing (no cached key holds one). */
+int mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const int64_t *const *keys64,
+                            const size_t *lens, const int32_t *ns, mr_lc_prefill_out *out);
 /* End of prefill for requests that go on decoding: cache_unfinished_req on
  * each (keys: the request's tokens, fill_len = its committed length). */
 int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,

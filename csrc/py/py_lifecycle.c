@@ -2113,6 +2113,9 @@ put_index(char *dst, size_t i)
 typedef struct {
     mr_buf data;           /* every key's int32 tokens, back to back */
     const int32_t **ptrs;
+    const int64_t **ptrs64;  /* in place (keyset_read's in_place): int64 keys read where they are, else NULL */
+    Py_buffer *views;      /* the buffers ptrs64 point into, where have[i] */
+    uint8_t *have;
     size_t *lens;
     int32_t *ns;
     size_t n;
@@ -2121,6 +2124,14 @@ typedef struct {
 static void
 keyset_free(keyset *k)
 {
+    for (size_t i = 0; k->have != NULL && i < k->n; i++) {
+        if (k->have[i]) {
+            PyBuffer_Release(&k->views[i]);
+        }
+    }
+    PyMem_Free(k->ptrs64);
+    PyMem_Free(k->views);
+    PyMem_Free(k->have);
     mr_buf_free(&k->data);
     PyMem_Free(k->ptrs);
     PyMem_Free(k->lens);
@@ -2128,9 +2139,12 @@ keyset_free(keyset *k)
     memset(k, 0, sizeof(*k));
 }
 
-/* keys: a list of token sequences; ns_obj: None or a list of ints. */
+/* keys: a list of token sequences; ns_obj: None or a list of ints.
+ * in_place: a key key64_view accepts (C-contiguous int64) is read where it
+ * is (ptrs64[i], its view held until keyset_free), for a call that only
+ * matches; every other key is narrowed into data. */
 static int
-keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
+keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, int in_place)
 {
     memset(k, 0, sizeof(*k));
     /* tuples of their own: an item's __index__ may change the caller's lists */
@@ -2139,10 +2153,17 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         return -1;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    k->n = (size_t)n;
     k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
     k->lens = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
     k->ns = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
     int ok = k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
+    if (ok && in_place) {
+        k->ptrs64 = PyMem_Calloc((size_t)n + 1, sizeof(int64_t *));
+        k->views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+        k->have = PyMem_Calloc((size_t)n + 1, 1);
+        ok = k->ptrs64 != NULL && k->views != NULL && k->have != NULL;
+    }
     size_t total = 0;
     if (!ok) {
         PyErr_NoMemory();
@@ -2155,20 +2176,35 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
     if (plen < 0 || plen > (int)sizeof(arg) - 24) {
         plen = 0;
     }
+    size_t *at = ok ? PyMem_Calloc((size_t)n + 1, sizeof(size_t)) : NULL;   /* offsets into data */
+    if (ok && at == NULL) {
+        PyErr_NoMemory();
+        ok = 0;
+    }
     for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
+        int have = 0;
+        if (in_place && key64_view(key, &k->views[i], &have, &k->ptrs64[i], &k->lens[i])) {
+            k->have[i] = (uint8_t)have;
+            continue;
+        }
         put_index(arg + plen, (size_t)i);
         size_t len = 0;
-        ok = mr_ints_append_i32(PySequence_Fast_GET_ITEM(seq, i), arg, &scratch, &k->data, total, &len) == 0;
+        ok = mr_ints_append_i32(key, arg, &scratch, &k->data, total, &len) == 0;
         if (!ok) {
             break;
         }
         k->lens[i] = len;
+        at[i] = total;
         total += len;
     }
     mr_buf_free(&scratch);
-    for (Py_ssize_t i = 0, off = 0; ok && i < n; off += (Py_ssize_t)k->lens[i], i++) {
-        k->ptrs[i] = (const int32_t *)k->data.p + off;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        if (k->ptrs64 == NULL || k->ptrs64[i] == NULL) {
+            k->ptrs[i] = (const int32_t *)k->data.p + at[i];
+        }
     }
+    PyMem_Free(at);
     if (ok && ns_obj != NULL && ns_obj != Py_None) {
         PyObject *nseq = own_tuple(ns_obj, "ns must be a sequence of ints");
         if (nseq == NULL || PySequence_Fast_GET_SIZE(nseq) != n) {
@@ -2187,10 +2223,28 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname)
         Py_XDECREF(nseq);
     }
     Py_DECREF(seq);
-    k->n = (size_t)n;
     if (!ok) {
         keyset_free(k);
         return -1;
+    }
+    return 0;
+}
+
+/* After a refusal of in-place keys: 1 with ValueError set, naming the
+ * first token outside int32 (as the narrowing of a copied key names it),
+ * or 0 when every token fits. */
+static int
+keyset_out_of_range(const keyset *k, const char *fname)
+{
+    for (size_t i = 0; k->ptrs64 != NULL && i < k->n; i++) {
+        const int64_t *p = k->ptrs64[i];
+        for (size_t j = 0; p != NULL && j < k->lens[i]; j++) {
+            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "%s(): keys[%zu][%zu] = %lld is out of range [%d, %d]", fname, i, j,
+                             (long long)p[j], INT32_MIN, INT32_MAX);
+                return 1;
+            }
+        }
     }
     return 0;
 }
@@ -2213,7 +2267,8 @@ PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 "tokens written to each row, and the tracking decision.  Returns a dict of\n"
 "int64 arrays: rows, prefix_len, cow_src, cow_dst, clear, track_slot,\n"
 "track_seqlen (-1 = none) and the bool array track_mask.  None when the\n"
-"pools are short even after eviction (nothing admitted).");
+"pools are short even after eviction (nothing admitted).  Keys are token\n"
+"sequences; C-contiguous int64 ones (array('q'), numpy) are read in place.");
 
 static PyObject *
 Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2224,7 +2279,7 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     keyset k;
-    if (keyset_read(args[0], pa[1], &k, "prefill_batch") < 0) {
+    if (keyset_read(args[0], pa[1], &k, "prefill_batch", 1) < 0) {
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
@@ -2241,10 +2296,13 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     mr_lc_prefill_out out = {I64(a[0]), I64(a[1]), I64(a[2]), I64(a[3]), I64(a[4]), I64(a[5]),
                              (uint8_t *)PyArray_DATA((PyArrayObject *)a[7]), I64(a[6])};
-    int rc = mr_lc_prefill_batch(self->lc, k.n, k.ptrs, k.lens, k.ns, &out);
+    int rc = mr_lc_prefill_batch_key(self->lc, k.n, k.ptrs, k.ptrs64, k.lens, k.ns, &out);
     if (rc == MR_ENOSPC) {
         res = Py_NewRef(Py_None);
         goto error;
+    }
+    if (rc == MR_EINVAL && keyset_out_of_range(&k, "prefill_batch")) {
+        goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
         lc_raise_row(self, rc, "prefill_batch()", prefill_batch_overrides, 0);
@@ -2288,7 +2346,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "unfinished_batch") < 0) {
+    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", 0) < 0) {
         Py_DECREF(rows);
         return NULL;
     }
@@ -2392,7 +2450,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
     if (rows_read(args[0], &rows, "finish_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "finish_batch") < 0) {
+    if (keyset_read(args[1], pa[2], &k, "finish_batch", 0) < 0) {
         Py_DECREF(rows);
         return NULL;
     }

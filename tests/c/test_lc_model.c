@@ -559,7 +559,18 @@ op_prefill(model *m)
     for (int64_t r = 1; r <= m->nrows; r++) {
         free_rows += !m->rq[r].live;
     }
-    int rc = mr_lc_prefill_batch(m->lc, n, kp, lens, NULL, &out);
+    /* half the batches give their keys as int64 tokens, read in place */
+    int64_t keys64[MAXB][MAXCTX];
+    const int64_t *kp64[MAXB];
+    int wide = rnd(2) == 0;
+    for (size_t i = 0; wide && i < n; i++) {
+        for (size_t j = 0; j < lens[i]; j++) {
+            keys64[i][j] = keys[i][j];
+        }
+        kp64[i] = keys64[i];
+    }
+    int rc = wide ? mr_lc_prefill_batch_key(m->lc, n, kp, kp64, lens, NULL, &out)
+                  : mr_lc_prefill_batch(m->lc, n, kp, lens, NULL, &out);
     m->n_prefill++;
     if (rc != MR_OK && rc != MR_ENOSPC) {
         fail(m, "prefill_batch: rc %d", rc);

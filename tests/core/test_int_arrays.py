@@ -75,3 +75,31 @@ def test_int32_kv_row_survives_a_reentrant_call_while_the_tokens_are_read() -> N
     assert kvf.tolist() == [] and stf.tolist() == []
     m = lc.match(np.arange(1, n + 1, dtype=np.int64))
     assert m[0].tolist() == kv.tolist()
+
+
+@pytest.mark.parametrize("form", ["array", "numpy"])
+def test_an_in_place_batch_key_outside_int32_is_refused_wherever_it_is(form) -> None:
+    """prefill_batch reads int64 keys where they are and only matches them:
+    a token outside int32 is refused (ValueError naming it, nothing taken)
+    whether it sits past what matched the tree or within the cap, as the
+    narrowing of a list key refuses it (the reference)."""
+    from array import array
+
+    make = (lambda k: array("q", k)) if form == "array" else (lambda k: np.array(k, np.int64))
+    cached = list(range(1, 13))
+    for bad_at, bad in ((10, 2**31), (3, -(2**31) - 1), (0, 2**40)):
+        st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(256), _C.ReqPool(4, 64, 2)
+        lc = _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True)
+        out = lc.prefill_batch([cached])
+        lc.finish_batch(out["rows"], [cached])
+        key = cached[:11] + [99]
+        key[bad_at] = bad
+        before = (st.available_size(), kv.available_size(), rp.available_size())
+        msgs = []
+        for k in (key, make(key)):
+            with pytest.raises(ValueError, match=r"out of range") as e:
+                lc.prefill_batch([[5, 6, 7], k])
+            msgs.append(str(e.value))
+        assert msgs[0] == msgs[1] == f"prefill_batch(): keys[1][{bad_at}] = {bad} is out of range [-2147483648, 2147483647]"
+        assert (st.available_size(), kv.available_size(), rp.available_size()) == before
+        lc.check()

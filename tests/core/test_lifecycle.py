@@ -784,10 +784,13 @@ def _batch_lifecycle():
 
 
 def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
-    """The batch calls read each key as int32 tokens: array('q') and int64
-    numpy keys are narrowed in place into the batch's buffer, any other form
-    converted; every form gives the same tree as plain lists (the
-    reference), and a token past int32 is named by key and position."""
+    """The batch calls read each key as int32 tokens: prefill_batch reads
+    array('q') and int64 numpy keys where they are (it only matches them),
+    the other calls narrow them into the batch's buffer, any other form is
+    converted; every form gives the same tree and the same matches as plain
+    lists (the reference), on an empty tree and once every key is cached,
+    and a token past int32 is named by key and position, before or past
+    what matched."""
     rng = np.random.default_rng(5)
     lists = [rng.integers(1, 2**31 - 1, size=int(m)).tolist() for m in rng.integers(1, 40, size=12)]
     forms = [lambda k: k, lambda k: array("q", k), lambda k: np.array(k, np.int64),
@@ -802,10 +805,22 @@ def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
         got = (out["prefix_len"].tolist(), [lc.match(array("q", k))[0].tolist() for k in lists])
         lc.unfinished_batch(out["rows"], keys(form))
         got += ([lc.match(array("q", k))[0].tolist() for k in lists],)
+        lc.finish_batch(out["rows"], keys(form))
+        again = lc.prefill_batch(keys(form))   # every key hits the tree now
+        got += (again["prefix_len"].tolist(),)
         lc.check()
         want = got if want is None else want
         assert got == want
     assert [len(m) for m in want[2]] == [len(k) - len(k) % 4 for k in lists]   # cached up to the tracked chunk
+    assert sum(want[3]) > 0 and all(0 <= p < len(k) for p, k in zip(want[3], lists))
+    lc, st, kv, rp = _batch_lifecycle()
+    out = lc.prefill_batch([lists[0]])
+    lc.finish_batch(out["rows"], [lists[0]])
+    assert lc.match(array("q", lists[0]))[0].size >= 8
+    with pytest.raises(ValueError, match=r"^prefill_batch\(\): keys\[1\]\[8\] = -4294967296 is out of range"):
+        lc.prefill_batch([lists[1], np.array(lists[0][:8] + [-(2**32)], np.int64)])   # past the match
+    assert (st.available_size(), kv.available_size(), rp.available_size()) == (64 - lc.sizes()[2], 4096 - lc.sizes()[0], 16)
+    lc.check()
     lc, st, kv, rp = _batch_lifecycle()
     keys = [array("q", k) for k in lists]
     keys[11] = array("q", [1, 2, 2**32, 4])
