@@ -7,7 +7,8 @@ name), and each round runs ``bench_lifecycle.run_batch`` on fresh pools with
 either module, in alternating order: ``prefill_batch``,
 ``unfinished_batch`` over the requests and their two output tokens,
 ``decode_batch``, ``finish_batch``, batches of --batch requests, the pools
-built before the timer.  Both must report the same hit tokens.  The table
+built before the timer.  A line says so when the two report different hit
+tokens (their evictions differ, so the work does too).  The table
 gives each side's median us per request and the median of the per-round
 ratios (other / this): on a shared machine this reads a change that two
 separate runs minutes apart cannot.
@@ -76,10 +77,11 @@ def main() -> None:
                 got[side], hits[side] = r["seconds"] / len(reqs) * 1e6, r["hits"]
                 times[side].append(got[side])
             ratios.append(got["other"] / got["this"])
-        if hits["other"] != hits["this"]:
-            raise SystemExit(f"{name}: hit tokens differ ({hits['other']} vs {hits['this']})")
         print(f"{name:14} {statistics.median(times['other']):13.1f} {statistics.median(times['this']):12.1f} "
               f"{statistics.median(ratios):12.2f}x {min(ratios):6.2f}-{max(ratios):.2f}x")
+        if hits["other"] != hits["this"]:
+            print(f"  hit tokens differ: {hits['other']} (other) vs {hits['this']} (this): the two builds evict "
+                  "differently, so they do not do the same work")
 
 
 if __name__ == "__main__":

@@ -75,8 +75,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverConfig,  # noqa: F401
-                        Scheduler, chunk_continuation, decode_track_due, match_key_limit,
-                        ping_pong_other, prefill_track_point, retract_victim, state_headroom)
+                        Scheduler, chunk_continuation, decode_kv_need, decode_track_due, extend_kv_need,
+                        match_key_limit, ping_pong_other, prefill_track_point, retract_victim, state_headroom)
 
 # ---------------------------------------------------------------------------
 # requests
@@ -443,7 +443,7 @@ class SchedulerDriver(Scheduler):
         page = self.page
         if page == 1:
             return self._alloc_tokens(ext_total)
-        self._evict_tokens(ext_total + len(reqs) * page)
+        self._evict_tokens(extend_kv_need(ext_total, len(reqs), page))
         prefix = torch.tensor([len(r.prefix_indices) for r in reqs], dtype=torch.int64)
         seq = torch.tensor([r.extend_range.end for r in reqs], dtype=torch.int64)
         last = torch.tensor([int(r.prefix_indices[-1]) if len(r.prefix_indices) else -1
@@ -460,7 +460,7 @@ class SchedulerDriver(Scheduler):
         page = self.page
         if page == 1:
             return self._alloc_tokens(len(self.running))
-        self._evict_tokens(len(self.running) * page)
+        self._evict_tokens(decode_kv_need(len(self.running), page))
         table = self.req_to_token_pool.req_to_token
         reqs = [i.req for i in self.running]
         last = torch.tensor([int(table[r.req_pool_idx, r.kv_committed_len - 1]) for r in reqs],

@@ -32,7 +32,8 @@ A request object of either backend exposes the same attributes to the loop:
 The decision functions (:func:`match_key_limit`, :func:`prefill_track_point`,
 :func:`decode_track_due`, :func:`chunk_continuation`, :func:`state_headroom`,
 :func:`ping_pong_other`, :func:`keep_index`, :func:`end_of_turn`,
-:func:`finish_cache_len`) are the C core's (``csrc/core/rules.h``, bound in
+:func:`finish_cache_len`, and the KV evictions' :func:`extend_kv_need`,
+:func:`decode_kv_need`, :func:`kv_evict`) are the C core's (``csrc/core/rules.h``, bound in
 ``csrc/py/py_rules.c``): the C lifecycle applies the same functions, so each
 rule has one home.
 """
@@ -43,9 +44,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ._C import (chunk_continuation, decode_track_due, end_of_turn, finish_cache_len,  # noqa: F401
-                 keep_index, match_key_limit, ping_pong_other, prefill_track_point, slots_per_req,
-                 state_headroom)
+from ._C import (chunk_continuation, decode_kv_need, decode_track_due, end_of_turn,  # noqa: F401
+                 extend_kv_need, finish_cache_len, keep_index, kv_evict, match_key_limit, ping_pong_other,
+                 prefill_track_point, slots_per_req, state_headroom)
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
 
@@ -463,8 +464,9 @@ class Scheduler:
         return self._kv_available() >= n
 
     def _evict_tokens(self, n: int) -> None:
-        if self._kv_available() < n:
-            self._evict_kv(n)
+        evict = kv_evict(self._kv_available(), n)
+        if evict:
+            self._evict_kv(evict)
 
     def _retract(self, x: Any) -> None:
         """Decode retraction: the request gives back everything (nothing is

@@ -1671,15 +1671,9 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         need_pages += ((int64_t)lens[i] - st->prefix_len + ps - 1) / ps;
         out->prefix_len[i] = st->prefix_len;
     }
-    /* 2. KV pages for every extend, evicting when short */
-    int64_t need_kv = need_pages * ps;
-    if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
-        rc = mr_radix_evict_full(lc->tree, (size_t)(need_kv - mr_kv_available(lc->kv)), &lc->rel, NULL, NULL);
-        if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
-            rc = MR_ENOSPC;
-        }
-    }
-    /* 3. admission (rows and state slots, all or none) */
+    /* 2. admission (rows and state slots, all or none; states evicted for
+     *    the headroom first), then 3. KV: SGLang's alloc_for_extend in its
+     *    order, evicting for its estimate of the batch's tokens when short */
     for (size_t i = 0; i < n; i++) {
         out->rows[i] = -1;
     }
@@ -1691,8 +1685,18 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         MR_FREE(sts);
         return rc;
     }
-    /* 4. KV pages, all or none (admission evicts states only, which never
-     *    takes KV pages, so the count above still holds) */
+    int64_t need_kv = need_pages * ps, ext_total = 0;
+    for (size_t i = 0; i < n; i++) {
+        ext_total += (int64_t)lens[i] - sts[i].prefix_len;
+    }
+    int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), mr_rule_extend_kv_need(ext_total, (int64_t)n, ps));
+    if (evict > 0) {
+        rc = mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL);
+    }
+    if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
+        rc = MR_ENOSPC;
+    }
+    /* 4. KV pages, all or none (whole pages: the count above is exact) */
     int64_t done = 0;
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         int64_t ealloc = ((int64_t)lens[i] - sts[i].prefix_len + ps - 1) / ps * ps;
@@ -1799,14 +1803,18 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
             need += ps;
         }
     }
-    if (mr_kv_available(lc->kv) < need) {
-        int rc = mr_radix_evict_full(lc->tree, (size_t)(need - mr_kv_available(lc->kv)), &lc->rel, NULL, NULL);
+    /* SGLang's two evictions of a decode step: check_decode_mem's for the
+     * tokens the step takes, then alloc_for_decode's for its estimate */
+    int64_t est = mr_rule_decode_kv_need((int64_t)n, ps);
+    for (int k = 0; k < 2; k++) {
+        int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), k == 0 ? need : est);
+        int rc = evict > 0 ? mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL) : MR_OK;
         if (rc != MR_OK) {
             return rc;
         }
-        if (mr_kv_available(lc->kv) < need) {
-            return MR_ENOSPC;
-        }
+    }
+    if (mr_kv_available(lc->kv) < need) {
+        return MR_ENOSPC;
     }
     int rc = scratch(lc, (size_t)ps + 1);
     if (rc != MR_OK) {

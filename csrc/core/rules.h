@@ -129,4 +129,31 @@ mr_rule_finish_cache_len(int extra_buffer, int64_t last_track, int64_t committed
     return n / page * page;
 }
 
+/* KV tokens an extend of extend_total tokens over num_reqs requests makes
+ * room for (SGLang's alloc_for_extend): the tokens, or with pages an
+ * over-estimate of one fresh page per request on top
+ * (alloc_paged_token_slots_extend). */
+static inline int64_t
+mr_rule_extend_kv_need(int64_t extend_total, int64_t num_reqs, int64_t page)
+{
+    return page == 1 ? extend_total : extend_total + num_reqs * page;
+}
+
+/* KV tokens a decode step of num_reqs requests makes room for (SGLang's
+ * alloc_for_decode): one token each, or with pages a page each. */
+static inline int64_t
+mr_rule_decode_kv_need(int64_t num_reqs, int64_t page)
+{
+    return num_reqs * page;
+}
+
+/* KV tokens to evict from the tree when `need` are wanted and `available`
+ * are free (SGLang's evict_from_tree_cache): all of need when short, not
+ * the shortfall; 0 otherwise. */
+static inline int64_t
+mr_rule_kv_evict(int64_t available, int64_t need)
+{
+    return available < need ? need : 0;
+}
+
 #endif /* MR_RULES_H */

@@ -249,6 +249,74 @@ rules_finish_cache_len(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyO
     return PyLong_FromLongLong(mr_rule_finish_cache_len(eb, last, committed, eot, page));
 }
 
+PyDoc_STRVAR(extend_kv_need__doc__,
+"extend_kv_need(extend_total, num_reqs, page_size)\n"
+"--\n"
+"\n"
+"KV tokens an extend of extend_total tokens over num_reqs requests makes\n"
+"room for (SGLang's alloc_for_extend): extend_total, or with pages\n"
+"extend_total + num_reqs * page_size (a fresh page per request).");
+
+static PyObject *
+rules_extend_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "extend_kv_need", 0, 3, 3, "extend_total", "num_reqs", "page_size");
+    int64_t e, n, page;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "extend_total", &e) < 0
+        || len_arg(a[1], spec.fname, "num_reqs", &n) < 0
+        || mr_arg_int64(a[2], spec.fname, "page_size", 1, INT32_MAX, &page) < 0) {
+        return NULL;
+    }
+    if (n > 0 && n > (INT64_MAX - e) / page) {
+        PyErr_SetString(PyExc_OverflowError, "extend_kv_need(): num_reqs * page_size overflows");
+        return NULL;
+    }
+    return PyLong_FromLongLong(mr_rule_extend_kv_need(e, n, page));
+}
+
+PyDoc_STRVAR(decode_kv_need__doc__,
+"decode_kv_need(num_reqs, page_size)\n"
+"--\n"
+"\n"
+"KV tokens a decode step of num_reqs requests makes room for (SGLang's\n"
+"alloc_for_decode): num_reqs * page_size.");
+
+static PyObject *
+rules_decode_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "decode_kv_need", 0, 2, 2, "num_reqs", "page_size");
+    int64_t n, page;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "num_reqs", &n) < 0
+        || mr_arg_int64(a[1], spec.fname, "page_size", 1, INT32_MAX, &page) < 0) {
+        return NULL;
+    }
+    if (n > INT64_MAX / page) {
+        PyErr_SetString(PyExc_OverflowError, "decode_kv_need(): num_reqs * page_size overflows");
+        return NULL;
+    }
+    return PyLong_FromLongLong(mr_rule_decode_kv_need(n, page));
+}
+
+PyDoc_STRVAR(kv_evict__doc__,
+"kv_evict(available, need)\n"
+"--\n"
+"\n"
+"KV tokens to evict from the tree when `need` are wanted and `available`\n"
+"are free (SGLang's evict_from_tree_cache): all of need when short, not\n"
+"the shortfall; 0 otherwise.");
+
+static PyObject *
+rules_kv_evict(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "kv_evict", 0, 2, 2, "available", "need");
+    int64_t avail, need;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
+        || len_arg(a[1], spec.fname, "need", &need) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(mr_rule_kv_evict(avail, need));
+}
+
 #define RULE(name) {#name, (PyCFunction)(void (*)(void))rules_##name, METH_FASTCALL | METH_KEYWORDS, name##__doc__}
 
 static PyMethodDef rules_methods[] = {
@@ -262,6 +330,9 @@ static PyMethodDef rules_methods[] = {
     RULE(keep_index),
     RULE(end_of_turn),
     RULE(finish_cache_len),
+    RULE(extend_kv_need),
+    RULE(decode_kv_need),
+    RULE(kv_evict),
     {NULL, NULL, 0, NULL},
 };
 

@@ -85,8 +85,8 @@ import numpy as np
 
 from .. import _C
 
-from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, end_of_turn, finish_cache_len,
-                         match_key_limit, state_headroom)
+from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, end_of_turn,
+                         extend_kv_need, finish_cache_len, kv_evict, match_key_limit, state_headroom)
 from .checks import check_feasible
 from .types import SimConfig, SimMetrics, SimRequest
 
@@ -581,9 +581,9 @@ class _Replay(Scheduler):
     def _alloc_kv(self, n: int, evict_below: Optional[int] = None) -> None:
         """Take n KV tokens, first evicting when fewer than ``evict_below``
         (default n) are free (SGLang evicts for an estimate with pages)."""
-        want = n if evict_below is None else evict_below
-        if self.kv_free < want:
-            self._evict(num_tokens=want)
+        evict = kv_evict(self.kv_free, n if evict_below is None else evict_below)
+        if evict:
+            self._evict(num_tokens=evict)
         if self.kv_free < n:
             raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
                                f"(free {self.kv_free}): raise kv_tokens")
@@ -955,7 +955,7 @@ class _Replay(Scheduler):
             # alloc_extend: the rest of each request's last page, then whole
             # pages; eviction first for the tokens plus a page per request
             pages = sum(self._ceil_page(r.ext_end) - self._ceil_page(r.prefix_len) for r in rs)
-            self._alloc_kv(pages, evict_below=ext_total + len(rs) * self.page)
+            self._alloc_kv(pages, evict_below=extend_kv_need(ext_total, len(rs), self.page))
         for r in rs:
             P = r.prefix_len
             E = r.ext_end - P
@@ -1066,7 +1066,7 @@ class _Replay(Scheduler):
             self._alloc_kv(len(self.running))
         else:
             self._alloc_kv(self.page * self.page_due[b % self.page],
-                           evict_below=len(self.running) * self.page)
+                           evict_below=decode_kv_need(len(self.running), self.page))
         self.prep_id = b
         if self.extra_buffer and self.lazy:
             due = self.bucket.get(b % interval)

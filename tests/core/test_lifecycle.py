@@ -829,3 +829,63 @@ def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
     assert (st.available_size(), kv.available_size(), rp.available_size()) == (64, 4096, 16)
     lc.check()
 
+
+
+def _cached_leaves(lc, st, kv, keys) -> None:
+    """Cache each key as its own leaf, oldest first (the LRU order)."""
+    for key in keys:
+        lc.insert(list(key), kv.alloc(len(key)), int(st.alloc(1)[0]))
+
+
+def test_batch_extend_evicts_what_sglang_evicts() -> None:
+    """SGLang's alloc_for_extend (evict_from_tree_cache) asks the tree for
+    every token it is about to take, not for the shortfall, once fewer are
+    free; with pages it asks for the batch's tokens plus a page a request.
+    Page size 1: 32 tokens free and four cached 8-token leaves; a 40-token
+    request evicts 40, that is every leaf (the shortfall, 8, would leave
+    three).  Page size 4: 16 tokens free and two cached 8-token leaves; a
+    14-token request needs 4 pages (16 tokens, all free) but SGLang evicts
+    for 14 + 4 = 18, both leaves (the exact need would evict nothing)."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(64), _C.ReqPool(4, 128, 2)
+    lc = _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True)
+    _cached_leaves(lc, st, kv, [[100 + i] * 8 for i in range(4)])
+    assert kv.available_size() == 32
+    assert lc.prefill_batch([list(range(1, 41))]) is not None
+    assert (lc.sizes()[0], kv.available_size()) == (0, 64 - 40)
+    lc.check()
+
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(32, 4), _C.ReqPool(4, 128, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    _cached_leaves(lc, st, kv, [[100 + i] * 8 for i in range(2)])
+    assert kv.available_size() == 16
+    assert lc.prefill_batch([list(range(1, 15))]) is not None
+    assert (lc.sizes()[0], kv.available_size()) == (0, 32 - 16)
+    lc.check()
+
+
+def test_batch_decode_evicts_what_sglang_evicts() -> None:
+    """A decode step evicts twice in SGLang: check_decode_mem for the tokens
+    the step takes, then alloc_for_decode for its estimate (a token, or with
+    pages a page, per request), each time for all of it when short.  Page
+    size 1: two running requests, one token free and three cached one-token
+    leaves: the step evicts 2 (two leaves; the shortfall would take one).
+    Page size 4: two 5-token requests take no new page, yet with one page
+    free SGLang evicts for 2 * 4 = 8 tokens: two of three cached one-page
+    leaves (the exact need, 0, evicts nothing)."""
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(12), _C.ReqPool(4, 128, 2)
+    lc = _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True)
+    rows = lc.prefill_batch([[1, 2, 3, 4], [5, 6, 7, 8]])["rows"]
+    _cached_leaves(lc, st, kv, [[200 + i] for i in range(3)])
+    assert kv.available_size() == 1
+    lc.decode_batch(rows)
+    assert (lc.sizes()[0], kv.available_size()) == (1, 1)
+    lc.check()
+
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(32, 4), _C.ReqPool(4, 128, 2)
+    lc = _C.Lifecycle(st, kv, rp, page_size=4, chunk_size=4, extra_buffer=True)
+    rows = lc.prefill_batch([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])["rows"]
+    _cached_leaves(lc, st, kv, [[200 + i] * 4 for i in range(3)])
+    assert kv.available_size() == 4
+    lc.decode_batch(rows)
+    assert (lc.sizes()[0], kv.available_size()) == (4, 12)
+    lc.check()

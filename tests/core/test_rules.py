@@ -33,6 +33,17 @@ def ref_end_of_turn(on, eb, committed, page, available, lazy):
     return bool(on and eb and committed > 0 and committed % page == 0 and available >= (2 if lazy else 3))
 
 
+def ref_extend_kv_need(ext_total, n, page):
+    # alloc_for_extend: alloc_token_slots(extend_num_tokens) at page size 1,
+    # alloc_paged_token_slots_extend's extend_num_tokens + len(seq_lens) * page_size
+    return ext_total if page == 1 else ext_total + n * page
+
+
+def ref_kv_evict(available, need):
+    # evict_from_tree_cache: tree_cache.evict(num_tokens) when available < num_tokens
+    return need if available < need else 0
+
+
 def ref_finish_cache_len(eb, last, committed, eot, page):
     n = committed if (not eb or eot) else (last or 0)
     return min(n, committed) // page * page
@@ -64,13 +75,19 @@ def test_rules_against_reference(seed):
         assert eot is ref_end_of_turn(on, eb, committed, page, avail, lazy)
         assert _C.finish_cache_len(eb, last, committed, eot, page) == ref_finish_cache_len(eb, last, committed,
                                                                                             eot, page)
+        ext_total = rng.randrange(0, 5000)
+        assert _C.extend_kv_need(ext_total, n, page) == ref_extend_kv_need(ext_total, n, page)
+        assert _C.decode_kv_need(n, page) == n * page   # alloc_for_decode: bs tokens, or bs * page_size
+        kv_avail = rng.randrange(0, 6000)
+        assert _C.kv_evict(kv_avail, ext_total) == ref_kv_evict(kv_avail, ext_total)
     assert _C.slots_per_req(False) == scheduler.STATE_FACTOR == 3
     assert _C.slots_per_req(True) == scheduler.STATE_FACTOR_LAZY == 2
 
 
 def test_scheduler_uses_the_core_rules():
     for name in ("match_key_limit", "prefill_track_point", "decode_track_due", "chunk_continuation",
-                 "state_headroom", "ping_pong_other", "keep_index", "end_of_turn", "finish_cache_len"):
+                 "state_headroom", "ping_pong_other", "keep_index", "end_of_turn", "finish_cache_len",
+                 "extend_kv_need", "decode_kv_need", "kv_evict"):
         assert getattr(scheduler, name) is getattr(_C, name), name
 
 
@@ -85,6 +102,11 @@ def test_scheduler_uses_the_core_rules():
     (lambda: _C.chunk_continuation(0, 5, 5, 0), ValueError, "page_size"),
     (lambda: _C.finish_cache_len(True, "x", 5, False, 1), TypeError, "last_track"),
     (lambda: _C.state_headroom(1, 2), TypeError, "lazy"),
+    (lambda: _C.extend_kv_need(10, 2, 0), ValueError, "page_size"),
+    (lambda: _C.extend_kv_need(-1, 2, 4), ValueError, "extend_total"),
+    (lambda: _C.decode_kv_need(-1, 4), ValueError, "num_reqs"),
+    (lambda: _C.kv_evict(-1, 4), ValueError, "available"),
+    (lambda: _C.decode_kv_need(2**62, 2**20), OverflowError, "overflows"),
 ])
 def test_rule_arguments_are_named(call, exc, words):
     with pytest.raises(exc, match=words):
