@@ -249,17 +249,10 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
     const char *v = vals;
     const int contiguous = step == 1 && vstride == width;
     if (width == 8) {   /* int64 values: each must fit the int32 table */
-        /* contiguous: one branch-free pass (x fits when x + 2^31 has no
-         * bit above bit 31), which vectorises; the first misfit is then
-         * looked for */
-        uint64_t out = 0;
-        if (contiguous) {
-            const int64_t *x = vals;
-            for (int64_t i = 0; i < n; i++) {
-                out |= ((uint64_t)x[i] + UINT64_C(0x80000000)) >> 32;
-            }
-        }
-        for (int64_t i = 0; (!contiguous || out != 0) && i < n; i++) {
+        /* contiguous: one branch-free pass (mr_fits_i32); the first misfit
+         * is then looked for */
+        const int fits = contiguous && mr_fits_i32(vals, (size_t)n);
+        for (int64_t i = 0; !fits && i < n; i++) {
             int64_t x = *(const int64_t *)(v + i * vstride);
             if (x < INT32_MIN || x > INT32_MAX) {
                 *bad = i;
