@@ -34,7 +34,10 @@
 /* MR_VERIFY_TRUSTED (defined by debug and sanitizer builds, setup.py, and
  * by the sanitized C tests): the few hot paths that trust the core's own
  * invariants instead of validating each unit (a tree eviction's KV frees,
- * an insert's ownership transfer) validate anyway and abort on a breach. */
+ * an insert's ownership transfer, the lifecycle's row writes of indices it
+ * holds, an insert from a request's locked node, which trusts the request's
+ * tokens to begin with that node's path) validate anyway and abort on a
+ * breach. */
 
 /* 1 when every value of src[0:n) fits int32: one branch-free pass (x fits
  * when x + 2^31 has no bit above bit 31), which vectorises. */

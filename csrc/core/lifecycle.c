@@ -29,6 +29,8 @@ struct mr_lifecycle {
     size_t nends, capends;
     int64_t *rst;
     size_t nrst, caprst;
+    int32_t *kb;           /* a request's int64 tokens narrowed (key_tail) */
+    size_t capkb;
     int rel_error;         /* first error a release hook hit */
     int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
 };
@@ -257,6 +259,75 @@ sync_row(mr_lifecycle *lc, int64_t row, const mr_req *st)
 /* ------------------------------------------------------------------------
  * Lifetime */
 
+/* The request's locked node when an insert of cache_len of its tokens may
+ * start there (mr_insert_opts.from) without reading the tokens before it:
+ * the node's path is the request's first protected_len tokens, matched
+ * from them (a lock keeps the path in the tree), and the insert covers
+ * it.  NULL otherwise: the insert walks from the root. */
+static mr_node *
+locked_path(mr_lifecycle *lc, const mr_req *st, size_t cache_len)
+{
+    mr_node *n = NULL;
+    if (!st->locked || st->protected_len <= 0 || (size_t)st->protected_len > cache_len
+        || mr_radix_resolve(lc->tree, st->last_node, &n) != MR_OK || n == mr_radix_root(lc->tree)) {
+        return NULL;
+    }
+    return mr_radix_path_len(lc->tree, n) == (size_t)st->protected_len ? n : NULL;
+}
+
+/* The first position in [from, len) of k64 outside int32, or -1 (one
+ * branch-free pass when all fit). */
+static int64_t
+misfit_at(const int64_t *k64, size_t from, size_t len)
+{
+    if (mr_fits_i32(k64 + from, len - from)) {
+        return -1;
+    }
+    for (size_t i = from; i < len; i++) {
+        if (k64[i] < INT32_MIN || k64[i] > INT32_MAX) {
+            return (int64_t)i;
+        }
+    }
+    return -1;
+}
+
+/* A request's tokens [from, len) as int32: tokens itself, or tokens64's
+ * narrowed into lc->kb at the same positions (kb[0:from) is not written:
+ * an insert from a locked node does not read it).  MR_EINVAL, *bad the
+ * position, for a token outside int32 (nothing changed). */
+static int
+key_tail(mr_lifecycle *lc, const int32_t *tokens, const int64_t *tokens64, size_t from, size_t len,
+         const int32_t **out, int64_t *bad)
+{
+    if (tokens64 == NULL) {
+        *out = tokens;
+        return MR_OK;
+    }
+#ifdef MR_VERIFY_TRUSTED
+    from = 0;   /* the whole key, for the insert's check of the caller's path */
+#endif
+    if ((*bad = misfit_at(tokens64, from, len)) >= 0) {
+        return MR_EINVAL;
+    }
+    if (len > lc->capkb) {
+        size_t c = lc->capkb ? lc->capkb : 1024;
+        while (c < len) {
+            c *= 2;
+        }
+        int32_t *k = MR_REALLOC(lc->kb, c * sizeof(int32_t));
+        if (k == NULL) {
+            return MR_ENOMEM;
+        }
+        lc->kb = k;
+        lc->capkb = c;
+    }
+    for (size_t i = from; i < len; i++) {
+        lc->kb[i] = (int32_t)tokens64[i];
+    }
+    *out = lc->kb;
+    return MR_OK;
+}
+
 int
 mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, mr_lifecycle **out)
 {
@@ -269,8 +340,8 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
         return MR_EINVAL;
     }
     if (with && ((uint32_t)kv->page_size != cfg->page_size || rp->pp != cfg->track_buffer_size
-                 || (!cfg->extra_buffer && cfg->page_size != 1))) {
-        return MR_EINVAL;
+                 || (!cfg->extra_buffer && cfg->page_size != 1) || !mr_kv_fits_table(kv))) {
+        return MR_EINVAL;   /* mr_kv_fits_table: the rows hold KV indices unchecked (mr_reqpool_write_trusted) */
     }
     mr_lifecycle *lc = MR_CALLOC(1, sizeof(*lc));
     if (lc == NULL) {
@@ -310,6 +381,7 @@ mr_lc_free(mr_lifecycle *lc)
     MR_FREE(lc->rcut);
     MR_FREE(lc->ends);
     MR_FREE(lc->rst);
+    MR_FREE(lc->kb);
     MR_FREE(lc);
 }
 
@@ -371,7 +443,7 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim, int64_t *bad, size_t mine, const int64_t *tail, size_t ntail);
+                     int trim, int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
@@ -381,7 +453,7 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX, NULL, 0);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX, NULL, 0, NULL);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -451,12 +523,14 @@ kv_refusal(const mr_kv *kv, int32_t o, int64_t pg, int grp, size_t i, size_t min
 
 /* tail[0:ntail) (with pools): the caller's KV past what it caches, freed
  * once the tree has changed, in a call of its own before the duplicates
- * (cache_finished_req frees its tail before it inserts). */
+ * (cache_finished_req frees its tail before it inserts).  from: NULL or
+ * the request's locked_path (the walk starts there). */
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
           int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
-          int64_t *bad, size_t mine, const int64_t *tail, size_t ntail)
+          int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from)
 {
+    const mr_insert_opts opts = {0, 0, from};
     int rc;
     int64_t bad_local;
     if (bad == NULL) {
@@ -467,7 +541,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         if ((rc = reserve_runs(lc, len)) != MR_OK) {
             return rc;
         }
-        rc = mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup_out, out);
+        rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup_out, out);
         if (rc == MR_OK) {
             dup_runs(lc, out, len);
         }
@@ -574,7 +648,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         return rc;
     }
     int64_t *dup = dup_out != NULL ? dup_out : lc->b;
-    rc = mr_radix_insert(lc->tree, key, val, len, ns, state, prev_prefix_len, dup, out);
+    rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
     if (rc != MR_OK) {
         return rc;
     }
@@ -1062,17 +1136,17 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
  * duplicates' (SGLang's order). */
 static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
-           size_t prev, size_t mine, mr_insert_result *res, const int64_t *tail, size_t ntail)
+           size_t prev, size_t mine, mr_insert_result *res, const int64_t *tail, size_t ntail, const mr_node *from)
 {
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine, tail, ntail);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine, tail, ntail, from);
     }
     /* room for a free call per run (the caller reserved the indices) */
     int rc = grow(&lc->rcut, &lc->caprcut, lc->nrcut + len / lc->cfg.page_size + 3);
     if (rc == MR_OK) {
-        rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine, NULL, 0);
+        rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine, NULL, 0, from);
     }
     if (rc == MR_OK) {
         rc = out_kv(lc, tail, ntail);
@@ -1084,10 +1158,12 @@ insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t le
 }
 
 /* cache_finished_req over the row's table (kv_in NULL) or, tree-only, over
- * the caller's KV indices kv_in[0:committed_len). */
+ * the caller's KV indices kv_in[0:committed_len).  The tokens are tokens
+ * or, when tokens64 is not NULL, tokens64 (int64, read in place: only what
+ * the insert reads is narrowed; *bad names a token outside int32). */
 static int
-cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
-               size_t committed_len, int32_t ns, int is_insert)
+cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *tokens64,
+               const int64_t *kv_in, size_t committed_len, int32_t ns, int is_insert, int64_t *bad)
 {
     const mr_lc_config *c = &lc->cfg;
     if (st->running < 0) {
@@ -1113,9 +1189,20 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                                                              (int64_t)committed_len, eot, c->page_size)
                                   : 0;
     size_t prev = protected_len > 0 ? (size_t)protected_len : 0;
-    /* the KV the call uses: the insert's from its own prefix on (mine), the
-     * tail past the protected prefix; the table is read from there only */
-    size_t mine = cache_len > 0 && has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : prev;
+    /* the insert starts at the request's locked node when it can; the
+     * tokens it reads are narrowed (int64 ones) before anything changes */
+    const mr_node *from = cache_len > 0 ? locked_path(lc, st, (size_t)cache_len) : NULL;
+    if (cache_len > 0) {
+        rc = key_tail(lc, tokens, tokens64, from != NULL ? prev : 0, (size_t)cache_len, &tokens, bad);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    /* the KV the call uses: the insert's from its own prefix on (mine: the
+     * locked prefix itself from a locked node), the tail past the protected
+     * prefix; the table is read from there only */
+    size_t mine = from != NULL ? prev
+                  : cache_len > 0 && has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : prev;
     const int64_t *kv = kv_in;
     if (kv_in == NULL) {
         size_t from = check_from(lc, mine < prev ? mine : prev);
@@ -1148,7 +1235,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
          * has changed; the tail goes once it succeeded */
         if (cache_len > 0) {
             mr_insert_result res;
-            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, kv + end, ntail);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, kv + end, ntail, from);
             if (rc != MR_OK) {
                 return rc;
             }
@@ -1216,7 +1303,8 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
     if (!mr_reqpool_in_use(lc->rp, row) || (int64_t)committed_len > lc->rp->max_ctx) {
         return MR_EINVAL;
     }
-    return cache_finished(lc, row, st, tokens, NULL, committed_len, ns, is_insert);
+    int64_t bad;
+    return cache_finished(lc, row, st, tokens, NULL, NULL, committed_len, ns, is_insert, &bad);
 }
 
 int
@@ -1226,7 +1314,8 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
     if (has_pools(lc)) {
         return MR_ESTATE;
     }
-    return cache_finished(lc, -1, st, tokens, kv, committed_len, ns, is_insert);
+    int64_t bad;
+    return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad);
 }
 
 /* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
@@ -1234,9 +1323,9 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
  * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
  * collected frees when not needed). */
 static int
-cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *kv_in,
-                 size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out, int64_t *fork_src,
-                 int64_t *fork_dst, int64_t *table_end)
+cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *tokens64,
+                 const int64_t *kv_in, size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out,
+                 int64_t *fork_src, int64_t *fork_dst, int64_t *table_end, int64_t *bad)
 {
     const mr_lc_config *c = &lc->cfg;
     *fork_src = *fork_dst = -1;
@@ -1283,6 +1372,15 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     if (st->locked && mr_radix_resolve(lc->tree, st->last_node, &old) != MR_OK) {
         return MR_ESTATE;
     }
+    /* the insert starts at the locked node when it can (no eviction below
+     * takes it); the tokens it reads are narrowed (int64 ones) before
+     * anything changes */
+    const mr_node *from = locked_path(lc, st, (size_t)cache_len);
+    size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
+    rc = key_tail(lc, tokens, tokens64, from != NULL ? prev : 0, (size_t)cache_len, &tokens, bad);
+    if (rc != MR_OK) {
+        return rc;
+    }
     /* 1. the slot the tree gets: the newest snapshot (extra_buffer, replaced
      *    by a fresh slot) or a fork of the running slot (no_buffer) */
     int64_t fresh = given, donated = -1;
@@ -1307,15 +1405,14 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
      *    inserted prefix: the table is read from there only (after the
      *    allocation above, whose eviction may shorten the tree's prefix) */
     mr_insert_result res;
-    size_t prev = st->protected_len > 0 ? (size_t)st->protected_len : 0;
-    size_t mine = has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
+    size_t mine = from != NULL ? prev : has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
     const int64_t *kv = kv_in;
     if (kv_in == NULL) {
         size_t from = check_from(lc, mine);
         (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(fill_len - from), lc->a + from);
         kv = lc->a;
     }
-    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0);
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0, from);
     if (rc != MR_OK) {
         if (c->extra_buffer) {
             (void)free_slot(lc, donated);
@@ -1354,7 +1451,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
         (void)mr_radix_path_values(lc->tree, mnode, newidx);
     }
     if (differ > pl && kv_in == NULL) {
-        (void)mr_reqpool_write(lc->rp, row, pl, newidx + pl, differ - pl);
+        (void)mr_reqpool_write_trusted(lc->rp, row, pl, newidx + pl, differ - pl);
     }
     if (differ > *table_end) {
         *table_end = differ;
@@ -1383,7 +1480,18 @@ int
 mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
                        int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
 {
+    int64_t bad;
+    return mr_lc_cache_unfinished_key(lc, row, st, tokens, NULL, fill_len, ns, prefix_out, fork_src, fork_dst,
+                                      &bad);
+}
+
+int
+mr_lc_cache_unfinished_key(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
+                           const int64_t *tokens64, size_t fill_len, int32_t ns, int64_t *prefix_out,
+                           int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
+{
     *fork_src = *fork_dst = -1;
+    *bad = -1;
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -1391,7 +1499,8 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t 
         return MR_EINVAL;
     }
     int64_t table_end;
-    return cache_unfinished(lc, row, st, tokens, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst, &table_end);
+    return cache_unfinished(lc, row, st, tokens, tokens64, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst,
+                            &table_end, bad);
 }
 
 int
@@ -1407,7 +1516,9 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
     if (fresh < 1) {
         return MR_EINVAL;
     }
-    return cache_unfinished(lc, -1, st, tokens, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst, table_end);
+    int64_t bad;
+    return cache_unfinished(lc, -1, st, tokens, NULL, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst,
+                            table_end, &bad);
 }
 
 /* ------------------------------------------------------------------------
@@ -1705,7 +1816,7 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
             /* the unused rest of a last partial page stays the request's:
              * the next decode tokens go there */
             int64_t P = sts[i].prefix_len;
-            (void)mr_reqpool_write(lc->rp, out->rows[i], P, lc->a, (int64_t)lens[i] - P);
+            (void)mr_reqpool_write_trusted(lc->rp, out->rows[i], P, lc->a, (int64_t)lens[i] - P);
             done++;
         }
     }
@@ -1736,7 +1847,7 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         int64_t end = (int64_t)mr_radix_path_len(lc->tree, node);
         for (mr_node *n = node; mr_node_parent(n) != NULL; n = mr_node_parent(n)) {
             end -= (int64_t)mr_node_len(n);
-            (void)mr_reqpool_write(lc->rp, row, end, mr_node_values(n), (int64_t)mr_node_len(n));
+            (void)mr_reqpool_write_trusted(lc->rp, row, end, mr_node_values(n), (int64_t)mr_node_len(n));
         }
         st->committed = (int64_t)lens[i];
         if (lc->cfg.extra_buffer) {
@@ -1768,6 +1879,38 @@ int
 mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int32_t *ns, int64_t *fork_src, int64_t *fork_dst)
 {
+    int64_t bad[2];
+    return mr_lc_unfinished_batch_key(lc, n, rows, keys, NULL, ns, fork_src, fork_dst, bad);
+}
+
+/* Before a batch call changes anything: every int64 key's tokens that the
+ * call may read (up to the row's committed length, past its locked prefix
+ * when its insert can start there) fit int32; else MR_EINVAL with bad =
+ * {key, position}. */
+static int
+keys_fit(mr_lifecycle *lc, size_t n, const int64_t *rows, const int64_t *const *keys64, int64_t *bad)
+{
+    for (size_t i = 0; keys64 != NULL && i < n; i++) {
+        if (keys64[i] == NULL) {
+            continue;
+        }
+        const mr_req *st = &lc->rp->req[rows[i]];
+        size_t len = (size_t)st->committed;
+        size_t from = locked_path(lc, st, len) != NULL ? (size_t)st->protected_len : 0;
+        if ((bad[1] = misfit_at(keys64[i], from, len)) >= 0) {
+            bad[0] = (int64_t)i;
+            return MR_EINVAL;
+        }
+    }
+    return MR_OK;
+}
+
+int
+mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                           const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src, int64_t *fork_dst,
+                           int64_t *bad)
+{
+    bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -1775,16 +1918,25 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
         if (!mr_reqpool_in_use(lc->rp, rows[i])) {
             return MR_EINVAL;
         }
+    }
+    int rc = keys_fit(lc, n, rows, keys64, bad);   /* before any row changes */
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &lc->rp->req[rows[i]];
         size_t fill = (size_t)st->committed;
+        int64_t table_end;
+        fork_src[i] = fork_dst[i] = -1;
+        if ((int64_t)fill > lc->rp->max_ctx) {
+            return MR_EINVAL;
+        }
         /* the batch hands back no prefix: the row is the request's table */
-        int rc = mr_lc_cache_unfinished(lc, rows[i], st, keys[i], fill, ns ? ns[i] : 0, NULL, &fork_src[i],
-                                        &fork_dst[i]);
-        if (rc != MR_OK) {
-            return rc;
+        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
+        rc = cache_unfinished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, fill, ns ? ns[i] : 0, -1,
+                              NULL, &fork_src[i], &fork_dst[i], &table_end, &bad[1]);
+        if (rc == MR_EINVAL && bad[1] >= 0) {
+            bad[0] = (int64_t)i;
         }
     }
-    return MR_OK;
+    return rc;
 }
 
 int
@@ -1845,6 +1997,15 @@ int
 mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
                    int is_insert)
 {
+    int64_t bad[2];
+    return mr_lc_finish_batch_key(lc, n, rows, keys, NULL, ns, is_insert, bad);
+}
+
+int
+mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                       const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad)
+{
+    bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -1852,9 +2013,25 @@ mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_
         if (!mr_reqpool_in_use(lc->rp, rows[i])) {
             return MR_EINVAL;
         }
+    }
+    int rc = keys_fit(lc, n, rows, keys64, bad);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+            return MR_EINVAL;
+        }
         mr_req *st = &lc->rp->req[rows[i]];
-        int rc = mr_lc_cache_finished(lc, rows[i], st, keys[i], (size_t)st->committed, ns ? ns[i] : 0,
-                                      is_insert && st->lazy_is_insert);
+        if (st->committed > lc->rp->max_ctx) {
+            return MR_EINVAL;
+        }
+        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
+        rc = cache_finished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, (size_t)st->committed,
+                            ns ? ns[i] : 0, is_insert && st->lazy_is_insert, &bad[1]);
+        if (rc == MR_EINVAL && bad[1] >= 0) {
+            bad[0] = (int64_t)i;
+        }
         if (rc != MR_OK) {
             return rc;
         }

@@ -264,10 +264,26 @@ int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t commi
  * lock to the new node, rewrites the table with the tree's indices and
  * writes the request's prefix indices (fill_len of them) to prefix_out.
  * *fork_src / *fork_dst get the no_buffer state copy to do now (-1 when
- * none).  MR_ESTATE when the slot to donate is already gone. */
+ * none).  MR_ESTATE when the slot to donate is already gone.
+ *
+ * This call, cache_finished and their _ext and batch forms trust a
+ * request's tokens to begin with its locked prefix: when the locked node's
+ * path is protected_len tokens long (it was matched from the request's
+ * tokens), the insert starts there and reads no token before it (a key
+ * that does not begin with it still leaves a valid tree, with the rest of
+ * the key cached below the locked node).  Builds with MR_VERIFY_TRUSTED
+ * compare them and abort. */
 int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                            size_t fill_len, int32_t ns, int64_t *prefix_out, int64_t *fork_src,
                            int64_t *fork_dst);
+
+/* mr_lc_cache_unfinished with the tokens as int64, read in place when
+ * tokens64 is not NULL (tokens is then ignored): only what the insert reads
+ * is narrowed (from the locked prefix on, see above); a token there outside
+ * int32 is MR_EINVAL with *bad its position, nothing changed. */
+int mr_lc_cache_unfinished_key(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
+                               const int64_t *tokens64, size_t fill_len, int32_t ns, int64_t *prefix_out,
+                               int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
 
 /* cache_finished_req for row (committed_len KV indices in its table):
  * inserts the cacheable prefix (is_insert), frees the tail KV and every
@@ -342,6 +358,16 @@ int mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *ke
  * each (keys: the request's tokens, fill_len = its committed length). */
 int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int32_t *ns, int64_t *fork_src, int64_t *fork_dst);
+/* The same where a key may be int64 tokens read in place (keys64[i]
+ * non-NULL: keys[i] is ignored; keys64 NULL: every key is keys[i]).  A
+ * request's insert starts at its locked node when that node's path is its
+ * first protected_len tokens (it was matched from them): the tokens before
+ * it are neither read nor compared, and only the rest of an int64 key is
+ * narrowed.  A token the call reads outside int32: MR_EINVAL, bad = {key,
+ * position}, before any row changed. */
+int mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                               const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src,
+                               int64_t *fork_dst, int64_t *bad);
 /* One decode step for n rows: one KV token each (written to the table),
  * the tracking decision before the forward and the boundary bookkeeping
  * after it.  MR_ENOSPC when KV is short even after eviction (no row
@@ -352,6 +378,10 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
  * least the committed length) and frees the row. */
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int32_t *ns, int is_insert);
+/* mr_lc_finish_batch with int64 keys read in place, as
+ * mr_lc_unfinished_batch_key. */
+int mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
+                           const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad);
 
 /* Verifies the tree (mr_radix_check), every pool, that the tree's KV
  * tokens and states equal the TREE-owned units of the pools, and every

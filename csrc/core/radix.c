@@ -112,10 +112,13 @@ struct mr_radix {
     uint64_t ver;             /* bumped by every change a leaf order can see */
     uint64_t heap_ver;        /* ver when the heap was last brought up to date */
     int heap_ok;
+    /* An insert's path from the root to opts->from, in walk order. */
+    mr_node **walk;
+    size_t walk_cap;
 };
 
 static void tune_start(mr_radix *t);
-static void tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns);
+static void tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns, size_t nwalk);
 
 MR_INLINE int32_t *
 node_key(const mr_node *n)
@@ -931,6 +934,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->gens);
     MR_FREE(t->free_ids);
     MR_FREE(t->heap);
+    MR_FREE(t->walk);
     MR_FREE(t);
 }
 
@@ -1217,7 +1221,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
                    int64_t *dup_out, mr_insert_result *out)
 {
     const mr_evict_policy *pol = policy_of(t);
-    const mr_insert_opts zero = {0, 0};
+    const mr_insert_opts zero = {0, 0, NULL};
     if (opts == NULL) {
         opts = &zero;
     }
@@ -1239,15 +1243,54 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
      *    prefix, are reported as duplicates.  A partial edge is split and
      *    ends the walk. */
     mr_node *node = t->root;
-    size_t pos = 0, ndup = 0;
-    while (pos < len) {
-        int64_t idx = child_find(t, node, ns, key + pos);
-        if (idx < 0) {
-            break;
+    size_t pos = 0, ndup = 0, nwalk = 0, w = 0;
+    if (opts->from != NULL && opts->from != t->root) {
+        /* the caller's path: its nodes in walk order, none of its tokens read */
+        size_t depth = 0, plen = 0;
+        for (const mr_node *n = opts->from; n != t->root; n = n->parent) {
+            depth++;
+            plen += n->len;
         }
-        mr_node *child = node->children[idx].child;
+        if (plen > len) {
+            return MR_EINVAL;
+        }
+        if (depth > t->walk_cap) {
+            size_t cap = depth < 16 ? 16 : depth * 2;
+            mr_node **walk = MR_REALLOC(t->walk, cap * sizeof(mr_node *));
+            if (walk == NULL) {
+                return MR_ENOMEM;
+            }
+            t->walk = walk;
+            t->walk_cap = cap;
+        }
+        nwalk = depth;
+        for (mr_node *n = (mr_node *)opts->from; n != t->root; n = n->parent) {
+            t->walk[--depth] = n;
+        }
+#ifdef MR_VERIFY_TRUSTED
+        for (size_t i = 0, at = 0; i < nwalk; at += t->walk[i++]->len) {
+            if (t->walk[i]->ns != ns || memcmp(node_key(t->walk[i]), key + at, t->walk[i]->len * sizeof(int32_t)) != 0) {
+                abort();   /* the caller's path is not the key's */
+            }
+        }
+#endif
+    }
+    while (pos < len) {
+        mr_node *child;
+        size_t p;
+        if (w < nwalk) {
+            child = t->walk[w++];
+            p = child->len;
+        }
+        else {
+            int64_t idx = child_find(t, node, ns, key + pos);
+            if (idx < 0) {
+                break;
+            }
+            child = node->children[idx].child;
+            p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
+        }
         pol->on_insert_visit(t, child);
-        size_t p = common_prefix(t, node_key(child), child->len, key + pos, len - pos);
         if (prev_prefix_len < pos + p) {
             size_t start = prev_prefix_len > pos ? prev_prefix_len - pos : 0;
             if (dup_out != NULL && val != NULL) {
@@ -1337,7 +1380,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
     }
     out->prefix_len = pos;
     out->ndup = ndup;
-    tune_log(t, key, len, ns);
+    tune_log(t, key, len, ns, nwalk);
     return MR_OK;
 }
 
@@ -2016,8 +2059,10 @@ tune_run(mr_radix *t)
     tune_start(t);
 }
 
+/* Logs an insertion's key; its first tokens are the nodes t->walk[0:nwalk)
+ * (an insert from a caller's node does not read them from the key). */
 static void
-tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
+tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns, size_t nwalk)
 {
     t->work += len;
     if (t->snap == NULL) {
@@ -2054,7 +2099,12 @@ tune_log(mr_radix *t, const int32_t *key, size_t len, int32_t ns)
         t->log_ns = ns_arr;
         t->log_ncap = cap;
     }
-    memcpy(t->log_keys + t->log_len, key, len * sizeof(int32_t));
+    size_t at = 0;
+    for (size_t i = 0; i < nwalk; i++) {
+        memcpy(t->log_keys + t->log_len + at, node_key(t->walk[i]), t->walk[i]->len * sizeof(int32_t));
+        at += t->walk[i]->len;
+    }
+    memcpy(t->log_keys + t->log_len + at, key + at, (len - at) * sizeof(int32_t));
     t->log_len += len;
     t->log_ns[t->nlog] = ns;
     t->log_off[++t->nlog] = t->log_len;

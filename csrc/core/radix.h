@@ -275,6 +275,12 @@ size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
 typedef struct {
     size_t inserted_len;
     int64_t priority;
+    /* NULL, or a node of this tree whose path is the key's first
+     * mr_radix_path_len(from) tokens (at most len), in the key's namespace:
+     * the caller vouches for it (a request's locked node, matched from this
+     * key), and those tokens are not read (key may hold garbage there).  The
+     * insert visits the path's nodes as a walk from the root would. */
+    const mr_node *from;
 } mr_insert_opts;
 
 typedef struct {

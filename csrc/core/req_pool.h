@@ -130,6 +130,11 @@ int mr_reqpool_in_use(const mr_reqpool *p, int64_t r);
  * range as dirty.  MR_EINVAL when r, start or n is out of the table, or a
  * value does not fit int32. */
 int mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n);
+/* mr_reqpool_write of values the caller has validated (KV indices the
+ * tree or the KV pool holds, which fit int32), for the lifecycle's own
+ * writes: the row and columns are checked, the values are not (builds with
+ * MR_VERIFY_TRUSTED check them and abort). */
+int mr_reqpool_write_trusted(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n);
 /* Row r, columns start + i * step for i in [0, n) (step may be negative),
  * gets the int32 (width 4) or int64 (width 8) value at vals + i * vstride
  * bytes (vstride 0: the one value, broadcast); the columns' span is

@@ -457,12 +457,15 @@ int
 mr_slots_free_group_begin(mr_slots *s)
 {
     if (s->pending == NULL) {
+        /* room for every unit, so that a free inside the group cannot fail;
+         * its pages are left to be mapped as the list grows into them (it
+         * fills from the front, and a group rarely holds more than a batch's
+         * frees: mapping all of it here cost milliseconds on a first group) */
         size_t bytes = (size_t)(s->n > 0 ? s->n : 1) * sizeof(int64_t);
         s->pending = MR_MALLOC(bytes);
         if (s->pending == NULL) {
             return MR_ENOMEM;
         }
-        touch_pages(s->pending, bytes);
     }
     /* A group already open stays open and keeps its pending units (they
      * rejoin the free list at the group's end).  SGLang's free_group_begin

@@ -177,6 +177,12 @@ int mr_kv_init(mr_kv *kv, int64_t size, int64_t page_size);
 void mr_kv_destroy(mr_kv *kv);
 
 static inline int64_t mr_kv_available(const mr_kv *kv) { return kv->pages.count * kv->page_size; }
+/* 1 when every token index of kv fits int32 (the req-to-token table's
+ * type): pages 1..n, so the largest is (n + 1) * page_size - 1. */
+static inline int mr_kv_fits_table(const mr_kv *kv)
+{
+    return kv->page_size >= 1 && kv->pages.n + 1 <= ((int64_t)INT32_MAX + 1) / kv->page_size;
+}
 
 /* Allocates ntok tokens (whole pages: MR_EINVAL unless ntok % page_size
  * == 0) owned by `owner`; out receives ntok token indices, page by page.

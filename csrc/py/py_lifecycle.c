@@ -581,6 +581,11 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                          (int)rp->pp, pp);
             return NULL;
         }
+        if (!mr_kv_fits_table(kv)) {
+            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator's %lld tokens exceed the req-to-token table's "
+                         "int32 indices", (long long)(kv->pages.n + 1) * (long long)kv->page_size);
+            return NULL;
+        }
         sp = &state_kv->pages;
     }
     LifecycleObject *self = (LifecycleObject *)tp->tp_alloc(tp, 0);
@@ -1590,11 +1595,18 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     }
     /* the tokens first: reading them may run Python code that calls this
      * Lifecycle again; the row's record is read after it, and the key
-     * stays in kb */
+     * stays in kb, or is read in place (int64: SGLang's array('q'), whose
+     * insert narrows only what it reads) */
     size_t len = 0;
     PyObject *prefix = NULL, *res = NULL;
     mr_buf kb = mr_buf_take(&self->keybuf);
-    if (read_key(&kb, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
+    Py_buffer view;
+    int have_view = 0;
+    const int64_t *k64 = NULL;
+    if (key64_view(args[2], &view, &have_view, &k64, &len)) {
+        len = len < (size_t)fill ? len : (size_t)fill;
+    }
+    else if (read_key(&kb, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
         goto done;
     }
     if ((int64_t)len < fill) {
@@ -1608,9 +1620,16 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (prefix == NULL) {
         goto done;
     }
-    int64_t fs = -1, fd = -1;
-    int rc = mr_lc_cache_unfinished(self->lc, row, &st, (const int32_t *)kb.p, (size_t)fill, (int32_t)ns,
-                                    (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd);
+    int64_t fs = -1, fd = -1, bad = -1;
+    int rc = mr_lc_cache_unfinished_key(self->lc, row, &st, k64 != NULL ? NULL : (const int32_t *)kb.p, k64,
+                                        (size_t)fill, (int32_t)ns, (int64_t *)PyArray_DATA((PyArrayObject *)prefix),
+                                        &fs, &fd, &bad);
+    if (rc == MR_EINVAL && k64 != NULL && bad >= 0) {
+        Py_CLEAR(prefix);   /* as the narrowing of a copied key names it */
+        PyErr_Format(PyExc_ValueError, "cache_unfinished(): tokens[%lld] = %lld is out of range [%d, %d]",
+                     (long long)bad, (long long)k64[bad], INT32_MIN, INT32_MAX);
+        goto done;
+    }
     if (rc != MR_OK) {
         Py_CLEAR(prefix);
         lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
@@ -1619,6 +1638,9 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     res = Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
     prefix = NULL;   /* stolen by "N" */
 done:
+    if (have_view) {
+        PyBuffer_Release(&view);
+    }
     mr_buf_give(&self->keybuf, &kb);
     Py_XDECREF(prefix);
     return res;
@@ -2230,6 +2252,20 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, int 
     return 0;
 }
 
+/* A refused token of an in-place key, bad = {key, position} (the batch
+ * calls' report): ValueError naming it as the narrowing of a copied key
+ * does, 1; 0 (nothing set) when bad names none. */
+static int
+keyset_bad_token(const keyset *k, const int64_t *bad, const char *fname)
+{
+    if (bad[0] < 0 || bad[1] < 0 || k->ptrs64 == NULL || (size_t)bad[0] >= k->n || k->ptrs64[bad[0]] == NULL) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s(): keys[%lld][%lld] = %lld is out of range [%d, %d]", fname,
+                 (long long)bad[0], (long long)bad[1], (long long)k->ptrs64[bad[0]][bad[1]], INT32_MIN, INT32_MAX);
+    return 1;
+}
+
 /* After a refusal of in-place keys: 1 with ValueError set, naming the
  * first token outside int32 (as the narrowing of a copied key names it),
  * or 0 when every token fits. */
@@ -2332,7 +2368,10 @@ PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 "\n"
 "cache_unfinished_req for each row (end of prefill of requests that go on\n"
 "decoding; keys: each request's tokens so far).  Returns (fork_src,\n"
-"fork_dst): the no_buffer state copies to run now (-1 = none).");
+"fork_dst): the no_buffer state copies to run now (-1 = none).\n"
+"C-contiguous int64 keys (array('q'), numpy) are read in place.  A key\n"
+"must begin with the tokens its row was matched from: the insert starts at\n"
+"the row's locked node and reads none of its locked prefix.");
 
 static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2346,7 +2385,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", 0) < 0) {
+    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", 1) < 0) {
         Py_DECREF(rows);
         return NULL;
     }
@@ -2369,7 +2408,11 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (fs == NULL || fd == NULL) {
         goto error;
     }
-    int rc = mr_lc_unfinished_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, I64(fs), I64(fd));
+    int64_t bad[2];
+    int rc = mr_lc_unfinished_batch_key(self->lc, k.n, I64(rows), k.ptrs, k.ptrs64, k.ns, I64(fs), I64(fd), bad);
+    if (rc == MR_EINVAL && keyset_bad_token(&k, bad, "unfinished_batch")) {
+        goto error;   /* an in-place key held a token outside int32 */
+    }
     if (rc != MR_OK) {
         lc_raise(self, rc, "unfinished_batch()");
         goto error;
@@ -2430,7 +2473,8 @@ PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
 "--\n"
 "\n"
 "cache_finished_req for each row (keys: origin + output tokens) and free\n"
-"the rows.  ValueError for a row that is not in use (finished twice).");
+"the rows.  ValueError for a row that is not in use (finished twice).\n"
+"Keys are read as unfinished_batch reads them.");
 
 static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2450,7 +2494,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
     if (rows_read(args[0], &rows, "finish_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "finish_batch", 0) < 0) {
+    if (keyset_read(args[1], pa[2], &k, "finish_batch", 1) < 0) {
         Py_DECREF(rows);
         return NULL;
     }
@@ -2472,7 +2516,11 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
             goto error;
         }
     }
-    int rc = mr_lc_finish_batch(self->lc, k.n, I64(rows), k.ptrs, k.ns, ins);
+    int64_t bad[2];
+    int rc = mr_lc_finish_batch_key(self->lc, k.n, I64(rows), k.ptrs, k.ptrs64, k.ns, ins, bad);
+    if (rc == MR_EINVAL && keyset_bad_token(&k, bad, "finish_batch")) {
+        goto error;   /* an in-place key held a token outside int32 */
+    }
     if (rc != MR_OK) {
         lc_raise(self, rc, "finish_batch()");
         goto error;

@@ -427,7 +427,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
         return NULL;
     }
-    mr_insert_opts io = {0, 0};
+    mr_insert_opts io = {0, 0, NULL};
     int64_t inserted = 0;
     if ((a[5] != NULL && mr_as_int64(a[5], INT64_MIN, INT64_MAX, "priority", &io.priority) < 0)
         || (a[6] != NULL && mr_as_int64(a[6], 0, INT64_MAX, "inserted_len", &inserted) < 0)) {

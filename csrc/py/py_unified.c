@@ -984,7 +984,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         goto done;
     }
     mr_insert_result ir;
-    mr_insert_opts io = {(size_t)inserted, prio};
+    mr_insert_opts io = {(size_t)inserted, prio, NULL};
     rc = mr_radix_insert_ex(self->tree, kr.tok, vals, kr.len, kr.ns, state,
                             (size_t)prev, &io, NULL, &ir);
     mr_buf_give(&self->keybuf, &kb);
@@ -1106,7 +1106,7 @@ UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nar
     }
     else if (mr_py_radix_namespace(self->tree_obj, a[3], 1, &ns) == 0) {
         mr_insert_result ir;
-        mr_insert_opts io = {(size_t)inserted, prio};
+        mr_insert_opts io = {(size_t)inserted, prio, NULL};
         int rc = mr_radix_insert_ex(self->tree, key.data, val.data, n, ns, state, (size_t)prev, &io, NULL, &ir);
         if (rc != MR_OK) {
             mr_raise(mr_state_from_type(Py_TYPE(self)), rc, "tree_insert()");

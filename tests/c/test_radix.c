@@ -2308,7 +2308,7 @@ oom_leaf_heap(void)
                 for (size_t j = 0; j < len; j++) {
                     k[j] = (int32_t)(rng_next(NULL) % 3);
                 }
-                mr_insert_opts io = {rng_next(NULL) % 2 ? len / 2 : 0, (int64_t)(rng_next(NULL) % 3)};
+                mr_insert_opts io = {rng_next(NULL) % 2 ? len / 2 : 0, (int64_t)(rng_next(NULL) % 3), NULL};
                 for (int w = 0; w < 2; w++) {
                     f[w].io = io;
                     CHECK_RC(fx_insert_pp(&f[w], k, len, 0, 0, NULL, NULL, NULL), MR_OK);

@@ -224,3 +224,21 @@ def test_status_overrides_name_the_call_and_leave_the_pools_alone():
     with pytest.raises(RuntimeError, match="state pool is exhausted"):
         for _ in range(4):
             small.alloc_state()
+
+
+def test_a_lifecycle_refuses_a_kv_pool_whose_indices_outgrow_the_table() -> None:
+    """The req-to-token table holds int32 KV indices, and the lifecycle
+    writes the indices it holds into rows without checking each: a KV pool
+    whose largest token index, (pages + 1) * page_size - 1, passes int32 is
+    refused when the Lifecycle is made, naming the count; one whose largest
+    index is exactly int32's largest is accepted (pages of 2**22 tokens keep
+    the pools small)."""
+    page = 2**22
+    st, rp = _C.SlotAllocator(8), _C.ReqPool(2, 8, 2)
+    big = _C.SlotAllocator(2**31, page)   # 512 pages, 513 * 2**22 tokens with the reserved page 0
+    with pytest.raises(ValueError, match=r"^Lifecycle\(\): kv_allocator's 2151677952 tokens exceed the "
+                                         r"req-to-token table's int32 indices$"):
+        _C.Lifecycle(st, big, rp, page_size=page, chunk_size=page, extra_buffer=True)
+    fits = _C.SlotAllocator(2**31 - page, page)   # largest index 2**31 - 1
+    lc = _C.Lifecycle(st, fits, rp, page_size=page, chunk_size=page, extra_buffer=True)
+    lc.check()

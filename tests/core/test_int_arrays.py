@@ -103,3 +103,82 @@ def test_an_in_place_batch_key_outside_int32_is_refused_wherever_it_is(form) -> 
         assert msgs[0] == msgs[1] == f"prefill_batch(): keys[1][{bad_at}] = {bad} is out of range [-2147483648, 2147483647]"
         assert (st.available_size(), kv.available_size(), rp.available_size()) == before
         lc.check()
+
+
+@pytest.mark.parametrize("form", ["array", "numpy"])
+def test_an_in_place_end_of_request_key_outside_int32_is_refused_before_any_row(form) -> None:
+    """unfinished_batch and finish_batch read int64 keys where they are, from
+    each row's locked prefix on: a token outside int32 in what they read is
+    refused with the message the narrowing of a list key gives (the
+    reference), and before any row of the batch changed: the first row, whose
+    key is good, keeps its record, its table and its lock."""
+    from array import array
+
+    make = (lambda k: array("q", k)) if form == "array" else (lambda k: np.array(k, np.int64))
+    cached = list(range(1, 13))
+    st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(256), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True)
+    out = lc.prefill_batch([cached])
+    lc.finish_batch(out["rows"], [cached])
+    good, other = cached + [40, 41, 42, 43, 44], [50 + i for i in range(9)]
+    out = lc.prefill_batch([good, other])
+    rows = out["rows"]
+    assert out["prefix_len"].tolist() == [12, 0]
+    for bad_at, bad in ((7, 2**31), (2, -(2**31) - 1)):
+        key = list(other)
+        key[bad_at] = bad
+        for call in ("unfinished_batch", "finish_batch"):
+            before = ([rp.record(int(r)).astuple() for r in rows], rp.table[rows].tolist(), lc.sizes(),
+                      st.available_size(), kv.available_size(), rp.available_size())
+            msgs = []
+            for k in (key, make(key)):
+                with pytest.raises(ValueError, match=r"out of range") as e:
+                    getattr(lc, call)(rows, [make(good), k])
+                msgs.append(str(e.value))
+            assert msgs[0] == msgs[1] == f"{call}(): keys[1][{bad_at}] = {bad} is out of range [-2147483648, 2147483647]"
+            assert ([rp.record(int(r)).astuple() for r in rows], rp.table[rows].tolist(), lc.sizes(),
+                    st.available_size(), kv.available_size(), rp.available_size()) == before
+            lc.check()
+
+
+@pytest.mark.parametrize("form", ["array", "numpy"])
+def test_cache_unfinished_reads_an_int64_key_in_place_as_a_list(form) -> None:
+    """Lifecycle.cache_unfinished reads an array('q') / int64 numpy key in
+    place (the drop-in passes SGLang's array('q') fill ids): the same
+    result, record and tree as the list form (the reference, narrowed by the
+    binding), and a token outside int32 in what its insert reads is refused
+    with the list form's message, nothing changed."""
+    from array import array
+
+    make = (lambda k: array("q", k)) if form == "array" else (lambda k: np.array(k, np.int64))
+    base, ext = list(range(1, 17)), list(range(1, 17)) + list(range(40, 50))
+
+    def run(conv, bad_at=None):
+        st, kv, rp = _C.SlotAllocator(32), _C.SlotAllocator(256), _C.ReqPool(4, 64, 2)
+        lc = _C.Lifecycle(st, kv, rp, chunk_size=4, extra_buffer=True)
+        out = lc.prefill_batch([base])
+        lc.finish_batch(out["rows"], [base])
+        row = int(lc.prefill_batch([ext])["rows"][0])
+        assert rp.record(row).protected_len == 16 and rp.record(row).last_track_seqlen == 24
+        if bad_at is not None:
+            key = list(ext)
+            key[bad_at] = 2**35
+            before = (rp.record(row).astuple(), rp.table[row].tolist(), lc.sizes(), st.available_size(),
+                      kv.available_size())
+            with pytest.raises(ValueError) as e:
+                lc.cache_unfinished(row, rp.record(row), conv(key), len(ext))
+            assert (rp.record(row).astuple(), rp.table[row].tolist(), lc.sizes(), st.available_size(),
+                    kv.available_size()) == before
+            lc.check()
+            return str(e.value)
+        rs, prefix, fs, fd = lc.cache_unfinished(row, rp.record(row), conv(ext), len(ext))
+        lc.check()
+        return (rs.astuple(), prefix.tolist(), fs, fd, rp.table[row].tolist(), lc.sizes(),
+                lc.match(array("q", ext))[0].tolist())
+
+    want = run(list)
+    assert want[1][:24] == want[6] and len(want[6]) == 24   # the tree's indices up to the tracked 24
+    assert run(make) == want
+    msg = run(list, bad_at=20)
+    assert msg == "cache_unfinished(): tokens[20] = 34359738368 is out of range [-2147483648, 2147483647]"
+    assert run(make, bad_at=20) == msg

@@ -831,6 +831,82 @@ def test_batch_keys_in_every_form_are_the_same_tokens() -> None:
 
 
 
+def _snapshot(lc, st, kv, rp, rows, keys):
+    """Everything a refused call must leave as it was: pool sizes, the
+    tree's sizes and matches, the rows' records and tables."""
+    recs = [rp.record(int(r)).astuple() for r in rows]
+    tables = [rp.table[int(r), :40].tolist() for r in rows]
+    return (st.available_size(), kv.available_size(), rp.available_size(), lc.sizes(),
+            [lc.match(array("q", k))[0].tolist() for k in keys], recs, tables)
+
+
+def test_batch_end_calls_check_the_tokens_they_read_before_any_row() -> None:
+    """unfinished_batch and finish_batch read array('q') / int64 numpy keys
+    in place, from each row's locked prefix on (the insert starts at the
+    locked node).  A token outside int32 in what a call reads is named by
+    key and position, and refused before any row of the batch changed: a
+    bad second key leaves the first row as it was.  The same keys as lists
+    give the same tree."""
+    rng = np.random.default_rng(11)
+    base = [rng.integers(1, 50000, size=16).tolist() for _ in range(2)]
+    ext = [b + rng.integers(1, 50000, size=10).tolist() for b in base]   # each hits its base, 16 tokens
+
+    def run(form, bad=None):
+        lc, st, kv, rp = _batch_lifecycle()
+        out = lc.prefill_batch([form(b) for b in base])
+        lc.finish_batch(out["rows"], [form(b) for b in base])
+        out = lc.prefill_batch([form(k) for k in ext])
+        assert out["prefix_len"].tolist() == [16, 16]   # locked prefixes: the insert starts there
+        rows = out["rows"]
+        if bad is not None:
+            for call in ("unfinished_batch", "finish_batch"):
+                for i in (0, 1):
+                    keys = [array("q", k) for k in ext]
+                    keys[i] = np.array(ext[i], np.int64)
+                    keys[i][bad] = -(2**40)
+                    before = _snapshot(lc, st, kv, rp, rows, ext)
+                    with pytest.raises(ValueError, match=rf"^{call}\(\): keys\[{i}\]\[{bad}\] = -1099511627776 "
+                                                          r"is out of range"):
+                        getattr(lc, call)(rows, keys)
+                    assert _snapshot(lc, st, kv, rp, rows, ext) == before
+                    lc.check()
+        lc.unfinished_batch(rows, [form(k) for k in ext])
+        lc.decode_batch(rows)
+        lc.finish_batch(rows, [form(k + [7]) for k in ext])
+        lc.check()
+        return [lc.match(array("q", k + [7]))[0].tolist() for k in ext + base], lc.sizes()
+
+    want = run(list)
+    assert [len(m) for m in want[0][:2]] == [24, 24]
+    for form in (lambda k: array("q", k), lambda k: np.array(k, np.int64)):
+        assert run(form) == want
+    assert run(lambda k: array("q", k), bad=20) == want   # past the locked prefix, in what every call reads
+
+
+def test_an_insert_from_the_locked_node_refreshes_its_path_as_sglang() -> None:
+    """A finishing request's insert starts at its locked node but refreshes
+    the nodes of its path as a walk from the root does: SGLang v0.5.15's
+    _insert_helper moves each node it passes to the MRU end of the full list
+    and, when it has a state, of the state list.  Derived by hand from that
+    rule: X and Y are cached, X first; request A hits X (a match refreshes
+    X), a plain match refreshes Y, A finishes (its insert passes X: X is
+    newer than Y again), so the one state evicted is Y's, a leaf with its 8
+    tokens; X's state stays and A's extension still hits through it."""
+    lc, st, kv, rp = _batch_lifecycle()
+    kx, ky = list(range(100, 108)), list(range(200, 208))
+    for k in (kx, ky):
+        out = lc.prefill_batch([k])
+        lc.finish_batch(out["rows"], [k])
+    a = kx + list(range(300, 308))
+    out = lc.prefill_batch([a])
+    assert out["prefix_len"].tolist() == [8]
+    lc.match(array("q", ky))
+    lc.finish_batch(out["rows"], [array("q", a + [9])])
+    assert lc.evict(0, 1)[:2] == (8, 1)
+    assert [lc.match(array("q", k))[0].size for k in (kx, ky, a)] == [8, 0, 16]
+    lc.check()
+
+
 def _cached_leaves(lc, st, kv, keys) -> None:
     """Cache each key as its own leaf, oldest first (the LRU order)."""
     for key in keys:
