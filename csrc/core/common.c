@@ -38,3 +38,13 @@ void *mr_fault_malloc(size_t n) { return fault_hit() ? NULL : malloc(n); }
 void *mr_fault_calloc(size_t n, size_t sz) { return fault_hit() ? NULL : calloc(n, sz); }
 void *mr_fault_realloc(void *p, size_t n) { return fault_hit() ? NULL : realloc(p, n); }
 #endif
+
+int
+mr_verifies_trusted(void)
+{
+#ifdef MR_VERIFY_TRUSTED
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -39,6 +39,10 @@
  * tokens to begin with that node's path) validate anyway and abort on a
  * breach. */
 
+/* 1 when this build defines MR_VERIFY_TRUSTED (a test that feeds a
+ * trusting path what it may not read asks first). */
+int mr_verifies_trusted(void);
+
 /* 1 when every value of src[0:n) fits int32: one branch-free pass (x fits
  * when x + 2^31 has no bit above bit 31), which vectorises. */
 MR_INLINE int

@@ -160,7 +160,7 @@ int
 mr_slots_init(mr_slots *s, int64_t n)
 {
     memset(s, 0, sizeof(*s));
-    if (n < 0) {
+    if (n < 0 || n > MR_SLOTS_MAX) {
         return MR_EINVAL;
     }
     size_t cap = (size_t)n > 0 ? (size_t)n : 1;

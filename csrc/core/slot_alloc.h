@@ -76,8 +76,13 @@ typedef struct {
     int free_group;
 } mr_slots;
 
+/* The most units an allocator holds: unit ids, state slots and KV indices
+ * are int32 where SGLang's tables keep them. */
+#define MR_SLOTS_MAX ((int64_t)INT32_MAX - 1)
+
 /* Initialises s with units 1..n all FREE, in order 1, 2, ..., n.
- * MR_EINVAL if n < 0; MR_ENOMEM (s left zeroed, nothing to free). */
+ * MR_EINVAL if n < 0 or n > MR_SLOTS_MAX; MR_ENOMEM (s left zeroed,
+ * nothing to free). */
 int mr_slots_init(mr_slots *s, int64_t n);
 /* Frees s's arrays.  Safe on a zeroed or already destroyed s. */
 void mr_slots_destroy(mr_slots *s);

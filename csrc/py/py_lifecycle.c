@@ -1575,7 +1575,9 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 "\n"
 "cache_unfinished_req for the request in `row`.  Returns (rs, prefix_indices,\n"
 "fork_src, fork_dst): fork_* is the no_buffer state copy to do now (-1:\n"
-"none).");
+"none).  C-contiguous int64 tokens (array('q'), numpy) are read in place;\n"
+"they must begin with the tokens the request's locked node was matched\n"
+"from (its insert starts there and reads none of them).");
 
 static PyObject *
 Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)

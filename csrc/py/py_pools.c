@@ -57,6 +57,11 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "SlotAllocator(): page_size must be >= 1");
         return NULL;
     }
+    if (size / page_size > MR_SLOTS_MAX) {
+        PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
+                     "indices are int32", size / page_size, (long long)MR_SLOTS_MAX);
+        return NULL;
+    }
     SlotAllocatorObject *self = (SlotAllocatorObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;

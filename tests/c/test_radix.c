@@ -1595,10 +1595,141 @@ unit_leaf_heap_mru_past_the_probe(void)
     fx_done(&f);
 }
 
+static uint64_t rng_state;   /* the fuzzer's generator (below) */
+static uint32_t rng_next(void *ctx);
+
+/* Releases recorded in order, for comparing two trees' evictions. */
+typedef struct {
+    int64_t log[4096];
+    size_t n;
+} rel_log;
+
+static int
+log_kv(void *ctx, const int64_t *idx, size_t n)
+{
+    rel_log *l = ctx;
+    for (size_t i = 0; i < n && l->n < 4096; i++) {
+        l->log[l->n++] = idx[i];
+    }
+    return MR_OK;
+}
+
+static int
+log_state(void *ctx, int64_t slot)
+{
+    rel_log *l = ctx;
+    if (l->n < 4096) {
+        l->log[l->n++] = -slot;
+    }
+    return MR_OK;
+}
+
+/* The ids of a tree's LRU list (which: 0 full, 1 state), most recent first,
+ * into ids[0:cap); returns how many. */
+static size_t
+lru_ids(const mr_radix *t, int which, uint32_t *ids, size_t cap)
+{
+    size_t n = 0;
+    for (mr_node *x = mr_radix_lru_first(t, which); x != NULL && n < cap; x = mr_radix_lru_next(t, which, x)) {
+        ids[n++] = mr_node_handle(x).id;
+    }
+    return n;
+}
+
+/* An insert from a node on its key's path (mr_insert_opts.from: a request's
+ * locked node, its path the first tokens of the key) does what the walk
+ * from the root does.  The reference is that walk: a twin tree gets the
+ * same operations, its inserts without `from`.  Results, duplicates, the
+ * trees (dump), both LRU orders and what later evictions release must be
+ * the same, under both policies at page sizes 1 and 4.  Where the build
+ * does not verify (mr_verifies_trusted) the key's tokens before the node's
+ * end are overwritten first: the insert must not read them. */
+static void
+unit_insert_from_node(void)
+{
+    cur_test = "insert_from_node";
+    for (int c = 0; c < 4; c++) {
+        int64_t from_used = 0;
+        uint32_t page = (c & 1) ? 4 : 1;
+        mr_radix_config cfg = {page, 4, (c & 2) ? MR_POLICY_CONSUMED : MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+        for (int run = 0; run < 30; run++) {
+            mr_radix *tw[2] = {NULL, NULL};
+            CHECK_RC(mr_radix_new(&cfg, &tw[0]), MR_OK);
+            CHECK_RC(mr_radix_new(&cfg, &tw[1]), MR_OK);
+            if (tw[0] == NULL || tw[1] == NULL) {
+                return;
+            }
+            static rel_log logs[2];
+            mr_release rel[2];
+            for (int k = 0; k < 2; k++) {
+                logs[k].n = 0;
+                rel[k] = (mr_release){log_kv, log_state, &logs[k]};
+            }
+            rng_state = 9001 + (uint64_t)run * 131 + (uint64_t)c;
+            int64_t next_val = 1;
+            for (int op = 0; op < 80; op++) {
+                size_t len = page * (1 + rng_next(NULL) % 6);
+                int32_t key[24], ka[24];
+                int64_t val[24], dup[2][24];
+                for (size_t i = 0; i < len; i++) {
+                    key[i] = 1 + (int32_t)(rng_next(NULL) % 2);   /* two tokens: long shared prefixes */
+                    val[i] = next_val++;
+                }
+                mr_match m[2];
+                CHECK_RC(mr_radix_match(tw[0], key, len, 0, &m[0]), MR_OK);
+                CHECK_RC(mr_radix_match(tw[1], key, len, 0, &m[1]), MR_OK);
+                CHECK_EQ(m[0].prefix_len, m[1].prefix_len);
+                memcpy(ka, key, len * sizeof(int32_t));
+                for (size_t i = 0; !mr_verifies_trusted() && i < m[0].prefix_len; i++) {
+                    ka[i] = -7;   /* not read */
+                }
+                size_t prev = rng_next(NULL) % 2 ? m[0].prefix_len : 0;
+                mr_insert_opts o = {0, 0, m[0].node};
+                mr_insert_result r[2];
+                from_used += m[0].prefix_len > 0;
+                CHECK_RC(mr_radix_insert_ex(tw[0], ka, val, len, 0, 1000 + op, prev, &o, dup[0], &r[0]), MR_OK);
+                CHECK_RC(mr_radix_insert(tw[1], key, val, len, 0, 1000 + op, prev, dup[1], &r[1]), MR_OK);
+                CHECK_EQ(r[0].prefix_len, r[1].prefix_len);
+                CHECK_EQ(r[0].state_existed, r[1].state_existed);
+                CHECK_EQ(r[0].ndup, r[1].ndup);
+                CHECK(r[0].ndup > 24 || memcmp(dup[0], dup[1], r[0].ndup * sizeof(int64_t)) == 0);
+                CHECK_EQ(mr_node_handle(r[0].node).id, mr_node_handle(r[1].node).id);
+                if (op % 9 == 8) {   /* evictions read the LRU orders */
+                    size_t tok[2], st[2];
+                    for (int k = 0; k < 2; k++) {
+                        CHECK_RC(mr_radix_evict_state(tw[k], 2, &rel[k], &tok[k], &st[k]), MR_OK);
+                        CHECK_RC(mr_radix_evict_full(tw[k], 3 * page, &rel[k], &tok[k], &st[k]), MR_OK);
+                    }
+                    CHECK_EQ(logs[0].n, logs[1].n);
+                    CHECK(memcmp(logs[0].log, logs[1].log, logs[0].n * sizeof(int64_t)) == 0);
+                }
+                for (int which = 0; which < 2; which++) {
+                    uint32_t ida[512], idb[512];
+                    size_t na = lru_ids(tw[0], which, ida, 512), nb = lru_ids(tw[1], which, idb, 512);
+                    CHECK_EQ(na, nb);
+                    CHECK(na == nb && memcmp(ida, idb, na * sizeof(uint32_t)) == 0);
+                }
+                char *da = NULL, *db = NULL;
+                size_t la = 0, lb = 0;
+                CHECK_RC(mr_radix_dump(tw[0], &da, &la), MR_OK);
+                CHECK_RC(mr_radix_dump(tw[1], &db, &lb), MR_OK);
+                CHECK(da != NULL && db != NULL && la == lb && strcmp(da, db) == 0);
+                MR_FREE(da);
+                MR_FREE(db);
+                CHECK_TREE(tw[0]);
+            }
+            mr_radix_free(tw[0]);
+            mr_radix_free(tw[1]);
+        }
+        CHECK(from_used > 100);   /* the walk did start at a node, often */
+    }
+}
+
 static void
 run_units(void)
 {
     unit_new_and_empty();
+    unit_insert_from_node();
     unit_leaf_heap_sees_locks();
     unit_leaf_heap_locked_parent(MR_POLICY_LFU);
     unit_leaf_heap_locked_parent(MR_POLICY_FIFO);

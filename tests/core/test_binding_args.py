@@ -242,3 +242,16 @@ def test_a_lifecycle_refuses_a_kv_pool_whose_indices_outgrow_the_table() -> None
     fits = _C.SlotAllocator(2**31 - page, page)   # largest index 2**31 - 1
     lc = _C.Lifecycle(st, fits, rp, page_size=page, chunk_size=page, extra_buffer=True)
     lc.check()
+
+
+def test_a_slot_allocator_larger_than_int32_indices_is_refused_up_front() -> None:
+    """Unit ids, state slots and KV indices are int32 where SGLang's tables
+    keep them, so an allocator of more than 2**31 - 2 units is refused with
+    a ValueError before anything is allocated (it used to ask for tens of
+    GB, which the OS answered by killing the process); the limit counts
+    pages, not tokens."""
+    for size, page in ((2**31 + 5, 1), (2**40, 2**8)):
+        with pytest.raises(ValueError, match=r"^SlotAllocator\(\): \d+ units \(size / page_size\) exceed "
+                                             r"2147483646: slot and KV indices are int32$"):
+            _C.SlotAllocator(size, page)
+    assert _C.SlotAllocator(2**40, 2**20).available_size() == 2**40   # 2**20 pages of 2**20 tokens

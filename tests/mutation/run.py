@@ -377,8 +377,8 @@ MUTANTS: List[Mutant] = [
            "a keys-only tree's split leaves the lower node's tokens unshifted"),
     Mutant("RX_FROM_VISIT", "csrc/core/radix.c", "        pol->on_insert_visit(t, child);",
            "        if (nwalk == 0) { pol->on_insert_visit(t, child); }",
-           ["tests/core/test_lifecycle.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/c/test_c_lifecycle.py"]
-           + T_DECIDE, "an insert from a request's locked node refreshes none of the nodes it passes"),
+           ["tests/core/test_lifecycle.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/c/test_c_core.py"],
+           "an insert from a request's locked node refreshes none of the nodes it passes"),
     Mutant("LC_FROM_MINE", "csrc/core/lifecycle.c", "    size_t mine = from != NULL ? prev : has_pools(lc)",
            "    size_t mine = from != NULL ? 0 : has_pools(lc)", T_LIFE + T_CHK + T_DECIDE,
            "an end-of-prefill insert from the locked node checks the locked prefix's indices as the caller's"),
