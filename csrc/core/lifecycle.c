@@ -38,8 +38,10 @@ struct mr_lifecycle {
 /* ------------------------------------------------------------------------
  * Helpers */
 
+/* Makes *p (elements of `size` bytes, *cap of them) hold at least need,
+ * doubling from 64. */
 static int
-grow(int64_t **p, size_t *cap, size_t need)
+grow_n(void **p, size_t *cap, size_t need, size_t size)
 {
     if (need <= *cap) {
         return MR_OK;
@@ -48,13 +50,19 @@ grow(int64_t **p, size_t *cap, size_t need)
     while (c < need) {
         c *= 2;
     }
-    int64_t *q = MR_REALLOC(*p, c * sizeof(int64_t));
+    void *q = MR_REALLOC(*p, c * size);
     if (q == NULL) {
         return MR_ENOMEM;
     }
     *p = q;
     *cap = c;
     return MR_OK;
+}
+
+static int
+grow(int64_t **p, size_t *cap, size_t need)
+{
+    return grow_n((void **)p, cap, need, sizeof(int64_t));
 }
 
 /* Makes both scratch buffers hold at least n entries. */
@@ -309,17 +317,8 @@ key_tail(mr_lifecycle *lc, const int32_t *tokens, const int64_t *tokens64, size_
     if ((*bad = misfit_at(tokens64, from, len)) >= 0) {
         return MR_EINVAL;
     }
-    if (len > lc->capkb) {
-        size_t c = lc->capkb ? lc->capkb : 1024;
-        while (c < len) {
-            c *= 2;
-        }
-        int32_t *k = MR_REALLOC(lc->kb, c * sizeof(int32_t));
-        if (k == NULL) {
-            return MR_ENOMEM;
-        }
-        lc->kb = k;
-        lc->capkb = c;
+    if (grow_n((void **)&lc->kb, &lc->capkb, len, sizeof(int32_t)) != MR_OK) {
+        return MR_ENOMEM;
     }
     for (size_t i = from; i < len; i++) {
         lc->kb[i] = (int32_t)tokens64[i];
@@ -1205,9 +1204,9 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                   : cache_len > 0 && has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : prev;
     const int64_t *kv = kv_in;
     if (kv_in == NULL) {
-        size_t from = check_from(lc, mine < prev ? mine : prev);
-        from = from < committed_len ? from : committed_len;
-        (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(committed_len - from), lc->a + from);
+        size_t first = check_from(lc, mine < prev ? mine : prev);
+        first = first < committed_len ? first : committed_len;
+        (void)mr_reqpool_read(lc->rp, row, (int64_t)first, (int64_t)(committed_len - first), lc->a + first);
         kv = lc->a;
     }
     if (is_insert) {
@@ -1408,8 +1407,8 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     size_t mine = from != NULL ? prev : has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
     const int64_t *kv = kv_in;
     if (kv_in == NULL) {
-        size_t from = check_from(lc, mine);
-        (void)mr_reqpool_read(lc->rp, row, (int64_t)from, (int64_t)(fill_len - from), lc->a + from);
+        size_t first = check_from(lc, mine);
+        (void)mr_reqpool_read(lc->rp, row, (int64_t)first, (int64_t)(fill_len - first), lc->a + first);
         kv = lc->a;
     }
     rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0, from);
@@ -1924,7 +1923,6 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
         mr_req *st = &lc->rp->req[rows[i]];
         size_t fill = (size_t)st->committed;
         int64_t table_end;
-        fork_src[i] = fork_dst[i] = -1;
         if ((int64_t)fill > lc->rp->max_ctx) {
             return MR_EINVAL;
         }
@@ -2020,7 +2018,7 @@ mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
     }
     for (size_t i = 0; i < n; i++) {
         if (!mr_reqpool_in_use(lc->rp, rows[i])) {
-            return MR_EINVAL;
+            return MR_EINVAL;   /* a row listed twice: freed earlier in this batch */
         }
         mr_req *st = &lc->rp->req[rows[i]];
         if (st->committed > lc->rp->max_ctx) {
