@@ -13,7 +13,16 @@ gives each side's median us per request and the median of the per-round
 ratios (other / this): on a shared machine this reads a change that two
 separate runs minutes apart cannot.
 
-  python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8]
+With --ops, the per-operation C calls come first: the tree-only
+``Lifecycle`` that the drop-in runs over SGLang's own pools, its ``match``
+of a miss, ``insert`` and ``match`` of a hit, on bench_dropin.py's
+per-operation keys (64 groups x 16 prompts of 2048 shared + 128 own tokens,
+``array('q')``, and as many prompts that share nothing), every key and
+value built before the timer, so a call reads them cold as a scheduler's
+does; medians over the calls of a pass on a fresh lifecycle, the sides
+alternating pass by pass.
+
+  python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops]
 
 OTHER_CHECKOUT must hold a built module (``python3 setup.py build_ext
 --inplace`` there).
@@ -34,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_lifecycle import mooncake_workload, run_batch, shared_prefix_workload  # noqa: E402
+from bench_lifecycle import mooncake_workload, op_prompts, run_batch, shared_prefix_workload  # noqa: E402
 
 TRACE = os.path.join(ROOT, "..", "shared", "data", "mooncake_conversation_trace.jsonl")
 
@@ -51,14 +60,72 @@ def load_module(tag: str, checkout: str):
     return mod
 
 
+def op_keys(groups: int = 64, per_group: int = 16, shared: int = 2048, own: int = 128):
+    """bench_dropin.py's per-operation keys and each prompt's KV indices
+    (int64, disjoint)."""
+    import numpy as np
+
+    prompts, misses = op_prompts(groups, per_group, shared, own)
+    n = shared + own
+    values = [np.arange(1 + i * n, 1 + (i + 1) * n, dtype=np.int64) for i in range(len(prompts))]
+    return prompts, misses, values
+
+
+def ops_pass(C, prompts, misses, values):
+    """One pass on a fresh tree-only lifecycle: median us of each call."""
+    import time
+
+    lc = C.Lifecycle(chunk_size=64, extra_buffer=True)
+    out = {}
+    for op in ("match miss", "insert", "match hit"):
+        ts = []
+        clock = time.perf_counter_ns
+        if op == "insert":
+            for i, (k, v) in enumerate(zip(prompts, values)):
+                t0 = clock()
+                lc.insert(k, v, i + 1, duplicates=False)
+                ts.append(clock() - t0)
+        else:
+            for k in (misses if op == "match miss" else prompts):
+                t0 = clock()
+                lc.match(k)
+                ts.append(clock() - t0)
+        out[op] = statistics.median(ts) / 1e3
+    return out
+
+
+def ops_table(mods, rounds: int) -> None:
+    prompts, misses, values = op_keys()
+    for side in ("other", "this"):   # warm-up
+        ops_pass(mods[side], prompts, misses, values)
+    times = {side: {} for side in mods}
+    ratios = {}
+    for i in range(rounds):
+        got = {}
+        for side in (("other", "this") if i % 2 == 0 else ("this", "other")):
+            got[side] = ops_pass(mods[side], prompts, misses, values)
+            for op, us in got[side].items():
+                times[side].setdefault(op, []).append(us)
+        for op in got["this"]:
+            ratios.setdefault(op, []).append(got["other"][op] / got["this"][op])
+    print(f"{'C call (tree-only)':18} {'other us':>9} {'this us':>8} {'other / this':>13} {'ratio range':>14}")
+    for op, rs in ratios.items():
+        print(f"{op:18} {statistics.median(times['other'][op]):9.2f} {statistics.median(times['this'][op]):8.2f} "
+              f"{statistics.median(rs):12.2f}x {min(rs):6.2f}-{max(rs):.2f}x")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("other", help="a built checkout to compare against")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--ops", action="store_true", help="also the per-operation C calls (first)")
     args = ap.parse_args()
     mods = {"other": load_module("mr_other", os.path.abspath(args.other)), "this": load_module("mr_this", ROOT)}
+    if args.ops:
+        ops_table(mods, args.rounds)
     workloads = [("shared-prefix", shared_prefix_workload(args.requests))]
     if os.path.exists(TRACE):
         workloads.append(("mooncake", mooncake_workload(TRACE, args.requests)))

@@ -61,7 +61,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import sglang_wheel  # noqa: E402
-from bench_lifecycle import mooncake_workload, run_batch, shared_prefix_workload  # noqa: E402
+from bench_lifecycle import mooncake_workload, op_prompts, run_batch, shared_prefix_workload  # noqa: E402
 from mambaradix import sglang as mrs  # noqa: E402
 from mambaradix.driver import prefill_track_point  # noqa: E402
 from test_sglang_oracle import _SERVER_ARGS  # noqa: E402
@@ -157,19 +157,6 @@ def setup(sg, impl, rows, slots, kv, ctx):
 
 # ---------------------------------------------------------------------------
 # Per operation
-
-
-def op_prompts(groups, per_group, shared, own, seed=0):
-    """The per-operation keys: `groups` x `per_group` prompts of `shared`
-    common + `own` tokens, and as many prompts that share nothing."""
-    rng = np.random.default_rng(seed)
-    prompts = []
-    for _ in range(groups):
-        head = rng.integers(1, 50000, size=shared).tolist()
-        for _ in range(per_group):
-            prompts.append(array("q", head + rng.integers(1, 50000, size=own).tolist()))
-    misses = [array("q", rng.integers(50001, 99999, size=shared + own).tolist()) for _ in range(len(prompts))]
-    return prompts, misses
 
 
 def per_op(sg, impl, groups, per_group, shared, own, seed=0):

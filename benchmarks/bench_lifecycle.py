@@ -103,6 +103,20 @@ def mooncake_workload(path: str, n: int) -> List[List[int]]:
 # The three implementations
 
 
+def op_prompts(groups: int, per_group: int, shared: int, own: int, seed: int = 0):
+    """The per-operation keys (bench_dropin.py, bench_batch_ab.py --ops):
+    `groups` x `per_group` prompts of `shared` common + `own` tokens, and
+    as many prompts that share nothing, each an array('q')."""
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for _ in range(groups):
+        head = rng.integers(1, 50000, size=shared).tolist()
+        for _ in range(per_group):
+            prompts.append(array("q", head + rng.integers(1, 50000, size=own).tolist()))
+    misses = [array("q", rng.integers(50001, 99999, size=shared + own).tolist()) for _ in range(len(prompts))]
+    return prompts, misses
+
+
 def run_python(reqs: List[array], cfg: dict) -> dict:
     cache = PyHybridCache(cfg["kv"], cfg["states"], cfg["rows"], cfg["ctx"], CHUNK, INTERVAL)
     hits = 0

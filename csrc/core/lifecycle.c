@@ -314,15 +314,15 @@ key_tail(mr_lifecycle *lc, const int32_t *tokens, const int64_t *tokens64, size_
 #ifdef MR_VERIFY_TRUSTED
     from = 0;   /* the whole key, for the insert's check of the caller's path */
 #endif
-    if ((*bad = misfit_at(tokens64, from, len)) >= 0) {
-        return MR_EINVAL;
-    }
     if (grow_n((void **)&lc->kb, &lc->capkb, len, sizeof(int32_t)) != MR_OK) {
         return MR_ENOMEM;
     }
-    for (size_t i = from; i < len; i++) {
-        lc->kb[i] = (int32_t)tokens64[i];
+    /* checked as it is narrowed: one pass over the (usually cold) key */
+    if (from < len && mr_narrow_i32(tokens64 + from, len - from, lc->kb + from)) {
+        *bad = misfit_at(tokens64, from, len);
+        return MR_EINVAL;
     }
+    *bad = -1;
     *out = lc->kb;
     return MR_OK;
 }
@@ -573,6 +573,7 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     }
     int64_t again = -1, held = 0;   /* held: HELD units in val[mine:len), ps == 1 */
     uint16_t *const stamp = lc->kv->stamp;
+    const uint16_t g = gen;   /* not reloaded after each stamp store */
     if (ps == 1) {
         /* each token its own page: one test per index for the common case
          * (a request's), the rest classified by kv_refusal */
@@ -591,10 +592,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
                 }
                 held++;   /* past mine, kv_refusal accepts HELD only */
             }
-            if (MR_UNLIKELY(stamp[u] == gen) && again < 0) {
+            if (MR_UNLIKELY(stamp[u] == g) && again < 0) {
                 again = (int64_t)i;   /* a page seen is listed again */
             }
-            stamp[u] = gen;
+            stamp[u] = g;
         }
     }
     else {

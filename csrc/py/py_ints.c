@@ -227,7 +227,7 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
         const int64_t *src = v->buf;
         int32_t *dst = scratch->p;
         if (lo <= INT32_MIN && hi >= INT32_MAX) {
-            if (!mr_narrow_i64_i32(src, (size_t)n, dst)) {
+            if (!mr_narrow_i32(src, (size_t)n, dst)) {
                 goto done;
             }
         }
@@ -384,7 +384,7 @@ mr_ints_append_i32(PyObject *obj, const char *arg, mr_buf *scratch, mr_buf *dst,
                 PyBuffer_Release(&v);
                 return -1;
             }
-            int out_of_range = mr_narrow_i64_i32(v.buf, n, (int32_t *)dst->p + at);
+            int out_of_range = mr_narrow_i32(v.buf, n, (int32_t *)dst->p + at);
             PyBuffer_Release(&v);
             if (!out_of_range) {
                 *len = n;

@@ -46,22 +46,6 @@ void mr_ints_release(mr_ints *v);
  * exception (dst's first `at` elements unchanged). */
 int mr_ints_append_i32(PyObject *obj, const char *arg, mr_buf *scratch, mr_buf *dst, size_t at, size_t *len);
 
-/* Narrows src[0:n) (int64) into dst (int32) in one pass; nonzero when some
- * value does not fit int32.  A value fits when x + 2^31 has no bit above
- * bit 31: add, shift and or, which vectorise on plain SSE2 (a 64-bit
- * min/max does not). */
-static inline int
-mr_narrow_i64_i32(const int64_t *src, size_t n, int32_t *dst)
-{
-    uint64_t out = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = (uint64_t)src[i];
-        out |= (x + UINT64_C(0x80000000)) >> 32;
-        dst[i] = (int32_t)(uint32_t)x;
-    }
-    return out != 0;
-}
-
 /* obj as a C-contiguous 1-D int64 numpy array (a new reference; obj itself
  * when it is one), through mr_ints_read with a lone int accepted. */
 PyObject *mr_ints_array(PyObject *obj, const char *arg);

@@ -384,7 +384,7 @@ read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
         PyBuffer_Release(&v);
         return -1;
     }
-    int out_of_range = mr_narrow_i64_i32(v.buf, n, kb->p);
+    int out_of_range = mr_narrow_i32(v.buf, n, kb->p);
     PyBuffer_Release(&v);
     if (out_of_range) {
         PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);

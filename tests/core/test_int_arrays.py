@@ -182,3 +182,36 @@ def test_cache_unfinished_reads_an_int64_key_in_place_as_a_list(form) -> None:
     msg = run(list, bad_at=20)
     assert msg == "cache_unfinished(): tokens[20] = 34359738368 is out of range [-2147483648, 2147483647]"
     assert run(make, bad_at=20) == msg
+
+
+@pytest.mark.parametrize("form", ["array", "numpy"])
+def test_a_long_int64_key_outside_int32_is_refused_wherever_it_sits(form) -> None:
+    """An int64 key (array('q'), numpy) is narrowed to the tree's int32
+    tokens a cache line (8 tokens) at a time, with a tail of fewer: a token
+    outside int32 is refused wherever it sits -- first, last, either side of
+    a line -- with the message the list form gives (the reference: each
+    item converted on its own), and the tree is left as it was."""
+    from array import array
+
+    make = (lambda k: array("q", k)) if form == "array" else (lambda k: np.array(k, np.int64))
+    n = 67   # 8 lines and a tail of 3
+    for bad_at in (0, 7, 8, 9, 31, 32, 63, 64, 66):
+        for bad in (2**31, -(2**31) - 1):
+            key = list(range(1, n + 1))
+            key[bad_at] = bad
+            tree, lc = _C.RadixTree(), _C.Lifecycle(chunk_size=4)
+            tree.insert(list(range(1, 9)), np.arange(8), 1)
+            lc.insert(list(range(1, 9)), np.arange(1, 9), 1)
+            calls = (("tree", lambda k: tree.insert(k, np.arange(n), 2)),
+                     ("lifecycle", lambda k: lc.insert(k, np.arange(1, n + 1), 2)))
+            for name, call in calls:
+                msgs = []
+                for k in (key, make(key)):
+                    with pytest.raises(ValueError, match="out of range") as e:
+                        call(k)
+                    msgs.append(str(e.value))
+                assert msgs[0] == msgs[1], (name, bad_at)
+                assert f"key[{bad_at}] = {bad} is out of range" in msgs[1], (name, bad_at)
+            assert tree.total_size()[0] == 8 and lc.match(list(range(1, 9)))[0].tolist() == list(range(1, 9))
+            tree.sanity_check()
+            lc.check()
