@@ -25,20 +25,22 @@
 #define MR_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define MR_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define MR_INLINE      static inline __attribute__((always_inline))
-#define MR_PREFETCH(p) __builtin_prefetch((const void *)(p))
+#define MR_PREFETCH(p, off) __builtin_prefetch((const void *)((uintptr_t)(p) + (off)))
 #else
 #define MR_LIKELY(x)   (x)
 #define MR_UNLIKELY(x) (x)
 #define MR_INLINE      static inline
-#define MR_PREFETCH(p) ((void)(p))
+#define MR_PREFETCH(p, off) ((void)(p), (void)(off))
 #endif
 
 /* How far ahead (bytes) a pass over a caller's key asks for its memory.
  * A request's tokens are usually cold (written long before the cache sees
  * them), and a pass over them waits on memory, not on arithmetic: asking
  * 2 KiB ahead made the insert and the hit of a cold 2,176-token key about
- * 1.2x faster (benchmarks/RESULTS.md, "Reading cold keys").  A prefetch
- * past the key's end is harmless (it never faults). */
+ * 1.2x faster (benchmarks/RESULTS.md, "Reading cold keys").
+ * MR_PREFETCH(p, off) asks for the byte off past p; the address is formed
+ * as an integer, so it may lie past the key's end (a prefetch never
+ * faults). */
 #define MR_AHEAD 2048
 
 /* MR_VERIFY_TRUSTED (defined by debug and sanitizer builds, setup.py, and
@@ -61,7 +63,7 @@ mr_fits_i32(const int64_t *src, size_t n)
     uint64_t out = 0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {   /* a cache line a step, read ahead */
-        MR_PREFETCH((const char *)(src + i) + MR_AHEAD);
+        MR_PREFETCH(src + i, MR_AHEAD);
         for (size_t j = i; j < i + 8; j++) {
             out |= ((uint64_t)src[j] + UINT64_C(0x80000000)) >> 32;
         }
@@ -82,7 +84,7 @@ mr_narrow_i32(const int64_t *src, size_t n, int32_t *dst)
     uint64_t out = 0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        MR_PREFETCH((const char *)(src + i) + MR_AHEAD);
+        MR_PREFETCH(src + i, MR_AHEAD);
         for (size_t j = i; j < i + 8; j++) {
             uint64_t x = (uint64_t)src[j];
             out |= (x + UINT64_C(0x80000000)) >> 32;

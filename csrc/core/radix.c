@@ -1022,11 +1022,10 @@ common_prefix64(const mr_radix *t, const int32_t *a, size_t na, const int64_t *b
      * is walked one by one */
     while (i + 32 <= n) {
         uint64_t d = 0;
-        const char *ahead = (const char *)(b + i) + MR_AHEAD;   /* the key is usually cold */
-        MR_PREFETCH(ahead);
-        MR_PREFETCH(ahead + 64);
-        MR_PREFETCH(ahead + 128);
-        MR_PREFETCH(ahead + 192);
+        MR_PREFETCH(b + i, MR_AHEAD);   /* the key is usually cold: its next lines */
+        MR_PREFETCH(b + i, MR_AHEAD + 64);
+        MR_PREFETCH(b + i, MR_AHEAD + 128);
+        MR_PREFETCH(b + i, MR_AHEAD + 192);
         for (size_t j = 0; j < 32; j++) {
             d |= (uint64_t)((uint32_t)a[i + j] ^ UINT32_C(0x80000000)) ^ ((uint64_t)b[i + j] + UINT64_C(0x80000000));
         }
