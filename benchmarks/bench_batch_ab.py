@@ -36,8 +36,11 @@ import importlib.util
 import os
 import statistics
 import sys
+import time
 import types
 from array import array
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -63,8 +66,6 @@ def load_module(tag: str, checkout: str):
 def op_keys(groups: int = 64, per_group: int = 16, shared: int = 2048, own: int = 128):
     """bench_dropin.py's per-operation keys and each prompt's KV indices
     (int64, disjoint)."""
-    import numpy as np
-
     prompts, misses = op_prompts(groups, per_group, shared, own)
     n = shared + own
     values = [np.arange(1 + i * n, 1 + (i + 1) * n, dtype=np.int64) for i in range(len(prompts))]
@@ -73,13 +74,11 @@ def op_keys(groups: int = 64, per_group: int = 16, shared: int = 2048, own: int 
 
 def ops_pass(C, prompts, misses, values):
     """One pass on a fresh tree-only lifecycle: median us of each call."""
-    import time
-
     lc = C.Lifecycle(chunk_size=64, extra_buffer=True)
+    clock = time.perf_counter_ns
     out = {}
     for op in ("match miss", "insert", "match hit"):
         ts = []
-        clock = time.perf_counter_ns
         if op == "insert":
             for i, (k, v) in enumerate(zip(prompts, values)):
                 t0 = clock()

@@ -36,8 +36,9 @@
 /* How far ahead (bytes) a pass over a caller's key asks for its memory.
  * A request's tokens are usually cold (written long before the cache sees
  * them), and a pass over them waits on memory, not on arithmetic: asking
- * 2 KiB ahead made the insert and the hit of a cold 2,176-token key about
- * 1.2x faster (benchmarks/RESULTS.md, "Reading cold keys").
+ * 2 KiB ahead made the C calls on a cold 2,176-token key 1.07-1.28x faster
+ * (miss 1.26x, insert 1.07x, hit 1.17x; benchmarks/RESULTS.md, "Reading
+ * cold keys").
  * MR_PREFETCH(p, off) asks for the byte off past p; the address is formed
  * as an integer, so it may lie past the key's end (a prefetch never
  * faults). */
