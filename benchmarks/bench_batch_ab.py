@@ -20,7 +20,9 @@ per-operation keys (64 groups x 16 prompts of 2048 shared + 128 own tokens,
 ``array('q')``, and as many prompts that share nothing), every key and
 value built before the timer, so a call reads them cold as a scheduler's
 does; medians over the calls of a pass on a fresh lifecycle, the sides
-alternating pass by pass.
+alternating pass by pass.  A last row times the insert over the module's
+own pools, its values straight from the KV allocator, as the drop-in over
+those pools inserts them in bench_dropin.py's per-operation pass.
 
   python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops]
 
@@ -73,7 +75,8 @@ def op_keys(groups: int = 64, per_group: int = 16, shared: int = 2048, own: int 
 
 
 def ops_pass(C, prompts, misses, values):
-    """One pass on a fresh tree-only lifecycle: median us of each call."""
+    """One pass on a fresh tree-only lifecycle: median us of each call;
+    then the insert over the module's own pools (own_insert_pass)."""
     lc = C.Lifecycle(chunk_size=64, extra_buffer=True)
     clock = time.perf_counter_ns
     out = {}
@@ -90,7 +93,31 @@ def ops_pass(C, prompts, misses, values):
                 lc.match(k)
                 ts.append(clock() - t0)
         out[op] = statistics.median(ts) / 1e3
+    out["insert, own pools"] = own_insert_pass(C, prompts)
     return out
+
+
+def own_insert_pass(C, prompts) -> float:
+    """The insert over the module's own pools, as bench_dropin.py's
+    per-operation pass of the drop-in over them makes it: each value
+    straight from the KV allocator (HELD), each state slot its own, the
+    duplicates freed inside one free group.  Median us."""
+    n = len(prompts)
+    kv = C.SlotAllocator(sum(len(p) for p in prompts) + 64)
+    st = C.SlotAllocator(n + 8)
+    lc = C.Lifecycle(st, kv, C.ReqPool(8, max(len(p) for p in prompts) + 8, 2), chunk_size=64,
+                     extra_buffer=True)
+    values = [kv.alloc(len(p)) for p in prompts]
+    slots = [int(st.alloc(1)[0]) for _ in prompts]
+    clock = time.perf_counter_ns
+    ts = []
+    kv.free_group_begin()
+    for k, v, s in zip(prompts, values, slots):
+        t0 = clock()
+        lc.insert(k, v, s)
+        ts.append(clock() - t0)
+    kv.free_group_end()
+    return statistics.median(ts) / 1e3
 
 
 def ops_table(mods, rounds: int) -> None:

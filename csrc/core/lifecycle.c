@@ -576,7 +576,11 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     const uint16_t g = gen;   /* not reloaded after each stamp store */
     if (ps == 1) {
         /* each token its own page: one test per index for the common case
-         * (a request's), the rest classified by kv_refusal */
+         * (a request's, or a caller's HELD one outside an alloc group), the
+         * rest classified by kv_refusal.  The counts stay in registers: the
+         * pass waits on the cold key, owners and stamps, not on arithmetic */
+        const int32_t pass_held = grp ? 1 : MR_OWNER_HELD;   /* 1: no owner below 1 passes */
+        int64_t nheld = 0;
         for (size_t i = mine; i < len; i++) {
             int64_t u = val[i];
             if (MR_UNLIKELY((uint64_t)u > (uint64_t)np)) {
@@ -584,19 +588,20 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
                 return MR_EINVAL;
             }
             int32_t ou = owner[u];
-            if (MR_UNLIKELY(ou < 1)) {
+            if (MR_UNLIKELY(ou < 1 && ou != pass_held)) {
                 rc = kv_refusal(lc->kv, ou, u, grp, i, mine);
                 if (rc != MR_OK) {
                     *bad = (int64_t)i;
                     return rc;
                 }
-                held++;   /* past mine, kv_refusal accepts HELD only */
             }
+            nheld += ou == MR_OWNER_HELD;   /* past mine, kv_refusal accepts HELD only */
             if (MR_UNLIKELY(stamp[u] == g) && again < 0) {
                 again = (int64_t)i;   /* a page seen is listed again */
             }
             stamp[u] = g;
         }
+        held = nheld;
     }
     else {
         /* pages of a power-of-two size by a shift (a division costs more
@@ -657,12 +662,25 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * step 1 checked (the caller's, each once): with page size 1 they move
      * without a second check */
     size_t pl = out->prefix_len;
-    if (len > pl && ps == 1) {
-        /* HELD units past pl: the check's count less those before it */
-        for (size_t i = mine; i < pl; i++) {
-            held -= owner[val[i]] == MR_OWNER_HELD;
+    /* ps == 1: the HELD units among the new tokens val[pl:len) and among
+     * the duplicates val[mine:pl) (SGLang's value[prev_prefix_len:
+     * prefix_len], mine being its min with the tree's prefix), from the
+     * check's count over val[mine:len) and one pass over the shorter part */
+    int64_t held_new = 0;
+    const int counted = ps == 1 && pl >= mine && out->ndup == pl - mine;
+    if (ps == 1 && (!counted || len - pl <= pl - mine)) {
+        for (size_t i = pl; i < len; i++) {
+            held_new += owner[val[i]] == MR_OWNER_HELD;
         }
-        mr_slots_transfer_counted(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE, held);
+    }
+    else if (ps == 1) {
+        held_new = held;
+        for (size_t i = mine; i < pl; i++) {
+            held_new -= owner[val[i]] == MR_OWNER_HELD;
+        }
+    }
+    if (len > pl && ps == 1) {
+        mr_slots_transfer_counted(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE, held_new);
     }
     else if (len > pl) {
         rc = mr_kv_transfer(lc->kv, val + pl, (int64_t)(len - pl), MR_FROM_CALLER, MR_OWNER_TREE, NULL);
@@ -683,7 +701,12 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     }
     if (out->ndup > 0 && ps == 1) {
         /* tokens are appended to the free list: one call frees as SGLang's calls do */
-        mr_slots_free_checked(&lc->kv->pages, dup, (int64_t)out->ndup);
+        if (counted) {
+            mr_slots_free_counted(&lc->kv->pages, dup, (int64_t)out->ndup, held - held_new);
+        }
+        else {
+            mr_slots_free_checked(&lc->kv->pages, dup, (int64_t)out->ndup);
+        }
     }
     else if (out->ndup > 0) {
         /* pages go, sorted, to the head of the free list: SGLang's calls, one per node */

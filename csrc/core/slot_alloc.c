@@ -315,10 +315,11 @@ set_owners(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
     }
 }
 
-void
-mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+/* Units idx[0:k), just made FREE (PENDING inside a free group), join the
+ * free list's tail (the group's pending list). */
+static void
+put_freed(mr_slots *s, const int64_t *idx, int64_t k)
 {
-    set_owners(s, idx, k, s->free_group ? MR_OWNER_PENDING : MR_OWNER_FREE);
     if (s->free_group) {   /* the group's end puts them in the free list */
         memcpy(s->pending + s->n_pending, idx, (size_t)k * sizeof(int64_t));
         s->n_pending += k;
@@ -328,14 +329,25 @@ mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
 }
 
 void
+mr_slots_free_checked(mr_slots *s, const int64_t *idx, int64_t k)
+{
+    set_owners(s, idx, k, s->free_group ? MR_OWNER_PENDING : MR_OWNER_FREE);
+    put_freed(s, idx, k);
+}
+
+void
 mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32_t to)
 {
     set_owners(s, idx, k, to);
     count_add(s, to, k);
 }
 
-void
-mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld)
+/* Writes `to` as the owner of units idx[0:k), nheld of them HELD and the
+ * rest REQ(r) (the caller's count), taking them out of those classes
+ * without reading their owners (MR_VERIFY_TRUSTED builds read them and
+ * abort on a mismatch). */
+static void
+set_owners_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld, const char *who)
 {
     int32_t *owner = s->owner;
 #ifdef MR_VERIFY_TRUSTED
@@ -345,17 +357,33 @@ mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to
         req += owner[idx[i]] >= 1;
     }
     if (held != nheld || held + req != k) {
-        fprintf(stderr, "mr_slots_transfer_counted: %lld HELD and %lld REQ units of %lld, told %lld HELD\n",
-                (long long)held, (long long)req, (long long)k, (long long)nheld);
+        fprintf(stderr, "%s: %lld HELD and %lld REQ units of %lld, told %lld HELD\n", who, (long long)held,
+                (long long)req, (long long)k, (long long)nheld);
         abort();
     }
+#else
+    (void)who;
 #endif
     for (int64_t i = 0; i < k; i++) {
         owner[idx[i]] = to;
     }
     s->n_held -= nheld;
     s->n_req -= k - nheld;
+}
+
+void
+mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld)
+{
+    set_owners_counted(s, idx, k, to, nheld, "mr_slots_transfer_counted");
     count_add(s, to, k);
+}
+
+void
+mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t nheld)
+{
+    set_owners_counted(s, idx, k, s->free_group ? MR_OWNER_PENDING : MR_OWNER_FREE, nheld,
+                       "mr_slots_free_counted");
+    put_freed(s, idx, k);
 }
 
 int

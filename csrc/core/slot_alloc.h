@@ -130,6 +130,8 @@ void mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32
  * without being read again (MR_VERIFY_TRUSTED builds verify the count and
  * abort on a mismatch). */
 void mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld);
+/* mr_slots_free_checked with the caller's count of HELD units, likewise. */
+void mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t nheld);
 
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);

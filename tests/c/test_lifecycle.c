@@ -821,6 +821,76 @@ test_evict_protected(void)
     printf("protect: evictions with a node protected checked\n");
 }
 
+/* An insert's values mixing units the caller holds straight from the
+ * allocator (HELD) and units of a request row (REQ): the new tokens' units
+ * go to the tree and the duplicates' are freed, each call told how many
+ * are HELD (sanitized builds verify each count and abort on a wrong one).
+ * The duplicates are the longer part in one insert, the shorter in the
+ * next; the class counts after each are written out by hand. */
+static void
+test_insert_counts(void)
+{
+    int32_t key[120];
+    int64_t v[120], s = -1;
+    world w;
+    CHECK(world_make(&w, 1, 0, 1, 16, 4096, 4) == 0, "world");
+    for (int k = 0; k < 3; k++) {
+        /* key 0: 100 tokens; key 1: its first 90 and 30 of its own (90
+         * duplicates, 30 new); key 2: its first 10 and 100 of its own (10
+         * duplicates, 100 new) */
+        size_t len = k == 0 ? 100 : k == 1 ? 120 : 110, shared = k == 0 ? 0 : k == 1 ? 90 : 10;
+        for (size_t i = 0; i < len; i++) {
+            key[i] = (int32_t)(k == 0 || i < shared ? 1000 + i : 1000 * (k + 1) + 10000 + i);
+        }
+        /* even positions HELD, odd ones REQ(1) */
+        for (size_t i = 0; i < len; i += 2) {
+            CHECK(mr_slots_alloc(&w.kv.pages, 1, MR_OWNER_HELD, &v[i]) == MR_OK, "a HELD unit");
+            if (i + 1 < len) {
+                CHECK(mr_slots_alloc(&w.kv.pages, 1, 1, &v[i + 1]) == MR_OK, "a REQ unit");
+            }
+        }
+        CHECK(mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK, "a state");
+        const int64_t held0 = w.kv.pages.n_held, req0 = w.kv.pages.n_req, tree0 = w.kv.pages.n_tree;
+        const int64_t free0 = w.kv.pages.count;
+        mr_insert_result ir;
+        CHECK(mr_lc_insert(w.lc, key, v, len, 0, s, 0, NULL, &ir, NULL) == MR_OK, "insert %d", k);
+        CHECK(ir.prefix_len == shared && ir.ndup == shared, "insert %d: prefix %zu, %zu duplicates", k,
+              ir.prefix_len, ir.ndup);
+        const int64_t held = (int64_t)(len + 1) / 2, req = (int64_t)len / 2;
+        CHECK(w.kv.pages.n_held == held0 - held && w.kv.pages.n_req == req0 - req
+              && w.kv.pages.n_tree == tree0 + (int64_t)(len - shared) && w.kv.pages.count == free0 + (int64_t)shared,
+              "insert %d: held %lld, req %lld, tree %lld, free %lld", k, (long long)w.kv.pages.n_held,
+              (long long)w.kv.pages.n_req, (long long)w.kv.pages.n_tree, (long long)w.kv.pages.count);
+        for (size_t i = 0; i < len; i++) {
+            int32_t o = 0;
+            CHECK(mr_slots_owner(&w.kv.pages, v[i], &o) == MR_OK && o == (i < shared ? MR_OWNER_FREE : MR_OWNER_TREE),
+                  "insert %d: value[%zu] owned by %d", k, i, o);
+        }
+        check_world(&w, "after an insert of HELD and REQ units");
+    }
+    /* a unit an open alloc group holds for its next alloc(1) is HELD, but
+     * no caller has it: an insert naming it is refused, nothing moves */
+    {
+        int64_t got = -1, held0 = w.kv.pages.n_held, tree0 = w.kv.pages.n_tree, bad = -1;
+        mr_slots_group_begin(&w.kv.pages, 3);
+        CHECK(mr_slots_alloc(&w.kv.pages, 1, MR_OWNER_HELD, &got) == MR_OK, "the group's first unit");
+        int64_t val[2] = {got, w.kv.pages.group[w.kv.pages.group_pos]};
+        int32_t k2[2] = {77, 78};
+        mr_insert_result ir;
+        CHECK(mr_slots_alloc(&w.state, 1, MR_OWNER_HELD, &s) == MR_OK, "a state");
+        CHECK(mr_lc_insert(w.lc, k2, val, 2, 0, s, 0, NULL, &ir, &bad) == MR_EBUSY && bad == 1,
+              "a unit the alloc group has not handed out: refused at value[1] (bad %lld)", (long long)bad);
+        CHECK(w.kv.pages.n_held == held0 + 3 && w.kv.pages.n_tree == tree0, "the refused insert moved nothing");
+        mr_slots_group_end(&w.kv.pages);
+        CHECK(mr_slots_alloc(&w.kv.pages, 1, MR_OWNER_HELD, &val[1]) == MR_OK
+              && mr_lc_insert(w.lc, k2, val, 2, 0, s, 0, NULL, &ir, NULL) == MR_OK && w.kv.pages.n_tree == tree0 + 2,
+              "once handed out, accepted");
+        check_world(&w, "after the alloc group");
+    }
+    world_free(&w);
+    printf("counts: inserts of HELD and REQ units counted; an alloc group's unit refused\n");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -835,6 +905,7 @@ main(int argc, char **argv)
         }
     }
     test_double_free_and_tree_owned();
+    test_insert_counts();
     if (bound) {
         test_bound_records();
     }

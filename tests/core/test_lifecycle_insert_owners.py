@@ -103,3 +103,64 @@ def test_free_or_pending_indices_are_refused() -> None:
     with pytest.raises(_C.OwnershipError):
         lc.insert([5, 6, 7, 8], new, s)    # now free
     lc.check()
+
+
+def test_an_index_an_open_alloc_group_has_not_handed_out_is_refused() -> None:
+    """alloc_group_begin(n) takes n units for the group's next alloc(1)
+    calls: HELD, yet no caller has them.  An insert naming one would give
+    the tree a unit the group still hands out: refused, nothing changed;
+    the one the group handed out is the caller's and accepted."""
+    st, kv, rp = _C.SlotAllocator(8), _C.SlotAllocator(64), _C.ReqPool(2, 16, 2)
+    lc = _C.Lifecycle(st, kv, rp)
+    kv.alloc_group_begin(3)                      # units 1, 2, 3 for the next alloc(1) calls
+    got = int(kv.alloc(1)[0])
+    assert got == 1
+    s = int(st.alloc(1)[0])
+    before = _state(lc, st, kv)
+    with pytest.raises(_C.OwnershipError, match=r"value\[1\]"):
+        lc.insert([5, 6], np.array([got, 2]), s)
+    assert _state(lc, st, kv) == before
+    kv.alloc_group_end()                         # 2 and 3 go back to the free list
+    lc.insert([5, 6], np.array([got] + kv.alloc(1).tolist()), s)
+    assert kv.counts()["tree"] == 2 and kv.counts()["held"] == 0
+    lc.check()
+
+
+def test_owner_counts_after_inserts_of_allocator_held_values() -> None:
+    """Values straight from kv.alloc (HELD) with prev_prefix_len 0: SGLang
+    stores value[prefix_len:] and frees value[:prefix_len].  Reference: each
+    index's owner and the class counts written out from the insert's
+    prefix length; keys share random prefixes so that the duplicates are
+    sometimes the longer part, sometimes the shorter; half the inserts run
+    inside a free group (their duplicates pending until its end)."""
+    rng = np.random.default_rng(5)
+    st, kv, rp = _C.SlotAllocator(512), _C.SlotAllocator(20_000), _C.ReqPool(2, 64, 2)
+    lc = _C.Lifecycle(st, kv, rp)
+    keys: list = []
+    owner: dict = {}
+    for i in range(200):
+        if keys and rng.random() < 0.8:
+            base = keys[rng.integers(len(keys))]
+            key = base[: rng.integers(1, len(base) + 1)] + rng.integers(1, 9, size=rng.integers(0, 40)).tolist()
+        else:
+            key = rng.integers(1, 9, size=rng.integers(1, 40)).tolist()
+        keys.append(key)
+        value = kv.alloc(len(key))
+        grouped = i % 2 == 1
+        if grouped:
+            kv.free_group_begin()
+        pl = lc.insert(key, value, int(st.alloc(1)[0]))[0]
+        for j, u in enumerate(value.tolist()):
+            owner[u] = "tree" if j >= pl else ("pending" if grouped else "free")
+        assert [kv.owner(u) for u in value.tolist()] == [owner[u] for u in value.tolist()], i
+        c = kv.counts()
+        assert c["held"] == 0 and c["req"] == 0, i
+        assert c["tree"] == sum(o == "tree" for o in owner.values()), i
+        assert c["pending"] == (pl if grouped else 0), i
+        if grouped:
+            kv.free_group_end()
+            owner.update((u, "free") for u, o in owner.items() if o == "pending")
+        lc.check()
+        kv.check()
+    # the tree holds one index per cached token
+    assert kv.counts()["tree"] == lc.sizes()[0] + lc.sizes()[1]
