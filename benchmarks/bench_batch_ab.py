@@ -134,7 +134,7 @@ def ops_table(mods, rounds: int) -> None:
                 times[side].setdefault(op, []).append(us)
         for op in got["this"]:
             ratios.setdefault(op, []).append(got["other"][op] / got["this"][op])
-    print(f"{'C call (tree-only)':18} {'other us':>9} {'this us':>8} {'other / this':>13} {'ratio range':>14}")
+    print(f"{'C call':18} {'other us':>9} {'this us':>8} {'other / this':>13} {'ratio range':>14}")
     for op, rs in ratios.items():
         print(f"{op:18} {statistics.median(times['other'][op]):9.2f} {statistics.median(times['this'][op]):8.2f} "
               f"{statistics.median(rs):12.2f}x {min(rs):6.2f}-{max(rs):.2f}x")

@@ -44,8 +44,8 @@ with nothing wrapped around any method.  Then, per workload:
 from __future__ import annotations
 
 import argparse
-import os
 import gc
+import os
 import statistics
 import sys
 import time

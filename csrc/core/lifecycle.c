@@ -668,15 +668,17 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * check's count over val[mine:len) and one pass over the shorter part */
     int64_t held_new = 0;
     const int counted = ps == 1 && pl >= mine && out->ndup == pl - mine;
-    if (ps == 1 && (!counted || len - pl <= pl - mine)) {
-        for (size_t i = pl; i < len; i++) {
-            held_new += owner[val[i]] == MR_OWNER_HELD;
+    if (ps == 1) {
+        if (!counted || len - pl <= pl - mine) {
+            for (size_t i = pl; i < len; i++) {
+                held_new += owner[val[i]] == MR_OWNER_HELD;
+            }
         }
-    }
-    else if (ps == 1) {
-        held_new = held;
-        for (size_t i = mine; i < pl; i++) {
-            held_new -= owner[val[i]] == MR_OWNER_HELD;
+        else {
+            held_new = held;
+            for (size_t i = mine; i < pl; i++) {
+                held_new -= owner[val[i]] == MR_OWNER_HELD;
+            }
         }
     }
     if (len > pl && ps == 1) {
