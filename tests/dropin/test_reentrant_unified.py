@@ -13,11 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
-import torch
 
 import mambaradix
 from mambaradix import _C
 from reentry import Calls
+
+torch = pytest.importorskip("torch")
 
 
 class RadixKey:

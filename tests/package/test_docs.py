@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -123,7 +124,11 @@ def _run_transcript(body: str, tmp: Path) -> None:
     assert steps, "a console block shows at least one command"
     bindir = tmp / "bin"
     bindir.mkdir()
-    (bindir / "python").symlink_to(sys.executable)        # `python` is this interpreter
+    # `python` is this interpreter, venv included: a wrapper, not a link (a link named bin/python
+    # outside the venv starts the venv's base interpreter, without the venv's packages)
+    wrapper = bindir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    wrapper.chmod(0o755)
     env = _env()
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     for command, shown in steps:
