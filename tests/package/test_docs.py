@@ -113,6 +113,17 @@ def test_block_runs(info, body, tmp_path):
         pytest.fail(f"code block of unknown kind {info!r}")
 
 
+def python_bin(tmp: Path) -> Path:
+    """A folder whose `python` is this interpreter, venv included: a wrapper, not a link (a link named
+    bin/python outside a venv starts the venv's base interpreter, without the venv's packages)."""
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    wrapper.chmod(0o755)
+    return bindir
+
+
 def _run_transcript(body: str, tmp: Path) -> None:
     (tmp / "benchmarks").symlink_to(ROOT / "benchmarks")
     steps: list[tuple[str, list[str]]] = []
@@ -122,13 +133,7 @@ def _run_transcript(body: str, tmp: Path) -> None:
         elif steps:
             steps[-1][1].append(line)
     assert steps, "a console block shows at least one command"
-    bindir = tmp / "bin"
-    bindir.mkdir()
-    # `python` is this interpreter, venv included: a wrapper, not a link (a link named bin/python
-    # outside the venv starts the venv's base interpreter, without the venv's packages)
-    wrapper = bindir / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    wrapper.chmod(0o755)
+    bindir = python_bin(tmp)
     env = _env()
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     for command, shown in steps:
