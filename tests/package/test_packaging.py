@@ -1,4 +1,4 @@
-"""Declared dependencies: a torch extra pinned as CI pins torch, and skipped
+"""Declared dependencies: a torch extra pinned as the tests pin torch, and skipped
 tests that say why."""
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_torch_extra_is_pinned_as_ci_pins_it():
+def test_torch_extra_is_pinned_as_the_tests_pin_it():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    ci_pins = set(re.findall(r"torch==[0-9][0-9.]*", (ROOT / ".ci" / "run").read_text()))
-    assert extras["torch"] == ["torch==2.13.0"] and ci_pins == {"torch==2.13.0"}
+    test_reqs = (ROOT / "tests" / "requirements.txt").read_text().splitlines()
+    pins = {p for f in (".ci/run", "tests/run.sh", "tests/requirements.txt")
+            for p in re.findall(r"torch==[0-9][0-9.+a-z]*", (ROOT / f).read_text())}
+    assert extras["torch"] == ["torch==2.13.0"] and "torch==2.13.0" in test_reqs and pins == {"torch==2.13.0"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash tests/run.sh" in ci          # CI installs through the README's test command
     assert {"matplotlib", "tqdm"} <= set(extras["sim"]) and "pytest" in extras["test"]
 
 
