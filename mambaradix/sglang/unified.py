@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import _C
+from . import plugin as _plugin
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,11 @@ def _page_interleave_shard_size():
 
 
 def _factory(params, components):
+    global _SETTINGS_LOGGED
+    settings = resolved_settings()
+    if not _SETTINGS_LOGGED:
+        _SETTINGS_LOGGED = True
+        logger.info("mambaradix TreeCore settings: %s", _plugin.describe(settings))
     reason = fallback_reason(params)
     if reason is not None:
         logger.info("mambaradix TreeCore: using SGLang's Python TreeCore: %s", reason)
@@ -133,23 +139,34 @@ def _factory(params, components):
     return _core_class()(params, components)
 
 
-_FAST_MATCH_PREFIX = False
+# register()'s keywords: they take precedence over the environment (mambaradix.sglang.plugin.SETTINGS).
+_OVERRIDES: dict = {}
+_SETTINGS_LOGGED = False
+
+
+def resolved_settings() -> dict:
+    """Each setting's value and where it came from (register(), its environment variable, or the default),
+    as the next core built will use them."""
+    return _plugin.resolve(_OVERRIDES)
 
 
 def register(fast_match_prefix: Optional[bool] = None) -> None:
-    """Register the TreeCore under ``"mambaradix"`` (idempotent).
+    """Register the TreeCore under ``"mambaradix"`` (idempotent).  The installed
+    package's SGLang plugin (``mambaradix.sglang.plugin``) calls it in every SGLang
+    process; call it yourself only where plugins are not loaded.
 
     ``fast_match_prefix=True`` makes cores built afterwards answer True to
     ``supports_fast_match_prefix()``: SGLang's scheduler then matches every
     waiting request each round (cheap on this core) and skips its waiting-prefix
-    refresh (``touch_prefix``).  The default (False, kept while the argument is
-    None) is what SGLang's Python and Rust cores answer, so the scheduler behaves
-    exactly as with them."""
-    global _FAST_MATCH_PREFIX
+    refresh (``touch_prefix``).  The default (False, or
+    ``MAMBARADIX_FAST_MATCH_PREFIX``, while the argument is None) is what SGLang's
+    Python and Rust cores answer, so the scheduler behaves exactly as with them."""
     from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
 
     if fast_match_prefix is not None:
-        _FAST_MATCH_PREFIX = bool(fast_match_prefix)
+        if not isinstance(fast_match_prefix, bool):
+            raise TypeError(f"fast_match_prefix must be a bool or None, not {type(fast_match_prefix).__name__}")
+        _OVERRIDES["fast_match_prefix"] = fast_match_prefix
     if reg.get_tree_core_factory(BACKEND_NAME) is None:
         reg.register_tree_core_backend(BACKEND_NAME, _factory)
 
@@ -345,7 +362,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                          dict(DecLockRefResult().__dict__))
             policy = (params.eviction_policy or "lru").lower()
             self.eviction_policy = policy
-            self._fast_match_prefix = _FAST_MATCH_PREFIX
+            self._fast_match_prefix = resolved_settings()["fast_match_prefix"][0]
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,

@@ -1,6 +1,7 @@
 """Every code block of README.md and docs/*.md runs, small and on CPU, so the
 documentation cannot rot:
 
+- ``bash server``: an SGLang server launch, checked as shell (``bash -n``), not run;
 - ``python``: executed as a script (in a scratch folder, this tree first on
   the path); ``python gpu``: the same on a GPU (marked cuda; run by
   benchmarks/gpu_check.sh); ``python sglang-0.5.23``: needs SGLang 0.5.23,
@@ -72,7 +73,7 @@ def _needs(body: str) -> None:
 def test_every_block_has_a_known_kind():
     kinds = {tuple(p.values[0]) for p in blocks()}
     assert kinds <= {("python",), ("python", "gpu"), ("python", "sglang-0.5.23"), ("console",), ("bash",),
-                     ("json",)}, kinds
+                     ("bash", "server"), ("json",)}, kinds
 
 
 @pytest.mark.parametrize("info, body", blocks())
@@ -81,6 +82,12 @@ def test_block_runs(info, body, tmp_path):
     if info[1:] == ["sglang-0.5.23"]:
         compile(body, "README.md", "exec")
         pytest.skip("needs sglang 0.5.23: run by tests/dropin/sglang_0523/test_unified_core.py")
+    if info[1:] == ["server"]:
+        # A server launch: checked as shell; the plugin it relies on is run in SGLang's own start-up code
+        # by tests/dropin/sglang_0523/test_plugin.py.
+        subprocess.run(["bash", "-n"], input=body, text=True, check=True)
+        assert "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=mambaradix" in body
+        pytest.skip("launches an SGLang server on a GPU with a full SGLang 0.5.23 install")
     if kind == "python":
         if info[1:] == ["gpu"]:
             torch = pytest.importorskip("torch")

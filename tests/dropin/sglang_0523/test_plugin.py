@@ -1,0 +1,93 @@
+"""The installed package as SGLang sees it: a general plugin that SGLang's own start-up code
+(``sglang.srt.plugins.load_plugins``) runs, after which environment variables alone select the mambaradix
+TreeCore through SGLang's own factory and set its options.  Each case is a fresh process whose only
+mambaradix-specific input is its environment (the SGLang 0.5.23 CPU stand-ins are the tests' own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# What a scheduler process does: load the plugins, then build its cache from CacheInitParams that name no
+# TreeCore backend (SGLang reads SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND).
+SCRIPT = """
+import logging, sys
+sys.path.insert(0, {here!r})
+import sgl_env
+sgl_env.bootstrap()
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(name)s %(message)s")
+import torch
+from sglang.srt.plugins import load_plugins
+from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+load_plugins()
+set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1))
+kv = MHATokenToKVPool(size=64, page_size=1, dtype=torch.bfloat16, head_num=1, head_dim=8, layer_num=1,
+                      device="cpu", enable_memory_saver=False)
+alloc = TokenToKVPoolAllocator(size=64, dtype=torch.bfloat16, device="cpu", kvcache=kv, need_sort=False)
+for n in range(2):
+    cache = UnifiedRadixCache(params=CacheInitParams(
+        req_to_token_pool=ReqToTokenPool(size=2, max_context_len=64, device="cpu", enable_memory_saver=False),
+        token_to_kv_pool_allocator=alloc, page_size=1, disable=False, tree_components=(ComponentType.FULL,)))
+print("CORE", type(cache.tree_core).__name__, cache.supports_fast_match_prefix())
+"""
+
+
+def _run(**env_extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MAMBARADIX_") or k in ("MAMBARADIX_SGLANG_0523",)}
+    env.pop("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", None)
+    env.pop("SGLANG_PLUGINS", None)
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", SCRIPT.format(here=HERE)], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_package_declares_the_plugin():
+    eps = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert eps.get("mambaradix") == "mambaradix.sglang.plugin:load", (
+        f"sglang.srt.plugins entry points: {eps}; an install older than the entry point needs `pip install -e .`")
+
+
+def test_environment_variables_alone_select_our_core():
+    r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE MambaradixTreeCore False" in r.stdout, r.stdout[-3000:]
+    logged = [ln for ln in r.stdout.splitlines() if "mambaradix TreeCore settings" in ln]
+    assert logged == ["LOG mambaradix.sglang.unified mambaradix TreeCore settings: fast_match_prefix=False (default)"]
+
+
+def test_a_setting_from_the_environment_is_used_and_logged_with_its_source():
+    r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_FAST_MATCH_PREFIX="on")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE MambaradixTreeCore True" in r.stdout, r.stdout[-3000:]
+    assert "fast_match_prefix=True (MAMBARADIX_FAST_MATCH_PREFIX)" in r.stdout
+
+
+def test_without_the_switch_sglang_keeps_its_own_core():
+    r = _run()
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE " in r.stdout and "CORE MambaradixTreeCore" not in r.stdout, r.stdout[-3000:]
+
+
+def test_sglang_plugins_allow_list_without_us_leaves_the_backend_unregistered():
+    r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", SGLANG_PLUGINS="someone_else")
+    assert r.returncode != 0 and "'mambaradix' is not registered" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("value", ["maybe", "2"])
+def test_an_unreadable_setting_is_refused_naming_the_variable(value):
+    r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_FAST_MATCH_PREFIX=value)
+    assert r.returncode != 0
+    assert f"ValueError: MAMBARADIX_FAST_MATCH_PREFIX={value!r}: expected one of 1/0" in r.stderr, r.stderr[-3000:]
