@@ -37,8 +37,8 @@
  * A request's tokens are usually cold (written long before the cache sees
  * them), and a pass over them waits on memory, not on arithmetic: asking
  * 2 KiB ahead made the C calls on a cold 2,176-token key 1.07-1.28x faster
- * (miss 1.26x, insert 1.07x, hit 1.17x; benchmarks/RESULTS.md, "Reading
- * cold keys").
+ * (miss 1.26x, insert 1.07x, hit 1.17x; docs/performance.md, "Per-token
+ * passes and cold keys").
  * MR_PREFETCH(p, off) asks for the byte off past p; the address is formed
  * as an integer, so it may lie past the key's end (a prefetch never
  * faults). */
