@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import _C
+from . import _check
 
 logger = logging.getLogger(__name__)
 
@@ -396,12 +397,16 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         @staticmethod
         def _tokens(key, arg="key"):
+            """The key's tokens (limit honoured) as int64: a view of SGLang's
+            array('q'); an array of any integer type, a tensor or a list of
+            ints converted; anything else (floats, a negative limit) refused."""
             if not isinstance(key, RadixKey):
                 raise TypeError(f"{arg} must be a RadixKey, not {type(key).__name__}")
             if key.is_bigram:
                 raise ValueError(f"{arg}: bigram (EAGLE) keys are served by the Python TreeCore")
-            raw = key.raw_token_ids()
-            return np.frombuffer(raw, dtype=np.int64) if isinstance(raw, (bytes, bytearray)) or hasattr(raw, "typecode") else np.asarray(raw, dtype=np.int64)
+            if key.limit is not None:   # a negative one: SGLang's RadixKey has a negative length
+                _check.count(key.limit, f"{arg}.limit")
+            return _check.index_array(key.raw_token_ids(), f"{arg}.token_ids", scalar=False)
 
         # ---- tree API -----------------------------------------------------------
 
@@ -659,14 +664,10 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if value is None:
                 value_np = toks.copy()
             else:
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(f"params.value must be a torch.Tensor, not {type(value).__name__}")
+                _check.index_tensor(value, "params.value")
                 if value.numel() < n:
                     raise ValueError(f"params.value has {value.numel()} indices for a key of {n} tokens")
-                if value.dtype is torch.int64 and value.is_cpu:
-                    value_np = value.numpy()[:n]
-                else:
-                    value_np = value[:n].detach().to("cpu", torch.int64).numpy()
+                value_np = _check.index_array(value[:n], "params.value")
             state = None
             if self.has_mamba and n > 0:
                 mv = params.mamba_value
@@ -674,7 +675,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     raise ValueError("params.mamba_value is required with a MAMBA component")
                 if not isinstance(mv, torch.Tensor) or mv.numel() != 1:
                     raise ValueError("params.mamba_value must be a one-element tensor (the state slot)")
-                state = mv.item()
+                state = _check.one_index(mv, "params.mamba_value")
             if n == 0:
                 return InsertStepResult(
                     actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._nid(self._root))
@@ -779,7 +780,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def evict_device_start(self, component_type, request_cnt) -> None:
             if component_type in self._evict_quota:
                 raise AssertionError(f"{component_type} device eviction already in progress")
-            self._evict_quota[component_type] = int(request_cnt)
+            self._evict_quota[component_type] = _check.count(request_cnt, "request_cnt")
 
         def evict_device_next_node(self, component_type, tracker):
             quota = self._evict_quota.get(component_type)

@@ -315,10 +315,13 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_TABLE_END", "mambaradix/sglang/cache.py", "            pool.write((row, slice(p, end)), _to_device(prefix[p:end]",
            "            pool.write((row, slice(p, p)), _to_device(prefix[p:p]", T_TAKE + T_DROPIN,
            "the drop-in over SGLang's pools leaves the freed duplicates in the row"),
-    Mutant("PY_INS_NEG_LIMIT", "mambaradix/sglang/cache.py", "        elif key.limit < 0:", "        elif False:",
-           T_OPS + T_DROPIN, "insert takes a negative key limit"),
-    Mutant("PY_MATCH_NEG_LIMIT", "mambaradix/sglang/cache.py", "if key.limit is not None and key.limit < 0:",
-           "if False:", T_OPS + T_DROPIN, "match takes a negative key limit"),
+    Mutant("PY_INS_NEG_LIMIT", "mambaradix/sglang/cache.py", '            count(limit, "insert(): key.limit")',
+           "            pass", T_OPS + T_DROPIN + ["tests/dropin/test_dropin_bad_input.py"],
+           "insert takes a negative key limit"),
+    Mutant("PY_MATCH_NEG_LIMIT", "mambaradix/sglang/cache.py",
+           'limit = -1 if key.limit is None else count(key.limit, "match_prefix(): key.limit")',
+           "limit = -1 if key.limit is None else key.limit", T_OPS + T_DROPIN + ["tests/dropin/test_dropin_bad_input.py"],
+           "match takes a negative key limit"),
     Mutant("PY_INS_EXIST", "mambaradix/sglang/cache.py", "return InsertResult(pl, 0, node, bool(existed))",
            "return InsertResult(pl, 0, node, False)", T_OPS + T_DROPIN + T_TAKE, "insert never reports mamba_exist"),
     Mutant("PY_MATCH_LIMIT", "mambaradix/sglang/cache.py", "plain = (key.extra_key is None and key.limit is None and not key.is_bigram\n",
@@ -427,6 +430,12 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
            ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
+    # the SGLang front ends' argument checks (mambaradix/sglang/_check.py)
+    Mutant("PY_IDX_DTYPE", "mambaradix/sglang/_check.py",
+           "    if x.dtype not in INT_DTYPES:\n        raise TypeError(f\"{name} must be an integer tensor",
+           "    if False:\n        raise TypeError(f\"{name} must be an integer tensor",
+           ["tests/dropin/test_dropin_bad_input.py", "tests/dropin/test_pool_write.py"],
+           "a float or bool index tensor (a value, indices to free, a table write) is converted, not refused"),
 ]
 
 
