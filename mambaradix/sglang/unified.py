@@ -29,13 +29,19 @@ collect_full_device_indices) are one C call each (``_C.UnifiedCore``, bound
 per instance); the ``_*_py`` methods are their Python path for what the C path
 hands back (token lists, tensors off the CPU, empty keys).
 
-Importing this module imports nothing from SGLang; ``register()`` does.
+Importing this module imports nothing from SGLang; ``register()`` does, and
+without SGLang 0.5.23 it (like ``MambaradixTreeCore``) raises an ImportError
+that says so and why: sglang not installed, another release, or a module of
+it missing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import logging
-from typing import Any, Optional, Sequence
+import sys
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -45,6 +51,43 @@ from . import _check
 logger = logging.getLogger(__name__)
 
 BACKEND_NAME = "mambaradix"
+SGLANG_VERSION = "0.5.23"   # the release whose TreeCore interface this module implements
+
+
+def _sglang_version() -> Optional[str]:
+    """The version of the sglang that is imported, else of the one installed
+    (its metadata; importing it may be what failed); None when unknown."""
+    v = getattr(sys.modules.get("sglang"), "__version__", None)
+    if v is None:
+        try:
+            v = importlib.metadata.version("sglang")
+        except Exception:   # no metadata (not installed, a source tree)
+            v = None
+    return v
+
+
+@contextlib.contextmanager
+def _needs_sglang(what: str = "sglang.srt.mem_cache.unified_cache") -> Iterator[None]:
+    """Turns an ImportError of SGLang's modules into one that says this module
+    needs SGLang 0.5.23 (what: the part of SGLang it imports) and why the
+    import failed: sglang is not installed, another release is, or a module
+    (of SGLang, or one it imports) is missing."""
+    if "sglang" not in sys.modules:
+        # A failed `import sglang` (mambaradix.sglang tries one for SGLang's base
+        # class) keeps the subpackages it had imported, without their parent:
+        # an import through them raises KeyError('sglang') instead of the error.
+        for name in [m for m in sys.modules if m.startswith("sglang.")]:
+            del sys.modules[name]
+    try:
+        yield
+    except ImportError as e:
+        why = str(e)
+        if e.name != "sglang":
+            v = _sglang_version()
+            if v is not None and v != SGLANG_VERSION:
+                why = f"sglang {v} is installed ({e})"
+        raise ImportError(f"mambaradix.sglang.unified needs SGLang {SGLANG_VERSION} ({what}): {why}",
+                          name=e.name) from e
 
 # What the native core serves; everything else falls back to SGLang's Python core.
 # SGLang 0.5.23's --radix-eviction-policy names (sglang/srt/mem_cache/utils.py), each a row
@@ -64,7 +107,8 @@ def _leaf_order(policy, config):
 
 def fallback_reason(params) -> Optional[str]:
     """Why ``params`` needs SGLang's Python TreeCore, or None when ours serves it."""
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    with _needs_sglang():
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
     comps = tuple(params.tree_components or (ComponentType.FULL,))
     if comps not in ((ComponentType.FULL,), (ComponentType.FULL, ComponentType.MAMBA)):
@@ -147,7 +191,8 @@ def register(fast_match_prefix: Optional[bool] = None) -> None:
     None) is what SGLang's Python and Rust cores answer, so the scheduler behaves
     exactly as with them."""
     global _FAST_MATCH_PREFIX
-    from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
+    with _needs_sglang():
+        from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
 
     if fast_match_prefix is not None:
         _FAST_MATCH_PREFIX = bool(fast_match_prefix)
@@ -222,15 +267,16 @@ class PageHashes:
 
 
 def _core_class():
-    """Builds the TreeCore class on first use (it subclasses SGLang's interface)."""
-    global MambaradixTreeCore
-    if MambaradixTreeCore is not None:
-        return MambaradixTreeCore
-    MambaradixTreeCore = _build_class()
-    return MambaradixTreeCore
+    """Builds the TreeCore class on first use (it subclasses SGLang's
+    interface); the module's ``MambaradixTreeCore``."""
+    global _CORE
+    if _CORE is None:
+        with _needs_sglang():
+            _CORE = _build_class()
+    return _CORE
 
 
-MambaradixTreeCore: Any = None
+_CORE: Any = None
 
 # The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
 # their Python path under the same names).
@@ -1000,10 +1046,11 @@ def inspection_core_class():
     global _INSPECTOR
     if _INSPECTOR is not None:
         return _INSPECTOR
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
-        UnifiedTreeCoreInspectionInterface,
-    )
+    with _needs_sglang("sglang.test.kits.unified_radix_cache"):
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+        from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
+            UnifiedTreeCoreInspectionInterface,
+        )
 
     FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
     Core = _core_class()
@@ -1127,6 +1174,7 @@ def array_q(tokens):
 
 
 def __getattr__(name):
-    if name == "MambaradixTreeCoreClass":
+    # the class is built on first use, from SGLang's interface (ImportError without it)
+    if name in ("MambaradixTreeCore", "MambaradixTreeCoreClass"):
         return _core_class()
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -430,12 +430,16 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
            ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
-    # the SGLang front ends' argument checks (mambaradix/sglang/_check.py)
+    # the SGLang front ends' argument checks (mambaradix/sglang/_check.py, unified.py)
     Mutant("PY_IDX_DTYPE", "mambaradix/sglang/_check.py",
            "    if x.dtype not in INT_DTYPES:\n        raise TypeError(f\"{name} must be an integer tensor",
            "    if False:\n        raise TypeError(f\"{name} must be an integer tensor",
            ["tests/dropin/test_dropin_bad_input.py", "tests/dropin/test_pool_write.py"],
            "a float or bool index tensor (a value, indices to free, a table write) is converted, not refused"),
+    Mutant("PY_NEEDS_SGLANG", "mambaradix/sglang/unified.py", "    except ImportError as e:\n        why = str(e)",
+           "    except KeyError as e:\n        why = str(e)",
+           ["tests/dropin/test_unified_needs_sglang.py", "tests/dropin/test_sglang_unified.py"],
+           "mambaradix.sglang.unified without SGLang 0.5.23 raises the bare import error, not that 0.5.23 is needed"),
 ]
 
 

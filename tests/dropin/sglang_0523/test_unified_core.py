@@ -296,6 +296,24 @@ def test_what_the_python_path_would_convert_is_refused():
     d.run(200)   # still in lockstep with SGLang's core
 
 
+def test_a_missing_sglang_module_is_named(monkeypatch):
+    """With 0.5.23 installed but a module of it missing, register() and the
+    class say 0.5.23 is needed and name the module (not a version)."""
+    import sys
+
+    # register() imports the registry's package; the class, among others, the events module
+    for name, call in (("sglang.srt.mem_cache.unified_cache", mr_unified.register),
+                       ("sglang.srt.mem_cache.events", lambda: mr_unified.MambaradixTreeCore)):
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, None)      # an import of it fails
+            m.setattr(mr_unified, "_CORE", None, raising=False)   # the class is built again
+            with pytest.raises(ImportError) as e:
+                call()
+        assert str(e.value).startswith(
+            "mambaradix.sglang.unified needs SGLang 0.5.23 (sglang.srt.mem_cache.unified_cache): ")
+        assert name in str(e.value) and "is installed" not in str(e.value)
+    assert mr_unified.MambaradixTreeCore.__name__ == "MambaradixTreeCore"
+
 def test_memory_per_cached_token_is_reported():
     cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
     d = dual.Differ(cfg, "no_buffer", seed=3)
