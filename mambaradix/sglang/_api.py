@@ -10,13 +10,13 @@ behaviour (see the project's reference notes), not its code.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from array import array
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 import torch
 
 from .. import _C
+from ._check import count, index_array, integer, one_index
 
 __all__ = [
     "RadixKey",
@@ -343,26 +343,31 @@ class SamplingParams:
     max_new_tokens: int = 128
 
 
-def _slot_value(value: Any) -> int:
-    """A slot given as None, an int or a one-element tensor, as an int (-1 =
-    None).  A device tensor is read back here: the drop-in never assigns
-    one, it writes the record."""
+def _slot_value(value: Any, name: str) -> int:
+    """A slot given as None, an int or a one-element integer tensor, as an
+    int (-1 = None).  A device tensor is read back here: the drop-in never
+    assigns one, it writes the record."""
     if value is None:
         return -1
-    if isinstance(value, torch.Tensor):
-        return int(value.reshape(-1)[0])
-    return int(value)
+    v = one_index(value, name)
+    if v < 0:
+        raise ValueError(f"{name} must be a state slot (>= 0) or None, not {v}")
+    return v
 
 
-def _record_int(field: str, doc: str) -> property:
-    """A Req field over an int of its record, -1 read as None."""
+def _record_int(field: str, name: str, doc: str) -> property:
+    """A Req field over an int of its record, -1 read as None (and taken
+    as None: the record's own value, which the cache's calls write back)."""
 
     def get(self: "Req") -> Optional[int]:
         v = getattr(self._rs, field)
         return None if v < 0 else v
 
     def set_(self: "Req", value: Optional[int]) -> None:
-        setattr(self._rs, field, -1 if value is None else int(value))
+        v = -1 if value is None else integer(value, name)
+        if v < -1:
+            raise ValueError(f"{name} must be >= 0 or None, not {v}")
+        setattr(self._rs, field, v)
 
     return property(get, set_, doc=doc)
 
@@ -423,17 +428,15 @@ class SlotIndex:
             t = self._s1[v] = self.ids[v + 1 : v + 2]
         return t
 
-    def host_value(self, value: Any) -> int:
+    def host_value(self, value: Any, name: str = "value") -> int:
         """The slot `value` names, without reading a device: an int as it
         is, a one-element view of `ids` (a slot this index handed out) from
         its offset; any other tensor is read back (on a device, a sync)."""
         if type(value) is int:
             return value
-        if isinstance(value, torch.Tensor):
-            if value._base is self.ids and value.numel() == 1:
-                return value.storage_offset() - 1
-            return int(value.reshape(-1)[0])
-        return operator.index(value)
+        if isinstance(value, torch.Tensor) and value._base is self.ids and value.numel() == 1 and value.dim() <= 1:
+            return value.storage_offset() - 1
+        return one_index(value, name)
 
     def buffer(self, rs: Any, pp: int) -> torch.Tensor:
         """A new tensor of the record's pp track entries (the caller may
@@ -474,7 +477,9 @@ class Req:
         self.rid = rid
         self.origin_input_text = origin_input_text
         ids = origin_input_ids if origin_input_ids is not None else array("q")
-        self.origin_input_ids = ids if isinstance(ids, array) else array("q", ids)
+        if type(ids) is not array or ids.typecode != "q":   # SGLang's array('q'), or the ints of anything else
+            ids = array("q", index_array(ids, "origin_input_ids", scalar=False).tobytes())
+        self.origin_input_ids = ids
         self.sampling_params = sampling_params if sampling_params is not None else SamplingParams()
         self.return_logprob = return_logprob
         self.logprob_start_len = -1
@@ -523,7 +528,7 @@ class Req:
 
     @mamba_pool_idx.setter
     def mamba_pool_idx(self, value: Any) -> None:
-        self._rs.running = _slot_value(value)
+        self._rs.running = _slot_value(value, "mamba_pool_idx")
 
     @property
     def mamba_cow_src_index(self) -> Optional[torch.Tensor]:
@@ -535,7 +540,7 @@ class Req:
 
     @mamba_cow_src_index.setter
     def mamba_cow_src_index(self, value: Any) -> None:
-        self._rs.cow_src = _slot_value(value)
+        self._rs.cow_src = _slot_value(value, "mamba_cow_src_index")
 
     @property
     def mamba_ping_pong_track_buffer(self) -> Optional[torch.Tensor]:
@@ -570,16 +575,20 @@ class Req:
             rs.track0 = rs.track1 = -1
             rs.next_track = -1
             return
-        vals = value.reshape(-1).tolist() if isinstance(value, torch.Tensor) else [int(v) for v in value]
+        vals = index_array(value, "mamba_ping_pong_track_buffer").tolist()
         if not 1 <= len(vals) <= 2:
             raise ValueError(f"mamba_ping_pong_track_buffer must hold 1 or 2 slots, not {len(vals)}")
+        if min(vals) < -1:
+            raise ValueError(f"mamba_ping_pong_track_buffer holds {min(vals)}: a slot is >= 0 (-1: none)")
         self._pp = len(vals)
-        rs.track0 = int(vals[0])   # in a row: its track map (on the host)
-        rs.track1 = int(vals[1]) if len(vals) > 1 else -1
+        rs.track0 = vals[0]   # in a row: its track map (on the host)
+        rs.track1 = vals[1] if len(vals) > 1 else -1
 
-    mamba_next_track_idx = _record_int("next_track", "mamba_next_track_idx (None = no buffer).")
-    mamba_last_track_seqlen = _record_int("last_track_seqlen", "The length the newest snapshot stands for.")
-    mamba_branching_seqlen = _record_int("branching_seqlen", "The match's branching point, if any.")
+    mamba_next_track_idx = _record_int("next_track", "mamba_next_track_idx", "mamba_next_track_idx (None = no buffer).")
+    mamba_last_track_seqlen = _record_int("last_track_seqlen", "mamba_last_track_seqlen",
+                                          "The length the newest snapshot stands for.")
+    mamba_branching_seqlen = _record_int("branching_seqlen", "mamba_branching_seqlen",
+                                         "The match's branching point, if any.")
     mamba_needs_clear = _record_flag("needs_clear", "The running slot must be zeroed before the forward.")
     mamba_lazy_is_insert = _record_flag("lazy_is_insert", "Lazy mode: the finished request may be cached.")
 
@@ -589,7 +598,7 @@ class Req:
 
     @cache_protected_len.setter
     def cache_protected_len(self, value: Optional[int]) -> None:
-        self._rs.protected_len = int(value or 0)
+        self._rs.protected_len = 0 if value is None else count(value, "cache_protected_len")
 
     # -- lengths and ids ---------------------------------------------------
 

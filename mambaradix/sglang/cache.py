@@ -17,7 +17,6 @@ chunk's start; the input_len - 1 cap is the Req's).
 
 from __future__ import annotations
 
-import operator
 from array import array
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -39,6 +38,7 @@ from ._api import (
     Req,
     SlotIndex,
 )
+from ._check import count, integer, one_index, str_or_none, token_array
 from .pools import (
     HybridReqToTokenPool,
     TokenToKVPoolAllocator,
@@ -46,6 +46,7 @@ from .pools import (
     _host_view,
     _np_index,
     _owns_record,
+    _req_arg,
     _rs_of,
     _to_device,
 )
@@ -71,15 +72,12 @@ def _fill_ids(req: Any) -> Tuple[Any, int]:
 
 def _slot_of(value: Any, ix: Optional[SlotIndex] = None) -> int:
     """The state slot of an insert's mamba_value: an int or a one-element
-    tensor (SGLang's shape (1,)); the first element of anything longer.  A
-    slot our pools handed out (a view of ix's ids) is read from its offset:
-    no device read."""
+    integer tensor (SGLang's shape (1,)); anything else raises TypeError /
+    ValueError.  A slot our pools handed out (a view of ix's ids) is read
+    from its offset: no device read."""
     if ix is not None and type(value) is torch.Tensor and value._base is ix.ids and value.numel() == 1:
-        return ix.host_value(value)
-    try:
-        return operator.index(value)
-    except (TypeError, ValueError, RuntimeError):
-        return int(_np_index(value)[0])
+        return ix.host_value(value, "insert(): params.mamba_value")
+    return one_index(value, "insert(): params.mamba_value")
 
 try:  # inside SGLang, inherit every default its scheduler may call
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache as _SGLangBase  # type: ignore
@@ -244,6 +242,20 @@ class TreeNode:
         return f"TreeNode(id={self._id}, gen={self._gen})"
 
 
+_KEY_FIELDS = ("token_ids", "extra_key", "limit", "is_bigram")
+
+
+def _params_error(call: str, params: Any, want: str, e: AttributeError) -> TypeError:
+    """The TypeError for a call's params (or its key) that lacks a field of
+    SGLang's dataclass (want: "a MatchPrefixParams"; e: the AttributeError
+    reading the field)."""
+    if not hasattr(params, "key"):
+        return TypeError(f"{call}(): params must be {want}, not {type(params).__name__}")
+    if not all(hasattr(params.key, f) for f in _KEY_FIELDS):
+        return TypeError(f"{call}(): params.key must be a RadixKey, not {type(params.key).__name__}")
+    return TypeError(f"{call}(): params must be {want}: {e}")
+
+
 def _chunk_size_default(page_size: int) -> int:
     return max(64, page_size)
 
@@ -283,7 +295,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
                              "TokenToKVPoolAllocator)")
         self.req_to_token_pool = params.req_to_token_pool
         self.token_to_kv_pool_allocator = params.token_to_kv_pool_allocator
-        self.page_size = int(params.page_size)
+        self.page_size = integer(params.page_size, "params.page_size")
         self.disable = bool(params.disable)
         self.enable_kv_cache_events = bool(getattr(params, "enable_kv_cache_events", False))
         self.enable_mamba_extra_buffer = bool(getattr(params, "enable_mamba_extra_buffer", False))
@@ -295,7 +307,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         pool = self.req_to_token_pool
         if track_interval is None:
             track_interval = self._server_arg("mamba_track_interval") or getattr(pool, "mamba_track_interval", 256)
-        self.mamba_track_interval = int(track_interval)
+        self.mamba_track_interval = integer(track_interval, "track_interval")
         alloc = self.token_to_kv_pool_allocator
         self.device = alloc.device if alloc is not None else torch.device("cpu")
         self._on_cpu = torch.device(self.device).type == "cpu"
@@ -324,7 +336,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             chunk_size = getattr(self.req_to_token_pool, "mamba_cache_chunk_size", None)
         if chunk_size is None:
             chunk_size = _chunk_size_default(self.page_size)
-        return int(chunk_size)
+        return integer(chunk_size, "chunk_size")
 
     def _make_lifecycle(self) -> None:
         pool = self.req_to_token_pool
@@ -359,9 +371,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             h = self._handles[node_id] = TreeNode(self, node_id, gen)
         return h
 
-    def _ns(self, extra_key: Optional[str], create: bool = True) -> int:
+    def _ns(self, extra_key: Optional[str], create: bool = True, name: str = "key.extra_key") -> int:
+        """The namespace id of an extra_key (0: none; -1: a name never
+        inserted, when not create).  SGLang's extra_key is a str or None:
+        anything else raises TypeError naming `name`."""
         if extra_key is None:
             return 0
+        if type(extra_key) is not str:
+            str_or_none(extra_key, name)
         ns = self._ns_ids.get(extra_key)
         if ns is None:
             if not create:
@@ -453,13 +470,25 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     # -- locks -------------------------------------------------------------------------
 
+    def _own_node(self, node: Any, call: str) -> None:
+        """node must be a TreeNode of this cache (SGLang's lock calls take
+        no None: its cache reads the node's fields)."""
+        if type(node) is not TreeNode:
+            raise TypeError(f"{call}(): node must be a TreeNode, not {type(node).__name__}")
+        if node._cache is not self:
+            raise ValueError(f"{call}(): node {node._id} is a node of another cache")
+
     def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:
-        if not self.disable and node is not None and node is not self.root_node:
+        if type(node) is not TreeNode or node._cache is not self:
+            self._own_node(node, "inc_lock_ref")
+        if not self.disable and node is not self.root_node:
             self._lc.lock(node._id, node._gen)
         return IncLockRefResult()
 
     def dec_lock_ref(self, node: TreeNode, params: Optional[DecLockRefParams] = None) -> DecLockRefResult:
-        if not self.disable and node is not None and node is not self.root_node:
+        if type(node) is not TreeNode or node._cache is not self:
+            self._own_node(node, "dec_lock_ref")
+        if not self.disable and node is not self.root_node:
             self._lc.unlock(node._id, node._gen)
         return DecLockRefResult()
 
@@ -489,11 +518,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         and its node.  With cow_mamba and a hit, the request gets a running
         slot (if it has none) and records the node's slot as its
         copy-on-write source."""
-        key = params.key
         if self.disable:
             return self._empty_match()
-        plain = (key.extra_key is None and key.limit is None and not key.is_bigram
-                 and (not params.cow_mamba or params.req is None))
+        try:
+            key = params.key
+            plain = (key.extra_key is None and key.limit is None and not key.is_bigram
+                     and (not params.cow_mamba or params.req is None))
+        except AttributeError as e:
+            raise _params_error("match_prefix", params, "a MatchPrefixParams", e) from None
         if plain:
             # the usual call: a whole key in the default namespace, no
             # copy-on-write.  One C call with no keyword (parsing them costs);
@@ -525,17 +557,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         node generation, branching length), or None for the empty match at
         the root without asking the tree (an empty key, a namespace never
         inserted)."""
-        if key.limit is not None and key.limit < 0:   # SGLang's RadixKey has a negative length then
-            raise ValueError(f"match_prefix(): key.limit must be >= 0, not {key.limit}")
+        # a negative limit: SGLang's RadixKey has a negative length then
+        limit = -1 if key.limit is None else count(key.limit, "match_prefix(): key.limit")
+        tokens = token_array(key.token_ids, "match_prefix(): key.token_ids")
+        ns = self._ns(key.extra_key, create=False, name="match_prefix(): key.extra_key")
         if len(key) == 0:
             return None
-        ns = self._ns(key.extra_key, create=False)
         if ns < 0:  # a namespace never inserted: nothing can match
             return None
         req = params.req
         cow = bool(params.cow_mamba) and req is not None
-        tokens = key.token_ids
-        limit = -1 if key.limit is None else int(key.limit)
         if self._native and cow:
             rs = _rs_of(req)
             owner = int(req.req_pool_idx) if req.req_pool_idx is not None else -2
@@ -587,30 +618,35 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     def insert(self, params: InsertParams) -> InsertResult:
         if self.disable:
             return InsertResult(prefix_len=0, mamba_exist=False)
-        key = params.key
-        if params.mamba_value is None:
-            raise ValueError("insert(): mamba_value must be a state slot tensor, not None")
-        # raw_token_ids() without the call when no limit cuts (as match_prefix reads keys)
-        if key.limit is None:
-            tokens = key.token_ids
-        elif key.limit < 0:   # SGLang's RadixKey has a negative length then, and its insert raises
-            raise ValueError(f"insert(): key.limit must be >= 0, not {key.limit}")
-        else:
+        try:
+            key, value, mamba_value, prev = params.key, params.value, params.mamba_value, params.prev_prefix_len
+            tokens, limit, extra = key.token_ids, key.limit, key.extra_key
+        except AttributeError as e:
+            raise _params_error("insert", params, "an InsertParams", e) from None
+        if mamba_value is None:
+            raise ValueError("insert(): params.mamba_value must be a state slot tensor, not None")
+        # raw_token_ids() only when a limit cuts (as match_prefix reads keys)
+        if limit is not None:
+            # a negative limit: SGLang's RadixKey has a negative length then, and its insert raises
+            count(limit, "insert(): key.limit")
             tokens = key.raw_token_ids()
-        value = params.value
+        if type(tokens) is not array:
+            tokens = token_array(tokens, "insert(): key.token_ids")
         if value is None:
             value = torch.tensor(list(tokens), dtype=torch.int64)
-        state = _slot_of(params.mamba_value, self._ix)
+        state = _slot_of(mamba_value, self._ix)
+        # SGLang passes a protected length past a shorter cached key (the
+        # tracked length); the tree's own prefix then covers the whole key.
+        if type(prev) is not int or prev < 0:
+            prev = count(prev, "insert(): params.prev_prefix_len")
+        ns = 0 if extra is None else self._ns(extra, name="insert(): key.extra_key")
         n = len(tokens)
         if n == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
-        # SGLang passes a protected length past a shorter cached key (the
-        # tracked length); the tree's own prefix then covers the whole key.
-        prev = min(int(params.prev_prefix_len), n)
-        extra = key.extra_key
+        prev = min(prev, n)
         if self._native or type(value) is not torch.Tensor:
             pl, existed, nid, ngen, dups = self._lc.insert(
-                tokens, _np_index(value), state, ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev
+                tokens, _np_index(value, name="insert(): params.value"), state, ns=ns, prev_prefix_len=prev
             )
             if not self._native and dups.size:
                 self._free_foreign(dups, dups[:0])
@@ -619,8 +655,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             # caller's tensor goes to the allocator, as SGLang frees it
             view = _host_view(value) if self._on_cpu else None   # a device's values: no view to try
             pl, existed, nid, ngen, _ = self._lc.insert(
-                tokens, _np_index(value) if view is None else view, state,
-                ns=0 if extra is None else self._ns(extra), prev_prefix_len=prev, duplicates=False,
+                tokens, _np_index(value, name="insert(): params.value") if view is None else view, state,
+                ns=ns, prev_prefix_len=prev, duplicates=False,
             )
             if pl > prev:
                 # a CPU tensor's slice is made through its numpy view (the
@@ -641,7 +677,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     def evict(self, params: EvictParams) -> EvictResult:
         if self.disable:
             return EvictResult()
-        t, s = self._evict(int(params.num_tokens), int(params.mamba_num))
+        try:
+            num_tokens, mamba_num, swa = params.num_tokens, params.mamba_num, params.swa_num_tokens
+        except AttributeError:
+            raise TypeError(f"evict(): params must be an EvictParams, not {type(params).__name__}") from None
+        # SGLang's evict skips a count <= 0; no SGLang caller passes a negative one
+        count(swa, "evict(): params.swa_num_tokens")   # no SWA component: checked, nothing to evict
+        t, s = self._evict(count(num_tokens, "evict(): params.num_tokens"),
+                           count(mamba_num, "evict(): params.mamba_num"))
         return EvictResult(num_tokens_evicted=t, mamba_num_evicted=s)
 
     def _evict(self, num_tokens: int, num_states: int) -> Tuple[int, int]:
@@ -675,10 +718,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             self.req_to_token_pool.mamba_allocator.free(self._indices(st))
 
     def evict_full(self, full_num_tokens: int) -> int:
-        return 0 if self.disable or full_num_tokens <= 0 else self._evict(int(full_num_tokens), 0)[0]
+        if self.disable:
+            return 0
+        n = count(full_num_tokens, "evict_full(): full_num_tokens")
+        return self._evict(n, 0)[0] if n else 0
 
     def evict_mamba(self, mamba_num: int) -> int:
-        return 0 if self.disable or mamba_num <= 0 else self._evict(0, int(mamba_num))[1]
+        if self.disable:
+            return 0
+        n = count(mamba_num, "evict_mamba(): mamba_num")
+        return self._evict(0, n)[1] if n else 0
 
     def _alloc_mamba_slot(self, protect: Optional[Tuple[int, int]] = None) -> torch.Tensor:
         slot = self._take_mamba_slot(protect)
@@ -703,12 +752,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _committed_len(self, req: Req, kwargs: dict) -> int:
         n = kwargs.get("kv_len_to_handle")
-        return int(n) if n is not None else int(req.pop_committed_kv_cache())
+        if n is not None:
+            return count(n, "cache_finished_req(): kv_len_to_handle")
+        return int(req.pop_committed_kv_cache())
 
     def cache_finished_req(self, req: Req, is_insert: bool = True, **kwargs: Any) -> None:
         """Cache a finished request: the tree keeps the newest snapshot
         (extra_buffer) or the running slot (no_buffer); the tail KV and
         every other slot of the request are freed; its lock is dropped."""
+        _req_arg(req, "cache_finished_req")
+        ns = self._ns(req.extra_key, name="cache_finished_req(): req.extra_key")   # before the request changes
         committed = self._committed_len(req, kwargs)
         if req.req_pool_idx is None:
             raise ValueError(f"cache_finished_req(): request {req.rid!r} holds no request row")
@@ -719,14 +772,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             pool.free_mamba_cache(req)
             return
         if not self._native:
-            return self._foreign_cache_finished(req, is_insert, committed)
+            return self._foreign_cache_finished(req, is_insert, committed, ns)
         if (req._rs.running < 0) if _owns_record(req) else (req.mamba_pool_idx is None):
             raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
         # the key is origin_input_ids + output_ids, read without the sum
         self._lc.cache_finished(
-            int(req.req_pool_idx), rs, req.origin_input_ids, committed, ns=self._ns(req.extra_key),
+            int(req.req_pool_idx), rs, req.origin_input_ids, committed, ns=ns,
             is_insert=bool(is_insert), tail=req.output_ids,
         )
         drop = self.enable_mamba_extra_buffer or pool.mamba_allocator._slots.owner(running) != "tree"
@@ -741,6 +794,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         the request's buffer gets a fresh slot (no copy); without, the
         running state is forked.  The request then points at the tree's KV
         indices and holds its lock on the new node."""
+        _req_arg(req, "cache_unfinished_req")
         pool = self.req_to_token_pool
         if not self._native:
             return self._foreign_cache_unfinished(req, chunked)
@@ -750,8 +804,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if self.disable or cache_len is None:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
+        ns = self._ns(req.extra_key, name="cache_unfinished_req(): req.extra_key")
         rs = _rs_of(req, with_node=True, cache=self)
-        _, prefix, fs, fd = self._lc.cache_unfinished(row, rs, token_ids, fill, ns=self._ns(req.extra_key))
+        _, prefix, fs, fd = self._lc.cache_unfinished(row, rs, token_ids, fill, ns=ns)
         if fs >= 0:
             pool.mamba_pool.copy_from(self._ix.slot1(fs), self._ix.slot1(fd))
         self._apply(req, rs)
@@ -766,13 +821,13 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     # The C lifecycle decides (tree-only mode); what the pools' allocators must
     # free comes back as two arrays (_free_foreign frees them as SGLang does).
 
-    def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int) -> None:
+    def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int, ns: int) -> None:
         pool = self.req_to_token_pool
         kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed], True)
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
         _, kv_free, st_free = self._lc.cache_finished_foreign(
-            rs, req.origin_input_ids + req.output_ids, kv, ns=self._ns(req.extra_key), is_insert=bool(is_insert)
+            rs, req.origin_input_ids + req.output_ids, kv, ns=ns, is_insert=bool(is_insert)
         )
         self._free_foreign(kv_free, st_free)
         # the request's fields as SGLang's free_mamba_cache leaves them: a
@@ -791,13 +846,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
         kv = _np_index(pool.req_to_token[row, : len(token_ids)], True)
+        ns = self._ns(req.extra_key, name="cache_unfinished_req(): req.extra_key")
         fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
         keep = pool.get_mamba_ping_pong_keep_idx(req) if self.enable_mamba_extra_buffer else -1
         rs = _rs_of(req, with_node=True, cache=self)
         p = rs.protected_len
         try:
             _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished_foreign(
-                rs, token_ids, kv, int(fresh[0]), ns=self._ns(req.extra_key)
+                rs, token_ids, kv, int(fresh[0]), ns=ns
             )
         except BaseException:
             pool.mamba_allocator.free(fresh)
@@ -824,8 +880,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         """The prefill tracking decision for one request: (track_slot,
         track_mask, track_seqlen); records mamba_last_track_seqlen and
         flips the ping-pong index as SGLang's ScheduleBatch does."""
+        _req_arg(req, "prepare_extend_track")
         rs = _rs_of(req)
-        _, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), rs, int(prefix_len), int(extend_len))
+        _, slot, mask, seqlen = self._lc.prepare_extend(int(req.req_pool_idx or 0), rs,
+                                                        count(prefix_len, "prepare_extend_track(): prefix_len"),
+                                                        count(extend_len, "prepare_extend_track(): extend_len"))
         self._apply(req, rs)
         return slot, mask, seqlen
 
@@ -833,12 +892,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         """Before a decode forward (seq_len includes the new token): the
         track slot and mask (seq_len % mamba_track_interval == 0); the lazy
         buffer borrows its second slot here (SGLang's prepare_for_decode)."""
+        _req_arg(req, "decode_track")
         pool = self.req_to_token_pool
         if not self._native:
-            return self._foreign_decode_track(req, int(seq_len))
+            return self._foreign_decode_track(req, count(seq_len, "decode_track(): seq_len"))
         rs = _rs_of(req)
         tracks = rs.track0, rs.track1
-        _, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), rs, int(seq_len))
+        seq_len = count(seq_len, "decode_track(): seq_len")
+        _, slot, mask = self._lc.decode_prepare(int(req.req_pool_idx or 0), rs, seq_len)
         self._apply(req, rs)
         if (rs.track0, rs.track1) != tracks and req.req_pool_idx is not None:  # lazy borrow
             pool._sync_maps_to_device([int(req.req_pool_idx)])
@@ -872,6 +933,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         of the interval) record the tracked length and flip the ping-pong
         index (lazy: return the borrowed slot, or mark a finished request
         not insertable).  Returns True at a boundary."""
+        _req_arg(req, "decode_track_done")
         pool = self.req_to_token_pool
         if not self._native:
             rs = _rs_of(req)

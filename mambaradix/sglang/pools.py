@@ -17,6 +17,7 @@ import torch
 
 from .. import _C
 from ._api import Mamba2CacheParams, Req, SlotIndex
+from ._check import count, index_array, index_tensor, integer
 
 __all__ = [
     "MambaSlotAllocator",
@@ -44,20 +45,16 @@ def _host_view(x: torch.Tensor, int32: bool = False) -> Optional[np.ndarray]:
     return None
 
 
-def _np_index(x: Any, int32: bool = False) -> np.ndarray:
-    """int64 numpy view/copy of an index tensor, array or int (int32: a CPU
-    int32 tensor's int32 view too, which the C core reads as it is; SGLang's
-    req_to_token rows are int32)."""
+def _np_index(x: Any, int32: bool = False, name: str = "indices") -> np.ndarray:
+    """int64 numpy view/copy of an index tensor, array, sequence or int
+    (int32: a CPU int32 tensor's int32 view too, which the C core reads as
+    it is; SGLang's req_to_token rows are int32).  Anything but integers in
+    at most one dimension raises TypeError / ValueError naming `name`."""
     if type(x) is torch.Tensor:
         a = _host_view(x, int32)
         if a is not None:
             return a
-    if isinstance(x, torch.Tensor):
-        t = x.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        return t.reshape(-1).to(torch.int64).numpy()
-    return np.asarray(x, dtype=np.int64).reshape(-1)
+    return index_array(x, name)
 
 
 def _to_device(a: np.ndarray, device: Any) -> torch.Tensor:
@@ -89,6 +86,18 @@ def _is_cpu(device: Any) -> bool:
 # Allocators
 
 
+def _per_request(**tensors: Any) -> None:
+    """Per-request integer tensors of one batch (one dimension each, all
+    of one length); TypeError / ValueError naming the one that is not."""
+    n = None
+    for name, t in tensors.items():
+        index_tensor(t, name)
+        if n is None:
+            n, first = t.numel(), name
+        elif t.numel() != n:
+            raise ValueError(f"{name} has {t.numel()} elements, {first} {n}")
+
+
 class MambaSlotAllocator:
     """Free list of state slots 1..size (slot 0 is the dummy target)."""
 
@@ -108,13 +117,13 @@ class MambaSlotAllocator:
         return self._slots.available_size()
 
     def alloc_group_begin(self, num_reqs: int) -> None:
-        self._slots.alloc_group_begin(max(int(num_reqs), 0))
+        self._slots.alloc_group_begin(count(num_reqs, "num_reqs"))
 
     def alloc_group_end(self) -> None:
         self._slots.alloc_group_end()
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
-        got = self._slots.alloc(int(need_size))
+        got = self._slots.alloc(count(need_size, "need_size"))
         if got is None:
             return None
         if got.size == 1 and self._ix is not None:  # shape (1,), no copy to the device
@@ -122,7 +131,7 @@ class MambaSlotAllocator:
         return torch.from_numpy(got) if self._on_host else _to_device(got, self.device)
 
     def free(self, free_index: Any) -> None:
-        idx = _np_index(free_index)
+        idx = _np_index(free_index, name="free_index")
         if idx.size:
             self._slots.free(idx)
 
@@ -163,7 +172,7 @@ class TokenToKVPoolAllocator:
         return self._slots.available_size()
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
-        got = self._slots.alloc(int(need_size))
+        got = self._slots.alloc(count(need_size, "need_size"))
         if got is None:
             return None
         return torch.from_numpy(got) if self._on_host else _to_device(got, self.device)
@@ -172,7 +181,7 @@ class TokenToKVPoolAllocator:
         """Return a caller's KV indices.  Inside a free group they are
         checked now (a double free raises OwnershipError at once) and join
         the free list at free_group_end(), as SGLang's allocator defers."""
-        self._slots.free(_np_index(free_index))
+        self._slots.free(_np_index(free_index, name="free_index"))
 
     def free_group_begin(self) -> None:
         self._slots.free_group_begin()
@@ -214,7 +223,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         self.num_pages = size // page_size
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
-        need_size = int(need_size)
+        need_size = count(need_size, "need_size")
         if need_size % self.page_size:
             raise ValueError(f"alloc(): need_size={need_size} is not a multiple of page_size={self.page_size}")
         return super().alloc(need_size)
@@ -246,6 +255,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
     ) -> Optional[torch.Tensor]:
         """KV indices for each request's new tokens: first the free rest of
         its last page (after last_loc), then whole new pages."""
+        _per_request(prefix_lens_cpu=prefix_lens_cpu, seq_lens_cpu=seq_lens_cpu, last_loc=last_loc)
         pl = prefix_lens_cpu.tolist()
         sl = seq_lens_cpu.tolist()
         ll = last_loc.cpu().tolist()
@@ -261,6 +271,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
 
     def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor) -> Optional[torch.Tensor]:
         """One KV index per request for its next token (seq_lens include it)."""
+        _per_request(seq_lens_cpu=seq_lens_cpu, last_loc=last_loc)
         sl = seq_lens_cpu.tolist()
         ll = last_loc.cpu().tolist()
         ps = self.page_size
@@ -358,12 +369,15 @@ class MambaPool:
 
     def clear_slots(self, indices: torch.Tensor) -> None:
         """Zero the states at `indices` (run on the forward stream)."""
+        index_tensor(indices, "indices")
         idx = indices.reshape(-1).to(torch.int64)
         self._ops.clear(idx)
         self.bytes_cleared += int(idx.numel()) * self.slot_bytes
 
     def copy_from(self, src_indices: torch.Tensor, dst_indices: torch.Tensor) -> None:
         """Copy whole states src -> dst (conv and temporal, every layer)."""
+        index_tensor(src_indices, "src_indices")
+        index_tensor(dst_indices, "dst_indices")
         src = src_indices.reshape(-1).to(torch.int64)
         dst = dst_indices.reshape(-1).to(torch.int64)
         if src.numel() != dst.numel():
@@ -383,6 +397,24 @@ class MambaPool:
 
 # ---------------------------------------------------------------------------
 # Request pools
+
+
+def _table_write(indices: Any, values: Any) -> None:
+    """ReqToTokenPool.write's arguments beyond its C fast path, before
+    torch's assignment: what it stores must be KV indices, integers (a
+    float would be truncated, a bool taken as 0 / 1), and a bool is no row
+    (torch would read it as a mask over every row), nor is None (a new
+    axis: the whole table); TypeError otherwise."""
+    for i in indices if type(indices) is tuple else (indices,):
+        if i is None or isinstance(i, (bool, np.bool_)):
+            raise TypeError(f"write(): indices must not hold {i!r} (torch would write every row)")
+    if isinstance(values, torch.Tensor):
+        index_tensor(values, "write(): values", ndim=None)   # torch broadcasts any shape
+    elif isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iu":
+            raise TypeError(f"write(): values must hold integers, not {values.dtype}")
+    elif isinstance(values, (bool, np.bool_, float, np.floating)):
+        raise TypeError(f"write(): values must be integers, not {type(values).__name__}")
 
 
 class ReqToTokenPool:
@@ -440,10 +472,12 @@ class ReqToTokenPool:
                 except (TypeError, RuntimeError):
                     v = None
             if not self._rp.write_index(indices, v):
+                _table_write(indices, values)
                 if type(values) is np.ndarray and values.dtype in _NP_INDEX_TYPES:  # read as the fast path reads it
                     values = torch.from_numpy(np.ascontiguousarray(values))
                 self._host[indices] = values
             return
+        _table_write(indices, values)
         self.req_to_token[indices] = values
         if isinstance(values, torch.Tensor):
             values = values.cpu()
@@ -457,7 +491,10 @@ class ReqToTokenPool:
         return self._rp.available_size()
 
     def alloc(self, reqs: List[Req]) -> Optional[List[int]]:
-        need = sum(1 for r in reqs if r.req_pool_idx is None)
+        try:
+            need = sum(1 for r in reqs if r.req_pool_idx is None)
+        except (AttributeError, TypeError):
+            raise _reqs_error("alloc", reqs) from None
         if need > self._rp.available_size():
             return None
         rows = self._rp.alloc(need).tolist()
@@ -468,6 +505,7 @@ class ReqToTokenPool:
         return [r.req_pool_idx for r in reqs]
 
     def free(self, req: Req) -> None:
+        _req_arg(req, "free")
         if req.req_pool_idx is None:
             raise ValueError(f"free(): request {getattr(req, 'rid', req)!r} holds no request row (double free?)")
         self._rp.free(int(req.req_pool_idx))
@@ -478,6 +516,24 @@ class ReqToTokenPool:
 
     def check(self) -> None:
         self._rp.check()
+
+
+def _req_arg(req: Any, call: str) -> None:
+    """req must be a request: our Req, or an object with SGLang's Req fields."""
+    if type(req) is not Req and not hasattr(req, "req_pool_idx"):
+        raise TypeError(f"{call}(): req must be a Req, not {type(req).__name__}")
+
+
+def _reqs_error(call: str, reqs: Any) -> TypeError:
+    """The TypeError for a batch that is not a list of requests."""
+    try:
+        items = list(reqs)
+    except TypeError:
+        return TypeError(f"{call}(): reqs must be a list of Req, not {type(reqs).__name__}")
+    for i, r in enumerate(items):
+        if not hasattr(r, "req_pool_idx"):
+            return TypeError(f"{call}(): reqs[{i}] must be a Req, not {type(r).__name__}")
+    return TypeError(f"{call}(): reqs must be a list of Req")
 
 
 def _fields_of(req: Any) -> tuple:
@@ -667,7 +723,10 @@ class HybridReqToTokenPool(ReqToTokenPool):
         that is not its own class, and after it has run there is nothing
         left to evict, so the drop-in behaves as SGLang's pools do under
         either."""
-        need = sum(1 for r in reqs if r.req_pool_idx is None)
+        try:
+            need = sum(1 for r in reqs if r.req_pool_idx is None)
+        except (AttributeError, TypeError):
+            raise _reqs_error("alloc", reqs) from None
         rows = [-1 if r.req_pool_idx is None else int(r.req_pool_idx) for r in reqs]
         olds = [_rs_of(r) for r in reqs]
         got = self._lc.admit(rows, olds, headroom=True)
@@ -691,21 +750,27 @@ class HybridReqToTokenPool(ReqToTokenPool):
         super().free(req)
 
     def get_mamba_indices(self, req_indices: torch.Tensor) -> torch.Tensor:
+        index_tensor(req_indices, "req_indices")
         return self.req_index_to_mamba_index_mapping[req_indices]
 
     def translate_mamba_indices(self, mamba_indices: torch.Tensor) -> torch.Tensor:
         return mamba_indices
 
     def mamba2_layer_cache(self, layer_id: int) -> MambaPool.State:
+        if type(layer_id) is not int:
+            layer_id = integer(layer_id, "layer_id")   # a bool or a float is no layer id
         if layer_id not in self.mamba_map:
             raise ValueError(f"layer_id={layer_id} is not a recurrent layer: {sorted(self.mamba_map)}")
         return self.mamba_pool.mamba2_layer_cache(self.mamba_map[layer_id])
 
     def get_mamba_ping_pong_other_idx(self, mamba_next_track_idx: int) -> int:
+        if type(mamba_next_track_idx) is not int:
+            mamba_next_track_idx = integer(mamba_next_track_idx, "mamba_next_track_idx")
         return _C.ping_pong_other(mamba_next_track_idx, self.mamba_ping_pong_track_buffer_size)
 
     def get_mamba_ping_pong_keep_idx(self, req: Req) -> int:
         """Index of the track slot holding the newest snapshot."""
+        _req_arg(req, "get_mamba_ping_pong_keep_idx")
         return _C.keep_index(req.mamba_next_track_idx, self.mamba_ping_pong_track_buffer_size,
                              self.enable_mamba_extra_buffer_lazy)
 
@@ -715,8 +780,16 @@ class HybridReqToTokenPool(ReqToTokenPool):
         host (an int, or a slot this pool's allocator handed out: no device
         read) and written once, into the record: a record in its row is that
         row of the track map."""
+        _req_arg(req, "set_mamba_ping_pong_slot")
+        pp = self.mamba_ping_pong_track_buffer_size
+        if type(idx) is not int or not 0 <= idx < pp:
+            idx = integer(idx, "idx")
+            if not 0 <= idx < pp:
+                raise ValueError(f"idx must be in [0, {pp - 1}], not {idx}")
         if _owns_record(req):
             v = self._ix.host_value(value)
+            if v < -1:
+                raise ValueError(f"value must be a state slot or -1, not {v}")
             row = int(req.req_pool_idx)
             if v >= 1:  # a slot the caller took for the request is the request's now
                 self.mamba_allocator._slots.transfer(np.array([v], dtype=np.int64), row)
@@ -729,6 +802,8 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 self._rp.track_map[row, idx] = v
             self._sync_maps_to_device([row])
             return
+        if type(value) is not int and not isinstance(value, np.integer):   # torch would truncate a float
+            index_tensor(value, "value", ndim=None)
         req.mamba_ping_pong_track_buffer[idx] = value
         self.req_index_to_mamba_ping_pong_track_buffer_mapping[req.req_pool_idx] = req.mamba_ping_pong_track_buffer
 
@@ -737,6 +812,7 @@ class HybridReqToTokenPool(ReqToTokenPool):
         new_slot in its place.  For our requests the slot comes from the
         record (no device read) and is returned as a view of the pool's
         index tensor."""
+        _req_arg(req, "donate_mamba_ping_pong_slot")
         k = self.get_mamba_ping_pong_keep_idx(req)
         if _owns_record(req):
             v = req._rs.track1 if k else req._rs.track0
@@ -747,6 +823,10 @@ class HybridReqToTokenPool(ReqToTokenPool):
                 donated = None
         if donated is None:
             raise OwnershipError(f"request {req.rid!r}: the track slot to donate is empty (donated already?)")
+        if type(new_slot) is not torch.Tensor or new_slot._base is not self._ix.ids:
+            index_tensor(new_slot, "new_slot")
+            if new_slot.numel() != 1:
+                raise ValueError(f"new_slot must hold one state slot, not {new_slot.numel()}")
         self.set_mamba_ping_pong_slot(req, k, new_slot.reshape(-1)[0])
         return donated
 
@@ -754,9 +834,10 @@ class HybridReqToTokenPool(ReqToTokenPool):
         """Free the running slot and the track slots except
         track[keep]; OwnershipError when the request holds no running slot
         (a double free) or a slot is not the request's."""
+        _req_arg(req, "free_mamba_cache")
         keep = mamba_ping_pong_track_buffer_to_keep
         if keep is not None:
-            if keep not in (0, 1):
+            if keep not in (0, 1) or type(keep) is not int:
                 raise ValueError(f"mamba_ping_pong_track_buffer_to_keep must be 0 or 1, not {keep!r}")
             if self.mamba_ping_pong_track_buffer_size == 1 and keep != 0:
                 raise ValueError("mamba_ping_pong_track_buffer_to_keep must be 0 with a track buffer of 1")

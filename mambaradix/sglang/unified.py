@@ -29,22 +29,66 @@ collect_full_device_indices) are one C call each (``_C.UnifiedCore``, bound
 per instance); the ``_*_py`` methods are their Python path for what the C path
 hands back (token lists, tensors off the CPU, empty keys).
 
-Importing this module imports nothing from SGLang; ``register()`` does.
+Importing this module imports nothing from SGLang; ``register()`` does, and
+without SGLang 0.5.23 it (like ``MambaradixTreeCore``) raises an ImportError
+that says so and why: sglang not installed, another release, or a module of
+it missing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import logging
-from typing import Any, Optional, Sequence
+import sys
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from .. import _C
+from . import _check
 from . import plugin as _plugin
 
 logger = logging.getLogger(__name__)
 
 BACKEND_NAME = "mambaradix"
+SGLANG_VERSION = "0.5.23"   # the release whose TreeCore interface this module implements
+
+
+def _sglang_version() -> Optional[str]:
+    """The version of the sglang that is imported, else of the one installed
+    (its metadata; importing it may be what failed); None when unknown."""
+    v = getattr(sys.modules.get("sglang"), "__version__", None)
+    if v is None:
+        try:
+            v = importlib.metadata.version("sglang")
+        except Exception:   # no metadata (not installed, a source tree)
+            v = None
+    return v
+
+
+@contextlib.contextmanager
+def _needs_sglang(what: str = "sglang.srt.mem_cache.unified_cache") -> Iterator[None]:
+    """Turns an ImportError of SGLang's modules into one that says this module
+    needs SGLang 0.5.23 (what: the part of SGLang it imports) and why the
+    import failed: sglang is not installed, another release is, or a module
+    (of SGLang, or one it imports) is missing."""
+    if "sglang" not in sys.modules:
+        # A failed `import sglang` (mambaradix.sglang tries one for SGLang's base
+        # class) keeps the subpackages it had imported, without their parent:
+        # an import through them raises KeyError('sglang') instead of the error.
+        for name in [m for m in sys.modules if m.startswith("sglang.")]:
+            del sys.modules[name]
+    try:
+        yield
+    except ImportError as e:
+        why = str(e)
+        if e.name != "sglang":
+            v = _sglang_version()
+            if v is not None and v != SGLANG_VERSION:
+                why = f"sglang {v} is installed ({e})"
+        raise ImportError(f"mambaradix.sglang.unified needs SGLang {SGLANG_VERSION} ({what}): {why}",
+                          name=e.name) from e
 
 # What the native core serves; everything else falls back to SGLang's Python core.
 # SGLang 0.5.23's --radix-eviction-policy names (sglang/srt/mem_cache/utils.py), each a row
@@ -64,7 +108,8 @@ def _leaf_order(policy, config):
 
 def fallback_reason(params) -> Optional[str]:
     """Why ``params`` needs SGLang's Python TreeCore, or None when ours serves it."""
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    with _needs_sglang():
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
     comps = tuple(params.tree_components or (ComponentType.FULL,))
     if comps not in ((ComponentType.FULL,), (ComponentType.FULL, ComponentType.MAMBA)):
@@ -161,11 +206,12 @@ def register(fast_match_prefix: Optional[bool] = None) -> None:
     refresh (``touch_prefix``).  The default (False, or
     ``MAMBARADIX_FAST_MATCH_PREFIX``, while the argument is None) is what SGLang's
     Python and Rust cores answer, so the scheduler behaves exactly as with them."""
-    from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
+    if fast_match_prefix is not None and not isinstance(fast_match_prefix, bool):
+        raise TypeError(f"fast_match_prefix must be a bool or None, not {type(fast_match_prefix).__name__}")
+    with _needs_sglang():
+        from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
 
     if fast_match_prefix is not None:
-        if not isinstance(fast_match_prefix, bool):
-            raise TypeError(f"fast_match_prefix must be a bool or None, not {type(fast_match_prefix).__name__}")
         _OVERRIDES["fast_match_prefix"] = fast_match_prefix
     if reg.get_tree_core_factory(BACKEND_NAME) is None:
         reg.register_tree_core_backend(BACKEND_NAME, _factory)
@@ -238,15 +284,16 @@ class PageHashes:
 
 
 def _core_class():
-    """Builds the TreeCore class on first use (it subclasses SGLang's interface)."""
-    global MambaradixTreeCore
-    if MambaradixTreeCore is not None:
-        return MambaradixTreeCore
-    MambaradixTreeCore = _build_class()
-    return MambaradixTreeCore
+    """Builds the TreeCore class on first use (it subclasses SGLang's
+    interface); the module's ``MambaradixTreeCore``."""
+    global _CORE
+    if _CORE is None:
+        with _needs_sglang():
+            _CORE = _build_class()
+    return _CORE
 
 
-MambaradixTreeCore: Any = None
+_CORE: Any = None
 
 # The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
 # their Python path under the same names).
@@ -413,12 +460,16 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         @staticmethod
         def _tokens(key, arg="key"):
+            """The key's tokens (limit honoured) as int64: a view of SGLang's
+            array('q'); an array of any integer type, a tensor or a list of
+            ints converted; anything else (floats, a negative limit) refused."""
             if not isinstance(key, RadixKey):
                 raise TypeError(f"{arg} must be a RadixKey, not {type(key).__name__}")
             if key.is_bigram:
                 raise ValueError(f"{arg}: bigram (EAGLE) keys are served by the Python TreeCore")
-            raw = key.raw_token_ids()
-            return np.frombuffer(raw, dtype=np.int64) if isinstance(raw, (bytes, bytearray)) or hasattr(raw, "typecode") else np.asarray(raw, dtype=np.int64)
+            if key.limit is not None:   # a negative one: SGLang's RadixKey has a negative length
+                _check.count(key.limit, f"{arg}.limit")
+            return _check.index_array(key.raw_token_ids(), f"{arg}.token_ids", scalar=False)
 
         # ---- tree API -----------------------------------------------------------
 
@@ -676,14 +727,10 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if value is None:
                 value_np = toks.copy()
             else:
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(f"params.value must be a torch.Tensor, not {type(value).__name__}")
+                _check.index_tensor(value, "params.value")
                 if value.numel() < n:
                     raise ValueError(f"params.value has {value.numel()} indices for a key of {n} tokens")
-                if value.dtype is torch.int64 and value.is_cpu:
-                    value_np = value.numpy()[:n]
-                else:
-                    value_np = value[:n].detach().to("cpu", torch.int64).numpy()
+                value_np = _check.index_array(value[:n], "params.value")
             state = None
             if self.has_mamba and n > 0:
                 mv = params.mamba_value
@@ -691,7 +738,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     raise ValueError("params.mamba_value is required with a MAMBA component")
                 if not isinstance(mv, torch.Tensor) or mv.numel() != 1:
                     raise ValueError("params.mamba_value must be a one-element tensor (the state slot)")
-                state = mv.item()
+                state = _check.one_index(mv, "params.mamba_value")
             if n == 0:
                 return InsertStepResult(
                     actions=[], result=InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self._nid(self._root))
@@ -796,7 +843,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def evict_device_start(self, component_type, request_cnt) -> None:
             if component_type in self._evict_quota:
                 raise AssertionError(f"{component_type} device eviction already in progress")
-            self._evict_quota[component_type] = int(request_cnt)
+            self._evict_quota[component_type] = _check.count(request_cnt, "request_cnt")
 
         def evict_device_next_node(self, component_type, tracker):
             quota = self._evict_quota.get(component_type)
@@ -1016,10 +1063,11 @@ def inspection_core_class():
     global _INSPECTOR
     if _INSPECTOR is not None:
         return _INSPECTOR
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
-        UnifiedTreeCoreInspectionInterface,
-    )
+    with _needs_sglang("sglang.test.kits.unified_radix_cache"):
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+        from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
+            UnifiedTreeCoreInspectionInterface,
+        )
 
     FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
     Core = _core_class()
@@ -1143,6 +1191,7 @@ def array_q(tokens):
 
 
 def __getattr__(name):
-    if name == "MambaradixTreeCoreClass":
+    # the class is built on first use, from SGLang's interface (ImportError without it)
+    if name in ("MambaradixTreeCore", "MambaradixTreeCoreClass"):
         return _core_class()
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

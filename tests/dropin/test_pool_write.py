@@ -77,14 +77,13 @@ def test_one_value_broadcasts_as_torch_does(value):
 
 def test_other_cases_are_torchs_assignment():
     """Indices or values outside the fast path (tensor rows, an int column,
-    2-D or float values, values that are a view of the table) behave exactly
-    as the torch assignment."""
+    2-D values, values that are a view of the table) behave exactly as the
+    torch assignment."""
     pool, ref = _pair()
     cases = [
         ((torch.tensor([1, 3]), torch.tensor([4, 5])), torch.tensor([21, 22], dtype=torch.int32)),
         ((4, 7), 33),
         ((1, slice(0, 3)), torch.tensor([[1, 2, 3]], dtype=torch.int64)),
-        ((5, slice(0, 3)), torch.tensor([1.9, 2.2, 3.7])),
         ((2,), torch.full((CTX,), 8, dtype=torch.int32)),
     ]
     for ix, v in cases:
@@ -108,6 +107,20 @@ def test_a_list_is_refused_as_torch_refuses_it():
         with pytest.raises(TypeError):
             ref[1, 0:3] = v
         _refused(pool, (1, slice(0, 3)), v, TypeError, [])
+
+
+def test_what_torch_would_truncate_or_spread_is_refused():
+    """torch's assignment truncates float values, takes a bool as 0 / 1,
+    reads a bool row as a mask over every row and None as a new axis (the
+    whole table).  SGLang writes KV indices to one row at a time: each of
+    these raises TypeError naming the argument, the table unchanged."""
+    pool, ref = _pair()
+    for v in (torch.tensor([1.9, 2.2, 3.7]), np.array([1.5, 2.5, 3.5]), torch.tensor([True, False, True]), 2.5, True):
+        ref[5, 0:3] = torch.as_tensor(v)      # torch takes each of them
+        _refused(pool, (5, slice(0, 3)), v, TypeError, ["values"])
+    for ix in ((True, slice(0, 3)), (None, slice(0, 3)), None):
+        ref[ix] = 7
+        _refused(pool, ix, 7, TypeError, ["indices"])
 
 
 def _refused(pool, ix, v, exc, words):

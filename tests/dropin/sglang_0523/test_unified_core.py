@@ -249,6 +249,71 @@ def test_errors_name_the_argument_and_never_poison_the_core():
     d.run(200)
 
 
+
+def test_what_the_python_path_would_convert_is_refused():
+    """Values, keys and counts the C calls hand to the Python path (a value
+    that is not an int64 CPU tensor, a key that is not an int64 buffer, a
+    limit that is not an int >= 0) raise naming the argument, where the
+    Python path converted them: a float value or token truncated, a bool
+    value taken as 1, a negative limit cutting the key's last token."""
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=6)
+    d.run(60)
+    side = d.b
+    core = side.core
+    v = torch.tensor([1, 2, 3])
+    slot = torch.tensor([0])
+
+    def insert(key=None, value=v, mamba_value=slot):
+        return lambda: core.begin_insert(InsertParams(key=key or _key([9, 9, 9]), value=value, mamba_value=mamba_value))
+
+    def match(key):
+        return lambda: core.match_prefix(MatchPrefixParams(key=key))
+
+    bad_calls = [
+        (insert(value=v.float() + 0.7), TypeError, r"params\.value must be an integer tensor, not torch\.float32"),
+        (insert(value=v > 1), TypeError, r"params\.value must be an integer tensor, not torch\.bool"),
+        (insert(value=v.to("meta")), ValueError, r"params\.value is a meta tensor"),
+        (insert(value=v.reshape(3, 1).int()), ValueError, r"params\.value must be 1-dimensional"),
+        (insert(key=RadixKey([9.5, 9.0, 9.0])), TypeError, r"key\.token_ids must hold integers, not float64"),
+        (insert(key=RadixKey(torch.tensor([9.0, 9.0, 9.0]))), TypeError, r"key\.token_ids must be an integer tensor"),
+        (insert(key=RadixKey(array("d", [9, 9, 9]))), TypeError, r"key\.token_ids must hold integers, not float64"),
+        (match(RadixKey(array("q", [1, 2, 3]), limit=-1)), ValueError, r"key\.limit must be >= 0, not -1"),
+        (match(RadixKey(array("q", [1, 2, 3]), limit=2.0)), TypeError, r"key\.limit must be an int, not float"),
+        (match(RadixKey([1.0, 2.0])), TypeError, r"key\.token_ids must hold integers"),
+        (match(RadixKey("abc")), TypeError, r"key\.token_ids must be a sequence of ints, not str"),
+        (lambda: core.evict_device_start(ComponentType.FULL, 2.5), TypeError, r"request_cnt must be an int, not float"),
+    ]
+    for call, exc, message in bad_calls:
+        before = d.snapshot(side)
+        with pytest.raises(exc, match=message):
+            call()
+        core.sanity_check([], [])
+        assert d.snapshot(side) == before
+    # an int32 value, a tensor key and a list key are read as their ints
+    d.a.cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
+    side.cache.match_prefix(MatchPrefixParams(key=RadixKey(torch.tensor([1, 2, 3, 4]))))
+    d.run(200)   # still in lockstep with SGLang's core
+
+
+def test_a_missing_sglang_module_is_named(monkeypatch):
+    """With 0.5.23 installed but a module of it missing, register() and the
+    class say 0.5.23 is needed and name the module (not a version)."""
+    import sys
+
+    # register() imports the registry's package; the class, among others, the events module
+    for name, call in (("sglang.srt.mem_cache.unified_cache", mr_unified.register),
+                       ("sglang.srt.mem_cache.events", lambda: mr_unified.MambaradixTreeCore)):
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, None)      # an import of it fails
+            m.setattr(mr_unified, "_CORE", None, raising=False)   # the class is built again
+            with pytest.raises(ImportError) as e:
+                call()
+        assert str(e.value).startswith(
+            "mambaradix.sglang.unified needs SGLang 0.5.23 (sglang.srt.mem_cache.unified_cache): ")
+        assert name in str(e.value) and "is installed" not in str(e.value)
+    assert mr_unified.MambaradixTreeCore.__name__ == "MambaradixTreeCore"
+
 def test_memory_per_cached_token_is_reported():
     cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
     d = dual.Differ(cfg, "no_buffer", seed=3)
