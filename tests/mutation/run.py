@@ -427,6 +427,19 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
            ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
+    # ---- the simulator's input checks and its record of every key seen
+    Mutant("SIM_KV_NEED", "mambaradix/sim/checks.py",
+           "decode = _ceil_page(prompt_len + output_len - (0 if overlap else 1), page)",
+           "decode = _ceil_page(prompt_len + output_len - 1, page)",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_cli.py"],
+           "a request's KV need forgets the overlap scheduler's step past the finish"),
+    Mutant("SIM_FINITE", "mambaradix/sim/checks.py", "and math.isfinite(value) and", "and",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_first_run.py"],
+           "an infinite SimConfig number (utility_alpha, a cost) passes the field check"),
+    Mutant("SIM_SEEN_FLUSH", "mambaradix/sim/engine.py",
+           "            if self.unseen:\n                self._flush_seen()\n", "",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_engine.py"],
+           "the record of every key seen is read without the inserts it deferred"),
 ]
 
 
