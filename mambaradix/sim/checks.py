@@ -1,20 +1,34 @@
 """Checks of a configuration against itself and against a workload, with
-messages a user can act on (the CLI turns them into exit code 2)."""
+messages a user can act on (the CLI turns them into exit code 2).
+
+:func:`check_field` is the one rule per SimConfig field (the command line's
+option parsers, ``--sweep`` values and :func:`validate_config` all apply it);
+:func:`request_kv_need` is the KV a request needs to run alone, which
+:func:`check_feasible` and the workload builders' ``check_request``
+(:func:`request_checker`) compare with the pool before anything is built.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+import numbers
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from ..driver import DriverConfig
+from .presets import format_bytes
 from .types import SimConfig, SimRequest
 
-__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "SLOTS_PER_REQUEST",
-           "validate_config", "check_feasible"]
+__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS",
+           "SLOTS_PER_REQUEST", "MAX_POOL", "TOY_MAX_BYTES", "check_field", "validate_config",
+           "request_kv_need", "check_request", "request_checker", "check_feasible"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
 POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
+UTILITY_ORDERS = ("mru", "lru")
 
 #: State slots one running request holds at its peak: the running slot plus
 #: the ping-pong track slots (2 with overlap, 1 without; lazy allocates its
@@ -23,40 +37,101 @@ DECODE_BOUNDARIES = ("committed", "batch")
 #: only with 3 slots at hand (SGLang's admission headroom), whatever the mode.
 SLOTS_PER_REQUEST = {"pp2": 3, "pp1": 3, "lazy": 3, "no_buffer": 3}
 
+#: The most units a pool may have: the C allocators' limit (MR_SLOTS_MAX;
+#: slot and KV indices are int32 in SGLang's tables).
+MAX_POOL = 2**31 - 2
+
+#: What --states toy may allocate for its CPU pools (it checks the cache's
+#: states on small pools; it does not measure capacity).
+TOY_MAX_BYTES = 4 << 30
+
+_INT64 = 2**63 - 1
+
+# field -> ("int", low, high, None allowed) | ("float", low, low excluded, high)
+#          | ("choice", options) | ("bool",)
+_FIELDS: dict[str, tuple] = {
+    "kv_tokens": ("int", 1, MAX_POOL, False),
+    "state_slots": ("int", 1, MAX_POOL, False),
+    "page_size": ("int", 1, 2**24, False),           # the C tree's limit
+    "chunk_size": ("int", 1, 2**24, False),
+    "chunked_prefill_size": ("int", 1, _INT64, True),
+    "track_interval": ("int", 1, _INT64, False),
+    "mode": ("choice", MODES),
+    "lru_policy": ("choice", POLICIES),
+    "match_cap": ("bool",),
+    "max_running": ("int", 1, MAX_POOL, True),       # None: follows the state pool
+    "states": ("choice", STATES),
+    "seed": ("int", 0, _INT64, False),
+    "state_bytes_per_slot": ("int", 0, _INT64, False),
+    "flops_per_token": ("float", 0.0, False, math.inf),
+    "max_prefill_tokens": ("int", 1, _INT64, False),
+    "new_token_ratio": ("float", 0.0, False, 1.0),
+    "decode_step_seconds": ("float", 0.0, True, math.inf),
+    "prefill_token_seconds": ("float", 0.0, False, math.inf),
+    "decode_boundary": ("choice", DECODE_BOUNDARIES),
+    "end_of_turn_states": ("bool",),
+    "max_states_per_path": ("int", 0, 2**32 - 1, False),
+    "utility_alpha": ("float", 0.0, False, math.inf),
+    "tune_window": ("int", 0, 2**20, False),         # the C tuner's limit
+    "utility_order": ("choice", UTILITY_ORDERS),
+    "attn_flops_per_pos": ("float", 0.0, False, math.inf),
+    "kv_bytes_per_token": ("int", 0, _INT64, False),
+}
+
+
+#: What a choice field is called in its error message (default: its name).
+_CHOICE_NAMES = {"lru_policy": "eviction policy"}
+
 
 class ConfigError(ValueError):
     """A configuration that cannot be replayed (impossible or inconsistent)."""
 
 
+def check_field(name: str, value: Any) -> None:
+    """Raise ConfigError unless value is a valid value of the SimConfig field
+    name (its type and range; a float must be finite)."""
+    rule = _FIELDS.get(name)
+    if rule is None:
+        raise ConfigError(f"unknown SimConfig field {name!r}")
+    kind = rule[0]
+    if kind == "choice":
+        if value not in rule[1]:
+            raise ConfigError(f"unknown {_CHOICE_NAMES.get(name, name)} {value!r} "
+                              f"(choose from {', '.join(rule[1])})")
+    elif kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ConfigError(f"{name} must be True or False, got {value!r}")
+    elif kind == "int":
+        _, lo, hi, none_ok = rule
+        if value is None and none_ok:
+            return
+        if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
+                or not lo <= value <= hi):
+            bound = f">= {lo}" if hi == _INT64 else f"in [{lo:,}, {hi:,}]"
+            raise ConfigError(f"{name} must be an integer {bound}, got {value!r}")
+    else:
+        _, lo, open_lo, hi = rule
+        ok = (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+              and math.isfinite(value) and (value > lo if open_lo else value >= lo) and value <= hi)
+        if not ok:
+            bound = f"{'>' if open_lo else '>='} {lo:g}" + ("" if hi == math.inf else f" and <= {hi:g}")
+            raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
 def validate_config(config: SimConfig) -> None:
-    """Raise ConfigError for values the cache cannot run with."""
+    """Raise ConfigError for values the cache cannot run with: every field
+    (:func:`check_field`), then the rules between fields."""
     if isinstance(config, SimConfig):
         config = config.resolved()
-    if config.mode not in MODES:
-        raise ConfigError(f"unknown mode {config.mode!r} (choose from {', '.join(MODES)})")
-    if config.lru_policy not in POLICIES:
-        raise ConfigError(
-            f"unknown eviction policy {config.lru_policy!r} (choose from {', '.join(POLICIES)})")
-    if config.states not in STATES:
-        raise ConfigError(f"unknown states {config.states!r} (choose from {', '.join(STATES)})")
+    for name in _FIELDS:
+        if hasattr(config, name):
+            check_field(name, getattr(config, name))
     if config.lru_policy == "clairvoyant" and config.states != "none":
         raise ConfigError("policy clairvoyant reads the future from the trace: it runs with "
                           "--states none only")
-    budget = getattr(config, "max_states_per_path", 0)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise ConfigError(f"max_states_per_path must be an integer >= 0, got {budget!r}")
-    boundary = getattr(config, "decode_boundary", "committed")
-    if boundary not in DECODE_BOUNDARIES:
-        raise ConfigError(f"unknown decode_boundary {boundary!r} "
-                          f"(choose from {', '.join(DECODE_BOUNDARIES)})")
-    for name in ("kv_tokens", "state_slots", "page_size", "chunk_size", "track_interval",
-                 "max_running"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    cps = config.chunked_prefill_size
-    if cps is not None and (isinstance(cps, bool) or not isinstance(cps, int) or cps < 1):
-        raise ConfigError(f"chunked_prefill_size must be an integer >= 1 or None, got {cps!r}")
+    if config.decode_boundary == "batch" and config.mode == "lazy":
+        raise ConfigError("decode_boundary batch does not fit mode lazy: its pre-allocation "
+                          "relies on SGLang's committed check")
     if config.chunk_size % config.page_size:
         raise ConfigError(f"chunk_size {config.chunk_size} must be a multiple of page_size "
                           f"{config.page_size}")
@@ -67,29 +142,75 @@ def validate_config(config: SimConfig) -> None:
                           f"page_size {config.page_size}")
 
 
+def _ceil_page(n: Any, page: int) -> Any:
+    return -(-n // page) * page
+
+
+def request_kv_need(config: SimConfig, prompt_len: Any, output_len: Any) -> Any:
+    """KV tokens a request needs in the pool (whole pages) to run alone: the
+    most of what admission (SGLang's PrefillAdder) asks for, more than its
+    prompt in whole pages, its outputs (clipped) and a page of headroom free,
+    and what it holds at its last decode step, its prompt and outputs in
+    whole pages (the last output's KV too under the overlap scheduler, which
+    prepares one decode step past the finish).  Works on numpy arrays too."""
+    page = config.page_size
+    clip = DriverConfig.clip_max_new_tokens
+    # Python ints stay exact however large (a trace's output_len of 10**30)
+    arrays = isinstance(prompt_len, np.ndarray) or isinstance(output_len, np.ndarray)
+    admit = (_ceil_page(prompt_len, page) + (np.minimum if arrays else min)(output_len, clip)
+             + page + 1)
+    overlap = config.mode in ("pp2", "lazy")
+    decode = _ceil_page(prompt_len + output_len - (0 if overlap else 1), page)
+    return (np.maximum if arrays else max)(admit, decode)
+
+
+def _kv_pool(config: SimConfig) -> int:
+    """The KV pool in whole pages (SGLang rounds its pool down to pages)."""
+    return config.kv_tokens // config.page_size * config.page_size
+
+
+def check_request(config: SimConfig, rid: str, prompt_len: int, output_len: int) -> None:
+    """Raise ConfigError when one request cannot run in config's KV pool,
+    even alone (see :func:`request_kv_need`)."""
+    need = int(request_kv_need(config, prompt_len, output_len))
+    pool = _kv_pool(config)
+    if pool < need:
+        raise ConfigError(
+            f"the KV pool ({pool:,} tokens) is smaller than one request's need: {rid} has "
+            f"{prompt_len:,} prompt + {output_len:,} output tokens and needs {need:,} (admission "
+            f"wants its prompt, outputs and a page of headroom free, its last decode step holds "
+            f"prompt and outputs, in pages of {config.page_size}); raise --kv-tokens / --kv-mem")
+
+
+def request_checker(configs: Sequence[SimConfig]) -> Callable[[str, int, int], None]:
+    """A ``check_request`` for the workload builders: refuses a request that
+    fits none of configs' KV pools (check_feasible refuses the points it does
+    not fit later), with the message of the largest pool."""
+    configs = [c.resolved() for c in configs]
+    largest = max(configs, key=_kv_pool)
+
+    def check(rid: str, prompt_len: int, output_len: int) -> None:
+        for c in configs:
+            if _kv_pool(c) >= request_kv_need(c, prompt_len, output_len):
+                return
+        check_request(largest, rid, prompt_len, output_len)
+
+    return check
+
+
 def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
-    """Raise ConfigError when the pools cannot hold even one request."""
+    """Raise ConfigError when the pools cannot run even one request of the
+    workload (or, with toy states, would take more memory than TOY_MAX_BYTES)."""
     validate_config(config)
     config = config.resolved()
     if not requests:
         raise ConfigError("the workload has no requests")
-    page = config.page_size
-    # Admission (SGLang's PrefillAdder) takes a request only while its
-    # remaining prompt, its outputs (clipped) and a page of headroom stay
-    # below the free plus evictable KV: a cold request needs more than that.
-    clip = DriverConfig.clip_max_new_tokens
-
-    def need_of(r: SimRequest) -> int:
-        return -(-len(r.input_ids) // page) * page + min(int(r.output_len), clip) + page
-
-    worst = max(requests, key=need_of)
-    need = need_of(worst)
-    if config.kv_tokens // page * page <= need:
-        raise ConfigError(
-            f"the KV pool ({config.kv_tokens:,} tokens) is smaller than one request's need: "
-            f"{worst.rid} has {len(worst.input_ids):,} prompt + {worst.output_len:,} output "
-            f"tokens, and admission needs more than {need:,} free (a page of headroom, page size "
-            f"{page}); raise --kv-tokens / --kv-mem")
+    lens = np.fromiter((len(r.input_ids) for r in requests), dtype=np.int64, count=len(requests))
+    # (clipped to fit int64: the refusal below gives the request's own)
+    outs = np.fromiter((min(int(r.output_len), 2**40) for r in requests), dtype=np.int64,
+                       count=len(requests))
+    worst = int(np.argmax(request_kv_need(config, lens, outs)))
+    check_request(config, requests[worst].rid, int(lens[worst]), int(requests[worst].output_len))
     slots = SLOTS_PER_REQUEST[config.mode]
     if config.state_slots < slots:
         raise ConfigError(
@@ -100,3 +221,15 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
             f"max_running {config.max_running} needs {config.max_running * slots} state slots "
             f"({slots} per running request) but the pool has {config.state_slots}; lower "
             f"--max-running or raise --state-slots")
+    if config.states == "toy":
+        # the drop-in's pools on CPU: the toy states and SGLang's slot
+        # bookkeeping, the KV allocator's free list and owners, the request
+        # rows' int32 token table (a row holds the longest request)
+        rows, width = config.max_running + 2, int((lens + outs).max()) + 2
+        toy = (config.state_slots + 1) * 256 + config.kv_tokens * 24 + rows * width * 4
+        if toy > TOY_MAX_BYTES:
+            raise ConfigError(
+                f"--states toy would allocate about {format_bytes(toy)} of CPU pools "
+                f"({config.state_slots:,} state slots, {config.kv_tokens:,} KV tokens, {rows} "
+                f"request rows of {width:,} tokens), more than {format_bytes(TOY_MAX_BYTES)}: "
+                f"toy states check the cache's states on small pools, not its capacity")

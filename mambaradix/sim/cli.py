@@ -6,6 +6,13 @@ With no arguments it replays a built-in multi-turn chat workload (64 clients x
 prints the report.  Exit codes: 0 on
 success, 2 for a user error (bad flag, malformed trace, unknown preset,
 impossible pool sizes: one message, no traceback), 1 for anything else.
+
+Everything is checked before the first replay: each option's value (SimConfig
+fields by :func:`checks.check_field`), every sweep point's configuration, each
+request against the KV pool and the workload's size against
+--max-workload-mem as it is built.  A sweep point whose replay then fails is
+reported in the table, the JSON and the CSV with its error, and the sweep goes
+on; the exit code is 2 only when every point failed.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from . import workloads as wl
-from .checks import (DECODE_BOUNDARIES, MODES, POLICIES, SLOTS_PER_REQUEST, STATES, ConfigError,
-                     check_feasible)
+from .checks import (DECODE_BOUNDARIES, MAX_POOL, MODES, POLICIES, SLOTS_PER_REQUEST, STATES,
+                     UTILITY_ORDERS, ConfigError, check_feasible, check_field, request_checker,
+                     validate_config)
 from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_preset, parse_size
 from .report import (DEFAULT_DEVICE_TFLOPS, MissingDependency, config_to_dict, format_report,
                      format_sweep, metrics_to_dict, plot_sweep, prefill_estimates, write_csv)
-from .sweep import SweepPoint, config_field_type, config_fields
+from .sweep import UNSWEEPABLE, SweepPoint, config_field_type, config_fields
 from .types import SimConfig, SimMetrics, SimRequest, default_max_running
 
 __all__ = ["main", "build_parser", "UserError"]
@@ -53,24 +61,67 @@ class UserError(Exception):
 # --------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(float(text)) if "e" in text.lower() else int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+_INT64 = 2**63 - 1
 
 
-def _nonneg_int(text: str) -> int:
+def _parse_int(text: str) -> int:
+    """An integer from "512", "1_000_000" or "1e6" (an exact integer in
+    e-notation); ValueError for anything else."""
+    t = text.strip().replace("_", "")
     try:
-        value = int(text.replace("_", ""))
+        return int(t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+        v = float(t)
+        if not (math.isfinite(v) and v.is_integer()):
+            raise ValueError(text) from None
+        return int(v)
+
+
+def _int_opt(lo: int, hi: int = _INT64) -> Callable[[str], int]:
+    """An option parser for integers in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            value = _parse_int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"expected an integer <= {hi:,}, got {text!r}")
+        return value
+    return parse
+
+
+def _float_opt(lo: float, above: bool) -> Callable[[str], float]:
+    """An option parser for finite numbers > lo (above) or >= lo."""
+    want = f"a finite number {'>' if above else '>='} {lo:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        if not math.isfinite(value) or not (value > lo if above else value >= lo):
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
+        return value
+    return parse
+
+
+def _field_opt(name: str) -> Callable[[str], Any]:
+    """An option parser for the SimConfig field name: its type, then
+    checks.check_field (the rule --sweep values and the API follow too)."""
+    def parse(text: str) -> Any:
+        try:
+            value = _convert(name, text, none_words=False)
+            check_field(name, value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    return parse
+
+
+_positive_int = _int_opt(1)
+_nonneg_int = _int_opt(0)
 
 
 def _rate(text: str) -> float:
@@ -136,7 +187,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     g.add_argument("--gsp-question-len", type=_positive_int, metavar="N", default=128)
     g.add_argument("--gsp-output-len", type=_positive_int, metavar="N", default=256)
     g.add_argument("--gsp-group-distribution", choices=("uniform", "zipf"), default="uniform")
-    g.add_argument("--gsp-zipf-alpha", type=float, default=None, metavar="A",
+    g.add_argument("--gsp-zipf-alpha", type=_float_opt(0.0, True), default=None, metavar="A",
                    help="Zipf exponent of group popularity (default 1.0 with zipf)")
     g.add_argument("--gsp-ordered", action="store_true",
                    help="keep each group's requests together instead of shuffling")
@@ -170,18 +221,19 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--tp", type=_positive_int, metavar="N", default=1,
                    help="tensor-parallel degree")
     kv = c.add_mutually_exclusive_group()
-    kv.add_argument("--kv-tokens", type=_positive_int, metavar="N", help="KV pool size in tokens")
+    kv.add_argument("--kv-tokens", type=_field_opt("kv_tokens"), metavar="N",
+                    help="KV pool size in tokens")
     kv.add_argument("--kv-mem", type=_size, metavar="SIZE",
                     help="KV pool size in bytes per GPU (e.g. 40GiB), sized by --model/--tp")
     st = c.add_mutually_exclusive_group()
-    st.add_argument("--state-slots", type=_positive_int, metavar="N",
+    st.add_argument("--state-slots", type=_field_opt("state_slots"), metavar="N",
                     help="recurrent-state slots in the pool")
     st.add_argument("--state-mem", type=_size, metavar="SIZE",
                     help="state pool in bytes per GPU (e.g. 8GiB), sized by --model/--tp")
-    c.add_argument("--page-size", type=_positive_int, metavar="N")
-    c.add_argument("--chunk-size", type=_positive_int, metavar="N",
+    c.add_argument("--page-size", type=_field_opt("page_size"), metavar="N")
+    c.add_argument("--chunk-size", type=_field_opt("chunk_size"), metavar="N",
                    help="mamba cache chunk size: cached lengths are multiples of it")
-    c.add_argument("--track-interval", type=_positive_int, metavar="N",
+    c.add_argument("--track-interval", type=_field_opt("track_interval"), metavar="N",
                    help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
@@ -191,23 +243,23 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--end-of-turn-states", action="store_true", default=None,
                    help="a finished request leaves the state at its exact end in the tree "
                         "(its running slot, no copy) instead of the last track snapshot")
-    c.add_argument("--max-states-per-path", type=_nonneg_int, metavar="N",
+    c.add_argument("--max-states-per-path", type=_field_opt("max_states_per_path"), metavar="N",
                    help="per-path state budget: a path keeps at most N states (0: none)")
-    c.add_argument("--utility-alpha", type=float, metavar="A",
+    c.add_argument("--utility-alpha", type=_field_opt("utility_alpha"), metavar="A",
                    help="utility policy: initial weight of FLOPs saved per byte against recency (default 16, then tuned)")
-    c.add_argument("--tune-window", type=_nonneg_int, metavar="N",
+    c.add_argument("--tune-window", type=_field_opt("tune_window"), metavar="N",
                    help="utility policy: re-tune alpha every N insertions (default 64; 0: fixed)")
-    c.add_argument("--utility-order", choices=("mru", "lru"),
+    c.add_argument("--utility-order", choices=UTILITY_ORDERS,
                    help="utility policy: initial recency order among states of like FLOPs per byte: mru "
                         "(default) evicts the most recently used first, which keeps a fixed subset alive "
                         "when more conversations cycle than the pool holds; lru is Marconi's (then tuned)")
     c.add_argument("--no-match-cap", action="store_true",
                    help="let a match cover the whole prompt (SGLang caps it at input_len - 1)")
-    c.add_argument("--max-running", type=_positive_int, metavar="N",
+    c.add_argument("--max-running", type=_field_opt("max_running"), metavar="N",
                    help="max requests running at once (default: state slots // 5, at most 64)")
     c.add_argument("--chunked-prefill-size", type=_nonneg_int, metavar="N",
                    help="prompt tokens prefilled per request per step (0: off)")
-    c.add_argument("--max-prefill-tokens", type=_positive_int, metavar="N",
+    c.add_argument("--max-prefill-tokens", type=_field_opt("max_prefill_tokens"), metavar="N",
                    help="prompt tokens per prefill batch (SGLang's --max-prefill-tokens)")
     c.add_argument("--decode-boundary", choices=DECODE_BOUNDARIES,
                    help="decode track boundary check: committed (SGLang v0.5.15, the default) or "
@@ -217,7 +269,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--sweep", action="append", default=[], metavar="PARAM=V1,V2,...",
                    help="replay once per value (repeat for a grid); PARAM is a SimConfig field "
                         "(state_slots, kv_tokens, chunk_size, track_interval, lru_policy, mode, "
-                        "...) or state_mem / kv_mem")
+                        "flops_per_token, ...; not seed) or state_mem / kv_mem")
 
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
@@ -230,11 +282,16 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     o.add_argument("--save-trace", metavar="FILE",
                    help="write the workload to FILE as token-id JSONL (gzip'd if it ends in "
                         ".gz), which --trace replays")
-    o.add_argument("--device-tflops", type=_rate, default=DEFAULT_DEVICE_TFLOPS, metavar="T",
+    o.add_argument("--device-tflops", type=_float_opt(0.0, True), default=DEFAULT_DEVICE_TFLOPS,
+                   metavar="T",
                    help="sustained prefill TFLOP/s assumed per GPU for the estimated prefill "
                         "time saved and time to first token (400: about 40%% of an H100 / "
                         "H200's dense bf16 peak)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--max-workload-mem", type=_size, default=wl.DEFAULT_MAX_BYTES, metavar="SIZE",
+                   help="the most memory the workload may take (4 bytes a token id, about 1 KiB a "
+                        "request); a bigger one is refused before it is built, and a replay needs "
+                        "about as much again (default: 4GiB)")
     o.add_argument("--list-presets", action="store_true", help="list the model presets and exit")
     _show_defaults(p)
     return p
@@ -280,8 +337,11 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------
 
 
-def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[str, Any]]:
-    """The requests and a description of them."""
+def _build_workload(args: argparse.Namespace, check: wl.RequestCheck
+                    ) -> tuple[list[SimRequest], dict[str, Any]]:
+    """The requests and a description of them; check (each request against
+    the KV pools) and --max-workload-mem apply before anything is built."""
+    limits = {"check_request": check, "max_bytes": args.max_workload_mem}
     rate = args.request_rate
     if rate is not None and (args.trace or args.workload == "mooncake"):
         raise UserError("--request-rate applies to generated workloads; a trace keeps its own "
@@ -289,12 +349,12 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
     if args.trace:
         if args.workload:
             raise UserError("give either --workload or --trace, not both")
-        reqs = wl.load_trace(args.trace, args.trace_format, limit=args.limit)
+        reqs = wl.load_trace(args.trace, args.trace_format, limit=args.limit, **limits)
         desc = {"name": f"trace {args.trace}", "description": ""}
         return reqs, desc
     name = args.workload or "multiturn"
     if name == "mooncake":
-        reqs = wl.mooncake_conversation(limit=args.limit)
+        reqs = wl.mooncake_conversation(limit=args.limit, **limits)
         desc = {"name": "Mooncake conversation trace",
                 "description": "bundled FAST'25 trace, 512-token hash blocks expanded to "
                                "pseudo-tokens"}
@@ -305,7 +365,7 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
             args.gsp_question_len, args.gsp_output_len, range_ratio=args.range_ratio,
             group_distribution=args.gsp_group_distribution, zipf_alpha=args.gsp_zipf_alpha,
             ordered=args.gsp_ordered, request_rate=math.inf if rate is None else rate,
-            seed=args.seed)
+            seed=args.seed, **limits)
         dist = args.gsp_group_distribution
         if dist == "zipf":
             dist += f"(alpha={args.gsp_zipf_alpha or 1.0})"
@@ -318,7 +378,7 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
         reqs = wl.multi_turn(
             args.num_clients, args.num_rounds, args.request_length, args.output_length,
             system_prompt_len=args.system_prompt_len, range_ratio=args.range_ratio,
-            request_rate=16.0 if rate is None else rate, seed=args.seed)
+            request_rate=16.0 if rate is None else rate, seed=args.seed, **limits)
         desc = {"name": "multi-turn chat",
                 "description": f"{args.num_clients} clients x {args.num_rounds} rounds, "
                                f"{args.request_length}-token messages, {args.output_length}-token "
@@ -328,7 +388,7 @@ def _build_workload(args: argparse.Namespace) -> tuple[list[SimRequest], dict[st
             args.agent_trees, args.agent_depth, args.agent_branching, args.agent_system_len,
             args.agent_task_len, args.agent_step_len, args.agent_output_len,
             range_ratio=args.range_ratio, request_rate=math.inf if rate is None else rate,
-            seed=args.seed)
+            seed=args.seed, **limits)
         desc = {"name": "agentic branching",
                 "description": f"{args.agent_trees} trees, depth {args.agent_depth}, "
                                f"branching {args.agent_branching}, system prompt "
@@ -348,63 +408,86 @@ def default_slot_sweep(state_slots: int, max_running: Optional[int]) -> list[int
     return sorted(sizes)
 
 
-def _slots_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
-    per = preset.state_bytes_per_slot(tp)
+def _units_from_bytes(nbytes: int, per: int, what: str, unit: str, preset: ModelPreset,
+                      tp: int) -> int:
+    """How many slots (tokens) of per bytes a pool of nbytes holds."""
+    if per <= 0:
+        raise UserError(f"a {what} given in bytes needs a {unit} size above 0 (the model costs "
+                        f"set it to {per})")
     if nbytes < per:
-        raise UserError(f"a state pool of {format_bytes(nbytes)} holds no state slot: one slot of "
+        raise UserError(f"a {what} of {format_bytes(nbytes)} holds no {unit}: one {unit.split()[-1]} of "
                         f"{preset.name} at tp={tp} is {format_bytes(per)}")
-    return nbytes // per
+    n = nbytes // per
+    if n > MAX_POOL:
+        raise UserError(f"a {what} of {format_bytes(nbytes)} holds {n:,} {unit}s of "
+                        f"{format_bytes(per)}, more than a pool may have ({MAX_POOL:,})")
+    return n
 
 
-def _tokens_from_bytes(nbytes: int, preset: ModelPreset, tp: int) -> int:
-    per = preset.kv_bytes_per_token(tp)
-    if nbytes < per:
-        raise UserError(f"a KV pool of {format_bytes(nbytes)} holds no token: one token of "
-                        f"{preset.name} at tp={tp} is {format_bytes(per)}")
-    return nbytes // per
+def _slots_from_bytes(nbytes: int, config: SimConfig, preset: ModelPreset, tp: int) -> int:
+    return _units_from_bytes(nbytes, config.state_bytes_per_slot, "state pool", "state slot",
+                             preset, tp)
 
 
-def _build_config(args: argparse.Namespace, preset: ModelPreset) -> SimConfig:
+def _tokens_from_bytes(nbytes: int, config: SimConfig, preset: ModelPreset, tp: int) -> int:
+    return _units_from_bytes(nbytes, config.kv_bytes_per_token, "KV pool", "token", preset, tp)
+
+
+#: Options that set a SimConfig field of the same name.
+_CONFIG_OPTIONS = ("page_size", "chunk_size", "track_interval", "mode", "lru_policy", "max_running",
+                   "states", "max_prefill_tokens", "decode_boundary", "end_of_turn_states",
+                   "max_states_per_path", "utility_alpha", "tune_window", "utility_order")
+
+#: SimConfig fields the other options set, and those options.
+_FIELD_OPTIONS = {"kv_tokens": ("kv_tokens", "kv_mem"), "state_slots": ("state_slots", "state_mem"),
+                  "match_cap": ("no_match_cap",), "chunked_prefill_size": ("chunked_prefill_size",),
+                  **{name: (name,) for name in _CONFIG_OPTIONS}}
+
+
+def _build_config(args: argparse.Namespace, preset: ModelPreset,
+                  grid: dict[str, list[Any]]) -> SimConfig:
+    """The base configuration: the options over SimConfig's defaults, the
+    model's costs, pool sizes in bytes turned into slots and tokens (by each
+    sweep point instead when the grid sweeps their size, see _grid_configs)."""
     cfg: dict[str, Any] = {"seed": args.seed}
-    for name in ("page_size", "chunk_size", "track_interval", "mode", "lru_policy",
-                 "max_running", "states", "max_prefill_tokens", "decode_boundary",
-                 "end_of_turn_states", "max_states_per_path", "utility_alpha", "tune_window",
-                 "utility_order"):
+    for name in _CONFIG_OPTIONS:
         value = getattr(args, name)
         if value is not None:
             cfg[name] = value
     if args.kv_tokens is not None:
         cfg["kv_tokens"] = args.kv_tokens
-    elif args.kv_mem is not None:
-        cfg["kv_tokens"] = _tokens_from_bytes(args.kv_mem, preset, args.tp)
     if args.state_slots is not None:
         cfg["state_slots"] = args.state_slots
-    elif args.state_mem is not None:
-        cfg["state_slots"] = _slots_from_bytes(args.state_mem, preset, args.tp)
     if args.no_match_cap:
         cfg["match_cap"] = False
     if args.chunked_prefill_size is not None:
         cfg["chunked_prefill_size"] = args.chunked_prefill_size or None
-    config = SimConfig(**cfg)
+    config = apply_preset(SimConfig(**cfg), preset, args.tp)
+    if args.kv_mem is not None and "kv_bytes_per_token" not in grid:
+        config = dataclasses.replace(
+            config, kv_tokens=_tokens_from_bytes(args.kv_mem, config, preset, args.tp))
+    if args.state_mem is not None and "state_bytes_per_slot" not in grid:
+        config = dataclasses.replace(
+            config, state_slots=_slots_from_bytes(args.state_mem, config, preset, args.tp))
     if args.max_running is None:
         config = dataclasses.replace(config, max_running=default_max_running(config.state_slots))
-    return apply_preset(config, preset, args.tp)
+    return config
 
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def _parse_value(name: str, text: str) -> Any:
-    """A --sweep value converted to the SimConfig field's type."""
-    if name in SIZE_PARAMS:
-        return parse_size(text)
+def _convert(name: str, text: str, none_words: bool = True) -> Any:
+    """text as a value of the SimConfig field name (its type only; ranges are
+    checks.check_field's).  none_words: "none", "off", "0" or nothing give
+    None for a field that may be None (a --sweep value)."""
     tp = config_field_type(name)
     args = typing.get_args(tp)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), tp) if optional else tp
     t = text.strip()
-    if optional and t.lower() in ("none", "off", "0", ""):
+    if optional and none_words and t.lower() in ("none", "off", "0", ""):
         return None
     if base is bool:
         if t.lower() in _TRUE:
@@ -414,18 +497,25 @@ def _parse_value(name: str, text: str) -> Any:
         raise ValueError(f"{name} takes true/false, got {text!r}")
     if base is int:
         try:
-            v = float(t.replace("_", ""))
+            return _parse_int(t)
         except ValueError:
             raise ValueError(f"{name} takes integers, got {text!r}") from None
-        if not v.is_integer():
-            raise ValueError(f"{name} takes integers, got {text!r}")
-        return int(v)
     if base is float:
         try:
             return float(t)
         except ValueError:
             raise ValueError(f"{name} takes numbers, got {text!r}") from None
     return t
+
+
+def _parse_value(name: str, text: str) -> Any:
+    """A --sweep value converted to the SimConfig field's type (a size for
+    state_mem / kv_mem) and checked."""
+    if name in SIZE_PARAMS:
+        return parse_size(text)
+    value = _convert(name, text)
+    check_field(name, value)
+    return value
 
 
 def parse_sweeps(specs: Sequence[str]) -> dict[str, list[Any]]:
@@ -441,13 +531,18 @@ def parse_sweeps(specs: Sequence[str]) -> dict[str, list[Any]]:
             raise UserError(f"--sweep takes PARAM=V1,V2,..., got {spec!r}")
         if name not in known and name not in SIZE_PARAMS:
             raise UserError(f"--sweep: unknown parameter {name!r} (SimConfig fields: "
-                            f"{', '.join(known)}; or {', '.join(SIZE_PARAMS)})")
+                            f"{', '.join(k for k in known if k not in UNSWEEPABLE)}; or "
+                            f"{', '.join(SIZE_PARAMS)})")
+        if name in UNSWEEPABLE:
+            raise UserError(f"--sweep: {name} cannot be swept: {UNSWEEPABLE[name]}")
         if name in grid:
             raise UserError(f"--sweep: {name} given twice")
-        try:
-            grid[name] = [_parse_value(name, v) for v in values.split(",")]
-        except ValueError as e:
-            raise UserError(f"--sweep {name}: {e}") from None
+        grid[name] = []
+        for text in values.split(","):
+            try:
+                grid[name].append(_parse_value(name, text))
+            except ValueError as e:
+                raise UserError(f"--sweep {name}={text.strip()}: {e}") from None
     targets = [SIZE_PARAMS.get(n, n) for n in grid]
     if len(set(targets)) != len(targets):
         raise UserError("--sweep: state_mem and state_slots (or kv_mem and kv_tokens) "
@@ -456,26 +551,92 @@ def parse_sweeps(specs: Sequence[str]) -> dict[str, list[Any]]:
 
 
 def _grid_configs(base: SimConfig, grid: dict[str, list[Any]], preset: ModelPreset,
-                  tp: int, auto_running: bool) -> list[tuple[dict[str, Any], SimConfig]]:
-    """(shown parameters, config) per grid point; auto_running re-derives
-    max_running from each point's state pool (see default_max_running)."""
+                  args: argparse.Namespace) -> list[tuple[dict[str, Any], SimConfig]]:
+    """(shown parameters, config) per grid point, each validated (the error
+    names the point).  The swept values go over base, which carries the
+    model's costs, so a swept cost overrides the preset's; pools given in
+    bytes (--state-mem / --kv-mem or swept) take each point's slot and token
+    sizes; max_running, unless given, follows each point's state pool."""
     out = []
     names = list(grid)
     for combo in itertools.product(*(grid[n] for n in names)):
         params = dict(zip(names, combo))
-        changes: dict[str, Any] = {}
-        for k, v in params.items():
-            if k == "state_mem":
-                changes["state_slots"] = _slots_from_bytes(v, preset, tp)
-            elif k == "kv_mem":
-                changes["kv_tokens"] = _tokens_from_bytes(v, preset, tp)
-            else:
-                changes[k] = v
-        if auto_running and "max_running" not in changes and "state_slots" in changes:
-            changes["max_running"] = default_max_running(changes["state_slots"])
         shown = {k: (format_bytes(v) if k in SIZE_PARAMS else v) for k, v in params.items()}
-        out.append((shown, apply_preset(dataclasses.replace(base, **changes), preset, tp)))
+        where = " ".join(f"{k}={v}" for k, v in shown.items())
+        try:
+            config = dataclasses.replace(
+                base, **{k: v for k, v in params.items() if k not in SIZE_PARAMS})
+            state_mem = params.get("state_mem", args.state_mem)
+            kv_mem = params.get("kv_mem", args.kv_mem)
+            changes: dict[str, Any] = {}
+            if kv_mem is not None and ("kv_mem" in params or "kv_bytes_per_token" in params):
+                changes["kv_tokens"] = _tokens_from_bytes(kv_mem, config, preset, args.tp)
+            if state_mem is not None and ("state_mem" in params
+                                          or "state_bytes_per_slot" in params):
+                changes["state_slots"] = _slots_from_bytes(state_mem, config, preset, args.tp)
+            if (args.max_running is None and "max_running" not in params
+                    and ("state_slots" in changes or "state_slots" in params)):
+                changes["max_running"] = default_max_running(
+                    changes.get("state_slots", config.state_slots))
+            config = dataclasses.replace(config, **changes)
+            validate_config(config)
+        except (UserError, ConfigError) as e:
+            raise UserError(f"{where}: {e}" if where else str(e)) from None
+        out.append((shown, config))
     return out
+
+
+#: Options that only mean something for one workload (their dest -> it).
+_WORKLOAD_OPTIONS = {
+    **{d: "gsp" for d in ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
+                          "gsp_question_len", "gsp_output_len", "gsp_group_distribution",
+                          "gsp_zipf_alpha", "gsp_ordered")},
+    **{d: "multiturn" for d in ("num_clients", "num_rounds", "request_length", "output_length",
+                                "system_prompt_len")},
+    **{d: "agentic" for d in ("agent_trees", "agent_depth", "agent_branching", "agent_system_len",
+                              "agent_task_len", "agent_step_len", "agent_output_len")},
+}
+
+
+def _given(argv: list[str]) -> set[str]:
+    """The dests of the options argv gives (not left at their defaults)."""
+    parser = build_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
+
+
+def _flag(dest: str) -> str:
+    """The option that sets dest (--policy for lru_policy)."""
+    return {a.dest: a.option_strings[-1] for a in build_parser()._actions
+            if a.option_strings}.get(dest, "--" + dest.replace("_", "-"))
+
+
+def _check_options(args: argparse.Namespace, given: set[str], grid: dict[str, list[Any]]) -> None:
+    """UserError for an option that would be ignored: one of another
+    workload's, a utility-policy option with no utility replay, a --sweep of
+    a field an option also sets."""
+    workload = "trace" if args.trace else (args.workload or "multiturn")
+    for dest in sorted(given):
+        owner = _WORKLOAD_OPTIONS.get(dest)
+        if owner is not None and owner != workload:
+            raise UserError(f"{_flag(dest)} applies to --workload {owner}, not "
+                            f"{'--trace' if workload == 'trace' else workload}")
+    if "range_ratio" in given and workload in ("trace", "mooncake"):
+        raise UserError("--range-ratio applies to generated workloads; a trace keeps its lengths")
+    if "trace_format" in given and not args.trace:
+        raise UserError("--trace-format applies to --trace")
+    if "gsp_zipf_alpha" in given and args.gsp_group_distribution != "zipf":
+        raise UserError("--gsp-zipf-alpha applies to --gsp-group-distribution zipf")
+    policies = grid.get("lru_policy", [args.lru_policy or SimConfig.lru_policy])
+    for dest in ("utility_alpha", "tune_window", "utility_order"):
+        if dest in given and "utility" not in policies:
+            raise UserError(f"{_flag(dest)} applies to --policy utility")
+    for name in grid:
+        field = SIZE_PARAMS.get(name, name)
+        for dest in _FIELD_OPTIONS.get(field, ()):
+            if dest in given:
+                raise UserError(f"--sweep {name} and {_flag(dest)} both set {field}: give one")
 
 
 # --------------------------------------------------------------------------
@@ -564,8 +725,8 @@ def _run_one(run: Callable[..., SimMetrics], reqs: list[SimRequest], config: Sim
 def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelPreset,
               base: SimConfig, points: list[SweepPoint], setup: dict[str, float],
               meta: dict[str, Any]) -> dict:
-    def estimates(m: SimMetrics) -> dict[str, Any]:
-        return prefill_estimates(m, preset.flops_per_token, args.device_tflops, args.tp)
+    def estimates(p: SweepPoint) -> dict[str, Any]:
+        return prefill_estimates(p.metrics, p.config.flops_per_token, args.device_tflops, args.tp)
 
     doc: dict[str, Any] = dict(meta)
     doc.update({
@@ -579,12 +740,14 @@ def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelP
     if len(points) == 1 and not points[0].params:
         doc["config"] = config_to_dict(points[0].config)
         doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
-        doc["estimates"] = estimates(points[0].metrics)
+        doc["estimates"] = estimates(points[0])
     else:
         doc["config"] = config_to_dict(base)
         doc["sweep"] = [{"params": p.params, "config": config_to_dict(p.config),
                          "metrics": metrics_to_dict(p.metrics, preset),
-                         "estimates": estimates(p.metrics)} for p in points]
+                         "estimates": estimates(p)} if p.metrics is not None else
+                        {"params": p.params, "config": config_to_dict(p.config), "error": p.error}
+                        for p in points]
     return doc
 
 
@@ -635,7 +798,8 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     meta = {"mambaradix_version": _version(),
             "command": shlex.join(["python", "-m", "mambaradix", "sim", *argv]),
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    args = parser.parse_args(_join_negative_values(parser, argv))
+    argv = _join_negative_values(parser, argv)
+    args = parser.parse_args(argv)
     if args.list_presets:
         for p in PRESETS.values():
             sizes = ", ".join(f"tp{t} {format_bytes(p.state_bytes_per_slot(t))}"
@@ -650,6 +814,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     grid = parse_sweeps(args.sweep)
+    _check_options(args, _given(argv), grid)
     if args.plot:
         try:
             importlib.import_module("matplotlib")  # fail before the replays, not after
@@ -666,11 +831,22 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         if path:
             _check_output(path, flag)
 
+    # every configuration first: the workload is built against their KV pools
+    base = _build_config(args, preset, grid)
+    if args.plot and not grid:
+        grid = {"state_slots": default_slot_sweep(base.state_slots,
+                                                  None if args.max_running is None
+                                                  else base.max_running)}
+    configs = _grid_configs(base, grid, preset, args)
+
     t0 = time.perf_counter()
     try:
-        reqs, workload = _build_workload(args)
-    except wl.WorkloadError as e:
+        reqs, workload = _build_workload(args, request_checker([c for _, c in configs]))
+    except (wl.WorkloadError, ConfigError) as e:
         raise UserError(str(e)) from None
+    except MemoryError:
+        raise UserError("out of memory building the workload: make it smaller or lower "
+                        "--max-workload-mem") from None
     setup = {"workload": time.perf_counter() - t0}
     workload.update(wl.workload_stats(reqs))
     if args.save_trace:
@@ -680,12 +856,6 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError(f"cannot write {args.save_trace}: {e.strerror or e}") from None
         print(f"workload written to {args.save_trace} ({len(reqs):,} requests)", file=sys.stderr)
 
-    base = _build_config(args, preset)
-    if args.plot and not grid:
-        grid = {"state_slots": default_slot_sweep(base.state_slots,
-                                                  None if args.max_running is None
-                                                  else base.max_running)}
-    configs = _grid_configs(base, grid, preset, args.tp, args.max_running is None)
     for params, config in configs:
         try:
             check_feasible(reqs, config)
@@ -699,20 +869,25 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         label = " ".join(f"{k}={v}" for k, v in params.items())
         try:
             metrics = _run_one(run, reqs, config, label, not args.no_progress and not args.json)
-        except ImportError as e:
-            if config.states != "toy":
-                raise
-            raise UserError(f"--states toy needs torch and the SGLang drop-in of this package, "
-                            f"which cannot be imported here ({e}); use --states none") from None
-        except (ValueError, RuntimeError) as e:
-            # The engine's own checks, and pools that run dry mid-replay.
-            where = f" ({label})" if label else ""
-            raise UserError(f"the replay stopped{where}: {e} (state slots {config.state_slots}, "
-                            f"max running {config.max_running}, KV tokens {config.kv_tokens:,})"
-                            ) from None
+        except (ImportError, ValueError, RuntimeError) as e:
+            if isinstance(e, ImportError):
+                if config.states != "toy":
+                    raise
+                error = (f"--states toy needs torch and the SGLang drop-in of this package, "
+                         f"which cannot be imported here ({e}); use --states none")
+            else:
+                # The engine's own checks, and pools that run dry mid-replay.
+                error = (f"the replay stopped{f' ({label})' if label else ''}: {e} (state slots "
+                         f"{config.state_slots}, max running {config.max_running}, KV tokens "
+                         f"{config.kv_tokens:,})")
+            if not grid:
+                raise UserError(error) from None
+            points.append(SweepPoint(params=params, config=config, metrics=None, error=error))
+            continue
         points.append(SweepPoint(params=params, config=config, metrics=metrics))
         if grid and not args.json and not args.no_progress and sys.stderr.isatty():
             print(f"  {label}: token hit {100 * metrics.token_hit_rate:.1f}%", file=sys.stderr)
+    done = [p for p in points if p.metrics is not None]
 
     if args.json:
         json.dump(_document(args, workload, preset, base, points, setup, meta), sys.stdout,
@@ -733,7 +908,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError(f"cannot write {args.csv}: {e.strerror or e}") from None
         if not args.json:
             print(f"table written to {args.csv}")
-    if args.plot:
+    if args.plot and done:
         try:
             title = f"{workload['name']} ({preset.name}, tp={args.tp})"
             x = next(iter(points[0].params))
@@ -749,6 +924,12 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError(f"cannot write {args.plot}: {e.strerror or e}") from None
         if not args.json:
             print(f"plot written to {args.plot}")
+    failed = len(points) - len(done)
+    if failed and not done:
+        raise UserError("every replay of the sweep failed (their errors are in the output)")
+    if failed:
+        print(f"mambaradix sim: {failed} of {len(points)} replays of the sweep failed; their "
+              f"errors are in the output", file=sys.stderr)
     return 0
 
 

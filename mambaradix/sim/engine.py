@@ -376,7 +376,7 @@ class _R:
         self.o_base = 0
         self.seq = 0
         self.res_key = 0
-        self.seen = 0                 # tokens of it the shadow tree is known to hold
+        self.seen = 0                 # tokens of it the shadow tree holds (or will: _seen)
         self.aidx = 0                 # index in arrival order
         self.nsid = 0                 # the Lifecycle's namespace id of ns
         self.restart()
@@ -455,6 +455,7 @@ class _Replay(Scheduler):
         # keys only: the shadow measures prefixes, it holds no KV
         self.shadow = mambaradix.RadixTree(page_size=config.page_size, chunk_size=config.chunk_size,
                                            lru_policy="consumed", values=False)
+        self.unseen: dict = {}        # id -> request whose shadow insert waits (_seen)
         self.t_cache = 0.0
         # KV counts tokens; with pages (SGLang's paged allocator) the pool
         # holds whole pages and a request holds the pages of its tokens
@@ -476,10 +477,11 @@ class _Replay(Scheduler):
         self.clock = 0.0
         order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
         self.pending: deque = deque(requests[i] for i in order)
-        self.outs, self.out_at = _pseudo_outputs_many(
-            [requests[i].rid for i in order],
-            [(0 if requests[i].output_ids is not None else int(requests[i].output_len) + 2)
-             for i in order])
+        # pseudo outputs, made in blocks of requests in arrival order (_outputs)
+        self.in_order = list(self.pending)
+        self.outs = np.zeros(0, dtype=np.int32)
+        self.out_at = np.zeros(1, dtype=np.int64)
+        self.out_from = 0
         self.future = (_Future([requests[i] for i in order], config.match_cap)
                        if config.lru_policy == "clairvoyant" else None)
         self.n_total = len(requests)
@@ -508,6 +510,29 @@ class _Replay(Scheduler):
         self.fin_heap: list = []
         self.steps = 0
         self.max_steps = step_limit(requests, config)
+
+    #: Pseudo output tokens made at once (_outputs): enough requests to pass
+    #: it, so that the arrays stay small whatever the workload's outputs.
+    OUTPUT_BLOCK = 1 << 20
+
+    def _outputs(self, k: int) -> np.ndarray:
+        """The pseudo outputs (and two spare tokens) of the k-th request in
+        arrival order: made in one pass for it and the requests after it
+        until OUTPUT_BLOCK tokens, when it is past the last block."""
+        i = k - self.out_from
+        if i + 1 >= len(self.out_at):
+            rids, counts, total = [], [], 0
+            for j in range(k, len(self.in_order)):
+                if total >= self.OUTPUT_BLOCK:
+                    break
+                r = self.in_order[j]
+                n = 0 if r.output_ids is not None else int(r.output_len) + 2
+                rids.append(r.rid)
+                counts.append(n)
+                total += n
+            self.outs, self.out_at = _pseudo_outputs_many(rids, counts)
+            self.out_from, i = k, 0
+        return self.outs[self.out_at[i]:self.out_at[i + 1]]
 
     def _values(self, n: int) -> np.ndarray:
         if n > len(self.zeros):
@@ -642,10 +667,20 @@ class _Replay(Scheduler):
             r.next_idx = nt
 
     def _seen(self, r: _R, n: int) -> None:
-        """The shadow tree holds every key ever inserted (it never evicts)."""
+        """The shadow tree holds every key ever inserted (it never evicts).
+        Only a match reads it, so a request's inserts wait for the next
+        match and go in as one, its longest: a chunked prefill re-inserts
+        its growing prefix from the root, which would cost its length times
+        its chunks."""
         if n > r.seen:
-            self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
             r.seen = n
+            self.unseen[id(r)] = r
+
+    def _flush_seen(self) -> None:
+        """The inserts _seen deferred, before the shadow is read."""
+        for r in self.unseen.values():
+            self.shadow.insert(r.tokens[:r.seen], None, 1, extra_key=r.ns)
+        self.unseen.clear()
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
@@ -733,6 +768,8 @@ class _Replay(Scheduler):
         m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns, indices=False)
         seen = 0
         if not r.admitted:
+            if self.unseen:
+                self._flush_seen()
             seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns,
                                             indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
@@ -786,9 +823,8 @@ class _Replay(Scheduler):
             tokens = np.concatenate([ids, outs, spare])
         else:
             # the outputs and two spare tokens (decoded by an overlap step
-            # after the request finished), made for every request at the start
-            k = self.n_submitted
-            tokens = np.concatenate([ids, self.outs[self.out_at[k]:self.out_at[k + 1]]])
+            # after the request finished)
+            tokens = np.concatenate([ids, self._outputs(self.n_submitted)])
         r = _R(sim, tokens)
         r.nsid = 0 if sim.extra_key is None else self.tree.namespace(sim.extra_key)
         r.aidx = self.n_submitted
@@ -1121,7 +1157,8 @@ class _Replay(Scheduler):
         P = self.prep_id
         k = (1 << 62)
         if self.pending and not self.batch_is_full:
-            k = int((float(self.pending[0].arrival) - self.clock) / self.time.step) - 1
+            # (an arrival far away, 1e308 s, gives an infinite quotient)
+            k = int(min((float(self.pending[0].arrival) - self.clock) / self.time.step, 2.0**62)) - 1
         bs = len(self.running)
         page = self.page
         # no eviction in the k steps: a request takes at most k + page - 1
@@ -1208,9 +1245,10 @@ class _Replay(Scheduler):
         m.states_admitted = int(ps["states_admitted"])
         m.states_never_used = int(ps["states_admitted"] - ps["states_used"])
         m.states_trimmed = int(ps["states_trimmed"])
-        m.utility_alpha = float(ps["alpha"])
-        m.utility_tunes = int(ps["tunes"])
-        m.utility_order = "mru" if ps["mru"] else "lru"
+        if self.cfg.lru_policy == "utility":
+            m.final_utility_alpha = float(ps["alpha"])
+            m.final_utility_order = "mru" if ps["mru"] else "lru"
+            m.utility_tunes = int(ps["tunes"])
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

@@ -143,13 +143,18 @@ def format_estimates(est: dict[str, Any]) -> list[str]:
 def write_csv(points: Sequence["SweepPoint"], path: str,
               preset: Optional[ModelPreset] = None) -> None:
     """One row per replay: the swept parameters, then every scalar of
-    :func:`metrics_to_dict` (per-turn rates and wall times as JSON text)."""
+    :func:`metrics_to_dict` (per-turn rates and wall times as JSON text); an
+    ``error`` column, when a replay failed, holds why (its metrics are empty)."""
     import csv
     import json
 
     rows = []
     for p in points:
         row: dict[str, Any] = dict(p.params)
+        if p.metrics is None:
+            row["error"] = p.error
+            rows.append(row)
+            continue
         for k, v in metrics_to_dict(p.metrics, preset).items():
             row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
         rows.append(row)
@@ -184,8 +189,9 @@ def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int) -> 
         f"chunked prefill {cps}, states {config.states}",
     ]
     if preset is not None:
-        state_b = preset.state_bytes_per_slot(tp)
-        kv_b = preset.kv_bytes_per_token(tp)
+        # the config's costs: the preset's, unless set (or swept) explicitly
+        state_b = config.state_bytes_per_slot
+        kv_b = config.kv_bytes_per_token
         lines.append(
             f"  model {preset.name} tp={tp}: state {format_bytes(state_b)}/slot "
             f"(pool {format_bytes(state_b * config.state_slots)}), KV {format_bytes(kv_b)}/token "
@@ -271,10 +277,10 @@ def format_report(
         pool_rows.append(("states trimmed", f"{m.states_trimmed:,}", "by the per-path budget"))
     pool_rows.append(("states' share of memory", f"{100 * getattr(m, 'state_memory_share', 0.0):.1f}%",
                       "peak state bytes / (peak state + KV bytes)"))
-    if config.lru_policy == "utility":
-        pool_rows.append(("utility alpha", f"{getattr(m, 'utility_alpha', 0.0):g}",
-                          f"after {getattr(m, 'utility_tunes', 0)} re-tunings, recency order "
-                          f"{getattr(m, 'utility_order', '') or '?'}"))
+    if config.lru_policy == "utility" and m.final_utility_alpha is not None:
+        pool_rows.append(("utility alpha", f"{config.utility_alpha:g} -> {m.final_utility_alpha:g}",
+                          f"configured -> after {m.utility_tunes} re-tunings; recency order "
+                          f"{config.utility_order} -> {m.final_utility_order}"))
     if config.states == "toy":
         pool_rows.append(("toy states that differed", f"{getattr(m, 'state_mismatches', 0):,}",
                           "restored states checked against a recomputation"))
@@ -290,11 +296,11 @@ def format_report(
     fl = flops_saved(m, preset)
     if preset is not None:
         out.append(f"prefill FLOPs saved for {preset.name}: {_format_flops(fl)} "
-                   f"({preset.flops_per_token / 1e9:.1f} GFLOP per reused token, attention "
+                   f"({config.flops_per_token / 1e9:.1f} GFLOP per reused token, attention "
                    f"not counted)")
         out.append("")
         if device_tflops:
-            out.extend(format_estimates(prefill_estimates(m, preset.flops_per_token,
+            out.extend(format_estimates(prefill_estimates(m, config.flops_per_token,
                                                           device_tflops, tp)))
             out.append("")
     elif fl:
@@ -308,6 +314,7 @@ def format_report(
         out.append("  " + "  ".join(f"{100 * v:4.0f}%" for _, v in turns[:16]))
         if len(turns) > 16:
             out.append(f"  ({len(turns) - 16} more turns in --json)")
+        out.extend(PER_TURN_NOTE)
         out.append("")
 
     times = dict(extra_times or {})
@@ -319,18 +326,33 @@ def format_report(
     return "\n".join(out)
 
 
+#: What the per-turn hit rates are, printed under them.
+PER_TURN_NOTE = [
+    "  (the share of each turn's prompt tokens its requests reused. Turn 0 has nothing to reuse;",
+    "  a later turn hits its conversation only if the state its previous turn left survived the",
+    "  requests in between, so the rates follow the evictions (\"lost: evicted since cached\")",
+    "  and can rise and fall from turn to turn)",
+]
+
+
 def _point_label(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
 def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] = None) -> str:
-    """One line per swept configuration."""
+    """One line per swept configuration; a point whose replay failed shows
+    "failed" and its error on the line below."""
     keys = list(points[0].params) if points else []
     header = keys + ["token hit", "KV hit", "state hit", "lost:no-state", "lost:evict",
                      "state evict", "peak slots", "wall s"]
     rows = []
+    errors = {}
     for p in points:
         m = p.metrics
+        if m is None:
+            errors[len(rows)] = p.error
+            rows.append([str(p.params[k]) for k in keys] + ["failed"] + ["-"] * 7)
+            continue
         P = m.prompt_tokens
         rows.append([str(p.params[k]) for k in keys] + [
             _pct(m.state_usable_tokens, P).strip(), _pct(m.kv_matched_tokens, P).strip(),
@@ -340,7 +362,10 @@ def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] =
         ])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        if i in errors:
+            lines.append(f"    ^ failed: {errors[i]}")
     return "\n".join(lines)
 
 
@@ -362,24 +387,31 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
         raise MissingDependency(
             "--plot needs matplotlib: pip install matplotlib "
             "(or pip install 'mambaradix[sim]')") from None
+    points = [p for p in points if p.metrics is not None]   # failed replays have no rates
     if not points:
         raise ValueError("nothing to plot")
     keys = list(points[0].params)
     if x is None:
         x = keys[0] if keys else "state_slots"
+    if x not in keys and not hasattr(points[0].config, x):
+        raise ValueError(f"cannot plot against {x!r}: it is neither swept nor a SimConfig field")
     others = [k for k in keys if k != x]
     series: dict[tuple, list["SweepPoint"]] = {}
     for p in points:
         series.setdefault(tuple(p.params[k] for k in others), []).append(p)
 
+    def x_of(p: "SweepPoint") -> Any:
+        """The point's x: its swept value, else its config's (x not swept)."""
+        return p.params[x] if x in p.params else getattr(p.config, x)
+
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
-    xs_all = [p.params.get(x, getattr(p.config, x, None)) for p in points]
+    xs_all = [x_of(p) for p in points]
     numeric = _is_numeric(xs_all)
     categories = list(dict.fromkeys(xs_all))
     for i, (combo, pts) in enumerate(series.items()):
         if numeric:
-            pts = sorted(pts, key=lambda p: p.params.get(x, getattr(p.config, x)))
-        xs = [p.params.get(x, getattr(p.config, x)) for p in pts]
+            pts = sorted(pts, key=x_of)
+        xs = [x_of(p) for p in pts]
         if not numeric:
             xs = [categories.index(v) for v in xs]
         label = " ".join(f"{k}={v}" for k, v in zip(others, combo)) or "token hit rate"

@@ -8,7 +8,12 @@
         print(p.params, p.metrics.token_hit_rate)
 
 The grid is the product of the keyword lists, in keyword order (the last one
-varies fastest).  Every key must be a :class:`SimConfig` field.
+varies fastest).  Every key must be a :class:`SimConfig` field but ``seed``
+(:data:`UNSWEEPABLE`).  The model preset is applied to ``base`` first, so a
+swept model cost (``flops_per_token``, ``state_bytes_per_slot``,
+``kv_bytes_per_token``, ``attn_flops_per_pos``) overrides the preset's.
+``on_error="record"`` keeps going past a point whose replay fails: its
+``metrics`` is None and ``error`` says why.
 """
 
 from __future__ import annotations
@@ -23,16 +28,25 @@ from .presets import ModelPreset, apply_preset
 from .report import wall_total
 from .types import SimConfig, SimMetrics, SimRequest
 
-__all__ = ["SweepPoint", "sweep", "config_fields", "config_field_type", "points_to_rows"]
+__all__ = ["SweepPoint", "sweep", "config_fields", "config_field_type", "points_to_rows",
+           "UNSWEEPABLE"]
+
+#: SimConfig fields a sweep refuses, and why.
+UNSWEEPABLE = {
+    "seed": "the workload is built once, before the sweep, from its own seed (the config's seeds "
+            "only the toy model): replay one workload per seed instead (--seed)",
+}
 
 
 @dataclass
 class SweepPoint:
-    """One configuration of a sweep and what its replay measured."""
+    """One configuration of a sweep and what its replay measured (metrics),
+    or, when the replay failed and the sweep went on, why (error)."""
 
     params: dict[str, Any]
     config: SimConfig
-    metrics: SimMetrics
+    metrics: Optional[SimMetrics]
+    error: Optional[str] = None
 
 
 def config_fields() -> list[str]:
@@ -50,6 +64,8 @@ def _check_names(names: Iterable[str]) -> None:
     for name in names:
         if name not in known:
             raise ValueError(f"unknown SimConfig parameter {name!r} (known: {', '.join(known)})")
+        if name in UNSWEEPABLE:
+            raise ValueError(f"{name} cannot be swept: {UNSWEEPABLE[name]}")
 
 
 def sweep(
@@ -60,17 +76,22 @@ def sweep(
     tp: int = 1,
     run: Optional[Callable[..., SimMetrics]] = None,
     on_point: Optional[Callable[[SweepPoint], None]] = None,
+    on_error: str = "raise",
     **grid: Sequence[Any],
 ) -> list[SweepPoint]:
     """Replay ``requests`` once per point of the grid over ``base``.
 
     model, tp: a model preset (or its name) whose state size and FLOPs per
       token the replays report bytes and FLOPs with (see
-      :func:`presets.apply_preset`).
+      :func:`presets.apply_preset`), applied to base before the grid's values.
     run: the replay function (default :func:`mambaradix.sim.run`).
     on_point: called after each replay (e.g. to print progress).
+    on_error: "raise" (a point's ValueError or RuntimeError stops the sweep)
+      or "record" (the point keeps the error and the sweep goes on).
     """
     base = base if base is not None else SimConfig()
+    if on_error not in ("raise", "record"):
+        raise ValueError(f"on_error must be 'raise' or 'record', got {on_error!r}")
     _check_names(grid)
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
@@ -79,15 +100,20 @@ def sweep(
         from .engine import run as engine_run
 
         run = engine_run
+    if model is not None:
+        base = apply_preset(base, model, tp)
     names = list(grid)
     points = []
     for combo in itertools.product(*(list(grid[n]) for n in names)):
         params = dict(zip(names, combo))
         # resolved per point: max_running left at None follows each point's pool
         config = dataclasses.replace(base, **params).resolved()
-        if model is not None:
-            config = apply_preset(config, model, tp)
-        point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
+        try:
+            point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
+        except (ValueError, RuntimeError) as e:
+            if on_error == "raise":
+                raise
+            point = SweepPoint(params=params, config=config, metrics=None, error=str(e))
         points.append(point)
         if on_point is not None:
             on_point(point)
@@ -96,11 +122,15 @@ def sweep(
 
 def points_to_rows(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
     """Flat dicts (swept parameters, then rates and counters) for tables and
-    data frames."""
+    data frames; a failed point's row has its error instead."""
     rows = []
     for p in points:
         m = p.metrics
         row = dict(p.params)
+        if m is None:
+            row["error"] = p.error
+            rows.append(row)
+            continue
         row.update(
             token_hit_rate=m.token_hit_rate, kv_hit_rate=m.kv_hit_rate,
             state_hit_rate=m.state_hit_rate, lost_no_state=m.lost_no_state,

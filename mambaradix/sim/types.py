@@ -160,10 +160,23 @@ class SimMetrics:
     states_never_used: int = 0        # of those, never used by a match
     states_trimmed: int = 0           # dropped by the per-path budget
     state_memory_share: float = 0.0   # peak state bytes / (peak state + peak KV bytes)
-    utility_alpha: float = 0.0        # lru_policy="utility": final alpha
+    # lru_policy="utility" only (None otherwise): where the online tuner left
+    # alpha and the recency order (they start at SimConfig's utility_alpha
+    # and utility_order), and how many times it re-tuned them
+    final_utility_alpha: Optional[float] = None
+    final_utility_order: Optional[str] = None   # "mru" or "lru"
     utility_tunes: int = 0
-    utility_order: str = ""           # lru_policy="utility": final recency order ("mru" or "lru")
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
+
+    @property
+    def utility_alpha(self) -> Optional[float]:
+        """final_utility_alpha (the name before it said "final")."""
+        return self.final_utility_alpha
+
+    @property
+    def utility_order(self) -> Optional[str]:
+        """final_utility_order (the name before it said "final")."""
+        return self.final_utility_order
 
     @property
     def token_hit_rate(self) -> float:

@@ -37,6 +37,14 @@ Trace files (plain or gzip'd JSONL):
 :func:`load_trace` picks the format from the first record's keys.  Every
 malformed line raises :class:`TraceFormatError` naming the file and line.
 
+Every builder checks sizes before it builds: ``check_request(rid, prompt_len,
+output_len)``, when given, is called for each request before its tokens are
+made (:func:`mambaradix.sim.checks.request_checker` refuses one that no KV
+pool of the run can hold), and a workload whose token ids and requests would
+take more than ``max_bytes`` (:func:`workload_bytes`, default
+:data:`DEFAULT_MAX_BYTES`) is refused before it is built (a generator) or at
+the line that crosses it (a trace).
+
 The Mooncake conversation trace (12,031 requests, one hour of a production
 chat service) ships with the package: :func:`mooncake_conversation`.
 """
@@ -54,6 +62,7 @@ from typing import IO, Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from .presets import format_bytes
 from .types import SimRequest
 
 __all__ = [
@@ -73,6 +82,9 @@ __all__ = [
     "load_trace",
     "detect_trace_format",
     "workload_stats",
+    "workload_bytes",
+    "DEFAULT_MAX_BYTES",
+    "RequestCheck",
 ]
 
 #: Token ids are drawn from [0, DEFAULT_VOCAB_SIZE) unless told otherwise
@@ -83,6 +95,19 @@ DEFAULT_VOCAB_SIZE = 131_072
 MOONCAKE_BLOCK_SIZE = 512
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: ``check_request(rid, prompt_len, output_len)``: raises (a ValueError) when
+#: the request cannot run; see mambaradix.sim.checks.request_checker.
+RequestCheck = Callable[[str, int, int], None]
+
+#: The most memory a workload may take unless told otherwise (token ids at
+#: 4 bytes, and about BYTES_PER_REQUEST a request): 4 GiB, seven times the
+#: bundled Mooncake trace.  A replay needs about as much again.
+DEFAULT_MAX_BYTES = 4 << 30
+
+#: What one request costs besides its token ids (the SimRequest, its arrays'
+#: headers, its rid), measured at about 0.9 KiB.
+BYTES_PER_REQUEST = 1024
 
 
 class WorkloadError(ValueError):
@@ -102,6 +127,23 @@ class TraceFormatError(WorkloadError):
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
+
+
+def workload_bytes(tokens: int, requests: int) -> int:
+    """The memory a workload of ``tokens`` token ids and ``requests`` requests takes."""
+    return 4 * int(tokens) + BYTES_PER_REQUEST * int(requests)
+
+
+def _check_size(what: str, tokens: int, requests: int, max_bytes: Optional[int]) -> None:
+    """WorkloadError when a workload of this size would take more than max_bytes."""
+    if max_bytes is None:
+        return
+    need = workload_bytes(tokens, requests)
+    if need > max_bytes:
+        raise WorkloadError(
+            f"{what} would take about {format_bytes(need)} ({tokens:,} token ids, {requests:,} "
+            f"requests), more than the limit of {format_bytes(max_bytes)} (max_bytes; "
+            f"--max-workload-mem on the command line)")
 
 
 def _check_positive(**values: float) -> None:
@@ -161,6 +203,8 @@ def generated_shared_prefix(
     request_rate: float = math.inf,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
 ) -> list[SimRequest]:
     """SGLang's ``generated-shared-prefix`` workload with random token ids.
 
@@ -178,6 +222,7 @@ def generated_shared_prefix(
     unless ``ordered``; ``request_rate`` spaces them as a Poisson process.
 
     rid is ``"gsp-<group>-<index>"`` and ``session`` the group (``"g<group>"``).
+    check_request and max_bytes: see the module docstring.
     """
     _check_positive(num_groups=num_groups, prompts_per_group=prompts_per_group,
                     system_prompt_len=system_prompt_len, question_len=question_len,
@@ -193,15 +238,15 @@ def generated_shared_prefix(
         if not (math.isfinite(zipf_alpha) and zipf_alpha > 0):
             raise WorkloadError(f"zipf_alpha must be a finite number > 0, got {zipf_alpha!r}")
 
-    rng = np.random.default_rng(seed)
     total = num_groups * prompts_per_group
+    # system prompts, questions, and each request's prompt (at most)
+    _check_size("the generated-shared-prefix workload",
+                num_groups * system_prompt_len + total * (system_prompt_len + 2 * question_len),
+                total, max_bytes)
+    rng = np.random.default_rng(seed)
     sys_lens = _random_lens(rng, system_prompt_len, range_ratio, num_groups)
     q_lens = _random_lens(rng, question_len, range_ratio, total)
     out_lens = _random_lens(rng, output_len, range_ratio, total)
-    system_prompts = [_random_tokens(rng, n, vocab_size) for n in sys_lens]
-    questions = _random_tokens(rng, int(q_lens.sum()), vocab_size)
-    q_offsets = np.concatenate(([0], np.cumsum(q_lens)))
-
     if group_distribution == "uniform":
         groups = np.repeat(np.arange(num_groups), prompts_per_group)
     else:
@@ -210,6 +255,13 @@ def generated_shared_prefix(
         weights = 1.0 / ranks**zipf_alpha
         groups = np.random.default_rng([seed, 1]).choice(
             num_groups, size=total, replace=True, p=weights / weights.sum())
+    if check_request is not None:
+        for slot in range(total):
+            g = int(groups[slot])
+            check_request(f"gsp-{g}-{slot}", int(sys_lens[g] + q_lens[slot]), int(out_lens[slot]))
+    system_prompts = [_random_tokens(rng, n, vocab_size) for n in sys_lens]
+    questions = _random_tokens(rng, int(q_lens.sum()), vocab_size)
+    q_offsets = np.concatenate(([0], np.cumsum(q_lens)))
 
     order = np.arange(total) if ordered else rng.permutation(total)
     arrivals = _arrivals(rng, total, request_rate)
@@ -243,6 +295,8 @@ def multi_turn(
     request_rate: float = 16.0,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
 ) -> list[SimRequest]:
     """Multi-turn conversations as SGLang's ``bench_multiturn.py`` makes them.
 
@@ -260,6 +314,7 @@ def multi_turn(
     The defaults are the benchmark's (256 clients, 5 rounds, 512 / 64).
 
     rid is ``"mt-<client>-<turn>"``, ``session`` ``"c<client>"``, ``turn`` the round.
+    check_request and max_bytes: see the module docstring.
     """
     _check_positive(num_clients=num_clients, num_rounds=num_rounds,
                     request_length=request_length, output_length=output_length)
@@ -267,6 +322,11 @@ def multi_turn(
         raise WorkloadError(f"system_prompt_len must be >= 0, got {system_prompt_len!r}")
     _check_ratio(range_ratio)
     _check_vocab(vocab_size)
+    # a client's prompts (turn r: system + r + 1 messages + r answers) and answers, at most
+    R = num_rounds
+    per_client = (R * system_prompt_len + request_length * R * (R + 1) // 2
+                  + output_length * R * (R - 1) // 2 + R * output_length)
+    _check_size("the multi-turn workload", num_clients * per_client, num_clients * R, max_bytes)
     rng = np.random.default_rng(seed)
     system = _random_tokens(rng, system_prompt_len, vocab_size)
     histories: list[np.ndarray] = [system] * num_clients
@@ -276,6 +336,8 @@ def multi_turn(
         msg_lens = _random_lens(rng, request_length, range_ratio, num_clients)
         out_lens = _random_lens(rng, output_length, range_ratio, num_clients)
         for c in range(num_clients):
+            if check_request is not None:
+                check_request(f"mt-{c}-{r}", len(histories[c]) + int(msg_lens[c]), int(out_lens[c]))
             prompt = np.concatenate((histories[c], _random_tokens(rng, msg_lens[c], vocab_size)))
             output = _random_tokens(rng, out_lens[c], vocab_size)
             requests.append(SimRequest(
@@ -309,6 +371,8 @@ def agentic_branching(
     request_rate: float = math.inf,
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
 ) -> list[SimRequest]:
     """Trees of agent trajectories that fork from shared histories.
 
@@ -325,7 +389,8 @@ def agentic_branching(
     Requests come level by level (all roots, then all children, ...), trees
     interleaved, so every parent precedes its children.  rid is
     ``"ag-<tree>-<path>"`` (path: child indices joined by "."), ``session`` is
-    ``"t<tree>"`` and ``turn`` the level.
+    ``"t<tree>"`` and ``turn`` the level.  check_request and max_bytes: see
+    the module docstring.
     """
     _check_positive(num_trees=num_trees, depth=depth, branching=branching,
                     task_len=task_len, step_len=step_len, output_len=output_len)
@@ -333,6 +398,8 @@ def agentic_branching(
         raise WorkloadError(f"system_prompt_len must be >= 0, got {system_prompt_len!r}")
     _check_ratio(range_ratio)
     _check_vocab(vocab_size)
+    _check_agentic_size(num_trees, depth, branching, system_prompt_len + task_len,
+                        step_len + output_len, output_len, max_bytes)
     rng = np.random.default_rng(seed)
     system = _random_tokens(rng, system_prompt_len, vocab_size)
     # (tree, path, context before this request's new tokens, new tokens)
@@ -345,8 +412,10 @@ def agentic_branching(
     for d in range(depth):
         next_level = []
         for tree, path, context, new in level:
-            prompt = np.concatenate((context, new))
             n_out = int(_random_lens(rng, output_len, range_ratio, 1)[0])
+            if check_request is not None:
+                check_request(f"ag-{tree}-{path}", len(context) + len(new), n_out)
+            prompt = np.concatenate((context, new))
             output = _random_tokens(rng, n_out, vocab_size)
             requests.append(SimRequest(
                 rid=f"ag-{tree}-{path}", input_ids=prompt, output_len=n_out,
@@ -362,6 +431,29 @@ def agentic_branching(
     for req, t in zip(requests, arrivals):
         req.arrival = float(t)
     return requests
+
+
+def _check_agentic_size(trees: int, depth: int, branching: int, root: int, step: int,
+                        out: int, max_bytes: Optional[int]) -> None:
+    """_check_size for agentic_branching: level d holds trees * branching**d
+    requests, each a prompt of root + d * step tokens and its output, and (but
+    the last level) the history its children share.  Summed level by level,
+    stopping at the first level past the limit (branching**depth can be
+    astronomical)."""
+    if max_bytes is None:
+        return
+    tokens = requests = 0
+    n = trees
+    for d in range(depth):
+        requests += n
+        tokens += n * (2 if d + 1 < depth else 1) * (root + d * step + out)
+        if workload_bytes(tokens, requests) > max_bytes:
+            raise WorkloadError(
+                f"the agentic workload would take more than the limit of "
+                f"{format_bytes(max_bytes)} (max_bytes; --max-workload-mem on the command line): "
+                f"its first {d + 1} of {depth:,} levels alone hold {requests:,} requests and "
+                f"{tokens:,} token ids")
+        n *= branching
 
 
 # --------------------------------------------------------------------------
@@ -382,12 +474,30 @@ def _open_bytes(path: PathLike) -> IO[bytes]:
     return open(p, "rb")
 
 
-def _records(path: PathLike) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-blank line; malformed JSON raises."""
+def _max_line(max_bytes: Optional[int]) -> Optional[int]:
+    """The longest trace line read: parsing a line of JSON numbers takes up to
+    about 8 bytes per byte of text (a list slot and an int each, then the
+    array), so lines are kept to max_bytes / 8."""
+    return None if max_bytes is None else max(max_bytes // 8, 1 << 20)
+
+
+def _records(path: PathLike, max_line: Optional[int] = _max_line(DEFAULT_MAX_BYTES)
+             ) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line; malformed JSON and a
+    line longer than max_line bytes raise."""
     name = str(path)
     with _open_bytes(path) as f:
         try:
-            for lineno, raw in enumerate(f, 1):
+            lineno = 0
+            while True:
+                raw = f.readline(-1 if max_line is None else max_line + 2)
+                if not raw:
+                    break
+                lineno += 1
+                if max_line is not None and len(raw.rstrip(b"\r\n")) > max_line:
+                    raise TraceFormatError(name, lineno, f"the line is longer than {max_line:,} "
+                                                         f"bytes, an eighth of the workload's memory "
+                                                         f"limit (max_bytes, --max-workload-mem)")
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -399,6 +509,8 @@ def _records(path: PathLike) -> Iterator[tuple[int, dict]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise TraceFormatError(name, lineno, f"not valid JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:   # a 5000-digit number, deep nesting
+                    raise TraceFormatError(name, lineno, f"not valid JSON ({e})") from None
                 if not isinstance(obj, dict):
                     raise TraceFormatError(name, lineno,
                                            f"expected a JSON object, got {type(obj).__name__}")
@@ -474,15 +586,20 @@ def load_mooncake(
     vocab_size: int = DEFAULT_VOCAB_SIZE,
     time_scale: float = 1e-3,
     seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
 ) -> list[SimRequest]:
     """Read a Mooncake-format trace and expand it into token-level requests.
 
     ``limit`` keeps the first N records.  Arrival = ``timestamp * time_scale``
-    (the traces give milliseconds).  An ``output_length`` of 0 is replayed as
-    1 (the cache needs one decoded token to finish a request).  Each hash id
-    becomes ``block_size`` pseudo-tokens (:func:`expand_hash_blocks`); the last
-    block is cut so the prompt has exactly ``input_length`` tokens, which must
-    lie in ``((len(hash_ids) - 1) * block_size, len(hash_ids) * block_size]``.
+    (the traces give milliseconds).  An ``output_length`` of 0 (a prefill-only
+    request) is refused: every replayed request decodes at least one token.
+    Each hash id becomes ``block_size`` pseudo-tokens
+    (:func:`expand_hash_blocks`); the last block is cut so the prompt has
+    exactly ``input_length`` tokens, which must lie in
+    ``((len(hash_ids) - 1) * block_size, len(hash_ids) * block_size]``.
+    check_request and max_bytes (counting the expanded blocks): see the module
+    docstring; both are applied line by line, before anything is expanded.
 
     The prompts are views into one token buffer (no per-request copies).
     rid is ``"mc-<record index>"``.
@@ -495,7 +612,8 @@ def load_mooncake(
     output_lens: list[int] = []
     stamps: list[float] = []
     linenos: list[int] = []
-    for lineno, rec in _records(path):
+    blocks = 0
+    for lineno, rec in _records(path, _max_line(max_bytes)):
         if limit is not None and len(input_lens) >= limit:
             break
         for key in ("input_length", "output_length", "hash_ids"):
@@ -507,7 +625,12 @@ def load_mooncake(
             raise TraceFormatError(name, lineno, f"input_length must be an int >= 1, got {n_in!r}")
         if not _is_int(n_out) or n_out < 0:
             raise TraceFormatError(name, lineno,
-                                   f"output_length must be an int >= 0, got {n_out!r}")
+                                   f"output_length must be an int >= 1, got {n_out!r}")
+        if n_out == 0:
+            raise TraceFormatError(name, lineno,
+                                   "output_length 0 (a prefill-only request) cannot be replayed: "
+                                   "every simulated request decodes at least one token; drop the "
+                                   "line or give it output_length >= 1")
         # type() rather than isinstance(): bools are not ids (checked per line
         # here, the sign below over the whole trace at once).
         if not isinstance(hids, list) or not hids or set(map(type, hids)) != {int}:
@@ -518,6 +641,9 @@ def load_mooncake(
             raise TraceFormatError(
                 name, lineno,
                 f"input_length {n_in} does not fit {len(hids)} blocks of {block_size} tokens")
+        _check_line(name, lineno, check_request, f"mc-{len(input_lens)}", n_in, n_out)
+        blocks += len(hids)
+        _check_line_size(name, lineno, blocks * block_size, len(input_lens) + 1, max_bytes)
         ids_parts.append(hids)
         linenos.append(lineno)
         input_lens.append(n_in)
@@ -542,7 +668,7 @@ def load_mooncake(
         SimRequest(
             rid=f"mc-{i}",
             input_ids=tokens[starts[i]:starts[i] + input_lens[i]],
-            output_len=max(1, output_lens[i]),
+            output_len=output_lens[i],
             arrival=stamps[i] * time_scale,
         )
         for i in range(len(input_lens))
@@ -579,13 +705,18 @@ _TOKEN_FIELDS = {"input_ids", "output_len", "arrival", "extra_key", "session", "
                  "output_ids", "rid"}
 
 
-def load_token_trace(path: PathLike, *, limit: Optional[int] = None) -> list[SimRequest]:
-    """Read the explicit token-id JSONL format (see the module docstring)."""
+def load_token_trace(path: PathLike, *, limit: Optional[int] = None,
+                     check_request: Optional[RequestCheck] = None,
+                     max_bytes: Optional[int] = DEFAULT_MAX_BYTES) -> list[SimRequest]:
+    """Read the explicit token-id JSONL format (see the module docstring;
+    check_request and max_bytes are applied line by line)."""
     if limit is not None and limit < 1:
         raise WorkloadError(f"limit must be >= 1, got {limit!r}")
     name = str(path)
     requests: list[SimRequest] = []
-    for lineno, rec in _records(path):
+    rid_lines: dict[str, int] = {}
+    tokens = 0
+    for lineno, rec in _records(path, _max_line(max_bytes)):
         if limit is not None and len(requests) >= limit:
             break
         unknown = sorted(set(rec) - _TOKEN_FIELDS)
@@ -623,6 +754,12 @@ def load_token_trace(path: PathLike, *, limit: Optional[int] = None) -> list[Sim
         rid = rec.get("rid", f"line-{lineno}")
         if not isinstance(rid, str):
             raise TraceFormatError(name, lineno, "rid must be a string")
+        if rid in rid_lines:
+            raise TraceFormatError(name, lineno, f"rid {rid!r} is also line {rid_lines[rid]}'s")
+        rid_lines[rid] = lineno
+        _check_line(name, lineno, check_request, rid, len(input_ids), out_len)
+        tokens += len(input_ids) + (0 if output_ids is None else len(output_ids))
+        _check_line_size(name, lineno, tokens, len(requests) + 1, max_bytes)
         requests.append(SimRequest(rid=rid, input_ids=input_ids, output_len=out_len,
                                    arrival=float(arrival), extra_key=extra_key,
                                    session=session, turn=turn, output_ids=output_ids))
@@ -651,9 +788,28 @@ def save_token_trace(requests: Sequence[SimRequest], path: PathLike) -> None:
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
-def detect_trace_format(path: PathLike) -> str:
+def _check_line(name: str, lineno: int, check: Optional[RequestCheck], rid: str, prompt_len: int,
+                output_len: int) -> None:
+    """check_request for a trace line: its refusal names the file and line."""
+    if check is not None:
+        try:
+            check(rid, prompt_len, output_len)
+        except ValueError as e:
+            raise WorkloadError(f"{name}:{lineno}: {e}") from None
+
+
+def _check_line_size(name: str, lineno: int, tokens: int, requests: int,
+                     max_bytes: Optional[int]) -> None:
+    """_check_size for a trace read up to this line."""
+    try:
+        _check_size("the trace up to this line", tokens, requests, max_bytes)
+    except WorkloadError as e:
+        raise WorkloadError(f"{name}:{lineno}: {e}") from None
+
+
+def detect_trace_format(path: PathLike, max_bytes: Optional[int] = DEFAULT_MAX_BYTES) -> str:
     """"mooncake" or "tokens", from the keys of the first record."""
-    for lineno, rec in _records(path):
+    for lineno, rec in _records(path, _max_line(max_bytes)):
         if "hash_ids" in rec:
             return "mooncake"
         if "input_ids" in rec:
@@ -665,17 +821,20 @@ def detect_trace_format(path: PathLike) -> str:
 
 
 def load_trace(path: PathLike, fmt: str = "auto", *, limit: Optional[int] = None,
-               **kwargs: Any) -> list[SimRequest]:
+               check_request: Optional[RequestCheck] = None,
+               max_bytes: Optional[int] = DEFAULT_MAX_BYTES, **kwargs: Any) -> list[SimRequest]:
     """Load a trace file: ``fmt`` is "mooncake", "tokens" or "auto" (detect).
     Extra keywords go to :func:`load_mooncake`."""
     if fmt == "auto":
-        fmt = detect_trace_format(path)
+        fmt = detect_trace_format(path, max_bytes)
     if fmt == "mooncake":
-        return load_mooncake(path, limit=limit, **kwargs)
+        return load_mooncake(path, limit=limit, check_request=check_request, max_bytes=max_bytes,
+                             **kwargs)
     if fmt == "tokens":
         if kwargs:
             raise WorkloadError(f"options {sorted(kwargs)} apply to Mooncake traces only")
-        return load_token_trace(path, limit=limit)
+        return load_token_trace(path, limit=limit, check_request=check_request,
+                                max_bytes=max_bytes)
     raise WorkloadError(f"unknown trace format {fmt!r} (mooncake, tokens or auto)")
 
 

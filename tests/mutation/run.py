@@ -440,6 +440,19 @@ MUTANTS: List[Mutant] = [
            "    except KeyError as e:\n        why = str(e)",
            ["tests/dropin/test_unified_needs_sglang.py", "tests/dropin/test_sglang_unified.py"],
            "mambaradix.sglang.unified without SGLang 0.5.23 raises the bare import error, not that 0.5.23 is needed"),
+    # ---- the simulator's input checks and its record of every key seen
+    Mutant("SIM_KV_NEED", "mambaradix/sim/checks.py",
+           "decode = _ceil_page(prompt_len + output_len - (0 if overlap else 1), page)",
+           "decode = _ceil_page(prompt_len + output_len - 1, page)",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_cli.py"],
+           "a request's KV need forgets the overlap scheduler's step past the finish"),
+    Mutant("SIM_FINITE", "mambaradix/sim/checks.py", "and math.isfinite(value) and", "and",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_first_run.py"],
+           "an infinite SimConfig number (utility_alpha, a cost) passes the field check"),
+    Mutant("SIM_SEEN_FLUSH", "mambaradix/sim/engine.py",
+           "            if self.unseen:\n                self._flush_seen()\n", "",
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_engine.py"],
+           "the record of every key seen is read without the inserts it deferred"),
 ]
 
 

@@ -117,7 +117,6 @@ def test_trace_file_replay(tmp_path):
     (["--sweep", "state_slots=1,64"], "state_slots=1:"),
     (["--sweep", "decode_boundary=batch,late"], "unknown decode_boundary 'late'"),
     (["--chunk-size", "48", "--page-size", "32"], "must be a multiple of page_size"),
-    (["--trace", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
     (["--kv-mem", "lots"], "cannot read a size from 'lots'"),
 ])
 def test_bad_input_exits_2_with_a_message(args, message):
@@ -125,6 +124,29 @@ def test_bad_input_exits_2_with_a_message(args, message):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_missing_trace_exits_2_with_a_message():
+    r = sim("--trace", "/nonexistent/trace.jsonl")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "cannot read trace /nonexistent/trace.jsonl" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_request_must_fit_the_kv_pool_with_its_outputs(tmp_path):
+    """Outputs past admission's clip (4096) still take KV: the last decode
+    step of 100 prompt + 5,000 output tokens holds 5,100 (the overlap
+    scheduler's extra step included), so a pool one token smaller is refused
+    up front rather than stopping mid-replay."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"input_ids": list(range(1, 101)), "output_len": 5000}) + "\n")
+    r = sim("--trace", str(trace), "--kv-tokens", "5099")
+    assert r.returncode == 2
+    assert ("the KV pool (5,099 tokens) is smaller than one request's need: line-1 has 100 prompt "
+            "+ 5,000 output tokens and needs 5,100") in r.stderr
+    r = sim("--trace", str(trace), "--kv-tokens", "5100", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["requests"] == 1
 
 
 def test_toy_states_run_or_say_what_is_missing():

@@ -328,6 +328,18 @@ def test_prefill_estimates_state_their_assumption(capsys):
     assert "mean time to first token" in out
 
 
+@pytest.mark.parametrize("field, value", [("flops_per_token", float("inf")),
+                                          ("utility_alpha", float("inf")),
+                                          ("prefill_token_seconds", float("inf")),
+                                          ("new_token_ratio", float("nan"))])
+def test_the_api_refuses_numbers_that_are_not_finite(field, value):
+    """What the command line refuses at parsing, run() refuses before it
+    replays: one rule per field (checks.check_field)."""
+    reqs = workloads.multi_turn(2, 2, 32, 4)
+    with pytest.raises(ConfigError, match=f"{field} must be a finite number"):
+        run(reqs, dataclasses.replace(SimConfig(lru_policy="utility"), **{field: value}))
+
+
 def test_simconfig_model_costs_are_the_default_presets():
     """SimConfig()'s model costs are the command line's default model
     (qwen3-next at TP 1), each one as the preset computes it."""

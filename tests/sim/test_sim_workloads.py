@@ -211,7 +211,7 @@ def test_mooncake_block_sharing_means_token_sharing(tmp_path):
     path = _write_lines(tmp_path / "t.jsonl", [
         _mc(0, 1000, 10, [0, 1]),
         _mc(1500, 1200, 20, [0, 1, 2]),
-        _mc(3000, 700, 0, [0, 3]),
+        _mc(3000, 700, 3, [0, 3]),
         _mc(3000, 512, 5, [4]),
     ])
     reqs = wl.load_mooncake(path)
@@ -222,7 +222,7 @@ def test_mooncake_block_sharing_means_token_sharing(tmp_path):
     assert np.array_equal(a[:512], c[:512])
     assert _common_prefix(a, d) < 3                # no block shared
     assert [r.arrival for r in reqs] == [0.0, 1.5, 3.0, 3.0]
-    assert [r.output_len for r in reqs] == [10, 20, 1, 5]  # 0 is replayed as 1
+    assert [r.output_len for r in reqs] == [10, 20, 3, 5]
     assert all(r.input_ids.dtype == np.int32 for r in reqs)
 
 
@@ -264,7 +264,8 @@ def test_expand_hash_blocks_distinct_ids_look_independent():
     ("[1, 2]", "expected a JSON object"),
     (json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1}), "missing field 'hash_ids'"),
     (_mc(0, 0, 1, [1]), "input_length must be an int >= 1"),
-    (_mc(0, 10, -1, [1]), "output_length must be an int >= 0"),
+    (_mc(0, 10, -1, [1]), "output_length must be an int >= 1"),
+    (_mc(0, 10, 0, [1]), "output_length 0 (a prefill-only request) cannot be replayed"),
     (_mc(0, 10, 1, []), "hash_ids must be a non-empty list"),
     (_mc(0, 10, 1, [1, "x"]), "hash_ids must be a non-empty list"),
     (_mc(0, 10, 1, [1.5]), "hash_ids must be a non-empty list"),

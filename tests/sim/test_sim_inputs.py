@@ -1,0 +1,507 @@
+"""Simulator inputs a new user tries (issue 29, items 2 to 8): bounds checked
+before anything is built, every sweep parameter plotted and applied, a failed
+sweep point reported with the others kept, bad numbers refused at parsing,
+report fields that say what they mean, and the cost of one long request."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mambaradix
+from mambaradix.sim import SimConfig, SimRequest, checks, cli, engine, run, sweep, workloads
+from mambaradix.sim.checks import ConfigError, check_feasible
+
+from test_sim_first_run import no_replay  # noqa: F401  (the fixture: no replay may run)
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--num-clients", "4", "--num-rounds", "3", "--request-length", "64",
+         "--output-length", "8", "--no-progress"]
+GSP = ["--workload", "gsp", "--gsp-num-groups", "8", "--gsp-prompts-per-group", "8",
+       "--no-progress"]
+
+
+def main(capsys, *argv: str) -> tuple[int, str, str]:
+    """cli.main in this process; argparse's own errors give their exit code too."""
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def limited(code: str, *args: str, gib: float = 1.5) -> subprocess.CompletedProcess:
+    """Python code (or `-m mambaradix sim ARGS`) with its address space capped,
+    so that building anything big fails instead of eating the machine."""
+    pre = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({int(gib * 2**30)}, "
+           f"{int(gib * 2**30)}))\n")
+    if code == "sim":
+        code = "import sys; from mambaradix.__main__ import main; sys.exit(main(sys.argv[1:]))"
+        args = ("sim", *args)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", pre + code, *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=ROOT)
+
+
+# --- item 2: bounds before anything is built ------------------------------------------------
+
+def test_a_45_byte_trace_asking_for_a_billion_outputs_is_refused_by_name(tmp_path):
+    trace = tmp_path / "big.jsonl"
+    trace.write_text('{"input_ids":[1,2],"output_len":1000000000}\n')
+    r = limited("sim", "--trace", str(trace))
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+    assert (f"{trace}:1: the KV pool (1,048,576 tokens) is smaller than one request's need: "
+            f"line-1 has 2 prompt + 1,000,000,000 output tokens") in r.stderr
+
+
+def test_a_generated_request_beyond_the_kv_pool_is_refused_before_its_tokens():
+    r = limited("sim", "--num-clients", "1", "--num-rounds", "1", "--request-length", "1000000000")
+    assert r.returncode == 2, r.stderr
+    assert ("the KV pool (1,048,576 tokens) is smaller than one request's need: mt-0-0 has "
+            "1,000,000,000 prompt + 64 output tokens") in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_api_refuses_a_request_beyond_the_pool_before_making_its_outputs():
+    code = ("import numpy as np\n"
+            "from mambaradix.sim import run, SimConfig, SimRequest\n"
+            "try:\n    run([SimRequest('a', np.array([1, 2], dtype=np.int32), 10**9)], SimConfig())\n"
+            "except ValueError as e:\n    print('refused:', e)\n")
+    r = limited(code)
+    assert r.returncode == 0, r.stderr
+    assert "refused: the KV pool (1,048,576 tokens) is smaller than one request's need: a has" in r.stdout
+
+
+def test_an_output_len_beyond_int64_is_refused_by_name():
+    with pytest.raises(ConfigError, match="a has 2 prompt \\+ 1,000,000,000,000,000,000,000,000,000,000"):
+        run([SimRequest("a", np.array([1, 2], dtype=np.int32), 10**30)], SimConfig())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: workloads.multi_turn(num_clients=10**9), "the multi-turn workload would take about"),
+    (lambda: workloads.multi_turn(4, 2, 64, 8, system_prompt_len=10**12), "the multi-turn workload"),
+    (lambda: workloads.generated_shared_prefix(num_groups=10**9), "the generated-shared-prefix"),
+    (lambda: workloads.generated_shared_prefix(system_prompt_len=10**12), "the generated-shared-prefix"),
+    (lambda: workloads.agentic_branching(depth=40), "its first 10 of 40 levels alone"),
+    (lambda: workloads.agentic_branching(depth=10**12, branching=1), "of 1,000,000,000,000 levels"),
+])
+def test_generators_refuse_a_workload_over_the_memory_limit_before_building_it(make, message):
+    with pytest.raises(workloads.WorkloadError, match=message) as e:
+        make()
+    assert "more than the limit of 4.0 GiB" in str(e.value)
+
+
+def test_generators_check_every_request_against_the_pools_before_its_tokens():
+    seen = []
+
+    def check(rid: str, prompt: int, output: int) -> None:
+        seen.append((rid, prompt, output))
+
+    reqs = workloads.multi_turn(2, 2, 10, 3, system_prompt_len=5, check_request=check)
+    # turn r's prompt: system + (r + 1) messages + r answers, each request checked once
+    assert seen == [("mt-0-0", 15, 3), ("mt-1-0", 15, 3), ("mt-0-1", 28, 3), ("mt-1-1", 28, 3)]
+    assert [(r.rid, len(r.input_ids), r.output_len) for r in reqs] == seen
+    seen.clear()
+    reqs = workloads.generated_shared_prefix(2, 2, 7, 3, 5, check_request=check)
+    assert sorted(seen) == sorted((r.rid, len(r.input_ids), r.output_len) for r in reqs)
+    seen.clear()
+    reqs = workloads.agentic_branching(1, 2, 2, 4, 3, 2, 1, check_request=check)
+    assert seen == [(r.rid, len(r.input_ids), r.output_len) for r in reqs]
+    # a refusal stops the generator at that request
+    # mt-0-1 needs 28 + 3 + a page + 1 = 33 (admission), mt-0-0 20
+    cfg = SimConfig(kv_tokens=30)
+    with pytest.raises(ConfigError, match="mt-0-1 has 28 prompt"):
+        workloads.multi_turn(2, 2, 10, 3, system_prompt_len=5,
+                             check_request=checks.request_checker([cfg]))
+
+
+def test_traces_refuse_by_line_a_request_beyond_the_pools_and_a_total_beyond_the_limit(tmp_path):
+    lines = [{"input_ids": list(range(1, 101)), "output_len": 4, "rid": f"r{i}"} for i in range(5)]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    check = checks.request_checker([SimConfig(kv_tokens=90), SimConfig(kv_tokens=110)])
+    assert len(workloads.load_trace(trace, check_request=check)) == 5   # fits the larger pool
+    with pytest.raises(workloads.WorkloadError, match=f"{trace}:1: the KV pool \\(100 tokens\\)"):
+        workloads.load_trace(trace, check_request=checks.request_checker([SimConfig(kv_tokens=100)]))
+    # each line: 100 token ids (400 bytes) and a request (1 KiB): the third crosses 4000 bytes
+    with pytest.raises(workloads.WorkloadError, match=f"{trace}:3: the trace up to this line"):
+        workloads.load_trace(trace, max_bytes=4000)
+    mc = tmp_path / "mc.jsonl"
+    mc.write_text("".join(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 2,
+                                      "hash_ids": [i, i + 1]}) + "\n" for i in range(3)))
+    # two 512-token blocks a line (4 KiB expanded) and a request: the second crosses 8000 bytes
+    with pytest.raises(workloads.WorkloadError, match=f"{mc}:2: the trace up to this line"):
+        workloads.load_mooncake(mc, max_bytes=8000)
+    with pytest.raises(workloads.WorkloadError, match=f"{mc}:1: .* mc-0 has 600 prompt"):
+        workloads.load_mooncake(mc, check_request=checks.request_checker([SimConfig(kv_tokens=500)]))
+
+
+def test_a_trace_line_too_long_to_parse_safely_is_refused(tmp_path):
+    trace = tmp_path / "long.jsonl"
+    ids = ",".join(["123456"] * 200_000)              # 1.4 MB of text
+    trace.write_text('{"input_ids": [1], "output_len": 1}\n{"input_ids": [' + ids + '], "output_len": 1}\n')
+    with pytest.raises(workloads.TraceFormatError, match=f"{trace}:2: the line is longer than 1,048,576"):
+        workloads.load_token_trace(trace, max_bytes=8 << 20)
+    assert len(workloads.load_token_trace(trace)) == 2
+
+
+def test_duplicate_rids_are_refused_at_their_line(tmp_path, capsys):
+    trace = tmp_path / "dup.jsonl"
+    trace.write_text('{"input_ids": [1], "output_len": 1, "rid": "a"}\n'
+                     '{"input_ids": [2], "output_len": 1, "rid": "a"}\n')
+    code, _, err = main(capsys, "--trace", str(trace))
+    assert code == 2 and f"{trace}:2: rid 'a' is also line 1's" in err
+
+
+def test_the_kv_need_is_exactly_what_one_request_needs_to_finish_alone():
+    """check_feasible accepts a lone request exactly when its replay finishes:
+    below the need the replay cannot finish (before, outputs past the
+    admission clip passed the check and stopped mid-replay)."""
+    rng = random.Random(5)
+    for _ in range(60):
+        page = rng.choice([1, 1, 4, 16])
+        mode = rng.choice(["pp2", "pp1", "lazy"] + (["no_buffer"] if page == 1 else []))
+        P = rng.randrange(1, 300)
+        O = rng.choice([rng.randrange(1, 50), rng.randrange(4000, 4300)])
+        reqs = [SimRequest("a", np.arange(1, P + 1, dtype=np.int32), O)]
+        outcomes = []
+        for kv in range(max(page, P - 2 * page), P + O + 4 * page + 8, page):
+            cfg = SimConfig(kv_tokens=kv, state_slots=8, max_running=1, mode=mode, page_size=page,
+                            chunk_size=16 if page <= 16 else page, track_interval=16,
+                            chunked_prefill_size=rng.choice([None, 64]))
+            try:
+                check_feasible(reqs, cfg)
+            except ConfigError:
+                outcomes.append("refused")
+                continue
+            engine.replay(reqs, cfg)              # raises if it cannot finish
+            outcomes.append("ran")
+        # refused up to a pool size, then every pool runs
+        assert outcomes == sorted(outcomes, key=lambda o: o == "ran"), (mode, page, P, O)
+        assert "ran" in outcomes and "refused" in outcomes
+
+
+def test_pools_beyond_the_c_allocators_are_refused(capsys, no_replay):
+    for argv, message in [
+        (["--kv-tokens", "3e9"], "argument --kv-tokens: kv_tokens must be an integer in [1, 2,147,483,646]"),
+        (["--state-mem", "1e30"], "more than a pool may have (2,147,483,646)"),
+        (["--states", "toy", "--state-slots", "1e9"], "--states toy would allocate about"),
+    ]:
+        code, _, err = main(capsys, *SMALL, *argv)
+        assert code == 2 and message in err, (argv, err)
+
+
+def test_replay_outputs_are_made_in_blocks(monkeypatch):
+    calls = []
+    made = engine._pseudo_outputs_many
+
+    def record(rids, ns):
+        calls.append(sum(ns))
+        return made(rids, ns)
+
+    monkeypatch.setattr(engine._Replay, "OUTPUT_BLOCK", 1000)
+    monkeypatch.setattr(engine, "_pseudo_outputs_many", record)
+    reqs = [SimRequest(f"r{i}", np.arange(1, 50, dtype=np.int32) + i, 300) for i in range(10)]
+    m = run(reqs, SimConfig(kv_tokens=8192, state_slots=16))
+    assert m.requests == 10 and sum(calls) == 10 * 302
+    assert max(calls) <= 1000 + 302 and len(calls) == 3
+
+
+# --- item 3: --plot for every sweep parameter -----------------------------------------------
+
+SWEEPS = [
+    ("state_slots", "10,20"), ("kv_tokens", "4096,8192"), ("page_size", "1,2"),
+    ("chunk_size", "32,64"), ("track_interval", "64,256"), ("mode", "pp2,lazy"),
+    ("lru_policy", "sglang,consumed"), ("match_cap", "true,false"), ("max_running", "1,2"),
+    ("chunked_prefill_size", "0,64"), ("max_prefill_tokens", "256,16384"),
+    ("decode_step_seconds", "0.01,0.02"), ("prefill_token_seconds", "0,2e-5"),
+    ("new_token_ratio", "0.5,1"), ("decode_boundary", "committed,batch"),
+    ("end_of_turn_states", "false,true"), ("max_states_per_path", "0,1"),
+    ("state_mem", "1GiB,4GiB"), ("kv_mem", "1GiB,4GiB"), ("flops_per_token", "1e9,6e10"),
+    ("state_bytes_per_slot", "1000,2000"), ("kv_bytes_per_token", "1000,2000"),
+    ("attn_flops_per_pos", "0,1e5"),
+]
+
+
+@pytest.mark.parametrize("name, values", SWEEPS + [
+    ("utility_alpha", "0,16"), ("tune_window", "0,64"), ("utility_order", "mru,lru")])
+def test_every_sweep_parameter_plots(tmp_path, capsys, name, values):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "p.png"
+    extra = ["--policy", "utility"] if name in ("utility_alpha", "tune_window", "utility_order") else []
+    code, out, err = main(capsys, *SMALL, *extra, "--sweep", f"{name}={values}", "--plot", str(png))
+    assert code == 0, err
+    assert f"plot written to {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_sweepable_field_is_covered_above():
+    from mambaradix.sim.sweep import UNSWEEPABLE, config_fields
+    covered = {n for n, _ in SWEEPS} | {"utility_alpha", "tune_window", "utility_order"}
+    # states=toy needs torch (tests/sim/test_sim_first_run.py sweeps it)
+    assert set(config_fields()) - covered == {"states"} | set(UNSWEEPABLE)
+
+
+# --- item 4: model costs swept --------------------------------------------------------------
+
+def test_swept_model_costs_take_effect_on_the_command_line(capsys):
+    code, out, err = main(capsys, *SMALL, "--json", "--sweep", "flops_per_token=1e9,6e10",
+                          "--sweep", "state_bytes_per_slot=1000,2000",
+                          "--sweep", "kv_bytes_per_token=100,300")
+    assert code == 0, err
+    points = json.loads(out)["sweep"]
+    assert len(points) == 8
+    for p in points:
+        cfg, m, params = p["config"], p["metrics"], p["params"]
+        for k in ("flops_per_token", "state_bytes_per_slot", "kv_bytes_per_token"):
+            assert cfg[k] == params[k]
+        assert m["prefill_flops_saved"] == m["state_usable_tokens"] * params["flops_per_token"] > 0
+        assert p["estimates"]["flops_per_token"] == params["flops_per_token"]
+        assert m["state_bytes_donated"] % params["state_bytes_per_slot"] == 0
+        sb = m["peak_state_slots"] * params["state_bytes_per_slot"]
+        kb = m["peak_kv_tokens"] * params["kv_bytes_per_token"]
+        assert m["state_memory_share"] == pytest.approx(sb / (sb + kb))
+    donated = {p["params"]["state_bytes_per_slot"]: p["metrics"]["state_bytes_donated"]
+               for p in points}
+    assert donated[2000] == 2 * donated[1000] > 0
+
+
+def test_a_swept_slot_size_resizes_a_pool_given_in_bytes(capsys):
+    code, out, err = main(capsys, *SMALL, "--json", "--state-mem", "1MiB",
+                          "--sweep", "state_bytes_per_slot=100000,200000")
+    assert code == 0, err
+    points = json.loads(out)["sweep"]
+    assert [p["config"]["state_slots"] for p in points] == [(1 << 20) // 100000, (1 << 20) // 200000]
+    assert [p["config"]["max_running"] for p in points] == [2, 1]        # slots // 5
+
+
+def test_swept_model_costs_override_the_preset_in_python():
+    reqs = workloads.multi_turn(3, 2, 64, 8, seed=2)
+    points = sweep(reqs, SimConfig(max_running=2, state_slots=16), model="nemotron-h-8b",
+                   flops_per_token=[1e9, 6e10])
+    assert [p.config.flops_per_token for p in points] == [1e9, 6e10]
+    for p in points:
+        assert p.metrics.prefill_flops_saved == p.metrics.state_usable_tokens * p.config.flops_per_token
+        assert p.config.state_bytes_per_slot == 102_137_856        # the preset's, not swept
+    with pytest.raises(ValueError, match="seed cannot be swept"):
+        sweep(reqs, seed=[1, 2])
+
+
+def test_seed_cannot_be_swept_from_the_command_line(capsys, no_replay):
+    code, _, err = main(capsys, *SMALL, "--sweep", "seed=1,2")
+    assert code == 2 and "--sweep: seed cannot be swept" in err
+
+
+# --- item 5: a failed point does not lose the others ----------------------------------------
+
+def test_a_failed_sweep_point_is_reported_and_the_rest_kept(tmp_path, capsys):
+    table = tmp_path / "t.csv"
+    # 64 running requests x 3 slots fit in 200, but their locked states do not
+    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=4,64,8",
+                          "--json", "--csv", str(table))
+    assert code == 0, err
+    assert "1 of 3 replays of the sweep failed" in err
+    points = json.loads(out)["sweep"]
+    assert [p["params"]["max_running"] for p in points] == [4, 64, 8]
+    assert "metrics" in points[0] and "metrics" in points[2]
+    assert "metrics" not in points[1] and "state pool exhausted" in points[1]["error"]
+    rows = list(csv.DictReader(table.open()))
+    assert [r["max_running"] for r in rows] == ["4", "64", "8"]
+    assert rows[1]["error"] == points[1]["error"] and rows[1]["token_hit_rate"] == ""
+    assert float(rows[2]["token_hit_rate"]) == pytest.approx(points[2]["metrics"]["token_hit_rate"])
+    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=4,64")
+    assert code == 0 and "failed" in out and "^ failed: the replay stopped (max_running=64)" in out
+
+
+def test_a_sweep_in_which_every_point_fails_exits_2_with_the_errors(capsys):
+    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=63,64",
+                          "--json")
+    assert code == 2 and "every replay of the sweep failed" in err
+    assert all("state pool exhausted" in p["error"] for p in json.loads(out)["sweep"])
+
+
+def test_python_sweep_records_a_failed_point_when_asked():
+    reqs = workloads.generated_shared_prefix(8, 8, seed=0)
+    points = sweep(reqs, SimConfig(state_slots=200), max_running=[4, 64], on_error="record")
+    assert points[0].metrics is not None and points[0].error is None
+    assert points[1].metrics is None and "state pool exhausted" in points[1].error
+    with pytest.raises(RuntimeError, match="state pool exhausted"):
+        sweep(reqs, SimConfig(state_slots=200), max_running=[4, 64])
+
+
+# --- item 6: bad numbers refused at parsing -------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policy", "utility", "--utility-alpha", "nan"], "argument --utility-alpha: utility_alpha must be a finite number >= 0, got nan"),
+    (["--policy", "utility", "--utility-alpha", "inf"], "argument --utility-alpha: utility_alpha must be a finite number >= 0, got inf"),
+    (["--policy", "utility", "--utility-alpha", "-1"], "argument --utility-alpha: utility_alpha must be a finite number >= 0"),
+    (["--device-tflops", "inf"], "argument --device-tflops: expected a finite number > 0, got 'inf'"),
+    (["--device-tflops", "nan"], "argument --device-tflops: expected a finite number > 0"),
+    (["--sweep", "utility_alpha=1,nan", "--policy", "utility"], "--sweep utility_alpha=nan: utility_alpha must be a finite number"),
+    (["--sweep", "decode_step_seconds=0"], "--sweep decode_step_seconds=0: decode_step_seconds must be a finite number > 0"),
+    (["--sweep", "flops_per_token=inf"], "--sweep flops_per_token=inf: flops_per_token must be a finite number >= 0"),
+    (["--sweep", "new_token_ratio=-1"], "--sweep new_token_ratio=-1: new_token_ratio must be a finite number >= 0 and <= 1"),
+    (["--kv-tokens", "1e400"], "argument --kv-tokens: kv_tokens takes integers, got '1e400'"),
+])
+def test_bad_numbers_are_refused_at_parsing_naming_the_option(capsys, no_replay, argv, message):
+    code, _, err = main(capsys, *SMALL, *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-2"])
+def test_bad_zipf_alpha_is_refused_at_parsing(capsys, no_replay, value):
+    code, _, err = main(capsys, *GSP, "--gsp-group-distribution", "zipf", "--gsp-zipf-alpha", value)
+    assert code == 2 and "argument --gsp-zipf-alpha: expected a finite number > 0" in err
+
+
+# --- item 7: report details -----------------------------------------------------------------
+
+def test_json_names_the_configured_and_the_final_utility_settings_apart(capsys):
+    code, out, _ = main(capsys, *SMALL, "--json", "--policy", "utility", "--utility-alpha", "4",
+                        "--utility-order", "lru")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["config"]["utility_alpha"] == 4.0 and doc["config"]["utility_order"] == "lru"
+    m = doc["metrics"]
+    assert "utility_alpha" not in m and "utility_order" not in m
+    assert m["utility_tunes"] == 0          # nothing evicted: the tuner never started
+    assert m["final_utility_alpha"] == 4.0 and m["final_utility_order"] == "lru"
+    code, out, _ = main(capsys, *SMALL, "--json")
+    m = json.loads(out)["metrics"]
+    assert m["final_utility_alpha"] is None and m["final_utility_order"] is None
+    code, out, _ = main(capsys, *SMALL, "--policy", "utility", "--utility-alpha", "4")
+    assert "utility alpha               4 -> 4  configured -> after 0 re-tunings; recency order mru -> mru" \
+        in out
+
+
+def test_mooncake_output_length_0_is_refused_not_replayed_as_1(tmp_path, capsys):
+    trace = tmp_path / "mc.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 2,
+                                 "hash_ids": [1]}) + "\n" +
+                     json.dumps({"timestamp": 0, "input_length": 10, "output_length": 0,
+                                 "hash_ids": [2]}) + "\n")
+    code, _, err = main(capsys, "--trace", str(trace))
+    assert code == 2
+    assert f"{trace}:2: output_length 0 (a prefill-only request) cannot be replayed" in err
+
+
+def test_per_turn_hit_rates_come_with_what_they_are(capsys):
+    code, out, _ = main(capsys, *SMALL)
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("token hit rate per turn")
+    assert lines[at + 3].startswith("  (the share of each turn's prompt tokens its requests reused")
+    assert "follow the evictions" in out
+
+
+# --- item 8: one long request costs about its length ----------------------------------------
+
+def test_a_chunked_prefill_records_its_keys_once_not_per_chunk(monkeypatch):
+    """The replay's record of every key seen (a keys-only RadixTree) gets
+    one insert per request at the next match, not the growing prefix after
+    every chunk (64 chunks: 64 * 65 / 2 * 64 = 133,120 tokens read before)."""
+    real = mambaradix.RadixTree
+    inserted: list[int] = []
+
+    class Counting:
+        def __init__(self, *a, **k):
+            self.tree = real(*a, **k)
+
+        def insert(self, key, *a, **k):
+            inserted.append(len(key))
+            return self.tree.insert(key, *a, **k)
+
+        def __getattr__(self, name):
+            return getattr(self.tree, name)
+
+    monkeypatch.setattr(mambaradix, "RadixTree", Counting)
+    long = np.arange(1, 4097, dtype=np.int32)
+    reqs = [SimRequest("long", long, 2),
+            SimRequest("filler", np.arange(20000, 24000, dtype=np.int32), 2, arrival=50.0),
+            SimRequest("next", np.concatenate([long[:1000], np.arange(9000, 9050, dtype=np.int32)]),
+                       2, arrival=100.0)]
+    # the filler evicts most of the long request's KV before the last one comes
+    m = run(reqs, SimConfig(kv_tokens=4200, chunked_prefill_size=64, chunk_size=64))
+    assert sum(inserted) <= 2 * (4096 + 4000 + 1050 + 6)
+    # what the record serves is unchanged: the last request's first 1000 tokens
+    # were cached before, whatever of them was evicted since
+    assert m.never_seen_tokens == 4096 + 4000 + 50
+    assert m.lost_eviction + m.kv_matched_tokens == 1000 and m.lost_eviction > 0
+
+
+def test_a_request_longer_than_the_pool_is_refused_not_replayed(capsys, no_replay):
+    code, _, err = main(capsys, "--num-clients", "1", "--num-rounds", "1",
+                        "--request-length", "2000000", "--kv-tokens", "1000000")
+    assert code == 2 and "mt-0-0 has 2,000,000 prompt" in err
+
+
+# --- odd inputs: one line, exit code 2, the option named ------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--limit", "0"], "argument --limit: expected an integer >= 1, got '0'"),
+    (["--limit", "1e30"], "argument --limit: expected an integer <= 9,223,372,036,854,775,807"),
+    (["--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),
+    (["--max-running", "0"], "argument --max-running: max_running must be an integer in [1,"),
+    (["--chunk-size", "1e9"], "argument --chunk-size: chunk_size must be an integer in [1, 16,777,216]"),
+    (["--tune-window", "1e30", "--policy", "utility"], "argument --tune-window: tune_window must be"),
+    (["--max-prefill-tokens", "1e30"], "argument --max-prefill-tokens: max_prefill_tokens must be"),
+    (["--sweep", "max_running=x"], "--sweep max_running=x: max_running takes integers"),
+    (["--sweep", "state_slots=1e400"], "--sweep state_slots=1e400: state_slots takes integers"),
+    (["--sweep", "decode_boundary=batch", "--mode", "lazy"], "decode_boundary batch does not fit mode lazy"),
+    (["--sweep", "state_slots=16", "--state-slots", "32"], "--sweep state_slots and --state-slots both set"),
+    (["--sweep", "state_mem=1GiB", "--state-slots", "32"], "--sweep state_mem and --state-slots both set"),
+    (["--sweep", "policy=sglang", "--policy", "consumed"], "--sweep lru_policy and --policy both set"),
+    (["--gsp-num-groups", "4"], "--gsp-num-groups applies to --workload gsp, not multiturn"),
+    (["--agent-depth", "2"], "--agent-depth applies to --workload agentic, not multiturn"),
+    (["--utility-alpha", "2"], "--utility-alpha applies to --policy utility"),
+    (["--trace-format", "tokens"], "--trace-format applies to --trace"),
+    (["--num-clients", "1e9"], "the multi-turn workload would take about"),
+    (["--max-workload-mem", "1KiB"], "more than the limit of 1.0 KiB"),
+])
+def test_odd_inputs_get_one_line_naming_the_option(capsys, no_replay, argv, message):
+    code, _, err = main(capsys, *SMALL, *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert len([ln for ln in err.splitlines() if "error:" in ln]) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workload", "gsp", "--num-clients", "4"], "--num-clients applies to --workload multiturn, not gsp"),
+    (["--workload", "gsp", "--gsp-num-groups", "1e9"], "the generated-shared-prefix workload would take"),
+    (["--workload", "agentic", "--agent-depth", "40"], "its first 10 of 40 levels alone"),
+    (["--workload", "mooncake", "--range-ratio", "0.5"], "--range-ratio applies to generated workloads"),
+    (["--workload", "gsp", "--gsp-zipf-alpha", "2"], "--gsp-zipf-alpha applies to --gsp-group-distribution zipf"),
+])
+def test_odd_workload_inputs_get_one_line(capsys, no_replay, argv, message):
+    code, _, err = main(capsys, *argv, "--no-progress")
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, message", [
+    pytest.param("[" * 100_000 + "]" * 100_000, "not valid JSON", id="deep-nesting"),
+    pytest.param('{"input_ids": [1' + "0" * 5000 + '], "output_len": 1}', "not valid JSON",
+                 id="5001-digit-number"),
+])
+def test_pathological_json_lines_name_their_line(tmp_path, capsys, text, message):
+    trace = tmp_path / "odd.jsonl"
+    trace.write_text(text + "\n")
+    code, _, err = main(capsys, "--trace", str(trace))
+    assert code == 2 and f"{trace}:1: {message}" in err and "Traceback" not in err
+
+
+def test_an_arrival_far_in_the_future_is_waited_for(tmp_path, capsys):
+    trace = tmp_path / "far.jsonl"
+    trace.write_text('{"input_ids": [1, 2, 3], "output_len": 3}\n'
+                     '{"input_ids": [1, 2, 3, 4], "output_len": 3, "arrival": 1e308}\n')
+    code, out, err = main(capsys, "--trace", str(trace), "--json", "--no-progress")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["requests"] == 2
