@@ -135,6 +135,8 @@ class RadixTree:
       "next_prompt_estimate", default 0); ties go to the least recently used.
       evict_full takes their victims from a heap of the evictable leaves,
       O(log n) a victim.
+    Flags (check_ownership, kv_only, values, and indices= below) take True /
+    False or a numpy.bool_; anything else is TypeError.
     check_ownership: track the KV indices and state slots the tree holds;
       insert() then raises ValueError (tree unchanged) for a KV index past
       prev_prefix_len or a state slot the tree already holds, an index listed
@@ -203,7 +205,8 @@ class RadixTree:
     def inc_kv_lock(self, node: Node) -> None:
         """Lock only the KV of node's path, never its state."""
     def dec_kv_lock(self, node: Node) -> None:
-        """Undo one inc_kv_lock(node); ValueError if node holds none."""
+        """Undo one inc_kv_lock(node); ValueError if node holds none (a lock of
+        inc_lock_ref is undone by dec_lock_ref)."""
     def path_indices(self, node: Node) -> npt.NDArray[np.int64]:
         """KV indices of the path root..node, in token order."""
     def evict_path_states(self, node: Node, cap: int) -> npt.NDArray[np.int64]:
@@ -217,7 +220,8 @@ class RadixTree:
         indices=False: kv_indices is empty (the tokens are only counted)."""
     def inc_lock_ref(self, node: Node) -> None: ...
     def dec_lock_ref(self, node: Node) -> None:
-        """Undo one inc_lock_ref(node); ValueError if node is not locked."""
+        """Undo one inc_lock_ref(node); ValueError if node holds no such lock
+        (a lock of inc_kv_lock is undone by dec_kv_lock, under both semantics)."""
     def full_evictable_size(self) -> int: ...
     def full_protected_size(self) -> int: ...
     def mamba_evictable_size(self) -> int: ...
@@ -298,7 +302,9 @@ class SlotAllocator:
     def page_size(self) -> int: ...
     def alloc(self, n: int, owner: Optional[int] = None) -> Optional[npt.NDArray[np.int64]]: ...
     def free(self, indices: _Values) -> None:
-        """OwnershipError: already free, or owned by the tree; ValueError: out of range."""
+        """OwnershipError: already free, or owned by the tree; ValueError: out
+        of range or listed twice.  The message names the entry and why:
+        "free(): indices[3] = 5000 is out of range [1, 1025)"."""
     def release_tree(self, indices: _Values) -> None: ...
     def transfer(self, indices: _Values, to: Union[int, Literal["tree", "held"]]) -> None: ...
     def available_size(self) -> int: ...
@@ -402,7 +408,8 @@ class Lifecycle:
     def decode_prepare_foreign(self, rs: _Rs, seq_len: int, fresh: int = -1, /) -> tuple[_Rs, int, bool, bool]: ...
     def cow_foreign(self, rs: _Rs, node_id: int, node_gen: int, fresh: int = -1, /) -> tuple[_Rs, bool]: ...
     def admit_foreign(self, rs: _Rs, fresh: Sequence[int] = (), /) -> tuple[_Rs, int]: ...
-    # one call per batch
+    # one call per batch; a refused call (None, or an exception) changes nothing:
+    # whether it fits is decided, counting what eviction could free, before anything is evicted
     def prefill_batch(self, keys: Sequence[_Key], /, *, ns: Optional[Sequence[int]] = None) -> Optional[dict[str, npt.NDArray[Any]]]: ...
     def unfinished_batch(self, rows: _Values, keys: Sequence[_Key], /, *, ns: Optional[Sequence[int]] = None) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
     def decode_batch(self, rows: _Values, /) -> Optional[tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]]: ...

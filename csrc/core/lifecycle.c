@@ -918,6 +918,15 @@ mr_lc_admit_ext(mr_lifecycle *lc, mr_req *st, const int64_t *fresh, size_t nfres
     return MR_OK;
 }
 
+/* State slots an admission can take now: the free ones and what is left
+ * of an open alloc group (mr_slots_alloc of one slot takes those first). */
+static int64_t
+slots_to_hand(const mr_lifecycle *lc)
+{
+    const mr_slots *s = lc->state;
+    return mr_slots_available(s) + (s->group_active ? s->group_len - s->group_pos : 0);
+}
+
 int
 mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom)
 {
@@ -966,8 +975,7 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
             }
         }
     }
-    int64_t group_left = lc->state->group_active ? lc->state->group_len - lc->state->group_pos : 0;
-    if (new_rows > mr_slots_available(&lc->rp->rows) || new_slots > mr_slots_available(lc->state) + group_left) {
+    if (new_rows > mr_slots_available(&lc->rp->rows) || new_slots > slots_to_hand(lc)) {
         return MR_ENOSPC;
     }
     /* 2. rows (FIFO), then slots; nothing below can fail */
@@ -1343,6 +1351,15 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
     return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad);
 }
 
+/* What cache_unfinished caches of a request whose table holds fill_len
+ * tokens: the tracked length with extra_buffer, all of them without; -1
+ * when nothing was tracked (then it caches nothing and takes no slot). */
+static int64_t
+unfinished_cache_len(const mr_lifecycle *lc, const mr_req *st, size_t fill_len)
+{
+    return lc->cfg.extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
+}
+
 /* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
  * allocated here) or, tree-only, over the caller's KV indices
  * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
@@ -1355,7 +1372,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     const mr_lc_config *c = &lc->cfg;
     *fork_src = *fork_dst = -1;
     *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
-    int64_t cache_len = c->extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
+    int64_t cache_len = unfinished_cache_len(lc, st, fill_len);
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
         if (prefix_out == NULL) {
@@ -1773,20 +1790,21 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     if (sts == NULL) {
         return MR_ENOMEM;
     }
-    /* 1. match with copy-on-write (slots HELD until admission); each matched
-     *    node is locked at once, so a later request's eviction (a state for
-     *    its copy-on-write, KV for the batch) cannot take it */
+    /* 1. the plan, changing nothing the batch could not undo: each key's
+     *    match as it stands (mr_radix_peek_key: no split, no LRU refresh),
+     *    its node locked at once (a lock is undone exactly), so the
+     *    evictable counts below leave the batch's prefixes out */
     int64_t need_pages = 0;
     for (size_t i = 0; i < n; i++) {
         mr_req_reset(&sts[i]);
+        out->rows[i] = -1;
     }
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &sts[i];
         size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
         const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = mr_lc_match_key(lc, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m,
-                             NULL);
+        rc = mr_radix_peek_key(lc->tree, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, &m);
         if (rc != MR_OK) {
             break;
         }
@@ -1799,20 +1817,62 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
             break;
         }
         st->locked = 1;
-        st->prefix_len = st->protected_len = (int64_t)m.prefix_len;
-        st->branching_seqlen = m.branching_seqlen;
         st->last_node = mr_node_handle(m.node);
         st->has_node = 1;
         /* the prefix is whole pages; the extend starts a fresh page */
+        need_pages += ((int64_t)lens[i] - (int64_t)m.prefix_len + ps - 1) / ps;
+    }
+    /* 2. can the batch be admitted?  Decided before anything is evicted,
+     *    counting what eviction can free (SGLang's PrefillAdder admits
+     *    against available + evictable, and only the admitted requests
+     *    evict): rows; a running slot and the track buffer per request
+     *    (the copy-on-write slot is the running slot); KV pages for the
+     *    extends.  A refused batch takes nothing and loses nothing. */
+    if (rc == MR_OK) {
+        mr_req fresh;
+        mr_req_reset(&fresh);
+        mr_radix_stats ts;
+        mr_radix_get_stats(lc->tree, &ts);
+        int64_t want = (int64_t)n * admit_wants(lc, &fresh), have = slots_to_hand(lc);
+        size_t short_slots = want > have ? (size_t)(want - have) : 0;
+        if ((int64_t)n > mr_slots_available(&lc->rp->rows)
+            || (short_slots > 0 && mr_radix_states_evictable_min(lc->tree, short_slots) < short_slots)
+            || need_pages * ps > mr_kv_available(lc->kv) + (int64_t)ts.full_evictable) {
+            rc = MR_ENOSPC;
+        }
+    }
+    /* 3. match with copy-on-write (slots HELD until admission; a slot may
+     *    cost a state the plan's locks do not protect): the node is the
+     *    one the plan locked, split where the match ends */
+    need_pages = 0;
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
+        mr_req *st = &sts[i];
+        size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
+        mr_match m;
+        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
+        rc = mr_lc_match_key(lc, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m,
+                             NULL);
+        if (rc != MR_OK) {
+            break;
+        }
+        mr_handle h = mr_node_handle(m.node);
+        if (h.id != st->last_node.id || h.gen != st->last_node.gen) {
+            /* not the planned node (cannot happen: the plan's locks keep
+             * its path): the lock follows the match */
+            if ((rc = drop_lock(lc, st)) != MR_OK || (rc = mr_radix_lock(lc->tree, m.node)) != MR_OK) {
+                break;
+            }
+            st->locked = 1;
+            st->last_node = h;
+        }
+        st->prefix_len = st->protected_len = (int64_t)m.prefix_len;
+        st->branching_seqlen = m.branching_seqlen;
         need_pages += ((int64_t)lens[i] - st->prefix_len + ps - 1) / ps;
         out->prefix_len[i] = st->prefix_len;
     }
-    /* 2. admission (rows and state slots, all or none; states evicted for
-     *    the headroom first), then 3. KV: SGLang's alloc_for_extend in its
+    /* 4. admission (rows and state slots, all or none; states evicted for
+     *    the headroom first), then 5. KV: SGLang's alloc_for_extend in its
      *    order, evicting for its estimate of the batch's tokens when short */
-    for (size_t i = 0; i < n; i++) {
-        out->rows[i] = -1;
-    }
     if (rc == MR_OK) {
         rc = mr_lc_admit(lc, sts, out->rows, n, 1);
     }
@@ -1832,7 +1892,7 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     if (rc == MR_OK && mr_kv_available(lc->kv) < need_kv) {
         rc = MR_ENOSPC;
     }
-    /* 4. KV pages, all or none (whole pages: the count above is exact) */
+    /* 6. KV pages, all or none (whole pages: the count above is exact) */
     int64_t done = 0;
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         int64_t ealloc = ((int64_t)lens[i] - sts[i].prefix_len + ps - 1) / ps * ps;
@@ -1860,7 +1920,7 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         MR_FREE(sts);
         return rc;
     }
-    /* 5. per request: the prefix in the table, tracking, forward lists;
+    /* 7. per request: the prefix in the table, tracking, forward lists;
      *    nothing here can fail */
     for (size_t i = 0; i < n; i++) {
         mr_req *st = &sts[i];
@@ -1939,19 +1999,32 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
+    if (mr_reqpool_rows_check(lc->rp, rows, n, &bad[0]) != MR_OK) {
+        return MR_EINVAL;   /* bad = {entry, -1} */
+    }
     for (size_t i = 0; i < n; i++) {
-        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+        if (lc->rp->req[rows[i]].committed > lc->rp->max_ctx) {
+            bad[0] = (int64_t)i;
             return MR_EINVAL;
         }
     }
     int rc = keys_fit(lc, n, rows, keys64, bad);   /* before any row changes */
+    /* every row that caches takes a state slot (the fresh one for its
+     * buffer, or the fork's copy): a batch short of them even counting
+     * what eviction can free is refused before any row changes */
+    int64_t want = 0, have = slots_to_hand(lc);
+    for (size_t i = 0; i < n; i++) {
+        const mr_req *st = &lc->rp->req[rows[i]];
+        want += unfinished_cache_len(lc, st, (size_t)st->committed) >= 0;
+    }
+    size_t short_slots = want > have ? (size_t)(want - have) : 0;
+    if (rc == MR_OK && short_slots > 0 && mr_radix_states_evictable_min(lc->tree, short_slots) < short_slots) {
+        rc = MR_ENOSPC;
+    }
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &lc->rp->req[rows[i]];
         size_t fill = (size_t)st->committed;
         int64_t table_end;
-        if ((int64_t)fill > lc->rp->max_ctx) {
-            return MR_EINVAL;
-        }
         /* the batch hands back no prefix: the row is the request's table */
         const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
         rc = cache_unfinished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, fill, ns ? ns[i] : 0, -1,
@@ -1970,14 +2043,25 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
         return MR_ESTATE;
     }
     int64_t ps = lc->kv->page_size;
-    int64_t need = 0;
+    int64_t need = 0, at;
+    if (mr_reqpool_rows_check(lc->rp, rows, n, &at) != MR_OK) {
+        return MR_EINVAL;
+    }
     for (size_t i = 0; i < n; i++) {
-        if (!mr_reqpool_in_use(lc->rp, rows[i]) || lc->rp->req[rows[i]].committed + 1 > lc->rp->max_ctx) {
+        if (lc->rp->req[rows[i]].committed + 1 > lc->rp->max_ctx) {
             return MR_EINVAL;
         }
         if (lc->rp->req[rows[i]].committed % ps == 0) {
             need += ps;
         }
+    }
+    /* a step that cannot have its KV even from everything evictable is
+     * refused before anything is evicted (the caller retracts a request and
+     * calls again): a refused step changes nothing */
+    mr_radix_stats ts;
+    mr_radix_get_stats(lc->tree, &ts);
+    if (need > mr_kv_available(lc->kv) + (int64_t)ts.full_evictable) {
+        return MR_ENOSPC;
     }
     /* SGLang's two evictions of a decode step: check_decode_mem's for the
      * tokens the step takes, then alloc_for_decode's for its estimate */
@@ -2033,8 +2117,12 @@ mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
+    if (mr_reqpool_rows_check(lc->rp, rows, n, &bad[0]) != MR_OK) {
+        return MR_EINVAL;   /* bad = {entry, -1} */
+    }
     for (size_t i = 0; i < n; i++) {
-        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
+        if (lc->rp->req[rows[i]].committed > lc->rp->max_ctx) {
+            bad[0] = (int64_t)i;
             return MR_EINVAL;
         }
     }
@@ -2043,13 +2131,7 @@ mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
         return rc;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!mr_reqpool_in_use(lc->rp, rows[i])) {
-            return MR_EINVAL;   /* a row listed twice: freed earlier in this batch */
-        }
         mr_req *st = &lc->rp->req[rows[i]];
-        if (st->committed > lc->rp->max_ctx) {
-            return MR_EINVAL;
-        }
         const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
         rc = cache_finished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, (size_t)st->committed,
                             ns ? ns[i] : 0, is_insert && st->lazy_is_insert, &bad[1]);

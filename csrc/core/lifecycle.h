@@ -343,9 +343,14 @@ typedef struct {
 /* Schedules n new requests: match (keys[i][0:lens[i]), capped at
  * lens[i] - 1, with copy-on-write), admission with state headroom, the
  * request's lock, KV for its extend tokens (evicting when short) written to
- * its table row, and the tracking decision.  MR_ENOSPC when rows, slots or
- * KV are short even after eviction: then no request of the batch is
- * admitted and every slot it took is back. */
+ * its table row, and the tracking decision.  Whether the batch can be
+ * admitted is decided first, from the matches as they stand (no split, no
+ * LRU refresh) and what eviction could free around the batch's matched
+ * prefixes: rows, a running slot and track buffer per request, KV pages for
+ * the extends.  MR_ENOSPC when one is short: no request of the batch is
+ * admitted, and nothing changed (nothing evicted); only an admitted batch
+ * evicts (SGLang's PrefillAdder admits against available + evictable, and
+ * only the admitted requests evict). */
 int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
                         const int32_t *ns, mr_lc_prefill_out *out);
 /* mr_lc_prefill_batch where a key may be int64 tokens read in place
@@ -355,7 +360,10 @@ int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
 int mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const int64_t *const *keys64,
                             const size_t *lens, const int32_t *ns, mr_lc_prefill_out *out);
 /* End of prefill for requests that go on decoding: cache_unfinished_req on
- * each (keys: the request's tokens, fill_len = its committed length). */
+ * each (keys: the request's tokens, fill_len = its committed length).
+ * MR_ENOSPC, before any row changed, when the rows that cache (each takes a
+ * state slot) are more than the free slots and the states eviction can
+ * free. */
 int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int32_t *ns, int64_t *fork_src, int64_t *fork_dst);
 /* The same where a key may be int64 tokens read in place (keys64[i]
@@ -364,14 +372,16 @@ int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
  * first protected_len tokens (it was matched from them): the tokens before
  * it are neither read nor compared, and only the rest of an int64 key is
  * narrowed.  A token the call reads outside int32: MR_EINVAL, bad = {key,
- * position}, before any row changed. */
+ * position}, before any row changed; a row not in use or listed twice
+ * (mr_reqpool_rows_check): MR_EINVAL, bad = {entry, -1}, likewise. */
 int mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                                const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src,
                                int64_t *fork_dst, int64_t *bad);
 /* One decode step for n rows: one KV token each (written to the table),
  * the tracking decision before the forward and the boundary bookkeeping
- * after it.  MR_ENOSPC when KV is short even after eviction (no row
- * advanced). */
+ * after it.  MR_ENOSPC when the step's KV is more than the free KV and what
+ * eviction can free: decided before anything is evicted, so a refused step
+ * changes nothing (the caller retracts a request and steps again). */
 int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot,
                        uint8_t *track_mask);
 /* Finishes n rows: cache_finished_req (keys: origin + output tokens, at
@@ -379,7 +389,8 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int32_t *ns, int is_insert);
 /* mr_lc_finish_batch with int64 keys read in place, as
- * mr_lc_unfinished_batch_key. */
+ * mr_lc_unfinished_batch_key (its refusals too: every row is checked
+ * before the first is finished). */
 int mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad);
 

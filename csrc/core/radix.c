@@ -15,6 +15,13 @@
  * found by binary search, so a root with thousands of children costs a few
  * comparisons.  With page_size > 1 several children may share a first token
  * (not a first page); their entries are adjacent and compared page-wise.
+ * A removed child leaves a hole (its entry keeps its key, the pointer is
+ * NULL) instead of shifting the entries after it: removing one of n
+ * siblings is O(log n) (an LRU eviction takes the oldest, often the first
+ * entry), and the holes are squeezed out in one pass when they are more
+ * than half the entries (or a quarter when the array is full), so the
+ * shifts cost O(1) a removal amortized.  An added child fills a hole next
+ * to its place when there is one.
  *
  * Each node's KV indices and tokens live in one allocation: `len` int64
  * values followed by `len` int32 tokens.
@@ -37,7 +44,8 @@ typedef struct {
 struct mr_node {
     mr_node *parent;
     mr_child *children;
-    uint32_t nchildren;
+    uint32_t nchildren;    /* live children */
+    uint32_t nent;         /* entries in use: the live ones and the holes among them */
     uint32_t cap;
     uint32_t len;          /* edge length in tokens */
     int32_t ns;
@@ -46,7 +54,8 @@ struct mr_node {
     int64_t state;         /* -1: tombstone */
     int32_t full_lock;
     int32_t state_lock;
-    int32_t nostate_lock;  /* locks taken on this node while it had no state */
+    int32_t nostate_lock;  /* v0.5.15: mr_radix_lock calls taken while it had no state */
+    int32_t kv_lock;       /* mr_radix_lock_kv calls (locks that skip the state) */
     uint32_t id;
     uint32_t gen;
     uint32_t rank;         /* position in the full list from its LRU end, as of the leaf heap's build */
@@ -101,6 +110,7 @@ struct mr_radix {
     size_t nlog, log_ncap;
     size_t snap_tokens;       /* KV tokens of the snapshot */
     uint64_t work;            /* tokens walked by matches and insertions */
+    uint64_t child_moves;     /* child-array entries shifted or copied (their upkeep's cost) */
     uint64_t spent;           /* tokens the tuner copied or replayed */
     size_t max_states;        /* most states the tree held during the window */
     uint64_t births;          /* creation counter (mr_node.born) */
@@ -315,6 +325,18 @@ mr_radix_can_evict_state(const mr_radix *t, const mr_node *n)
 {
     return n != t->root && n->state >= 0 && n->state_lock == 0
            && (n->nchildren > 0 || n->full_lock == 0 || t->cfg.semantics == MR_SEMANTICS_V0523);
+}
+
+size_t
+mr_radix_states_evictable_min(const mr_radix *t, size_t enough)
+{
+    size_t k = 0;
+    const mr_link *head = &t->head[LRU_STATE];
+    for (const mr_link *l = head->prev; l != head && k < enough; l = l->prev) {
+        const mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        k += mr_radix_can_evict_state(t, n) && n->nostate_lock == 0 && n->kv_lock == 0;
+    }
+    return k;
 }
 
 /* LRU victims: the least recently used state an eviction may take; a leaf
@@ -752,11 +774,11 @@ node_free(mr_radix *t, mr_node *n)
 /* ------------------------------------------------------------------------
  * Children */
 
-/* Index of the first entry >= (ns, tok). */
+/* Index of the first entry >= (ns, tok) (a hole's entry keeps its key). */
 static uint32_t
 child_lower_bound(const mr_node *n, int32_t ns, int32_t tok)
 {
-    uint32_t lo = 0, hi = n->nchildren;
+    uint32_t lo = 0, hi = n->nent;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         const mr_child *c = &n->children[mid];
@@ -777,12 +799,12 @@ child_find(const mr_radix *t, const mr_node *n, int32_t ns, const int32_t *key)
 {
     uint32_t i = child_lower_bound(n, ns, key[0]);
     uint32_t page = t->cfg.page_size;
-    for (; i < n->nchildren; i++) {
+    for (; i < n->nent; i++) {
         const mr_child *c = &n->children[i];
         if (c->ns != ns || c->tok != key[0]) {
             return -1;
         }
-        if (page == 1 || memcmp(node_key(c->child), key, page * sizeof(int32_t)) == 0) {
+        if (c->child != NULL && (page == 1 || memcmp(node_key(c->child), key, page * sizeof(int32_t)) == 0)) {
             return i;
         }
     }
@@ -799,10 +821,13 @@ child_find64(const mr_radix *t, const mr_node *n, int32_t ns, const int64_t *key
     }
     uint32_t i = child_lower_bound(n, ns, (int32_t)key[0]);
     uint32_t page = t->cfg.page_size;
-    for (; i < n->nchildren; i++) {
+    for (; i < n->nent; i++) {
         const mr_child *c = &n->children[i];
         if (c->ns != ns || c->tok != key[0]) {
             return -1;
+        }
+        if (c->child == NULL) {
+            continue;
         }
         const int32_t *ck = node_key(c->child);
         uint32_t j = 1;
@@ -827,11 +852,32 @@ child_index(const mr_node *n, const mr_node *child)
     return i;
 }
 
-/* Room for one more child of n.  MR_ENOMEM: n unchanged. */
+/* Squeezes the holes out of n's entries (order kept). */
+static void
+child_compact(mr_radix *t, mr_node *n)
+{
+    uint32_t k = 0;
+    t->child_moves += n->nent;
+    for (uint32_t i = 0; i < n->nent; i++) {
+        if (n->children[i].child != NULL) {
+            n->children[k++] = n->children[i];
+        }
+    }
+    n->nent = k;
+}
+
+/* Room for one more child of n: a free entry at the end, or a hole (when a
+ * full array is at least a quarter holes, they are squeezed out instead of
+ * the array growing).  MR_ENOMEM: n unchanged. */
 static int
 child_reserve(mr_radix *t, mr_node *n)
 {
-    if (n->nchildren < n->cap) {
+    if (n->nent < n->cap) {
+        return MR_OK;
+    }
+    uint32_t holes = n->nent - n->nchildren;
+    if (holes > 0 && holes >= n->cap / 4) {
+        child_compact(t, n);
         return MR_OK;
     }
     uint32_t cap = n->cap ? n->cap * 2 : 2;
@@ -845,27 +891,60 @@ child_reserve(mr_radix *t, mr_node *n)
     return MR_OK;
 }
 
-/* Adds child below n in sorted position; room must be reserved. */
+/* Adds child below n in sorted position; room must be reserved
+ * (child_reserve: then nent < cap).  A hole
+ * at that position or right before it takes the entry: the entries around
+ * stay in order (the ones before are <= the key, the ones from the
+ * position on > it). */
 static void
-child_add(mr_node *n, mr_node *child)
+child_add(mr_radix *t, mr_node *n, mr_node *child)
 {
     int32_t tok = node_key(child)[0];
     uint32_t i = child_lower_bound(n, child->ns, tok);
-    while (i < n->nchildren && n->children[i].ns == child->ns && n->children[i].tok == tok) {
+    while (i < n->nent && n->children[i].ns == child->ns && n->children[i].tok == tok) {
         i++;
     }
-    memmove(&n->children[i + 1], &n->children[i], (n->nchildren - i) * sizeof(mr_child));
+    if (i > 0 && n->children[i - 1].child == NULL) {
+        i--;
+    }
+    else if (i == n->nent || n->children[i].child != NULL) {
+        memmove(&n->children[i + 1], &n->children[i], (n->nent - i) * sizeof(mr_child));
+        t->child_moves += n->nent - i;
+        n->nent++;
+    }
     n->children[i] = (mr_child){child->ns, tok, child};
     n->nchildren++;
     child->parent = n;
 }
 
+/* Removes child's entry: a hole, or the end shrinks; the holes go when
+ * they are more than half the entries. */
 static void
-child_remove(mr_node *n, mr_node *child)
+child_remove(mr_radix *t, mr_node *n, mr_node *child)
 {
     uint32_t i = child_index(n, child);
-    memmove(&n->children[i], &n->children[i + 1], (n->nchildren - i - 1) * sizeof(mr_child));
+    n->children[i].child = NULL;
     n->nchildren--;
+    while (n->nent > 0 && n->children[n->nent - 1].child == NULL) {
+        n->nent--;
+    }
+    if (n->nent - n->nchildren > n->nent / 2) {
+        child_compact(t, n);
+    }
+}
+
+/* The entry index of n's next live child from entry *pos on (advancing
+ * *pos past it), or NULL. */
+static mr_node *
+child_next(const mr_node *n, uint32_t *pos)
+{
+    while (*pos < n->nent) {
+        mr_node *c = n->children[(*pos)++].child;
+        if (c != NULL) {
+            return c;
+        }
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------
@@ -944,8 +1023,8 @@ mr_radix_reset(mr_radix *t)
     free_all_nodes(t);
     leaf_heap_release(t);
     mr_node *root = t->root;
-    root->nchildren = 0;
-    root->full_lock = root->state_lock = root->nostate_lock = 0;
+    root->nchildren = root->nent = 0;
+    root->full_lock = root->state_lock = root->nostate_lock = root->kv_lock = 0;
     /* Root handles stay valid: the root is the same node. */
     t->full_evictable = t->full_protected = 0;
     t->state_evictable = t->state_protected = 0;
@@ -1088,7 +1167,7 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     void *shrunk = MR_REALLOC(mem, rest * token_bytes(t));
     node_place(t, child, shrunk != NULL ? shrunk : mem);
     t->bytes -= p * token_bytes(t);
-    child_add(upper, child);
+    child_add(t, upper, child);
 
     lru_remove(child, LRU_FULL);
     lru_push_mru(t, upper, LRU_FULL);
@@ -1108,8 +1187,11 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     return mr_radix_match_key(t, key, NULL, len, ns, out);
 }
 
-int
-mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, mr_match *out)
+/* The walk of a match.  peek: change nothing (no split: a partially
+ * matched node stays whole, and kv_node is that node; no LRU refresh, no
+ * counter), for mr_radix_peek_key; t is then only read. */
+static int
+match_walk(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int peek, mr_match *out)
 {
     const size_t page = t->cfg.page_size;
     int rc = MR_OK;
@@ -1131,6 +1213,11 @@ mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t
                                  : common_prefix(t, node_key(child), child->len, key + pos, len - pos);
         if (p < child->len) {
             mr_node *upper;
+            if (peek) {
+                out->kv_node = child;
+                pos += p;
+                goto found;
+            }
             rc = split_node(t, child, p, &upper);
             if (rc == MR_OK) {
                 node = upper;
@@ -1145,18 +1232,20 @@ mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t
         best = node;
         best_len = pos;
     }
-    policy_of(t)->on_match(t, best);
-    t->work += len;
-    if (best != t->root && !best->used) {
-        best->used = 1;
-        t->states_used++;
+    out->kv_node = node;
+found:
+    if (!peek) {
+        policy_of(t)->on_match(t, best);
+        t->work += len;
+        if (best != t->root && !best->used) {
+            best->used = 1;
+            t->states_used++;
+        }
     }
-
     out->node = best;
     out->prefix_len = best_len;
     out->kv_matched_len = pos;
     out->state = best->state;
-    out->kv_node = node;
     out->branching_seqlen = -1;
     if (pos > best_len) {
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
@@ -1165,6 +1254,22 @@ mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t
         }
     }
     return rc;
+}
+
+int
+mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, mr_match *out)
+{
+    return match_walk(t, key, key64, len, ns, 0, out);
+}
+
+int
+mr_radix_peek_key(const mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns,
+                  mr_match *out)
+{
+    if (t->cfg.kv_only) {
+        return MR_EINVAL;   /* its match may end inside a node, which only a split makes a node */
+    }
+    return match_walk((mr_radix *)t, key, key64, len, ns, 1, out);
 }
 
 int
@@ -1343,7 +1448,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
             }
         }
         t->states_admitted++;
-        child_add(node, leaf);
+        child_add(t, node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
         if (state != MR_NO_STATE) {
             lru_push_mru(t, leaf, LRU_STATE);
@@ -1504,7 +1609,7 @@ mr_radix_lock_kv(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
-    node->nostate_lock++;
+    node->kv_lock++;
     path_lock_delta(t, node, +1);
     return MR_OK;
 }
@@ -1515,10 +1620,10 @@ mr_radix_unlock_kv(mr_radix *t, mr_node *node)
     if (node == t->root) {
         return MR_OK;
     }
-    if (node->nostate_lock == 0) {
+    if (node->kv_lock == 0) {
         return MR_EINVAL;
     }
-    node->nostate_lock--;
+    node->kv_lock--;
     path_lock_delta(t, node, -1);
     return MR_OK;
 }
@@ -1564,7 +1669,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         lru_remove(x, LRU_STATE);
     }
     lru_remove(x, LRU_FULL);
-    child_remove(parent, x);
+    child_remove(t, parent, x);
     node_free(t, x);
     t->nodes--;
 
@@ -1577,7 +1682,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         *tokens += parent->len;
         t->full_evictable -= parent->len;
         lru_remove(parent, LRU_FULL);
-        child_remove(up, parent);
+        child_remove(t, up, parent);
         node_free(t, parent);
         t->nodes--;
         parent = up;
@@ -1901,8 +2006,8 @@ radix_clone(const mr_radix *src, tune_point p, mr_radix **out)
     while (top > 0) {
         const mr_node *n = stack[--top];
         mr_node *dn = map[n->id];
-        for (uint32_t i = 0; i < n->nchildren; i++) {
-            const mr_node *c = n->children[i].child;
+        uint32_t pos = 0;
+        for (const mr_node *c; (c = child_next(n, &pos)) != NULL;) {
             mr_node *d;
             if ((rc = child_reserve(t, dn)) != MR_OK || (rc = node_new(t, c->len, c->ns, &d)) != MR_OK) {
                 goto done;
@@ -1911,7 +2016,7 @@ radix_clone(const mr_radix *src, tune_point p, mr_radix **out)
             d->state = c->state;
             d->used = c->used;
             d->end = c->end;
-            child_add(dn, d);
+            child_add(t, dn, d);
             /* in the lists now (so a failure frees it); reordered below */
             lru_insert_after(&t->head[LRU_FULL], d, LRU_FULL);
             if (d->state >= 0) {
@@ -2137,6 +2242,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->kv_weight = t->kv_weight;
     out->mru = t->recency < 0.0;
     out->tunes = t->tunes;
+    out->child_moves = t->child_moves;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }
@@ -2197,9 +2303,34 @@ int64_t mr_node_state(const mr_node *n) { return n->state; }
 int32_t mr_node_namespace(const mr_node *n) { return n->ns; }
 mr_node *mr_node_parent(const mr_node *n) { return n->parent; }
 size_t mr_node_nchildren(const mr_node *n) { return n->nchildren; }
-mr_node *mr_node_child(const mr_node *n, size_t i) { return i < n->nchildren ? n->children[i].child : NULL; }
+mr_node *
+mr_node_child(const mr_node *n, size_t i)
+{
+    if (i >= n->nchildren) {
+        return NULL;
+    }
+    if (n->nent == n->nchildren) {
+        return n->children[i].child;
+    }
+    uint32_t pos = 0;
+    mr_node *c = child_next(n, &pos);
+    for (; i > 0; i--) {
+        c = child_next(n, &pos);
+    }
+    return c;
+}
+
+mr_node *
+mr_node_child_next(const mr_node *n, size_t *pos)
+{
+    uint32_t p = *pos < n->nent ? (uint32_t)*pos : n->nent;
+    mr_node *c = child_next(n, &p);
+    *pos = p;
+    return c;
+}
 int32_t mr_node_full_lock(const mr_node *n) { return n->full_lock; }
 int32_t mr_node_state_lock(const mr_node *n) { return n->state_lock; }
+int32_t mr_node_kv_lock(const mr_node *n) { return n->kv_lock; }
 
 mr_node *
 mr_radix_lru_first(const mr_radix *t, int which)
@@ -2245,29 +2376,39 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
 
     CHECK(root->len == 0 && root->state < 0 && root->parent == NULL, "I1: root has a key, a state or a parent");
     CHECK(!lru_in(root, LRU_FULL) && !lru_in(root, LRU_STATE), "I1: root is in an LRU list");
-    CHECK(root->state_lock == 0 && root->nostate_lock == 0 && root->full_lock == 0, "I1: root holds locks");
+    CHECK(root->state_lock == 0 && root->nostate_lock == 0 && root->kv_lock == 0 && root->full_lock == 0,
+          "I1: root holds locks");
 
     stack[top++] = root;
     while (top > 0) {
         const mr_node *n = stack[--top];
         CHECK(n->id < t->nids && t->by_id[n->id] == n, "I9: node %u is not registered under its id", n->id);
-        int64_t lock_sum = (int64_t)n->state_lock + n->nostate_lock;
-        for (uint32_t i = 0; i < n->nchildren; i++) {
+        int64_t lock_sum = (int64_t)n->state_lock + n->nostate_lock + n->kv_lock;
+        uint32_t live = 0;
+        CHECK(n->nent <= n->cap && (n->nent == 0 || n->children[n->nent - 1].child != NULL),
+              "I2: node %u has %u child entries (capacity %u) or ends in a hole", n->id, n->nent, n->cap);
+        for (uint32_t i = 0; i < n->nent; i++) {
             const mr_child *c = &n->children[i];
             const mr_node *ch = c->child;
-            CHECK(ch != NULL && ch->parent == n, "I2: child %u of node %u has a wrong parent", i, n->id);
+            if (i > 0) {
+                const mr_child *b = &n->children[i - 1];
+                CHECK(b->ns < c->ns || (b->ns == c->ns && b->tok <= c->tok), "I2: children of node %u are not sorted",
+                      n->id);
+            }
+            if (ch == NULL) {
+                continue;   /* a hole keeps its place in the order */
+            }
+            live++;
+            CHECK(ch->parent == n, "I2: child %u of node %u has a wrong parent", i, n->id);
             CHECK(ch->len > 0 && ch->len % page == 0, "I2: node %u has length %u (page size %zu)", ch->id, ch->len, page);
             CHECK(c->ns == ch->ns && c->tok == node_key(ch)[0], "I2: child entry of node %u is stale", ch->id);
             CHECK(ch->end == n->end + ch->len, "I2: node %u ends at %llu, not %llu", ch->id,
                   (unsigned long long)ch->end, (unsigned long long)(n->end + ch->len));
             CHECK(n == root || ch->ns == n->ns, "I3: node %u is in namespace %d below namespace %d", ch->id, ch->ns, n->ns);
-            if (i > 0) {
-                const mr_child *b = &n->children[i - 1];
-                CHECK(b->ns < c->ns || (b->ns == c->ns && b->tok <= c->tok), "I2: children of node %u are not sorted", n->id);
-                for (uint32_t j = i; j-- > 0 && n->children[j].ns == c->ns && n->children[j].tok == c->tok;) {
-                    CHECK(memcmp(node_key(n->children[j].child), node_key(ch), page * sizeof(int32_t)) != 0,
-                          "I2: two children of node %u share a first page", n->id);
-                }
+            for (uint32_t j = i; j-- > 0 && n->children[j].ns == c->ns && n->children[j].tok == c->tok;) {
+                CHECK(n->children[j].child == NULL
+                      || memcmp(node_key(n->children[j].child), node_key(ch), page * sizeof(int32_t)) != 0,
+                      "I2: two children of node %u share a first page", n->id);
             }
             lock_sum += ch->full_lock;
             if (top == cap) {
@@ -2281,13 +2422,15 @@ mr_radix_check(const mr_radix *t, char *msg, size_t msglen)
             }
             stack[top++] = ch;
         }
+        CHECK(live == n->nchildren, "I2: node %u counts %u children, has %u", n->id, n->nchildren, live);
         if (n == root) {
             continue;
         }
         nodes++;
         CHECK(n->full_lock == lock_sum, "I5: node %u full_lock %d != %lld (own locks + children)",
               n->id, n->full_lock, (long long)lock_sum);
-        CHECK(n->state_lock >= 0 && n->nostate_lock >= 0, "I5: node %u has a negative lock count", n->id);
+        CHECK(n->state_lock >= 0 && n->nostate_lock >= 0 && n->kv_lock >= 0, "I5: node %u has a negative lock count",
+              n->id);
         CHECK(n->state_lock == 0 || n->state >= 0 || t->cfg.semantics == MR_SEMANTICS_V0523,
               "I6: node %u has a state lock but no state", n->id);
         CHECK(lru_in(n, LRU_FULL), "I4: node %u is missing from the full LRU list", n->id);
@@ -2400,6 +2543,32 @@ sb_printf(strbuf *sb, const char *fmt, ...)
     }
 }
 
+/* One node's line of mr_radix_dump, indented by its depth d. */
+static void
+dump_node(strbuf *sb, const mr_node *n, size_t d)
+{
+    sb_printf(sb, "%*s#%u len=%u", (int)(2 * d), "", n->id, n->len);
+    if (n->ns != 0) {
+        sb_printf(sb, " ns=%d", n->ns);
+    }
+    sb_printf(sb, " tokens=[");
+    const int32_t *k = node_key(n);
+    for (uint32_t i = 0; i < n->len && i < 8; i++) {
+        sb_printf(sb, i ? " %d" : "%d", k[i]);
+    }
+    sb_printf(sb, n->len > 8 ? " ...]" : "]");
+    if (n->val != NULL) {
+        sb_printf(sb, " kv=[%lld..]", (long long)n->val[0]);
+    }
+    if (n->state >= 0) {
+        sb_printf(sb, " state=%lld", (long long)n->state);
+    }
+    else {
+        sb_printf(sb, " tombstone");
+    }
+    sb_printf(sb, " lock=%d/%d\n", n->full_lock, n->state_lock);
+}
+
 int
 mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
 {
@@ -2420,34 +2589,16 @@ mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
     sb_printf(&sb, "root (page_size=%u chunk_size=%u policy=%s) nodes=%zu full=%zu+%zu states=%zu+%zu\n",
               t->cfg.page_size, t->cfg.chunk_size, policy_of(t)->name, t->nodes,
               t->full_evictable, t->full_protected, t->state_evictable, t->state_protected);
-    /* Children pushed in reverse so they print in sorted order. */
-    for (uint32_t i = t->root->nchildren; i-- > 0;) {
-        stack[top] = t->root->children[i].child;
-        depth[top++] = 1;
-    }
+    /* The root first (its line is the header above); children are pushed
+     * in reverse so they print in sorted order, the stack grown for them. */
+    stack[top] = t->root;
+    depth[top++] = 0;
     while (top > 0 && !sb.oom) {
         const mr_node *n = stack[--top];
         size_t d = depth[top];
-        sb_printf(&sb, "%*s#%u len=%u", (int)(2 * d), "", n->id, n->len);
-        if (n->ns != 0) {
-            sb_printf(&sb, " ns=%d", n->ns);
+        if (n != t->root) {
+            dump_node(&sb, n, d);
         }
-        sb_printf(&sb, " tokens=[");
-        const int32_t *k = node_key(n);
-        for (uint32_t i = 0; i < n->len && i < 8; i++) {
-            sb_printf(&sb, i ? " %d" : "%d", k[i]);
-        }
-        sb_printf(&sb, n->len > 8 ? " ...]" : "]");
-        if (n->val != NULL) {
-            sb_printf(&sb, " kv=[%lld..]", (long long)n->val[0]);
-        }
-        if (n->state >= 0) {
-            sb_printf(&sb, " state=%lld", (long long)n->state);
-        }
-        else {
-            sb_printf(&sb, " tombstone");
-        }
-        sb_printf(&sb, " lock=%d/%d\n", n->full_lock, n->state_lock);
         if (top + n->nchildren > cap) {
             size_t ncap = (top + n->nchildren) * 2;
             const mr_node **s = MR_REALLOC(stack, ncap * sizeof(*stack));
@@ -2464,9 +2615,10 @@ mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
             depth = dd;
             cap = ncap;
         }
-        for (uint32_t i = n->nchildren; i-- > 0;) {
-            stack[top] = n->children[i].child;
-            depth[top++] = d + 1;
+        for (uint32_t i = n->nent; i-- > 0;) {
+            if ((stack[top] = n->children[i].child) != NULL) {
+                depth[top++] = d + 1;
+            }
         }
     }
     MR_FREE(stack);

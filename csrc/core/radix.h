@@ -23,16 +23,21 @@
  *   I2  Every other node has len > 0 and len % page_size == 0; its children
  *       are kept sorted by (namespace, first token) and no two children of a
  *       node share a first page.  A child's parent pointer is its parent.
+ *       (The child array may hold holes, removed children's entries that
+ *       keep their key: sorted with the rest, never the last entry, and
+ *       nchildren counts the live ones.)
  *   I3  Every node below the root has the namespace (extra_key id) of its
  *       root child; keys of different namespaces never match.
  *   I4  The full LRU list holds every non-root node exactly once; the state
  *       LRU list holds exactly the nodes that have a state.
- *   I5  full_lock(n) == state_lock(n) + nostate_lock(n) + sum over children
- *       of full_lock(child): a lock taken on a node also locks every
- *       ancestor's KV; the state is locked only on the node itself, and only
- *       when the node had a state when the lock was taken (nostate_lock
- *       counts the locks taken on a tombstone, so a later unlock never
- *       releases a state reference that was never taken).
+ *   I5  full_lock(n) == state_lock(n) + nostate_lock(n) + kv_lock(n) + sum
+ *       over children of full_lock(child): a lock taken on a node also locks
+ *       every ancestor's KV; the state is locked only on the node itself,
+ *       and only when the node had a state when the lock was taken
+ *       (nostate_lock counts the locks taken on a tombstone, so a later
+ *       unlock never releases a state reference that was never taken;
+ *       kv_lock the mr_radix_lock_kv locks, which only
+ *       mr_radix_unlock_kv releases).
  *   I6  state_lock(n) > 0 implies n has a state (v0.5.15 semantics; in
  *       v0.5.23 a lock counts on a tombstone too, like SGLang's Mamba
  *       lock_ref, and a state attached under it is protected).
@@ -250,6 +255,14 @@ int mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns,
  * one).  Exactly one of key and key64 is not NULL. */
 int mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns,
                        mr_match *out);
+/* What mr_radix_match_key would return now (node, prefix_len, state,
+ * kv_matched_len, branching_seqlen), without changing anything: no split
+ * (kv_node is the node the match enters last, whose end may lie past
+ * kv_matched_len), no LRU refresh, no counter.  For a decision that must
+ * precede any change (mr_lc_prefill_batch).  MR_EINVAL on a kv_only tree,
+ * whose match may end inside a node. */
+int mr_radix_peek_key(const mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns,
+                      mr_match *out);
 
 /* The effects of mr_radix_match on the key that ends exactly at node (a
  * node with a state, or any node with kv_only, or the root), without
@@ -322,13 +335,14 @@ size_t mr_radix_cached_len(const mr_radix *t, const int32_t *key, size_t len, in
 /* Locks node: its state (if it has one) and the KV of the whole path to the
  * root.  Locking the root does nothing. */
 int mr_radix_lock(mr_radix *t, mr_node *node);
-/* Undoes one mr_radix_lock(node).  MR_EINVAL if node is not locked (the tree
- * is unchanged).  Unlocking the root does nothing. */
+/* Undoes one mr_radix_lock(node).  MR_EINVAL if node holds no such lock
+ * (one mr_radix_lock_kv took is not one: it takes mr_radix_unlock_kv), the
+ * tree unchanged.  Unlocking the root does nothing. */
 int mr_radix_unlock(mr_radix *t, mr_node *node);
 
 /* Locks only the KV of the path root..node, never node's state (SGLang
  * 0.5.23's lock that skips the Mamba component, and its FULL pin).  Counted
- * as a lock that took no state reference. */
+ * apart (kv_lock) under both semantics: only mr_radix_unlock_kv undoes it. */
 int mr_radix_lock_kv(mr_radix *t, mr_node *node);
 /* Undoes one mr_radix_lock_kv(node).  MR_EINVAL if node holds no such lock. */
 int mr_radix_unlock_kv(mr_radix *t, mr_node *node);
@@ -363,6 +377,15 @@ int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t
  * that is not locked, and is not a leaf whose KV is locked (v0.5.15;
  * v0.5.23 takes such a leaf's state, its KV staying). */
 int mr_radix_can_evict_state(const mr_radix *t, const mr_node *node);
+/* How many states evictions can surely free now, counted up to `enough`
+ * (from the state list's LRU end): the states mr_radix_can_evict_state
+ * allows on nodes that hold no lock of their own.  (A node holding a
+ * KV-only lock, or a lock taken while it was a tombstone, may become a leaf
+ * whose KV is locked once its children go, and such a leaf keeps its
+ * state; so its state is not counted.)  Every state of a node without a
+ * lock is freed sooner or later by mr_radix_evict_state (or with its leaf
+ * by mr_radix_evict_full), whatever the order. */
+size_t mr_radix_states_evictable_min(const mr_radix *t, size_t enough);
 
 /* Evicts node's state as mr_radix_evict_state would if it picked node (an
  * external policy's choice, e.g. a simulator's clairvoyant one).
@@ -396,6 +419,10 @@ typedef struct {
     double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
     int mru;                    /* utility policy: 1 when the recency order is reversed */
     uint64_t tunes;             /* utility policy: alpha re-tunings done */
+    /* Child-array entries shifted or copied to keep the arrays sorted and
+     * without holes (see radix.c, "Children"): their upkeep's whole cost,
+     * O(1) a removal amortized.  For tests of that bound. */
+    uint64_t child_moves;
 } mr_radix_stats;
 
 void mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out);
@@ -423,9 +450,16 @@ int64_t mr_node_state(const mr_node *n);          /* -1: tombstone or root */
 int32_t mr_node_namespace(const mr_node *n);
 mr_node *mr_node_parent(const mr_node *n);        /* NULL for the root */
 size_t mr_node_nchildren(const mr_node *n);
-mr_node *mr_node_child(const mr_node *n, size_t i);  /* sorted order */
+/* The i-th child in sorted order (NULL past the last): O(1) unless removals
+ * left holes in the node's child array, then a scan; a walk over every
+ * child takes mr_node_child_next. */
+mr_node *mr_node_child(const mr_node *n, size_t i);
+/* The children in sorted order: *pos starts at 0; each call returns the
+ * next child (NULL past the last) and moves *pos past it. */
+mr_node *mr_node_child_next(const mr_node *n, size_t *pos);
 int32_t mr_node_full_lock(const mr_node *n);
 int32_t mr_node_state_lock(const mr_node *n);
+int32_t mr_node_kv_lock(const mr_node *n);      /* mr_radix_lock_kv locks held on n itself */
 uint32_t mr_node_hits(const mr_node *n);         /* 0.5.23 hit count (inserts through the node) */
 
 /* LRU traversal, most recently used first.  which: 0 = full list, 1 = state

@@ -204,6 +204,27 @@ mr_reqpool_in_use(const mr_reqpool *p, int64_t r)
     return r >= 1 && r <= p->size && p->rows.owner[r] != MR_OWNER_FREE;
 }
 
+int
+mr_reqpool_rows_check(mr_reqpool *p, const int64_t *rows, size_t n, int64_t *bad)
+{
+    uint8_t *mark = p->rows.mark;
+    size_t i = 0;
+    for (; i < n; i++) {
+        if (!mr_reqpool_in_use(p, rows[i]) || mark[rows[i]]) {
+            break;
+        }
+        mark[rows[i]] = 1;
+    }
+    for (size_t j = 0; j < i; j++) {
+        mark[rows[j]] = 0;
+    }
+    if (i < n) {
+        *bad = (int64_t)i;
+        return MR_EINVAL;
+    }
+    return MR_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Table */
 

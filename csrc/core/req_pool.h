@@ -125,6 +125,11 @@ int mr_reqpool_unbind(mr_reqpool *p, int64_t r, mr_req *out);
 uint32_t mr_reqpool_gen(const mr_reqpool *p, int64_t r);
 /* 1 if row r is in use, 0 if free or out of range. */
 int mr_reqpool_in_use(const mr_reqpool *p, int64_t r);
+/* The rows of a batch call: each in use and listed once.  MR_EINVAL with
+ * *bad = the first entry that is not a row in use or repeats an earlier
+ * one (a repeated row would be finished, cached or stepped twice).  One
+ * pass with the row allocator's scratch marks, cleared before returning. */
+int mr_reqpool_rows_check(mr_reqpool *p, const int64_t *rows, size_t n, int64_t *bad);
 
 /* Writes vals[0:n) to row r, columns [start, start + n), and records the
  * range as dirty.  MR_EINVAL when r, start or n is out of the table, or a

@@ -6,6 +6,7 @@
  * then too many positionals, then missing positional, then missing
  * keyword-only arguments; the messages read the same. */
 #include "py_common.h"
+#include "py_numpy.h"
 
 #include <limits.h>
 #include <string.h>
@@ -275,17 +276,21 @@ mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_
 }
 
 int
-mr_arg_bool(PyObject *o, int *out)
+mr_arg_bool(PyObject *o, const char *fname, const char *arg, int *out)
 {
     if (o == NULL) {
         return 0;
     }
-    int r = PyObject_IsTrue(o);
-    if (r < 0) {
-        return -1;
+    if (PyBool_Check(o)) {
+        *out = o == Py_True;
+        return 0;
     }
-    *out = r;
-    return 0;
+    if (PyArray_IsScalar(o, Bool)) {
+        *out = PyObject_IsTrue(o);   /* a numpy.bool_'s truth is its value */
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s() argument '%s' must be bool, not %.100s", fname, arg, Py_TYPE(o)->tp_name);
+    return -1;
 }
 
 int

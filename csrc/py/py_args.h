@@ -61,8 +61,10 @@ int mr_parse_tuple(mr_argspec *spec, PyObject *args, PyObject *kwds, PyObject **
 /* An int (anything with __index__, not bool) within [lo, hi]. */
 int mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out);
 int mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_t hi, int64_t *out);
-/* Truth value, as the "p" format of PyArg_Parse*. */
-int mr_arg_bool(PyObject *o, int *out);
+/* A flag: True or False (or a numpy.bool_); anything else, truthy or not
+ * (a str, an int, None), is TypeError naming fname and arg.  The one reader
+ * of every boolean argument of the binding. */
+int mr_arg_bool(PyObject *o, const char *fname, const char *arg, int *out);
 /* As the "L" and "i" formats of PyArg_Parse*: any __index__ object. */
 int mr_arg_ll(PyObject *o, long long *out);
 int mr_arg_int(PyObject *o, int *out);

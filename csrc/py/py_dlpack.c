@@ -466,7 +466,11 @@ Tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
             return NULL;
         }
     }
-    if (copy != NULL && copy == Py_True) {
+    int want_copy = 0;
+    if (copy != NULL && copy != Py_None && mr_arg_bool(copy, "__dlpack__", "copy", &want_copy) < 0) {
+        return NULL;
+    }
+    if (want_copy) {
         PyErr_SetString(PyExc_BufferError, "__dlpack__: copy=True is not supported (mambaradix exports views)");
         return NULL;
     }
@@ -552,8 +556,8 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (mr_parse_stream(a[1], "from_dlpack", &stream) < 0) {
         return NULL;
     }
-    int writable = a[2] != NULL ? PyObject_IsTrue(a[2]) : 0;
-    if (writable < 0) {
+    int writable = 0;
+    if (mr_arg_bool(a[2], "from_dlpack", "writable", &writable) < 0) {
         return NULL;
     }
     return (PyObject *)mr_tensor_import(st, a[0], stream, writable, "from_dlpack(): obj");
@@ -787,14 +791,13 @@ mod_testing_make_capsule(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
     int64_t shape[MR_TENSOR_MAX_NDIM], strides[MR_TENSOR_MAX_NDIM];
     int ndim, nstr = -1, dtype = MR_DTYPE_FLOAT32;
-    int versioned = a[2] ? PyObject_IsTrue(a[2]) : 1;
-    int readonly = a[4] ? PyObject_IsTrue(a[4]) : 0;
-    int null_data = a[8] ? PyObject_IsTrue(a[8]) : 0;
+    int versioned = 1, readonly = 0, null_data = 0;
     unsigned major = 1, minor = 1;
     int64_t byte_offset = 0;
     int32_t dev_type = MR_DL_CPU, dev_id = 0;
-    if (versioned < 0 || readonly < 0 || null_data < 0
-        || mr_parse_shape(a[0], "shape", shape, &ndim) < 0
+    if (mr_arg_bool(a[2], spec.fname, "versioned", &versioned) < 0
+        || mr_arg_bool(a[4], spec.fname, "readonly", &readonly) < 0
+        || mr_arg_bool(a[8], spec.fname, "null_data", &null_data) < 0 || mr_parse_shape(a[0], "shape", shape, &ndim) < 0
         || (a[1] && mr_parse_dtype(a[1], "dtype", &dtype) < 0)
         || (a[3] && !PyArg_ParseTuple(a[3], "II", &major, &minor))
         || (a[5] && a[5] != Py_None && mr_parse_shape(a[5], "strides", strides, &nstr) < 0)

@@ -298,7 +298,10 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
             return 0;
         }
     }
-    if ((flags & MR_INTS_SCALAR) && !PyObject_CheckBuffer(obj) && PyIndex_Check(obj)) {
+    /* a lone int: an __index__ object that is not an array (a torch tensor
+     * has __index__ too, for one element only: it is read through numpy) */
+    if ((flags & MR_INTS_SCALAR) && !PyObject_CheckBuffer(obj) && PyIndex_Check(obj)
+        && (PyLong_Check(obj) || !PyObject_HasAttrString(obj, "__array__"))) {
         int64_t x;
         if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, &x) < 0) {
             return -1;

@@ -156,6 +156,26 @@ need_pools(LifecycleObject *self, const char *fname)
     return 0;
 }
 
+/* A per-request call's row and length, named when bad (the core refuses
+ * them too, with one message for every reason): the row in use, the length
+ * within the table's max_context_len. */
+static int
+row_and_len(LifecycleObject *self, const char *fname, int64_t row, const char *len_arg, int64_t len)
+{
+    const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    if (!mr_reqpool_in_use(rp, row)) {
+        PyErr_Format(PyExc_ValueError, "%s(): row %lld is not a request row in use (the ReqPool has rows 1..%lld)",
+                     fname, (long long)row, (long long)rp->size);
+        return -1;
+    }
+    if (len > rp->max_ctx) {
+        PyErr_Format(PyExc_ValueError, "%s(): %s = %lld is more than max_context_len = %lld", fname, len_arg,
+                     (long long)len, (long long)rp->max_ctx);
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------
  * ReqState: one request's record */
 
@@ -493,6 +513,11 @@ static const mr_status_override prefill_batch_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: a key is longer than max_context_len"},
     MR_STATUS_END(lifecycle_overrides),
 };
+static const mr_status_override unfinished_batch_overrides[] = {
+    {MR_ENOSPC, MR_EXC_RUNTIME, "%s: the rows that cache need more state slots than are free or can be evicted "
+                                "(refused: no row changed; increase the number of state slots)"},
+    MR_STATUS_END(lifecycle_overrides),
+};
 static const mr_status_override decode_batch_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: a row is not in use or its table row is full"},
     MR_STATUS_END(lifecycle_overrides),
@@ -512,9 +537,11 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     int extra = 0, lazy = 0, pp = 2, eot = 0;
     mr_state *st = mr_state_from_type(tp);
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[3], &page) < 0 || mr_arg_ll(a[4], &chunk) < 0
-        || mr_arg_str(a[5], "Lifecycle", "lru_policy", 0, &policy) < 0 || mr_arg_bool(a[6], &extra) < 0
-        || mr_arg_bool(a[7], &lazy) < 0 || mr_arg_int(a[8], &pp) < 0 || mr_arg_ll(a[9], &interval) < 0
-        || mr_arg_bool(a[10], &eot) < 0) {
+        || mr_arg_str(a[5], "Lifecycle", "lru_policy", 0, &policy) < 0
+        || mr_arg_bool(a[6], "Lifecycle", "extra_buffer", &extra) < 0
+        || mr_arg_bool(a[7], "Lifecycle", "lazy", &lazy) < 0 || mr_arg_int(a[8], &pp) < 0
+        || mr_arg_ll(a[9], &interval) < 0
+        || mr_arg_bool(a[10], "Lifecycle", "end_of_turn_states", &eot) < 0) {
         return NULL;
     }
     PyObject *so = a[0] ? a[0] : Py_None, *ko = a[1] ? a[1] : Py_None, *ro = a[2] ? a[2] : Py_None,
@@ -692,7 +719,7 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     if ((o = pa[1]) && mr_as_int64(o, 0, INT32_MAX, "match(): ns", &ns) < 0) {
         return NULL;
     }
-    if ((o = pa[2]) && (cow = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[2], "match", "cow", &cow) < 0) {
         return NULL;
     }
     if ((o = pa[3])
@@ -888,7 +915,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     int64_t ns = 0, prev = 0, state = 0;
     int want_dups = 1;
     PyObject *o;
-    if ((o = pa[5]) && (want_dups = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[5], "insert", "duplicates", &want_dups) < 0) {
         return NULL;
     }
     if ((o = pa[3]) && mr_as_int64(o, 0, INT32_MAX, "insert(): ns", &ns) < 0) {
@@ -1155,8 +1182,9 @@ Lifecycle_node_children(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     if (list == NULL) {
         return NULL;
     }
+    size_t pos = 0;
     for (size_t i = 0; i < k; i++) {
-        mr_handle h = mr_node_handle(mr_node_child(n, i));
+        mr_handle h = mr_node_handle(mr_node_child_next(n, &pos));
         PyObject *t = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
         if (t == NULL) {
             Py_DECREF(list);
@@ -1371,8 +1399,7 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         return NULL;
     }
     int headroom = 0;
-    PyObject *o = pa[2];
-    if (o != NULL && (headroom = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[2], "admit", "headroom", &headroom) < 0) {
         return NULL;
     }
     /* tuples of their own: an item's __index__ may change the caller's lists */
@@ -1407,6 +1434,13 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
         if (mr_as_int64(PySequence_Fast_GET_ITEM(rows_seq, i), INT64_MIN, INT64_MAX, "admit(): rows", &rows[i]) < 0
             || (!Py_IS_TYPE(obj, rs_type) && parse_rs(self, obj, &sts[i]) < 0)) {
+            goto error;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (rows[i] >= 1 && !mr_reqpool_in_use(rp, rows[i])) {
+            PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is not a request row in use (-1 takes a new "
+                         "row)", i, (long long)rows[i]);
             goto error;
         }
     }
@@ -1561,8 +1595,9 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
         return NULL;
     }
-    int fin = PyObject_IsTrue(args[3]);
-    if (fin < 0 || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0) {   /* the record last */
+    int fin = 0;
+    if (mr_arg_bool(args[3], "decode_finish", "finished", &fin) < 0
+        || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0) {   /* the record last */
         return NULL;
     }
     int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
@@ -1588,7 +1623,8 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_unfinished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0
-        || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0) {
+        || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0
+        || row_and_len(self, "cache_unfinished", row, "fill_len", fill) < 0) {
         return NULL;
     }
     PyObject *o = pa[4];
@@ -1668,15 +1704,15 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "cache_finished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0
-        || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0) {
+        || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0
+        || row_and_len(self, "cache_finished", row, "committed_len", c) < 0) {
         return NULL;
     }
     PyObject *o = pa[4];
     if (o != NULL && mr_as_int64(o, 0, INT32_MAX, "cache_finished(): ns", &ns) < 0) {
         return NULL;
     }
-    o = pa[5];
-    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[5], "cache_finished", "is_insert", &ins) < 0) {
         return NULL;
     }
     /* the tokens first (cache_unfinished says why), into kb */
@@ -1830,7 +1866,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0
-        || (pa[5] != NULL && (want_prefix = PyObject_IsTrue(pa[5])) < 0)) {
+        || mr_arg_bool(pa[5], "cache_unfinished_foreign", "prefix", &want_prefix) < 0) {
         return NULL;
     }
     mr_ints tok, kv;
@@ -1886,11 +1922,10 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    PyObject *o = pa[4];
-    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[4], "cache_finished_foreign", "is_insert", &ins) < 0) {
         return NULL;
     }
-    o = pa[5];
+    PyObject *o = pa[5];
     if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished_foreign(): state_available", &avail) < 0) {
         return NULL;
     }
@@ -2071,8 +2106,9 @@ Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py
                         "decode_finish_foreign(): this Lifecycle has its own pools; use decode_finish");
         return NULL;
     }
-    int fin = PyObject_IsTrue(args[2]);
-    if (fin < 0 || parse_rs(self, args[0], &st) < 0) {   /* the record last */
+    int fin = 0;
+    if (mr_arg_bool(args[2], "decode_finish_foreign", "finished", &fin) < 0
+        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
     mr_lc_clear_released(self->lc);
@@ -2304,9 +2340,11 @@ PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 "copy-on-write), admission with state headroom, locks, KV for the extend\n"
 "tokens written to each row, and the tracking decision.  Returns a dict of\n"
 "int64 arrays: rows, prefix_len, cow_src, cow_dst, clear, track_slot,\n"
-"track_seqlen (-1 = none) and the bool array track_mask.  None when the\n"
-"pools are short even after eviction (nothing admitted).  Keys are token\n"
-"sequences; C-contiguous int64 ones (array('q'), numpy) are read in place.");
+"track_seqlen (-1 = none) and the bool array track_mask.  None when rows,\n"
+"state slots or KV are short even counting what eviction could free,\n"
+"decided before anything is evicted: nothing admitted, nothing changed.\n"
+"Keys are token sequences; C-contiguous int64 ones (array('q'), numpy) are\n"
+"read in place.");
 
 static PyObject *
 Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2321,6 +2359,15 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
+    int64_t max_ctx = mr_pools_req_pool(self->rp_obj, lc_state(self))->max_ctx;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((int64_t)k.lens[i] > max_ctx) {
+            PyErr_Format(PyExc_ValueError, "prefill_batch(): keys[%zd] has %zu tokens, more than max_context_len = "
+                         "%lld", i, k.lens[i], (long long)max_ctx);
+            keyset_free(&k);
+            return NULL;
+        }
+    }
     PyObject *a[8] = {NULL};
     PyObject *res = NULL;
     for (int j = 0; j < 7; j++) {
@@ -2364,6 +2411,53 @@ rows_read(PyObject *obj, PyObject **arr, const char *fname)
     return *arr == NULL ? -1 : 0;
 }
 
+/* The rows of a batch call, and their keys when k is given, checked before
+ * the call with messages that name the entry: each a row in use, listed
+ * once (mr_reqpool_rows_check, which the call applies too), each key at
+ * least its row's committed length; a decode step's rows (step) with room
+ * for one more token. */
+static int
+batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n, const keyset *k,
+                 int step)
+{
+    mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    if (k != NULL && (size_t)n != k->n) {
+        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, keys %zu", fname, n, k->n);
+        return -1;
+    }
+    int64_t at = 0;
+    if (mr_reqpool_rows_check(rp, rows, (size_t)n, &at) != MR_OK) {
+        long long r = (long long)rows[at];
+        if (!mr_reqpool_in_use(rp, rows[at])) {
+            PyErr_Format(lc_state(self)->OwnershipError,
+                         "%s(): rows[%lld] = %lld is not a request row in use (finished twice?)", fname,
+                         (long long)at, r);
+            return -1;
+        }
+        Py_ssize_t j = 0;
+        while (rows[j] != rows[at]) {
+            j++;
+        }
+        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is listed twice (also at rows[%zd])", fname,
+                     (long long)at, r, j);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t c = rp->req[rows[i]].committed;
+        if (k != NULL && (int64_t)k->lens[i] < c) {
+            PyErr_Format(PyExc_ValueError, "%s(): keys[%zd] has %zu tokens, fewer than the %lld that rows[%zd] = %lld "
+                         "has committed", fname, i, k->lens[i], (long long)c, i, (long long)rows[i]);
+            return -1;
+        }
+        if (step && c + 1 > rp->max_ctx) {
+            PyErr_Format(PyExc_ValueError, "%s(): rows[%zd] = %lld is full: its %lld tokens fill max_context_len",
+                         fname, i, (long long)rows[i], (long long)c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 "unfinished_batch($self, rows, keys, /, ns=None)\n"
 "--\n"
@@ -2373,7 +2467,9 @@ PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 "fork_dst): the no_buffer state copies to run now (-1 = none).\n"
 "C-contiguous int64 keys (array('q'), numpy) are read in place.  A key\n"
 "must begin with the tokens its row was matched from: the insert starts at\n"
-"the row's locked node and reads none of its locked prefix.");
+"the row's locked node and reads none of its locked prefix.  RuntimeError,\n"
+"before any row changed, when the rows that cache (one state slot each)\n"
+"need more slots than are free or can be evicted.");
 
 static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2392,18 +2488,8 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if ((size_t)n != k.n) {
-        PyErr_SetString(PyExc_ValueError, "unfinished_batch(): rows and keys differ in length");
+    if (batch_rows_check(self, "unfinished_batch", I64(rows), n, &k, 0) < 0) {
         goto error;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = I64(rows)[i];
-        if (!mr_reqpool_in_use(mr_pools_req_pool(self->rp_obj, lc_state(self)), r)
-            || (int64_t)k.lens[i] < mr_pools_req_pool(self->rp_obj, lc_state(self))->req[r].committed) {
-            PyErr_Format(PyExc_ValueError, "unfinished_batch(): row %lld is not in use or keys[%zd] is too short",
-                         (long long)r, i);
-            goto error;
-        }
     }
     fs = mr_i64_array(NULL, n);
     fd = mr_i64_array(NULL, n);
@@ -2416,7 +2502,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
-        lc_raise(self, rc, "unfinished_batch()");
+        mr_raise_detail(lc_state(self), rc, "unfinished_batch()", unfinished_batch_overrides, NULL, 0);
         goto error;
     }
     res = PyTuple_Pack(2, fs, fd);
@@ -2434,7 +2520,9 @@ PyDoc_STRVAR(Lifecycle_decode_batch__doc__,
 "\n"
 "One decode step for the rows: a KV token each (written to the table), the\n"
 "track slot / mask for the forward and the boundary bookkeeping.  Returns\n"
-"(track_slot, track_mask), or None when KV is short even after eviction.");
+"(track_slot, track_mask), or None when KV is short even counting what\n"
+"eviction could free: decided before anything is evicted, nothing changed\n"
+"(retract a request and step again).");
 
 static PyObject *
 Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2448,6 +2536,9 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
+    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, 1) < 0) {
+        goto error;
+    }
     ts = mr_i64_array(NULL, n);
     tm = new_u8(n);
     if (ts == NULL || tm == NULL) {
@@ -2487,8 +2578,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     int ins = 1;
-    PyObject *o = pa[3];
-    if (o != NULL && (ins = PyObject_IsTrue(o)) < 0) {
+    if (mr_arg_bool(pa[3], "finish_batch", "is_insert", &ins) < 0) {
         return NULL;
     }
     PyObject *rows = NULL, *res = NULL;
@@ -2500,23 +2590,9 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         Py_DECREF(rows);
         return NULL;
     }
-    mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if ((size_t)n != k.n) {
-        PyErr_SetString(PyExc_ValueError, "finish_batch(): rows and keys differ in length");
+    if (batch_rows_check(self, "finish_batch", I64(rows), n, &k, 0) < 0) {
         goto error;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = I64(rows)[i];
-        if (!mr_reqpool_in_use(rp, r)) {
-            PyErr_Format(lc_state(self)->OwnershipError,
-                         "finish_batch(): row %lld is not in use (finished twice?)", (long long)r);
-            goto error;
-        }
-        if ((int64_t)k.lens[i] < rp->req[r].committed) {
-            PyErr_Format(PyExc_ValueError, "finish_batch(): keys[%zd] is shorter than the committed length", i);
-            goto error;
-        }
     }
     int64_t bad[2];
     int rc = mr_lc_finish_batch_key(self->lc, k.n, I64(rows), k.ptrs, k.ptrs64, k.ns, ins, bad);

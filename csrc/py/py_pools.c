@@ -128,12 +128,90 @@ SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t
     return out;
 }
 
+/* The unit (a slot, or a token's page) index x falls in; a negative x
+ * stays apart from every unit. */
+static int64_t
+unit_of(const mr_kv *kv, int64_t x)
+{
+    return x < 0 ? x : x / kv->page_size;
+}
+
+/* Raises the refusal of a free / transfer / release_tree of idx[0:k): the
+ * entry it stopped at and why.  The core names the unit (a token of the
+ * page, paged); the first entry naming it is the one (the core checks in
+ * order and stops at the first problem), except a unit listed twice: its
+ * second entry. */
+static PyObject *
+move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_free, const int64_t *idx, int64_t k,
+             int64_t bad)
+{
+    const int64_t ps = kv->page_size, n = kv->pages.n, u = unit_of(kv, bad);
+    int64_t at = 0, first = -1;
+    while (at < k && unit_of(kv, idx[at]) != u) {
+        at++;
+    }
+    if (at == k) {
+        return mr_raise(st, rc, fname);   /* not an entry's unit (cannot happen) */
+    }
+    long long i = (long long)at, v = (long long)idx[at];
+    int in_range = idx[at] >= ps && idx[at] / ps <= n;
+    if (rc == MR_EINVAL && in_range) {
+        first = at;   /* listed twice: the core stopped at the second entry */
+        while (++at < k && idx[at] != idx[first]) {
+        }
+        if (at < k) {
+            PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is listed twice (also at indices[%lld])", fname,
+                         (long long)at, v, (long long)first);
+            return NULL;
+        }
+        return mr_raise(st, rc, fname);
+    }
+    if (rc == MR_EINVAL) {
+        PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is out of range [%lld, %lld)", fname, i, v,
+                     (long long)ps, (long long)((n + 1) * ps));
+        return NULL;
+    }
+    int32_t o = MR_OWNER_FREE;
+    (void)mr_slots_owner(&kv->pages, idx[at] / ps, &o);
+    char unit[48] = "";
+    if (ps > 1) {
+        (void)snprintf(unit, sizeof(unit), " (page %lld)", (long long)(idx[at] / ps));
+    }
+    if (rc == MR_ENOENT) {
+        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not allocated (%s%s)", fname, i, v, unit,
+                     o == MR_OWNER_PENDING ? "freed in the open free group" : "already free",
+                     is_free ? ": a double free" : "");
+    }
+    else if (rc == MR_EBUSY && o == MR_OWNER_TREE) {
+        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not owned by the caller: the prefix tree "
+                     "holds it", fname, i, v, unit);
+    }
+    else if (rc == MR_EBUSY && o == MR_OWNER_HELD && mr_slots_in_alloc_group(&kv->pages, idx[at] / ps)) {
+        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not owned by the caller: the open alloc "
+                     "group holds it (not handed out yet)", fname, i, v, unit);
+    }
+    else if (rc == MR_EBUSY && o >= 1) {
+        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not the prefix tree's: request row %d "
+                     "owns it", fname, i, v, unit, (int)o);
+    }
+    else if (rc == MR_EBUSY) {
+        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not the prefix tree's: a caller holds it",
+                     fname, i, v, unit);
+    }
+    else {
+        return mr_raise(st, rc, fname);
+    }
+    return NULL;
+}
+
 /* free / transfer share the argument handling */
 static PyObject *
 slot_move(SlotAllocatorObject *self, PyObject *idx_obj, mr_from from, int32_t to, int is_free,
-          const char *what)
+          const char *fname)
 {
     mr_state *st = mr_state_from_type(Py_TYPE(self));
+    char what[64];
+    (void)snprintf(what, sizeof(what), "%s(): indices", fname);
     PyObject *arr = mr_ints_array(idx_obj, what);
     if (arr == NULL) {
         return NULL;
@@ -143,10 +221,12 @@ slot_move(SlotAllocatorObject *self, PyObject *idx_obj, mr_from from, int32_t to
     int64_t k = (int64_t)PyArray_SIZE((PyArrayObject *)arr);
     int rc = is_free ? mr_kv_free(&self->kv, p, k, from, &bad)
                      : mr_kv_transfer(&self->kv, p, k, from, to, &bad);
-    Py_DECREF(arr);
     if (rc != MR_OK) {
-        return mr_raise_detail(st, rc, what, owner_overrides, self->kv.page_size > 1 ? "token" : "slot", bad);
+        move_refused(st, &self->kv, rc, fname, is_free, p, k, bad);
+        Py_DECREF(arr);
+        return NULL;
     }
+    Py_DECREF(arr);
     Py_RETURN_NONE;
 }
 
@@ -162,7 +242,7 @@ PyDoc_STRVAR(SlotAllocator_free__doc__,
 static PyObject *
 SlotAllocator_free(SlotAllocatorObject *self, PyObject *idx)
 {
-    return slot_move(self, idx, MR_FROM_CALLER, 0, 1, "free(): indices");
+    return slot_move(self, idx, MR_FROM_CALLER, 0, 1, "free");
 }
 
 PyDoc_STRVAR(SlotAllocator_release_tree__doc__,
@@ -175,7 +255,7 @@ PyDoc_STRVAR(SlotAllocator_release_tree__doc__,
 static PyObject *
 SlotAllocator_release_tree(SlotAllocatorObject *self, PyObject *idx)
 {
-    return slot_move(self, idx, MR_FROM_TREE, 0, 1, "release_tree(): indices");
+    return slot_move(self, idx, MR_FROM_TREE, 0, 1, "release_tree");
 }
 
 PyDoc_STRVAR(SlotAllocator_transfer__doc__,
@@ -208,7 +288,7 @@ SlotAllocator_transfer(SlotAllocatorObject *self, PyObject *const *args, Py_ssiz
     else if (mr_as_int64(args[1], 1, INT32_MAX, "transfer(): to", &to) < 0) {
         return NULL;
     }
-    return slot_move(self, args[0], MR_FROM_CALLER, (int32_t)to, 0, "transfer(): indices");
+    return slot_move(self, args[0], MR_FROM_CALLER, (int32_t)to, 0, "transfer");
 }
 
 PyDoc_STRVAR(SlotAllocator_available_size__doc__,

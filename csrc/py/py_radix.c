@@ -154,8 +154,10 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     const char *policy = "consumed", *semantics = "v0.5.15";
     int check_ownership = 0, kv_only = 0, values = 1;
     if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_str(a[2], "RadixTree", "lru_policy", 0, &policy) < 0
-        || mr_arg_bool(a[3], &check_ownership) < 0 || mr_arg_str(a[6], "RadixTree", "semantics", 0, &semantics) < 0
-        || mr_arg_bool(a[7], &kv_only) < 0 || mr_arg_bool(a[8], &values) < 0) {
+        || mr_arg_bool(a[3], "RadixTree", "check_ownership", &check_ownership) < 0
+        || mr_arg_str(a[6], "RadixTree", "semantics", 0, &semantics) < 0
+        || mr_arg_bool(a[7], "RadixTree", "kv_only", &kv_only) < 0
+        || mr_arg_bool(a[8], "RadixTree", "values", &values) < 0) {
         return NULL;
     }
     if (!values && check_ownership) {
@@ -295,8 +297,8 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
-    int want = a[2] == NULL ? 1 : PyObject_IsTrue(a[2]);
-    if (want < 0) {
+    int want = 1;
+    if (mr_arg_bool(a[2], "match_prefix", "indices", &want) < 0) {
         return NULL;
     }
     /* The key before the namespace id: reading it may run Python code (an
@@ -549,7 +551,7 @@ do_evict(RadixTree *self, PyObject *arg, PyObject *indices, int states, const ch
     int64_t n;
     int want = 1;
     if (mr_as_int64(arg, 0, INT64_MAX, states ? "num_states" : "num_tokens", &n) < 0
-        || mr_arg_bool(indices, &want) < 0) {
+        || mr_arg_bool(indices, states ? "evict_mamba" : "evict_full", "indices", &want) < 0) {
         return NULL;
     }
     evict_sink sink = {0};
@@ -648,7 +650,8 @@ PyDoc_STRVAR(RadixTree_dec_kv_lock__doc__,
 "dec_kv_lock($self, node, /)\n"
 "--\n"
 "\n"
-"Undo one inc_kv_lock(node).  ValueError if node holds none.");
+"Undo one inc_kv_lock(node).  ValueError if node holds none (a lock of\n"
+"inc_lock_ref is undone by dec_lock_ref).");
 
 static PyObject *
 kv_lock_call(RadixTree *self, PyObject *arg, int lock)
@@ -660,7 +663,14 @@ kv_lock_call(RadixTree *self, PyObject *arg, int lock)
     }
     int rc = lock ? mr_radix_lock_kv(self->tree, n) : mr_radix_unlock_kv(self->tree, n);
     if (rc != MR_OK) {
-        return mr_raise(st, rc, lock ? "inc_kv_lock(): node" : "dec_kv_lock(): node holds no KV-only lock");
+        if (!lock) {
+            PyErr_SetString(PyExc_ValueError, mr_node_full_lock(n) > 0
+                                                  ? "dec_kv_lock(): node holds no lock of inc_kv_lock (a lock of "
+                                                    "inc_lock_ref is undone by dec_lock_ref)"
+                                                  : "dec_kv_lock(): node is not locked");
+            return NULL;
+        }
+        return mr_raise(st, rc, "inc_kv_lock(): node");
     }
     Py_RETURN_NONE;
 }
@@ -848,7 +858,8 @@ PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
 "dec_lock_ref($self, node, /)\n"
 "--\n"
 "\n"
-"Undo one inc_lock_ref(node).  ValueError if node is not locked.");
+"Undo one inc_lock_ref(node).  ValueError if node holds no such lock (a\n"
+"lock of inc_kv_lock is undone by dec_kv_lock).");
 
 static PyObject *
 RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
@@ -859,7 +870,14 @@ RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
         return NULL;
     }
     if (mr_radix_unlock(self->tree, n) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
+        int32_t kv = mr_node_kv_lock(n);
+        if (kv > 0) {
+            PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node holds no lock of inc_lock_ref, only %d of "
+                         "inc_kv_lock (undo those with dec_kv_lock)", (int)kv);
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
+        }
         return NULL;
     }
     Py_RETURN_NONE;
@@ -1306,8 +1324,9 @@ Node_get_children(Node *self, void *c)
     if (list == NULL) {
         return NULL;
     }
+    size_t pos = 0;
     for (size_t i = 0; i < k; i++) {
-        PyObject *h = node_new_handle(st, self->owner, mr_node_child(n, i));
+        PyObject *h = node_new_handle(st, self->owner, mr_node_child_next(n, &pos));
         if (h == NULL) {
             Py_DECREF(list);
             return NULL;

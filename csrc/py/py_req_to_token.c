@@ -165,10 +165,25 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                              (long long)i, (long long)r[i], (long long)tt->shape[0]);
                 goto error;
             }
-            if (s[i] < 0 || len < 0 || s[i] + len > tt->shape[1]) {
+            if (e != NULL && len < 0) {
+                PyErr_Format(PyExc_IndexError, "write_req_to_token(): ends[%lld] = %lld is before starts[%lld] = %lld",
+                             (long long)i, (long long)e[i], (long long)i, (long long)s[i]);
+                goto error;
+            }
+            if (s[i] < 0 || s[i] + len > tt->shape[1]) {
+                /* entry i: the columns it writes of row rows[i] */
+                char span[96];
+                if (e != NULL) {
+                    (void)snprintf(span, sizeof(span), "ends[%lld] = %lld", (long long)i, (long long)e[i]);
+                }
+                else {
+                    (void)snprintf(span, sizeof(span), "%lld values", (long long)width);
+                }
                 PyErr_Format(PyExc_IndexError,
-                             "write_req_to_token(): row %lld writes [%lld, %lld), outside [0, %lld]",
-                             (long long)i, (long long)s[i], (long long)(s[i] + len), (long long)tt->shape[1]);
+                             "write_req_to_token(): starts[%lld] = %lld, %s: columns [%lld, %lld) of rows[%lld] = %lld "
+                             "are outside the table's [0, %lld)",
+                             (long long)i, (long long)s[i], span, (long long)s[i], (long long)(s[i] + len),
+                             (long long)i, (long long)r[i], (long long)tt->shape[1]);
                 goto error;
             }
             total += len;

@@ -36,7 +36,7 @@ rules_match_key_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyOb
     int64_t n;
     int cap;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "fill_len", &n) < 0
-        || mr_arg_bool(a[1], &cap) < 0) {
+        || mr_arg_bool(a[1], spec.fname, "match_cap", &cap) < 0) {
         return NULL;
     }
     return PyLong_FromLongLong(mr_rule_match_limit(n, cap));
@@ -128,7 +128,7 @@ rules_state_headroom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObj
     int64_t avail, n;
     int lazy;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
-        || len_arg(a[1], spec.fname, "num_reqs", &n) < 0 || mr_arg_bool(a[2], &lazy) < 0) {
+        || len_arg(a[1], spec.fname, "num_reqs", &n) < 0 || mr_arg_bool(a[2], spec.fname, "lazy", &lazy) < 0) {
         return NULL;
     }
     return PyLong_FromLongLong(mr_rule_state_headroom(avail, n, lazy));
@@ -145,7 +145,7 @@ static PyObject *
 rules_slots_per_req(PyObject *m, PyObject *arg)
 {
     int lazy;
-    if (mr_arg_bool(arg, &lazy) < 0) {
+    if (mr_arg_bool(arg, "slots_per_req", "lazy", &lazy) < 0) {
         return NULL;
     }
     return PyLong_FromLongLong(mr_rule_slots_per_req(lazy));
@@ -194,7 +194,7 @@ rules_keep_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject 
     int64_t idx, pp;
     int lazy;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || pp_args(&spec, a, &idx, &pp) < 0
-        || mr_arg_bool(a[2], &lazy) < 0) {
+        || mr_arg_bool(a[2], spec.fname, "lazy", &lazy) < 0) {
         return NULL;
     }
     return PyLong_FromLong(mr_rule_keep_index((int)idx, (int)pp, lazy));
@@ -216,10 +216,11 @@ rules_end_of_turn(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject
             "lazy");
     int on, eb, lazy;
     int64_t committed, page, avail;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], &on) < 0 || mr_arg_bool(a[1], &eb) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], spec.fname, "enabled", &on) < 0
+        || mr_arg_bool(a[1], spec.fname, "extra_buffer", &eb) < 0
         || len_arg(a[2], spec.fname, "committed", &committed) < 0
         || mr_arg_int64(a[3], spec.fname, "page_size", 1, INT64_MAX, &page) < 0
-        || len_arg(a[4], spec.fname, "available", &avail) < 0 || mr_arg_bool(a[5], &lazy) < 0) {
+        || len_arg(a[4], spec.fname, "available", &avail) < 0 || mr_arg_bool(a[5], spec.fname, "lazy", &lazy) < 0) {
         return NULL;
     }
     return PyBool_FromLong(mr_rule_end_of_turn(on, eb, committed, page, avail, lazy));
@@ -240,9 +241,10 @@ rules_finish_cache_len(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyO
             "page_size");
     int eb, eot;
     int64_t last, committed, page;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], &eb) < 0
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], spec.fname, "extra_buffer", &eb) < 0
         || opt_len_arg(a[1], spec.fname, "last_track", &last) < 0
-        || len_arg(a[2], spec.fname, "committed", &committed) < 0 || mr_arg_bool(a[3], &eot) < 0
+        || len_arg(a[2], spec.fname, "committed", &committed) < 0
+        || mr_arg_bool(a[3], spec.fname, "end_of_turn", &eot) < 0
         || mr_arg_int64(a[4], spec.fname, "page_size", 1, INT64_MAX, &page) < 0) {
         return NULL;
     }

@@ -183,7 +183,8 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tmpl = PyTuple_GET_ITEM(a[3], 0);
     inc_tmpl = PyTuple_GET_ITEM(a[3], 1);
     dec_tmpl = PyTuple_GET_ITEM(a[3], 2);
-    if (mr_arg_bool(a[6], &has_mamba) < 0 || mr_arg_bool(a[7], &events) < 0
+    if (mr_arg_bool(a[6], spec.fname, "has_mamba", &has_mamba) < 0
+        || mr_arg_bool(a[7], spec.fname, "events", &events) < 0
         || mr_arg_int64(a[8], spec.fname, "page_size", 1, INT64_MAX, &ps) < 0
         || mr_arg_int64(a[9], spec.fname, "chunk", 1, INT64_MAX, &chunk) < 0
         || mr_arg_int64(a[10], spec.fname, "path_cap", INT64_MIN, INT64_MAX, &cap) < 0

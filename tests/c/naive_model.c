@@ -433,9 +433,9 @@ ns_index(int32_t ns)
 static void
 walk_node(nm *m, mr_node *node, int pos, nm_sum *s)
 {
-    size_t i, nc = mr_node_nchildren(node);
+    size_t i, nc = mr_node_nchildren(node), cur = 0;
     for (i = 0; i < nc && !m->failed; i++) {
-        mr_node *c = mr_node_child(node, i);
+        mr_node *c = mr_node_child_next(node, &cur);
         const int32_t *key;
         const int64_t *val;
         size_t len, pg, k;

@@ -20,9 +20,9 @@
  * evictable: no state that a request's lock protects, no KV page on a
  * locked path, only whole subtrees.  A match must then return the deepest
  * state on the key's path that was not evicted during the call.  A refused
- * batch must take nothing and must be short of rows, state slots or KV
- * pages even counting everything that could still be evicted; a refused
- * decode step must have evicted everything evictable.
+ * batch or decode step must take nothing, evict nothing, and be short of
+ * rows, state slots or KV pages even counting everything that could be
+ * evicted; a refused end of prefill must leave every row as it was.
  *
  *   test_lc_model [--ops N] [--seed S]   (N in total over page sizes 1, 4
  *                                         and 16 and the four modes:
@@ -587,28 +587,30 @@ op_prefill(model *m)
         check_match(m, (int64_t)i, keys[i], (int64_t)lens[i] - 1, pl[i], pl[i] > 0 ? cs[i] : -1);
         m->n_hits += pl[i] > 0;
     }
-    absorb_evictions(m);
+    long evicted = absorb_evictions(m);
     if (rc == MR_ENOSPC) {
         m->n_refused++;
-        /* the first request not matched may be the one whose copy-on-write
-         * found no slot: its match was protected during that eviction */
+        /* decided before anything changed: nothing evicted, no request
+         * matched; every request's prefix as the trie holds it */
+        if (evicted != 0) {
+            fail(m, "a refused batch evicted %ld units", evicted);
+        }
         for (size_t i = 0; i < n; i++) {
-            if (pl[i] < 0) {
-                int32_t path[MAXCTX];
-                int64_t got = walk(m, keys[i], ((int64_t)lens[i] - 1) / m->ps, path);
-                xlen[i] = 0;
-                for (int64_t d = 0; d < got; d++) {
-                    if (m->nd[path[d]].state >= 0) {
-                        xlen[i] = (d + 1) * m->ps;
-                    }
+            if (pl[i] >= 0) {
+                fail(m, "a refused batch matched request %zu", i);
+            }
+            int32_t path[MAXCTX];
+            int64_t got = walk(m, keys[i], ((int64_t)lens[i] - 1) / m->ps, path);
+            xlen[i] = 0;
+            for (int64_t d = 0; d < got; d++) {
+                if (m->nd[path[d]].state >= 0) {
+                    xlen[i] = (d + 1) * m->ps;
                 }
-                break;
             }
         }
         int64_t need_pages = 0;
         for (size_t i = 0; i < n; i++) {
-            int64_t P = pl[i] < 0 ? 0 : pl[i];
-            need_pages += ((int64_t)lens[i] - P + m->ps - 1) / m->ps;
+            need_pages += ((int64_t)lens[i] - xlen[i] + m->ps - 1) / m->ps;
         }
         int64_t ev_pages, ev_states;
         mark_locks(m, kp, xlen, (int)n);
@@ -730,24 +732,21 @@ op_unfinished(model *m)
         fail(m, "unfinished_batch: rc %d", rc);
         return;
     }
-    /* rows it cached: all, or those before the row it stopped at (the last
-     * one it reached; it stops when no state slot can be had) */
-    size_t ndone = n;
-    if (rc != MR_OK) {
-        ndone = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (fs[i] != -2) {
-                ndone = i;
-            }
-        }
-        if (memcmp(rec(m, rows[ndone]), &before[ndone], sizeof(mr_req)) != 0) {
-            fail(m, "row %lld, where the call stopped, changed", (long long)rows[ndone]);
+    /* rows it cached: all, or none (refused before any row changed: the
+     * rows that cache need more state slots than are free or evictable) */
+    size_t ndone = rc == MR_OK ? n : 0;
+    for (size_t i = 0; rc != MR_OK && i < n; i++) {
+        if (fs[i] != -2 || memcmp(rec(m, rows[i]), &before[i], sizeof(mr_req)) != 0) {
+            fail(m, "a refused end of prefill changed row %lld", (long long)rows[i]);
         }
     }
     /* a cached row's lock moved during the call: its old and new nodes are
      * not protected all along (other locks are) */
     mark_locks_but(m, NULL, NULL, 0, rows, ndone);
-    absorb_evictions(m);
+    long evicted = absorb_evictions(m);
+    if (rc != MR_OK && evicted != 0) {
+        fail(m, "a refused end of prefill evicted %ld units", evicted);
+    }
     for (size_t i = 0; i < ndone && !m->failed; i++) {
         int64_t r = rows[i];
         const mr_req *b = &before[i], *st = rec(m, r);
@@ -845,15 +844,16 @@ op_decode(model *m)
         fail(m, "decode_batch: rc %d", rc);
         return;
     }
-    absorb_evictions(m);
+    long evicted = absorb_evictions(m);
     if (rc == MR_ENOSPC) {
         m->n_decode_refused++;
         int64_t ev_pages, ev_states;
         mark_locks(m, NULL, NULL, 0);
         evictable(m, &ev_pages, &ev_states);
-        if (ev_pages != 0 || mr_slots_available(&m->kv.pages) >= need) {
-            fail(m, "a decode step was refused with %lld free and %lld evictable pages for %lld",
-                 (long long)mr_slots_available(&m->kv.pages), (long long)ev_pages, (long long)need);
+        if (evicted != 0 || mr_slots_available(&m->kv.pages) + ev_pages >= need) {
+            fail(m, "a decode step was refused with %lld free and %lld evictable pages for %lld (%ld units "
+                 "evicted)", (long long)mr_slots_available(&m->kv.pages), (long long)ev_pages, (long long)need,
+                 evicted);
         }
         for (size_t i = 0; i < n; i++) {
             if (memcmp(rec(m, rows[i]), &before[i], sizeof(mr_req)) != 0) {

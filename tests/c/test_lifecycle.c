@@ -281,6 +281,75 @@ same_held(held a, held b)
            && a.kv_held == b.kv_held;
 }
 
+/* A batch call's rows are checked before the first one changes: a row
+ * listed twice (which finish_batch used to finish, then refuse at its
+ * second entry) or not in use is MR_EINVAL with bad = {entry, -1}, and
+ * every row, pool and the tree stay as they were. */
+static void
+test_batch_rows_checked_first(void)
+{
+    world w;
+    CHECK(world_make(&w, 1, 0, 1, 24, 600, 6) == 0, "init");
+    int32_t k0[6] = {1, 2, 3, 4, 5, 6}, k1[6] = {7, 8, 9, 10, 11, 12};
+    const int32_t *kp[3] = {k0, k1, k0};
+    size_t lens[2] = {6, 6};
+    int64_t rows[3], pl[2], cs[2], cd[2], cl[2], ts[2], tl[2], fs[3], fd[3], bad[2];
+    uint8_t tm[3];
+    mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
+    CHECK(mr_lc_prefill_batch(w.lc, 2, kp, lens, NULL, &out) == MR_OK, "prefill");
+    rows[2] = rows[0];
+    mr_req r0 = w.rp.req[rows[0]];
+    held h = held_now(&w);
+    mr_radix_stats t0, t1;
+    mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
+    CHECK(mr_lc_finish_batch_key(w.lc, 3, rows, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 2 && bad[1] == -1,
+          "finish_batch of a row listed twice: bad {%lld, %lld}", (long long)bad[0], (long long)bad[1]);
+    CHECK(mr_lc_unfinished_batch_key(w.lc, 3, rows, kp, NULL, NULL, fs, fd, bad) == MR_EINVAL && bad[0] == 2,
+          "unfinished_batch of a row listed twice");
+    CHECK(mr_lc_decode_batch(w.lc, 3, rows, fs, tm) == MR_EINVAL, "decode_batch of a row listed twice");
+    int64_t gone[2] = {rows[1], 5};
+    CHECK(mr_lc_finish_batch_key(w.lc, 2, gone, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 1,
+          "finish_batch of a row not in use");
+    mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
+    CHECK(same_held(h, held_now(&w)) && memcmp(&r0, &w.rp.req[rows[0]], sizeof(r0)) == 0
+          && mr_reqpool_in_use(&w.rp, rows[0]) && t1.nodes == t0.nodes && t1.full_evictable == t0.full_evictable,
+          "a refused batch call changed something");
+    CHECK(mr_lc_finish_batch(w.lc, 2, rows, kp, NULL, 1) == MR_OK, "finish");
+    check_world(&w, "after the refusals");
+    world_free(&w);
+}
+
+/* A decode step of three rows with one free KV token and one evictable
+ * (a cached key) is refused before anything is evicted: the key stays. */
+static void
+test_refused_decode_keeps_the_tree(void)
+{
+    world w;
+    CHECK(world_make(&w, 0, 0, 1, 24, 8, 6) == 0, "init");
+    int32_t key = 9, k[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    int64_t val = -1, slot = -1, dup, bad;
+    mr_insert_result res;
+    CHECK(mr_kv_alloc(&w.kv, 1, MR_OWNER_HELD, &val) == MR_OK
+          && mr_lc_alloc_state(w.lc, MR_OWNER_HELD, NULL, &slot) == MR_OK
+          && mr_lc_insert(w.lc, &key, &val, 1, 0, slot, 0, &dup, &res, &bad) == MR_OK, "cache a key");
+    const int32_t *kp[3] = {k[0], k[1], k[2]};
+    size_t lens[3] = {2, 2, 2};
+    int64_t rows[3], pl[3], cs[3], cd[3], cl[3], ts[3], tl[3];
+    uint8_t tm[3];
+    mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
+    CHECK(mr_lc_prefill_batch(w.lc, 3, kp, lens, NULL, &out) == MR_OK && mr_kv_available(&w.kv) == 1, "prefill");
+    mr_radix_stats t0, t1;
+    mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
+    held h = held_now(&w);
+    CHECK(t0.full_evictable == 1 && mr_lc_decode_batch(w.lc, 3, rows, ts, tm) == MR_ENOSPC, "a step short of KV");
+    mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
+    CHECK(t1.full_evictable == 1 && t1.nodes == t0.nodes && mr_kv_available(&w.kv) == 1 && same_held(h, held_now(&w)),
+          "a refused decode step evicted the cached key");
+    CHECK(mr_lc_finish_batch(w.lc, 3, rows, kp, NULL, 1) == MR_OK, "finish");
+    check_world(&w, "after the refused step");
+    world_free(&w);
+}
+
 /* The issue's reproducer: three 2-token requests need three KV pages of 4;
  * two are free.  The batch is refused whole, then admitted with a third. */
 static void expect_broken(world *w, const char *want, const char *what);
@@ -409,19 +478,28 @@ room_run(int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_pages, int64
         mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
         held before = held_now(&w);
         int64_t kv_free = mr_kv_available(&w.kv), st_free = mr_slots_available(&w.state);
+        mr_radix_stats ts0;
+        mr_radix_get_stats(mr_lc_tree(w.lc), &ts0);
         int rc = mr_lc_prefill_batch(w.lc, n, kp, lens, NULL, &out);
         check_world(&w, "prefill_batch");
         if (rc != MR_OK) {
+            mr_radix_stats ts1;
+            mr_radix_get_stats(mr_lc_tree(w.lc), &ts1);
             CHECK(rc == MR_ENOSPC, "prefill_batch: rc %d", rc);
             CHECK(same_held(before, held_now(&w)), "a refused prefill batch took something");
+            CHECK(mr_kv_available(&w.kv) == kv_free && mr_slots_available(&w.state) == st_free
+                  && ts1.full_evictable == ts0.full_evictable && ts1.state_evictable == ts0.state_evictable
+                  && ts1.nodes == ts0.nodes, "a refused prefill batch evicted or split");
+            /* the cause: rows, else state slots when short even of every
+             * unlocked state (the batch's own matches may lock more) */
             if ((int64_t)n > before.rows_free) {
                 hits[R_PREFILL_ROWS]++;
             }
-            else if (mr_kv_available(&w.kv) <= kv_free && mr_slots_available(&w.state) >= st_free) {
-                hits[R_PREFILL_KV]++;  /* eviction found no KV to give */
+            else if ((int64_t)n * (1 + (extra ? (lazy ? 1 : 2) : 0)) > st_free + (int64_t)ts0.state_evictable) {
+                hits[R_PREFILL_SLOTS]++;
             }
             else {
-                hits[R_PREFILL_SLOTS]++;
+                hits[R_PREFILL_KV]++;
             }
             continue;
         }
@@ -906,6 +984,8 @@ main(int argc, char **argv)
     }
     test_double_free_and_tree_owned();
     test_insert_counts();
+    test_batch_rows_checked_first();
+    test_refused_decode_keeps_the_tree();
     if (bound) {
         test_bound_records();
     }

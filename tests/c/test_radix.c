@@ -198,9 +198,9 @@ typedef struct {
 static int
 tree_holds(const mr_node *n, int64_t v, int state)
 {
-    size_t i, k;
-    for (i = 0; i < mr_node_nchildren(n); i++) {
-        const mr_node *c = mr_node_child(n, i);
+    size_t pos = 0, k;
+    const mr_node *c;
+    while ((c = mr_node_child_next(n, &pos)) != NULL) {
         if (state ? mr_node_state(c) == v : 0) {
             return 1;
         }
@@ -368,9 +368,9 @@ fx_put(fixture *f, const int32_t *key, size_t len, int32_t ns, int64_t *val, int
 static void
 walk_held(const mr_node *n, long *kv, long *st, const fixture *f, long *bad)
 {
-    size_t i;
-    for (i = 0; i < mr_node_nchildren(n); i++) {
-        const mr_node *c = mr_node_child(n, i);
+    size_t pos = 0;
+    const mr_node *c;
+    while ((c = mr_node_child_next(n, &pos)) != NULL) {
         size_t k;
         for (k = 0; k < mr_node_len(c); k++) {
             if (pool_owner(&f->kv, mr_node_values(c)[k]) != OWN_TREE) {
@@ -1725,6 +1725,97 @@ unit_insert_from_node(void)
     }
 }
 
+static int
+cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Removing one of n siblings leaves a hole in the parent's child array
+ * (radix.c, "Children") instead of shifting the entries after it: evicting
+ * n siblings moves O(n) entries in all, in any order.  Keys inserted in
+ * token order are evicted (LRU) from the array's front, where each removal
+ * used to shift every entry after it: n^2 / 2 moves.  Here half the
+ * siblings go in LRU order, their keys come back in token order (filling
+ * the holes left at their places, or appended), then every one goes: the
+ * victims in LRU order (handles), the children in token order, and at most
+ * 6 entry moves a removal or insert, for siblings inserted in token order,
+ * in reverse order (evicted from the array's end) and shuffled.  (An insert
+ * out of token order with no hole next to its place still shifts the
+ * entries after it.) */
+static void
+unit_many_siblings(void)
+{
+    enum { N = 8000 };
+    static int32_t tok[N], back[N / 2];
+    static mr_handle h[N], h2[N / 2];
+    cur_test = "many_siblings";
+    for (int mode = 0; mode < 3; mode++) {
+        fixture f;
+        size_t tokens, states, i, pos;
+        int32_t key[3] = {1, 2, 0};
+        mr_node *n;
+        fx_init(&f, 1, 4, MR_POLICY_CONSUMED, 3 * N + 16, 2 * N + 16);
+        for (i = 0; i < N; i++) {
+            tok[i] = 100 + (int32_t)(mode == 1 ? N - 1 - i : i);
+        }
+        rng_state = 77;
+        for (i = N - 1; mode == 2 && i > 0; i--) {
+            size_t j = rng_next(NULL) % (i + 1);
+            int32_t x = tok[i];
+            tok[i] = tok[j];
+            tok[j] = x;
+        }
+        for (i = 0; i < N; i++) {
+            key[2] = tok[i];
+            h[i] = mr_node_handle(fx_put(&f, key, 3, 0, NULL, NULL));
+        }
+        mr_node *up = mr_node_child(mr_radix_root(f.t), 0);   /* [1 2] */
+        CHECK_EQ(mr_node_nchildren(up), N);
+        uint64_t moves = fx_stats(&f).child_moves;
+        for (i = 0; i < N / 2; i++) {
+            CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tokens, &states), MR_OK);
+            CHECK(tokens == 1 && states == 1);
+            CHECK_RC(mr_radix_resolve(f.t, h[i], &n), MR_ESTALE);
+            if (i + 1 < N) {
+                CHECK_RC(mr_radix_resolve(f.t, h[i + 1], &n), MR_OK);
+            }
+        }
+        CHECK_TREE(f.t);
+        memcpy(back, tok, sizeof(back));
+        qsort(back, N / 2, sizeof(int32_t), cmp_i32);
+        for (i = 0; i < N / 2; i++) {
+            key[2] = back[i];
+            h2[i] = mr_node_handle(fx_put(&f, key, 3, 0, NULL, NULL));
+        }
+        CHECK_TREE(f.t);
+        CHECK_EQ(mr_node_nchildren(up), N);
+        pos = 0;
+        int32_t last = INT32_MIN;
+        while ((n = mr_node_child_next(up, &pos)) != NULL) {
+            CHECK(mr_node_key(n)[0] > last);
+            last = mr_node_key(n)[0];
+        }
+        for (i = 0; i < N; i++) {   /* the second half first, then the keys that came back */
+            CHECK_RC(mr_radix_evict_full(f.t, 1, &f.rel, &tokens, &states), MR_OK);
+            CHECK_RC(mr_radix_resolve(f.t, i < N / 2 ? h[N / 2 + i] : h2[i - N / 2], &n), MR_ESTALE);
+            if (i % 1000 == 0) {
+                CHECK_TREE(f.t);
+            }
+        }
+        CHECK_EQ(fx_stats(&f).nodes, 0);
+        moves = fx_stats(&f).child_moves - moves;
+        n_checks++;
+        if (moves > 6 * (uint64_t)(N + N / 2 + N)) {
+            fail_at(__FILE__, __LINE__, "order %d: %llu child entries moved for %d removals and %d inserts", mode,
+                    (unsigned long long)moves, N + N / 2, N / 2);
+        }
+        CHECK_OWNERSHIP(&f);
+        fx_done(&f);
+    }
+}
+
 static void
 run_units(void)
 {
@@ -1742,6 +1833,7 @@ run_units(void)
     unit_insert_prev_prefix_len();
     unit_split_shapes();
     unit_child_order();
+    unit_many_siblings();
     unit_branching();
     unit_page16();
     unit_namespaces();

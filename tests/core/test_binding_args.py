@@ -184,6 +184,11 @@ def test_converted_arguments_still_name_the_argument():
         _C.SlotAllocator(8).free([1, 1.5])
     with pytest.raises(ValueError, match=r"key must be 1-dimensional"):
         _C.RadixTree().match_prefix(np.zeros((2, 2), dtype=np.int32))
+    # flags are bools (one reader, mr_arg_bool; every flag: test_bool_flags.py)
+    with pytest.raises(TypeError, match=r"^RadixTree\(\) argument 'check_ownership' must be bool, not str$"):
+        _C.RadixTree(check_ownership="false")
+    with pytest.raises(TypeError, match=r"^Lifecycle\(\) argument 'extra_buffer' must be bool, not int$"):
+        _C.Lifecycle(extra_buffer=1)
 
 
 def test_index_arguments_accept_a_lone_int_of_any_width():
@@ -207,11 +212,12 @@ def test_status_overrides_name_the_call_and_leave_the_pools_alone():
     before = (sa.available_size(), kv.available_size(), rp.available_size())
     cases = [
         (lambda: lc.cache_finished(3, rs, [1, 2, 3], 3),
-         r"^cache_finished\(\): row 3 is not allocated or committed_len is too long$"),
-        (lambda: lc.cache_unfinished(2, rs, [1, 2, 3], 3), r"^cache_unfinished\(\): row 2 is not allocated"),
-        (lambda: lc.admit([3], [rs]), r"^admit\(\): a request's row is not allocated"),
-        (lambda: lc.prefill_batch([list(range(40))]), r"^prefill_batch\(\): a key is longer than max_context_len$"),
-        (lambda: lc.decode_batch([3]), r"^decode_batch\(\): a row is not in use"),
+         r"^cache_finished\(\): row 3 is not a request row in use \(the ReqPool has rows 1\.\.4\)$"),
+        (lambda: lc.cache_unfinished(2, rs, [1, 2, 3], 3), r"^cache_unfinished\(\): row 2 is not a request row in use"),
+        (lambda: lc.admit([3], [rs]), r"^admit\(\): rows\[0\] = 3 is not a request row in use \(-1 takes a new row\)$"),
+        (lambda: lc.prefill_batch([[1], list(range(40))]),
+         r"^prefill_batch\(\): keys\[1\] has 40 tokens, more than max_context_len = 32$"),
+        (lambda: lc.decode_batch([3]), r"^decode_batch\(\): rows\[0\] = 3 is not a request row in use"),
     ]
     for call, msg in cases:
         with pytest.raises(ValueError, match=msg):

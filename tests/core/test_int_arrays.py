@@ -215,3 +215,34 @@ def test_a_long_int64_key_outside_int32_is_refused_wherever_it_sits(form) -> Non
             assert tree.total_size()[0] == 8 and lc.match(list(range(1, 9)))[0].tolist() == list(range(1, 9))
             tree.sanity_check()
             lc.check()
+
+
+def test_an_integer_torch_tensor_is_a_key_like_its_list() -> None:
+    """Issue 29: an int64 / int32 CPU torch tensor given as tokens (SGLang's
+    RadixKey may hold one) was taken for a lone int (it has __index__) and
+    failed with torch's "only integer tensors of a single element can be
+    converted to an index".  It is read through numpy, as the list of its
+    values would be: the same matches, inserts and batch prefixes.  A
+    tensor that is not 1-D integers is named as any array is."""
+    torch = pytest.importorskip("torch")
+
+    def run(form):
+        sa, ka, rp = _C.SlotAllocator(32), _C.SlotAllocator(1024), _C.ReqPool(8, 256)
+        lc = _C.Lifecycle(sa, ka, rp, page_size=1, chunk_size=4)
+        key = list(range(1, 9))
+        res = lc.insert(form(key), ka.alloc(8), lc.alloc_state())
+        got = [tuple(res[:2]), lc.match(form(key + [9]))[0].tolist(), lc.match(form(key + [9]), limit=8)[0].tolist()]
+        got.append(lc.prefill_batch([form(key + [10, 11])])["prefix_len"].tolist())
+        lc.check()
+        return got
+
+    want = run(list)
+    assert want[1] == want[2] == list(range(1, 9)) and want[3] == [8]
+    for dtype in (torch.int64, torch.int32):
+        assert run(lambda k: torch.tensor(k, dtype=dtype)) == want
+    lc = _C.Lifecycle(chunk_size=4)
+    assert lc.match(torch.tensor(5))[0].tolist() == []            # a 0-d tensor: one token, as an int is
+    with pytest.raises(TypeError, match=r"^match\(\): key must hold integers, not buffer format 'f'$"):
+        lc.match(torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^match\(\): key must be 1-dimensional, not 2-dimensional$"):
+        lc.match(torch.tensor([[1, 2]]))

@@ -224,14 +224,14 @@ _RECORD_CASES = {
     "prepare_extend(extend_len)": lambda lc, row, rec, a: lc.prepare_extend(row, rec, 0, a(8)),
     "decode_prepare(seq_len)": lambda lc, row, rec, a: lc.decode_prepare(row, rec, a(9)),
     "decode_finish(committed_len)": lambda lc, row, rec, a: lc.decode_finish(row, rec, a(8), False),
-    "decode_finish(finished)": lambda lc, row, rec, a: lc.decode_finish(row, rec, 8, a(False)),
     "free_states(keep)": lambda lc, row, rec, a: lc.free_states(rec, keep=a(0)),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_RECORD_CASES))
 def test_per_request_calls_read_the_record_after_their_other_arguments(case) -> None:
-    # an argument's __index__ / __bool__ frees the request's slots
+    # an argument's __index__ frees the request's slots (a flag runs no
+    # code: it must be a bool, test_bool_flags.py)
     # (free_states); the call used to write its earlier copy of the record
     # back, naming free slots again
     def run(reenter: bool):
@@ -249,7 +249,6 @@ _FOREIGN_CASES = {
     "decode_prepare_foreign(seq_len)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, a(9)),
     "decode_prepare_foreign(fresh)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, 9, a(-1)),
     "decode_finish_foreign(committed_len)": lambda lc, rec, a: lc.decode_finish_foreign(rec, a(9), False),
-    "decode_finish_foreign(finished)": lambda lc, rec, a: lc.decode_finish_foreign(rec, 9, a(False)),
 }
 
 
