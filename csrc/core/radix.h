@@ -18,7 +18,7 @@
  *   loses only its state (tombstone, KV kept); a leaf is removed with its
  *   KV, and so is every tombstone above it that is left childless.
  *
- * Invariants (mr_radix_check() verifies I1..I7 and I9, by number):
+ * Invariants (mr_radix_check() verifies I1..I7, I9 and I10, by number):
  *   I1  The root has an empty key, no state, and is in no LRU list.
  *   I2  Every other node has len > 0 and len % page_size == 0; its children
  *       are kept sorted by (namespace, first token) and no two children of a
@@ -427,7 +427,7 @@ typedef struct {
 
 void mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out);
 
-/* Verifies I1..I7, I9 and the counters.  Returns MR_OK, or MR_ECORRUPT with
+/* Verifies I1..I7, I9, I10 and the counters.  Returns MR_OK, or MR_ECORRUPT with
  * a message naming the invariant written to msg (capacity msglen), or
  * MR_ENOMEM if its traversal stack could not be allocated. */
 int mr_radix_check(const mr_radix *t, char *msg, size_t msglen);
