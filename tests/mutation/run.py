@@ -427,6 +427,16 @@ MUTANTS: List[Mutant] = [
     Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
            ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
+    # the driver's refusal of a request that can never run (mambaradix/driver.py)
+    Mutant("DRV_NEED_ADMIT", "mambaradix/driver.py",
+           "admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page + 1",
+           "admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page",
+           ["tests/sim/test_driver_bad_input.py", "tests/sim/test_driver.py"],
+           "submit() accepts a request one KV token over what admission needs: run() spins"),
+    Mutant("DRV_NEED_ROW", "mambaradix/driver.py",
+           "positions = prompt_len + output_len - (0 if config.overlap else 1)",
+           "positions = prompt_len + output_len", ["tests/sim/test_driver_bad_input.py", "tests/sim/test_driver.py"],
+           "submit() refuses a request that fills its row without the overlap scheduler's extra step"),
 ]
 
 
