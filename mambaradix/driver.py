@@ -79,14 +79,61 @@ from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverCon
                         match_key_limit, ping_pong_other, prefill_track_point, retract_victim, state_headroom)
 
 # ---------------------------------------------------------------------------
+# arguments
+# ---------------------------------------------------------------------------
+#: Token ids lie in [0, TOKEN_LIMIT): vocabulary ids, as in the simulator's
+#: traces; the tree keeps them as int32.
+TOKEN_LIMIT = 1 << 31
+
+
+def _int_arg(name: str, v: Any) -> int:
+    """``v`` as an int >= 1: a Python or numpy integer, never a bool."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if v < 1:
+        raise ValueError(f"{name} must be >= 1, got {v}")
+    return int(v)
+
+
+def _token_ids(name: str, rid: str, ids: Any) -> list:
+    """``ids`` (a sequence of ints, an integer array or tensor) as a list of
+    token ids, each an int in [0, TOKEN_LIMIT)."""
+    what = f"{name} of request {rid!r}"
+    if isinstance(ids, (str, bytes, bytearray)) or not hasattr(ids, "__len__"):
+        raise TypeError(f"{what} must be a sequence of int token ids, not {type(ids).__name__}")
+    if hasattr(ids, "__array__") and not isinstance(ids, (list, tuple, range, array)):
+        a = np.asarray(ids)
+        if a.ndim != 1:
+            raise ValueError(f"{what} must be 1-dimensional, not {a.ndim}-dimensional")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{what} must hold int token ids, not {a.dtype}")
+        out = a.tolist()
+    else:
+        out = list(ids)
+        if not all(type(t) is int for t in out):
+            for i, t in enumerate(out):
+                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                    raise TypeError(f"{name}[{i}] of request {rid!r} must be an int token id, "
+                                    f"not {type(t).__name__}")
+            out = [int(t) for t in out]
+    if out and (min(out) < 0 or max(out) >= TOKEN_LIMIT):
+        i, t = next((i, t) for i, t in enumerate(out) if not 0 <= t < TOKEN_LIMIT)
+        raise ValueError(f"{name}[{i}] = {t} of request {rid!r} is out of range "
+                         f"[0, {TOKEN_LIMIT - 1}]")
+    return out
+
+
+# ---------------------------------------------------------------------------
 # requests
 # ---------------------------------------------------------------------------
 @dataclass
 class DriverRequest:
     """A request to run.
 
-    input_ids: prompt token ids.
+    rid: its id (a str, unique in a driver).
+    input_ids: prompt token ids (ints in [0, 2**31), not empty).
     output_len: tokens to decode (>= 1).
+    extra_key: the cache namespace (a str) or None.
     output_ids: the tokens it decodes (default: deterministic pseudo tokens).
     """
 
@@ -97,12 +144,43 @@ class DriverRequest:
     output_ids: Optional[Sequence[int]] = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.output_len, (int, np.integer)) or self.output_len < 1:
-            raise ValueError(f"output_len must be an int >= 1, got {self.output_len!r}")
-        if len(self.input_ids) < 1:
+        self._checked()
+
+    def _checked(self) -> tuple[list, Optional[list]]:
+        """The prompt and the given outputs as lists of ints, after checking
+        every field (TypeError or ValueError naming it)."""
+        if not isinstance(self.rid, str):
+            raise TypeError(f"rid must be a str, not {type(self.rid).__name__}")
+        n = _int_arg(f"output_len of request {self.rid!r}", self.output_len)
+        if self.extra_key is not None and not isinstance(self.extra_key, str):
+            raise TypeError(f"extra_key of request {self.rid!r} must be a str or None, "
+                            f"not {type(self.extra_key).__name__}")
+        prompt = _token_ids("input_ids", self.rid, self.input_ids)
+        if not prompt:
             raise ValueError(f"input_ids of request {self.rid!r} must not be empty")
-        if self.output_ids is not None and len(self.output_ids) < self.output_len:
-            raise ValueError(f"output_ids of request {self.rid!r} shorter than output_len")
+        outs = None
+        if self.output_ids is not None:
+            outs = _token_ids("output_ids", self.rid, self.output_ids)
+            if len(outs) < n:
+                raise ValueError(f"output_ids of request {self.rid!r} shorter than output_len "
+                                 f"({len(outs)} < {n})")
+        return prompt, outs
+
+
+def request_needs(config: DriverConfig, prompt_len: int, output_len: int) -> tuple[int, int]:
+    """What a request needs to run at all, alone in the pools: (KV tokens,
+    positions of its request row).
+
+    KV: admission (SGLang's PrefillAdder) takes a request only while its new
+    tokens + ``min(output_len, clip_max_new_tokens)`` + a page stay below the
+    available + evictable KV, and its decode steps hold every position it
+    writes, in whole pages.  Positions: the prompt and every output but the
+    last, and the last too under the overlap scheduler (the batch after the
+    one that finishes a request still decodes it)."""
+    page = config.page_size
+    positions = prompt_len + output_len - (0 if config.overlap else 1)
+    admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page + 1
+    return max(admit, -(-positions // page) * page), positions
 
 
 def pseudo_token(rid: str, k: int) -> int:
@@ -287,6 +365,9 @@ class SchedulerDriver(Scheduler):
                  alloc_req_slots: Optional[Callable[[Any, list, Any], Any]] = None) -> None:
         import torch  # the drop-in objects are torch based
 
+        if not isinstance(config, DriverConfig):
+            raise TypeError(f"SchedulerDriver: config must be a DriverConfig, "
+                            f"not {type(config).__name__}")
         kv_page = int(getattr(token_to_kv_pool_allocator, "page_size", 1))
         if kv_page != config.page_size:
             raise ValueError(f"SchedulerDriver: token_to_kv_pool_allocator has page_size "
@@ -308,19 +389,42 @@ class SchedulerDriver(Scheduler):
         self.step_count = 0
         self.stats = {"prefill_batches": 0, "decode_steps": 0, "retractions": 0,
                       "cow_copies": 0, "clears": 0}
+        # the pools' sizes, for submit(): whole KV pages, request row width
+        size = getattr(token_to_kv_pool_allocator, "size", None)
+        self.kv_tokens = None if size is None else int(size) // self.page * self.page
+        ctx = getattr(req_to_token_pool, "max_context_len", None)
+        if ctx is None and hasattr(req_to_token_pool, "req_to_token"):
+            ctx = req_to_token_pool.req_to_token.shape[1]
+        self.max_context_len = None if ctx is None else int(ctx)
 
     # ------------------------------------------------------------- public API
     def submit(self, request: DriverRequest) -> None:
-        """Queue a request (arrival order)."""
+        """Queue a request (arrival order).  Refused (nothing queued) when a
+        field is bad, the id is taken, or the request could not run even
+        alone in the pools (see :func:`request_needs`)."""
+        if not isinstance(request, DriverRequest):
+            raise TypeError(f"submit(): request must be a DriverRequest, "
+                            f"not {type(request).__name__}")
+        prompt, given = request._checked()
         if request.rid in self.infos:
             raise ValueError(f"duplicate request id {request.rid!r}")
-        prompt = [int(t) for t in request.input_ids]
-        if request.output_ids is not None:
-            outs = [int(t) for t in request.output_ids[:request.output_len]]
-        else:
-            outs = [pseudo_token(request.rid, k) for k in range(request.output_len)]
-        spare = [pseudo_token(request.rid, request.output_len + k) for k in range(2)]
-        req = _make_req(self.api, request.rid, prompt, request.output_len, request.extra_key)
+        n_out = int(request.output_len)
+        kv, positions = request_needs(self.config, len(prompt), n_out)
+        sizes = f"prompt {len(prompt)} + output {n_out} tokens"
+        if self.max_context_len is not None and positions > self.max_context_len:
+            lag = " (the overlap scheduler decodes one step past the last output)"
+            raise ValueError(f"request {request.rid!r} can never run: {sizes} take {positions} "
+                             f"positions of its request row{lag if self.config.overlap else ''}, "
+                             f"over max_context_len {self.max_context_len}")
+        if self.kv_tokens is not None and kv > self.kv_tokens:
+            raise ValueError(f"request {request.rid!r} can never run: {sizes} need {kv} KV tokens "
+                             f"alone in the pool (admission counts prompt + min(output, "
+                             f"clip_max_new_tokens) + page_size {self.page} + 1, decoding holds "
+                             f"every position in whole pages), the KV pool has {self.kv_tokens}")
+        outs = (given[:n_out] if given is not None
+                else [pseudo_token(request.rid, k) for k in range(n_out)])
+        spare = [pseudo_token(request.rid, n_out + k) for k in range(2)]
+        req = _make_req(self.api, request.rid, prompt, n_out, request.extra_key)
         if getattr(req, "extra_key", None) != request.extra_key:
             req.extra_key = request.extra_key
         rec = RequestRecord(request.rid, len(prompt))
@@ -350,11 +454,28 @@ class SchedulerDriver(Scheduler):
         return [i.req for i in self._live.values()]
 
     def run(self, max_steps: int = 10_000_000) -> None:
-        """Step until every request finished."""
+        """Step until every request finished, at most ``max_steps`` steps
+        (>= 1) in this call.  RuntimeError when it would not end: past
+        max_steps, or when the first waiting request can not be admitted with
+        nothing else in flight (nothing would change at the next step)."""
+        limit = _int_arg("run(): max_steps", max_steps)
+        steps = 0
         while not self.idle:
-            if self.step_count >= max_steps:
-                raise RuntimeError(f"not idle after {max_steps} steps")
-            self.step()
+            if steps >= limit:
+                raise RuntimeError(f"run(): not idle after max_steps={limit} steps "
+                                   f"({len(self.waiting)} waiting, {len(self.running)} running)")
+            before = self.last_batch      # processed by this step (overlap scheduler)
+            batch = self.step()
+            steps += 1
+            if (batch is None and before is None and self.waiting and not self.running
+                    and self.chunked is None and not self.result_queue):
+                x = self.waiting[0]
+                self.batch_is_full = False      # a later run() tries to admit it again
+                raise RuntimeError(
+                    f"run(): request {x.spec.rid!r} (prompt {x.prompt_len}, output "
+                    f"{x.output_len}) can not be admitted with nothing else running: KV "
+                    f"available {self._kv_available()} + evictable {self._kv_evictable()}, "
+                    f"{self._free_rows()} free request rows")
 
     def step(self) -> Optional[Batch]:
         """One scheduler iteration (SGLang's event loop body)."""
@@ -705,10 +826,13 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
 
     from . import sglang as sg  # type: ignore[attr-defined]
 
-    for name, v in (("kv_tokens", kv_tokens), ("state_slots", state_slots),
-                    ("max_context_len", max_context_len)):
-        if not isinstance(v, (int, np.integer)) or v <= 0:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if not isinstance(config, DriverConfig):
+        raise TypeError(f"build_dropin(): config must be a DriverConfig, not {type(config).__name__}")
+    kv_tokens = _int_arg("build_dropin(): kv_tokens", kv_tokens)
+    state_slots = _int_arg("build_dropin(): state_slots", state_slots)
+    max_context_len = _int_arg("build_dropin(): max_context_len", max_context_len)
+    rows = (config.max_running + 2 if req_rows is None
+            else _int_arg("build_dropin(): req_rows", req_rows))
     if model is not None:
         layers = model.num_layers
         conv_shape, temporal_shape = model.conv_shape, model.temporal_shape
@@ -721,9 +845,8 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
     params = sg.Mamba2CacheParams(shape=shape, layers=list(range(layers)),
                                   dtype=sg.Mamba2StateDType(conv=torch.int64,
                                                             temporal=torch.int64))
-    rows = req_rows if req_rows is not None else config.max_running + 2
     pool = sg.HybridReqToTokenPool(
-        size=rows, mamba_size=int(state_slots), max_context_len=int(max_context_len),
+        size=rows, mamba_size=state_slots, max_context_len=max_context_len,
         device="cpu", cache_params=params, mamba_layer_ids=list(range(layers)),
         enable_mamba_extra_buffer=config.extra_buffer,
         enable_mamba_extra_buffer_lazy=config.lazy,
@@ -731,10 +854,10 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
         mamba_cache_chunk_size=config.chunk_size,
         mamba_track_interval=config.track_interval)
     if config.page_size == 1:
-        alloc = sg.TokenToKVPoolAllocator(int(kv_tokens), dtype=torch.bfloat16, device="cpu",
+        alloc = sg.TokenToKVPoolAllocator(kv_tokens, dtype=torch.bfloat16, device="cpu",
                                           kvcache=None, need_sort=False)
     else:
-        alloc = sg.PagedTokenToKVPoolAllocator(int(kv_tokens), config.page_size,
+        alloc = sg.PagedTokenToKVPoolAllocator(kv_tokens, config.page_size,
                                                dtype=torch.bfloat16, device="cpu",
                                                kvcache=None, need_sort=False)
     init = sg.CacheInitParams(disable=False, req_to_token_pool=pool,

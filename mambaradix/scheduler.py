@@ -40,6 +40,7 @@ rule has one home.
 
 from __future__ import annotations
 
+import numbers
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -118,16 +119,27 @@ class DriverConfig:
             raise ValueError("decode_boundary='batch' does not fit mode 'lazy': its "
                              "pre-allocation at prepare time relies on SGLang's check")
         for name in ("chunk_size", "track_interval", "max_running", "max_prefill_tokens",
-                     "page_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.chunked_prefill_size is not None and (
-                not isinstance(self.chunked_prefill_size, int) or self.chunked_prefill_size <= 0):
-            raise ValueError(f"chunked_prefill_size must be None or a positive int, "
-                             f"got {self.chunked_prefill_size!r}")
+                     "page_size", "clip_max_new_tokens"):
+            setattr(self, name, _positive_int(name, getattr(self, name)))
+        if self.chunked_prefill_size is not None:
+            self.chunked_prefill_size = _positive_int("chunked_prefill_size (or None)",
+                                                      self.chunked_prefill_size)
+        if not isinstance(self.match_cap, bool):
+            raise TypeError(f"match_cap must be a bool, not {type(self.match_cap).__name__}")
+        r = self.new_token_ratio
+        if isinstance(r, bool) or not isinstance(r, numbers.Real):
+            raise TypeError(f"new_token_ratio must be a number, not {type(r).__name__}")
+        if not 0.0 <= r <= 1.0:     # NaN too
+            raise ValueError(f"new_token_ratio must lie in [0, 1], got {r!r}")
+        self.new_token_ratio = float(r)
         if self.mode == "no_buffer" and self.page_size != 1:
             raise ValueError("page_size must be 1 in no_buffer mode")
+        if self.chunk_size % self.page_size:
+            raise ValueError(f"chunk_size {self.chunk_size} must be a multiple of page_size "
+                             f"{self.page_size}")
+        if self.track_interval % self.page_size:
+            raise ValueError(f"track_interval {self.track_interval} must be a multiple of "
+                             f"page_size {self.page_size}")
 
     @property
     def extra_buffer(self) -> bool:
@@ -140,6 +152,15 @@ class DriverConfig:
     @property
     def overlap(self) -> bool:
         return self.mode in ("pp2", "lazy")
+
+
+def _positive_int(name: str, v: Any) -> int:
+    """``v`` as an int >= 1: a Python or numpy integer, never a bool."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if v <= 0:
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return int(v)
 
 
 def retract_victim(running: list) -> Any:

@@ -497,6 +497,16 @@ MUTANTS: List[Mutant] = [
            "    *out = PyObject_IsTrue(o);\n    return *out < 0 ? -1 : 0;",
            ["tests/core/test_bool_flags.py", "tests/core/test_binding_args.py"],
            "flags are truth-tested: check_ownership=\"false\" turns the checks on"),
+    # the driver's refusal of a request that can never run (mambaradix/driver.py)
+    Mutant("DRV_NEED_ADMIT", "mambaradix/driver.py",
+           "admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page + 1",
+           "admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page",
+           ["tests/sim/test_driver_bad_input.py", "tests/sim/test_driver.py"],
+           "submit() accepts a request one KV token over what admission needs: run() spins"),
+    Mutant("DRV_NEED_ROW", "mambaradix/driver.py",
+           "positions = prompt_len + output_len - (0 if config.overlap else 1)",
+           "positions = prompt_len + output_len", ["tests/sim/test_driver_bad_input.py", "tests/sim/test_driver.py"],
+           "submit() refuses a request that fills its row without the overlap scheduler's extra step"),
 ]
 
 

@@ -263,6 +263,34 @@ def test_driver_refuses_an_allocator_of_another_page_size():
         SchedulerDriver(cfg, di.tree_cache, di.req_to_token_pool, di.allocator, api=di.api)
 
 
+@pytest.mark.parametrize("mode, page", [("pp2", 1), ("pp1", 4), ("lazy", 4), ("no_buffer", 1)])
+@pytest.mark.parametrize("tight", ["kv", "row"])
+def test_a_request_filling_a_pool_runs_and_one_token_more_is_refused(mode, page, tight):
+    """Prompt 29 + output 6 with exactly the KV that admission needs (29 + 6 +
+    a page + 1: SGLang's PrefillAdder wants the tokens, the reserved outputs
+    and a page below the free KV), or exactly the row positions it writes (35
+    under the overlap scheduler, which decodes one step past the last output;
+    34 without): it runs with the right states and a follow-up resumes from
+    its prefill snapshot (3 * 8; no_buffer keeps none there).  One prompt
+    token more is refused at submit."""
+    P, O = 29, 6
+    overlap = mode in ("pp2", "lazy")
+    kv = P + O + page + 1 if tight == "kv" else 1000
+    ctx = P + O - (0 if overlap else 1) if tight == "row" else 1000
+    d, checked = _setup(mode, kv=kv, ctx=ctx, page_size=page, chunk_size=8, track_interval=8)
+    prompt = np.random.default_rng(SEED).integers(1, 50000, size=P + 1).tolist()
+    with pytest.raises(ValueError, match="request 'over' can never run"):
+        d.submit(DriverRequest("over", prompt, O))
+    d.submit(DriverRequest("a", prompt[:P], O))
+    d.run()
+    d.submit(DriverRequest("b", prompt[:26] + [7, 8, 9], O))
+    d.run()
+    assert [len(d.records[r].output) for r in "ab"] == [O, O]
+    assert d.records["b"].prefix_len == (0 if mode == "no_buffer" else 24)
+    assert {r for r, _, _ in checked} == {"a", "b"}
+    d.tree_cache.sanity_check()
+
+
 # ---------------------------------------------------------------- multi-turn
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
 def test_follow_up_turn_hits_last_snapshot(mode):
