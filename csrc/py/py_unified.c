@@ -904,7 +904,8 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
 
 /* begin_insert reads every argument before it calls the tree: the key into
  * the keybuf taken for the call, then the value's kind (the Python path
- * decided before any other argument is read), the state slot and the ints,
+ * decided before any other argument is read), the state slot (a tensor of
+ * another dtype than int64: the Python path, which names it) and the ints,
  * and the value's data pointer last.  The node the insert ends at is made
  * into its NodeId (and Node) at once: building the actions and the result
  * runs Python code (to_tensor, the result classes, _record_store) that may
@@ -951,9 +952,25 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
             Py_DECREF(mv);
             goto done;
         }
+        int is_tensor = PyObject_TypeCheck(mv, (PyTypeObject *)self->Tensor);
+        if (is_tensor) {
+            /* A slot tensor that is not int64 takes the Python path, which
+             * names its dtype: item() would read a bool as slot 0 or 1. */
+            PyObject *mdt = PyObject_GetAttr(mv, s_dtype);
+            if (mdt == NULL) {
+                Py_DECREF(mv);
+                goto done;
+            }
+            Py_DECREF(mdt);
+            if (mdt != self->int64) {
+                Py_DECREF(mv);
+                mr_buf_give(&self->keybuf, &kb);
+                res = fallback(self, s_fb_begin_insert, &params, 1);
+                goto done;
+            }
+        }
         /* Tensor.item() refuses anything but one element. */
-        PyObject *item = PyObject_TypeCheck(mv, (PyTypeObject *)self->Tensor)
-                             ? PyObject_CallMethodNoArgs(mv, s_item) : NULL;
+        PyObject *item = is_tensor ? PyObject_CallMethodNoArgs(mv, s_item) : NULL;
         Py_DECREF(mv);
         if (item == NULL || !PyLong_Check(item)) {
             Py_XDECREF(item);

@@ -16,7 +16,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 import torch
 
 from .. import _C
-from ._check import count, index_array, integer, one_index
+from ._check import count, index_array, integer, one_index, positive
 
 __all__ = [
     "RadixKey",
@@ -279,8 +279,16 @@ class Mamba2StateShape:
     ) -> "Mamba2StateShape":
         """Shapes for one tensor-parallel rank (heads and groups split over
         tp_world_size; groups padded up so every head keeps its group)."""
-        if tp_world_size < 1:
-            raise ValueError("tp_world_size must be >= 1")
+        call = "Mamba2StateShape.create()"
+        tp_world_size = positive(tp_world_size, f"{call}: tp_world_size")
+        intermediate_size = positive(intermediate_size, f"{call}: intermediate_size")
+        n_groups = positive(n_groups, f"{call}: n_groups")
+        num_heads = positive(num_heads, f"{call}: num_heads")
+        head_dim = positive(head_dim, f"{call}: head_dim")
+        state_size = positive(state_size, f"{call}: state_size")
+        conv_kernel = positive(conv_kernel, f"{call}: conv_kernel")
+        if conv_kernel < 2:   # the conv state keeps conv_kernel - 1 columns
+            raise ValueError(f"{call}: conv_kernel must be >= 2, not {conv_kernel}")
         k_heads = -(-n_groups // tp_world_size)
         groups = n_groups
         if n_groups % tp_world_size != 0:

@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-__all__ = ["INT_DTYPES", "count", "index_array", "index_tensor", "integer", "one_index", "str_or_none", "token_array"]
+__all__ = ["INT_DTYPES", "count", "index_array", "index_tensor", "integer", "one_index", "positive", "str_or_none",
+           "token_array"]
 
 # tensor dtypes that hold indices (uint64 has no int64 view: its large values would wrap)
 INT_DTYPES = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32})
@@ -39,14 +40,27 @@ def integer(v: Any, name: str) -> int:
         raise TypeError(f"{name} must be an int, not {type(v).__name__}") from None
 
 
+def _at_least(v: Any, name: str, lo: int) -> int:
+    """v as an int >= lo (see integer); ValueError when below."""
+    n = integer(v, name)
+    if n < lo:
+        raise ValueError(f"{name} must be >= {lo}, not {n}")
+    return n
+
+
 def count(v: Any, name: str) -> int:
     """v as an int >= 0 (see integer); ValueError when negative."""
     if type(v) is int and v >= 0:
         return v
-    n = integer(v, name)
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, not {n}")
-    return n
+    return _at_least(v, name, 0)
+
+
+def positive(v: Any, name: str) -> int:
+    """v as an int >= 1 (see integer): a size, a count of layers or heads;
+    ValueError when below 1."""
+    if type(v) is int and v >= 1:
+        return v
+    return _at_least(v, name, 1)
 
 
 def str_or_none(v: Any, name: str) -> None:

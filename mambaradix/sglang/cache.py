@@ -243,6 +243,7 @@ class TreeNode:
 
 
 _KEY_FIELDS = ("token_ids", "extra_key", "limit", "is_bigram")
+_INIT_FIELDS = ("req_to_token_pool", "token_to_kv_pool_allocator", "page_size", "disable")
 
 
 def _params_error(call: str, params: Any, want: str, e: AttributeError) -> TypeError:
@@ -287,6 +288,10 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         policy_options: Optional[dict] = None,
         max_states_per_path: Optional[int] = None,
     ) -> None:
+        for field in _INIT_FIELDS:
+            if not hasattr(params, field):
+                raise TypeError(f"MambaRadixCache(): params must be a CacheInitParams (it has no {field}), "
+                                f"not {type(params).__name__}")
         self._policy_kw = dict(end_of_turn_states=bool(end_of_turn_states), policy_options=policy_options,
                                max_states_per_path=max_states_per_path)
         if max_states_per_path and not (isinstance(params.req_to_token_pool, HybridReqToTokenPool)

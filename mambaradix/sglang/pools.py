@@ -17,7 +17,7 @@ import torch
 
 from .. import _C
 from ._api import Mamba2CacheParams, Req, SlotIndex
-from ._check import count, index_array, index_tensor, integer
+from ._check import count, index_array, index_tensor, integer, positive
 
 __all__ = [
     "MambaSlotAllocator",
@@ -86,6 +86,21 @@ def _is_cpu(device: Any) -> bool:
 # Allocators
 
 
+def _layer_ids(ids: Any, call: str) -> List[int]:
+    """The recurrent layers' ids: a non-empty sequence of distinct ints >= 0
+    (a state pool with no layer holds nothing; a layer listed twice would
+    get two state tensors, one of them never read)."""
+    if isinstance(ids, (str, bytes, torch.Tensor, np.ndarray)) or not isinstance(ids, Sequence):
+        raise TypeError(f"{call}: mamba_layer_ids must be a list of ints, not {type(ids).__name__}")
+    out = [count(v, f"{call}: mamba_layer_ids[{i}]") for i, v in enumerate(ids)]
+    if not out:
+        raise ValueError(f"{call}: mamba_layer_ids is empty (a state pool needs a layer)")
+    if len(set(out)) != len(out):
+        dup = next(v for i, v in enumerate(out) if v in out[:i])
+        raise ValueError(f"{call}: mamba_layer_ids lists layer {dup} twice")
+    return out
+
+
 def _per_request(**tensors: Any) -> None:
     """Per-request integer tensors of one batch (one dimension each, all
     of one length); TypeError / ValueError naming the one that is not."""
@@ -102,10 +117,10 @@ class MambaSlotAllocator:
     """Free list of state slots 1..size (slot 0 is the dummy target)."""
 
     def __init__(self, size: int, device: Any) -> None:
-        self.size = size
+        self.size = positive(size, "MambaSlotAllocator(): size")
         self.device = device
         self._on_host = _is_cpu(device)
-        self._slots = _C.SlotAllocator(size)
+        self._slots = _C.SlotAllocator(self.size)
         # the pool's index tensors (HybridReqToTokenPool sets them): one slot
         # comes back as a view of them, whose value the pool reads on the host
         self._ix: Optional[SlotIndex] = None
@@ -149,6 +164,10 @@ class TokenToKVPoolAllocator:
     page_size_default = 1
 
     def __init__(self, size: int, dtype: Any, device: Any, kvcache: Any, need_sort: bool, page_size: int = 1) -> None:
+        call = f"{type(self).__name__}()"
+        size, page_size = positive(size, f"{call}: size"), positive(page_size, f"{call}: page_size")
+        if size < page_size:
+            raise ValueError(f"{call}: size must be >= page_size ({page_size}): {size} tokens hold no page")
         self.size = size
         self.page_size = page_size
         self.dtype = dtype
@@ -187,6 +206,10 @@ class TokenToKVPoolAllocator:
         self._slots.free_group_begin()
 
     def free_group_end(self) -> None:
+        """Ends the open free group; RuntimeError when none is open (an end
+        without its begin: SGLang's callers pair them)."""
+        if not self._slots.in_free_group:
+            raise RuntimeError("free_group_end(): no free group is open (free_group_begin() was not called)")
         self._slots.free_group_end()
 
     @property
@@ -351,9 +374,9 @@ class MambaPool:
         speculative_eagle_topk: Optional[int] = None,
         **_ignored: Any,
     ) -> None:
-        self.size = size
+        self.size = size = positive(size, "MambaPool(): size")
         self.device = device
-        n = len(mamba_layer_ids)
+        n = len(_layer_ids(mamba_layer_ids, "MambaPool()"))
         shape = cache_params.shape
         conv = [torch.zeros((n, size + 1) + tuple(c), dtype=cache_params.dtype.conv, device=device) for c in shape.conv]
         temporal = torch.zeros((n, size + 1) + tuple(shape.temporal), dtype=cache_params.dtype.temporal, device=device)
@@ -429,10 +452,11 @@ class ReqToTokenPool:
     enable_mamba_extra_buffer_lazy = False
 
     def __init__(self, size: int, max_context_len: int, device: Any, enable_memory_saver: bool = False, *, _pp: int = 1) -> None:
-        self.size = size
-        self.max_context_len = max_context_len
+        call = f"{type(self).__name__}()"
+        self.size = positive(size, f"{call}: size")
+        self.max_context_len = positive(max_context_len, f"{call}: max_context_len")
         self.device = device
-        self._rp = _C.ReqPool(size, max_context_len, _pp)
+        self._rp = _C.ReqPool(self.size, self.max_context_len, _pp)
         self._host = torch.from_numpy(self._rp.table)
         # on CPU req_to_token is the C table itself (decided once: the
         # per-request calls test this flag, not the device)
@@ -495,6 +519,7 @@ class ReqToTokenPool:
             need = sum(1 for r in reqs if r.req_pool_idx is None)
         except (AttributeError, TypeError):
             raise _reqs_error("alloc", reqs) from None
+        _distinct(reqs, "alloc")
         if need > self._rp.available_size():
             return None
         rows = self._rp.alloc(need).tolist()
@@ -534,6 +559,16 @@ def _reqs_error(call: str, reqs: Any) -> TypeError:
         if not hasattr(r, "req_pool_idx"):
             return TypeError(f"{call}(): reqs[{i}] must be a Req, not {type(r).__name__}")
     return TypeError(f"{call}(): reqs must be a list of Req")
+
+
+def _distinct(reqs: List[Any], call: str) -> None:
+    """ValueError naming a request listed twice in a batch (it would take
+    two rows and keep one: the other held by nobody)."""
+    first: dict = {}
+    for i, r in enumerate(reqs):
+        j = first.setdefault(id(r), i)
+        if j != i:
+            raise ValueError(f"{call}(): reqs[{i}] is reqs[{j}] (a request listed twice)")
 
 
 def _fields_of(req: Any) -> tuple:
@@ -641,6 +676,10 @@ class HybridReqToTokenPool(ReqToTokenPool):
         mamba_track_interval: int = 256,
         **_ignored: Any,
     ) -> None:
+        # every argument checked before anything is allocated (size and
+        # max_context_len by ReqToTokenPool, before its table)
+        mamba_size = positive(mamba_size, "HybridReqToTokenPool(): mamba_size")
+        mamba_layer_ids = _layer_ids(mamba_layer_ids, "HybridReqToTokenPool()")
         pp = 2 if enable_overlap_schedule else 1
         super().__init__(size, max_context_len, device, enable_memory_saver, _pp=pp)
         if enable_mamba_extra_buffer_lazy and pp != 2:
@@ -729,7 +768,11 @@ class HybridReqToTokenPool(ReqToTokenPool):
             raise _reqs_error("alloc", reqs) from None
         rows = [-1 if r.req_pool_idx is None else int(r.req_pool_idx) for r in reqs]
         olds = [_rs_of(r) for r in reqs]
-        got = self._lc.admit(rows, olds, headroom=True)
+        try:
+            got = self._lc.admit(rows, olds, headroom=True)
+        except ValueError:
+            _distinct(reqs, "alloc")   # the C call's message names its own argument
+            raise
         if got is None and need > self._rp.available_size():
             return None
         if got is None:

@@ -326,6 +326,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
     FULL = ComponentType.FULL
     MAMBA = ComponentType.MAMBA
+    _COMPONENT_VALUES = frozenset(c.value for c in ComponentType)
     assert MatchResult._fields[:14] == (
         "device_prefix_len", "last_device_node", "last_host_node", "best_match_node", "host_hit_length",
         "swa_host_hit_length", "swa_branching_seqlen", "mamba_host_hit_length", "mamba_branching_seqlen",
@@ -736,6 +737,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 mv = params.mamba_value
                 if mv is None:
                     raise ValueError("params.mamba_value is required with a MAMBA component")
+                if isinstance(mv, torch.Tensor):
+                    _check.index_tensor(mv, "params.mamba_value", ndim=None)   # its dtype before its size
                 if not isinstance(mv, torch.Tensor) or mv.numel() != 1:
                     raise ValueError("params.mamba_value must be a one-element tensor (the state slot)")
                 state = _check.one_index(mv, "params.mamba_value")
@@ -838,9 +841,24 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         # ---- eviction ----------------------------------------------------------
 
+        def _component(self, component_type, call: str, in_tree: bool = False):
+            """component_type as a ComponentType (a member, or its int value,
+            which SGLang's core indexes with too); TypeError for anything
+            else (SGLang's core: a KeyError or a TypeError from its lookup).
+            in_tree: ValueError unless the tree has the component."""
+            if not isinstance(component_type, ComponentType):
+                if type(component_type) is not int or component_type not in _COMPONENT_VALUES:
+                    raise TypeError(f"{call}(): component_type must be a ComponentType, not {component_type!r}")
+                component_type = ComponentType(component_type)
+            if in_tree and component_type not in self.component_types:
+                raise ValueError(f"{call}(): component_type {component_type.name} is not a component of this tree "
+                                 f"({', '.join(c.name for c in self.component_types)})")
+            return component_type
+
         # A walk's steps outside evict_device_start / _end fail as SGLang's
         # components assert they do (AssertionError naming the component).
         def evict_device_start(self, component_type, request_cnt) -> None:
+            component_type = self._component(component_type, "evict_device_start", in_tree=True)
             if component_type in self._evict_quota:
                 raise AssertionError(f"{component_type} device eviction already in progress")
             self._evict_quota[component_type] = _check.count(request_cnt, "request_cnt")
@@ -966,6 +984,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
         # ---- component values --------------------------------------------------
 
         def get_component_device_value(self, node_id, component_type):
+            component_type = self._component(component_type, "get_component_device_value")
             node = self._node(node_id)
             if component_type == FULL:
                 return None if node.is_root else self._tensor(node.value)
@@ -980,6 +999,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             )
 
         def component_has_host_value_only(self, node_id, component_type) -> bool:
+            self._component(component_type, "component_has_host_value_only")
             self._node(node_id)
             return False
 

@@ -184,6 +184,10 @@ CASES = {
     "evict: swa_num_tokens None": (lambda c: c.cache.evict(mrs.EvictParams(swa_num_tokens=None)), TypeError,
                                    r"params\.swa_num_tokens must be an int, not NoneType"),
     "evict: params None": (lambda c: c.cache.evict(None), TypeError, r"evict\(\): params must be an EvictParams"),
+    "evict: num_tokens 1.5": (lambda c: c.cache.evict(mrs.EvictParams(num_tokens=1.5)), TypeError,
+                              r"params\.num_tokens must be an int, not float"),
+    "evict: mamba_num 0.5": (lambda c: c.cache.evict(mrs.EvictParams(num_tokens=0, mamba_num=0.5)), TypeError,
+                             r"params\.mamba_num must be an int, not float"),
     "evict_full: -1": (lambda c: c.cache.evict_full(-1), ValueError, r"evict_full\(\): full_num_tokens must be >= 0"),
     "evict_mamba: 1.5": (lambda c: c.cache.evict_mamba(1.5), TypeError, r"evict_mamba\(\): mamba_num must be an int"),
     # locks
@@ -218,11 +222,17 @@ CASES = {
                                      r"free_index must hold integers, not float64"),
     "mamba_allocator.alloc(None)": (lambda c: c.slots.alloc(None), TypeError, r"need_size must be an int, not NoneType"),
     "alloc_group_begin(-1)": (lambda c: c.slots.alloc_group_begin(-1), ValueError, r"num_reqs must be >= 0"),
+    "free_group_end() without a group": (lambda c: c.alloc.free_group_end(), RuntimeError,
+                                         r"free_group_end\(\): no free group is open"),
     # the request pool
     "pool.alloc(None)": (lambda c: c.pool.alloc(None), TypeError, r"alloc\(\): reqs must be a list of Req, not NoneType"),
     "pool.alloc([None])": (lambda c: c.pool.alloc([mrs.Req("n"), None]), TypeError,
                            r"alloc\(\): reqs\[1\] must be a Req, not NoneType"),
     "pool.free(None)": (lambda c: c.pool.free(None), TypeError, r"free\(\): req must be a Req, not NoneType"),
+    "pool.alloc([r, r])": (lambda c: (lambda r: c.pool.alloc([mrs.Req("n"), r, r]))(mrs.Req("twice")), ValueError,
+                           r"alloc\(\): reqs\[2\] is reqs\[1\] \(a request listed twice\)"),
+    "MambaRadixCache(None)": (lambda c: mrs.MambaRadixCache(None), TypeError,
+                              r"MambaRadixCache\(\): params must be a CacheInitParams .*not NoneType"),
     "get_mamba_indices(float)": (lambda c: c.pool.get_mamba_indices(torch.tensor([1.0])), TypeError,
                                  r"req_indices must be an integer tensor"),
     "mamba2_layer_cache(0.0)": (lambda c: c.pool.mamba2_layer_cache(0.0), TypeError, r"layer_id must be an int, not float"),
@@ -283,6 +293,97 @@ def test_a_bad_argument_is_named_and_changes_nothing(case):
     c.req.extra_key = None      # a case may set it, to reach the check
     assert c.snapshot() == before
     c.works()
+
+
+def _shape(**kw):
+    args = dict(tp_world_size=1, intermediate_size=8, n_groups=1, num_heads=2, head_dim=4, state_size=4, conv_kernel=4)
+    args.update(kw)
+    return mrs.Mamba2StateShape.create(**args)
+
+
+def _hybrid(**kw):
+    args = dict(size=4, mamba_size=8, max_context_len=16, device="cpu", mamba_layer_ids=[0],
+                cache_params=mrs.Mamba2CacheParams(shape=_shape(), layers=[0]), enable_mamba_extra_buffer=False)
+    args.update(kw)
+    return mrs.HybridReqToTokenPool(**args)
+
+
+def _kv(size, page_size=None):
+    kw = dict(dtype=torch.bfloat16, device="cpu", kvcache=None, need_sort=False)
+    if page_size is None:
+        return mrs.TokenToKVPoolAllocator(size, **kw)
+    return mrs.PagedTokenToKVPoolAllocator(size, page_size, **kw)
+
+
+# (construction, exception, message): a pool with no usable slot, row or layer, a size
+# torch or the C pools would refuse without naming it, a state of width <= 0
+CTOR_CASES = {
+    "pool size 0": (lambda: _hybrid(size=0), ValueError, r"HybridReqToTokenPool\(\): size must be >= 1, not 0"),
+    "pool size 4.5": (lambda: _hybrid(size=4.5), TypeError, r"HybridReqToTokenPool\(\): size must be an int, not float"),
+    "pool mamba_size 0": (lambda: _hybrid(mamba_size=0), ValueError,
+                          r"HybridReqToTokenPool\(\): mamba_size must be >= 1, not 0"),
+    "pool mamba_size -3": (lambda: _hybrid(mamba_size=-3), ValueError, r"mamba_size must be >= 1, not -3"),
+    "pool mamba_size True": (lambda: _hybrid(mamba_size=True), TypeError, r"mamba_size must be an int, not bool"),
+    "pool max_context_len 0": (lambda: _hybrid(max_context_len=0), ValueError, r"max_context_len must be >= 1, not 0"),
+    "pool no layer": (lambda: _hybrid(mamba_layer_ids=[]), ValueError,
+                      r"HybridReqToTokenPool\(\): mamba_layer_ids is empty"),
+    "pool layer twice": (lambda: _hybrid(mamba_layer_ids=[0, 1, 0]), ValueError, r"mamba_layer_ids lists layer 0 twice"),
+    "pool layer -1": (lambda: _hybrid(mamba_layer_ids=[-1]), ValueError, r"mamba_layer_ids\[0\] must be >= 0, not -1"),
+    "pool layer 1.0": (lambda: _hybrid(mamba_layer_ids=[0, 1.0]), TypeError,
+                       r"mamba_layer_ids\[1\] must be an int, not float"),
+    "pool layers an int": (lambda: _hybrid(mamba_layer_ids=3), TypeError, r"mamba_layer_ids must be a list of ints"),
+    "ReqToTokenPool size 0": (lambda: mrs.ReqToTokenPool(0, 16, "cpu"), ValueError,
+                              r"ReqToTokenPool\(\): size must be >= 1, not 0"),
+    "MambaPool size 0": (lambda: mrs.MambaPool(size=0, cache_params=mrs.Mamba2CacheParams(shape=_shape(), layers=[0]),
+                                               mamba_layer_ids=[0], device="cpu"), ValueError,
+                         r"MambaPool\(\): size must be >= 1, not 0"),
+    "MambaSlotAllocator size 0": (lambda: mrs.MambaSlotAllocator(0, "cpu"), ValueError,
+                                  r"MambaSlotAllocator\(\): size must be >= 1, not 0"),
+    "KV allocator size 0": (lambda: _kv(0), ValueError, r"TokenToKVPoolAllocator\(\): size must be >= 1, not 0"),
+    "KV allocator size 64.5": (lambda: _kv(64.5), TypeError, r"TokenToKVPoolAllocator\(\): size must be an int"),
+    "paged KV allocator under a page": (lambda: _kv(3, 4), ValueError,
+                                        r"PagedTokenToKVPoolAllocator\(\): size must be >= page_size \(4\)"),
+    "paged KV allocator page_size 0": (lambda: _kv(64, 0), ValueError, r"page_size must be >= 1, not 0"),
+    "shape conv_kernel 1": (lambda: _shape(conv_kernel=1), ValueError,
+                            r"Mamba2StateShape\.create\(\): conv_kernel must be >= 2, not 1"),
+    "shape intermediate_size -8": (lambda: _shape(intermediate_size=-8), ValueError,
+                                   r"intermediate_size must be >= 1, not -8"),
+    "shape num_heads 0": (lambda: _shape(num_heads=0), ValueError, r"num_heads must be >= 1, not 0"),
+    "shape head_dim 4.0": (lambda: _shape(head_dim=4.0), TypeError, r"head_dim must be an int, not float"),
+    "shape tp_world_size 0": (lambda: _shape(tp_world_size=0), ValueError, r"tp_world_size must be >= 1, not 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(CTOR_CASES))
+def test_a_pool_or_shape_that_holds_nothing_is_refused_at_construction(case):
+    make, exc, message = CTOR_CASES[case]
+    with pytest.raises(exc, match=message):
+        make()
+
+
+def test_the_smallest_pools_work():
+    """One row, one state slot, one KV token (one page): each is handed
+    out, and the next request finds the pool full."""
+    pool = _hybrid(size=1, mamba_size=1, mamba_layer_ids=[3])
+    assert pool.alloc([mrs.Req("a")]) == [1] and pool.alloc([mrs.Req("b")]) is None
+    assert pool.mamba2_layer_cache(3).temporal.shape == (2, 2, 4, 4)   # slot 0 (the dummy) and slot 1
+    assert _kv(1).alloc(1).tolist() == [1]
+    assert _kv(4, 4).alloc(4).tolist() == [4, 5, 6, 7]   # page 0 is the padding page
+    assert _shape(conv_kernel=2).conv == [(16, 1)]
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_a_request_listed_twice_takes_no_row(hybrid):
+    """SGLang's ReqToTokenPool.alloc([r, r]) takes two rows and gives r
+    one: the other is held by nobody.  Both pools refuse the batch, name
+    the request's place in it and take nothing."""
+    pool = _hybrid() if hybrid else mrs.ReqToTokenPool(4, 16, "cpu")
+    r = mrs.Req("twice")
+    with pytest.raises(ValueError, match=r"alloc\(\): reqs\[1\] is reqs\[0\] \(a request listed twice\)"):
+        pool.alloc([r, r])
+    assert pool.available_size() == 4 and r.req_pool_idx is None
+    pool.check()
+    assert pool.alloc([r]) == [1]
 
 
 @pytest.mark.parametrize("page_size", [1, 4])

@@ -283,6 +283,18 @@ def test_what_the_python_path_would_convert_is_refused():
         (match(RadixKey([1.0, 2.0])), TypeError, r"key\.token_ids must hold integers"),
         (match(RadixKey("abc")), TypeError, r"key\.token_ids must be a sequence of ints, not str"),
         (lambda: core.evict_device_start(ComponentType.FULL, 2.5), TypeError, r"request_cnt must be an int, not float"),
+        # a slot tensor the C path read with item(): a bool as slot 0 or 1, a float as "not one element"
+        (insert(mamba_value=torch.tensor([True])), TypeError,
+         r"params\.mamba_value must be an integer tensor, not torch\.bool"),
+        (insert(mamba_value=torch.tensor([0.0])), TypeError,
+         r"params\.mamba_value must be an integer tensor, not torch\.float32"),
+        (insert(mamba_value=torch.tensor([0.0, 1.0])), TypeError, r"params\.mamba_value .*torch\.float32"),
+        (lambda: core.evict_device_start("FULL", 1), TypeError,
+         r"evict_device_start\(\): component_type must be a ComponentType, not 'FULL'"),
+        (lambda: core.evict_device_start(ComponentType.SWA, 1), ValueError,
+         r"evict_device_start\(\): component_type SWA is not a component of this tree \(FULL, MAMBA\)"),
+        (lambda: core.get_component_device_value(core.root_node_handle(), "x"), TypeError,
+         r"get_component_device_value\(\): component_type must be a ComponentType, not 'x'"),
     ]
     for call, exc, message in bad_calls:
         before = d.snapshot(side)
@@ -294,6 +306,43 @@ def test_what_the_python_path_would_convert_is_refused():
     d.a.cache.match_prefix(MatchPrefixParams(key=_key([1, 2, 3, 4])))
     side.cache.match_prefix(MatchPrefixParams(key=RadixKey(torch.tensor([1, 2, 3, 4]))))
     d.run(200)   # still in lockstep with SGLang's core
+
+
+def test_a_component_type_is_read_as_sglangs_core_reads_it():
+    """SGLang's core indexes a node's components with the ComponentType (an
+    int enum): a member or its int value reads the component (None for
+    SWA, which this tree has not), anything else raises there; eviction
+    starts only for the tree's components (a KeyError there).  Ours gives
+    the same values and refuses the same arguments, naming component_type,
+    and a refused start leaves no walk open."""
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
+    d = dual.Differ(cfg, "no_buffer", seed=7)
+    d.run(40)
+    nodes = []
+    for side in (d.a, d.b):   # a key of its own on both (the walk's tokens are 1..4)
+        side.cache.insert(InsertParams(key=_key([7, 7, 7]), value=side.alloc.alloc(3),
+                                       mamba_value=side.pool.mamba_allocator.alloc(1)))
+        nodes.append(side.cache.match_prefix(MatchPrefixParams(key=_key([7, 7, 7]))).last_device_node)
+
+    def value(side, node, ct):
+        v = side.core.get_component_device_value(node, ct)
+        return None if v is None else v.tolist()
+
+    for ct in (ComponentType.FULL, ComponentType.MAMBA, ComponentType.SWA, 0, 2):
+        assert value(d.b, nodes[1], ct) == value(d.a, nodes[0], ct), ct
+    for bad in ("x", "FULL", None, 2.0):
+        for side, node in zip((d.a, d.b), nodes):
+            with pytest.raises(TypeError):
+                side.core.get_component_device_value(node, bad)
+    for bad, ours in (("FULL", TypeError), (ComponentType.SWA, ValueError), (None, TypeError)):
+        with pytest.raises(KeyError):
+            d.a.core.evict_device_start(bad, 1)
+        with pytest.raises(ours, match="component_type"):
+            d.b.core.evict_device_start(bad, 1)
+    for side in (d.a, d.b):   # no walk was left open; the int value starts one
+        side.core.evict_device_start(0, 1)
+        side.core.evict_device_end(ComponentType.FULL)
+    d.run(100)   # still in lockstep with SGLang's core
 
 
 def test_a_missing_sglang_module_is_named(monkeypatch):
