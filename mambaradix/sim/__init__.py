@@ -15,6 +15,8 @@ replays, as the command line does.
 
 ``run`` (the replay engine, :mod:`mambaradix.sim.engine`) is imported on first
 use, so ``import mambaradix.sim`` stays light and never imports torch.
+:func:`upper_bound` (:mod:`mambaradix.sim.bound`, docs/bound.md) bounds the
+token hit rate any state policy can reach on a workload.
 :func:`sweep` replays one workload under several configurations; the
 command line is ``python -m mambaradix sim`` (:mod:`mambaradix.sim.cli`).
 """
@@ -32,6 +34,7 @@ from .types import SimConfig, SimMetrics, SimRequest
 from .sweep import sweep  # noqa: E402  (isort: skip)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .bound import BoundResult, upper_bound
     from .engine import run
     from .report import format_report, metrics_to_dict
 
@@ -49,12 +52,16 @@ __all__ = [
     "workloads",
     "format_report",
     "metrics_to_dict",
+    "upper_bound",
+    "BoundResult",
 ]
 
 _LAZY = {
     "run": ("engine", "run"),
     "format_report": ("report", "format_report"),
     "metrics_to_dict": ("report", "metrics_to_dict"),
+    "upper_bound": ("bound", "upper_bound"),
+    "BoundResult": ("bound", "BoundResult"),
 }
 
 

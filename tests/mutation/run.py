@@ -55,6 +55,7 @@ T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/c
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_row_after_cache_unfinished.py"]
+T_BOUND = ["tests/sim/test_bound.py", "tests/sim/test_bound_replays.py", "tests/package/test_docs.py"]
 T_PAGED = ["tests/dropin/test_sglang_pools_oracle_paged.py", "tests/dropin/test_sglang_pools_oracle.py",
            "tests/core/test_lifecycle_free_calls.py"]
 
@@ -507,6 +508,25 @@ MUTANTS: List[Mutant] = [
            "positions = prompt_len + output_len - (0 if config.overlap else 1)",
            "positions = prompt_len + output_len", ["tests/sim/test_driver_bad_input.py", "tests/sim/test_driver.py"],
            "submit() refuses a request that fills its row without the overlap scheduler's extra step"),
+    # ---- the offline hit-rate bound (mambaradix/sim/bound.py, docs/bound.md)
+    Mutant("BND_CAPACITY", "mambaradix/sim/bound.py", "C = max(0, int(cfg.state_slots) - held_slots(cfg.mode))",
+           "C = max(0, int(cfg.state_slots) - held_slots(cfg.mode) + 1)", T_BOUND,
+           "the bound lets one more state stand than the slots the admitted request leaves"),
+    Mutant("BND_LATEST", "mambaradix/sim/bound.py", "        child.latest = j\n", "        child.latest = child.latest\n",
+           T_BOUND, "a hit's interval starts at the first request that touched its prefix, not the last"),
+    Mutant("BND_STAND", "mambaradix/sim/bound.py", "    first = as_ + 1\n", "    first = as_\n", T_BOUND,
+           "a hit also stands at its last toucher's own admission"),
+    Mutant("BND_PAGE", "mambaradix/sim/bound.py", "            p = hi // page * page", "            p = hi",
+           T_BOUND, "candidate hits off the page grid"),
+    Mutant("BND_CAP", "mambaradix/sim/bound.py", "limit = match_key_limit(len(r.input_ids), cap)",
+           "limit = len(r.input_ids)", T_BOUND, "candidate hits past SGLang's match cap"),
+    Mutant("BND_ORDER", "mambaradix/sim/bound.py",
+           "order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))",
+           "order = list(range(len(requests)))", T_BOUND, "requests taken in list order, not by arrival"),
+    Mutant("BND_DUAL", "mambaradix/sim/bound.py", "        red = g - pi[h] + pi[t]", "        red = g - pi[h] - pi[t]",
+           T_BOUND, "the dual certificate's reduced gains with the tail's potential's sign flipped"),
+    Mutant("BND_FAST", "mambaradix/sim/bound.py", "np.cumsum(cover).max() > C:", "np.cumsum(cover).max() > C + 1:",
+           T_BOUND, "the no-LP shortcut taken when one admission stands under C + 1 hits"),
 ]
 
 

@@ -68,6 +68,8 @@ def _needs(body: str) -> None:
         pytest.importorskip("torch")
     if "--plot" in body:
         pytest.importorskip("matplotlib")
+    if re.search(r"upper_bound|bench_bound", body):
+        pytest.importorskip("scipy", reason="the hit-rate bound solves its LP with SciPy")
 
 
 def test_every_block_has_a_known_kind():
