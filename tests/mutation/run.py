@@ -497,6 +497,14 @@ MUTANTS: List[Mutant] = [
            "    *out = PyObject_IsTrue(o);\n    return *out < 0 ? -1 : 0;",
            ["tests/core/test_bool_flags.py", "tests/core/test_binding_args.py"],
            "flags are truth-tested: check_ownership=\"false\" turns the checks on"),
+    Mutant("LC_STATE_OWNER", "csrc/core/lifecycle.c",
+           "    if (owner != MR_OWNER_HELD && (owner < 1 || lc->rp == NULL || owner > lc->rp->size)) {",
+           "    if (owner != MR_OWNER_HELD && owner < 1) {",
+           ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
+           "alloc_state gives a slot to a row past the pool's last (owned by a row that does not exist)"),
+    Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
+           ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
+           "cache_unfinished_foreign takes the request's running slot as the node's: one slot, two owners"),
 ]
 
 
