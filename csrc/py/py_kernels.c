@@ -109,7 +109,12 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
         Py_DECREF(raw);
         return -1;
     }
-    if (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra))) {
+    /* a numpy array holds the dtypes a tensor may (mr_tensor_import above) */
+    int tn = PyArray_TYPE(ra);
+    int np_ok = tn == NPY_INT32 || tn == NPY_INT64
+                || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8));
+    if ((PyArray_Check(obj) && !np_ok)
+        || (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra)))) {
         if (PyArray_Check(obj)) {
             PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
         }

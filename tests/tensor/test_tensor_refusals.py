@@ -56,3 +56,13 @@ def test_write_req_to_token_names_the_shape_of_values() -> None:
     with pytest.raises(ValueError, match=r"write_req_to_token\(\): values must be \[n\] or \[n, w\]"):
         write_req_to_token(table, [1], [0], np.ones((1, 1, 2), np.int32))
     assert not table.any()
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int8, np.uint8, np.float64])
+def test_numpy_indices_of_other_dtypes_are_refused(dtype) -> None:
+    p = StatePool([torch.zeros(2, 5, 3)], torch.zeros(2, 5, 2))
+    with pytest.raises(TypeError, match=rf"copy_slots\(\): src must hold int32 or int64 indices, not "
+                                        rf"{np.dtype(dtype)}"):
+        p.copy_slots(np.array([1], dtype=dtype), [3])
+    with pytest.raises(TypeError, match=rf"src must hold int32 or int64 indices, not {np.dtype(dtype)}"):
+        p.copy_slots(np.array([], dtype=dtype), np.array([], dtype=np.int64))
