@@ -291,7 +291,7 @@ class OwnershipError(Error, ValueError):
     """A slot, token or row was freed twice, or by someone who does not own it."""
 
 class SlotAllocator:
-    """FIFO allocator of units 1..size (0 reserved) recording every unit's
+    """FIFO allocator of units 1..size (size >= 1; 0 reserved) recording every unit's
     owner: free, held by a caller, a request row, or the prefix tree.  With
     page_size > 1 it hands out whole pages and size counts tokens."""
 
@@ -316,7 +316,7 @@ class SlotAllocator:
     def alloc_group_end(self) -> None: ...
 
 class ReqPool:
-    """Request rows 1..size (row 0 = padding), the int32 req-to-token table
+    """Request rows 1..size (size >= 1; row 0 = padding), the int32 req-to-token table
     and the row -> state slot maps, as zero-copy numpy views."""
 
     def __init__(self, size: int, max_context_len: int, track_buffer_size: int = 2) -> None: ...

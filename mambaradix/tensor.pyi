@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 _Tensorish = Any  # any object with __dlpack__, or a DLPack capsule
 _Index = Union[int, Sequence[int], Any]  # host sequence/array, or a device tensor
-_DType = Union[str, Any]  # "bfloat16", "bf16", "float32", numpy/torch dtypes
+_DType = Union[str, Any]  # "bfloat16", "bf16", "float32", numpy/torch dtypes, numpy scalar types (np.float16)
 _Device = Union[str, Tuple[int, int], Any]  # "cpu", "cuda", "cuda:N", torch.device
 
 class Tensor:

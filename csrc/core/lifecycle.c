@@ -766,6 +766,10 @@ mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *ou
     if (lc->state == NULL) {
         return MR_ESTATE;
     }
+    /* a request row of the pool, or HELD */
+    if (owner != MR_OWNER_HELD && (owner < 1 || lc->rp == NULL || owner > lc->rp->size)) {
+        return MR_EINVAL;
+    }
     int rc = mr_slots_alloc(lc->state, 1, owner, out);
     if (rc != MR_ENOSPC) {
         return rc;
@@ -934,6 +938,14 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         return MR_ESTATE;
     }
     const mr_lc_config *c = &lc->cfg;
+    /* one row per request: two records in one row would share its slots */
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; rows[i] >= 1 && j < i; j++) {
+            if (rows[j] == rows[i]) {
+                return MR_EINVAL;
+            }
+        }
+    }
     if (headroom) {
         int64_t short_by = mr_rule_state_headroom(mr_slots_available(lc->state), (int64_t)n, c->lazy);
         if (short_by > 0) {
@@ -1557,6 +1569,11 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
     }
     if (fresh < 1) {
         return MR_EINVAL;
+    }
+    /* a slot the request holds would get a second owner, the tree's node */
+    if (fresh == st->running
+        || (lc->cfg.extra_buffer && st->next_track >= 0 && (fresh == st->track[0] || fresh == st->track[1]))) {
+        return MR_EBUSY;
     }
     int64_t bad;
     return cache_unfinished(lc, -1, st, tokens, NULL, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst,

@@ -184,7 +184,8 @@ int mr_lc_evict_protected(mr_lifecycle *lc, size_t num_tokens, size_t num_states
 
 /* Takes one state slot for `owner` (HELD or a row); when none is free,
  * evicts one state (mr_lc_evict_protected, with `protect` if not NULL) and
- * retries.  MR_ENOSPC when none can be had. */
+ * retries.  MR_ENOSPC when none can be had; MR_EINVAL for an owner that is
+ * neither HELD nor a row of the pool (nothing changes). */
 int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *out);
 
 /* match_prefix: matches key[0:len) in namespace ns; writes the usable
@@ -218,7 +219,7 @@ int mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fre
  * every request gets a running slot if it has none (needs_clear = 1) and,
  * with extra_buffer, its track buffer if it has none; COW slots move
  * HELD -> REQ(row); the maps are synced.  MR_ENOSPC when rows or slots are
- * short (nothing taken). */
+ * short (nothing taken); MR_EINVAL for a row >= 1 listed twice. */
 int mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom);
 
 /* mr_lc_admit's slots for one request on a lifecycle without pools (the
@@ -308,7 +309,8 @@ int mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_
  * [old protected_len, *table_end) differs from kv (the duplicates the tree
  * replaced with its own indices; past them the tree took kv's): the caller
  * writes that part, none when *table_end is not past the old length.
- * MR_ESTATE with pools. */
+ * MR_ESTATE with pools; MR_EBUSY (nothing changes) for a fresh slot the
+ * request holds (its running slot or track buffer). */
 int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                                size_t fill_len, int32_t ns, int64_t fresh, int64_t *prefix_out,
                                int64_t *fork_src, int64_t *fork_dst, int64_t *table_end);

@@ -294,39 +294,6 @@ mr_arg_bool(PyObject *o, const char *fname, const char *arg, int *out)
 }
 
 int
-mr_arg_ll(PyObject *o, long long *out)
-{
-    if (o == NULL) {
-        return 0;
-    }
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int
-mr_arg_int(PyObject *o, int *out)
-{
-    if (o == NULL) {
-        return 0;
-    }
-    long v = PyLong_AsLong(o);
-    if (v == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (v > INT_MAX || v < INT_MIN) {
-        PyErr_SetString(PyExc_OverflowError, v > INT_MAX ? "signed integer is greater than maximum"
-                                                         : "signed integer is less than minimum");
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-int
 mr_arg_str(PyObject *o, const char *fname, const char *arg, int none_ok, const char **out)
 {
     if (o == NULL) {

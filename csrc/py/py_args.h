@@ -65,9 +65,6 @@ int mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, in
  * (a str, an int, None), is TypeError naming fname and arg.  The one reader
  * of every boolean argument of the binding. */
 int mr_arg_bool(PyObject *o, const char *fname, const char *arg, int *out);
-/* As the "L" and "i" formats of PyArg_Parse*: any __index__ object. */
-int mr_arg_ll(PyObject *o, long long *out);
-int mr_arg_int(PyObject *o, int *out);
 /* A str, as UTF-8 owned by o; None too when none_ok (then *out = NULL). */
 int mr_arg_str(PyObject *o, const char *fname, const char *arg, int none_ok, const char **out);
 

@@ -102,12 +102,24 @@ done:
     return rc;
 }
 
-/* Parses a dtype: a name ("bfloat16", "bf16", "torch.float32") or any
- * object whose str() is one (numpy/torch dtypes). */
+/* Parses a dtype: a name ("bfloat16", "bf16", "torch.float32"), any
+ * object whose str() is one (numpy/torch dtypes) or a numpy scalar type
+ * (np.float16, read as np.dtype(np.float16)). */
 int
 mr_parse_dtype(PyObject *o, const char *what, int *out)
 {
-    PyObject *s = PyUnicode_Check(o) ? Py_NewRef(o) : PyObject_Str(o);
+    PyObject *s = NULL;
+    if (PyType_Check(o) && PyType_IsSubtype((PyTypeObject *)o, &PyGenericArrType_Type)) {
+        PyArray_Descr *d = PyArray_DescrFromTypeObject(o);
+        if (d == NULL) {
+            return -1;
+        }
+        s = PyObject_Str((PyObject *)d);
+        Py_DECREF(d);
+    }
+    else {
+        s = PyUnicode_Check(o) ? Py_NewRef(o) : PyObject_Str(o);
+    }
     if (s == NULL) {
         return -1;
     }

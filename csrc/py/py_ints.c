@@ -335,7 +335,8 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
         }
         return 0;
     }
-    PyObject *seq = PySequence_Fast(src, "");
+    /* a set or a dict iterates in hash order, not as a token sequence */
+    PyObject *seq = PyAnySet_Check(src) || PyDict_Check(src) ? NULL : PySequence_Fast(src, "");
     if (seq == NULL) {
         mr_ints_release(out);
         PyErr_Format(PyExc_TypeError, "%s must be a sequence or buffer of ints, not %.100s", arg,

@@ -31,7 +31,8 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
 {
     memset(out, 0, sizeof(*out));
     const char *kind = mask ? "a bool or integer mask" : "int32 or int64 indices";
-    if (PyCapsule_CheckExact(obj) || PyObject_HasAttrString(obj, "__dlpack__")) {
+    /* numpy arrays (host memory, any strides) go through numpy below */
+    if (PyCapsule_CheckExact(obj) || (!PyArray_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__"))) {
         TensorObject *t = mr_tensor_import(st, obj, stream, 0, arg);
         if (t == NULL) {
             return -1;
@@ -108,8 +109,18 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
         Py_DECREF(raw);
         return -1;
     }
-    if (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra))) {
-        PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
+    /* a numpy array holds the dtypes a tensor may (mr_tensor_import above) */
+    int tn = PyArray_TYPE(ra);
+    int np_ok = tn == NPY_INT32 || tn == NPY_INT64
+                || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8));
+    if ((PyArray_Check(obj) && !np_ok)
+        || (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra)))) {
+        if (PyArray_Check(obj)) {
+            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
+        }
         Py_DECREF(raw);
         return -1;
     }

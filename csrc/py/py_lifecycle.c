@@ -507,6 +507,8 @@ static const mr_status_override cache_finished_overrides[] = {
 };
 static const mr_status_override unfinished_foreign_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: the tracked length is not page aligned or beyond len(kv)"},
+    {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: fresh is one of the request's own state slots (running or track buffer); "
+                                 "the tree's node and the request would share it"},
     MR_STATUS_END(lifecycle_overrides),
 };
 static const mr_status_override prefill_batch_overrides[] = {
@@ -532,15 +534,18 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
             "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
             "end_of_turn_states", "policy_options", "max_states_per_path");
-    long long page = 1, chunk = 64, interval = 256;
+    int64_t page = 1, chunk = 64, interval = 256, pp = 2;
     const char *policy = "sglang";
-    int extra = 0, lazy = 0, pp = 2, eot = 0;
+    int extra = 0, lazy = 0, eot = 0;
     mr_state *st = mr_state_from_type(tp);
-    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[3], &page) < 0 || mr_arg_ll(a[4], &chunk) < 0
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0
+        || mr_arg_int64(a[3], "Lifecycle", "page_size", 1, 1 << 24, &page) < 0
+        || mr_arg_int64(a[4], "Lifecycle", "chunk_size", 1, 1 << 24, &chunk) < 0
         || mr_arg_str(a[5], "Lifecycle", "lru_policy", 0, &policy) < 0
         || mr_arg_bool(a[6], "Lifecycle", "extra_buffer", &extra) < 0
-        || mr_arg_bool(a[7], "Lifecycle", "lazy", &lazy) < 0 || mr_arg_int(a[8], &pp) < 0
-        || mr_arg_ll(a[9], &interval) < 0
+        || mr_arg_bool(a[7], "Lifecycle", "lazy", &lazy) < 0
+        || mr_arg_int64(a[8], "Lifecycle", "track_buffer_size", 1, 2, &pp) < 0
+        || mr_arg_int64(a[9], "Lifecycle", "track_interval", 1, INT64_MAX, &interval) < 0
         || mr_arg_bool(a[10], "Lifecycle", "end_of_turn_states", &eot) < 0) {
         return NULL;
     }
@@ -548,13 +553,9 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
              *opts = a[11] ? a[11] : Py_None, *budget = a[12] ? a[12] : Py_None;
     mr_lc_config cfg = {0};
     cfg.end_of_turn = eot;
-    if (page < 1 || page > (1 << 24) || chunk < 1 || chunk > (1 << 24)) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): page_size and chunk_size must be in [1, 2**24]");
-        return NULL;
-    }
     if (page % chunk != 0 && chunk % page != 0) {
         PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide the other",
-                     chunk, page);
+                     (long long)chunk, (long long)page);
         return NULL;
     }
     mr_radix_config pc = {1, 1, MR_POLICY_SGLANG};
@@ -562,23 +563,15 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     cfg.policy = pc.policy;
-    if (pp != 1 && pp != 2) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): track_buffer_size must be 1 or 2");
-        return NULL;
-    }
     if (lazy && (!extra || pp != 2)) {
         PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
-        return NULL;
-    }
-    if (interval < 1) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): track_interval must be >= 1");
         return NULL;
     }
     cfg.page_size = (uint32_t)page;
     cfg.chunk_size = (uint32_t)chunk;
     cfg.extra_buffer = extra;
     cfg.lazy = lazy;
-    cfg.track_buffer_size = pp;
+    cfg.track_buffer_size = (int32_t)pp;
     cfg.track_interval = interval;
     mr_slots *sp = NULL;
     mr_kv *state_kv = NULL, *kv = NULL;
@@ -592,6 +585,11 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_TypeError,
                             "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
                             "ReqPool (or all three None)");
+            return NULL;
+        }
+        if (state_kv == kv) {
+            PyErr_SetString(PyExc_ValueError, "Lifecycle(): state_allocator and kv_allocator must be different "
+                            "SlotAllocator objects (one pool cannot hold both state slots and KV indices)");
             return NULL;
         }
         if (state_kv->page_size != 1) {
@@ -1368,12 +1366,13 @@ Lifecycle_alloc_state(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     if (o != NULL && mr_as_int64(o, MR_OWNER_HELD, INT32_MAX, "alloc_state(): owner", &owner) < 0) {
         return NULL;
     }
-    if (owner == -1 || owner == 0) {
-        PyErr_SetString(PyExc_ValueError, "alloc_state(): owner must be -2 (held) or a request row >= 1");
-        return NULL;
-    }
     int64_t s = -1;
     int rc = mr_lc_alloc_state(self->lc, (int32_t)owner, NULL, &s);
+    if (rc == MR_EINVAL) {
+        PyErr_Format(PyExc_ValueError, "alloc_state(): owner must be -2 (held) or a request row in [1, %lld], not %lld",
+                     (long long)mr_pools_req_pool(self->rp_obj, lc_state(self))->size, (long long)owner);
+        return NULL;
+    }
     if (rc != MR_OK) {
         return lc_raise(self, rc, "alloc_state()");
     }
@@ -1442,6 +1441,13 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is not a request row in use (-1 takes a new "
                          "row)", i, (long long)rows[i]);
             goto error;
+        }
+        for (Py_ssize_t j = 0; rows[i] >= 1 && j < i; j++) {
+            if (rows[j] == rows[i]) {
+                PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is rows[%zd] too (one row per request)", i,
+                             (long long)rows[i], j);
+                goto error;
+            }
         }
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1811,7 +1817,7 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
     *kvbuf = mr_buf_take(&self->buf);
     *tokbuf = mr_buf_take(&self->keybuf);
-    if (mr_ints_read(kv, 8, INT64_MIN, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
+    if (mr_ints_read(kv, 8, 0, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
         goto fail;
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);

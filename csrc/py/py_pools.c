@@ -45,21 +45,16 @@ static PyObject *
 SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "SlotAllocator", 0, 2, 1, "size", "page_size");
-    long long size = 0, page_size = 1;
-    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &page_size) < 0) {
-        return NULL;
-    }
-    if (size < 0) {
-        PyErr_SetString(PyExc_ValueError, "SlotAllocator(): size must be >= 0");
-        return NULL;
-    }
-    if (page_size < 1) {
-        PyErr_SetString(PyExc_ValueError, "SlotAllocator(): page_size must be >= 1");
+    int64_t size = 0, page_size = 1;
+    /* a pool of no unit could never hand one out */
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0
+        || mr_arg_int64(a[0], "SlotAllocator", "size", 1, INT64_MAX, &size) < 0
+        || mr_arg_int64(a[1], "SlotAllocator", "page_size", 1, INT64_MAX, &page_size) < 0) {
         return NULL;
     }
     if (size / page_size > MR_SLOTS_MAX) {
         PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
-                     "indices are int32", size / page_size, (long long)MR_SLOTS_MAX);
+                     "indices are int32", (long long)(size / page_size), (long long)MR_SLOTS_MAX);
         return NULL;
     }
     SlotAllocatorObject *self = (SlotAllocatorObject *)tp->tp_alloc(tp, 0);
@@ -551,29 +546,23 @@ static PyObject *
 ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "ReqPool", 0, 3, 2, "size", "max_context_len", "track_buffer_size");
-    long long size = 0, max_ctx = 0;
-    int pp = 2;
-    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_ll(a[0], &size) < 0 || mr_arg_ll(a[1], &max_ctx) < 0
-        || mr_arg_int(a[2], &pp) < 0) {
+    int64_t size = 0, max_ctx = 0, pp = 2;
+    /* a pool of no request row could never admit one */
+    if (mr_parse_tuple(&spec, args, kwds, a) < 0 || mr_arg_int64(a[0], "ReqPool", "size", 1, MR_SLOTS_MAX, &size) < 0
+        || mr_arg_int64(a[1], "ReqPool", "max_context_len", 1, INT64_MAX, &max_ctx) < 0
+        || mr_arg_int64(a[2], "ReqPool", "track_buffer_size", 1, 2, &pp) < 0) {
         return NULL;
     }
-    if (size < 0) {
-        PyErr_SetString(PyExc_ValueError, "ReqPool(): size must be >= 0");
-        return NULL;
-    }
-    if (max_ctx < 1) {
-        PyErr_SetString(PyExc_ValueError, "ReqPool(): max_context_len must be >= 1");
-        return NULL;
-    }
-    if (pp != 1 && pp != 2) {
-        PyErr_SetString(PyExc_ValueError, "ReqPool(): track_buffer_size must be 1 or 2");
+    if ((uint64_t)max_ctx > SIZE_MAX / sizeof(int32_t) / (uint64_t)(size + 1)) {
+        PyErr_Format(PyExc_ValueError, "ReqPool(): the table of (size + 1) x max_context_len = %lld x %lld int32 "
+                     "entries exceeds the address space", (long long)(size + 1), (long long)max_ctx);
         return NULL;
     }
     ReqPoolObject *self = (ReqPoolObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
     }
-    int rc = mr_reqpool_init(&self->pool, size, max_ctx, pp);
+    int rc = mr_reqpool_init(&self->pool, size, max_ctx, (int32_t)pp);
     if (rc != MR_OK) {
         Py_DECREF(self);
         return mr_raise(mr_state_from_type(tp), rc, "ReqPool()");

@@ -125,6 +125,10 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                                                  NPY_ARRAY_CARRAY_RO | NPY_ARRAY_ENSURECOPY, NULL);
                 Py_XDECREF(tmp);
                 if (flat == NULL) {
+                    if (PyErr_ExceptionMatches(PyExc_ValueError)) {   /* numpy's "object too deep" */
+                        PyErr_Clear();
+                        PyErr_SetString(PyExc_ValueError, "write_req_to_token(): values must be [n] or [n, w]");
+                    }
                     goto error;
                 }
                 if (PyArray_DIM((PyArrayObject *)flat, 0) != n) {

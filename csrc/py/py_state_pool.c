@@ -70,6 +70,9 @@ statepool_make(mr_state *st, PyObject *tensors, const char *fname)
     int reason, which;
     char role[32];
     if (mr_state_pool_init(&o->pool, conv, n - 1, temporal, &reason, &which) != MR_OK) {
+        char role2[32];
+        tensor_role(which >> 8, n - 1, role2, sizeof(role2));
+        which &= 0xff;
         tensor_role(which, n - 1, role, sizeof(role));
         switch (reason) {
         case MR_SP_COUNT:
@@ -80,14 +83,19 @@ statepool_make(mr_state *st, PyObject *tensors, const char *fname)
             PyErr_Format(PyExc_ValueError, "%s: %s must be shaped [layers, slots + 1, ...]", fname, role);
             break;
         case MR_SP_LAYERS:
-            PyErr_Format(PyExc_ValueError, "%s: %s has %lld layers (dim 0), conv[0] has %lld", fname, role,
-                         (long long)((which < n - 1 ? conv[which] : temporal)->shape[0]),
+            PyErr_Format(PyExc_ValueError, "%s: %s has %lld layers (dim 0), conv[0] has %lld (layers >= 1)", fname,
+                         role, (long long)((which < n - 1 ? conv[which] : temporal)->shape[0]),
                          (long long)conv[0]->shape[0]);
             break;
         case MR_SP_ROWS:
-            PyErr_Format(PyExc_ValueError, "%s: %s has %lld slot rows (dim 1), conv[0] has %lld (rows >= 1)",
+            PyErr_Format(PyExc_ValueError, "%s: %s has %lld slot rows (dim 1), conv[0] has %lld (rows >= 2: row 0 is "
+                         "padding, so at least one usable slot)",
                          fname, role, (long long)((which < n - 1 ? conv[which] : temporal)->shape[1]),
                          (long long)conv[0]->shape[1]);
+            break;
+        case MR_SP_OVERLAP:
+            PyErr_Format(PyExc_ValueError, "%s: %s and %s share memory (each state tensor needs its own)", fname,
+                         role2, role);
             break;
         default:
             PyErr_Format(PyExc_ValueError, "%s: %s is on another device than conv[0]", fname, role);
@@ -187,7 +195,7 @@ StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     int64_t layers, slots;
     int32_t dev_type = MR_DL_CPU, dev_id = 0;
     if (mr_as_int64(a[0], 1, INT32_MAX, "allocate(): layers", &layers) < 0
-        || mr_as_int64(a[1], 0, INT32_MAX - 1, "allocate(): slots", &slots) < 0
+        || mr_as_int64(a[1], 1, INT32_MAX - 1, "allocate(): slots", &slots) < 0
         || (a[6] != NULL && mr_parse_device(a[6], "allocate(): device", &dev_type, &dev_id) < 0)
         || mr_check_cuda_reachable(dev_type, dev_id, "allocate(): device") < 0) {
         return NULL;

@@ -30,17 +30,28 @@ mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
             *reason = MR_SP_NDIM;
             return MR_EINVAL;
         }
-        if (t->shape[0] != first->shape[0]) {
+        if (t->shape[0] < 1 || t->shape[0] != first->shape[0]) {
             *reason = MR_SP_LAYERS;
             return MR_EINVAL;
         }
-        if (t->shape[1] < 1 || t->shape[1] != first->shape[1]) {
+        if (t->shape[1] < 2 || t->shape[1] != first->shape[1]) {
             *reason = MR_SP_ROWS;
             return MR_EINVAL;
         }
         if (t->device_type != first->device_type || t->device_id != first->device_id) {
             *reason = MR_SP_DEVICE;
             return MR_EINVAL;
+        }
+        /* one slot's state in two tensors would be written twice */
+        uintptr_t lo = (uintptr_t)t->data, hi = lo + (uintptr_t)t->numel * mr_dtype_size(t->dtype);
+        for (int j = 0; j < i; j++) {
+            const mr_tensor *u = p->t[j];
+            uintptr_t ulo = (uintptr_t)u->data, uhi = ulo + (uintptr_t)u->numel * mr_dtype_size(u->dtype);
+            if (lo < uhi && ulo < hi) {
+                *reason = MR_SP_OVERLAP;
+                *which = i | (j << 8);
+                return MR_EINVAL;
+            }
         }
     }
     *which = 0;

@@ -33,14 +33,16 @@ enum {
     MR_SP_OK = 0,
     MR_SP_COUNT,      /* no conv tensor, or more than MR_MAX_STATE_TENSORS - 1 */
     MR_SP_NDIM,       /* fewer than 2 dimensions */
-    MR_SP_LAYERS,     /* dim 0 differs from the first tensor's */
-    MR_SP_ROWS,       /* dim 1 differs from the first tensor's, or is < 1 */
-    MR_SP_DEVICE      /* device differs from the first tensor's */
+    MR_SP_LAYERS,     /* dim 0 differs from the first tensor's, or is < 1 */
+    MR_SP_ROWS,       /* dim 1 differs from the first tensor's, or is < 2 (no slot past padding row 0) */
+    MR_SP_DEVICE,     /* device differs from the first tensor's */
+    MR_SP_OVERLAP     /* memory overlaps an earlier tensor's (*which2 that one) */
 };
 
-/* Builds the pool over conv[0..nconv) and temporal.  Returns MR_OK, or
- * MR_EINVAL with *reason (MR_SP_*) and *which (the tensor's position:
- * 0..nconv-1 for conv, nconv for temporal) set. */
+/* Builds the pool over conv[0..nconv) and temporal (compact tensors).
+ * Returns MR_OK, or MR_EINVAL with *reason (MR_SP_*) and *which (the
+ * tensor's position: 0..nconv-1 for conv, nconv for temporal) set; for
+ * MR_SP_OVERLAP the earlier tensor it overlaps is *which >> 8. */
 int mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
                        const mr_tensor *temporal, int *reason, int *which);
 

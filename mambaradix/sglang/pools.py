@@ -714,10 +714,11 @@ class HybridReqToTokenPool(ReqToTokenPool):
         self._ix = SlotIndex(mamba_size, device, pp, self.req_index_to_mamba_ping_pong_track_buffer_mapping)
         self.mamba_allocator._ix = self._ix
         # Admission runs in C; until a MambaRadixCache binds its own
-        # lifecycle, the pool uses one over a zero-sized KV allocator.
+        # lifecycle, the pool uses one over a one-unit KV allocator (admission
+        # takes no KV).
         self._lc = _C.Lifecycle(
             self.mamba_allocator._slots,
-            _C.SlotAllocator(0),
+            _C.SlotAllocator(1),
             self._rp,
             extra_buffer=self.enable_mamba_extra_buffer,
             lazy=self.enable_mamba_extra_buffer_lazy,

@@ -285,6 +285,48 @@ same_held(held a, held b)
  * listed twice (which finish_batch used to finish, then refuse at its
  * second entry) or not in use is MR_EINVAL with bad = {entry, -1}, and
  * every row, pool and the tree stay as they were. */
+/* Admission of one row twice, a state slot for a row that does not exist,
+ * the request's own running slot as the tree's fresh slot: refused, and
+ * nothing changes. */
+static void
+test_refused_owners(void)
+{
+    world w;
+    CHECK(world_make(&w, 0, 0, 1, 8, 64, 4) == 0, "init");
+    int64_t row = -1;
+    CHECK(mr_slots_alloc(&w.rp.rows, 1, MR_OWNER_HELD, &row) == MR_OK, "row");
+    mr_req sts[2];
+    mr_req_reset(&sts[0]);
+    mr_req_reset(&sts[1]);
+    int64_t rows[2] = {row, row};
+    held h = held_now(&w);
+    CHECK(mr_lc_admit(w.lc, sts, rows, 2, 0) == MR_EINVAL, "admit of one row twice");
+    CHECK(same_held(h, held_now(&w)) && sts[0].running == -1 && sts[1].running == -1, "a refused admit took slots");
+    int64_t s = -1;
+    CHECK(mr_lc_alloc_state(w.lc, 5, NULL, &s) == MR_EINVAL && s == -1, "alloc_state for row 5 of 4");
+    CHECK(mr_lc_alloc_state(w.lc, 0, NULL, &s) == MR_EINVAL, "alloc_state for row 0");
+    CHECK(same_held(h, held_now(&w)), "a refused alloc_state took a slot");
+    CHECK(mr_lc_alloc_state(w.lc, 4, NULL, &s) == MR_OK && s >= 1, "alloc_state for row 4");
+    check_world(&w, "after the refusals");
+    world_free(&w);
+
+    mr_lifecycle *lc = NULL;
+    mr_lc_config cfg = {.page_size = 1, .chunk_size = 1, .policy = MR_POLICY_SGLANG, .track_buffer_size = 2,
+                        .track_interval = 8};
+    CHECK(mr_lc_new(&cfg, NULL, NULL, NULL, &lc) == MR_OK, "tree-only init");
+    mr_req st;
+    mr_req_reset(&st);
+    st.running = 1;
+    int32_t key[3] = {1, 2, 3};
+    int64_t kv[3] = {5, 6, 7}, prefix[3], fs, fd, te;
+    CHECK(mr_lc_cache_unfinished_ext(lc, &st, key, kv, 3, 0, 1, prefix, &fs, &fd, &te) == MR_EBUSY,
+          "the running slot as the tree's fresh slot");
+    mr_radix_stats t;
+    mr_radix_get_stats(mr_lc_tree(lc), &t);
+    CHECK(t.nodes == 0 && st.running == 1, "a refused cache_unfinished changed the tree or the request");
+    mr_lc_free(lc);
+}
+
 static void
 test_batch_rows_checked_first(void)
 {
@@ -985,6 +1027,7 @@ main(int argc, char **argv)
     test_double_free_and_tree_owned();
     test_insert_counts();
     test_batch_rows_checked_first();
+    test_refused_owners();
     test_refused_decode_keeps_the_tree();
     if (bound) {
         test_bound_records();

@@ -527,6 +527,14 @@ MUTANTS: List[Mutant] = [
            T_BOUND, "the dual certificate's reduced gains with the tail's potential's sign flipped"),
     Mutant("BND_FAST", "mambaradix/sim/bound.py", "np.cumsum(cover).max() > C:", "np.cumsum(cover).max() > C + 1:",
            T_BOUND, "the no-LP shortcut taken when one admission stands under C + 1 hits"),
+    Mutant("LC_STATE_OWNER", "csrc/core/lifecycle.c",
+           "    if (owner != MR_OWNER_HELD && (owner < 1 || lc->rp == NULL || owner > lc->rp->size)) {",
+           "    if (owner != MR_OWNER_HELD && owner < 1) {",
+           ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
+           "alloc_state gives a slot to a row past the pool's last (owned by a row that does not exist)"),
+    Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
+           ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
+           "cache_unfinished_foreign takes the request's running slot as the node's: one slot, two owners"),
 ]
 
 
