@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mambaradix
-from mambaradix.sim import SimConfig, SimRequest, checks, cli, engine, run, sweep, workloads
+from mambaradix.sim import SimConfig, SimRequest, checks, cli, engine, presets, report, run, sweep, workloads
 from mambaradix.sim.checks import ConfigError, check_feasible
 
 from test_sim_first_run import no_replay  # noqa: F401  (the fixture: no replay may run)
@@ -352,6 +352,10 @@ def test_python_sweep_records_a_failed_point_when_asked():
     (["--sweep", "flops_per_token=inf"], "--sweep flops_per_token=inf: flops_per_token must be a finite number >= 0"),
     (["--sweep", "new_token_ratio=-1"], "--sweep new_token_ratio=-1: new_token_ratio must be a finite number >= 0 and <= 1"),
     (["--kv-tokens", "1e400"], "argument --kv-tokens: kv_tokens takes integers, got '1e400'"),
+    (["--end-of-turn-states", "--mode", "no_buffer"], "--end-of-turn-states applies to the extra_buffer modes"),
+    (["--sweep", "max_running=0"], "--sweep max_running=0: max_running must be an integer in [1, 2,147,483,646], got 0"),
+    (["--kv-mem", "1e30"], "more than a pool may have (2,147,483,646); lower --kv-mem"),
+    (["--state-mem", "1e30"], "more than a pool may have (2,147,483,646); lower --state-mem"),
 ])
 def test_bad_numbers_are_refused_at_parsing_naming_the_option(capsys, no_replay, argv, message):
     code, _, err = main(capsys, *SMALL, *argv)
@@ -658,3 +662,61 @@ def test_a_corrupted_gzip_trace_is_a_workload_error(tmp_path, capsys):
         workloads.load_trace(path)
     code, _, err = main(capsys, "--trace", str(path), "--no-progress")
     assert code == 2 and "cannot read trace" in err and "Traceback" not in err
+
+
+# --- the command line: options that cannot apply, standard JSON, `version` ------------------
+
+def test_end_of_turn_states_stay_allowed_when_a_swept_mode_uses_them(capsys):
+    code, out, _ = main(capsys, *SMALL, "--end-of-turn-states", "--sweep", "mode=pp2,no_buffer", "--json")
+    doc = json.loads(out)
+    assert code == 0 and [p["config"]["mode"] for p in doc["sweep"]] == ["pp2", "no_buffer"]
+    assert all(p["config"]["end_of_turn_states"] for p in doc["sweep"])
+
+
+def test_json_is_standard_even_when_an_estimate_is_infinite(capsys):
+    # 1e-320 TFLOP/s makes the estimated prefill times overflow to inf
+    code, out, _ = main(capsys, *SMALL, "--device-tflops", "1e-320", "--json")
+    assert code == 0
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert doc["metrics"]["requests"] == 12 and doc["estimates"]["prefill_seconds_without_cache"] is None
+
+
+def test_version_takes_no_arguments():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    bad = subprocess.run([sys.executable, "-m", "mambaradix", "version", "--bogus"],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "takes no arguments" in bad.stderr and not bad.stdout
+    good = subprocess.run([sys.executable, "-m", "mambaradix", "version"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert good.returncode == 0 and good.stdout.strip() == mambaradix.__version__
+
+
+# --- sweep, presets and the report: arguments by name ---------------------------------------
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda r: sweep(r, {"kv_tokens": 4096}, state_slots=[16]), TypeError, "base must be a SimConfig, got dict"),
+    (lambda r: sweep(r, SimConfig(), state_slots=[]), ValueError, "sweep values of 'state_slots' are empty"),
+    (lambda r: sweep(r, SimConfig(), tp=3, state_slots=[16]), ValueError, "tp applies with model= only"),
+    (lambda r: presets.get_preset(None), TypeError, "a model preset name must be a str"),
+    (lambda r: presets.get_preset(5), TypeError, "a model preset name must be a str"),
+    (lambda r: presets.apply_preset({}, "qwen3-next"), TypeError, "config must be a SimConfig, got dict"),
+    (lambda r: presets.apply_preset(SimConfig(), "qwen3-next", tp="2"), TypeError, "tp must be an integer >= 1, got '2'"),
+    (lambda r: presets.apply_preset(SimConfig(), "qwen3-next", tp=2.0), TypeError, "tp must be an integer >= 1, got 2.0"),
+    (lambda r: presets.get_preset("qwen3-next").check_tp(2.0), TypeError, "tp must be an integer >= 1, got 2.0"),
+    (lambda r: presets.get_preset("qwen3-next").state_bytes_per_slot(True), TypeError, "tp must be an integer >= 1, got True"),
+    (lambda r: presets.get_preset("qwen3-next").prefill_flops(-10, 5), ValueError, "start must be >= 0, got -10"),
+    (lambda r: presets.get_preset("qwen3-next").prefill_flops(0, 2.5), TypeError, "end must be an integer >= 0, got 2.5"),
+    (lambda r: presets.parse_size(8), TypeError, "a size must be a str such as '8GiB'"),
+    (lambda r: presets.parse_size(b"8GiB"), TypeError, "a size must be a str such as '8GiB'"),
+    (lambda r: report.format_report(None, SimConfig()), TypeError, "metrics must be a SimMetrics"),
+])
+def test_sweep_presets_and_report_name_a_bad_argument(no_replay_loop, call, error, message):
+    reqs = workloads.multi_turn(2, 2, 16, 4, request_rate=float("inf"))
+    with pytest.raises(error) as e:
+        call(reqs)
+    assert message in str(e.value)
+
+
+def test_presets_accept_numpy_integers_as_tp():
+    p = presets.get_preset("qwen3-next")
+    assert p.state_bytes_per_slot(np.int64(2)) == p.state_bytes_per_slot(2) == 77_266_944 // 2
