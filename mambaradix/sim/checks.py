@@ -145,8 +145,8 @@ def validate_config(config: SimConfig, where: str = "") -> None:
             f"needs {slots} per running request ({where}state_slots); raise --state-slots / "
             f"--state-mem")
     if config.lru_policy == "clairvoyant" and config.states != "none":
-        raise ConfigError("policy clairvoyant reads the future from the trace: it runs with "
-                          "--states none only")
+        raise ConfigError(f"{where}lru_policy clairvoyant reads the future from the trace: it "
+                          f"runs with {where}states 'none' only (--states none)")
     if config.decode_boundary == "batch" and config.mode == "lazy":
         raise ConfigError("decode_boundary batch does not fit mode lazy: its pre-allocation "
                           "relies on SGLang's committed check")

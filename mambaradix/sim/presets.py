@@ -135,7 +135,13 @@ class ModelPreset:
         """The ``policy_options`` of ``RadixTree`` / ``Lifecycle`` /
         ``MambaRadixCache`` for ``lru_policy="utility"`` with this model's
         costs (state and KV bytes per GPU at tp), the simulator's defaults
-        (alpha 16 tuned every 64 insertions, the recency order reversed)."""
+        (alpha 16 tuned every 64 insertions, the recency order reversed).
+        alpha and tune_window follow SimConfig's utility_alpha and tune_window
+        rules (checks.check_field; a ConfigError names them)."""
+        from .checks import check_field  # (checks imports this module)
+
+        check_field("utility_alpha", alpha)
+        check_field("tune_window", tune_window)
         return {"alpha": float(alpha), "flops_per_token": self.flops_per_token,
                 "attn_flops_per_pos": self.attn_flops_per_token_position,
                 "state_bytes": float(self.state_bytes_per_slot(tp)),

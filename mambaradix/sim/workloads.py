@@ -217,7 +217,11 @@ def _arrivals(rng: np.random.Generator, n: int, request_rate: float) -> np.ndarr
         return np.zeros(n, dtype=np.float64)
     if not request_rate > 0:
         raise WorkloadError(f"request_rate must be > 0 (or inf), got {request_rate!r}")
-    return np.cumsum(rng.exponential(1.0 / request_rate, size=n))
+    arrivals = np.cumsum(rng.exponential(1.0 / request_rate, size=n))
+    if n and not math.isfinite(arrivals[-1]):
+        raise WorkloadError(f"request_rate {request_rate!r} is too small: the arrivals overflow "
+                            f"to inf seconds")
+    return arrivals
 
 
 # --------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def generated_shared_prefix(
     each request's group with probability proportional to
     ``1 / rank ** zipf_alpha`` (group 0 the hottest) instead of giving every
     group exactly ``prompts_per_group`` requests.  The requests are shuffled
-    unless ``ordered``; ``request_rate`` spaces them as a Poisson process.
+    unless ``ordered`` (a bool); ``request_rate`` spaces them as a Poisson process.
 
     rid is ``"gsp-<group>-<index>"`` and ``session`` the group (``"g<group>"``).
     check_request and max_bytes: see the module docstring.
@@ -264,6 +268,8 @@ def generated_shared_prefix(
                     system_prompt_len=system_prompt_len, question_len=question_len,
                     output_len=output_len)
     _check_common(range_ratio, request_rate, vocab_size, seed)
+    if not isinstance(ordered, (bool, np.bool_)):
+        raise TypeError(f"ordered must be True or False, got {ordered!r}")
     if group_distribution not in ("uniform", "zipf"):
         raise WorkloadError(
             f"group_distribution must be 'uniform' or 'zipf', got {group_distribution!r}")

@@ -580,6 +580,8 @@ def test_run_accepts_numpy_integers_lists_and_unsigned_ids_as_plain_ints():
     (dict(track_interval=2**63), "track_interval must be an integer >= 1"),
     (dict(max_prefill_tokens=None), "max_prefill_tokens must be an integer >= 1, got None"),
     (dict(new_token_ratio="x"), "new_token_ratio must be a finite number"),
+    (dict(lru_policy="clairvoyant", states="toy"), "config.lru_policy clairvoyant reads the future from the trace: "
+     "it runs with config.states 'none' only"),
 ])
 def test_run_names_the_bad_config_field(no_replay_loop, kw, message):
     with pytest.raises(ConfigError) as e:
@@ -623,6 +625,9 @@ _MC_LINE = '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids"
     (lambda: workloads.expand_hash_blocks(np.array([[1, 2]])), TypeError, "hash_ids must be a 1-D array of integers"),
     (lambda: workloads.expand_hash_blocks(np.array([1.7])), TypeError, "hash_ids must be a 1-D array of integers"),
     (lambda: workloads.expand_hash_blocks(np.array([3, -1])), workloads.WorkloadError, "hash_ids[1] is -1: hash ids must lie in [0, 2**63)"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, request_rate=5e-324), workloads.WorkloadError,
+     "request_rate 5e-324 is too small: the arrivals overflow to inf seconds"),
+    (lambda: workloads.generated_shared_prefix(2, 2, 8, 4, 2, ordered="no"), TypeError, "ordered must be True or False, got 'no'"),
     (lambda: workloads.save_token_trace([1, 2], "never-written.jsonl"), TypeError, "requests[0] must be a SimRequest, got int"),
     (lambda: workloads.workload_stats([1]), TypeError, "requests[0] must be a SimRequest, got int"),
 ])
@@ -706,6 +711,10 @@ def test_version_takes_no_arguments():
     (lambda r: presets.get_preset("qwen3-next").state_bytes_per_slot(True), TypeError, "tp must be an integer >= 1, got True"),
     (lambda r: presets.get_preset("qwen3-next").prefill_flops(-10, 5), ValueError, "start must be >= 0, got -10"),
     (lambda r: presets.get_preset("qwen3-next").prefill_flops(0, 2.5), TypeError, "end must be an integer >= 0, got 2.5"),
+    (lambda r: presets.get_preset("qwen3-next").policy_options(alpha=float("nan")), ValueError,
+     "utility_alpha must be a finite number >= 0, got nan"),
+    (lambda r: presets.get_preset("qwen3-next").policy_options(tune_window=1.5), ValueError,
+     "tune_window must be an integer in [0, 1,048,576], got 1.5"),
     (lambda r: presets.parse_size(8), TypeError, "a size must be a str such as '8GiB'"),
     (lambda r: presets.parse_size(b"8GiB"), TypeError, "a size must be a str such as '8GiB'"),
     (lambda r: report.format_report(None, SimConfig()), TypeError, "metrics must be a SimMetrics"),
