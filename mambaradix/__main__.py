@@ -28,6 +28,11 @@ def _sim(argv: Sequence[str]) -> int:
 def _version(argv: Sequence[str]) -> int:
     from . import __version__
 
+    if argv:
+        print("usage: python -m mambaradix version", file=sys.stderr)
+        print(f"mambaradix version: error: takes no arguments, got {' '.join(argv)}",
+              file=sys.stderr)
+        return 2
     print(__version__)
     return 0
 

@@ -22,7 +22,8 @@ from .types import SimConfig, SimRequest
 
 __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS",
            "SLOTS_PER_REQUEST", "MAX_POOL", "TOY_MAX_BYTES", "check_field", "validate_config",
-           "request_kv_need", "check_request", "request_checker", "check_feasible"]
+           "request_kv_need", "check_request", "request_checker", "check_feasible", "check_requests",
+           "MAX_TOKEN_ID"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
 POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
@@ -46,6 +47,10 @@ MAX_POOL = 2**31 - 2
 TOY_MAX_BYTES = 4 << 30
 
 _INT64 = 2**63 - 1
+
+#: The largest token id a request may hold: the cache stores ids as int32
+#: (the trace loaders and RadixTree.insert refuse larger ones too).
+MAX_TOKEN_ID = 2**31 - 1
 
 # field -> ("int", low, high, None allowed) | ("float", low, low excluded, high)
 #          | ("choice", options) | ("bool",)
@@ -118,17 +123,30 @@ def check_field(name: str, value: Any) -> None:
             raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
 
 
-def validate_config(config: SimConfig) -> None:
+def validate_config(config: SimConfig, where: str = "") -> None:
     """Raise ConfigError for values the cache cannot run with: every field
-    (:func:`check_field`), then the rules between fields."""
+    (:func:`check_field`; a field's error is prefixed with where + its name,
+    e.g. ``config.mode: ...``, when where is given), then the rules between
+    fields."""
     if isinstance(config, SimConfig):
         config = config.resolved()
     for name in _FIELDS:
         if hasattr(config, name):
-            check_field(name, getattr(config, name))
+            try:
+                check_field(name, getattr(config, name))
+            except ConfigError as e:
+                if not where:
+                    raise
+                raise ConfigError(f"{where}{name}: {e}") from None
+    slots = SLOTS_PER_REQUEST[config.mode]
+    if config.state_slots < slots:
+        raise ConfigError(
+            f"{config.state_slots} state slot(s) cannot run one request: mode {config.mode} "
+            f"needs {slots} per running request ({where}state_slots); raise --state-slots / "
+            f"--state-mem")
     if config.lru_policy == "clairvoyant" and config.states != "none":
-        raise ConfigError("policy clairvoyant reads the future from the trace: it runs with "
-                          "--states none only")
+        raise ConfigError(f"{where}lru_policy clairvoyant reads the future from the trace: it "
+                          f"runs with {where}states 'none' only (--states none)")
     if config.decode_boundary == "batch" and config.mode == "lazy":
         raise ConfigError("decode_boundary batch does not fit mode lazy: its pre-allocation "
                           "relies on SGLang's committed check")
@@ -136,10 +154,75 @@ def validate_config(config: SimConfig) -> None:
         raise ConfigError(f"chunk_size {config.chunk_size} must be a multiple of page_size "
                           f"{config.page_size}")
     if config.mode == "no_buffer" and config.page_size != 1:
-        raise ConfigError("mode no_buffer needs page_size 1 (as in SGLang); use pp2, pp1 or lazy")
+        raise ConfigError(f"mode no_buffer needs page_size 1 (as in SGLang): {where}page_size "
+                          f"must be 1 in no_buffer mode, got {config.page_size}; use pp2, pp1 "
+                          f"or lazy")
     if config.mode != "no_buffer" and config.track_interval % config.page_size:
         raise ConfigError(f"track_interval {config.track_interval} must be a multiple of "
                           f"page_size {config.page_size}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_token_ids(where: str, ids: Any) -> None:
+    """Raise TypeError / ValueError unless ids is a 1-D sequence of integer
+    token ids in [0, MAX_TOKEN_ID]."""
+    try:
+        arr = np.asarray(ids)
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or ids is None or isinstance(ids, (str, bytes)) or arr.ndim != 1 or (
+            arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"{where} must be a 1-D array or list of integer token ids, got "
+                        f"{type(ids).__name__}"
+                        + (f" of dtype {arr.dtype} and shape {arr.shape}" if arr is not None
+                           and arr.dtype != object else ""))
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > MAX_TOKEN_ID):
+        k = int(np.argmax((arr < 0) | (arr > MAX_TOKEN_ID)))
+        raise ValueError(f"{where}[{k}] is {int(arr[k])}: token ids must lie in "
+                         f"[0, {MAX_TOKEN_ID}] (int32)")
+
+
+def check_requests(requests: Any) -> None:
+    """Raise TypeError / ValueError, naming the request and its field, unless
+    requests is a list (or tuple) of SimRequest with distinct str rids,
+    non-empty integer input_ids, output_len an int >= 1, arrival a finite
+    number >= 0, turn an int >= 0 and output_ids (when given) at least
+    output_len integer token ids."""
+    if not isinstance(requests, (list, tuple)):
+        raise TypeError(f"requests must be a list of SimRequest, got {type(requests).__name__}")
+    seen: set = set()
+    for i, r in enumerate(requests):
+        if not isinstance(r, SimRequest):
+            raise TypeError(f"requests[{i}] must be a SimRequest, got {type(r).__name__}")
+        if not isinstance(r.rid, str):
+            raise TypeError(f"requests[{i}].rid must be a str, got {r.rid!r}")
+        if r.rid in seen:
+            raise ValueError(f"requests[{i}]: duplicate rid {r.rid!r}")
+        seen.add(r.rid)
+        where = f"requests[{i}] ({r.rid!r})"
+        _check_token_ids(f"{where}.input_ids", r.input_ids)
+        if len(r.input_ids) == 0:
+            raise ValueError(f"{where}.input_ids is empty")
+        if not _is_int(r.output_len):
+            raise TypeError(f"{where}.output_len must be an integer >= 1, got {r.output_len!r}")
+        if r.output_len < 1:
+            raise ValueError(f"{where}.output_len must be >= 1, got {r.output_len!r}")
+        a = r.arrival
+        if (not isinstance(a, numbers.Real) or isinstance(a, (bool, np.bool_))
+                or not math.isfinite(a) or a < 0):
+            raise (ValueError if isinstance(a, numbers.Real) else TypeError)(
+                f"{where}.arrival must be a finite number >= 0 (seconds), got {a!r}")
+        if not _is_int(r.turn) or r.turn < 0:
+            raise (ValueError if _is_int(r.turn) else TypeError)(
+                f"{where}.turn must be an integer >= 0, got {r.turn!r}")
+        if r.output_ids is not None:
+            _check_token_ids(f"{where}.output_ids", r.output_ids)
+            if len(r.output_ids) < r.output_len:
+                raise ValueError(f"{where}.output_ids is shorter than output_len "
+                                 f"({len(r.output_ids)} < {r.output_len})")
 
 
 def _ceil_page(n: Any, page: int) -> Any:
@@ -212,10 +295,6 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
     worst = int(np.argmax(request_kv_need(config, lens, outs)))
     check_request(config, requests[worst].rid, int(lens[worst]), int(requests[worst].output_len))
     slots = SLOTS_PER_REQUEST[config.mode]
-    if config.state_slots < slots:
-        raise ConfigError(
-            f"{config.state_slots} state slot(s) cannot run one request: mode {config.mode} "
-            f"needs {slots} per running request; raise --state-slots / --state-mem")
     if config.max_running * slots > config.state_slots:
         raise ConfigError(
             f"max_running {config.max_running} needs {config.max_running * slots} state slots "

@@ -409,8 +409,8 @@ def default_slot_sweep(state_slots: int, max_running: Optional[int]) -> list[int
 
 
 def _units_from_bytes(nbytes: int, per: int, what: str, unit: str, preset: ModelPreset,
-                      tp: int) -> int:
-    """How many slots (tokens) of per bytes a pool of nbytes holds."""
+                      tp: int, option: str) -> int:
+    """How many slots (tokens) of per bytes a pool of nbytes (option's) holds."""
     if per <= 0:
         raise UserError(f"a {what} given in bytes needs a {unit} size above 0 (the model costs "
                         f"set it to {per})")
@@ -420,17 +420,19 @@ def _units_from_bytes(nbytes: int, per: int, what: str, unit: str, preset: Model
     n = nbytes // per
     if n > MAX_POOL:
         raise UserError(f"a {what} of {format_bytes(nbytes)} holds {n:,} {unit}s of "
-                        f"{format_bytes(per)}, more than a pool may have ({MAX_POOL:,})")
+                        f"{format_bytes(per)}, more than a pool may have ({MAX_POOL:,}); lower "
+                        f"{option}")
     return n
 
 
 def _slots_from_bytes(nbytes: int, config: SimConfig, preset: ModelPreset, tp: int) -> int:
     return _units_from_bytes(nbytes, config.state_bytes_per_slot, "state pool", "state slot",
-                             preset, tp)
+                             preset, tp, "--state-mem")
 
 
 def _tokens_from_bytes(nbytes: int, config: SimConfig, preset: ModelPreset, tp: int) -> int:
-    return _units_from_bytes(nbytes, config.kv_bytes_per_token, "KV pool", "token", preset, tp)
+    return _units_from_bytes(nbytes, config.kv_bytes_per_token, "KV pool", "token", preset, tp,
+                             "--kv-mem")
 
 
 #: Options that set a SimConfig field of the same name.
@@ -480,14 +482,16 @@ _FALSE = {"0", "false", "no", "off"}
 
 def _convert(name: str, text: str, none_words: bool = True) -> Any:
     """text as a value of the SimConfig field name (its type only; ranges are
-    checks.check_field's).  none_words: "none", "off", "0" or nothing give
-    None for a field that may be None (a --sweep value)."""
+    checks.check_field's).  none_words: "none", "off" or nothing give None
+    for a field that may be None (a --sweep value), and so does "0" for
+    chunked_prefill_size (0: off, as its option says)."""
     tp = config_field_type(name)
     args = typing.get_args(tp)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), tp) if optional else tp
     t = text.strip()
-    if optional and none_words and t.lower() in ("none", "off", "0", ""):
+    if optional and none_words and (t.lower() in ("none", "off", "")
+                                    or (t == "0" and name == "chunked_prefill_size")):
         return None
     if base is bool:
         if t.lower() in _TRUE:
@@ -598,6 +602,18 @@ _WORKLOAD_OPTIONS = {
 }
 
 
+def _finite(obj: Any) -> Any:
+    """obj with every non-finite float (an estimate at a vanishing
+    --device-tflops) replaced by None, so --json prints standard JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _given(argv: list[str]) -> set[str]:
     """The dests of the options argv gives (not left at their defaults)."""
     parser = build_parser()
@@ -628,6 +644,10 @@ def _check_options(args: argparse.Namespace, given: set[str], grid: dict[str, li
         raise UserError("--trace-format applies to --trace")
     if "gsp_zipf_alpha" in given and args.gsp_group_distribution != "zipf":
         raise UserError("--gsp-zipf-alpha applies to --gsp-group-distribution zipf")
+    modes = grid.get("mode", [args.mode or SimConfig.mode])
+    if "end_of_turn_states" in given and all(mode == "no_buffer" for mode in modes):
+        raise UserError("--end-of-turn-states applies to the extra_buffer modes (pp2, pp1, lazy): "
+                        "no_buffer always keeps the state at a finished request's end")
     policies = grid.get("lru_policy", [args.lru_policy or SimConfig.lru_policy])
     for dest in ("utility_alpha", "tune_window", "utility_order"):
         if dest in given and "utility" not in policies:
@@ -890,8 +910,8 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     done = [p for p in points if p.metrics is not None]
 
     if args.json:
-        json.dump(_document(args, workload, preset, base, points, setup, meta), sys.stdout,
-                  indent=2)
+        json.dump(_finite(_document(args, workload, preset, base, points, setup, meta)),
+                  sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     elif not grid:
         print(format_report(points[0].metrics, points[0].config, workload=workload,

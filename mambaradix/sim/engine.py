@@ -87,7 +87,7 @@ from .. import _C
 
 from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, end_of_turn,
                          extend_kv_need, finish_cache_len, kv_evict, match_key_limit, state_headroom)
-from .checks import check_feasible
+from .checks import check_feasible, check_requests, validate_config
 from .types import SimConfig, SimMetrics, SimRequest
 
 __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
@@ -281,53 +281,12 @@ _NTOK, _ONE = np.uint64(150000), np.uint64(1)
 
 
 def _validate(requests: list, config: SimConfig) -> None:
+    """The configuration's fields and rules (checks.validate_config), then
+    every request's fields (checks.check_requests), before anything is built."""
     if not isinstance(config, SimConfig):
         raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
-    if config.mode not in _MODES:
-        raise ValueError(f"config.mode must be one of {_MODES}, got {config.mode!r}")
-    if config.states not in ("none", "toy"):
-        raise ValueError(f"config.states must be 'none' or 'toy', got {config.states!r}")
-    if config.lru_policy not in _POLICIES:
-        raise ValueError(f"config.lru_policy must be one of {_POLICIES}, "
-                         f"got {config.lru_policy!r}")
-    if config.lru_policy == "clairvoyant" and config.states != "none":
-        raise ValueError("config.lru_policy 'clairvoyant' reads the future from the trace: "
-                         "it runs in the state-free replay only (states='none')")
-    budget = getattr(config, "max_states_per_path", 0)
-    if not isinstance(budget, (int, np.integer)) or budget < 0:
-        raise ValueError(f"config.max_states_per_path must be an int >= 0, got {budget!r}")
-    if float(getattr(config, "utility_alpha", 0.0)) < 0:
-        raise ValueError("config.utility_alpha must be >= 0")
-    if getattr(config, "utility_order", "lru") not in ("lru", "mru"):
-        raise ValueError(f"config.utility_order must be 'lru' or 'mru', got {config.utility_order!r}")
-    tw = getattr(config, "tune_window", 0)
-    if not isinstance(tw, (int, np.integer)) or tw < 0:
-        raise ValueError(f"config.tune_window must be an int >= 0, got {tw!r}")
-    for name in ("kv_tokens", "state_slots", "page_size", "chunk_size", "track_interval",
-                 "max_running"):
-        v = getattr(config, name)
-        if not isinstance(v, (int, np.integer)) or v <= 0:
-            raise ValueError(f"config.{name} must be a positive int, got {v!r}")
-    if config.mode == "no_buffer" and config.page_size != 1:
-        raise ValueError("config.page_size must be 1 in no_buffer mode")
-    if config.state_slots < 3:
-        raise ValueError(f"config.state_slots must be >= 3 (running + ping-pong), "
-                         f"got {config.state_slots}")
-    if not isinstance(requests, (list, tuple)):
-        raise TypeError("requests must be a list of SimRequest")
-    seen: set = set()
-    for i, r in enumerate(requests):
-        if not isinstance(r, SimRequest):
-            raise TypeError(f"requests[{i}] must be a SimRequest, got {type(r).__name__}")
-        if r.rid in seen:
-            raise ValueError(f"requests[{i}]: duplicate rid {r.rid!r}")
-        seen.add(r.rid)
-        if len(r.input_ids) == 0:
-            raise ValueError(f"requests[{i}] ({r.rid!r}): input_ids is empty")
-        if r.output_len < 1:
-            raise ValueError(f"requests[{i}] ({r.rid!r}): output_len must be >= 1")
-        if r.output_ids is not None and len(r.output_ids) < r.output_len:
-            raise ValueError(f"requests[{i}] ({r.rid!r}): output_ids shorter than output_len")
+    validate_config(config, where="config.")
+    check_requests(requests)
 
 
 def _driver_config(config: SimConfig) -> DriverConfig:

@@ -46,8 +46,11 @@ tokens.  The recurrent layers' own scan is small next to their projections
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Optional, Union
+
+import numpy as np
 
 from .types import SimConfig
 
@@ -76,7 +79,10 @@ class ModelPreset:
     source: str = ""
 
     def check_tp(self, tp: int) -> None:
-        """Raise ValueError unless tp splits the state and the heads evenly."""
+        """Raise TypeError unless tp is an integer, ValueError unless it is
+        >= 1 and splits the state and the heads evenly."""
+        if isinstance(tp, (bool, np.bool_)) or not isinstance(tp, numbers.Integral):
+            raise TypeError(f"tp must be an integer >= 1, got {tp!r}")
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         for what, n in (("conv channels", self.conv_dim), ("state heads", self.ssm_shape[0]),
@@ -113,6 +119,11 @@ class ModelPreset:
     def prefill_flops(self, start: int, end: int) -> float:
         """FLOPs to prefill positions [start, end) with [0, start) already cached
         (whole model, all GPUs together)."""
+        for name, value in (("start", start), ("end", end)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer >= 0, got {value!r}")
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         if end <= start:
             return 0.0
         n = end - start
@@ -124,7 +135,13 @@ class ModelPreset:
         """The ``policy_options`` of ``RadixTree`` / ``Lifecycle`` /
         ``MambaRadixCache`` for ``lru_policy="utility"`` with this model's
         costs (state and KV bytes per GPU at tp), the simulator's defaults
-        (alpha 16 tuned every 64 insertions, the recency order reversed)."""
+        (alpha 16 tuned every 64 insertions, the recency order reversed).
+        alpha and tune_window follow SimConfig's utility_alpha and tune_window
+        rules (checks.check_field; a ConfigError names them)."""
+        from .checks import check_field  # (checks imports this module)
+
+        check_field("utility_alpha", alpha)
+        check_field("tune_window", tune_window)
         return {"alpha": float(alpha), "flops_per_token": self.flops_per_token,
                 "attn_flops_per_pos": self.attn_flops_per_token_position,
                 "state_bytes": float(self.state_bytes_per_slot(tp)),
@@ -166,6 +183,9 @@ PRESETS: dict[str, ModelPreset] = {
 
 def get_preset(name: str) -> ModelPreset:
     """The preset called name (case-insensitive); ValueError lists the known ones."""
+    if not isinstance(name, str):
+        raise TypeError(f"a model preset name must be a str (one of {', '.join(PRESETS)}), "
+                        f"got {name!r}")
     key = name.strip().lower()
     if key not in PRESETS:
         raise ValueError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
@@ -183,7 +203,9 @@ def apply_preset(config: SimConfig, preset: Union[ModelPreset, str], tp: int = 1
     copied / donated and FLOPs saved.  They are set as fields where SimConfig
     has them, else as attributes of the returned instance (so apply the
     preset after any dataclasses.replace)."""
-    if isinstance(preset, str):
+    if not isinstance(config, SimConfig):
+        raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
+    if not isinstance(preset, ModelPreset):
         preset = get_preset(preset)
     values = {"state_bytes_per_slot": preset.state_bytes_per_slot(tp),
               "flops_per_token": preset.flops_per_token,
@@ -204,6 +226,8 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2,
 
 def parse_size(text: str) -> int:
     """Bytes from "80GiB", "512MiB", "1.5GB", "1e9" or a plain integer."""
+    if not isinstance(text, str):
+        raise TypeError(f"a size must be a str such as '8GiB' or '512MiB', got {text!r}")
     s = text.strip().lower().replace("_", "")
     num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = s[len(num):]

@@ -217,6 +217,9 @@ def format_report(
     device_tflops: with a preset, adds the estimated prefill time saved and
     time to first token at that assumed throughput (see prefill_estimates).
     """
+    if not isinstance(metrics, SimMetrics):
+        raise TypeError(f"metrics must be a SimMetrics (what run() returns), got "
+                        f"{type(metrics).__name__}")
     config = config.resolved() if isinstance(config, SimConfig) else config
     m = metrics
     out: list[str] = []

@@ -73,7 +73,7 @@ def sweep(
     base: Optional[SimConfig] = None,
     *,
     model: Union[ModelPreset, str, None] = None,
-    tp: int = 1,
+    tp: Optional[int] = None,
     run: Optional[Callable[..., SimMetrics]] = None,
     on_point: Optional[Callable[[SweepPoint], None]] = None,
     on_error: str = "raise",
@@ -83,28 +83,36 @@ def sweep(
 
     model, tp: a model preset (or its name) whose state size and FLOPs per
       token the replays report bytes and FLOPs with (see
-      :func:`presets.apply_preset`), applied to base before the grid's values.
+      :func:`presets.apply_preset`), applied to base before the grid's values;
+      tp (default 1) applies with model only.
     run: the replay function (default :func:`mambaradix.sim.run`).
     on_point: called after each replay (e.g. to print progress).
     on_error: "raise" (a point's ValueError or RuntimeError stops the sweep)
       or "record" (the point keeps the error and the sweep goes on).
     """
     base = base if base is not None else SimConfig()
+    if not isinstance(base, SimConfig):
+        raise TypeError(f"base must be a SimConfig, got {type(base).__name__}")
+    if model is None and tp is not None:
+        raise ValueError("tp applies with model= only (it sizes the model's state and KV per GPU)")
     if on_error not in ("raise", "record"):
         raise ValueError(f"on_error must be 'raise' or 'record', got {on_error!r}")
     _check_names(grid)
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
             raise ValueError(f"sweep values of {name!r} must be a list, got {values!r}")
+        grid[name] = list(values)
+        if not grid[name]:
+            raise ValueError(f"sweep values of {name!r} are empty: give at least one")
     if run is None:
         from .engine import run as engine_run
 
         run = engine_run
     if model is not None:
-        base = apply_preset(base, model, tp)
+        base = apply_preset(base, model, 1 if tp is None else tp)
     names = list(grid)
     points = []
-    for combo in itertools.product(*(list(grid[n]) for n in names)):
+    for combo in itertools.product(*(grid[n] for n in names)):
         params = dict(zip(names, combo))
         # resolved per point: max_running left at None follows each point's pool
         config = dataclasses.replace(base, **params).resolved()

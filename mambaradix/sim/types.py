@@ -7,6 +7,7 @@ These are plain dataclasses so a notebook can build, inspect and sweep them.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -124,9 +125,9 @@ def default_max_running(state_slots: int) -> int:
     to 3 state slots and locks the cached state it matched, so a pool of S
     slots runs at most S // 5 at once (at least 1, at most 64), which leaves
     the tree room to take snapshots."""
-    if isinstance(state_slots, bool) or not isinstance(state_slots, int):
+    if isinstance(state_slots, (bool, np.bool_)) or not isinstance(state_slots, numbers.Integral):
         return MAX_RUNNING_CAP  # validate_config reports the bad state_slots
-    return max(1, min(MAX_RUNNING_CAP, state_slots // 5))
+    return max(1, min(MAX_RUNNING_CAP, int(state_slots) // 5))
 
 
 @dataclass

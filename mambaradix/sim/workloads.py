@@ -55,13 +55,16 @@ import gzip
 import itertools
 import json
 import math
+import numbers
 import os
+import zlib
 from importlib import resources
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from .checks import check_requests
 from .presets import format_bytes
 from .types import SimRequest
 
@@ -146,20 +149,53 @@ def _check_size(what: str, tokens: int, requests: int, max_bytes: Optional[int])
             f"--max-workload-mem on the command line)")
 
 
-def _check_positive(**values: float) -> None:
+def _check_int(name: str, value: Any, lo: int, hi: Optional[int] = None) -> None:
+    """TypeError unless value is an integer (a bool is not; numpy's are),
+    WorkloadError unless it lies in [lo, hi]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise WorkloadError(f"{name} must be an integer {bound}, got {value!r}")
+
+
+def _check_real(name: str, value: Any, lo: float, hi: float = math.inf, *,
+                above: bool = False, inf_ok: bool = False) -> None:
+    """TypeError unless value is a real number (not a bool), WorkloadError
+    unless it is finite (or +inf when inf_ok) and > lo (above) or >= lo, <= hi."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    ok = ((math.isfinite(value) or (inf_ok and value == math.inf))
+          and (value > lo if above else value >= lo) and value <= hi)
+    if not ok:
+        bound = (f"in [{lo:g}, {hi:g}]" if hi != math.inf
+                 else f"{'>' if above else '>='} {lo:g}" + (" (or inf)" if inf_ok else ""))
+        raise WorkloadError(f"{name} must be a {'number' if inf_ok else 'finite number'} "
+                            f"{bound}, got {value!r}")
+
+
+def _check_positive(**values: Any) -> None:
     for name, value in values.items():
-        if value is None or value < 1:
-            raise WorkloadError(f"{name} must be >= 1, got {value!r}")
+        _check_int(name, value, 1)
+
+
+def _check_common(range_ratio: Any, request_rate: Any, vocab_size: Any, seed: Any,
+                  system_prompt_len: Any = 0) -> None:
+    """The generators' shared arguments."""
+    _check_int("system_prompt_len", system_prompt_len, 0)
+    _check_ratio(range_ratio)
+    if request_rate is not None:
+        _check_real("request_rate", request_rate, 0.0, above=True, inf_ok=True)
+    _check_vocab(vocab_size)
+    _check_int("seed", seed, 0)
 
 
 def _check_ratio(range_ratio: float) -> None:
-    if not (0.0 <= range_ratio <= 1.0) or math.isnan(range_ratio):
-        raise WorkloadError(f"range_ratio must lie in [0, 1], got {range_ratio!r}")
+    _check_real("range_ratio", range_ratio, 0.0, 1.0)
 
 
 def _check_vocab(vocab_size: int) -> None:
-    if not (2 <= vocab_size <= 2**31):
-        raise WorkloadError(f"vocab_size must lie in [2, 2**31], got {vocab_size!r}")
+    _check_int("vocab_size", vocab_size, 2, 2**31)
 
 
 def _random_lens(rng: np.random.Generator, full: int, range_ratio: float, n: int) -> np.ndarray:
@@ -181,7 +217,11 @@ def _arrivals(rng: np.random.Generator, n: int, request_rate: float) -> np.ndarr
         return np.zeros(n, dtype=np.float64)
     if not request_rate > 0:
         raise WorkloadError(f"request_rate must be > 0 (or inf), got {request_rate!r}")
-    return np.cumsum(rng.exponential(1.0 / request_rate, size=n))
+    arrivals = np.cumsum(rng.exponential(1.0 / request_rate, size=n))
+    if n and not math.isfinite(arrivals[-1]):
+        raise WorkloadError(f"request_rate {request_rate!r} is too small: the arrivals overflow "
+                            f"to inf seconds")
+    return arrivals
 
 
 # --------------------------------------------------------------------------
@@ -219,7 +259,7 @@ def generated_shared_prefix(
     each request's group with probability proportional to
     ``1 / rank ** zipf_alpha`` (group 0 the hottest) instead of giving every
     group exactly ``prompts_per_group`` requests.  The requests are shuffled
-    unless ``ordered``; ``request_rate`` spaces them as a Poisson process.
+    unless ``ordered`` (a bool); ``request_rate`` spaces them as a Poisson process.
 
     rid is ``"gsp-<group>-<index>"`` and ``session`` the group (``"g<group>"``).
     check_request and max_bytes: see the module docstring.
@@ -227,16 +267,19 @@ def generated_shared_prefix(
     _check_positive(num_groups=num_groups, prompts_per_group=prompts_per_group,
                     system_prompt_len=system_prompt_len, question_len=question_len,
                     output_len=output_len)
-    _check_ratio(range_ratio)
-    _check_vocab(vocab_size)
+    _check_common(range_ratio, request_rate, vocab_size, seed)
+    if not isinstance(ordered, (bool, np.bool_)):
+        raise TypeError(f"ordered must be True or False, got {ordered!r}")
     if group_distribution not in ("uniform", "zipf"):
         raise WorkloadError(
             f"group_distribution must be 'uniform' or 'zipf', got {group_distribution!r}")
-    if group_distribution == "zipf":
-        if zipf_alpha is None:
-            zipf_alpha = 1.0
-        if not (math.isfinite(zipf_alpha) and zipf_alpha > 0):
-            raise WorkloadError(f"zipf_alpha must be a finite number > 0, got {zipf_alpha!r}")
+    if zipf_alpha is not None:
+        if group_distribution != "zipf":
+            raise WorkloadError(f"zipf_alpha applies with group_distribution='zipf' only, got "
+                                f"zipf_alpha={zipf_alpha!r} with {group_distribution!r}")
+        _check_real("zipf_alpha", zipf_alpha, 0.0, above=True)
+    elif group_distribution == "zipf":
+        zipf_alpha = 1.0
 
     total = num_groups * prompts_per_group
     # system prompts, questions, and each request's prompt (at most)
@@ -318,10 +361,7 @@ def multi_turn(
     """
     _check_positive(num_clients=num_clients, num_rounds=num_rounds,
                     request_length=request_length, output_length=output_length)
-    if system_prompt_len < 0:
-        raise WorkloadError(f"system_prompt_len must be >= 0, got {system_prompt_len!r}")
-    _check_ratio(range_ratio)
-    _check_vocab(vocab_size)
+    _check_common(range_ratio, request_rate, vocab_size, seed, system_prompt_len)
     # a client's prompts (turn r: system + r + 1 messages + r answers) and answers, at most
     R = num_rounds
     per_client = (R * system_prompt_len + request_length * R * (R + 1) // 2
@@ -394,10 +434,7 @@ def agentic_branching(
     """
     _check_positive(num_trees=num_trees, depth=depth, branching=branching,
                     task_len=task_len, step_len=step_len, output_len=output_len)
-    if system_prompt_len < 0:
-        raise WorkloadError(f"system_prompt_len must be >= 0, got {system_prompt_len!r}")
-    _check_ratio(range_ratio)
-    _check_vocab(vocab_size)
+    _check_common(range_ratio, request_rate, vocab_size, seed, system_prompt_len)
     _check_agentic_size(num_trees, depth, branching, system_prompt_len + task_len,
                         step_len + output_len, output_len, max_bytes)
     rng = np.random.default_rng(seed)
@@ -515,7 +552,7 @@ def _records(path: PathLike, max_line: Optional[int] = _max_line(DEFAULT_MAX_BYT
                     raise TraceFormatError(name, lineno,
                                            f"expected a JSON object, got {type(obj).__name__}")
                 yield lineno, obj
-        except (EOFError, gzip.BadGzipFile, OSError) as e:
+        except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as e:
             raise WorkloadError(f"cannot read trace {name}: {e}") from None
 
 
@@ -540,6 +577,14 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return x
 
 
+#: The longest hash block expand_hash_blocks makes (Mooncake's are 512 tokens).
+MAX_BLOCK_SIZE = 1 << 20
+
+
+def _check_block_size(block_size: Any) -> None:
+    _check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+
+
 def expand_hash_blocks(hash_ids: np.ndarray, block_size: int = MOONCAKE_BLOCK_SIZE,
                        vocab_size: int = DEFAULT_VOCAB_SIZE, seed: int = 0) -> np.ndarray:
     """Pseudo-token ids of hash-id blocks: an int32 array ``(len(hash_ids), block_size)``.
@@ -553,10 +598,17 @@ def expand_hash_blocks(hash_ids: np.ndarray, block_size: int = MOONCAKE_BLOCK_SI
     probability about ``1 / vocab_size``.  Two passes over the output, so the
     12k-request Mooncake trace (148M tokens) expands in a fraction of a second.
     """
+    _check_block_size(block_size)
     _check_vocab(vocab_size)
-    if block_size < 1:
-        raise WorkloadError(f"block_size must be >= 1, got {block_size!r}")
-    ids = np.asarray(hash_ids, dtype=np.int64).view(np.uint64)
+    _check_int("seed", seed, 0)
+    arr = np.asarray(hash_ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"hash_ids must be a 1-D array of integers, got dtype {arr.dtype} and "
+                        f"shape {arr.shape}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 2**63 - 1):
+        k = int(np.argmax((arr < 0) | (arr > 2**63 - 1)))
+        raise WorkloadError(f"hash_ids[{k}] is {int(arr[k])}: hash ids must lie in [0, 2**63)")
+    ids = arr.astype(np.int64).view(np.uint64)
     folded = ((ids ^ (ids >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     a = _mix32(folded + np.uint32((seed * 0x9E3779B9) & 0xFFFFFFFF))
     m = _mix32(np.arange(block_size, dtype=np.uint32) + np.uint32(0x5BD1E995)
@@ -604,8 +656,12 @@ def load_mooncake(
     The prompts are views into one token buffer (no per-request copies).
     rid is ``"mc-<record index>"``.
     """
-    if limit is not None and limit < 1:
-        raise WorkloadError(f"limit must be >= 1, got {limit!r}")
+    if limit is not None:
+        _check_int("limit", limit, 1)
+    _check_block_size(block_size)
+    _check_vocab(vocab_size)
+    _check_real("time_scale", time_scale, 0.0, above=True)
+    _check_int("seed", seed, 0)
     name = str(path)
     ids_parts: list[list[int]] = []
     input_lens: list[int] = []
@@ -710,8 +766,8 @@ def load_token_trace(path: PathLike, *, limit: Optional[int] = None,
                      max_bytes: Optional[int] = DEFAULT_MAX_BYTES) -> list[SimRequest]:
     """Read the explicit token-id JSONL format (see the module docstring;
     check_request and max_bytes are applied line by line)."""
-    if limit is not None and limit < 1:
-        raise WorkloadError(f"limit must be >= 1, got {limit!r}")
+    if limit is not None:
+        _check_int("limit", limit, 1)
     name = str(path)
     requests: list[SimRequest] = []
     rid_lines: dict[str, int] = {}
@@ -769,7 +825,10 @@ def load_token_trace(path: PathLike, *, limit: Optional[int] = None,
 
 
 def save_token_trace(requests: Sequence[SimRequest], path: PathLike) -> None:
-    """Write requests in the explicit token-id format (gzip'd if path ends in .gz)."""
+    """Write requests in the explicit token-id format (gzip'd if path ends in .gz);
+    every request is checked first (checks.check_requests), so a bad one
+    leaves no file."""
+    check_requests(requests)
     opener: Callable[..., IO[str]]
     opener = (lambda p: gzip.open(p, "wt", encoding="utf-8")) if str(path).endswith(".gz") \
         else (lambda p: open(p, "w", encoding="utf-8"))
@@ -840,6 +899,7 @@ def load_trace(path: PathLike, fmt: str = "auto", *, limit: Optional[int] = None
 
 def workload_stats(requests: Sequence[SimRequest]) -> dict[str, Any]:
     """Sizes of a workload: requests, prompt / output tokens, sessions, turns."""
+    check_requests(requests)
     lens = np.fromiter((len(r.input_ids) for r in requests), dtype=np.int64, count=len(requests))
     outs = np.fromiter((r.output_len for r in requests), dtype=np.int64, count=len(requests))
     sessions = {r.session for r in requests if r.session is not None}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import mambaradix
-from mambaradix.sim import SimConfig, SimRequest, checks, cli, engine, run, sweep, workloads
+from mambaradix.sim import SimConfig, SimRequest, checks, cli, engine, presets, report, run, sweep, workloads
 from mambaradix.sim.checks import ConfigError, check_feasible
 
 from test_sim_first_run import no_replay  # noqa: F401  (the fixture: no replay may run)
@@ -352,6 +352,10 @@ def test_python_sweep_records_a_failed_point_when_asked():
     (["--sweep", "flops_per_token=inf"], "--sweep flops_per_token=inf: flops_per_token must be a finite number >= 0"),
     (["--sweep", "new_token_ratio=-1"], "--sweep new_token_ratio=-1: new_token_ratio must be a finite number >= 0 and <= 1"),
     (["--kv-tokens", "1e400"], "argument --kv-tokens: kv_tokens takes integers, got '1e400'"),
+    (["--end-of-turn-states", "--mode", "no_buffer"], "--end-of-turn-states applies to the extra_buffer modes"),
+    (["--sweep", "max_running=0"], "--sweep max_running=0: max_running must be an integer in [1, 2,147,483,646], got 0"),
+    (["--kv-mem", "1e30"], "more than a pool may have (2,147,483,646); lower --kv-mem"),
+    (["--state-mem", "1e30"], "more than a pool may have (2,147,483,646); lower --state-mem"),
 ])
 def test_bad_numbers_are_refused_at_parsing_naming_the_option(capsys, no_replay, argv, message):
     code, _, err = main(capsys, *SMALL, *argv)
@@ -505,3 +509,223 @@ def test_an_arrival_far_in_the_future_is_waited_for(tmp_path, capsys):
     code, out, err = main(capsys, "--trace", str(trace), "--json", "--no-progress")
     assert code == 0, err
     assert json.loads(out)["metrics"]["requests"] == 2
+
+
+# --- every request field checked by run() before the replay ---------------------------------
+
+@pytest.fixture
+def no_replay_loop(monkeypatch):
+    """Makes the replay loop fail the test: a bad request must be refused before it."""
+    def loop(self):
+        raise AssertionError("the replay started before the bad request was refused")
+    monkeypatch.setattr(engine._Replay, "run", loop)
+
+
+def _req(**kw) -> SimRequest:
+    kw.setdefault("rid", "a")
+    kw.setdefault("input_ids", np.arange(1, 41, dtype=np.int32))
+    kw.setdefault("output_len", 4)
+    return SimRequest(**kw)
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(arrival=float("nan")), ValueError, "requests[0] ('a').arrival must be a finite number >= 0 (seconds), got nan"),
+    (dict(arrival=float("inf")), ValueError, "requests[0] ('a').arrival must be a finite number >= 0"),
+    (dict(arrival=-5.0), ValueError, "requests[0] ('a').arrival must be a finite number >= 0"),
+    (dict(arrival="1"), TypeError, "requests[0] ('a').arrival must be a finite number"),
+    (dict(arrival=None), TypeError, "requests[0] ('a').arrival must be a finite number"),
+    (dict(input_ids=np.arange(2**31, 2**31 + 40, dtype=np.int64)), ValueError,
+     "requests[0] ('a').input_ids[0] is 2147483648: token ids must lie in [0, 2147483647]"),
+    (dict(input_ids=np.arange(-40, 0, dtype=np.int32)), ValueError, "requests[0] ('a').input_ids[0] is -40: token ids must lie in"),
+    (dict(input_ids=np.arange(1, 41) + 0.5), TypeError, "requests[0] ('a').input_ids must be a 1-D array or list of integer token ids"),
+    (dict(input_ids=np.ones((4, 10), np.int32)), TypeError, "requests[0] ('a').input_ids must be a 1-D array"),
+    (dict(input_ids="hello world"), TypeError, "requests[0] ('a').input_ids must be a 1-D array"),
+    (dict(input_ids=None), TypeError, "requests[0] ('a').input_ids must be a 1-D array"),
+    (dict(output_len=2.5), TypeError, "requests[0] ('a').output_len must be an integer >= 1, got 2.5"),
+    (dict(output_len=True), TypeError, "requests[0] ('a').output_len must be an integer >= 1, got True"),
+    (dict(output_len="4"), TypeError, "requests[0] ('a').output_len must be an integer"),
+    (dict(output_len=float("nan")), TypeError, "requests[0] ('a').output_len must be an integer"),
+    (dict(output_len=None), TypeError, "requests[0] ('a').output_len must be an integer"),
+    (dict(output_ids=np.array([1.5, 2, 3, 4])), TypeError, "requests[0] ('a').output_ids must be a 1-D array"),
+    (dict(output_ids=np.array([-1, -2, -3, -4])), ValueError, "requests[0] ('a').output_ids[0] is -1: token ids must lie in"),
+    (dict(turn=-1), ValueError, "requests[0] ('a').turn must be an integer >= 0, got -1"),
+    (dict(turn=1.5), TypeError, "requests[0] ('a').turn must be an integer >= 0, got 1.5"),
+    (dict(turn="x"), TypeError, "requests[0] ('a').turn must be an integer >= 0"),
+    (dict(rid=None), TypeError, "requests[0].rid must be a str, got None"),
+    (dict(rid=["x"]), TypeError, "requests[0].rid must be a str, got ['x']"),
+])
+def test_run_refuses_each_bad_request_field_by_name_before_replaying(no_replay_loop, kw, error, message):
+    with pytest.raises(error) as e:
+        run([_req(**kw)], SimConfig(state_slots=16, kv_tokens=4096))
+    assert message in str(e.value)
+
+
+def test_run_accepts_numpy_integers_lists_and_unsigned_ids_as_plain_ints():
+    ids = np.arange(1, 201, dtype=np.int32)
+    want = run([_req(input_ids=ids), _req(rid="b", input_ids=ids, arrival=1.0)],
+               SimConfig(state_slots=16, kv_tokens=4096))
+    got = run([_req(input_ids=ids.tolist(), output_len=np.int64(4), turn=np.int32(0)),
+               _req(rid="b", input_ids=ids.astype(np.uint64), arrival=np.float32(1.0))],
+              SimConfig(state_slots=np.int32(16), kv_tokens=np.int64(4096)))
+    # the second prompt resumes from the first one's state at 192 (chunks of 64)
+    assert got.requests == 2 and got.state_usable_tokens == want.state_usable_tokens == 192
+    # numpy ints give the same default max_running as Python ints (16 // 5 = 3)
+    assert SimConfig(state_slots=np.int32(16)).resolved().max_running == 3
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(utility_alpha="x", lru_policy="utility"), "utility_alpha must be a finite number >= 0, got 'x'"),
+    (dict(utility_alpha=float("inf"), lru_policy="utility"), "utility_alpha must be a finite number >= 0, got inf"),
+    (dict(chunk_size=2**63), "chunk_size must be an integer in [1, 16,777,216]"),
+    (dict(track_interval=2**63), "track_interval must be an integer >= 1"),
+    (dict(max_prefill_tokens=None), "max_prefill_tokens must be an integer >= 1, got None"),
+    (dict(new_token_ratio="x"), "new_token_ratio must be a finite number"),
+    (dict(lru_policy="clairvoyant", states="toy"), "config.lru_policy clairvoyant reads the future from the trace: "
+     "it runs with config.states 'none' only"),
+])
+def test_run_names_the_bad_config_field(no_replay_loop, kw, message):
+    with pytest.raises(ConfigError) as e:
+        run([_req()], SimConfig(state_slots=16, kv_tokens=4096, **kw))
+    assert message in str(e.value)
+
+
+# --- generator and loader arguments: types and ranges, by name ------------------------------
+
+_MC_LINE = '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: workloads.multi_turn(2.5, 2, 8, 2), TypeError, "num_clients must be an integer, got 2.5"),
+    (lambda: workloads.multi_turn("2", 2, 8, 2), TypeError, "num_clients must be an integer, got '2'"),
+    (lambda: workloads.multi_turn(True, 2, 8, 2), TypeError, "num_clients must be an integer, got True"),
+    (lambda: workloads.multi_turn(2, 1.5, 8, 2), TypeError, "num_rounds must be an integer, got 1.5"),
+    (lambda: workloads.multi_turn(2, 2, 8.5, 2), TypeError, "request_length must be an integer, got 8.5"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2.5), TypeError, "output_length must be an integer, got 2.5"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, system_prompt_len=2.5), TypeError, "system_prompt_len must be an integer"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, system_prompt_len=None), TypeError, "system_prompt_len must be an integer"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, vocab_size=100.5), TypeError, "vocab_size must be an integer, got 100.5"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, range_ratio="0.5"), TypeError, "range_ratio must be a number, got '0.5'"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, request_rate="5"), TypeError, "request_rate must be a number, got '5'"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, request_rate=-float("inf")), workloads.WorkloadError,
+     "request_rate must be a number > 0 (or inf), got -inf"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, request_rate=float("nan")), workloads.WorkloadError, "request_rate must be a number > 0"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, seed=-1), workloads.WorkloadError, "seed must be an integer >= 0, got -1"),
+    (lambda: workloads.generated_shared_prefix(2.5, 2, 8, 4, 2), TypeError, "num_groups must be an integer, got 2.5"),
+    (lambda: workloads.generated_shared_prefix(2, 2, 8, 4, 2, group_distribution="zipf", zipf_alpha="1"), TypeError,
+     "zipf_alpha must be a number, got '1'"),
+    (lambda: workloads.generated_shared_prefix(2, 2, 8, 4, 2, zipf_alpha=-3.0), workloads.WorkloadError,
+     "zipf_alpha applies with group_distribution='zipf' only"),
+    (lambda: workloads.agentic_branching(1, 2, 1.5, 8, 8, 8, 2), TypeError, "branching must be an integer, got 1.5"),
+    (lambda: workloads.agentic_branching(1, 2.5, 2, 8, 8, 8, 2), TypeError, "depth must be an integer, got 2.5"),
+    (lambda: workloads.expand_hash_blocks(np.array([1]), block_size=2.5), TypeError, "block_size must be an integer"),
+    (lambda: workloads.expand_hash_blocks(np.array([1]), block_size=2**40), workloads.WorkloadError,
+     "block_size must be an integer in [1, 1048576], got 1099511627776"),
+    (lambda: workloads.expand_hash_blocks(np.array([1]), vocab_size=1000.5), TypeError, "vocab_size must be an integer"),
+    (lambda: workloads.expand_hash_blocks(np.array([1]), seed=0.5), TypeError, "seed must be an integer, got 0.5"),
+    (lambda: workloads.expand_hash_blocks(np.array([[1, 2]])), TypeError, "hash_ids must be a 1-D array of integers"),
+    (lambda: workloads.expand_hash_blocks(np.array([1.7])), TypeError, "hash_ids must be a 1-D array of integers"),
+    (lambda: workloads.expand_hash_blocks(np.array([3, -1])), workloads.WorkloadError, "hash_ids[1] is -1: hash ids must lie in [0, 2**63)"),
+    (lambda: workloads.multi_turn(2, 2, 8, 2, request_rate=5e-324), workloads.WorkloadError,
+     "request_rate 5e-324 is too small: the arrivals overflow to inf seconds"),
+    (lambda: workloads.generated_shared_prefix(2, 2, 8, 4, 2, ordered="no"), TypeError, "ordered must be True or False, got 'no'"),
+    (lambda: workloads.save_token_trace([1, 2], "never-written.jsonl"), TypeError, "requests[0] must be a SimRequest, got int"),
+    (lambda: workloads.workload_stats([1]), TypeError, "requests[0] must be a SimRequest, got int"),
+])
+def test_generators_name_a_bad_argument(tmp_path, monkeypatch, make, error, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error) as e:
+        make()
+    assert message in str(e.value)
+    assert not Path("never-written.jsonl").exists()
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(limit=1.5), TypeError, "limit must be an integer, got 1.5"),
+    (dict(limit="1"), TypeError, "limit must be an integer, got '1'"),
+    (dict(time_scale=float("nan")), workloads.WorkloadError, "time_scale must be a finite number > 0, got nan"),
+    (dict(time_scale=-1.0), workloads.WorkloadError, "time_scale must be a finite number > 0, got -1.0"),
+    (dict(time_scale="x"), TypeError, "time_scale must be a number, got 'x'"),
+    (dict(block_size=0), workloads.WorkloadError, "block_size must be an integer in [1, 1048576], got 0"),
+    (dict(block_size=-512), workloads.WorkloadError, "block_size must be an integer in [1, 1048576], got -512"),
+])
+def test_load_mooncake_names_a_bad_argument_before_reading(tmp_path, kw, error, message):
+    path = tmp_path / "mc.jsonl"
+    path.write_text(_MC_LINE)
+    with pytest.raises(error) as e:
+        workloads.load_mooncake(path, **kw)
+    assert message in str(e.value) and "mc.jsonl" not in str(e.value)
+
+
+def test_a_corrupted_gzip_trace_is_a_workload_error(tmp_path, capsys):
+    import gzip
+    data = bytearray(gzip.compress(b"".join(
+        b'{"input_ids": [%d, 2, 3], "output_len": 2}\n' % i for i in range(5000))))
+    data[40:60] = bytes(20)        # a damaged deflate stream, the header and trailer intact
+    path = tmp_path / "corrupt.jsonl.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(workloads.WorkloadError, match="cannot read trace"):
+        workloads.load_trace(path)
+    code, _, err = main(capsys, "--trace", str(path), "--no-progress")
+    assert code == 2 and "cannot read trace" in err and "Traceback" not in err
+
+
+# --- the command line: options that cannot apply, standard JSON, `version` ------------------
+
+def test_end_of_turn_states_stay_allowed_when_a_swept_mode_uses_them(capsys):
+    code, out, _ = main(capsys, *SMALL, "--end-of-turn-states", "--sweep", "mode=pp2,no_buffer", "--json")
+    doc = json.loads(out)
+    assert code == 0 and [p["config"]["mode"] for p in doc["sweep"]] == ["pp2", "no_buffer"]
+    assert all(p["config"]["end_of_turn_states"] for p in doc["sweep"])
+
+
+def test_json_is_standard_even_when_an_estimate_is_infinite(capsys):
+    # 1e-320 TFLOP/s makes the estimated prefill times overflow to inf
+    code, out, _ = main(capsys, *SMALL, "--device-tflops", "1e-320", "--json")
+    assert code == 0
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert doc["metrics"]["requests"] == 12 and doc["estimates"]["prefill_seconds_without_cache"] is None
+
+
+def test_version_takes_no_arguments():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    bad = subprocess.run([sys.executable, "-m", "mambaradix", "version", "--bogus"],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "takes no arguments" in bad.stderr and not bad.stdout
+    good = subprocess.run([sys.executable, "-m", "mambaradix", "version"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert good.returncode == 0 and good.stdout.strip() == mambaradix.__version__
+
+
+# --- sweep, presets and the report: arguments by name ---------------------------------------
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda r: sweep(r, {"kv_tokens": 4096}, state_slots=[16]), TypeError, "base must be a SimConfig, got dict"),
+    (lambda r: sweep(r, SimConfig(), state_slots=[]), ValueError, "sweep values of 'state_slots' are empty"),
+    (lambda r: sweep(r, SimConfig(), tp=3, state_slots=[16]), ValueError, "tp applies with model= only"),
+    (lambda r: presets.get_preset(None), TypeError, "a model preset name must be a str"),
+    (lambda r: presets.get_preset(5), TypeError, "a model preset name must be a str"),
+    (lambda r: presets.apply_preset({}, "qwen3-next"), TypeError, "config must be a SimConfig, got dict"),
+    (lambda r: presets.apply_preset(SimConfig(), "qwen3-next", tp="2"), TypeError, "tp must be an integer >= 1, got '2'"),
+    (lambda r: presets.apply_preset(SimConfig(), "qwen3-next", tp=2.0), TypeError, "tp must be an integer >= 1, got 2.0"),
+    (lambda r: presets.get_preset("qwen3-next").check_tp(2.0), TypeError, "tp must be an integer >= 1, got 2.0"),
+    (lambda r: presets.get_preset("qwen3-next").state_bytes_per_slot(True), TypeError, "tp must be an integer >= 1, got True"),
+    (lambda r: presets.get_preset("qwen3-next").prefill_flops(-10, 5), ValueError, "start must be >= 0, got -10"),
+    (lambda r: presets.get_preset("qwen3-next").prefill_flops(0, 2.5), TypeError, "end must be an integer >= 0, got 2.5"),
+    (lambda r: presets.get_preset("qwen3-next").policy_options(alpha=float("nan")), ValueError,
+     "utility_alpha must be a finite number >= 0, got nan"),
+    (lambda r: presets.get_preset("qwen3-next").policy_options(tune_window=1.5), ValueError,
+     "tune_window must be an integer in [0, 1,048,576], got 1.5"),
+    (lambda r: presets.parse_size(8), TypeError, "a size must be a str such as '8GiB'"),
+    (lambda r: presets.parse_size(b"8GiB"), TypeError, "a size must be a str such as '8GiB'"),
+    (lambda r: report.format_report(None, SimConfig()), TypeError, "metrics must be a SimMetrics"),
+])
+def test_sweep_presets_and_report_name_a_bad_argument(no_replay_loop, call, error, message):
+    reqs = workloads.multi_turn(2, 2, 16, 4, request_rate=float("inf"))
+    with pytest.raises(error) as e:
+        call(reqs)
+    assert message in str(e.value)
+
+
+def test_presets_accept_numpy_integers_as_tp():
+    p = presets.get_preset("qwen3-next")
+    assert p.state_bytes_per_slot(np.int64(2)) == p.state_bytes_per_slot(2) == 77_266_944 // 2
