@@ -3,6 +3,9 @@
 Commands:
   sim    replay a workload through the cache and report hit rates (the default
          workload runs offline in seconds); ``python -m mambaradix sim --help``.
+  sglang-replay
+         replay a trace through SGLang 0.5.23's own scheduler on CPU;
+         ``python -m mambaradix sglang-replay --help``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ USAGE = """usage: python -m mambaradix COMMAND [ARGS...]
 commands:
   sim      replay a workload through the cache and report hit rates, costs and
            why tokens are lost (try: python -m mambaradix sim --help)
+  sglang-replay
+           replay a trace through SGLang 0.5.23's own scheduler on CPU (try:
+           python -m mambaradix sglang-replay --help)
   version  print the package version
 """
 
@@ -23,6 +29,12 @@ def _sim(argv: Sequence[str]) -> int:
     from .sim.cli import main as sim_main
 
     return sim_main(argv)
+
+
+def _sglang_replay(argv: Sequence[str]) -> int:
+    from .sglang_replay.cli import main as replay_main
+
+    return replay_main(argv)
 
 
 def _version(argv: Sequence[str]) -> int:
@@ -37,7 +49,8 @@ def _version(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"sim": _sim, "version": _version}
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"sim": _sim, "sglang-replay": _sglang_replay,
+                                                       "version": _version}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -16,11 +16,13 @@ command -v "$py" >/dev/null 2>&1 || py=python3
 "$py" -m pip install -q -e . -r tests/requirements.txt
 "$py" -m pip install -q --no-deps "sglang==0.5.15"
 # SGLang 0.5.23 and only what its cache and scheduler modules import; triton, sgl_kernel and torchvision get
-# test-only stand-ins (tests/dropin/sglang_0523/sgl_env.py).  Reinstalled when this list changes.
+# stand-ins (mambaradix/sglang_replay/env.py, which tests/dropin/sglang_0523/sgl_env.py calls).  Reinstalled
+# when this list changes.
 sgl0523=("sglang==0.5.23" msgspec psutil pybase64 tqdm starlette anyio sniffio aiohttp multidict yarl propcache
     aiohappyeyeballs aiosignal frozenlist apache-tvm-ffi transformers huggingface-hub httpx2 httpcore2
     truststore h11 "safetensors>=0.8.0" tokenizers regex dill sentencepiece compressed-tensors loguru gguf
-    openai partial-json-parser datasets multiprocess pandas pyarrow xxhash)
+    openai partial-json-parser datasets multiprocess pandas pyarrow xxhash setproctitle einops uvicorn fastapi
+    annotated-doc typing_extensions opentelemetry-api)
 if [ "$(cat .sgl0523/.installed 2>/dev/null)" != "${sgl0523[*]}" ]; then
     rm -rf .sgl0523
     "$py" -m pip install -q --no-deps --target .sgl0523 "${sgl0523[@]}"

@@ -1,5 +1,6 @@
-"""Test-only stand-in for triton: sglang modules define kernels at import time;
-the tree never runs one.  Every submodule exists and every name is a stand-in."""
+"""Stand-in for triton where it is not installed (mambaradix.sglang_replay.env puts it on the path):
+SGLang modules define kernels at import time; neither the tree nor the replay runs one.  Every
+submodule exists and every name is a stand-in."""
 import importlib.abc
 import importlib.machinery
 import sys
