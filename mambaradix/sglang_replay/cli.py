@@ -167,6 +167,14 @@ def format_report(result: ReplayResult, workload: dict) -> str:
     return "\n".join(lines)
 
 
+def build_workload(args: argparse.Namespace):
+    """The requests and their description, built by the simulator's workload options.  No per-request KV
+    check here: the replay checks the KV pool against SGLang's own admission."""
+    if not hasattr(args, "max_workload_mem"):
+        args.max_workload_mem = wl.DEFAULT_MAX_BYTES
+    return sim_cli._build_workload(args, None)
+
+
 def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     """Parse, replay, print; returns the exit status (raises UserError for bad input)."""
     from .replay import replay
@@ -177,7 +185,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     except ReplayError as e:
         raise UserError(_message(e)) from None
     try:
-        requests, workload = sim_cli._build_workload(args)
+        requests, workload = build_workload(args)
     except (sim_cli.UserError, wl.WorkloadError, OSError) as e:
         text = getattr(e, "strerror", None) or str(e)
         raise UserError(f"--trace: {text}" if args.trace and isinstance(e, (OSError, wl.WorkloadError))

@@ -20,7 +20,6 @@ import sgl_env
 
 from mambaradix.sglang_replay import ReplayConfig, ReplayError, replay, toy_hash
 from mambaradix.sglang_replay import cli
-from mambaradix.sim import cli as sim_cli
 from mambaradix.sim import workloads as wl
 from mambaradix.sim.types import SimRequest
 
@@ -142,7 +141,7 @@ def test_lazy_under_state_pressure_on_the_mambaradix_core():
     argv = next(a for a in _documented_commands() if "extra_buffer_lazy" in a and "--state-slots" in a
                 and "mambaradix" in a)
     args = cli.build_parser().parse_args(argv)
-    work, _ = sim_cli._build_workload(args)
+    work, _ = cli.build_workload(args)
     config = cli._config(args)
     ref = replay(work, dataclasses.replace(config, tree_core="python"))
     assert ref.toy_state_mismatches == 0
