@@ -22,7 +22,7 @@ sgl0523=("sglang==0.5.23" msgspec psutil pybase64 tqdm starlette anyio sniffio a
     aiohappyeyeballs aiosignal frozenlist apache-tvm-ffi transformers huggingface-hub httpx2 httpcore2
     truststore h11 "safetensors>=0.8.0" tokenizers regex dill sentencepiece compressed-tensors loguru gguf
     openai partial-json-parser datasets multiprocess pandas pyarrow xxhash setproctitle einops uvicorn fastapi
-    annotated-doc typing_extensions opentelemetry-api)
+    annotated-doc typing_extensions opentelemetry-api click)
 if [ "$(cat .sgl0523/.installed 2>/dev/null)" != "${sgl0523[*]}" ]; then
     rm -rf .sgl0523
     "$py" -m pip install -q --no-deps --target .sgl0523 "${sgl0523[@]}"
