@@ -40,20 +40,6 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see --help)")
 
 
-def _int(lo: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
-        return v
-
-    parse.__name__ = f"integer >= {lo}"
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
@@ -77,20 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tree-core", choices=tuple(TREE_CORES), default=d.tree_core,
                    help="SGLang's TreeCore backend: python, rust (SGLang's default) or mambaradix "
                         "(default: %(default)s)")
-    c.add_argument("--state-slots", type=_int(1), default=d.state_slots, metavar="N",
+    c.add_argument("--state-slots", type=sim_cli._int_opt(1), default=d.state_slots, metavar="N",
                    help="Mamba state slots (--max-mamba-cache-size; default: %(default)s)")
-    c.add_argument("--kv-tokens", type=_int(1), default=d.kv_tokens, metavar="N",
+    c.add_argument("--kv-tokens", type=sim_cli._int_opt(1), default=d.kv_tokens, metavar="N",
                    help="KV pool size in tokens (--max-total-tokens; default: %(default)s)")
-    c.add_argument("--page-size", type=_int(1), default=d.page_size, metavar="P",
+    c.add_argument("--page-size", type=sim_cli._int_opt(1), default=d.page_size, metavar="P",
                    help="KV page size (default: %(default)s)")
-    c.add_argument("--max-running", type=_int(1), metavar="N",
+    c.add_argument("--max-running", type=sim_cli._int_opt(1), metavar="N",
                    help="--max-running-requests (default: state slots // 5, 1 to 64, as the simulator)")
     c.add_argument("--mamba-strategy", choices=STRATEGIES, default=d.mamba_strategy,
                    help="--mamba-radix-cache-strategy (default: %(default)s)")
-    c.add_argument("--track-interval", type=_int(1), default=d.track_interval, metavar="N",
+    c.add_argument("--track-interval", type=sim_cli._int_opt(1), default=d.track_interval, metavar="N",
                    help="--mamba-track-interval: decode snapshot interval, a multiple of the page size "
                         "(default: %(default)s)")
-    c.add_argument("--chunked-prefill-size", type=_int(0), default=d.chunked_prefill_size, metavar="N",
+    c.add_argument("--chunked-prefill-size", type=sim_cli._int_opt(0), default=d.chunked_prefill_size, metavar="N",
                    help="prompt tokens prefilled per chunk (0: off; default: %(default)s)")
     c.add_argument("--disable-overlap-schedule", action="store_true",
                    help="SGLang's normal loop instead of its overlap scheduler (default: overlap, except "
