@@ -76,7 +76,8 @@ import numpy as np
 
 from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverConfig,  # noqa: F401
                         Scheduler, chunk_continuation, decode_kv_need, decode_track_due, extend_kv_need,
-                        match_key_limit, ping_pong_other, prefill_track_point, retract_victim, state_headroom)
+                        match_key_limit, ping_pong_other, prefill_track_point, request_kv_need, retract_victim,
+                        state_headroom)
 
 # ---------------------------------------------------------------------------
 # arguments
@@ -177,10 +178,9 @@ def request_needs(config: DriverConfig, prompt_len: int, output_len: int) -> tup
     writes, in whole pages.  Positions: the prompt and every output but the
     last, and the last too under the overlap scheduler (the batch after the
     one that finishes a request still decodes it)."""
-    page = config.page_size
-    positions = prompt_len + output_len - (0 if config.overlap else 1)
-    admit = prompt_len + min(output_len, config.clip_max_new_tokens) + page + 1
-    return max(admit, -(-positions // page) * page), positions
+    kv = request_kv_need(prompt_len, output_len, config.page_size, config.clip_max_new_tokens,
+                         config.overlap)
+    return kv, prompt_len + output_len - (0 if config.overlap else 1)
 
 
 def pseudo_token(rid: str, k: int) -> int:

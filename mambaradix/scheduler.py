@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 from ._C import (chunk_continuation, decode_kv_need, decode_track_due, end_of_turn,  # noqa: F401
                  extend_kv_need, finish_cache_len, keep_index, kv_evict, match_key_limit, ping_pong_other,
-                 prefill_track_point, slots_per_req, state_headroom)
+                 prefill_track_point, request_kv_need, slots_per_req, state_headroom)
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
 

@@ -156,4 +156,27 @@ mr_rule_kv_evict(int64_t available, int64_t need)
     return available < need ? need : 0;
 }
 
+/* KV tokens one request of prompt + output tokens needs to run at all, alone
+ * in the pool: the most of what admission asks for (SGLang's PrefillAdder
+ * takes it only while prompt + min(output, clip) + a page stays below the
+ * available KV, so one more) and what its decode steps hold (every position
+ * it writes, in whole pages: the prompt and each output but the last, and the
+ * last too under the overlap scheduler, which prepares a step past the
+ * finish).  Saturates at INT64_MAX instead of overflowing. */
+static inline int64_t
+mr_rule_request_kv_need(int64_t prompt, int64_t output, int64_t page, int64_t clip, int overlap)
+{
+    int64_t clipped = output < clip ? output : clip, admit, positions, pages;
+    if (__builtin_add_overflow(prompt, clipped, &admit) || __builtin_add_overflow(admit, page + 1, &admit)
+        || __builtin_add_overflow(prompt, output, &positions)) {
+        return INT64_MAX;
+    }
+    positions -= overlap ? 0 : 1;
+    pages = positions / page + (positions % page != 0);
+    if (pages > INT64_MAX / page) {
+        return INT64_MAX;
+    }
+    return admit > pages * page ? admit : pages * page;
+}
+
 #endif /* MR_RULES_H */

@@ -319,6 +319,33 @@ rules_kv_evict(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     return PyLong_FromLongLong(mr_rule_kv_evict(avail, need));
 }
 
+PyDoc_STRVAR(request_kv_need__doc__,
+"request_kv_need(prompt_len, output_len, page_size, clip_max_new_tokens, overlap)\n"
+"--\n"
+"\n"
+"KV tokens one request needs to run at all, alone in the pool: the most of\n"
+"what admission asks for (prompt_len + min(output_len, clip_max_new_tokens)\n"
+"+ page_size + 1) and the positions its decode steps hold in whole pages\n"
+"(prompt_len + output_len, less one without the overlap scheduler).\n"
+"Saturates at 2**63 - 1.");
+
+static PyObject *
+rules_request_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "request_kv_need", 0, 5, 5, "prompt_len", "output_len", "page_size",
+            "clip_max_new_tokens", "overlap");
+    int64_t p, o, page, clip;
+    int overlap;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0
+        || len_arg(a[0], spec.fname, "prompt_len", &p) < 0 || len_arg(a[1], spec.fname, "output_len", &o) < 0
+        || mr_arg_int64(a[2], spec.fname, "page_size", 1, INT32_MAX, &page) < 0
+        || len_arg(a[3], spec.fname, "clip_max_new_tokens", &clip) < 0
+        || mr_arg_bool(a[4], spec.fname, "overlap", &overlap) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(mr_rule_request_kv_need(p, o, page, clip, overlap));
+}
+
 #define RULE(name) {#name, (PyCFunction)(void (*)(void))rules_##name, METH_FASTCALL | METH_KEYWORDS, name##__doc__}
 
 static PyMethodDef rules_methods[] = {
@@ -335,6 +362,7 @@ static PyMethodDef rules_methods[] = {
     RULE(extend_kv_need),
     RULE(decode_kv_need),
     RULE(kv_evict),
+    RULE(request_kv_need),
     {NULL, NULL, 0, NULL},
 };
 

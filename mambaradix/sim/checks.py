@@ -16,6 +16,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+_INT64_MAX = 2**63 - 1
+
+from .. import scheduler as _rules
 from ..driver import DriverConfig
 from .presets import format_bytes
 from .types import SimConfig, SimRequest
@@ -225,26 +228,22 @@ def check_requests(requests: Any) -> None:
                                  f"({len(r.output_ids)} < {r.output_len})")
 
 
-def _ceil_page(n: Any, page: int) -> Any:
-    return -(-n // page) * page
-
-
 def request_kv_need(config: SimConfig, prompt_len: Any, output_len: Any) -> Any:
-    """KV tokens a request needs in the pool (whole pages) to run alone: the
-    most of what admission (SGLang's PrefillAdder) asks for, more than its
-    prompt in whole pages, its outputs (clipped) and a page of headroom free,
-    and what it holds at its last decode step, its prompt and outputs in
-    whole pages (the last output's KV too under the overlap scheduler, which
-    prepares one decode step past the finish).  Works on numpy arrays too."""
-    page = config.page_size
-    clip = DriverConfig.clip_max_new_tokens
-    # Python ints stay exact however large (a trace's output_len of 10**30)
-    arrays = isinstance(prompt_len, np.ndarray) or isinstance(output_len, np.ndarray)
-    admit = (_ceil_page(prompt_len, page) + (np.minimum if arrays else min)(output_len, clip)
-             + page + 1)
+    """KV tokens a request needs in the pool to run alone: the C core's rule
+    (``request_kv_need`` of csrc/core/rules.h, which the reference driver
+    applies too) under config's page size and overlap.  Outputs past int64
+    saturate.  Works on numpy arrays too (element by element)."""
     overlap = config.mode in ("pp2", "lazy")
-    decode = _ceil_page(prompt_len + output_len - (0 if overlap else 1), page)
-    return (np.maximum if arrays else max)(admit, decode)
+    clip = DriverConfig.clip_max_new_tokens
+
+    def one(p: int, o: int) -> int:
+        return _rules.request_kv_need(int(p), min(int(o), _INT64_MAX), config.page_size, clip, overlap)
+
+    if isinstance(prompt_len, np.ndarray) or isinstance(output_len, np.ndarray):
+        p, o = np.broadcast_arrays(np.asarray(prompt_len), np.asarray(output_len))
+        return np.fromiter(map(one, p.ravel().tolist(), o.ravel().tolist()), dtype=np.int64,
+                           count=p.size).reshape(p.shape)
+    return one(prompt_len, output_len)
 
 
 def _kv_pool(config: SimConfig) -> int:
