@@ -503,11 +503,11 @@ mr_slots_free_group_begin(mr_slots *s)
     return MR_OK;
 }
 
-void
+int
 mr_slots_free_group_end(mr_slots *s, int front)
 {
     if (!s->free_group) {
-        return;
+        return MR_ESTATE;
     }
     int64_t k = s->n_pending;
     if (front && k > 1) {
@@ -519,6 +519,7 @@ mr_slots_free_group_end(mr_slots *s, int front)
     ring_put(s, s->pending, k, front);
     s->n_pending = 0;
     s->free_group = 0;
+    return MR_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -833,10 +834,10 @@ mr_kv_free_group_begin(mr_kv *kv)
     return mr_slots_free_group_begin(&kv->pages);
 }
 
-void
+int
 mr_kv_free_group_end(mr_kv *kv)
 {
-    mr_slots_free_group_end(&kv->pages, kv->page_size > 1);
+    return mr_slots_free_group_end(&kv->pages, kv->page_size > 1);
 }
 
 int

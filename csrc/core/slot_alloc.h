@@ -149,9 +149,9 @@ void mr_slots_group_end(mr_slots *s);
 int mr_slots_free_group_begin(mr_slots *s);
 /* Closes the free group: the pending units go to the free list, in the
  * order they were freed (front == 0: at the tail), or sorted and pushed at
- * the head (front != 0, the smallest next out).  Cannot fail; nothing
- * happens without an open group. */
-void mr_slots_free_group_end(mr_slots *s, int front);
+ * the head (front != 0, the smallest next out).  MR_ESTATE, nothing
+ * changed, when no group is open (SGLang's allocator raises there too). */
+int mr_slots_free_group_end(mr_slots *s, int front);
 
 /* 1 if unit u is pre-allocated by the open alloc group and not handed out
  * yet (HELD, but no caller's: a free or transfer of it is MR_EBUSY). */
@@ -211,7 +211,7 @@ int mr_kv_free_tree(mr_kv *kv, const int64_t *tok, int64_t k);
 /* Free groups over the pages (mr_slots_free_group_begin / _end with the
  * page order of mr_kv_free). */
 int mr_kv_free_group_begin(mr_kv *kv);
-void mr_kv_free_group_end(mr_kv *kv);
+int mr_kv_free_group_end(mr_kv *kv);
 /* Makes the next free / transfer of up to ntok tokens need no memory (so a
  * caller can take it after a change it cannot undo).  MR_ENOMEM. */
 int mr_kv_reserve(mr_kv *kv, int64_t ntok);

@@ -431,12 +431,17 @@ PyDoc_STRVAR(SlotAllocator_free_group_end__doc__,
 "--\n"
 "\n"
 "Close the free group: the units freed in it join the free list, in the\n"
-"order they were freed (page_size > 1: sorted, at the front).");
+"order they were freed (page_size > 1: sorted, at the front).  RuntimeError\n"
+"when no group is open.");
 
 static PyObject *
 SlotAllocator_free_group_end(SlotAllocatorObject *self, PyObject *unused)
 {
-    mr_kv_free_group_end(&self->kv);
+    if (mr_kv_free_group_end(&self->kv) != MR_OK) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "free_group_end(): no free group is open (free_group_begin() was not called)");
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 

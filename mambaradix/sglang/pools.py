@@ -208,8 +208,6 @@ class TokenToKVPoolAllocator:
     def free_group_end(self) -> None:
         """Ends the open free group; RuntimeError when none is open (an end
         without its begin: SGLang's callers pair them)."""
-        if not self._slots.in_free_group:
-            raise RuntimeError("free_group_end(): no free group is open (free_group_begin() was not called)")
         self._slots.free_group_end()
 
     @property
