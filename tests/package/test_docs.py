@@ -154,3 +154,17 @@ def _run_transcript(body: str, tmp: Path) -> None:
         if shown and shown[0] != "...":
             produced = (r.stderr if error else r.stdout).splitlines()
             assert produced and produced[0] == shown[0], f"{command}: {produced[:1]} != {shown[:1]}"
+
+
+@pytest.mark.parametrize("name, max_lines, max_width", [
+    ("ARCHITECTURE.md", 250, 110),
+    ("benchmarks/RESULTS.md", 400, None),
+])
+def test_the_one_page_documents_stay_short(name, max_lines, max_width):
+    """ARCHITECTURE.md is one page and RESULTS.md holds current tables only
+    (history lives in git, deep dives in docs/)."""
+    lines = (ROOT / name).read_text().splitlines()
+    assert len(lines) <= max_lines, f"{name} has {len(lines)} lines (at most {max_lines})"
+    if max_width:
+        wide = [i + 1 for i, line in enumerate(lines) if len(line) > max_width]
+        assert not wide, f"{name}: lines {wide} are wider than {max_width} characters"
