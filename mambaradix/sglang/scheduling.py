@@ -6,31 +6,19 @@ from __future__ import annotations
 
 from typing import Any, List
 
+from .._C import state_headroom
 from ._api import EvictParams, Req
-
-# state slots a request may need: running + two ping-pong (lazy: one)
-MAMBA_STATE_PER_REQ_PREFIX_CACHE = 3
-MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY = 2
-MAMBA_STATE_PER_REQ_NO_CACHE = 1
-
 
 def alloc_req_slots(req_to_token_pool: Any, reqs: List[Req], tree_cache: Any) -> List[int]:
     """Rows (and state slots) for a batch; evicts cached states first when
-    fewer than reqs * factor are free.  RuntimeError when rows are short."""
+    fewer than the C core's headroom (``state_headroom``: 3 a request, 2 in
+    lazy mode) are free.  RuntimeError when rows are short."""
     mamba_alloc = getattr(req_to_token_pool, "mamba_allocator", None)
-    if mamba_alloc is not None:
-        if tree_cache is not None and tree_cache.supports_mamba():
-            factor = (
-                MAMBA_STATE_PER_REQ_PREFIX_CACHE_LAZY
-                if getattr(req_to_token_pool, "enable_mamba_extra_buffer_lazy", False)
-                else MAMBA_STATE_PER_REQ_PREFIX_CACHE
-            )
-        else:
-            factor = MAMBA_STATE_PER_REQ_NO_CACHE
-        need = len(reqs) * factor
-        avail = mamba_alloc.schedulable_available_size()
-        if avail < need and tree_cache is not None and tree_cache.supports_mamba():
-            tree_cache.evict(EvictParams(num_tokens=0, mamba_num=need - avail))
+    if mamba_alloc is not None and tree_cache is not None and tree_cache.supports_mamba():
+        lazy = bool(getattr(req_to_token_pool, "enable_mamba_extra_buffer_lazy", False))
+        evict = state_headroom(mamba_alloc.schedulable_available_size(), len(reqs), lazy)
+        if evict:
+            tree_cache.evict(EvictParams(num_tokens=0, mamba_num=evict))
     rows = req_to_token_pool.alloc(reqs)
     if rows is None:
         raise RuntimeError(
