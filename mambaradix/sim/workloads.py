@@ -12,6 +12,19 @@ Synthetic generators (all deterministic for a given ``seed``):
   its parent's context (parent prompt + parent output + a new observation) and
   siblings fork from the same parent, so whole trajectories are shared.
 
+Session generators, which time their own sessions (Poisson starts,
+Gamma-distributed think times) and take lengths as an int or a pair
+``(lo, hi)`` drawn uniformly:
+
+* :func:`agent_sessions` -- agent tasks over one shared system prompt whose
+  steps sometimes back up and retry from an earlier step's history.
+* :func:`rag_queries` -- retrieval queries: a shared instruction, k documents
+  of a Zipf-popular corpus in a shuffled order, a question; follow-ups.
+* :func:`multi_tenant` -- chat sessions over a few tenants' system prompts
+  (Zipf traffic), their turns interleaved by think times.
+* :func:`long_document_qa` -- questions about a few long documents, spread
+  over time, with follow-ups.
+
 Trace files (plain or gzip'd JSONL):
 
 * :func:`load_mooncake` -- the Mooncake (FAST'25) trace format

@@ -11,10 +11,13 @@ import json
 import numpy as np
 import pytest
 
-from mambaradix.sim import SimConfig, cli, engine
+from mambaradix.sim import SimConfig, cli
 from mambaradix.sim import workloads as wl
 from mambaradix.sim.checks import check_requests, request_checker
 from mambaradix.sim.types import SimRequest
+
+from test_sim_first_run import no_replay  # noqa: F401  (the fixture: no replay may run)
+from test_sim_inputs import main
 
 GENERATORS = {
     "agent": (wl.agent_sessions, dict(num_tasks=10, active=4, steps=(4, 10), system_prompt_len=300,
@@ -415,22 +418,6 @@ def test_longdoc_each_document_gets_its_questions_spread_over_time():
 # --------------------------------------------------------------------------
 
 
-def _main(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def no_replay(monkeypatch):
-    def replay(*a, **k):
-        raise AssertionError("a replay ran before the error was reported")
-    monkeypatch.setattr(engine, "run", replay)
-
-
 @pytest.mark.parametrize("argv, message", [
     (["--workload", "agent", "--agent-steps", "24-6"], "argument --agent-steps: expected LO <= HI"),
     (["--workload", "agent", "--agent-tool-len", "0-5"],
@@ -462,7 +449,7 @@ def no_replay(monkeypatch):
      "smaller than one request's need: ld-"),
 ])
 def test_bad_flags_are_refused_naming_the_flag(capsys, no_replay, argv, message):
-    code, out, err = _main(capsys, *argv, "--no-progress")
+    code, out, err = main(capsys, *argv, "--no-progress")
     assert code == 2, (out, err)
     assert message in err and "Traceback" not in err
 
@@ -485,7 +472,7 @@ def test_bad_flags_are_refused_naming_the_flag(capsys, no_replay, argv, message)
      "--longdoc-rate", "1", "--longdoc-think", "5"],
 ])
 def test_each_workload_runs_from_its_flags_as_the_api_builds_it(capsys, argv):
-    code, out, err = _main(capsys, *argv, "--json", "--seed", "3", "--state-slots", "40")
+    code, out, err = main(capsys, *argv, "--json", "--seed", "3", "--state-slots", "40")
     assert code == 0, err
     doc = json.loads(out)
     args = cli.build_parser().parse_args(argv + ["--seed", "3"])
