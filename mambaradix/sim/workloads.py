@@ -95,6 +95,7 @@ __all__ = [
     "multi_tenant",
     "long_document_qa",
     "LengthRange",
+    "MAX_SECONDS",
     "load_mooncake",
     "mooncake_conversation",
     "bundled_mooncake_path",

@@ -124,6 +124,22 @@ def test_a_workload_over_max_bytes_is_refused(name):
         gen(**kw, max_bytes=10_000)
 
 
+@pytest.mark.parametrize("name", GENERATORS)
+def test_replays_with_toy_states_restore_exact_states(name):
+    """Every hit of a replay with toy states is checked against a state
+    recomputed from scratch (the engine counts the mismatches)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("mambaradix.sglang")
+    from mambaradix.sim import run
+
+    gen, kw = GENERATORS[name]
+    reqs = gen(**kw, seed=7)
+    m = run(reqs, SimConfig(states="toy", state_slots=20, kv_tokens=200_000, chunk_size=16,
+                            track_interval=64))
+    assert m.requests == len(reqs) and m.state_mismatches == 0
+    assert m.state_hits > len({r.session for r in reqs}) // 2 and m.state_usable_tokens > 0
+
+
 def test_a_huge_count_is_refused_before_planning():
     with pytest.raises(wl.WorkloadError, match="the agent workload would take"):
         wl.agent_sessions(num_tasks=10**12)
@@ -481,3 +497,16 @@ def test_each_workload_runs_from_its_flags_as_the_api_builds_it(capsys, argv):
     assert doc["workload"]["requests"] == stats["requests"] == doc["metrics"]["requests"]
     assert doc["workload"]["prompt_tokens"] == stats["prompt_tokens"]
     assert 0.0 < doc["metrics"]["token_hit_rate"] < 1.0
+
+
+@pytest.mark.parametrize("name", GENERATORS)
+def test_sglang_replay_takes_the_same_workload_options(name):
+    """python -m mambaradix sglang-replay builds the simulator's workloads from
+    the same options (its parser copies the simulator's workload groups)."""
+    from mambaradix.sglang_replay import cli as replay_cli
+
+    argv = ["--workload", name, "--seed", "2"]
+    reqs, desc = replay_cli.build_workload(replay_cli.build_parser().parse_args(argv))
+    ours, ours_desc = cli._build_workload(cli.build_parser().parse_args(argv), None)
+    assert desc == ours_desc and len(reqs) == len(ours)
+    assert all(a.rid == b.rid and np.array_equal(a.input_ids, b.input_ids) for a, b in zip(reqs, ours))
