@@ -23,7 +23,8 @@ from .replay import STRATEGIES, TREE_CORES, ReplayConfig, ReplayError, ReplayRes
 
 PROG = "python -m mambaradix sglang-replay"
 #: The simulator's option groups that describe a workload; sglang-replay takes them as they are there.
-WORKLOAD_GROUPS = ("workload", "generated shared prefix", "multi-turn chat", "agentic branching")
+WORKLOAD_GROUPS = ("workload", "generated shared prefix", "multi-turn chat", "agentic branching",
+                   "agent sessions", "RAG over", "multi-tenant chat", "long-document QA")
 #: ReplayConfig field -> the option that sets it (for messages).
 OPTIONS = {"tree_core": "--tree-core", "state_slots": "--state-slots", "kv_tokens": "--kv-tokens",
            "page_size": "--page-size", "max_running": "--max-running", "mamba_strategy": "--mamba-strategy",

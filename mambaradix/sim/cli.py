@@ -45,7 +45,10 @@ from .types import SimConfig, SimMetrics, SimRequest, default_max_running
 
 __all__ = ["main", "build_parser", "UserError"]
 
-WORKLOADS = ("multiturn", "gsp", "agentic", "mooncake")
+#: Generated workloads with their own session timing and LO-HI length ranges.
+SESSION_WORKLOADS = ("agent", "rag", "tenants", "longdoc")
+
+WORKLOADS = ("multiturn", "gsp", "agentic", "mooncake") + SESSION_WORKLOADS
 
 #: Sweepable names besides the SimConfig fields: sizes turned into slots /
 #: tokens by the model preset.
@@ -92,16 +95,17 @@ def _int_opt(lo: int, hi: int = _INT64) -> Callable[[str], int]:
     return parse
 
 
-def _float_opt(lo: float, above: bool) -> Callable[[str], float]:
-    """An option parser for finite numbers > lo (above) or >= lo."""
-    want = f"a finite number {'>' if above else '>='} {lo:g}"
+def _float_opt(lo: float, above: bool, hi: float = math.inf) -> Callable[[str], float]:
+    """An option parser for finite numbers > lo (above) or >= lo, and <= hi."""
+    want = f"a finite number {'>' if above else '>='} {lo:g}" + (
+        f" and <= {hi:g}" if hi < math.inf else "")
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
-        if not math.isfinite(value) or not (value > lo if above else value >= lo):
+        if not math.isfinite(value) or not (value > lo if above else value >= lo) or value > hi:
             raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
         return value
     return parse
@@ -166,7 +170,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=WORKLOADS, default=None,
                    help="built-in workload (default: multiturn); mooncake is the bundled "
-                        "Mooncake conversation trace")
+                        "Mooncake conversation trace; agent, rag, tenants and longdoc time their "
+                        "own sessions (docs/simulator.md has a table)")
     w.add_argument("--trace", metavar="FILE",
                    help="replay a trace file: Mooncake JSONL (hash_ids) or token-id JSONL "
                         "(input_ids), optionally gzip'd")
@@ -176,9 +181,11 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     w.add_argument("--seed", type=_nonneg_int, default=0, metavar="N",
                    help="seed of the workload and the replay")
     w.add_argument("--request-rate", type=_rate, metavar="R",
-                   help="arrival rate in requests/s for generated workloads (inf: all at once)")
+                   help="arrival rate in requests/s for multiturn, gsp and agentic (inf: all "
+                        "at once)")
     w.add_argument("--range-ratio", type=_ratio, default=1.0, metavar="R",
-                   help="generated lengths are uniform in [len*ratio, len] (default 1: fixed)")
+                   help="multiturn, gsp and agentic lengths are uniform in [len*ratio, len] "
+                        "(default 1: fixed)")
 
     g = p.add_argument_group("generated shared prefix (--workload gsp; SGLang's defaults)")
     g.add_argument("--gsp-num-groups", type=_positive_int, metavar="N", default=64)
@@ -214,6 +221,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     a.add_argument("--agent-task-len", type=_positive_int, metavar="N", default=256)
     a.add_argument("--agent-step-len", type=_positive_int, metavar="N", default=128)
     a.add_argument("--agent-output-len", type=_positive_int, metavar="N", default=64)
+    _add_session_options(p)
 
     c = p.add_argument_group("cache configuration")
     c.add_argument("--model", default="qwen3-next",
@@ -333,6 +341,197 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------
+# session workloads (agent, rag, tenants, longdoc): options and builders
+# --------------------------------------------------------------------------
+
+
+def _range_opt(lo: int) -> Callable[[str], tuple[int, int]]:
+    """An option parser for a length range: "LO-HI" (uniform in [LO, HI]) or
+    "N" (fixed), integers >= lo."""
+    want = f"N or LO-HI (integers >= {lo})"
+
+    def parse(text: str) -> tuple[int, int]:
+        parts = text.split("-")
+        try:
+            if len(parts) > 2:
+                raise ValueError(text)
+            values = [_parse_int(part) for part in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        if min(values) < lo:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
+        if values[0] > values[-1]:
+            raise argparse.ArgumentTypeError(f"expected LO <= HI, got {text!r}")
+        return values[0], values[-1]
+    return parse
+
+
+_seconds = _float_opt(0.0, False, wl.MAX_SECONDS)
+_per_second = _float_opt(1.0 / wl.MAX_SECONDS, False)
+_alpha = _float_opt(0.0, False)
+
+
+def _add_turn_options(group: Any, prefix: str, followup: Optional[float],
+                      max_turns: Optional[int], rate: float, what: str, think: float) -> None:
+    """--PREFIX-followup and --PREFIX-max-turns (unless followup is None),
+    --PREFIX-rate (what arrives per second) and --PREFIX-think."""
+    if followup is not None:
+        group.add_argument(f"--{prefix}-followup", type=_ratio, metavar="P", default=followup,
+                           help="probability of a follow-up turn (after each turn)")
+        group.add_argument(f"--{prefix}-max-turns", type=_positive_int, metavar="N",
+                           default=max_turns)
+    group.add_argument(f"--{prefix}-rate", type=_per_second, metavar="R", default=rate,
+                       help=f"{what} per second (Poisson)")
+    group.add_argument(f"--{prefix}-think", type=_seconds, metavar="S", default=think,
+                       help="mean seconds of think time before a session's next turn")
+
+
+def _add_session_options(p: argparse.ArgumentParser) -> dict[str, str]:
+    """Add the option groups of the session workloads (lengths as N or
+    LO-HI); returns each option's dest -> its workload."""
+    a = p.add_argument_group(
+        "agent sessions with backtracking tool steps (--workload agent; lengths N or LO-HI)")
+    a.add_argument("--agent-tasks", type=_positive_int, metavar="N", default=48)
+    a.add_argument("--agent-active", type=_positive_int, metavar="N", default=12,
+                   help="tasks running at once")
+    a.add_argument("--agent-steps", type=_range_opt(1), metavar="LO-HI", default="6-24",
+                   help="steps (requests) per task")
+    a.add_argument("--agent-prefix-len", type=_nonneg_int, metavar="N", default=3000,
+                   help="system prompt shared by all tasks")
+    a.add_argument("--agent-desc-len", type=_range_opt(1), metavar="LO-HI", default="400-2000",
+                   help="each task's description")
+    a.add_argument("--agent-tool-len", type=_range_opt(1), metavar="LO-HI", default="80-2500",
+                   help="each step's tool result")
+    a.add_argument("--agent-reply-len", type=_range_opt(1), metavar="LO-HI", default="60-400",
+                   help="each step's output")
+    a.add_argument("--agent-backtrack", type=_ratio, metavar="P", default=0.15,
+                   help="probability that a step backs up 1 to --agent-backtrack-max steps")
+    a.add_argument("--agent-backtrack-after", type=_positive_int, metavar="N", default=3,
+                   help="steps before the first that may back up")
+    a.add_argument("--agent-backtrack-max", type=_positive_int, metavar="N", default=3)
+    a.add_argument("--agent-step-gap", type=_seconds, metavar="S", default=10.0,
+                   help="mean seconds between a task's steps")
+
+    r = p.add_argument_group("RAG over a shared document set (--workload rag; lengths N or LO-HI)")
+    r.add_argument("--rag-docs", type=_positive_int, metavar="N", default=200,
+                   help="documents in the corpus")
+    r.add_argument("--rag-doc-len", type=_range_opt(1), metavar="LO-HI", default="300-2000")
+    r.add_argument("--rag-k", type=_positive_int, metavar="N", default=5,
+                   help="documents retrieved per query")
+    r.add_argument("--rag-queries", type=_positive_int, metavar="N", default=400)
+    r.add_argument("--rag-prefix-len", type=_nonneg_int, metavar="N", default=600,
+                   help="instruction prefix shared by all queries")
+    r.add_argument("--rag-question-len", type=_range_opt(1), metavar="LO-HI", default="20-120")
+    r.add_argument("--rag-output-len", type=_range_opt(1), metavar="LO-HI", default="50-300")
+    r.add_argument("--rag-zipf-alpha", type=_alpha, metavar="A", default=1.0,
+                   help="Zipf exponent of document popularity (0: uniform)")
+    _add_turn_options(r, "rag", 0.3, 3, 2.0, "queries", 20.0)
+
+    t = p.add_argument_group("multi-tenant chat (--workload tenants; lengths N or LO-HI)")
+    t.add_argument("--tenants", type=_positive_int, metavar="N", default=12,
+                   help="tenants, each with its own system prompt")
+    t.add_argument("--tenant-sessions", type=_positive_int, metavar="N", default=400)
+    t.add_argument("--tenant-prompt-len", type=_range_opt(1), metavar="LO-HI", default="500-4000",
+                   help="each tenant's system prompt")
+    t.add_argument("--tenant-turns", type=_range_opt(1), metavar="LO-HI", default="1-8",
+                   help="turns per session")
+    t.add_argument("--tenant-msg-len", type=_range_opt(1), metavar="LO-HI", default="30-600")
+    t.add_argument("--tenant-output-len", type=_range_opt(1), metavar="LO-HI", default="50-400")
+    t.add_argument("--tenant-zipf-alpha", type=_alpha, metavar="A", default=1.0,
+                   help="Zipf exponent of tenant popularity (0: uniform)")
+    _add_turn_options(t, "tenant", None, None, 1.0, "sessions started", 30.0)
+
+    d = p.add_argument_group("long-document QA (--workload longdoc; lengths N or LO-HI)")
+    d.add_argument("--longdoc-docs", type=_positive_int, metavar="N", default=8)
+    d.add_argument("--longdoc-len", type=_range_opt(1), metavar="LO-HI", default="8000-32000",
+                   help="tokens per document")
+    d.add_argument("--longdoc-questions", type=_positive_int, metavar="N", default=10,
+                   help="questions per document")
+    d.add_argument("--longdoc-prefix-len", type=_nonneg_int, metavar="N", default=256,
+                   help="system prompt shared by all questions")
+    d.add_argument("--longdoc-question-len", type=_range_opt(1), metavar="LO-HI", default="20-200")
+    d.add_argument("--longdoc-output-len", type=_range_opt(1), metavar="LO-HI", default="50-500")
+    _add_turn_options(d, "longdoc", 0.4, 3, 0.2, "first questions", 30.0)
+    return {action.dest: name
+            for name, group in (("agent", a), ("rag", r), ("tenants", t), ("longdoc", d))
+            for action in group._group_actions}
+
+
+#: A length option of each session workload, for messages.
+_RANGE_EXAMPLE = {"agent": "--agent-tool-len 80-2500", "rag": "--rag-doc-len 300-2000",
+                  "tenants": "--tenant-msg-len 30-600", "longdoc": "--longdoc-len 8000-32000"}
+
+#: The options that time each session workload's arrivals.
+_SESSION_TIMING = {"agent": "--agent-active and --agent-step-gap",
+                   "rag": "--rag-rate and --rag-think",
+                   "tenants": "--tenant-rate and --tenant-think",
+                   "longdoc": "--longdoc-rate and --longdoc-think"}
+
+
+def _span(bounds: tuple[int, int]) -> str:
+    lo, hi = bounds
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _build_session_workload(args: argparse.Namespace, name: str, limits: dict[str, Any]
+                            ) -> tuple[list[SimRequest], dict[str, Any]]:
+    """One of SESSION_WORKLOADS from its options; they time their own
+    arrivals, so --request-rate is refused."""
+    if args.request_rate is not None:
+        raise UserError(f"--request-rate applies to multiturn, gsp and agentic: --workload {name} "
+                        f"times its own arrivals ({_SESSION_TIMING[name]})")
+    if name == "agent":
+        reqs = wl.agent_sessions(
+            args.agent_tasks, args.agent_active, args.agent_steps, args.agent_prefix_len,
+            args.agent_desc_len, args.agent_tool_len, args.agent_reply_len,
+            backtrack_prob=args.agent_backtrack, backtrack_after=args.agent_backtrack_after,
+            max_backtrack=args.agent_backtrack_max, step_gap=args.agent_step_gap,
+            seed=args.seed, **limits)
+        return reqs, {"name": "agent sessions with backtracking",
+                      "description": f"{args.agent_tasks} tasks ({args.agent_active} at once) of "
+                                     f"{_span(args.agent_steps)} steps, shared prompt "
+                                     f"{args.agent_prefix_len}, tool results "
+                                     f"{_span(args.agent_tool_len)}, outputs "
+                                     f"{_span(args.agent_reply_len)}, backtrack "
+                                     f"p={args.agent_backtrack:g}"}
+    if name == "rag":
+        if args.rag_k > args.rag_docs:
+            raise UserError(f"--rag-k {args.rag_k} is more than --rag-docs {args.rag_docs}: a "
+                            f"query retrieves distinct documents")
+        reqs = wl.rag_queries(
+            args.rag_docs, args.rag_doc_len, args.rag_k, args.rag_queries, args.rag_prefix_len,
+            args.rag_question_len, args.rag_output_len, zipf_alpha=args.rag_zipf_alpha,
+            followup_prob=args.rag_followup, max_turns=args.rag_max_turns,
+            query_rate=args.rag_rate, think_time=args.rag_think, seed=args.seed, **limits)
+        return reqs, {"name": "RAG over a shared document set",
+                      "description": f"{args.rag_queries} queries x {args.rag_k} of "
+                                     f"{args.rag_docs} documents ({_span(args.rag_doc_len)} "
+                                     f"tokens, Zipf {args.rag_zipf_alpha:g}, shuffled), prefix "
+                                     f"{args.rag_prefix_len}, follow-up p={args.rag_followup:g}"}
+    if name == "tenants":
+        reqs = wl.multi_tenant(
+            args.tenants, args.tenant_sessions, args.tenant_prompt_len, args.tenant_turns,
+            args.tenant_msg_len, args.tenant_output_len, zipf_alpha=args.tenant_zipf_alpha,
+            session_rate=args.tenant_rate, think_time=args.tenant_think, seed=args.seed,
+            **limits)
+        return reqs, {"name": "multi-tenant chat",
+                      "description": f"{args.tenant_sessions} sessions of "
+                                     f"{_span(args.tenant_turns)} turns over {args.tenants} "
+                                     f"tenants (Zipf {args.tenant_zipf_alpha:g}, prompts "
+                                     f"{_span(args.tenant_prompt_len)}), think "
+                                     f"{args.tenant_think:g} s"}
+    reqs = wl.long_document_qa(
+        args.longdoc_docs, args.longdoc_len, args.longdoc_questions, args.longdoc_prefix_len,
+        args.longdoc_question_len, args.longdoc_output_len, followup_prob=args.longdoc_followup,
+        max_turns=args.longdoc_max_turns, question_rate=args.longdoc_rate,
+        think_time=args.longdoc_think, seed=args.seed, **limits)
+    return reqs, {"name": "long-document QA",
+                  "description": f"{args.longdoc_docs} documents of {_span(args.longdoc_len)} "
+                                 f"tokens x {args.longdoc_questions} questions, follow-up "
+                                 f"p={args.longdoc_followup:g}"}
+
+
+# --------------------------------------------------------------------------
 # workload and configuration from the arguments
 # --------------------------------------------------------------------------
 
@@ -359,7 +558,9 @@ def _build_workload(args: argparse.Namespace, check: wl.RequestCheck
                 "description": "bundled FAST'25 trace, 512-token hash blocks expanded to "
                                "pseudo-tokens"}
         return reqs, desc
-    if name == "gsp":
+    if name in SESSION_WORKLOADS:
+        reqs, desc = _build_session_workload(args, name, limits)
+    elif name == "gsp":
         reqs = wl.generated_shared_prefix(
             args.gsp_num_groups, args.gsp_prompts_per_group, args.gsp_system_prompt_len,
             args.gsp_question_len, args.gsp_output_len, range_ratio=args.range_ratio,
@@ -599,6 +800,7 @@ _WORKLOAD_OPTIONS = {
                                 "system_prompt_len")},
     **{d: "agentic" for d in ("agent_trees", "agent_depth", "agent_branching", "agent_system_len",
                               "agent_task_len", "agent_step_len", "agent_output_len")},
+    **_add_session_options(argparse.ArgumentParser(add_help=False)),
 }
 
 
@@ -640,6 +842,9 @@ def _check_options(args: argparse.Namespace, given: set[str], grid: dict[str, li
                             f"{'--trace' if workload == 'trace' else workload}")
     if "range_ratio" in given and workload in ("trace", "mooncake"):
         raise UserError("--range-ratio applies to generated workloads; a trace keeps its lengths")
+    if "range_ratio" in given and workload in SESSION_WORKLOADS:
+        raise UserError(f"--range-ratio applies to multiturn, gsp and agentic: --workload {workload} "
+                        f"takes its lengths as ranges LO-HI (e.g. {_RANGE_EXAMPLE[workload]})")
     if "trace_format" in given and not args.trace:
         raise UserError("--trace-format applies to --trace")
     if "gsp_zipf_alpha" in given and args.gsp_group_distribution != "zipf":

@@ -12,6 +12,19 @@ Synthetic generators (all deterministic for a given ``seed``):
   its parent's context (parent prompt + parent output + a new observation) and
   siblings fork from the same parent, so whole trajectories are shared.
 
+Session generators, which time their own sessions (Poisson starts,
+Gamma-distributed think times) and take lengths as an int or a pair
+``(lo, hi)`` drawn uniformly:
+
+* :func:`agent_sessions` -- agent tasks over one shared system prompt whose
+  steps sometimes back up and retry from an earlier step's history.
+* :func:`rag_queries` -- retrieval queries: a shared instruction, k documents
+  of a Zipf-popular corpus in a shuffled order, a question; follow-ups.
+* :func:`multi_tenant` -- chat sessions over a few tenants' system prompts
+  (Zipf traffic), their turns interleaved by think times.
+* :func:`long_document_qa` -- questions about a few long documents, spread
+  over time, with follow-ups.
+
 Trace files (plain or gzip'd JSONL):
 
 * :func:`load_mooncake` -- the Mooncake (FAST'25) trace format
@@ -52,6 +65,7 @@ chat service) ships with the package: :func:`mooncake_conversation`.
 from __future__ import annotations
 
 import gzip
+import heapq
 import itertools
 import json
 import math
@@ -76,6 +90,12 @@ __all__ = [
     "generated_shared_prefix",
     "multi_turn",
     "agentic_branching",
+    "agent_sessions",
+    "rag_queries",
+    "multi_tenant",
+    "long_document_qa",
+    "LengthRange",
+    "MAX_SECONDS",
     "load_mooncake",
     "mooncake_conversation",
     "bundled_mooncake_path",
@@ -294,10 +314,8 @@ def generated_shared_prefix(
         groups = np.repeat(np.arange(num_groups), prompts_per_group)
     else:
         # A separate generator, so the token pool is the same as in uniform mode.
-        ranks = np.arange(1, num_groups + 1, dtype=np.float64)
-        weights = 1.0 / ranks**zipf_alpha
         groups = np.random.default_rng([seed, 1]).choice(
-            num_groups, size=total, replace=True, p=weights / weights.sum())
+            num_groups, size=total, replace=True, p=_zipf_probs(num_groups, zipf_alpha))
     if check_request is not None:
         for slot in range(total):
             g = int(groups[slot])
@@ -491,6 +509,429 @@ def _check_agentic_size(trees: int, depth: int, branching: int, root: int, step:
                 f"its first {d + 1} of {depth:,} levels alone hold {requests:,} requests and "
                 f"{tokens:,} token ids")
         n *= branching
+
+
+# --------------------------------------------------------------------------
+# session workloads: agent sessions, RAG, multi-tenant chat, long documents
+# --------------------------------------------------------------------------
+
+#: A length parameter: a fixed int, or (lo, hi), drawn uniformly in [lo, hi].
+LengthRange = Union[int, "tuple[int, int]"]
+
+#: The longest time parameter (a think time or step gap, seconds): 10**9 s,
+#: about 32 years, so arrival times stay finite however many add up.
+MAX_SECONDS = 1e9
+
+
+def _check_range(name: str, value: Any, lo: int) -> tuple[int, int]:
+    """(lo, hi) from an int or a pair of ints; TypeError / WorkloadError
+    unless every bound is an integer >= lo and the pair is ordered."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise WorkloadError(f"{name} must be an integer or a pair (lo, hi), got {value!r}")
+        a, b = value
+        _check_int(f"{name}[0]", a, lo)
+        _check_int(f"{name}[1]", b, lo)
+        if a > b:
+            raise WorkloadError(f"{name} must be a pair (lo, hi) with lo <= hi, got {value!r}")
+        return int(a), int(b)
+    _check_int(name, value, lo)
+    return int(value), int(value)
+
+
+def _check_seconds(name: str, value: Any) -> None:
+    _check_real(name, value, 0.0, MAX_SECONDS)
+
+
+def _check_rate(name: str, value: Any) -> None:
+    _check_real(name, value, 1.0 / MAX_SECONDS, above=True)
+
+
+def _check_followups(followup_prob: Any, max_turns: Any) -> None:
+    _check_real("followup_prob", followup_prob, 0.0, 1.0)
+    _check_int("max_turns", max_turns, 1)
+
+
+def _check_timing(rate_name: str, rate: Any, think_time: Any, vocab_size: Any, seed: Any) -> None:
+    """The session generators' shared arguments: an arrival rate (per
+    second), a mean think time (seconds), the vocabulary and the seed."""
+    _check_rate(rate_name, rate)
+    _check_seconds("think_time", think_time)
+    _check_vocab(vocab_size)
+    _check_int("seed", seed, 0)
+
+
+def _draw(rng: np.random.Generator, bounds: tuple[int, int]) -> int:
+    """A length uniform in [lo, hi]."""
+    return int(rng.integers(bounds[0], bounds[1] + 1))
+
+
+def _gap(rng: np.random.Generator, mean: float, shape: float = 2.0) -> float:
+    """A think time or step gap: Gamma-distributed with the given mean and
+    shape (2: rarely near 0, sometimes several times the mean)."""
+    return float(rng.gamma(shape, mean / shape)) if mean > 0 else 0.0
+
+
+def _zipf_probs(n: int, alpha: float) -> np.ndarray:
+    """Probabilities proportional to 1 / rank ** alpha, rank 1 (index 0) first."""
+    weights = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** alpha
+    return weights / weights.sum()
+
+
+def _followup_turns(rng: np.random.Generator, prob: float, max_turns: int) -> int:
+    """1 + the follow-ups: each further turn comes with probability prob, up
+    to max_turns turns in all."""
+    turns = 1
+    while turns < max_turns and rng.random() < prob:
+        turns += 1
+    return turns
+
+
+class _Plan:
+    """A workload planned as segments of token ids (a system prompt, a
+    document, a tool result, an answer): every request is a list of segments
+    and one output segment.  Lengths come first, so every request is checked
+    and the whole workload sized before any token is drawn; then each segment
+    gets its own random tokens, and a prompt that lists a segment holds
+    exactly those tokens (shared prefixes are shared segments)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.lens: list[int] = []
+        # rid, prompt segments, output segment, arrival, session, turn
+        self.reqs: list[tuple[str, tuple[int, ...], int, float, str, int]] = []
+
+    def segment(self, n: int) -> int:
+        """A new segment of n tokens (its id)."""
+        self.lens.append(int(n))
+        return len(self.lens) - 1
+
+    def request(self, rid: str, parts: Sequence[int], output_len: int, arrival: float,
+                session: str, turn: int) -> int:
+        """Add a request; returns its output segment (for the next turn's history)."""
+        out = self.segment(output_len)
+        self.reqs.append((rid, tuple(parts), out, float(arrival), session, turn))
+        return out
+
+    def chat(self, rng: np.random.Generator, rid: str, session: str, parts: list[int],
+             turns: int, message_len: tuple[int, int], output_len: tuple[int, int], start: float,
+             think_time: float) -> None:
+        """A conversation of turns after the prefix parts: each turn's prompt
+        is the prefix, every earlier message and answer, and a new message;
+        turn k + 1 arrives a think time after turn k."""
+        t = start
+        for turn in range(turns):
+            parts = parts + [self.segment(_draw(rng, message_len))]
+            out = self.request(f"{rid}-{turn}", parts, _draw(rng, output_len), t, session, turn)
+            parts = parts + [out]
+            t += _gap(rng, think_time)
+
+    def build(self, rng: np.random.Generator, vocab_size: int,
+              check_request: Optional[RequestCheck], max_bytes: Optional[int]) -> list[SimRequest]:
+        """The requests in arrival order (ties keep planning order)."""
+        lens = self.lens
+        order = sorted(range(len(self.reqs)), key=lambda i: self.reqs[i][3])
+        prompt_lens = [sum(lens[p] for p in parts) for _, parts, _, _, _, _ in self.reqs]
+        last = max((r[3] for r in self.reqs), default=0.0)
+        if not math.isfinite(last):
+            raise WorkloadError(f"{self.what}: the arrival times overflow to inf seconds")
+        if check_request is not None:
+            for i in order:
+                rid, _, out, _, _, _ = self.reqs[i]
+                check_request(rid, prompt_lens[i], lens[out])
+        _check_size(self.what, sum(prompt_lens) + sum(lens), len(self.reqs), max_bytes)
+        tokens = _random_tokens(rng, sum(lens), vocab_size)
+        starts = np.concatenate(([0], np.cumsum(lens, dtype=np.int64)))
+        segs = [tokens[starts[k]:starts[k + 1]] for k in range(len(lens))]
+        requests = []
+        for i in order:
+            rid, parts, out, arrival, session, turn = self.reqs[i]
+            requests.append(SimRequest(
+                rid=rid, input_ids=np.concatenate([segs[p] for p in parts]),
+                output_len=lens[out], arrival=arrival, session=session, turn=turn,
+                output_ids=segs[out]))
+        return requests
+
+
+def agent_sessions(
+    num_tasks: int = 48,
+    active: int = 12,
+    steps: LengthRange = (6, 24),
+    system_prompt_len: int = 3000,
+    task_len: LengthRange = (400, 2000),
+    tool_len: LengthRange = (80, 2500),
+    output_len: LengthRange = (60, 400),
+    *,
+    backtrack_prob: float = 0.15,
+    backtrack_after: int = 3,
+    max_backtrack: int = 3,
+    step_gap: float = 10.0,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
+) -> list[SimRequest]:
+    """Agent sessions whose tool steps sometimes back up and retry.
+
+    ``num_tasks`` tasks share one system prompt (``system_prompt_len``
+    tokens); each has its own description (``task_len``) and ``steps``
+    steps, one request each.  A step's prompt is the task's history (system
+    prompt, description, then every kept step's tool result and output) plus
+    a new tool result (``tool_len``); it decodes ``output_len`` tokens (fixed
+    in ``output_ids``) and is kept in the history.  From step
+    ``backtrack_after`` on (0-based: after that many steps), a step backs up
+    with probability ``backtrack_prob``: it drops the last b kept steps (b
+    uniform in [1, min(max_backtrack, kept steps)]) and retries from there,
+    so its prompt is the history up to that earlier step plus a new tool
+    result -- it shares the prefix of an earlier step, not of the latest.
+    Lengths given as (lo, hi) are drawn uniformly in [lo, hi].
+
+    Time: ``active`` tasks run at once; each starts when an earlier one ends
+    (the first ``active`` within one gap of 0), and its steps come
+    ``step_gap`` seconds apart on average (Gamma, shape 4), so the arrival
+    order interleaves the running tasks.  The defaults (48 tasks, about 700
+    requests, 10M prompt tokens) stress states in the middle of a long
+    history: a retried step needs the state where an older step ended.
+
+    rid is ``"agent-<task>-<step>"``, ``session`` ``"task<task>"``, ``turn``
+    the step.  check_request and max_bytes: see the module docstring.
+    """
+    _check_int("num_tasks", num_tasks, 1)
+    _check_int("active", active, 1)
+    steps_r = _check_range("steps", steps, 1)
+    _check_int("system_prompt_len", system_prompt_len, 0)
+    task_r = _check_range("task_len", task_len, 1)
+    tool_r = _check_range("tool_len", tool_len, 1)
+    out_r = _check_range("output_len", output_len, 1)
+    _check_real("backtrack_prob", backtrack_prob, 0.0, 1.0)
+    _check_int("backtrack_after", backtrack_after, 1)
+    _check_int("max_backtrack", max_backtrack, 1)
+    _check_seconds("step_gap", step_gap)
+    _check_vocab(vocab_size)
+    _check_int("seed", seed, 0)
+    what = "the agent workload"
+    fewest = num_tasks * steps_r[0]
+    # a lower bound (fewest requests, shortest segments) before planning
+    _check_size(what, fewest * (system_prompt_len + task_r[0] + tool_r[0] + out_r[0]), fewest,
+                 max_bytes)
+    rng = np.random.default_rng(seed)
+    plan = _Plan(what)
+    system = [plan.segment(system_prompt_len)] if system_prompt_len else []
+    slots = [(float(rng.uniform(0.0, step_gap)), s) for s in range(active)]
+    heapq.heapify(slots)
+    for task in range(num_tasks):
+        t, slot = heapq.heappop(slots)
+        prefix = system + [plan.segment(_draw(rng, task_r))]
+        kept: list[tuple[int, int]] = []          # (tool result, output) of the kept steps
+        for step in range(_draw(rng, steps_r)):
+            if step >= backtrack_after and kept and rng.random() < backtrack_prob:
+                back = int(rng.integers(1, min(max_backtrack, len(kept)) + 1))
+                del kept[-back:]
+            tool = plan.segment(_draw(rng, tool_r))
+            parts = prefix + [seg for pair in kept for seg in pair] + [tool]
+            out = plan.request(f"agent-{task}-{step}", parts, _draw(rng, out_r), t,
+                               f"task{task}", step)
+            kept.append((tool, out))
+            t += _gap(rng, step_gap, 4.0)
+        heapq.heappush(slots, (t, slot))
+    return plan.build(rng, vocab_size, check_request, max_bytes)
+
+
+def rag_queries(
+    num_docs: int = 200,
+    doc_len: LengthRange = (300, 2000),
+    docs_per_query: int = 5,
+    num_queries: int = 400,
+    instruction_len: int = 600,
+    question_len: LengthRange = (20, 120),
+    output_len: LengthRange = (50, 300),
+    *,
+    zipf_alpha: float = 1.0,
+    followup_prob: float = 0.3,
+    max_turns: int = 3,
+    query_rate: float = 2.0,
+    think_time: float = 20.0,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
+) -> list[SimRequest]:
+    """Retrieval-augmented queries over one shared set of documents.
+
+    A corpus of ``num_docs`` documents (``doc_len`` tokens each).  Each of
+    ``num_queries`` queries retrieves ``docs_per_query`` distinct documents,
+    drawn with Zipf popularity (document i with probability proportional to
+    ``1 / (i + 1) ** zipf_alpha``) and put in a random order of their own;
+    its prompt is an instruction prefix shared by all queries
+    (``instruction_len``), the documents, and a question (``question_len``).
+    A query goes on to a follow-up turn with probability ``followup_prob``
+    (again after each, up to ``max_turns`` turns): its prompt is the previous
+    prompt, the answer (``output_len``, fixed in ``output_ids``) and a new
+    question.  Queries arrive as a Poisson process at ``query_rate`` per
+    second; a follow-up comes ``think_time`` seconds after its turn on average
+    (Gamma, shape 2).
+
+    Popular documents recur, but rarely at the same place in a prompt: past
+    the instruction, two queries share a prefix only when they begin with the
+    same document, and the KV of a document cannot be reused after a
+    different one.  rid is ``"rag-<query>-<turn>"``, ``session``
+    ``"q<query>"``.  check_request and max_bytes: see the module docstring.
+    """
+    _check_int("num_docs", num_docs, 1)
+    doc_r = _check_range("doc_len", doc_len, 1)
+    _check_int("docs_per_query", docs_per_query, 1)
+    if docs_per_query > num_docs:
+        raise WorkloadError(f"docs_per_query ({docs_per_query}) must be at most num_docs "
+                            f"({num_docs}): a query retrieves distinct documents")
+    _check_int("num_queries", num_queries, 1)
+    _check_int("instruction_len", instruction_len, 0)
+    q_r = _check_range("question_len", question_len, 1)
+    out_r = _check_range("output_len", output_len, 1)
+    _check_real("zipf_alpha", zipf_alpha, 0.0)
+    _check_followups(followup_prob, max_turns)
+    _check_timing("query_rate", query_rate, think_time, vocab_size, seed)
+    what = "the rag workload"
+    # a lower bound (fewest requests, shortest segments) before planning
+    _check_size(what, num_docs * doc_r[0] + num_queries * (
+        instruction_len + docs_per_query * doc_r[0] + 2 * q_r[0] + out_r[0]), num_queries,
+        max_bytes)
+    rng = np.random.default_rng(seed)
+    plan = _Plan(what)
+    instruction = [plan.segment(instruction_len)] if instruction_len else []
+    docs = [plan.segment(_draw(rng, doc_r)) for _ in range(num_docs)]
+    probs = _zipf_probs(num_docs, zipf_alpha)
+    arrivals = np.cumsum(rng.exponential(1.0 / query_rate, size=num_queries))
+    for q in range(num_queries):
+        picked = rng.choice(num_docs, size=docs_per_query, replace=False, p=probs)
+        rng.shuffle(picked)
+        plan.chat(rng, f"rag-{q}", f"q{q}", instruction + [docs[d] for d in picked],
+                  _followup_turns(rng, followup_prob, max_turns), q_r, out_r,
+                  float(arrivals[q]), think_time)
+    return plan.build(rng, vocab_size, check_request, max_bytes)
+
+
+def multi_tenant(
+    num_tenants: int = 12,
+    num_sessions: int = 400,
+    system_prompt_len: LengthRange = (500, 4000),
+    turns: LengthRange = (1, 8),
+    message_len: LengthRange = (30, 600),
+    output_len: LengthRange = (50, 400),
+    *,
+    zipf_alpha: float = 1.0,
+    session_rate: float = 1.0,
+    think_time: float = 30.0,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
+) -> list[SimRequest]:
+    """Chat sessions of several tenants, each with its own system prompt.
+
+    ``num_tenants`` system prompts (``system_prompt_len`` tokens each);
+    ``num_sessions`` sessions, each of one tenant drawn with Zipf popularity
+    (tenant i with probability proportional to ``1 / (i + 1) ** zipf_alpha``)
+    and of ``turns`` turns.  A turn's prompt is the tenant's system prompt,
+    the session's earlier messages and answers, and a new message
+    (``message_len``); the answer (``output_len``) is fixed in
+    ``output_ids``.  Sessions start as a Poisson process at ``session_rate``
+    per second, and a session's next turn comes a think time after its last
+    (mean ``think_time`` seconds, Gamma with shape 2), so the turns of many
+    sessions interleave: a session's state has to survive the other
+    sessions' turns in between, and a hot tenant's prefix competes with many
+    conversations.
+
+    rid is ``"tn-<tenant>-<session>-<turn>"``, ``session`` ``"s<session>"``.
+    check_request and max_bytes: see the module docstring.
+    """
+    _check_int("num_tenants", num_tenants, 1)
+    _check_int("num_sessions", num_sessions, 1)
+    sys_r = _check_range("system_prompt_len", system_prompt_len, 1)
+    turns_r = _check_range("turns", turns, 1)
+    msg_r = _check_range("message_len", message_len, 1)
+    out_r = _check_range("output_len", output_len, 1)
+    _check_real("zipf_alpha", zipf_alpha, 0.0)
+    _check_timing("session_rate", session_rate, think_time, vocab_size, seed)
+    what = "the tenants workload"
+    fewest = num_sessions * turns_r[0]
+    # a lower bound (fewest requests, shortest segments) before planning
+    _check_size(what, num_tenants * sys_r[0] + fewest * (sys_r[0] + msg_r[0] + out_r[0]),
+                 fewest, max_bytes)
+    rng = np.random.default_rng(seed)
+    plan = _Plan(what)
+    prompts = [plan.segment(_draw(rng, sys_r)) for _ in range(num_tenants)]
+    tenants = rng.choice(num_tenants, size=num_sessions, p=_zipf_probs(num_tenants, zipf_alpha))
+    starts = np.cumsum(rng.exponential(1.0 / session_rate, size=num_sessions))
+    for s in range(num_sessions):
+        tenant = int(tenants[s])
+        plan.chat(rng, f"tn-{tenant}-{s}", f"s{s}", [prompts[tenant]], _draw(rng, turns_r),
+                  msg_r, out_r, float(starts[s]), think_time)
+    return plan.build(rng, vocab_size, check_request, max_bytes)
+
+
+def long_document_qa(
+    num_docs: int = 8,
+    doc_len: LengthRange = (8000, 32000),
+    questions_per_doc: int = 10,
+    system_prompt_len: int = 256,
+    question_len: LengthRange = (20, 200),
+    output_len: LengthRange = (50, 500),
+    *,
+    followup_prob: float = 0.4,
+    max_turns: int = 3,
+    question_rate: float = 0.2,
+    think_time: float = 30.0,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    seed: int = 0,
+    check_request: Optional[RequestCheck] = None,
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES,
+) -> list[SimRequest]:
+    """Questions about a few long documents, spread over time.
+
+    ``num_docs`` documents of ``doc_len`` tokens, each asked
+    ``questions_per_doc`` questions.  A question's prompt is a system prompt
+    shared by all (``system_prompt_len``), its document and the question
+    (``question_len``).  The questions of all documents come in a random
+    order, as a Poisson process at ``question_rate`` per second; each goes on
+    to a follow-up turn with probability ``followup_prob`` (again after each,
+    up to ``max_turns`` turns), a think time later (mean ``think_time``
+    seconds, Gamma with shape 2), whose prompt is the previous prompt, the
+    answer (``output_len``, fixed in ``output_ids``) and a new question.
+
+    Every question re-reads its whole document, so what a question reuses
+    is set by the last state before the document's end that the cache kept
+    (where an earlier prompt ended or a prefill chunk did) and by whether it
+    survived the minutes since the document was last asked about.  rid is
+    ``"ld-<doc>-<question>-<turn>"``, ``session`` ``"d<doc>q<question>"``.
+    check_request and max_bytes: see the module docstring.
+    """
+    _check_int("num_docs", num_docs, 1)
+    doc_r = _check_range("doc_len", doc_len, 1)
+    _check_int("questions_per_doc", questions_per_doc, 1)
+    _check_int("system_prompt_len", system_prompt_len, 0)
+    q_r = _check_range("question_len", question_len, 1)
+    out_r = _check_range("output_len", output_len, 1)
+    _check_followups(followup_prob, max_turns)
+    _check_timing("question_rate", question_rate, think_time, vocab_size, seed)
+    what = "the longdoc workload"
+    fewest = num_docs * questions_per_doc
+    # a lower bound (fewest requests, shortest segments) before planning
+    _check_size(what, num_docs * doc_r[0] + fewest * (
+        system_prompt_len + doc_r[0] + 2 * q_r[0] + out_r[0]), fewest, max_bytes)
+    rng = np.random.default_rng(seed)
+    plan = _Plan(what)
+    system = [plan.segment(system_prompt_len)] if system_prompt_len else []
+    docs = [plan.segment(_draw(rng, doc_r)) for _ in range(num_docs)]
+    asked = rng.permutation(np.repeat(np.arange(num_docs), questions_per_doc))
+    arrivals = np.cumsum(rng.exponential(1.0 / question_rate, size=len(asked)))
+    count = [0] * num_docs
+    for i, d in enumerate(asked):
+        d = int(d)
+        q, count[d] = count[d], count[d] + 1
+        plan.chat(rng, f"ld-{d}-{q}", f"d{d}q{q}", system + [docs[d]],
+                  _followup_turns(rng, followup_prob, max_turns), q_r, out_r,
+                  float(arrivals[i]), think_time)
+    return plan.build(rng, vocab_size, check_request, max_bytes)
 
 
 # --------------------------------------------------------------------------
