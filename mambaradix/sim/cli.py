@@ -41,7 +41,7 @@ from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_prese
 from .report import (DEFAULT_DEVICE_TFLOPS, MissingDependency, config_to_dict, format_report,
                      format_sweep, metrics_to_dict, plot_sweep, prefill_estimates, write_csv)
 from .sweep import UNSWEEPABLE, SweepPoint, config_field_type, config_fields
-from .types import SimConfig, SimMetrics, SimRequest, default_max_running
+from .types import POLICY_ALIASES, SimConfig, SimMetrics, SimRequest, default_max_running
 
 __all__ = ["main", "build_parser", "UserError"]
 
@@ -132,6 +132,19 @@ def _rate(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0 or inf, got {text!r}")
     return value
+
+
+#: Former policy names the arguments used (run_cli notes each on stderr once).
+_renamed: set = set()
+
+
+def _policy(text: str) -> str:
+    """A state policy's name, a former one (POLICY_ALIASES) turned into the
+    current one; argparse checks the choices."""
+    if text in POLICY_ALIASES:
+        _renamed.add(text)
+        return POLICY_ALIASES[text]
+    return text
 
 
 def _size(text: str) -> int:
@@ -236,10 +249,11 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--track-interval", type=_field_opt("track_interval"), metavar="N",
                    help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
-    c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
+    c.add_argument("--policy", choices=POLICIES, dest="lru_policy", type=_policy,
                    help="eviction policy: sglang (v0.5.15 LRU), consumed (refresh only the used "
                         "state), utility (FLOPs saved per byte + recency, alpha tuned online) or "
-                        "clairvoyant (Belady, from the trace: the ceiling)")
+                        "belady (Belady's rule, reads the trace's future; clairvoyant is its "
+                        "deprecated name)")
     c.add_argument("--end-of-turn-states", action="store_true", default=None,
                    help="a finished request leaves the state at its exact end in the tree "
                         "(its running slot, no copy) instead of the last track snapshot")
@@ -517,6 +531,8 @@ def _parse_value(name: str, text: str) -> Any:
     state_mem / kv_mem) and checked."""
     if name in SIZE_PARAMS:
         return parse_size(text)
+    if name == "lru_policy":
+        text = _policy(text.strip())
     value = _convert(name, text)
     check_field(name, value)
     return value
@@ -819,6 +835,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             "command": shlex.join(["python", "-m", "mambaradix", "sim", *argv]),
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     argv = _join_negative_values(parser, argv)
+    _renamed.clear()
     args = parser.parse_args(argv)
     if args.list_presets:
         for p in PRESETS.values():
@@ -834,6 +851,9 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     grid = parse_sweeps(args.sweep)
+    for old in sorted(_renamed):
+        print(f"mambaradix sim: policy {old!r} is deprecated; it is named "
+              f"{POLICY_ALIASES[old]!r}", file=sys.stderr)
     _check_options(args, _given(argv), grid)
     if args.plot:
         try:
