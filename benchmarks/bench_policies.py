@@ -245,7 +245,8 @@ def main(argv=None) -> int:
     verdicts = {name: judge(res) for name, res in results.items()}
 
     labels = [c[0] + e for c in CONFIGS for e in ("", "+eot")]
-    print("| workload | slots (xW) | " + " | ".join(labels) + " | bound | goal | ours / SGLang | gap closed | met |")
+    print("| workload | slots (xW) | " + " | ".join(labels)
+          + " | bound | goal | ours / SGLang | gap closed | met |")
     print("|---|---:|" + "---:|" * (len(labels) + 1) + "---|---:|---:|---|")
     for name, res in results.items():
         for row, v in zip(res["rows"], verdicts[name]):
@@ -254,8 +255,8 @@ def main(argv=None) -> int:
                 run = row["runs"][key]
                 cells.append(f"{100 * run['hit']:.1f}% / {run['flops'] / 1e15:.1f}P")
             print(f"| {name} | {row['slots']} ({row['fraction']:.3g}) | " + " | ".join(cells)
-                  + f" | {100 * v['bound']:.1f}% | {v['goal']} | {v['ratio']:.2f}x ({v['ours_best']} vs {v['sglang_best']}) | "
-                  f"{100 * v['gap_closed']:.0f}% | {'yes' if v['ok'] else 'NO'} |")
+                  + f" | {100 * v['bound']:.1f}% | {v['goal']} | {v['ratio']:.2f}x ({v['ours_best']} vs "
+                  f"{v['sglang_best']}) | {100 * v['gap_closed']:.0f}% | {'yes' if v['ok'] else 'NO'} |")
     kinds = {row["bound"]["kind"] for res in results.values() for row in res["rows"]}
     cost = sum(row["bound"]["seconds"] for res in results.values() for row in res["rows"])
     print(f"\nbound: no policy passes it (checked); {' and '.join(sorted(kinds))} "
