@@ -9,7 +9,7 @@ requests of the bundled Mooncake trace) it measures the state working set W
 (peak state slots in use with an unbounded pool), then at state pools of
 --fractions of W (at least 3 slots) prints the bound (mambaradix.sim.bound,
 docs/bound.md), the unlimited-pool bound and the token hit rate of the
-sglang, consumed, utility and clairvoyant policies, and asserts that no policy
+sglang, consumed, utility and belady policies, and asserts that no policy
 passes the bound.  Requests are served one at a time (max_running=1), the
 configuration the pool-aware bound is proven for; the KV pool is never short.
 Last, it times the bound on the first 1500 requests of Mooncake.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+POLICIES = ("sglang", "consumed", "utility", "belady")
 
 
 def workloads(scale: float, mooncake_limit: int) -> dict:

@@ -1,6 +1,6 @@
-"""Benchmark: state policies against the state pool size, with the ceiling.
+"""Benchmark: state policies against the state pool size, beside the upper bound.
 
-    python benchmarks/bench_policies.py [--mooncake-limit N] [--points K]
+    python benchmarks/bench_policies.py [--mooncake-limit N] [--points K] [--max-running N]
                                         [--plot benchmarks/policy_sweep.png] [--json FILE]
 
 For each workload (gsp, multiturn, agentic: the CLI's defaults; the first N
@@ -8,21 +8,27 @@ requests of the bundled Mooncake trace) it measures the state working set W
 (peak state slots in use with an unbounded pool), then replays the workload
 with the state pool at W/16, W/8, W/4, W/2 and W slots (never below what
 max_running requests need), the KV pool large enough that states are the
-bottleneck, under the sglang, consumed, utility and clairvoyant policies
-(utility and clairvoyant also with a per-path budget of 2 states), each with
-and without end-of-turn states.  It prints the token hit rate and
-the prefill FLOPs saved of every run, checks the goals:
+bottleneck, under the sglang, consumed, utility and belady policies
+(utility and belady also with a per-path budget of 2 states), each with
+and without end-of-turn states.  Beside them it computes the upper bound on
+the token hit rate (mambaradix.sim.upper_bound; with --max-running 8, the
+default, the unlimited-pool bound, the same at every pool size; with
+--max-running 1 the pool-aware one) and stops with an AssertionError if any
+run passes it.  It prints the token hit rate and the prefill FLOPs saved of
+every run, checks the goals:
 
 - under pressure (the better SGLang policy below 80% of its own big-pool hit
   rate): our best configuration >= 1.2x its token hit rate, or, where the
-  clairvoyant ceiling rules 1.2x out, at least half of the gap closed;
+  best belady configuration is below 1.2x, at least half of the gap to it
+  closed;
 - elsewhere: never below 0.97x;
 
 and times the Mooncake replay with utility against sglang (goal <= 1.5x,
 medians of 3 alternating runs).  "Ours" are the configurations SGLang does not
 have (utility, a per-path budget, or end-of-turn states); the SGLang baseline
-is the better of sglang and consumed without them; the ceiling is the best
-clairvoyant configuration.  CPU figures (2-core VM, noisy), fixed
+is the better of sglang and consumed without them; "belady" is the best
+belady configuration (Belady's rule decides evictions only: no bound, a
+configuration can pass it).  CPU figures (2-core VM, noisy), fixed
 seeds; the replays are deterministic, only the timings vary.
 """
 
@@ -38,15 +44,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+POLICIES = ("sglang", "consumed", "utility", "belady")
 BUDGET = 2
 #: every configuration replayed at each point: (label, policy, budget); each
 #: also with end-of-turn states ("+eot")
 CONFIGS = (("sglang", "sglang", 0), ("consumed", "consumed", 0), ("utility", "utility", 0),
-           ("utility+budget", "utility", BUDGET), ("clairvoyant", "clairvoyant", 0),
-           ("clairvoyant+budget", "clairvoyant", BUDGET))
+           ("utility+budget", "utility", BUDGET), ("belady", "belady", 0),
+           ("belady+budget", "belady", BUDGET))
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_RUNNING = 8
+
+
+def set_max_running(n: int) -> None:
+    global MAX_RUNNING
+    MAX_RUNNING = n
 
 
 def workloads(mooncake_limit: int) -> dict:
@@ -80,7 +91,10 @@ def run_one(reqs, cfg) -> dict:
 
 
 def sweep(name: str, reqs, points: int) -> dict:
+    from mambaradix.sim.bound import BoundCache
+
     base = base_config(reqs)
+    bounds = BoundCache(reqs)
     big = run_one(reqs, base)
     from mambaradix.sim import run
 
@@ -90,24 +104,29 @@ def sweep(name: str, reqs, points: int) -> dict:
     slots = sorted({max(floor, int(round(work * f))) for f in fracs})
     rows = []
     for s in slots:
-        row = {"slots": s, "fraction": s / work, "runs": {}}
+        b = bounds(dataclasses.replace(base, state_slots=s))
+        row = {"slots": s, "fraction": s / work, "runs": {},
+               "bound": {"hit": b.token_hit_rate, "kind": b.kind, "seconds": b.wall_seconds}}
         for label, pol, budget in CONFIGS:
             for eot in (False, True):
                 cfg = dataclasses.replace(base, state_slots=s, lru_policy=pol, end_of_turn_states=eot,
                                           max_states_per_path=budget)
-                row["runs"][f"{label}{'+eot' if eot else ''}"] = run_one(reqs, cfg)
+                run = row["runs"][f"{label}{'+eot' if eot else ''}"] = run_one(reqs, cfg)
+                assert run["hit"] <= b.token_hit_rate + 1e-12, (name, s, label, eot, run["hit"], b)
         rows.append(row)
         print(f"  {name} {s} slots done", file=sys.stderr, flush=True)
     bigpool = {p: run_one(reqs, dataclasses.replace(base, lru_policy=p))["hit"] for p in ("sglang", "consumed")}
-    return {"working_set": work, "big_pool": bigpool, "big_pool_sglang_run": big, "rows": rows}
+    return {"working_set": work, "big_pool": bigpool, "big_pool_sglang_run": big, "rows": rows,
+            "max_running": MAX_RUNNING}
 
 
 OURS = ("utility", "utility+eot", "utility+budget", "utility+budget+eot", "consumed+eot", "sglang+eot")
-CEILING = ("clairvoyant", "clairvoyant+eot", "clairvoyant+budget", "clairvoyant+budget+eot")
+BELADY = ("belady", "belady+eot", "belady+budget", "belady+budget+eot")
 
 
 def judge(res: dict) -> list:
-    """Per row: the SGLang baseline, our best, the ceiling and the verdict."""
+    """Per row: the SGLang baseline, our best, the best belady configuration,
+    the bound and the verdict."""
     out = []
     for row in res["rows"]:
         r = row["runs"]
@@ -116,15 +135,15 @@ def judge(res: dict) -> list:
         big = res["big_pool"][sg_name]
         ours_name = max(OURS, key=lambda p: r[p]["hit"])
         ours = r[ours_name]["hit"]
-        ceil = max(r[c]["hit"] for c in CEILING)
+        belady = max(r[c]["hit"] for c in BELADY)
         fixed = r["utility+eot"]["hit"]
         pressure = sg < 0.8 * big
         ratio = ours / sg if sg > 0 else float("inf") if ours > 0 else 1.0
-        gap = (ours - sg) / (ceil - sg) if ceil > sg else 1.0
+        gap = (ours - sg) / (belady - sg) if belady > sg else 1.0
         if pressure:
-            if ceil < 1.2 * sg:
+            if belady < 1.2 * sg:
                 ok = gap >= 0.5
-                goal = "half the gap (ceiling < 1.2x)"
+                goal = "half the gap (belady < 1.2x)"
             else:
                 ok = ratio >= 1.2
                 goal = ">= 1.2x"
@@ -133,7 +152,8 @@ def judge(res: dict) -> list:
             goal = ">= 0.97x"
         fixed_ratio = fixed / sg if sg > 0 else float("inf") if fixed > 0 else 1.0
         out.append(dict(slots=row["slots"], fraction=row["fraction"], sglang_best=sg_name, sglang=sg,
-                        ours_best=ours_name, ours=ours, ceiling=ceil, pressure=pressure, ratio=ratio,
+                        ours_best=ours_name, ours=ours, belady=belady, bound=row["bound"]["hit"],
+                        bound_kind=row["bound"]["kind"], pressure=pressure, ratio=ratio,
                         gap_closed=gap, goal=goal, ok=ok, fixed=fixed, fixed_ratio=fixed_ratio))
     return out
 
@@ -162,7 +182,7 @@ def plot(results: dict, path: str) -> None:
     names = list(results)
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.6), squeeze=False)
     colors = {"sglang": "tab:blue", "consumed": "tab:orange", "utility": "tab:green",
-              "utility+budget": "tab:red", "clairvoyant": "black", "clairvoyant+budget": "gray"}
+              "utility+budget": "tab:red", "belady": "tab:purple", "belady+budget": "tab:brown"}
     for ax, name in zip(axes[0], names):
         res = results[name]
         xs = [row["fraction"] for row in res["rows"]]
@@ -174,6 +194,11 @@ def plot(results: dict, path: str) -> None:
                          + (" + end-of-turn" if eot else ""))
                 ax.plot(xs, ys, marker="o" if not eot else "x", color=colors[label],
                         linestyle="-" if not eot else "--", label=shown, linewidth=1.2, markersize=4)
+        if all("bound" in row for row in res["rows"]):
+            kind = res["rows"][0]["bound"]["kind"]
+            ax.plot(xs, [100 * row["bound"]["hit"] for row in res["rows"]], marker="^", color="black",
+                    linestyle=":", linewidth=1.5, markersize=5,
+                    label="upper bound" + (" (unlimited pool)" if kind == "unlimited_pool" else ""))
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"state slots / working set ({res['working_set']} slots)")
         ax.set_title(name)
@@ -181,10 +206,15 @@ def plot(results: dict, path: str) -> None:
     axes[0][0].set_ylabel("token hit rate (%)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=7, frameon=False)
-    fig.suptitle("Token hit rate vs state slots (qwen3-next, pp2, chunk 64, track 256, KV pool unbounded; "
-                 "clairvoyant = Belady ceiling)", fontsize=10)
+    fig.suptitle(f"Token hit rate vs state slots (qwen3-next, pp2, chunk 64, track 256, max running "
+                 f"{results_max_running(results)}, KV pool unbounded; belady = Belady's rule; upper bound: "
+                 f"no policy passes it)", fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
+
+
+def results_max_running(results: dict) -> int:
+    return next(iter(results.values())).get("max_running", 8)
 
 
 def main(argv=None) -> int:
@@ -196,7 +226,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write all numbers here")
     ap.add_argument("--no-timing", action="store_true", help="skip the Mooncake cost check")
     ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw --plot from a --json file")
+    ap.add_argument("--max-running", type=int, default=MAX_RUNNING,
+                    help="requests running at once (1: the pool-aware bound)")
     args = ap.parse_args(argv)
+    if args.max_running < 1:
+        ap.error(f"--max-running must be >= 1, got {args.max_running}")
+    set_max_running(args.max_running)
     if args.replot:
         with open(args.replot) as f:
             plot(json.load(f)["results"], args.plot or "policy_sweep.png")
@@ -210,8 +245,9 @@ def main(argv=None) -> int:
     verdicts = {name: judge(res) for name, res in results.items()}
 
     labels = [c[0] + e for c in CONFIGS for e in ("", "+eot")]
-    print("| workload | slots (xW) | " + " | ".join(labels) + " | goal | ours / SGLang | gap closed | met |")
-    print("|---|---:|" + "---:|" * len(labels) + "---|---:|---:|---|")
+    print("| workload | slots (xW) | " + " | ".join(labels)
+          + " | bound | goal | ours / SGLang | gap closed | met |")
+    print("|---|---:|" + "---:|" * (len(labels) + 1) + "---|---:|---:|---|")
     for name, res in results.items():
         for row, v in zip(res["rows"], verdicts[name]):
             cells = []
@@ -219,8 +255,12 @@ def main(argv=None) -> int:
                 run = row["runs"][key]
                 cells.append(f"{100 * run['hit']:.1f}% / {run['flops'] / 1e15:.1f}P")
             print(f"| {name} | {row['slots']} ({row['fraction']:.3g}) | " + " | ".join(cells)
-                  + f" | {v['goal']} | {v['ratio']:.2f}x ({v['ours_best']} vs {v['sglang_best']}) | "
-                  f"{100 * v['gap_closed']:.0f}% | {'yes' if v['ok'] else 'NO'} |")
+                  + f" | {100 * v['bound']:.1f}% | {v['goal']} | {v['ratio']:.2f}x ({v['ours_best']} vs "
+                  f"{v['sglang_best']}) | {100 * v['gap_closed']:.0f}% | {'yes' if v['ok'] else 'NO'} |")
+    kinds = {row["bound"]["kind"] for res in results.values() for row in res["rows"]}
+    cost = sum(row["bound"]["seconds"] for res in results.values() for row in res["rows"])
+    print(f"\nbound: no policy passes it (checked); {' and '.join(sorted(kinds))} "
+          f"(max running {MAX_RUNNING}); {cost:.1f} s to compute")
     print()
     for name, res in results.items():
         print(f"{name}: working set {res['working_set']} slots; big-pool hit "

@@ -388,7 +388,7 @@ int mr_radix_can_evict_state(const mr_radix *t, const mr_node *node);
 size_t mr_radix_states_evictable_min(const mr_radix *t, size_t enough);
 
 /* Evicts node's state as mr_radix_evict_state would if it picked node (an
- * external policy's choice, e.g. a simulator's clairvoyant one).
+ * external policy's choice, e.g. the simulator's belady one).
  * MR_EINVAL (nothing changed) unless mr_radix_can_evict_state(t, node). */
 int mr_radix_evict_node_state(mr_radix *t, mr_node *node, const mr_release *rel, size_t *tokens_out,
                               size_t *states_out);

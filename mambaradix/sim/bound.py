@@ -39,7 +39,12 @@ from ..scheduler import DriverConfig, match_key_limit
 from .checks import validate_config
 from .types import SimConfig, SimRequest
 
-__all__ = ["BoundResult", "upper_bound", "held_slots"]
+__all__ = ["BoundResult", "upper_bound", "held_slots", "BoundCache", "POOL_AWARE", "UNLIMITED_POOL"]
+
+#: BoundResult.kind: the bound counts the state pool (served one at a time) ...
+POOL_AWARE = "pool_aware"
+#: ... or it is the unlimited-pool bound (several requests running at once).
+UNLIMITED_POOL = "unlimited_pool"
 
 
 @dataclass
@@ -74,6 +79,11 @@ class BoundResult:
     candidates: int
     exact: bool
     wall_seconds: float
+
+    @property
+    def kind(self) -> str:
+        """POOL_AWARE ("pool_aware") or UNLIMITED_POOL ("unlimited_pool")."""
+        return POOL_AWARE if self.pool_aware else UNLIMITED_POOL
 
     @property
     def token_hit_rate(self) -> float:
@@ -300,3 +310,34 @@ def upper_bound(requests: Sequence[SimRequest], config: SimConfig) -> BoundResul
     return BoundResult(hit_tokens=int(value), prompt_tokens=int(prompt), requests=n,
                        unlimited_hit_tokens=unlimited, pool_aware=pool_aware, capacity=C,
                        candidates=len(js), exact=exact, wall_seconds=time.perf_counter() - t0)
+
+
+class BoundCache:
+    """``upper_bound(requests, config)`` for several configurations of one
+    workload (a sweep), each distinct bound computed once: the bound depends
+    only on the page size and the match cap, and, served one at a time, on
+    the states the tree may hold at an admission (state slots less the
+    slots the mode holds)."""
+
+    def __init__(self, requests: Sequence[SimRequest]) -> None:
+        self.requests = requests
+        self._done: dict = {}
+
+    @staticmethod
+    def key(config: SimConfig) -> tuple:
+        cfg = config.resolved()
+        room = (int(cfg.state_slots) - held_slots(cfg.mode)) if cfg.max_running == 1 else None
+        return int(cfg.page_size), bool(cfg.match_cap), room
+
+    def has(self, config: SimConfig) -> bool:
+        """Whether config's bound is computed already."""
+        return self.key(config) in self._done
+
+    def __call__(self, config: SimConfig) -> BoundResult:
+        if not isinstance(config, SimConfig):
+            raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
+        validate_config(config)
+        k = self.key(config)
+        if k not in self._done:
+            self._done[k] = upper_bound(self.requests, config)
+        return self._done[k]

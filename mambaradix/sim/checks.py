@@ -29,7 +29,7 @@ __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "U
            "MAX_TOKEN_ID"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
-POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+POLICIES = ("sglang", "consumed", "utility", "belady")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
 UTILITY_ORDERS = ("mru", "lru")
@@ -147,8 +147,8 @@ def validate_config(config: SimConfig, where: str = "") -> None:
             f"{config.state_slots} state slot(s) cannot run one request: mode {config.mode} "
             f"needs {slots} per running request ({where}state_slots); raise --state-slots / "
             f"--state-mem")
-    if config.lru_policy == "clairvoyant" and config.states != "none":
-        raise ConfigError(f"{where}lru_policy clairvoyant reads the future from the trace: it "
+    if config.lru_policy == "belady" and config.states != "none":
+        raise ConfigError(f"{where}lru_policy belady reads the future from the trace: it "
                           f"runs with {where}states 'none' only (--states none)")
     if config.decode_boundary == "batch" and config.mode == "lazy":
         raise ConfigError("decode_boundary batch does not fit mode lazy: its pre-allocation "

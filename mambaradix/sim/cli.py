@@ -41,7 +41,7 @@ from .presets import PRESETS, ModelPreset, apply_preset, format_bytes, get_prese
 from .report import (DEFAULT_DEVICE_TFLOPS, MissingDependency, config_to_dict, format_report,
                      format_sweep, metrics_to_dict, plot_sweep, prefill_estimates, write_csv)
 from .sweep import UNSWEEPABLE, SweepPoint, config_field_type, config_fields
-from .types import SimConfig, SimMetrics, SimRequest, default_max_running
+from .types import POLICY_ALIASES, SimConfig, SimMetrics, SimRequest, default_max_running
 
 __all__ = ["main", "build_parser", "UserError"]
 
@@ -49,6 +49,11 @@ __all__ = ["main", "build_parser", "UserError"]
 SESSION_WORKLOADS = ("agent", "rag", "tenants", "longdoc")
 
 WORKLOADS = ("multiturn", "gsp", "agentic", "mooncake") + SESSION_WORKLOADS
+
+#: --bound's default limit on the workload's requests, and the size from
+#: which a line on stderr says the bound is being computed.
+BOUND_MAX_REQUESTS = 100_000
+BOUND_NOTE_REQUESTS = 10_000
 
 #: Sweepable names besides the SimConfig fields: sizes turned into slots /
 #: tokens by the model preset.
@@ -136,6 +141,19 @@ def _rate(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0 or inf, got {text!r}")
     return value
+
+
+#: Former policy names the arguments used (run_cli notes each on stderr once).
+_renamed: set = set()
+
+
+def _policy(text: str) -> str:
+    """A state policy's name, a former one (POLICY_ALIASES) turned into the
+    current one; argparse checks the choices."""
+    if text in POLICY_ALIASES:
+        _renamed.add(text)
+        return POLICY_ALIASES[text]
+    return text
 
 
 def _size(text: str) -> int:
@@ -244,10 +262,11 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--track-interval", type=_field_opt("track_interval"), metavar="N",
                    help="decode snapshot interval")
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
-    c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
+    c.add_argument("--policy", choices=POLICIES, dest="lru_policy", type=_policy,
                    help="eviction policy: sglang (v0.5.15 LRU), consumed (refresh only the used "
                         "state), utility (FLOPs saved per byte + recency, alpha tuned online) or "
-                        "clairvoyant (Belady, from the trace: the ceiling)")
+                        "belady (Belady's rule, reads the trace's future; clairvoyant is its "
+                        "deprecated name)")
     c.add_argument("--end-of-turn-states", action="store_true", default=None,
                    help="a finished request leaves the state at its exact end in the tree "
                         "(its running slot, no copy) instead of the last track snapshot")
@@ -281,6 +300,16 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
 
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    o.add_argument("--bound", action="store_true",
+                   help="also compute the upper bound on the token hit rate that no state policy "
+                        "can pass (docs/bound.md): a report row, a sweep column, the plot, and "
+                        "metrics.upper_bound_token_hit_rate / upper_bound_kind in --json and the "
+                        "CSV; pool-aware with --max-running 1, else the unlimited-pool bound; "
+                        "needs SciPy")
+    o.add_argument("--bound-max-requests", type=_positive_int, default=BOUND_MAX_REQUESTS,
+                   metavar="N",
+                   help="--bound refuses a workload of more requests: its cost grows faster than "
+                        "the workload (about 50 s at 80,000 requests on 2 cores)")
     o.add_argument("--plot", metavar="FILE.png",
                    help="plot hit rate against the (first) swept parameter; without --sweep, "
                         "against the state pool from 1/8 to 4x --state-slots (needs matplotlib)")
@@ -718,6 +747,8 @@ def _parse_value(name: str, text: str) -> Any:
     state_mem / kv_mem) and checked."""
     if name in SIZE_PARAMS:
         return parse_size(text)
+    if name == "lru_policy":
+        text = _policy(text.strip())
     value = _convert(name, text)
     check_field(name, value)
     return value
@@ -932,6 +963,29 @@ class _Progress:
             self._bar = None
 
 
+def _bounds(reqs: list[SimRequest]) -> Any:
+    from .bound import BoundCache  # imported here: only --bound needs it
+
+    return BoundCache(reqs)
+
+
+def _bound_of(bounds: Any, config: SimConfig, label: str, n: int, progress: bool) -> Any:
+    """config's upper bound (computed once per distinct bound); a large
+    workload's computation is announced on stderr, and timed."""
+    note = progress and n >= BOUND_NOTE_REQUESTS and not bounds.has(config)
+    if note:
+        print(f"computing the upper bound over {n:,} requests{f' ({label})' if label else ''}",
+              file=sys.stderr, flush=True)
+    try:
+        b = bounds(config)
+    except ImportError as e:
+        raise UserError(f"--bound: {e}") from None
+    if note:
+        print(f"  upper bound {100 * b.token_hit_rate:.1f}% in {b.wall_seconds:.1f} s",
+              file=sys.stderr, flush=True)
+    return b
+
+
 def _engine_run() -> Callable[..., SimMetrics]:
     from . import engine  # imported here: the workloads and reports never need it
 
@@ -964,12 +1018,12 @@ def _document(args: argparse.Namespace, workload: dict[str, Any], preset: ModelP
     })
     if len(points) == 1 and not points[0].params:
         doc["config"] = config_to_dict(points[0].config)
-        doc["metrics"] = metrics_to_dict(points[0].metrics, preset)
+        doc["metrics"] = metrics_to_dict(points[0].metrics, preset, points[0].bound)
         doc["estimates"] = estimates(points[0])
     else:
         doc["config"] = config_to_dict(base)
         doc["sweep"] = [{"params": p.params, "config": config_to_dict(p.config),
-                         "metrics": metrics_to_dict(p.metrics, preset),
+                         "metrics": metrics_to_dict(p.metrics, preset, p.bound),
                          "estimates": estimates(p)} if p.metrics is not None else
                         {"params": p.params, "config": config_to_dict(p.config), "error": p.error}
                         for p in points]
@@ -1024,6 +1078,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             "command": shlex.join(["python", "-m", "mambaradix", "sim", *argv]),
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     argv = _join_negative_values(parser, argv)
+    _renamed.clear()
     args = parser.parse_args(argv)
     if args.list_presets:
         for p in PRESETS.values():
@@ -1039,7 +1094,13 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     grid = parse_sweeps(args.sweep)
-    _check_options(args, _given(argv), grid)
+    for old in sorted(_renamed):
+        print(f"mambaradix sim: policy {old!r} is deprecated; it is named "
+              f"{POLICY_ALIASES[old]!r}", file=sys.stderr)
+    given = _given(argv)
+    _check_options(args, given, grid)
+    if "bound_max_requests" in given and not args.bound:
+        raise UserError("--bound-max-requests applies to --bound")
     if args.plot:
         try:
             importlib.import_module("matplotlib")  # fail before the replays, not after
@@ -1063,6 +1124,12 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
                                                   None if args.max_running is None
                                                   else base.max_running)}
     configs = _grid_configs(base, grid, preset, args)
+    if args.bound and any(c.max_running == 1 for _, c in configs):
+        try:
+            importlib.import_module("scipy.optimize")  # the pool-aware bound's LP, checked first
+        except ImportError:
+            raise UserError("--bound with --max-running 1 solves a linear program with SciPy, "
+                            "which is not installed (pip install scipy)") from None
 
     t0 = time.perf_counter()
     try:
@@ -1080,6 +1147,11 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as e:
             raise UserError(f"cannot write {args.save_trace}: {e.strerror or e}") from None
         print(f"workload written to {args.save_trace} ({len(reqs):,} requests)", file=sys.stderr)
+    if args.bound and len(reqs) > args.bound_max_requests:
+        raise UserError(f"--bound: the workload has {len(reqs):,} requests, more than "
+                        f"--bound-max-requests {args.bound_max_requests:,}; the bound's cost grows "
+                        f"faster than the workload (about 50 s at 80,000 requests on 2 cores): "
+                        f"raise --bound-max-requests, or bound fewer requests (--limit)")
 
     for params, config in configs:
         try:
@@ -1089,6 +1161,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             raise UserError(f"{where}: {e}" if where else str(e)) from None
 
     run = _engine_run()
+    bounds = _bounds(reqs) if args.bound else None
     points: list[SweepPoint] = []
     for params, config in configs:
         label = " ".join(f"{k}={v}" for k, v in params.items())
@@ -1110,6 +1183,8 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
             points.append(SweepPoint(params=params, config=config, metrics=None, error=error))
             continue
         points.append(SweepPoint(params=params, config=config, metrics=metrics))
+        if bounds is not None:
+            points[-1].bound = _bound_of(bounds, config, label, len(reqs), not args.no_progress)
         if grid and not args.json and not args.no_progress and sys.stderr.isatty():
             print(f"  {label}: token hit {100 * metrics.token_hit_rate:.1f}%", file=sys.stderr)
     done = [p for p in points if p.metrics is not None]
@@ -1121,7 +1196,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> int:
     elif not grid:
         print(format_report(points[0].metrics, points[0].config, workload=workload,
                             preset=preset, tp=args.tp, extra_times=setup,
-                            device_tflops=args.device_tflops))
+                            device_tflops=args.device_tflops, bound=points[0].bound))
     else:
         print(f"{workload['name']}: {workload['requests']:,} requests, "
               f"{workload['prompt_tokens']:,} prompt tokens; model {preset.name} tp={args.tp}")

@@ -16,7 +16,7 @@ points, lazy pre-allocation):
   re-match, lock move, donation, end-of-turn state, per-path budget, freeing
   what the tree does not keep) are the lifecycle's calls, which hand back what
   the pools must free; matches, locks and evictions run on the same tree
-  through ``Lifecycle.tree_view()``, whose node API the clairvoyant policy
+  through ``Lifecycle.tree_view()``, whose node API the belady policy
   reads.  With ``page_size`` > 1 the KV pool moves in whole pages as SGLang's
   paged allocator does: a request holds ``ceil(len / page)`` pages past its
   cached prefix, and evictions before a prefill or decode batch follow
@@ -95,16 +95,16 @@ __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
 _ReqState = _C.ReqState
 _BLANK_RS = (-1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)  # a record's fields after `running`: none set
-_POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+_POLICIES = ("sglang", "consumed", "utility", "belady")
 
 
 def tree_options(config: SimConfig) -> dict:
     """Keyword arguments of RadixTree / MambaRadixCache for config's state
-    policy: lru_policy (clairvoyant runs over "consumed" touches and picks
+    policy: lru_policy (belady runs over "consumed" touches and picks
     its victims itself), the utility policy's model costs and the per-path
     budget."""
     pol = config.lru_policy
-    kw: dict = {"lru_policy": "consumed" if pol == "clairvoyant" else pol}
+    kw: dict = {"lru_policy": "consumed" if pol == "belady" else pol}
     budget = int(getattr(config, "max_states_per_path", 0) or 0)
     if budget:
         kw["max_states_per_path"] = budget
@@ -133,7 +133,7 @@ _HASH_B = np.uint64(0x100000001B3)
 
 
 class _Future:
-    """The trace's prompts, for the clairvoyant policy: the next request (in
+    """The trace's prompts, for the belady policy: the next request (in
     arrival order, not admitted yet) whose match key starts with a given
     path.  Prefixes are compared by a polynomial hash mod 2**64."""
 
@@ -442,7 +442,7 @@ class _Replay(Scheduler):
         self.out_at = np.zeros(1, dtype=np.int64)
         self.out_from = 0
         self.future = (_Future([requests[i] for i in order], config.match_cap)
-                       if config.lru_policy == "clairvoyant" else None)
+                       if config.lru_policy == "belady" else None)
         self.n_total = len(requests)
         self.n_done = 0
         self.prefixes: dict = {}
@@ -520,7 +520,7 @@ class _Replay(Scheduler):
             self.slots_free += r.states_evicted
             self.m.kv_tokens_evicted += r.tokens_evicted
         if num_states > 0 and self.future is not None:
-            self._evict_clairvoyant(num_states, protect)
+            self._evict_belady(num_states, protect)
         elif num_states > 0:
             tokens, states, _, _ = self.lc.evict(0, num_states, protect=protect)
             self.kv_free += tokens
@@ -529,7 +529,7 @@ class _Replay(Scheduler):
             self.m.state_evictions += states
         self.t_cache += time.perf_counter() - t0
 
-    def _evict_clairvoyant(self, num_states: int, protect: Optional[Tuple[int, int]] = None) -> None:
+    def _evict_belady(self, num_states: int, protect: Optional[Tuple[int, int]] = None) -> None:
         """Belady: evict the evictable state whose next use (the next request
         not admitted yet whose match key starts with its path) lies furthest
         ahead; never-used states first, least recently used among equals.

@@ -7,6 +7,11 @@
 * :func:`format_sweep` -- one line per configuration of a sweep.
 * :func:`metrics_to_dict` / :func:`config_to_dict` -- the same for machines.
 * :func:`plot_sweep` -- hit rate against a swept parameter (needs matplotlib).
+
+Each takes, where one was computed, the upper bound on the token hit rate
+(:func:`mambaradix.sim.upper_bound`): a row of the report, a column of the
+sweep, ``upper_bound_*`` keys of the metrics (absent without one), markers on
+the plot.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from .presets import PRESET_ATTRS, ModelPreset, format_bytes
 from .types import SimConfig, SimMetrics
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .bound import BoundResult
     from .sweep import SweepPoint
 
 __all__ = [
     "MissingDependency",
     "metrics_to_dict",
+    "bound_to_dict",
+    "bound_line",
     "config_to_dict",
     "flops_saved",
     "format_report",
@@ -88,8 +96,32 @@ def flops_saved(metrics: SimMetrics, preset: Optional[ModelPreset]) -> float:
     return 0.0
 
 
-def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None) -> dict[str, Any]:
-    """All SimMetrics fields plus the derived rates, JSON-ready."""
+def bound_to_dict(bound: "BoundResult") -> dict[str, Any]:
+    """The upper bound's keys of a replay's metrics: ``upper_bound_token_hit_rate``
+    (no state policy reaches more), ``upper_bound_kind`` ("pool_aware":
+    served one at a time, the state pool counted; "unlimited_pool": several
+    running, the pool not counted), ``upper_bound_hit_tokens``,
+    ``upper_bound_exact`` and ``upper_bound_seconds`` (what computing it took)."""
+    return {"upper_bound_token_hit_rate": bound.token_hit_rate,
+            "upper_bound_kind": bound.kind,
+            "upper_bound_hit_tokens": int(bound.hit_tokens),
+            "upper_bound_exact": bool(bound.exact),
+            "upper_bound_seconds": float(bound.wall_seconds)}
+
+
+def bound_line(bound: "BoundResult") -> str:
+    """What the upper bound is, in words: which bound, and its cost."""
+    if bound.pool_aware:
+        what = f"pool-aware: one request at a time, <= {bound.capacity:,} states at an admission"
+    else:
+        what = "unlimited pool: max running > 1"
+    return f"no state policy reuses more ({what}; computed in {bound.wall_seconds:.2f} s)"
+
+
+def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None,
+                    bound: Optional["BoundResult"] = None) -> dict[str, Any]:
+    """All SimMetrics fields plus the derived rates, JSON-ready; with bound,
+    its keys too (:func:`bound_to_dict`)."""
     d = dataclasses.asdict(metrics)
     d["per_turn_hit_rate"] = {str(k): float(v) for k, v in sorted(metrics.per_turn_hit_rate.items(),
                                                                      key=lambda kv: int(kv[0]))}
@@ -98,6 +130,8 @@ def metrics_to_dict(metrics: SimMetrics, preset: Optional[ModelPreset] = None) -
     d["kv_hit_rate"] = metrics.kv_hit_rate
     d["state_hit_rate"] = metrics.state_hit_rate
     d["prefill_flops_saved"] = flops_saved(metrics, preset)
+    if bound is not None:
+        d.update(bound_to_dict(bound))
     return d
 
 
@@ -143,8 +177,9 @@ def format_estimates(est: dict[str, Any]) -> list[str]:
 def write_csv(points: Sequence["SweepPoint"], path: str,
               preset: Optional[ModelPreset] = None) -> None:
     """One row per replay: the swept parameters, then every scalar of
-    :func:`metrics_to_dict` (per-turn rates and wall times as JSON text); an
-    ``error`` column, when a replay failed, holds why (its metrics are empty)."""
+    :func:`metrics_to_dict` (per-turn rates and wall times as JSON text; the
+    upper bound's columns where the points have one); an ``error`` column,
+    when a replay failed, holds why (its metrics are empty)."""
     import csv
     import json
 
@@ -155,7 +190,7 @@ def write_csv(points: Sequence["SweepPoint"], path: str,
             row["error"] = p.error
             rows.append(row)
             continue
-        for k, v in metrics_to_dict(p.metrics, preset).items():
+        for k, v in metrics_to_dict(p.metrics, preset, p.bound).items():
             row[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
         rows.append(row)
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -208,6 +243,7 @@ def format_report(
     tp: int = 1,
     extra_times: Optional[dict[str, float]] = None,
     device_tflops: Optional[float] = None,
+    bound: Optional["BoundResult"] = None,
 ) -> str:
     """The terminal report of one replay.
 
@@ -215,7 +251,9 @@ def format_report(
     :func:`workloads.workload_stats`); extra_times: phases timed outside the
     engine (e.g. building the workload), shown with the engine's own;
     device_tflops: with a preset, adds the estimated prefill time saved and
-    time to first token at that assumed throughput (see prefill_estimates).
+    time to first token at that assumed throughput (see prefill_estimates);
+    bound: the upper bound on the token hit rate (``upper_bound``), a row
+    under the token hit rate.
     """
     if not isinstance(metrics, SimMetrics):
         raise TypeError(f"metrics must be a SimMetrics (what run() returns), got "
@@ -239,6 +277,8 @@ def format_report(
     out.extend(_table([
         ("token hit rate", _pct(m.state_usable_tokens, P).strip(),
          "prompt tokens reused: KV matched and a state at the match end"),
+        *([("upper bound", _pct(bound.hit_tokens, bound.prompt_tokens).strip(), bound_line(bound))]
+          if bound is not None else []),
         ("KV hit rate", _pct(m.kv_matched_tokens, P).strip(),
          "prompt tokens whose KV was in the tree, with or without a state"),
         ("state hit rate", _pct(m.state_hits, m.requests).strip(),
@@ -346,19 +386,22 @@ def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] =
     """One line per swept configuration; a point whose replay failed shows
     "failed" and its error on the line below."""
     keys = list(points[0].params) if points else []
-    header = keys + ["token hit", "KV hit", "state hit", "lost:no-state", "lost:evict",
-                     "state evict", "peak slots", "wall s"]
+    bounds = [p.bound for p in points if p.metrics is not None and p.bound is not None]
+    header = keys + ["token hit"] + (["bound"] if bounds else []) + [
+        "KV hit", "state hit", "lost:no-state", "lost:evict", "state evict", "peak slots", "wall s"]
     rows = []
     errors = {}
     for p in points:
         m = p.metrics
         if m is None:
             errors[len(rows)] = p.error
-            rows.append([str(p.params[k]) for k in keys] + ["failed"] + ["-"] * 7)
+            rows.append([str(p.params[k]) for k in keys] + ["failed"] + ["-"] * (len(header) - len(keys) - 1))
             continue
         P = m.prompt_tokens
+        shown = ([_pct(p.bound.hit_tokens, p.bound.prompt_tokens).strip() if p.bound else "-"]
+                 if bounds else [])
         rows.append([str(p.params[k]) for k in keys] + [
-            _pct(m.state_usable_tokens, P).strip(), _pct(m.kv_matched_tokens, P).strip(),
+            _pct(m.state_usable_tokens, P).strip(), *shown, _pct(m.kv_matched_tokens, P).strip(),
             _pct(m.state_hits, m.requests).strip(), _pct(m.lost_no_state, P).strip(),
             _pct(m.lost_eviction, P).strip(), f"{m.state_evictions:,}",
             f"{m.peak_state_slots:,}", f"{wall_total(m):.2f}",
@@ -369,6 +412,13 @@ def format_sweep(points: Sequence["SweepPoint"], preset: Optional[ModelPreset] =
         lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
         if i in errors:
             lines.append(f"    ^ failed: {errors[i]}")
+    if bounds:
+        kinds = {b.pool_aware for b in bounds}
+        which = ("pool-aware (one request at a time)" if kinds == {True} else
+                 "unlimited pool (max running > 1)" if kinds == {False} else
+                 "pool-aware where max running is 1, else unlimited pool")
+        cost = sum(b.wall_seconds for b in {id(b): b for b in bounds}.values())
+        lines.append(f"bound: no state policy passes it; {which}; computed in {cost:.2f} s")
     return "\n".join(lines)
 
 
@@ -380,7 +430,9 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
                title: Optional[str] = None, xlabel: Optional[str] = None) -> None:
     """Token hit rate (solid) and KV hit rate (dashed) against the swept
     parameter x (default: the first one); one line per combination of the
-    other swept parameters.  Writes a PNG to path."""
+    other swept parameters; where the points have an upper bound, it too
+    (dotted, with markers; one black line when every combination has the
+    same).  Writes a PNG to path."""
     try:
         import matplotlib
 
@@ -411,6 +463,7 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
     xs_all = [x_of(p) for p in points]
     numeric = _is_numeric(xs_all)
     categories = list(dict.fromkeys(xs_all))
+    bound_lines: dict[tuple, tuple] = {}     # (x, bound, kind)s -> the first series' color, label
     for i, (combo, pts) in enumerate(series.items()):
         if numeric:
             pts = sorted(pts, key=x_of)
@@ -423,6 +476,20 @@ def plot_sweep(points: Sequence["SweepPoint"], path: str, *, x: Optional[str] = 
                 label=label)
         ax.plot(xs, [100 * p.metrics.kv_hit_rate for p in pts], linestyle="--", color=color,
                 alpha=0.5, label=f"{label} (KV matched)" if others else "KV matched")
+        with_bound = [(x_, p.bound) for x_, p in zip(xs, pts) if p.bound is not None]
+        if with_bound:
+            line = tuple((x_, 100 * b.token_hit_rate, b.pool_aware) for x_, b in with_bound)
+            bound_lines.setdefault(line, (color, label))
+    for line, (color, label) in bound_lines.items():
+        kinds = {k for _, _, k in line}
+        name = ("upper bound" if kinds == {True} else "upper bound (unlimited pool)"
+                if kinds == {False} else "upper bound (unlimited pool where max running > 1)")
+        if len(bound_lines) > 1:
+            name = f"{label}: {name}"
+        else:
+            color = "black"
+        ax.plot([x_ for x_, _, _ in line], [y for _, y, _ in line], linestyle=":", marker="^",
+                color=color, linewidth=1.2, markersize=5, label=name)
     if numeric:
         span = [v for v in xs_all if v > 0]
         if span and max(span) / min(span) >= 16:

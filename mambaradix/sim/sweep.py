@@ -13,7 +13,9 @@ varies fastest).  Every key must be a :class:`SimConfig` field but ``seed``
 swept model cost (``flops_per_token``, ``state_bytes_per_slot``,
 ``kv_bytes_per_token``, ``attn_flops_per_pos``) overrides the preset's.
 ``on_error="record"`` keeps going past a point whose replay fails: its
-``metrics`` is None and ``error`` says why.
+``metrics`` is None and ``error`` says why.  ``bound=True`` also computes, at
+each point, the upper bound on the token hit rate (``SweepPoint.bound``, a
+:class:`bound.BoundResult`; see :func:`mambaradix.sim.upper_bound`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import dataclasses
 import itertools
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from .presets import ModelPreset, apply_preset
 from .report import wall_total
 from .types import SimConfig, SimMetrics, SimRequest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .bound import BoundResult
 
 __all__ = ["SweepPoint", "sweep", "config_fields", "config_field_type", "points_to_rows",
            "UNSWEEPABLE"]
@@ -41,12 +46,14 @@ UNSWEEPABLE = {
 @dataclass
 class SweepPoint:
     """One configuration of a sweep and what its replay measured (metrics),
-    or, when the replay failed and the sweep went on, why (error)."""
+    or, when the replay failed and the sweep went on, why (error); bound: the
+    upper bound on its token hit rate, when asked for."""
 
     params: dict[str, Any]
     config: SimConfig
     metrics: Optional[SimMetrics]
     error: Optional[str] = None
+    bound: Optional["BoundResult"] = None
 
 
 def config_fields() -> list[str]:
@@ -77,6 +84,7 @@ def sweep(
     run: Optional[Callable[..., SimMetrics]] = None,
     on_point: Optional[Callable[[SweepPoint], None]] = None,
     on_error: str = "raise",
+    bound: bool = False,
     **grid: Sequence[Any],
 ) -> list[SweepPoint]:
     """Replay ``requests`` once per point of the grid over ``base``.
@@ -89,6 +97,9 @@ def sweep(
     on_point: called after each replay (e.g. to print progress).
     on_error: "raise" (a point's ValueError or RuntimeError stops the sweep)
       or "record" (the point keeps the error and the sweep goes on).
+    bound: also compute each point's upper bound on the token hit rate
+      (``SweepPoint.bound``; points with the same bound share one
+      computation).  It needs SciPy where the pool binds.
     """
     base = base if base is not None else SimConfig()
     if not isinstance(base, SimConfig):
@@ -97,6 +108,8 @@ def sweep(
         raise ValueError("tp applies with model= only (it sizes the model's state and KV per GPU)")
     if on_error not in ("raise", "record"):
         raise ValueError(f"on_error must be 'raise' or 'record', got {on_error!r}")
+    if not isinstance(bound, bool):
+        raise TypeError(f"bound must be True or False, got {bound!r}")
     _check_names(grid)
     for name, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
@@ -110,6 +123,11 @@ def sweep(
         run = engine_run
     if model is not None:
         base = apply_preset(base, model, 1 if tp is None else tp)
+    bounds = None
+    if bound:
+        from .bound import BoundCache
+
+        bounds = BoundCache(list(requests))
     names = list(grid)
     points = []
     for combo in itertools.product(*(grid[n] for n in names)):
@@ -118,6 +136,8 @@ def sweep(
         config = dataclasses.replace(base, **params).resolved()
         try:
             point = SweepPoint(params=params, config=config, metrics=run(list(requests), config))
+            if bounds is not None:
+                point.bound = bounds(config)
         except (ValueError, RuntimeError) as e:
             if on_error == "raise":
                 raise
@@ -147,5 +167,8 @@ def points_to_rows(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
             full_evictions=m.full_evictions, peak_state_slots=m.peak_state_slots,
             wall_seconds=wall_total(m),
         )
+        if p.bound is not None:
+            row.update(upper_bound_token_hit_rate=p.bound.token_hit_rate,
+                       upper_bound_kind=p.bound.kind)
         rows.append(row)
     return rows

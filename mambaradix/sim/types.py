@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -40,6 +41,11 @@ class SimRequest:
     output_ids: Optional[np.ndarray] = None
 
 
+#: Former names of state policies, and their names now (accepted, with a
+#: DeprecationWarning, by SimConfig and the command line).
+POLICY_ALIASES = {"clairvoyant": "belady"}
+
+
 @dataclass
 class SimConfig:
     """How the cache and the batching model are configured for one replay.
@@ -54,9 +60,11 @@ class SimConfig:
     mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
       "lazy" (extra_buffer_lazy) or "no_buffer".
     lru_policy: "sglang" (v0.5.15), "consumed", "utility" (Marconi-style
-      FLOPs-per-byte + recency, alpha tuned online) or "clairvoyant" (Belady:
-      evicts the state whose next use lies furthest ahead in the trace; the
-      state-free replay only, as a ceiling).
+      FLOPs-per-byte + recency, alpha tuned online) or "belady" (Belady's
+      rule: evicts the state whose next use lies furthest ahead in the trace;
+      the state-free replay only; no bound on the hit rate, see
+      ``mambaradix.sim.upper_bound``).  "clairvoyant", belady's former name,
+      is accepted with a DeprecationWarning and stored as "belady".
     match_cap: cap the match key at input_len - 1 as SGLang does.
     max_running: max requests decoding at once (continuous batching); None
       (the default, as on the command line): ``default_max_running(state_slots)``,
@@ -107,6 +115,13 @@ class SimConfig:
     utility_order: str = "mru"               # lru_policy="utility": initial recency order, "mru" or "lru"
     attn_flops_per_pos: float = 196_608.0    # attention FLOPs per token per earlier token (Qwen3-Next TP1)
     kv_bytes_per_token: int = 24_576         # bytes of KV per token (Qwen3-Next TP1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lru_policy, str) and self.lru_policy in POLICY_ALIASES:
+            new = POLICY_ALIASES[self.lru_policy]
+            warnings.warn(f"lru_policy {self.lru_policy!r} is deprecated: it is named {new!r}",
+                          DeprecationWarning, stacklevel=3)
+            self.lru_policy = new
 
     def resolved(self) -> "SimConfig":
         """This configuration with its derived defaults filled in (the

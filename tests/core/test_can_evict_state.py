@@ -1,6 +1,6 @@
 """Node.can_evict_state: the tree's own rule for which states an eviction
 may take, for policies decided outside the tree (the simulator's
-clairvoyant one).  Checked two ways on random locked trees: against a
+belady one).  Checked two ways on random locked trees: against a
 Python model of the rule (a state not locked, on an internal node or a leaf
 whose KV is not locked; v0.5.23 takes a KV-locked leaf's state too), and
 against what the tree's eviction really does (evict_mamba's victim is the

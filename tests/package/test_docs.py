@@ -68,7 +68,7 @@ def _needs(body: str) -> None:
         pytest.importorskip("torch")
     if "--plot" in body:
         pytest.importorskip("matplotlib")
-    if re.search(r"upper_bound|bench_bound", body):
+    if re.search(r"upper_bound|bench_bound|--bound|bound=True", body):
         pytest.importorskip("scipy", reason="the hit-rate bound solves its LP with SciPy")
 
 

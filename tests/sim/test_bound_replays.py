@@ -1,5 +1,5 @@
 """The hit-rate bound against the simulator's own replays: no replay of a
-built-in workload exceeds it, under every state policy (the clairvoyant one
+built-in workload exceeds it, under every state policy (the belady one
 included), page sizes 1 and 16, modes pp2 and no_buffer (and pp1, lazy),
 end-of-turn states, a per-path budget, chunked prefill and a tight KV pool.
 
@@ -26,7 +26,7 @@ from mambaradix.sim import SimConfig, run, workloads
 from mambaradix.sim.bound import held_slots, upper_bound
 from mambaradix.sim.engine import replay
 
-POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+POLICIES = ("sglang", "consumed", "utility", "belady")
 
 
 def _workloads() -> dict:
@@ -160,5 +160,5 @@ def test_mooncake_subset():
     cfg = SimConfig(state_slots=12, max_running=1, kv_tokens=kv)
     b = upper_bound(reqs, cfg)
     assert b.exact and 0 < b.hit_tokens < b.unlimited_hit_tokens
-    for policy in ("consumed", "clairvoyant"):
+    for policy in ("consumed", "belady"):
         assert run(reqs, dataclasses.replace(cfg, lru_policy=policy)).state_usable_tokens <= b.hit_tokens

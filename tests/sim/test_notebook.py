@@ -1,4 +1,6 @@
-"""Executes examples/hit_rates.ipynb (the state-pool sweep) end to end.
+"""Executes examples/hit_rates.ipynb (the state-pool sweep, every policy
+beside the upper bound, which the notebook checks no replay passes) end to
+end.
 
 Skipped when nbclient, ipykernel or matplotlib is not installed, or when the
 package has no replay engine; CI installs all three.
@@ -47,7 +49,11 @@ def test_hit_rates_notebook_runs():
     assert "multi-turn chat: 18 more replays" in outputs
     assert "Mooncake conversation: 18 more replays" in outputs
     assert "never used" in outputs and "replay distance" in outputs
+    # the upper bound beside the policies: unlimited-pool with 6 running, pool-aware one at a time
+    assert outputs.count("(unlimited_pool, ") == 2
+    assert "served one at a time: 20 replays with their bounds" in outputs
+    assert outputs.count("(pool_aware), best policy") == 5
     assert "notebook ran in" in outputs
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
-    assert len(images) == 2
+    assert len(images) == 3

@@ -85,6 +85,21 @@ def test_sweep_json_and_table():
     assert "token hit" in r.stdout and "1.0 GiB" in r.stdout and "2.0 GiB" in r.stdout
 
 
+def test_sweep_with_the_bound_serial():
+    """--bound at each point of a state-pool sweep, served one at a time:
+    the bound rises with the pool and no replay passes it."""
+    pytest.importorskip("scipy")
+    r = sim(*SMALL, "--json", "--bound", "--max-running", "1", "--sweep", "state_slots=5,7,48",
+            "--sweep", "policy=consumed,belady")
+    assert r.returncode == 0, r.stderr
+    pts = json.loads(r.stdout)["sweep"]
+    bound = {p["params"]["state_slots"]: p["metrics"]["upper_bound_token_hit_rate"] for p in pts}
+    assert bound[5] < bound[7] < bound[48]
+    for p in pts:
+        assert p["metrics"]["upper_bound_kind"] == "pool_aware"
+        assert p["metrics"]["token_hit_rate"] <= p["metrics"]["upper_bound_token_hit_rate"] + 1e-12
+
+
 def test_trace_file_replay(tmp_path):
     trace = tmp_path / "t.jsonl"
     lines = [{"input_ids": list(range(200)), "output_len": 4},

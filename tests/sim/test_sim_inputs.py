@@ -584,7 +584,7 @@ def test_run_accepts_numpy_integers_lists_and_unsigned_ids_as_plain_ints():
     (dict(track_interval=2**63), "track_interval must be an integer >= 1"),
     (dict(max_prefill_tokens=None), "max_prefill_tokens must be an integer >= 1, got None"),
     (dict(new_token_ratio="x"), "new_token_ratio must be a finite number"),
-    (dict(lru_policy="clairvoyant", states="toy"), "config.lru_policy clairvoyant reads the future from the trace: "
+    (dict(lru_policy="belady", states="toy"), "config.lru_policy belady reads the future from the trace: "
      "it runs with config.states 'none' only"),
 ])
 def test_run_names_the_bad_config_field(no_replay_loop, kw, message):
