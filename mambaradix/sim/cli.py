@@ -238,7 +238,8 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--mode", choices=MODES, help="state tracking: ping-pong 2/1, lazy, no_buffer")
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy",
                    help="eviction policy: sglang (v0.5.15 LRU), consumed (refresh only the used "
-                        "state), utility (FLOPs saved per byte + recency, alpha tuned online) or "
+                        "state), utility (FLOPs saved per byte + recency, alpha tuned online), "
+                        "adaptive (learns online which victim order serves the workload) or "
                         "clairvoyant (Belady, from the trace: the ceiling)")
     c.add_argument("--end-of-turn-states", action="store_true", default=None,
                    help="a finished request leaves the state at its exact end in the tree "

@@ -54,7 +54,8 @@ class SimConfig:
     mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
       "lazy" (extra_buffer_lazy) or "no_buffer".
     lru_policy: "sglang" (v0.5.15), "consumed", "utility" (Marconi-style
-      FLOPs-per-byte + recency, alpha tuned online) or "clairvoyant" (Belady:
+      FLOPs-per-byte + recency, alpha tuned online), "adaptive" (learns online
+      which victim order serves the workload) or "clairvoyant" (Belady:
       evicts the state whose next use lies furthest ahead in the trace; the
       state-free replay only, as a ceiling).
     match_cap: cap the match key at input_len - 1 as SGLang does.
