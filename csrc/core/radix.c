@@ -631,11 +631,11 @@ adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
         return;
     }
     double states = (double)(t->state_evictable + t->state_protected);
-    double r = states > 0.0 ? states / (states + (double)age) : 0.0;
+    double loss = states > 0.0 ? states / (states + (double)age) : 0.0;
     double sum = 0.0;
     for (int e = 0; e < AD_N; e++) {
         if (mask & (1u << e)) {
-            t->ad_w[e] *= 1.0 - r / 2.0;
+            t->ad_w[e] *= 1.0 - loss / 2.0;
         }
         sum += t->ad_w[e];
     }
