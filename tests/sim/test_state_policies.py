@@ -612,6 +612,35 @@ def test_sim_end_of_turn_adds_exact_hits(mode: str) -> None:
     assert m1.state_usable_tokens > m0.state_usable_tokens + 100
 
 
+def test_adaptive_admits_on_probation_only_after_wasted_siblings() -> None:
+    """One-shot states under a shared prefix: the first two are admitted at
+    the most recently used end; once two were evicted unused (and none used)
+    the next siblings enter at the least recently used end, the newest the
+    next victim.  A sibling that a match used lifts the probation again."""
+    tree = mambaradix.RadixTree(page_size=1, lru_policy="adaptive")
+    shared = list(range(1, 33))
+    tree.insert(shared, list(range(32)), 100)
+    tree.inc_lock_ref(tree.match_prefix(shared + [7]).node)       # used, and held by a request
+    placed = []
+    for i in range(4):
+        key = shared + [1000 + i] * 8
+        r = tree.insert(key, list(range(len(key))), i + 1)
+        order = tree.lru_order("mamba")
+        placed.append("mru" if order[0] == r.node else "lru" if order[-1] == r.node else "?")
+        if i < 2:
+            assert tree.evict_mamba(1).state_slots.tolist() == [i + 1]     # unused, the oldest
+    assert placed == ["mru", "mru", "lru", "lru"]
+    assert tree.policy_stats()["admissions_probation"] == 2
+    assert tree.evict_mamba(1).state_slots.tolist() == [4]        # on probation: first to go
+    for i in (5,):                                                 # a sibling used: no more probation
+        key = shared + [2000 + i] * 8
+        tree.insert(key, list(range(len(key))), i)
+        tree.match_prefix(key + [9])
+    key = shared + [3000] * 8
+    r = tree.insert(key, list(range(len(key))), 7)
+    assert tree.lru_order("mamba")[0] == r.node
+
+
 def test_sim_adaptive_under_pressure_and_without() -> None:
     """The adaptive policy against SGLang's two (the better of sglang and
     consumed at each pool size): well above them where their LRU order
@@ -630,6 +659,8 @@ def test_sim_adaptive_under_pressure_and_without() -> None:
         assert sg_small < 0.8 * sg_big                                  # a pressure point
         assert rate["adaptive", small] >= 1.2 * sg_small and rate["adaptive", small] > 0.02
         assert rate["adaptive", big] >= 0.99 * sg_big
+        m = engine.run(reqs, dataclasses.replace(base, lru_policy="adaptive", state_slots=small))
+        assert m.adaptive_ghost_hits > 0 and m.adaptive_doubt_hits > 0     # both kinds of evidence arose
 
 
 def test_sim_clairvoyant_is_a_ceiling_and_refuses_toy() -> None:
