@@ -8,7 +8,7 @@ requests of the bundled Mooncake trace) it measures the state working set W
 (peak state slots in use with an unbounded pool), then replays the workload
 with the state pool at W/16, W/8, W/4, W/2 and W slots (never below what
 max_running requests need), the KV pool large enough that states are the
-bottleneck, under the sglang, consumed, utility and clairvoyant policies
+bottleneck, under the sglang, consumed, utility, adaptive and clairvoyant policies
 (utility and clairvoyant also with a per-path budget of 2 states), each with
 and without end-of-turn states.  It prints the token hit rate and
 the prefill FLOPs saved of every run, checks the goals:
@@ -18,9 +18,9 @@ the prefill FLOPs saved of every run, checks the goals:
   clairvoyant ceiling rules 1.2x out, at least half of the gap closed;
 - elsewhere: never below 0.97x;
 
-and times the Mooncake replay with utility against sglang (goal <= 1.5x,
+and times the Mooncake replay with utility and adaptive against sglang (goal <= 1.5x,
 medians of 3 alternating runs).  "Ours" are the configurations SGLang does not
-have (utility, a per-path budget, or end-of-turn states); the SGLang baseline
+have (utility, adaptive, a per-path budget, or end-of-turn states); the SGLang baseline
 is the better of sglang and consumed without them; the ceiling is the best
 clairvoyant configuration.  CPU figures (2-core VM, noisy), fixed
 seeds; the replays are deterministic, only the timings vary.
@@ -38,12 +38,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
+POLICIES = ("sglang", "consumed", "utility", "adaptive", "clairvoyant")
 BUDGET = 2
 #: every configuration replayed at each point: (label, policy, budget); each
 #: also with end-of-turn states ("+eot")
 CONFIGS = (("sglang", "sglang", 0), ("consumed", "consumed", 0), ("utility", "utility", 0),
-           ("utility+budget", "utility", BUDGET), ("clairvoyant", "clairvoyant", 0),
+           ("utility+budget", "utility", BUDGET), ("adaptive", "adaptive", 0), ("clairvoyant", "clairvoyant", 0),
            ("clairvoyant+budget", "clairvoyant", BUDGET))
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_RUNNING = 8
@@ -102,7 +102,8 @@ def sweep(name: str, reqs, points: int) -> dict:
     return {"working_set": work, "big_pool": bigpool, "big_pool_sglang_run": big, "rows": rows}
 
 
-OURS = ("utility", "utility+eot", "utility+budget", "utility+budget+eot", "consumed+eot", "sglang+eot")
+OURS = ("utility", "utility+eot", "utility+budget", "utility+budget+eot", "adaptive", "adaptive+eot", "consumed+eot",
+        "sglang+eot")
 CEILING = ("clairvoyant", "clairvoyant+eot", "clairvoyant+budget", "clairvoyant+budget+eot")
 
 
@@ -143,14 +144,15 @@ def time_mooncake(reqs, slots: int) -> dict:
     from mambaradix.sim import run
 
     run(reqs[:200], base)   # warm-up
-    ts: dict = {"sglang": [], "utility": []}
+    ts: dict = {"sglang": [], "utility": [], "adaptive": []}
     for _ in range(3):
-        for pol in ("sglang", "utility"):
+        for pol in ts:
             t0 = time.perf_counter()
             run(reqs, dataclasses.replace(base, lru_policy=pol))
             ts[pol].append(time.perf_counter() - t0)
     med = {p: statistics.median(v) for p, v in ts.items()}
-    return {"slots": slots, "seconds": med, "ratio": med["utility"] / med["sglang"]}
+    return {"slots": slots, "seconds": med, "ratio": med["utility"] / med["sglang"],
+            "adaptive_ratio": med["adaptive"] / med["sglang"]}
 
 
 def plot(results: dict, path: str) -> None:
@@ -162,7 +164,8 @@ def plot(results: dict, path: str) -> None:
     names = list(results)
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.6), squeeze=False)
     colors = {"sglang": "tab:blue", "consumed": "tab:orange", "utility": "tab:green",
-              "utility+budget": "tab:red", "clairvoyant": "black", "clairvoyant+budget": "gray"}
+              "utility+budget": "tab:red", "adaptive": "tab:purple", "clairvoyant": "black",
+              "clairvoyant+budget": "gray"}
     for ax, name in zip(axes[0], names):
         res = results[name]
         xs = [row["fraction"] for row in res["rows"]]
@@ -236,7 +239,8 @@ def main(argv=None) -> int:
         timing = time_mooncake(wls["mooncake"], slots)
         print(f"\nMooncake ({len(wls['mooncake'])} requests, {slots} slots) replay: sglang "
               f"{timing['seconds']['sglang']:.2f} s, utility {timing['seconds']['utility']:.2f} s "
-              f"(median of 3): {timing['ratio']:.2f}x (goal <= 1.5x)")
+              f"(median of 3): {timing['ratio']:.2f}x, adaptive {timing['seconds']['adaptive']:.2f} s: "
+              f"{timing['adaptive_ratio']:.2f}x (goal <= 1.5x)")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if args.plot:
         plot(results, args.plot)
