@@ -8,10 +8,10 @@ requests of the bundled Mooncake trace) it measures the state working set W
 (peak state slots in use with an unbounded pool), then replays the workload
 with the state pool at W/16, W/8, W/4, W/2 and W slots (never below what
 max_running requests need), the KV pool large enough that states are the
-bottleneck, under the sglang, consumed, utility and belady policies
-(utility and belady also with a per-path budget of 2 states), each with
-and without end-of-turn states.  Beside them it computes the upper bound on
-the token hit rate (mambaradix.sim.upper_bound; with --max-running 8, the
+bottleneck, under the sglang, consumed, utility, adaptive and belady
+policies (utility and belady also with a per-path budget of 2 states), each
+with and without end-of-turn states.  Beside them it computes the upper bound
+on the token hit rate (mambaradix.sim.upper_bound; with --max-running 8, the
 default, the unlimited-pool bound, the same at every pool size; with
 --max-running 1 the pool-aware one) and stops with an AssertionError if any
 run passes it.  It prints the token hit rate and the prefill FLOPs saved of
@@ -23,12 +23,12 @@ every run, checks the goals:
   closed;
 - elsewhere: never below 0.97x;
 
-and times the Mooncake replay with utility against sglang (goal <= 1.5x,
+and times the Mooncake replay with utility and adaptive against sglang (goal <= 1.5x,
 medians of 3 alternating runs).  "Ours" are the configurations SGLang does not
-have (utility, a per-path budget, or end-of-turn states); the SGLang baseline
-is the better of sglang and consumed without them; "belady" is the best
-belady configuration (Belady's rule decides evictions only: no bound, a
-configuration can pass it).  CPU figures (2-core VM, noisy), fixed
+have (utility, adaptive, a per-path budget, or end-of-turn states); the
+SGLang baseline is the better of sglang and consumed without them; "belady"
+is the best belady configuration (Belady's rule decides evictions only: no
+bound, a configuration can pass it).  CPU figures (2-core VM, noisy), fixed
 seeds; the replays are deterministic, only the timings vary.
 """
 
@@ -44,12 +44,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-POLICIES = ("sglang", "consumed", "utility", "belady")
+POLICIES = ("sglang", "consumed", "utility", "adaptive", "belady")
 BUDGET = 2
 #: every configuration replayed at each point: (label, policy, budget); each
 #: also with end-of-turn states ("+eot")
 CONFIGS = (("sglang", "sglang", 0), ("consumed", "consumed", 0), ("utility", "utility", 0),
-           ("utility+budget", "utility", BUDGET), ("belady", "belady", 0),
+           ("utility+budget", "utility", BUDGET), ("adaptive", "adaptive", 0), ("belady", "belady", 0),
            ("belady+budget", "belady", BUDGET))
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 MAX_RUNNING = 8
@@ -120,7 +120,8 @@ def sweep(name: str, reqs, points: int) -> dict:
             "max_running": MAX_RUNNING}
 
 
-OURS = ("utility", "utility+eot", "utility+budget", "utility+budget+eot", "consumed+eot", "sglang+eot")
+OURS = ("utility", "utility+eot", "utility+budget", "utility+budget+eot", "adaptive", "adaptive+eot", "consumed+eot",
+        "sglang+eot")
 BELADY = ("belady", "belady+eot", "belady+budget", "belady+budget+eot")
 
 
@@ -163,14 +164,15 @@ def time_mooncake(reqs, slots: int) -> dict:
     from mambaradix.sim import run
 
     run(reqs[:200], base)   # warm-up
-    ts: dict = {"sglang": [], "utility": []}
+    ts: dict = {"sglang": [], "utility": [], "adaptive": []}
     for _ in range(3):
-        for pol in ("sglang", "utility"):
+        for pol in ts:
             t0 = time.perf_counter()
             run(reqs, dataclasses.replace(base, lru_policy=pol))
             ts[pol].append(time.perf_counter() - t0)
     med = {p: statistics.median(v) for p, v in ts.items()}
-    return {"slots": slots, "seconds": med, "ratio": med["utility"] / med["sglang"]}
+    return {"slots": slots, "seconds": med, "ratio": med["utility"] / med["sglang"],
+            "adaptive_ratio": med["adaptive"] / med["sglang"]}
 
 
 def plot(results: dict, path: str) -> None:
@@ -182,7 +184,8 @@ def plot(results: dict, path: str) -> None:
     names = list(results)
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.6), squeeze=False)
     colors = {"sglang": "tab:blue", "consumed": "tab:orange", "utility": "tab:green",
-              "utility+budget": "tab:red", "belady": "tab:purple", "belady+budget": "tab:brown"}
+              "utility+budget": "tab:red", "adaptive": "tab:olive", "belady": "tab:purple",
+              "belady+budget": "tab:brown"}
     for ax, name in zip(axes[0], names):
         res = results[name]
         xs = [row["fraction"] for row in res["rows"]]
@@ -276,7 +279,8 @@ def main(argv=None) -> int:
         timing = time_mooncake(wls["mooncake"], slots)
         print(f"\nMooncake ({len(wls['mooncake'])} requests, {slots} slots) replay: sglang "
               f"{timing['seconds']['sglang']:.2f} s, utility {timing['seconds']['utility']:.2f} s "
-              f"(median of 3): {timing['ratio']:.2f}x (goal <= 1.5x)")
+              f"(median of 3): {timing['ratio']:.2f}x, adaptive {timing['seconds']['adaptive']:.2f} s: "
+              f"{timing['adaptive_ratio']:.2f}x (goal <= 1.5x)")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if args.plot:
         plot(results, args.plot)

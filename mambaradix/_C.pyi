@@ -126,7 +126,8 @@ class RadixTree:
       state is used, SGLang PR #31643), "sglang" (v0.5.15: every state on
       the matched path, and states on insert walks and splits), "utility"
       (Marconi-style: FLOPs saved per byte plus recency; policy_options has
-      its parameters), or one of SGLang 0.5.23's leaf orders for the KV
+      its parameters), "adaptive" (touches as "consumed"; learns online which
+      of three victim orders serves the workload: docs/adaptive.md), or one of SGLang 0.5.23's leaf orders for the KV
       victim (--radix-eviction-policy; touches as "consumed"): "lfu" (fewest
       hits first), "fifo" (oldest node), "mru" (most recently used), "filo"
       (newest node), "priority" (lowest insert priority), "slru" (hits below
@@ -154,8 +155,8 @@ class RadixTree:
         self,
         page_size: int = 1,
         chunk_size: Optional[int] = None,
-        lru_policy: Literal["consumed", "sglang", "utility", "lfu", "fifo", "mru", "filo", "priority",
-                            "slru", "tlru"] = "consumed",
+        lru_policy: Literal["consumed", "sglang", "utility", "adaptive", "lfu", "fifo", "mru", "filo",
+                            "priority", "slru", "tlru"] = "consumed",
         *,
         check_ownership: bool = False,
         policy_options: Optional[dict[str, float]] = None,
@@ -349,7 +350,7 @@ class Lifecycle:
         *,
         page_size: int = 1,
         chunk_size: int = 64,
-        lru_policy: Literal["sglang", "consumed", "utility"] = "sglang",
+        lru_policy: Literal["sglang", "consumed", "utility", "adaptive"] = "sglang",
         extra_buffer: bool = False,
         lazy: bool = False,
         track_buffer_size: int = 2,

@@ -68,6 +68,13 @@ struct mr_node {
     int64_t prio;          /* highest insert priority through the node */
     uint64_t born;         /* creation order (a split's upper part keeps the child's) */
     uint64_t hist;         /* TLRU: deepest end ever inserted below the node (its own end included) */
+    /* The adaptive policy's marks (see "Adaptive policy"). */
+    uint8_t reused;        /* a match used the current state (not counting match_node) */
+    uint8_t dmask;         /* doubt: experts that chose this live state as a victim and were overruled */
+    uint8_t gmask;         /* ghost: experts that chose this node's evicted state (0: no ghost) */
+    uint64_t dtime, gtime; /* adaptive evictions counted when the mark was made */
+    uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
+    uint32_t kid_wasted;   /* states attached under this node evicted without a use */
 };
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
@@ -125,6 +132,15 @@ struct mr_radix {
     /* An insert's path from the root to opts->from, in walk order. */
     mr_node **walk;
     size_t walk_cap;
+    /* The adaptive policy (see "Adaptive policy"). */
+    double ad_w[3];           /* expert weights: lru, mru, value */
+    uint64_t ad_clock;        /* adaptive state evictions so far */
+    mr_node *ad_victim;       /* the victim chosen last, and the experts that chose it */
+    uint8_t ad_mask;
+    struct ad_ghost *ghosts;  /* ghosts of removed leaves (AD_GHOSTS entries, or NULL) */
+    mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
+    int32_t last_tok;         /* token of the branch removed below it */
+    uint64_t ad_ghost_hits, ad_doubt_hits, ad_probation, ad_choice[3];
 };
 
 static void tune_start(mr_radix *t);
@@ -268,6 +284,9 @@ typedef struct {
      * evict_full takes it from the leaf heap; leaf_victim is its scan, used
      * when the heap cannot be allocated. */
     int keyed;
+    /* 1: state victims only are asked for afresh after each one (leaves
+     * follow the list as without rescan). */
+    int state_rescan;
 } mr_evict_policy;
 
 static void
@@ -453,6 +472,228 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
     return utility_victim(t, LRU_FULL);
 }
 
+/* Adaptive: a learned choice among three victim orders ("experts") of the
+ * evictable states, touches as CONSUMED:
+ *   lru    the least recently used state (SGLang's consumed order);
+ *   mru    the most recently used one (scan resistant: under cyclic reuse
+ *          larger than the pool LRU evicts every state just before its
+ *          reuse, MRU keeps a fixed subset);
+ *   value  the one saving the fewest prefill FLOPs per byte (the utility
+ *          policy's efficiency; the replayed tokens when no costs are set)
+ *          among the evict_window least recently used (ties: the less
+ *          recently used).
+ * Each eviction takes the victim of the expert of the largest weight (ties:
+ * the first listed) and remembers who was wrong afterwards:
+ *   ghost  the evicted state's node (a tombstone keeps it), or for a removed
+ *          leaf an entry of a direct-mapped table (AD_GHOSTS entries, a
+ *          newer ghost overwrites an older one of the same hash) under the
+ *          ancestor that survived and the branch's first token, records the
+ *          experts whose choice it was (the leader's, and any other's that
+ *          picked the same state) and when;
+ *   doubt  each overruled expert's own pick, left in the tree, records
+ *          that expert and when.
+ * A match whose usable prefix stops above a ghost it walked (the deepest:
+ * an own-state ghost between the used state and the end of the KV match,
+ * or a branch ghost at that end whose first token is the key's next one)
+ * would have gone deeper had the state been kept; a match that uses a
+ * doubted state would have missed it.  Either way the experts in the mark
+ * are penalized by multiplicative weights: w *= 1 - r / 2, with the
+ * discount r = N / (N + age), age the evictions since the mark and N the
+ * states in the tree (a mistake seen a pool's worth of evictions later
+ * counts half), then the weights are normalized with a floor of 0.01 each
+ * (so a shifted workload can win an expert back).  A mark of every expert
+ * carries no information.
+ *
+ * Admission: a new state whose siblings' states were mostly wasted (its
+ * parent's kid_wasted >= 2 * kid_used + 2: states evicted unused against
+ * states a match used or a ghost hit wanted) enters the state list at its
+ * LRU end, on probation: under pressure it is the first to go and so is
+ * not cached, without pressure it stays; nothing else changes. */
+enum { AD_LRU = 0, AD_MRU = 1, AD_VALUE = 2, AD_N = 3 };
+#define AD_ALL ((uint8_t)((1u << AD_N) - 1))
+#define AD_FLOOR 0.01
+#define AD_GHOST_BITS 13
+#define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
+
+struct ad_ghost {
+    uint32_t id, gen;   /* the surviving ancestor's handle */
+    int32_t tok;        /* the removed branch's first token */
+    uint8_t mask;       /* 0: free */
+    uint64_t time;
+};
+
+/* The table entry of a removed branch below node (id, gen) starting with tok. */
+MR_INLINE size_t
+ad_ghost_slot(uint32_t id, uint32_t gen, int32_t tok)
+{
+    uint64_t h = (uint64_t)id * 0x9E3779B97F4A7C15ull ^ (uint64_t)gen * 0xC2B2AE3D27D4EB4Full
+                 ^ (uint64_t)(uint32_t)tok * 0x165667B19E3779F9ull;
+    return (size_t)(h >> (64 - AD_GHOST_BITS));
+}
+
+static void
+adaptive_reset(mr_radix *t)
+{
+    for (int e = 0; e < AD_N; e++) {
+        t->ad_w[e] = 1.0 / AD_N;
+    }
+    t->ad_clock = 0;
+    t->ad_victim = NULL;
+    t->ad_mask = 0;
+    if (t->ghosts != NULL) {
+        memset(t->ghosts, 0, AD_GHOSTS * sizeof(struct ad_ghost));
+    }
+}
+
+static double
+adaptive_eff(const mr_radix *t, const mr_node *n)
+{
+    if (t->opt.flops_per_token > 0.0 || t->opt.attn_flops_per_pos > 0.0) {
+        return node_flops_per_byte(t, n);
+    }
+    const mr_node *a = n->parent;
+    while (a != t->root && a->state < 0) {
+        a = a->parent;
+    }
+    return (double)(n->end - a->end);
+}
+
+/* Each expert's victim (NULL: none evictable). */
+static void
+adaptive_picks(const mr_radix *t, mr_node *v[AD_N])
+{
+    size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
+    double best = 0.0;
+    const mr_link *head = &t->head[LRU_STATE];
+    for (int e = 0; e < AD_N; e++) {
+        v[e] = NULL;
+    }
+    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        if (!mr_radix_can_evict_state(t, n)) {
+            continue;
+        }
+        double e = adaptive_eff(t, n);
+        if (k == 0 || e < best) {
+            best = e;
+            v[AD_VALUE] = n;
+        }
+        if (k == 0) {
+            v[AD_LRU] = n;
+        }
+        k++;
+    }
+    for (const mr_link *l = head->next; k > 0 && l != head; l = l->next) {
+        mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        if (mr_radix_can_evict_state(t, n)) {
+            v[AD_MRU] = n;
+            break;
+        }
+    }
+}
+
+/* The leader's victim; the overruled experts' picks get a doubt mark. */
+static mr_node *
+adaptive_state_victim(const mr_radix *ct, const mr_link *from)
+{
+    (void)from;
+    mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: the marks are policy state */
+    mr_node *v[AD_N];
+    adaptive_picks(t, v);
+    int lead = 0;
+    for (int e = 1; e < AD_N; e++) {
+        lead = t->ad_w[e] > t->ad_w[lead] ? e : lead;
+    }
+    mr_node *x = v[lead];
+    uint8_t mask = 0;
+    for (int e = 0; e < AD_N && x != NULL; e++) {
+        if (v[e] == x) {
+            mask |= (uint8_t)(1u << e);
+        }
+        else if (v[e] != NULL) {
+            v[e]->dmask |= (uint8_t)(1u << e);
+            v[e]->dtime = t->ad_clock;
+        }
+    }
+    t->ad_victim = x;
+    t->ad_mask = mask;
+    if (x != NULL) {
+        t->ad_choice[lead]++;
+    }
+    return x;
+}
+
+/* The experts of mask chose wrongly age evictions ago. */
+static void
+adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
+{
+    if (mask == 0 || mask == AD_ALL) {
+        return;
+    }
+    double states = (double)(t->state_evictable + t->state_protected);
+    double loss = states > 0.0 ? states / (states + (double)age) : 0.0;
+    double sum = 0.0;
+    for (int e = 0; e < AD_N; e++) {
+        if (mask & (1u << e)) {
+            t->ad_w[e] *= 1.0 - loss / 2.0;
+        }
+        sum += t->ad_w[e];
+    }
+    for (int e = 0; e < AD_N; e++) {
+        t->ad_w[e] /= sum;
+        if (t->ad_w[e] < AD_FLOOR) {
+            t->ad_w[e] = AD_FLOOR;
+        }
+    }
+}
+
+/* A match used best's state (the root: none) and matched KV down to the end
+ * of kv; next is the key's token after it (has_next: the key goes on). */
+static void
+adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_t next)
+{
+    struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
+    if (e != NULL && e->mask && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
+        /* the deepest: a removed branch below the end of the KV match */
+        t->ad_ghost_hits++;
+        kv->kid_used++;
+        adaptive_penalize(t, e->mask, t->ad_clock - e->time);
+        e->mask = 0;
+    }
+    else {
+        for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
+            if (n->gmask) {
+                t->ad_ghost_hits++;
+                n->parent->kid_used++;
+                adaptive_penalize(t, n->gmask, t->ad_clock - n->gtime);
+                n->gmask = 0;
+                break;
+            }
+        }
+    }
+    if (best != t->root && best->dmask) {
+        t->ad_doubt_hits++;
+        adaptive_penalize(t, best->dmask, t->ad_clock - best->dtime);
+        best->dmask = 0;
+    }
+}
+
+/* A state was attached to n: at the MRU end, or on probation at the LRU end. */
+static void
+adaptive_admit(mr_radix *t, mr_node *n)
+{
+    const mr_node *p = n->parent;
+    n->dmask = n->gmask = 0;
+    if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
+        t->ver++;
+        lru_insert_after(t->head[LRU_STATE].prev, n, LRU_STATE);
+        n->stamp = 0;
+        t->ad_probation++;
+        return;
+    }
+    lru_push_mru(t, n, LRU_STATE);
+}
+
 /* SGLang 0.5.23's leaf orders (evict_policy.py).  Its FULL eviction pops
  * the evictable leaf with the smallest (key, last access) from a heap; the
  * full list is in last-access order, so the first leaf of smallest key met
@@ -537,6 +778,8 @@ static const mr_evict_policy policies[] = {
     [MR_POLICY_PRIORITY] = MR_LEAF_ORDER_ROW("priority", keyed_leaf_victim),
     [MR_POLICY_SLRU] = MR_LEAF_ORDER_ROW("slru", keyed_leaf_victim),
     [MR_POLICY_TLRU] = MR_LEAF_ORDER_ROW("tlru", keyed_leaf_victim),
+    [MR_POLICY_ADAPTIVE] = {"adaptive", consumed_on_match, consumed_on_insert_visit, consumed_on_split,
+                            adaptive_state_victim, lru_leaf_victim, 0, 0, 1},
 };
 #define MR_NPOLICIES (sizeof(policies) / sizeof(policies[0]))
 
@@ -967,6 +1210,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
     t->order = (mr_leaf_order){2, 0, 0};
     t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
     t->recency = 1.0;
+    adaptive_reset(t);
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }
@@ -1014,6 +1258,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->free_ids);
     MR_FREE(t->heap);
     MR_FREE(t->walk);
+    MR_FREE(t->ghosts);
     MR_FREE(t);
 }
 
@@ -1025,6 +1270,9 @@ mr_radix_reset(mr_radix *t)
     mr_node *root = t->root;
     root->nchildren = root->nent = 0;
     root->full_lock = root->state_lock = root->nostate_lock = root->kv_lock = 0;
+    root->gmask = root->dmask = 0;
+    root->kid_used = root->kid_wasted = 0;
+    adaptive_reset(t);
     /* Root handles stay valid: the root is the same node. */
     t->full_evictable = t->full_protected = 0;
     t->state_evictable = t->state_protected = 0;
@@ -1241,6 +1489,15 @@ found:
             best->used = 1;
             t->states_used++;
         }
+        if (t->cfg.policy == MR_POLICY_ADAPTIVE) {
+            if (best != t->root && !best->reused) {
+                best->reused = 1;
+                best->parent->kid_used++;
+            }
+            int has_next = pos < len && (key64 == NULL || (key64[pos] >= INT32_MIN && key64[pos] <= INT32_MAX));
+            int32_t next = !has_next ? 0 : key64 != NULL ? (int32_t)key64[pos] : key[pos];
+            adaptive_on_lookup(t, best, out->kv_node, has_next, next);
+        }
     }
     out->node = best;
     out->prefix_len = best_len;
@@ -1451,7 +1708,12 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
         child_add(t, node, leaf);
         lru_push_mru(t, leaf, LRU_FULL);
         if (state != MR_NO_STATE) {
-            lru_push_mru(t, leaf, LRU_STATE);
+            if (t->cfg.policy == MR_POLICY_ADAPTIVE) {
+                adaptive_admit(t, leaf);
+            }
+            else {
+                lru_push_mru(t, leaf, LRU_STATE);
+            }
             t->state_evictable += 1;
         }
         t->full_evictable += rest;
@@ -1467,9 +1729,15 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
     else if (node->state < 0) {
         node->state = state;
         node->used = 0;
+        node->reused = 0;
         t->states_admitted++;
         lru_touch(t, node, LRU_FULL);
-        lru_push_mru(t, node, LRU_STATE);
+        if (t->cfg.policy == MR_POLICY_ADAPTIVE) {
+            adaptive_admit(t, node);
+        }
+        else {
+            lru_push_mru(t, node, LRU_STATE);
+        }
         if (node->state_lock > 0) {   /* v0.5.23: locked while a tombstone */
             t->state_protected += 1;
         }
@@ -1661,6 +1929,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         return rc;
     }
     mr_node *parent = x->parent;
+    t->last_tok = node_key(x)[0];
     *tokens += x->len;
     t->full_evictable -= x->len;
     if (x->state >= 0) {
@@ -1679,6 +1948,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
             return rc;
         }
         mr_node *up = parent->parent;
+        t->last_tok = node_key(parent)[0];
         *tokens += parent->len;
         t->full_evictable -= parent->len;
         lru_remove(parent, LRU_FULL);
@@ -1688,6 +1958,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
         parent = up;
     }
     *emptied = parent->nchildren == 0 ? parent : NULL;
+    t->last_up = parent;
     return MR_OK;
 }
 
@@ -1786,6 +2057,11 @@ static int
 evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states)
 {
     int rc;
+    /* the adaptive policy's own victim leaves a ghost (see "Adaptive policy") */
+    int ghost = t->cfg.policy == MR_POLICY_ADAPTIVE && x == t->ad_victim;
+    uint8_t mask = t->ad_mask;
+    uint32_t *wasted = x->reused ? NULL : &x->parent->kid_wasted;
+    t->ad_victim = NULL;
     /* a leaf whose KV is locked loses only its state (v0.5.23; v0.5.15 never
      * picks one) */
     if (x->nchildren > 0 || x->full_lock > 0) {
@@ -1796,10 +2072,34 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
         x->state = -1;
         t->state_evictable -= 1;
         *states += 1;
+        if (ghost) {
+            if (wasted != NULL) {
+                (*wasted)++;
+            }
+            x->dmask = 0;
+            x->gmask = mask;
+            x->gtime = t->ad_clock++;
+        }
         return MR_OK;
     }
     mr_node *emptied;
-    return evict_leaf(t, x, rel, tokens, states, &emptied);
+    if (ghost && wasted != NULL) {
+        wasted = NULL;
+        x->parent->kid_wasted++;   /* the parent outlives x unless the cascade takes it too */
+    }
+    if ((rc = evict_leaf(t, x, rel, tokens, states, &emptied)) != MR_OK || !ghost) {
+        return rc;
+    }
+    mr_node *up = t->last_up;
+    if (t->ghosts == NULL && (t->ghosts = MR_CALLOC(AD_GHOSTS, sizeof(struct ad_ghost))) != NULL) {
+        t->bytes += AD_GHOSTS * sizeof(struct ad_ghost);
+    }
+    if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */
+        t->ghosts[ad_ghost_slot(up->id, up->gen, t->last_tok)]
+            = (struct ad_ghost){up->id, up->gen, t->last_tok, mask, t->ad_clock};
+    }
+    t->ad_clock++;
+    return MR_OK;
 }
 
 int
@@ -1812,20 +2112,21 @@ mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
     if (num_states > 0) {
         tune_start(t);
     }
-    mr_node *x = pol->state_victim(t, NULL);
+    const int rescan = pol->rescan || pol->state_rescan;
+    mr_node *x = num_states > 0 ? pol->state_victim(t, NULL) : NULL;
     int first = 1;
     while (states < num_states && x != NULL) {
         /* Re-validate: evicting the previous victim may have made x a leaf
          * whose KV is locked, which must not be taken.  (A rescanning policy
          * picks afresh after each victim; its first pick is current.) */
-        if (!(pol->rescan && first)) {
-            x = pol->state_victim(t, pol->rescan ? NULL : &x->lru[LRU_STATE]);
+        if (!(rescan && first)) {
+            x = pol->state_victim(t, rescan ? NULL : &x->lru[LRU_STATE]);
         }
         first = 0;
         if (x == NULL) {
             break;
         }
-        mr_node *next = pol->rescan ? t->root : pol->state_victim(t, x->lru[LRU_STATE].prev);
+        mr_node *next = rescan ? t->root : pol->state_victim(t, x->lru[LRU_STATE].prev);
         if ((rc = evict_one_state(t, x, rel, &tokens, &states)) != MR_OK) {
             break;
         }
@@ -2243,6 +2544,13 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->mru = t->recency < 0.0;
     out->tunes = t->tunes;
     out->child_moves = t->child_moves;
+    for (int e = 0; e < AD_N; e++) {
+        out->adaptive_weight[e] = t->ad_w[e];
+        out->adaptive_choices[e] = t->ad_choice[e];
+    }
+    out->ghost_hits = t->ad_ghost_hits;
+    out->doubt_hits = t->ad_doubt_hits;
+    out->admissions_probation = t->ad_probation;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }

@@ -109,6 +109,15 @@ typedef enum {
     MR_POLICY_PRIORITY = 7,
     MR_POLICY_SLRU = 8,
     MR_POLICY_TLRU = 9,
+    /* Learned online, touches as CONSUMED: each state victim is that of the
+     * order whose weight is largest among three (least recently used, most
+     * recently used, fewest FLOPs saved per byte as in UTILITY); ghosts of
+     * evicted states and marks on overruled picks penalize the orders whose
+     * choices later matches show wrong; a state whose siblings' states were
+     * mostly evicted unused is admitted on probation, at the LRU end.  KV
+     * leaf victims as CONSUMED.  See radix.c, "Adaptive" and
+     * docs/adaptive.md. */
+    MR_POLICY_ADAPTIVE = 10,
 } mr_lru_policy;
 
 /* Which SGLang release's tree rules the tree follows where they differ. */
@@ -184,7 +193,7 @@ typedef struct {
 int mr_radix_set_policy(mr_radix *t, mr_lru_policy policy, const mr_leaf_order *order);
 
 /* The policy table's names: "sglang", "consumed", "utility", "lfu", "fifo",
- * "mru", "filo", "priority", "slru", "tlru".  mr_radix_policy_name: NULL for
+ * "mru", "filo", "priority", "slru", "tlru", "adaptive".  mr_radix_policy_name: NULL for
  * an unknown policy; mr_radix_policy_by_name: MR_EINVAL for an unknown name. */
 const char *mr_radix_policy_name(mr_lru_policy policy);
 int mr_radix_policy_by_name(const char *name, mr_lru_policy *out);
@@ -419,6 +428,16 @@ typedef struct {
     double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
     int mru;                    /* utility policy: 1 when the recency order is reversed */
     uint64_t tunes;             /* utility policy: alpha re-tunings done */
+    /* adaptive policy: the weights of its orders (least recently used, most
+     * recently used, value; they sum to 1 up to the 0.01 floor), the
+     * victims each chose as the leader, the matches that found an evicted
+     * state's ghost or used a state an overruled order had picked, and the
+     * states admitted on probation. */
+    double adaptive_weight[3];
+    uint64_t adaptive_choices[3];
+    uint64_t ghost_hits;
+    uint64_t doubt_hits;
+    uint64_t admissions_probation;
     /* Child-array entries shifted or copied to keep the arrays sorted and
      * without holes (see radix.c, "Children"): their upkeep's whole cost,
      * O(1) a removal amortized.  For tests of that bound. */

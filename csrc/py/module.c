@@ -127,12 +127,13 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     static const int64_t omax[] = {(int64_t)1 << 60, (int64_t)1 << 60, (int64_t)1 << 60};
     mr_lru_policy p;
     int known = mr_radix_policy_by_name(policy, &p) == MR_OK;
-    int classic = known && (p == MR_POLICY_SGLANG || p == MR_POLICY_CONSUMED || p == MR_POLICY_UTILITY);
+    int classic = known && (p == MR_POLICY_SGLANG || p == MR_POLICY_CONSUMED || p == MR_POLICY_UTILITY
+                            || p == MR_POLICY_ADAPTIVE);
     if (!classic && (orderp == NULL || !known)) {
         PyErr_Format(PyExc_ValueError, "%s: lru_policy must be %s, not '%s'", fname,
-                     orderp == NULL ? "'sglang', 'consumed' or 'utility'"
-                                    : "'sglang', 'consumed', 'utility', 'lfu', 'fifo', 'mru', 'filo', "
-                                      "'priority', 'slru' or 'tlru'",
+                     orderp == NULL ? "'sglang', 'consumed', 'utility' or 'adaptive'"
+                                    : "'sglang', 'consumed', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', "
+                                      "'filo', 'priority', 'slru' or 'tlru'",
                      policy);
         return -1;
     }

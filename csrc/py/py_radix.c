@@ -819,17 +819,27 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "a match at least once), states_trimmed (dropped by the per-path budget),\n"
 "alpha (the utility policy's weight in use), kv_weight (1 when a leaf's KV\n"
 "bytes count), mru (True when the recency order is reversed: the most\n"
-"recently used state goes first) and tunes (its re-tunings).");
+"recently used state goes first) and tunes (its re-tunings); for the\n"
+"adaptive policy adaptive_weights (the weights of its orders lru, mru and\n"
+"value), adaptive_choices (victims each order chose as the leader),\n"
+"ghost_hits, doubt_hits (matches that showed an order wrong) and\n"
+"admissions_probation (states admitted at the LRU end).");
 
 static PyObject *
 RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsNsK}", "states_admitted", (unsigned long long)s.states_admitted,
-                         "states_used", (unsigned long long)s.states_used, "states_trimmed",
-                         (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight", s.kv_weight,
-                         "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes);
+    return Py_BuildValue("{sKsKsKsdsdsNsKs(ddd)s(KKK)sKsKsK}", "states_admitted",
+                         (unsigned long long)s.states_admitted, "states_used", (unsigned long long)s.states_used,
+                         "states_trimmed", (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight",
+                         s.kv_weight, "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes,
+                         "adaptive_weights", s.adaptive_weight[0], s.adaptive_weight[1], s.adaptive_weight[2],
+                         "adaptive_choices", (unsigned long long)s.adaptive_choices[0],
+                         (unsigned long long)s.adaptive_choices[1], (unsigned long long)s.adaptive_choices[2],
+                         "ghost_hits", (unsigned long long)s.ghost_hits, "doubt_hits",
+                         (unsigned long long)s.doubt_hits, "admissions_probation",
+                         (unsigned long long)s.admissions_probation);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
@@ -1150,7 +1160,8 @@ static PyGetSetDef RadixTree_getset[] = {
     {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
     {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
     {"lru_policy", (getter)RadixTree_get_lru_policy, NULL,
-     "'consumed', 'sglang', 'utility', 'lfu', 'fifo', 'mru', 'filo', 'priority', 'slru' or 'tlru'.", NULL},
+     "'consumed', 'sglang', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', 'filo', 'priority', 'slru' or 'tlru'.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1173,7 +1184,11 @@ PyDoc_STRVAR(RadixTree__doc__,
 "(default max(64, page_size)).  lru_policy: 'consumed' (a match refreshes\n"
 "only the node whose state is used), 'sglang' (v0.5.15 behaviour) or\n"
 "'utility' (touches as 'consumed'; the victim scores lowest on\n"
-"alpha * FLOPs-saved-per-byte + recency, Marconi-style).  policy_options:\n"
+"alpha * FLOPs-saved-per-byte + recency, Marconi-style) or 'adaptive'\n"
+"(touches as 'consumed'; the victim is that of the order, among least\n"
+"recently used, most recently used and fewest FLOPs saved per byte, whose\n"
+"choices later matches showed right most often, learned online; see\n"
+"docs/adaptive.md).  policy_options:\n"
 "a dict of the utility policy's alpha, flops_per_token, attn_flops_per_pos,\n"
 "state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
 "victim, default and most 1024), tune_window (> 0: re-tune alpha, the KV\n"

@@ -210,7 +210,7 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         mr_lru_policy policy;
     } names[] = {{"lru", MR_POLICY_CONSUMED}, {"lfu", MR_POLICY_LFU},           {"fifo", MR_POLICY_FIFO},
                  {"mru", MR_POLICY_MRU},      {"filo", MR_POLICY_FILO},         {"priority", MR_POLICY_PRIORITY},
-                 {"slru", MR_POLICY_SLRU},    {"tlru", MR_POLICY_TLRU}};
+                 {"slru", MR_POLICY_SLRU},    {"tlru", MR_POLICY_TLRU},         {"adaptive", MR_POLICY_ADAPTIVE}};
     int which = -1;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(policy, names[i].name) == 0) {
@@ -218,7 +218,7 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         }
     }
     if (which < 0) {
-        PyErr_Format(PyExc_ValueError, "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru, not '%s'",
+        PyErr_Format(PyExc_ValueError, "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru, adaptive, not '%s'",
                      policy);
         return NULL;
     }

@@ -269,8 +269,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
       global server args; standalone from this keyword, else the pool's
       `mamba_cache_chunk_size`, else max(64, page_size).
     lru_policy: "sglang" (v0.5.15, default), "consumed" (refresh only the
-      state a match uses) or "utility" (FLOPs saved per byte + recency, with
-      ``policy_options``: see ``mambaradix.RadixTree``).
+      state a match uses), "utility" (FLOPs saved per byte + recency, with
+      ``policy_options``: see ``mambaradix.RadixTree``) or "adaptive" (learns
+      online which victim order serves the workload: docs/adaptive.md).
     track_interval: mamba_track_interval, for the decode helpers.
     end_of_turn_states: extra_buffer: a finished request keeps the state at
       its exact end (its running slot, no copy) when its length is whole pages.

@@ -96,6 +96,7 @@ def _needs_sglang(what: str = "sglang.srt.mem_cache.unified_cache") -> Iterator[
 _SERVED_POLICIES = {
     "lru": (), "lfu": (), "fifo": (), "mru": (), "filo": (), "priority": (),
     "slru": ("protected_threshold",), "tlru": ("threshold", "next_prompt_estimate"),
+    "adaptive": (),
 }
 _ORDER_DEFAULTS = {"protected_threshold": 2, "threshold": 0, "next_prompt_estimate": 0}
 

@@ -29,7 +29,7 @@ __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "U
            "MAX_TOKEN_ID"]
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
-POLICIES = ("sglang", "consumed", "utility", "belady")
+POLICIES = ("sglang", "consumed", "utility", "adaptive", "belady")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
 UTILITY_ORDERS = ("mru", "lru")

@@ -95,7 +95,7 @@ __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
 _ReqState = _C.ReqState
 _BLANK_RS = (-1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)  # a record's fields after `running`: none set
-_POLICIES = ("sglang", "consumed", "utility", "belady")
+_POLICIES = ("sglang", "consumed", "utility", "adaptive", "belady")
 
 
 def tree_options(config: SimConfig) -> dict:
@@ -108,6 +108,10 @@ def tree_options(config: SimConfig) -> dict:
     budget = int(getattr(config, "max_states_per_path", 0) or 0)
     if budget:
         kw["max_states_per_path"] = budget
+    if pol == "adaptive":   # its value order weighs FLOPs saved per byte
+        kw["policy_options"] = {k: float(getattr(config, f, 0.0)) for k, f in (
+            ("flops_per_token", "flops_per_token"), ("attn_flops_per_pos", "attn_flops_per_pos"),
+            ("state_bytes", "state_bytes_per_slot"), ("kv_bytes_per_token", "kv_bytes_per_token"))}
     if pol == "utility":
         kw["policy_options"] = {
             "alpha": float(getattr(config, "utility_alpha", 0.0)),
@@ -1208,6 +1212,11 @@ class _Replay(Scheduler):
             m.final_utility_alpha = float(ps["alpha"])
             m.final_utility_order = "mru" if ps["mru"] else "lru"
             m.utility_tunes = int(ps["tunes"])
+        if self.cfg.lru_policy == "adaptive":
+            m.adaptive_weights = dict(zip(("lru", "mru", "value"), map(float, ps["adaptive_weights"])))
+            m.adaptive_ghost_hits = int(ps["ghost_hits"])
+            m.adaptive_doubt_hits = int(ps["doubt_hits"])
+            m.admissions_probation = int(ps["admissions_probation"])
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

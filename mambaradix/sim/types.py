@@ -60,9 +60,10 @@ class SimConfig:
     mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
       "lazy" (extra_buffer_lazy) or "no_buffer".
     lru_policy: "sglang" (v0.5.15), "consumed", "utility" (Marconi-style
-      FLOPs-per-byte + recency, alpha tuned online) or "belady" (Belady's
-      rule: evicts the state whose next use lies furthest ahead in the trace;
-      the state-free replay only; no bound on the hit rate, see
+      FLOPs-per-byte + recency, alpha tuned online), "adaptive" (learns online
+      which victim order serves the workload) or "belady" (Belady's rule:
+      evicts the state whose next use lies furthest ahead in the trace; the
+      state-free replay only; no bound on the hit rate, see
       ``mambaradix.sim.upper_bound``).  "clairvoyant", belady's former name,
       is accepted with a DeprecationWarning and stored as "belady".
     match_cap: cap the match key at input_len - 1 as SGLang does.
@@ -182,6 +183,14 @@ class SimMetrics:
     final_utility_alpha: Optional[float] = None
     final_utility_order: Optional[str] = None   # "mru" or "lru"
     utility_tunes: int = 0
+    # lru_policy="adaptive" only (None / 0 otherwise): its orders' final
+    # weights {"lru", "mru", "value"}, the matches that showed an order wrong
+    # (an evicted state's ghost, or a state an overruled order had picked)
+    # and the states admitted on probation
+    adaptive_weights: Optional[dict] = None
+    adaptive_ghost_hits: int = 0
+    adaptive_doubt_hits: int = 0
+    admissions_probation: int = 0
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property

@@ -51,6 +51,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
          "tests/dropin/test_dropin_refusals.py", "tests/c/test_c_lifecycle.py"]
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
+T_ADAPT = ["tests/core/test_tree_adaptive.py", "tests/sim/test_state_policies.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
@@ -289,6 +290,16 @@ MUTANTS: List[Mutant] = [
            T_HEAP, "leaf heap build: the root never sifted (off by one)"),
     Mutant("TR_HEAP_MRU", "csrc/core/radix.c", "MR_POLICY_MRU ? -(int64_t)n->rank : leaf_order_key(t, n);",
            "MR_POLICY_MRU ? (int64_t)n->rank : leaf_order_key(t, n);", T_HEAP, "MRU's heap key not reversed (LRU order)"),
+    # the adaptive state policy (csrc/core/radix.c, "Adaptive")
+    Mutant("AD_LEAD", "csrc/core/radix.c", "lead = t->ad_w[e] > t->ad_w[lead] ? e : lead;",
+           "lead = t->ad_w[e] < t->ad_w[lead] ? e : lead;", T_ADAPT, "adaptive: the order of least weight leads"),
+    Mutant("AD_DOUBT", "csrc/core/radix.c", "            v[e]->dmask |= (uint8_t)(1u << e);\n", "", T_ADAPT,
+           "adaptive: an overruled order's pick is not marked (no doubt evidence)"),
+    Mutant("AD_GHOST", "csrc/core/radix.c", "if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */",
+           "if (0) {", T_ADAPT, "adaptive: a removed leaf leaves no ghost"),
+    Mutant("AD_PROBATION", "csrc/core/radix.c", "if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {",
+           "if (p->kid_wasted >= 2 * (uint64_t)p->kid_used) {", T_ADAPT,
+           "adaptive: probation without evidence (a parent with no history)"),
     # request records checked by mr_lc_check (csrc/core/lifecycle.c)
     Mutant("LC_CHK_COW", "csrc/core/lifecycle.c", "    if (st->cow_src != -1 && !bound) {", "    if (0) {", T_CHK,
            "check: an unbound row keeping a copy-on-write source passes"),

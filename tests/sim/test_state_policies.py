@@ -148,6 +148,21 @@ def test_utility_reversed_order_survives_cyclic_reuse(mru: bool) -> None:
     assert (sum(hits) > 0) is mru
 
 
+def test_adaptive_leaves_lru_on_cyclic_reuse() -> None:
+    """More keys cycle than the pool holds: LRU (consumed) hits nothing; the
+    ghosts of its victims come back, the weight moves off LRU, and the cache
+    hits."""
+    rng = random.Random(11)
+    keys = [[1000 * (i + 1) + rng.randint(0, 99) for _ in range(16)] for i in range(8)]
+    lru = _cyclic(mambaradix.RadixTree(page_size=1, lru_policy="consumed"), keys, 3, 30)
+    tree = mambaradix.RadixTree(page_size=1, lru_policy="adaptive")
+    ad = _cyclic(tree, keys, 3, 30)
+    s = tree.policy_stats()
+    assert sum(lru) == 0
+    assert sum(ad[-80:]) >= 10
+    assert s["ghost_hits"] > 0 and s["adaptive_weights"][0] < max(s["adaptive_weights"][1:])
+
+
 def test_utility_tuner_reverses_the_order_on_cyclic_reuse() -> None:
     """Started in Marconi's order, the tuner's replays see LRU thrash on a
     cyclic pattern and reverse the order; the cache then hits."""
@@ -439,7 +454,8 @@ def test_junction_checkpoint_at_mid_edge_split(page_size: int) -> None:
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-@pytest.mark.parametrize("policy,budget", [("utility", 0), ("utility", 2), ("consumed", 1)])
+@pytest.mark.parametrize("policy,budget", [("utility", 0), ("utility", 2), ("consumed", 1), ("adaptive", 0),
+                                           ("adaptive", 2)])
 def test_policies_and_budget_stay_exact_under_pressure(page_size: int, policy: str, budget: int) -> None:
     opts = dict(OPTS, tune_window=8) if policy == "utility" else None
     loop = ToyBatchLoop(page_size, slots=14, lru_policy=policy, policy_options=opts,
@@ -470,7 +486,7 @@ def _chat():
 
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy"])
 @pytest.mark.parametrize("policy,eot,budget", [("utility", False, 0), ("consumed", True, 0),
-                                               ("utility", True, 2), ("sglang", True, 1)])
+                                               ("utility", True, 2), ("sglang", True, 1), ("adaptive", True, 0)])
 def test_sim_toy_mode_new_paths_are_exact(mode: str, policy: str, eot: bool, budget: int) -> None:
     pytest.importorskip("torch")   # the toy replay runs through mambaradix.sglang
     cfg = apply_preset(SimConfig(mode=mode, chunk_size=32, track_interval=32, state_slots=20, max_running=3,
@@ -504,7 +520,8 @@ def _paged_chat(clients: int, turns: int, page: int, msg: int = 90, out: int = 2
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("policy,order,eot,budget", [("utility", "mru", False, 0), ("utility", "lru", False, 0),
                                                      ("utility", "mru", True, 0), ("consumed", "lru", True, 0),
-                                                     ("utility", "mru", False, 2), ("utility", "mru", True, 2)])
+                                                     ("utility", "mru", False, 2), ("utility", "mru", True, 2),
+                                                     ("adaptive", "mru", False, 0), ("adaptive", "mru", True, 0)])
 def test_sim_toy_new_paths_exact_at_page_sizes(page_size: int, policy: str, order: str, eot: bool,
                                                budget: int) -> None:
     """Every new admission path (utility in either recency order, end-of-turn
@@ -524,6 +541,8 @@ def test_sim_toy_new_paths_exact_at_page_sizes(page_size: int, policy: str, orde
     assert m.state_evictions + m.states_trimmed > 0          # under pressure
     if policy == "utility":
         assert m.utility_order == order
+    if policy == "adaptive":
+        assert set(m.adaptive_weights) == {"lru", "mru", "value"}
     if budget:
         assert m.states_trimmed > 0
     if eot:
@@ -593,6 +612,57 @@ def test_sim_end_of_turn_adds_exact_hits(mode: str) -> None:
     assert m1.state_usable_tokens > m0.state_usable_tokens + 100
 
 
+def test_adaptive_admits_on_probation_only_after_wasted_siblings() -> None:
+    """One-shot states under a shared prefix: the first two are admitted at
+    the most recently used end; once two were evicted unused (and none used)
+    the next siblings enter at the least recently used end, the newest the
+    next victim.  A sibling that a match used lifts the probation again."""
+    tree = mambaradix.RadixTree(page_size=1, lru_policy="adaptive")
+    shared = list(range(1, 33))
+    tree.insert(shared, list(range(32)), 100)
+    tree.inc_lock_ref(tree.match_prefix(shared + [7]).node)       # used, and held by a request
+    placed = []
+    for i in range(4):
+        key = shared + [1000 + i] * 8
+        r = tree.insert(key, list(range(len(key))), i + 1)
+        order = tree.lru_order("mamba")
+        placed.append("mru" if order[0] == r.node else "lru" if order[-1] == r.node else "?")
+        if i < 2:
+            assert tree.evict_mamba(1).state_slots.tolist() == [i + 1]     # unused, the oldest
+    assert placed == ["mru", "mru", "lru", "lru"]
+    assert tree.policy_stats()["admissions_probation"] == 2
+    assert tree.evict_mamba(1).state_slots.tolist() == [4]        # on probation: first to go
+    for i in (5,):                                                 # a sibling used: no more probation
+        key = shared + [2000 + i] * 8
+        tree.insert(key, list(range(len(key))), i)
+        tree.match_prefix(key + [9])
+    key = shared + [3000] * 8
+    r = tree.insert(key, list(range(len(key))), 7)
+    assert tree.lru_order("mamba")[0] == r.node
+
+
+def test_sim_adaptive_under_pressure_and_without() -> None:
+    """The adaptive policy against SGLang's two (the better of sglang and
+    consumed at each pool size): well above them where their LRU order
+    thrashes (conversations cycling through a pool too small for them all;
+    shared prefixes pushed out by one-shot request states), never below them
+    where the pool holds everything."""
+    import dataclasses
+    cases = [(workloads.multi_turn(32, 4, 256, 32, request_rate=16.0, seed=0), 8, (40, 2000)),
+             (workloads.generated_shared_prefix(16, 8, 1024, 64, 64, request_rate=float("inf"), seed=2), 4, (32, 2000))]
+    for reqs, running, (small, big) in cases:
+        base = apply_preset(SimConfig(max_running=running, kv_tokens=1 << 21), "qwen3-next")
+        rate = {(p, s): engine.run(reqs, dataclasses.replace(base, lru_policy=p, state_slots=s)).token_hit_rate
+                for p in ("sglang", "consumed", "adaptive") for s in (small, big)}
+        sg_small = max(rate["sglang", small], rate["consumed", small])
+        sg_big = max(rate["sglang", big], rate["consumed", big])
+        assert sg_small < 0.8 * sg_big                                  # a pressure point
+        assert rate["adaptive", small] >= 1.2 * sg_small and rate["adaptive", small] > 0.02
+        assert rate["adaptive", big] >= 0.99 * sg_big
+        m = engine.run(reqs, dataclasses.replace(base, lru_policy="adaptive", state_slots=small))
+        assert m.adaptive_ghost_hits > 0 and m.adaptive_doubt_hits > 0     # both kinds of evidence arose
+
+
 def test_sim_belady_leads_on_a_chat_under_pressure_and_refuses_toy() -> None:
     """On this workload Belady's rule passes every online policy (it is no
     bound in general: see mambaradix.sim.upper_bound); with toy states it is
@@ -647,6 +717,10 @@ def test_cli_utility_with_end_of_turn_states() -> None:
     assert "deprecated" not in p.stderr
     for key in ("replay_distance", "states_admitted", "states_never_used", "state_memory_share"):
         assert key in m
+    p = subprocess.run(args + ["--policy", "adaptive", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)["metrics"]
+    assert set(m["adaptive_weights"]) == {"lru", "mru", "value"} and m["adaptive_ghost_hits"] >= 0
     p = subprocess.run(args + ["--policy", "belady", "--states", "toy"], capture_output=True, text=True,
                        env=env, timeout=300)
     assert p.returncode == 2 and "lru_policy belady reads the future" in p.stderr

@@ -449,3 +449,15 @@ def test_stale_node_id_after_eviction_names_no_node(backend):
     else:
         core.dec_lock_ref(new, receipt)
     core.sanity_check([], [])
+
+
+def test_adaptive_policy_is_served_natively():
+    """eviction_policy "adaptive" (a mambaradix policy SGLang does not have)
+    selects our core, whose tree runs the C policy table's adaptive row."""
+    from dataclasses import replace
+
+    cfg, _ = next(c for c in CONFIGS if c[0].has_mamba and c[0].page_size == 4)
+    cache, _, _ = dual.build(replace(cfg, eviction_policy="adaptive"), "mambaradix")
+    assert type(cache.tree_core).__name__ == "MambaradixTreeCore"
+    assert cache.tree_core.eviction_policy == "adaptive"
+    assert cache.tree_core._tree.lru_policy == "adaptive"   # no fallback: our core, the adaptive row
