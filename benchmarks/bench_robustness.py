@@ -75,6 +75,7 @@ FALLBACK = "utility"
 QUICK_SCALE = 0.25
 QUICK_FRACTIONS = (1 / 16, 1 / 4, 1.0)
 MOONCAKE_LIMIT, QUICK_MOONCAKE_LIMIT = 2000, 500
+MOONCAKE_RECORDS = 12031            # requests in the bundled trace
 HELD_OUT_SEED = 1000
 
 # ---------------------------------------------------------------------------
@@ -271,9 +272,6 @@ def mooncake_window(start: int, limit: int) -> list:
             tmp.write(json.dumps(dict(r, timestamp=r["timestamp"] - t0)) + "\n")
         tmp.flush()
         return wl.load_mooncake(tmp.name)
-
-
-MOONCAKE_RECORDS = 12031
 
 
 def traces(names, seeds, quick: bool, held_out: bool) -> list:
