@@ -40,7 +40,7 @@ the default one; their worst ratio and goals are reported separately.
 Last, the cost: the Mooncake replay (first 2000 requests, W/4 slots) with
 each candidate against sglang, medians of 3 alternating runs (goal <= 1.5x).
 
-``--quick``: the workloads' counts times 1/4 (Mooncake: 500 requests) and
+``--quick``: the workloads' counts halved (Mooncake: 1000 requests) and
 pools at W/16, W/4 and W only.  CPU figures (2-core VM); the replays are
 deterministic, only the timings vary.
 """
@@ -72,9 +72,9 @@ PRESSURE = 0.8
 RATIO_GOAL, GAP_GOAL, KEEP_GOAL = 1.2, 0.5, 0.99
 COST_GOAL = 1.5
 FALLBACK = "utility"
-QUICK_SCALE = 0.25
+QUICK_SCALE = 0.5
 QUICK_FRACTIONS = (1 / 16, 1 / 4, 1.0)
-MOONCAKE_LIMIT, QUICK_MOONCAKE_LIMIT = 2000, 500
+MOONCAKE_LIMIT, QUICK_MOONCAKE_LIMIT = 2000, 1000
 MOONCAKE_RECORDS = 12031            # requests in the bundled trace
 HELD_OUT_SEED = 1000
 
@@ -407,7 +407,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0", help="comma list of seeds of the synthetic workloads")
     ap.add_argument("--held-out", action="store_true",
                     help="also the held-out traces (other seeds and shapes)")
-    ap.add_argument("--quick", action="store_true", help="counts / 4, Mooncake 500, pools W/16, W/4, W")
+    ap.add_argument("--quick", action="store_true", help="counts / 2, Mooncake 1000, pools W/16, W/4, W")
     ap.add_argument("--only", default=None, help="comma list of workloads")
     ap.add_argument("--max-running", type=int, default=bp.MAX_RUNNING,
                     help="requests running at once (1: the pool-aware bound)")
@@ -416,11 +416,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         cands = [Candidate.parse(spec) for spec in (args.candidate or ["adaptive"])]
-        seeds = [int(x) for x in args.seeds.split(",")]
     except ValueError as e:
         ap.error(str(e))
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        seeds = [-1]
     if any(s < 0 for s in seeds):
-        ap.error(f"--seeds must be >= 0, got {args.seeds}")
+        ap.error(f"--seeds: expected a comma list of integers >= 0, got {args.seeds!r}")
     names = WORKLOADS if args.only is None else tuple(args.only.split(","))
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -432,7 +435,8 @@ def main(argv=None) -> int:
     cands = [accepted(c) for c in cands]
     labels = [c.label for c in cands]
     if len(set(labels)) != len(labels):
-        ap.error(f"--candidate: the same configuration twice ({', '.join(labels)})")
+        ap.error(f"--candidate: the same configuration twice ({', '.join(labels)}; a policy this build "
+                 f"refuses is measured as {FALLBACK})")
 
     t0 = time.perf_counter()
     tables = {"defaults": table(traces(names, seeds, args.quick, False), fractions, cands)}

@@ -120,7 +120,7 @@ def test_held_out_traces_differ():
     a, b = b0(), b1()
     assert len(a) != len(b) or any(len(x.input_ids) != len(y.input_ids) for x, y in zip(a, b))
     moon = br.traces(["mooncake"], [0, 1], True, True)
-    assert [t for _, t, _ in moon] == ["requests 500-999", "requests 1000-1499"]
+    assert [t for _, t, _ in moon] == ["requests 1000-1999", "requests 2000-2999"]
 
 
 def test_quick_run_one_workload(tmp_path):
@@ -146,3 +146,15 @@ def test_quick_run_one_workload(tmp_path):
             rows = res["tables"][where]
             assert s["worst_ratio"] == pytest.approx(min(r["verdicts"][label]["ratio"] for r in rows))
     assert res["bound_kinds"] == ["unlimited_pool"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "a"], "--seeds"), (["--seeds", "0,-1"], "--seeds"), (["--only", "gsp,nope"], "--only"),
+    (["--max-running", "0"], "--max-running"), (["--candidate", "utility --bogus"], "--candidate"),
+    (["--candidate", "utility", "--candidate", "utility"], "--candidate"),
+])
+def test_bad_arguments_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        br.main(argv + ["--no-timing"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
