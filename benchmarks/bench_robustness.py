@@ -30,8 +30,8 @@ asserted).  Per point it reports
   there is ratio >= 1.2x or at least half the gap closed, elsewhere
   ratio >= 0.99x;
 
-then, per candidate, the worst ratio over all points and a pass/fail line
-per goal.  ``--seeds`` generates the synthetic workloads once per seed
+then, per candidate, the worst ratio over all points, a pass/fail line per
+goal, and one row per workload (its worst ratio, goals met).  ``--seeds`` generates the synthetic workloads once per seed
 (Mooncake's structure does not depend on the seed: it runs once).
 ``--held-out`` adds traces the defaults never produce: each synthetic
 workload with seed 1000 + s and other shape parameters (HELD_OUT: other
@@ -399,6 +399,32 @@ def summary_lines(title: str, rows: list, label: str) -> tuple:
     return s, lines
 
 
+def per_workload(tables: dict, label: str) -> dict:
+    """summarize() per trace set and workload; prints one markdown row per
+    workload: the worst ratio over its seeds and pools and where, and the
+    goals met per kind of point, per trace set."""
+    out = {where: {} for where in tables}
+    for where, rows in tables.items():
+        for r in rows:
+            out[where].setdefault(r["workload"], []).append(
+                (f"{r['trace']}, {r['fraction']:.3g} W", r["verdicts"][label]))
+        out[where] = {w: summarize(points) for w, points in out[where].items()}
+    sets = list(tables)
+    print(f"\n{label} per workload (worst ratio over seeds and pools; goals met / points):")
+    print("| workload | " + " | ".join(f"{w.replace('_', '-')}: worst ratio | pressure | elsewhere"
+                                     for w in sets) + " |")
+    print("|---|" + "---|---:|---:|" * len(sets))
+    for name in out[sets[0]]:
+        cells = []
+        for where in sets:
+            g = out[where].get(name)
+            cells.append("-|-|-" if g is None else
+                         f"{fmt_ratio(g['worst_ratio'])} ({g['worst_at']}) | "
+                         + " | ".join(f"{g[k]['met']}/{g[k]['total']}" for k in ("pressure", "elsewhere")))
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--candidate", action="append", default=None, metavar="SPEC",
@@ -455,6 +481,7 @@ def main(argv=None) -> int:
         for where, rows in tables.items():
             summaries[c.label][where], lines = summary_lines(f"  {where.replace('_', '-')}", rows, c.label)
             print("\n".join(lines))
+        summaries[c.label]["per_workload"] = per_workload(tables, c.label)
     timing = {}
     if not args.no_timing:
         reqs = mooncake_window(0, MOONCAKE_LIMIT)

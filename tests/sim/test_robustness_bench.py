@@ -146,6 +146,11 @@ def test_quick_run_one_workload(tmp_path):
             rows = res["tables"][where]
             assert s["worst_ratio"] == pytest.approx(min(r["verdicts"][label]["ratio"] for r in rows))
     assert res["bound_kinds"] == ["unlimited_pool"]
+    for label in ("utility", "utility+eot"):
+        per = res["summaries"][label]["per_workload"]
+        for where in ("defaults", "held_out"):
+            assert per[where]["longdoc"]["points"] == len(res["tables"][where])
+            assert per[where]["longdoc"]["worst_ratio"] == res["summaries"][label][where]["worst_ratio"]
 
 
 @pytest.mark.parametrize("argv, message", [
