@@ -346,7 +346,8 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     if (lc == NULL) {
         return MR_ENOMEM;
     }
-    mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy};
+    mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy,
+                          .semantics = cfg->semantics};
     int err = mr_radix_new(&rc, &lc->tree);
     if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
         mr_radix_free(lc->tree);
@@ -947,7 +948,12 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         }
     }
     if (headroom) {
-        int64_t short_by = mr_rule_state_headroom(mr_slots_available(lc->state), (int64_t)n, c->lazy);
+        int64_t wants = 0;
+        for (size_t i = 0; c->semantics == MR_SEMANTICS_V0523 && i < n; i++) {
+            wants += admit_wants(lc, &sts[i]);
+        }
+        int64_t short_by = mr_rule_state_shortfall(c->semantics == MR_SEMANTICS_V0515, mr_slots_available(lc->state),
+                                                   (int64_t)n, c->lazy, wants);
         if (short_by > 0) {
             int rc = mr_radix_evict_state(lc->tree, (size_t)short_by, &lc->rel, NULL, NULL);
             if (rc != MR_OK) {

@@ -28,6 +28,20 @@ mr_rule_state_headroom(int64_t available, int64_t num_reqs, int lazy)
     return available < need ? need - available : 0;
 }
 
+/* SGLang 0.5.23's rule (ensure_mamba_capacity): states to evict before
+ * allocating request slots are exactly the slots the allocation takes
+ * (`wants`: a running slot for each request without one, the initial track
+ * slots for each without its ping-pong buffer) beyond the `available` free
+ * ones.  v0515 non-zero: mr_rule_state_headroom's fixed factor per request. */
+static inline int64_t
+mr_rule_state_shortfall(int v0515, int64_t available, int64_t num_reqs, int lazy, int64_t wants)
+{
+    if (v0515) {
+        return mr_rule_state_headroom(available, num_reqs, lazy);
+    }
+    return available < wants ? wants - available : 0;
+}
+
 /* Tokens of a request's fill ids a prefix match may cover: SGLang caps it
  * at fill_len - 1 (one token is computed to produce logits). */
 static inline int64_t

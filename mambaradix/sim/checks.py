@@ -20,7 +20,7 @@ from ..driver import DriverConfig
 from .presets import format_bytes
 from .types import SimConfig, SimRequest
 
-__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS",
+__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS", "SEMANTICS",
            "SLOTS_PER_REQUEST", "MAX_POOL", "TOY_MAX_BYTES", "check_field", "validate_config",
            "request_kv_need", "check_request", "request_checker", "check_feasible", "check_requests",
            "MAX_TOKEN_ID"]
@@ -30,6 +30,8 @@ POLICIES = ("sglang", "consumed", "utility", "clairvoyant")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
 UTILITY_ORDERS = ("mru", "lru")
+#: SGLang releases whose cache rules the replay can follow (the first is the default).
+SEMANTICS = ("v0.5.23", "v0.5.15")
 
 #: State slots one running request holds at its peak: the running slot plus
 #: the ping-pong track slots (2 with overlap, 1 without; lazy allocates its
@@ -81,6 +83,7 @@ _FIELDS: dict[str, tuple] = {
     "utility_order": ("choice", UTILITY_ORDERS),
     "attn_flops_per_pos": ("float", 0.0, False, math.inf),
     "kv_bytes_per_token": ("int", 0, _INT64, False),
+    "semantics": ("choice", SEMANTICS),
 }
 
 

@@ -105,6 +105,8 @@ def tree_options(config: SimConfig) -> dict:
     budget."""
     pol = config.lru_policy
     kw: dict = {"lru_policy": "consumed" if pol == "clairvoyant" else pol}
+    if pol == "sglang" and getattr(config, "semantics", "v0.5.15") == "v0.5.23":
+        kw["lru_policy"] = "consumed"   # 0.5.23's Mamba LRU refreshes only the state a match uses
     budget = int(getattr(config, "max_states_per_path", 0) or 0)
     if budget:
         kw["max_states_per_path"] = budget
@@ -404,7 +406,8 @@ class _Replay(Scheduler):
             extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
             track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
-            **tree_options(config))
+            semantics=str(getattr(config, "semantics", "v0.5.15")), **tree_options(config))
+        self.v0523 = getattr(config, "semantics", "v0.5.15") == "v0.5.23"
         # the same tree for matches, locks, evictions and the policies' node API
         self.tree = self.lc.tree_view()
         self.eot = bool(getattr(config, "end_of_turn_states", False))
@@ -914,13 +917,14 @@ class _Replay(Scheduler):
 
     def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
-        evict = state_headroom(self.slots_free, len(rs), d.lazy)
-        if evict > 0:
-            self._evict(num_states=evict)
         # HybridReqToTokenPool.alloc: the slots each request wants are the
         # lifecycle's rule (admit_foreign); the counted pool hands out ids
         admit = self.lc.admit_foreign
         wants = [admit(self._slots_rs(r)) for r in rs]
+        evict = state_headroom(self.slots_free, len(rs), d.lazy,
+                               sum(n for _, n in wants) if self.v0523 else None)
+        if evict > 0:
+            self._evict(num_states=evict)
         need_rows = sum(1 for r in rs if not r.row)
         need_slots = sum(n for _, n in wants)
         if need_rows > self.rows_free:

@@ -72,6 +72,10 @@ class SimConfig:
       --max-prefill-tokens; the reserved share of running requests' outputs).
     decode_step_seconds, prefill_token_seconds: the engine's clock; a prefill
       batch takes max(decode_step_seconds, tokens * prefill_token_seconds).
+    semantics: which SGLang release's cache rules the replay follows:
+      "v0.5.23" (UnifiedRadixCache over its TreeCore: a node lives as long as
+      its KV, so evicting a leaf's state keeps the KV above it; a match
+      refreshes only the state it uses) or "v0.5.15" (MambaRadixCache).
     decode_boundary: how decode track boundaries are detected (see
       mambaradix.driver.DriverConfig): "committed" is SGLang v0.5.15's check,
       "batch" the one that cannot fire twice under the overlap scheduler
@@ -99,6 +103,7 @@ class SimConfig:
     decode_step_seconds: float = 0.02        # one decode step of the running batch
     prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
     decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
+    semantics: str = "v0.5.23"               # SGLang release whose cache rules apply: "v0.5.23" or "v0.5.15"
     # beyond SGLang (see docs/simulator.md, "State policies")
     end_of_turn_states: bool = False         # keep the state at a finished request's exact end
     max_states_per_path: int = 0             # per-path state budget (0: none)
