@@ -650,7 +650,9 @@ class SchedulerDriver(Scheduler):
             self.alloc_req_slots(pool, reqs, self.tree_cache)
         else:
             # state-slot headroom, then request slots (HybridReqToTokenPool.alloc)
-            evict = state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
+            # (0.5.23: the pool's admission takes the slots wanted, its own rule)
+            evict = (state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
+                     if cfg.semantics == "v0.5.15" else 0)
             if evict > 0:
                 self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=evict))
             if pool.alloc(reqs) is None:
@@ -865,7 +867,8 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
                               enable_mamba_extra_buffer=config.extra_buffer,
                               enable_mamba_extra_buffer_lazy=config.lazy)
     cache = sg.MambaRadixCache(init, chunk_size=config.chunk_size, lru_policy=lru_policy,
-                               track_interval=config.track_interval, **cache_options)
+                               track_interval=config.track_interval, semantics=config.semantics,
+                               **cache_options)
     if model is not None:
         model.bind_pool(pool.mamba_pool)
     return DropIn(cache, pool, alloc, api_from_module(sg), model)

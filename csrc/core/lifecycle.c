@@ -1908,7 +1908,8 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     for (size_t i = 0; i < n; i++) {
         ext_total += (int64_t)lens[i] - sts[i].prefix_len;
     }
-    int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), mr_rule_extend_kv_need(ext_total, (int64_t)n, ps));
+    int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, mr_kv_available(lc->kv),
+                                       mr_rule_extend_kv_need(ext_total, (int64_t)n, ps));
     if (evict > 0) {
         rc = mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL);
     }
@@ -2090,7 +2091,8 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
      * tokens the step takes, then alloc_for_decode's for its estimate */
     int64_t est = mr_rule_decode_kv_need((int64_t)n, ps);
     for (int k = 0; k < 2; k++) {
-        int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), k == 0 ? need : est);
+        int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, mr_kv_available(lc->kv),
+                                           k == 0 ? need : est);
         int rc = evict > 0 ? mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL) : MR_OK;
         if (rc != MR_OK) {
             return rc;

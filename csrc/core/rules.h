@@ -170,4 +170,15 @@ mr_rule_kv_evict(int64_t available, int64_t need)
     return available < need ? need : 0;
 }
 
+/* SGLang 0.5.23's rule (evict_to_free_tokens): only the shortfall,
+ * need - available; v0515 non-zero: mr_rule_kv_evict. */
+static inline int64_t
+mr_rule_kv_evict_v(int v0515, int64_t available, int64_t need)
+{
+    if (v0515) {
+        return mr_rule_kv_evict(available, need);
+    }
+    return available < need ? need - available : 0;
+}
+
 #endif /* MR_RULES_H */

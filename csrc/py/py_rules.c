@@ -306,23 +306,26 @@ rules_decode_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObj
 }
 
 PyDoc_STRVAR(kv_evict__doc__,
-"kv_evict(available, need)\n"
+"kv_evict(available, need, shortfall=False)\n"
 "--\n"
 "\n"
 "KV tokens to evict from the tree when `need` are wanted and `available`\n"
-"are free (SGLang's evict_from_tree_cache): all of need when short, not\n"
-"the shortfall; 0 otherwise.");
+"are free: SGLang v0.5.15's evict_from_tree_cache evicts all of need when\n"
+"short, not the shortfall; SGLang 0.5.23's (shortfall=True) evicts\n"
+"need - available.  0 when nothing is short.");
 
 static PyObject *
 rules_kv_evict(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, a, "kv_evict", 0, 2, 2, "available", "need");
+    MR_ARGS(spec, a, "kv_evict", 0, 3, 2, "available", "need", "shortfall");
     int64_t avail, need;
+    int shortfall = 0;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
-        || len_arg(a[1], spec.fname, "need", &need) < 0) {
+        || len_arg(a[1], spec.fname, "need", &need) < 0
+        || mr_arg_bool(a[2], spec.fname, "shortfall", &shortfall) < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(mr_rule_kv_evict(avail, need));
+    return PyLong_FromLongLong(mr_rule_kv_evict_v(!shortfall, avail, need));
 }
 
 #define RULE(name) {#name, (PyCFunction)(void (*)(void))rules_##name, METH_FASTCALL | METH_KEYWORDS, name##__doc__}

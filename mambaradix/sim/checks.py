@@ -75,7 +75,7 @@ _FIELDS: dict[str, tuple] = {
     "new_token_ratio": ("float", 0.0, False, 1.0),
     "decode_step_seconds": ("float", 0.0, True, math.inf),
     "prefill_token_seconds": ("float", 0.0, False, math.inf),
-    "decode_boundary": ("choice", DECODE_BOUNDARIES),
+    "decode_boundary": ("choice", DECODE_BOUNDARIES + (None,)),
     "end_of_turn_states": ("bool",),
     "max_states_per_path": ("int", 0, 2**32 - 1, False),
     "utility_alpha": ("float", 0.0, False, math.inf),
@@ -105,7 +105,7 @@ def check_field(name: str, value: Any) -> None:
     if kind == "choice":
         if value not in rule[1]:
             raise ConfigError(f"unknown {_CHOICE_NAMES.get(name, name)} {value!r} "
-                              f"(choose from {', '.join(rule[1])})")
+                              f"(choose from {', '.join(str(o) for o in rule[1] if o is not None)})")
     elif kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise ConfigError(f"{name} must be True or False, got {value!r}")
