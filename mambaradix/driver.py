@@ -609,6 +609,11 @@ class SchedulerDriver(Scheduler):
         cpl = getattr(res, "cache_protected_len", None)
         req.cache_protected_len = len(req.prefix_indices) if cpl is None else cpl
 
+    def _touch_prefix(self, info: _Info) -> None:
+        self._set_fill(info)
+        key = self.api.RadixKey(array("q", info.req.full_untruncated_fill_ids), info.req.extra_key)
+        self.tree_cache.match_prefix(self.api.MatchPrefixParams(key=key))
+
     def _lock(self, info: _Info) -> None:
         self.tree_cache.inc_lock_ref(info.req.last_node)
 

@@ -224,6 +224,7 @@ class Scheduler:
         # the overlap scheduler (enable_skip_finishing_decode)
         self.skip_finishing = bool(config.overlap) and config.semantics == "v0.5.23"
         self.filter_every_step = config.semantics == "v0.5.23"
+        self.touch_calls = 0          # admission passes that reached calc_priority (0.5.23)
 
     # ------------------------------------------------------------- the loop
     @property
@@ -312,6 +313,14 @@ class Scheduler:
         if self._num_allocatable() <= 0 and self.chunked is None:
             self.batch_is_full = True
             return None
+        if self.filter_every_step and self.waiting:
+            # SGLang 0.5.23's calc_priority under fcfs with LRU eviction: every
+            # 32nd call walks the first 128 waiting requests' prefixes, the
+            # queue's head last, refreshing their recency in the tree
+            if self.touch_calls % 32 == 0:
+                for x in reversed(self.waiting[:128]):
+                    self._touch_prefix(x)
+            self.touch_calls += 1
         page = self.page
         clip = cfg.clip_max_new_tokens
         total_off = self._reserved_offset()
@@ -610,6 +619,11 @@ class Scheduler:
         raise NotImplementedError
 
     def _match(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _touch_prefix(self, x: Any) -> None:
+        """A tree walk of a waiting request's tokens (its prompt and outputs,
+        uncapped), as a match makes it (splits, recency), using nothing."""
         raise NotImplementedError
 
     def _lock(self, x: Any) -> None:

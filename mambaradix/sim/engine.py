@@ -764,6 +764,11 @@ class _Replay(Scheduler):
             r.needs_clear = rs.needs_clear
         self._pending_match = (m.kv_matched_len, seen)
 
+    def _touch_prefix(self, r: _R) -> None:
+        t0 = time.perf_counter()
+        self.tree.match_prefix(r.tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
+        self.t_cache += time.perf_counter() - t0
+
     # ----------------------------------------------------------- the loop
     def run(self) -> None:
         while self.pending or not self.idle:
