@@ -497,7 +497,8 @@ class Scheduler:
             # stays in_run until that result is processed
             self.running = [x for x in self.running if id(x) not in finishing]
         if not self.running:
-            self.batch_is_full = False
+            if self.filter_every_step:
+                self.batch_is_full = False
             return None
         if finishing and not self._check_decode_mem():
             # their KV comes back when the in-flight result is processed:

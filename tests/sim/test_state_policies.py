@@ -564,7 +564,8 @@ def test_sim_multiturn_under_pressure_reversed_order() -> None:
     clairvoyant ceiling."""
     import dataclasses
     reqs = workloads.multi_turn(32, 4, 256, 32, request_rate=16.0, seed=0)
-    base = apply_preset(SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20), "qwen3-next")
+    base = apply_preset(SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20, semantics="v0.5.15"),
+                        "qwen3-next")
     rate = {}
     for pol, order in (("sglang", "lru"), ("consumed", "lru"), ("utility", "lru"), ("utility", "mru"),
                        ("clairvoyant", "lru")):
