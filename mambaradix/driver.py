@@ -609,6 +609,11 @@ class SchedulerDriver(Scheduler):
         cpl = getattr(res, "cache_protected_len", None)
         req.cache_protected_len = len(req.prefix_indices) if cpl is None else cpl
 
+    def _touch_prefix(self, info: _Info) -> None:
+        self._set_fill(info)
+        key = self.api.RadixKey(array("q", info.req.full_untruncated_fill_ids), info.req.extra_key)
+        self.tree_cache.match_prefix(self.api.MatchPrefixParams(key=key))
+
     def _lock(self, info: _Info) -> None:
         self.tree_cache.inc_lock_ref(info.req.last_node)
 
@@ -650,7 +655,9 @@ class SchedulerDriver(Scheduler):
             self.alloc_req_slots(pool, reqs, self.tree_cache)
         else:
             # state-slot headroom, then request slots (HybridReqToTokenPool.alloc)
-            evict = state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
+            # (0.5.23: the pool's admission takes the slots wanted, its own rule)
+            evict = (state_headroom(pool.mamba_allocator.available_size(), len(reqs), cfg.lazy)
+                     if cfg.semantics == "v0.5.15" else 0)
             if evict > 0:
                 self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=evict))
             if pool.alloc(reqs) is None:
@@ -865,7 +872,8 @@ def build_dropin(config: DriverConfig, *, kv_tokens: int, state_slots: int,
                               enable_mamba_extra_buffer=config.extra_buffer,
                               enable_mamba_extra_buffer_lazy=config.lazy)
     cache = sg.MambaRadixCache(init, chunk_size=config.chunk_size, lru_policy=lru_policy,
-                               track_interval=config.track_interval, **cache_options)
+                               track_interval=config.track_interval, semantics=config.semantics,
+                               **cache_options)
     if model is not None:
         model.bind_pool(pool.mamba_pool)
     return DropIn(cache, pool, alloc, api_from_module(sg), model)

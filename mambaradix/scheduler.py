@@ -95,6 +95,10 @@ class DriverConfig:
       mode "lazy", whose pre-allocation flips the index when the boundary
       batch is prepared: there SGLang's early check is the consistent one
       (a request finishing just before a boundary must register it).
+    semantics: which SGLang release's cache rules the C lifecycle follows
+      ("v0.5.15" or "v0.5.23", see ``mambaradix.sim.SimConfig``); under
+      "v0.5.23" the state headroom before a batch's slot allocation is the
+      lifecycle's admission rule alone (slots wanted, not a fixed factor).
     """
 
     mode: str = "pp2"
@@ -108,10 +112,13 @@ class DriverConfig:
     new_token_ratio: float = 1.0
     clip_max_new_tokens: int = 4096
     decode_boundary: str = "committed"
+    semantics: str = "v0.5.15"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.semantics not in ("v0.5.15", "v0.5.23"):
+            raise ValueError(f"semantics must be 'v0.5.15' or 'v0.5.23', got {self.semantics!r}")
         if self.decode_boundary not in ("committed", "batch"):
             raise ValueError(f"decode_boundary must be 'committed' or 'batch', "
                              f"got {self.decode_boundary!r}")
@@ -213,6 +220,11 @@ class Scheduler:
         self.last_batch: Optional[Batch] = None
         self.result_queue: deque = deque()
         self.need_filter = False      # a running request finished or left
+        # SGLang 0.5.23 skips the decode a finishing request would run under
+        # the overlap scheduler (enable_skip_finishing_decode)
+        self.skip_finishing = bool(config.overlap) and config.semantics == "v0.5.23"
+        self.filter_every_step = config.semantics == "v0.5.23"
+        self.touch_calls = 0          # admission passes that reached calc_priority (0.5.23)
 
     # ------------------------------------------------------------- the loop
     @property
@@ -257,6 +269,17 @@ class Scheduler:
                 self._join(x)
             if len(self.running) == before and lb.items:
                 self.batch_is_full = False
+        if self.filter_every_step:
+            # SGLang 0.5.23 drops finished requests from the running batch at
+            # every step, before admission (v0.5.15: in the decode update)
+            if self.need_filter:
+                before = len(self.running)
+                self.running = [x for x in self.running if x.in_run]
+                self.need_filter = False
+                if len(self.running) < before:
+                    self.batch_is_full = False
+            if not self.running:
+                self.batch_is_full = False
         new = self._get_new_prefill_batch()
         if new is not None:
             return new
@@ -290,6 +313,14 @@ class Scheduler:
         if self._num_allocatable() <= 0 and self.chunked is None:
             self.batch_is_full = True
             return None
+        if self.filter_every_step and self.waiting:
+            # SGLang 0.5.23's calc_priority under fcfs with LRU eviction: every
+            # 32nd call walks the first 128 waiting requests' prefixes, the
+            # queue's head last, refreshing their recency in the tree
+            if self.touch_calls % 32 == 0:
+                for x in reversed(self.waiting[:128]):
+                    self._touch_prefix(x)
+            self.touch_calls += 1
         page = self.page
         clip = cfg.clip_max_new_tokens
         total_off = self._reserved_offset()
@@ -453,14 +484,29 @@ class Scheduler:
 
     # ------------------------------------------------------------- decode
     def _update_running_batch(self) -> Optional[Batch]:
+        before = len(self.running)
         if self.need_filter:
-            before = len(self.running)
             self.running = [x for x in self.running if x.in_run]
             self.need_filter = False
             if len(self.running) < before:
                 self.batch_is_full = False
+        finishing = self._finishing_inflight() if self.skip_finishing else ()
+        if finishing:
+            # SGLang 0.5.23's overlap loop: a request whose in-flight result
+            # ends its output leaves the batch now, not one decode later; it
+            # stays in_run until that result is processed
+            self.running = [x for x in self.running if id(x) not in finishing]
         if not self.running:
+            if self.filter_every_step:
+                self.batch_is_full = False
             return None
+        if finishing and not self._check_decode_mem():
+            # their KV comes back when the in-flight result is processed:
+            # no retraction, the rest decodes next step
+            self.batch_is_full = False
+            return None
+        if len(self.running) < before:
+            self.batch_is_full = False
         while not self._check_decode_mem():
             if len(self.running) == 1:
                 raise RuntimeError("KV pool too small to decode a single request: "
@@ -469,6 +515,16 @@ class Scheduler:
             self._retract(retract_victim(self.running))
             self.batch_is_full = False
         return self._prepare_decode()
+
+    def _finishing_inflight(self) -> Any:
+        """The running requests whose result in flight (the one batch the
+        overlap loop has not processed) gives their last output
+        (SGLang's _reqs_finishing_inflight): a set of their id()s."""
+        if len(self.result_queue) != 1:
+            return ()
+        queued = {id(it[0]) for it in self.result_queue[0].items if it[0].epoch == it[1]}
+        return {id(x) for x in self.running
+                if id(x) in queued and x.inflight <= 0 and x.n_out + 1 >= x.output_len}
 
     def _decode_tokens_needed(self) -> int:
         """KV tokens the next decode step takes (SGLang's
@@ -485,7 +541,7 @@ class Scheduler:
         return self._kv_available() >= n
 
     def _evict_tokens(self, n: int) -> None:
-        evict = kv_evict(self._kv_available(), n)
+        evict = kv_evict(self._kv_available(), n, self.filter_every_step)   # 0.5.23: the shortfall
         if evict:
             self._evict_kv(evict)
 
@@ -564,6 +620,11 @@ class Scheduler:
         raise NotImplementedError
 
     def _match(self, x: Any) -> None:
+        raise NotImplementedError
+
+    def _touch_prefix(self, x: Any) -> None:
+        """A tree walk of a waiting request's tokens (its prompt and outputs,
+        uncapped), as a match makes it (splits, recency), using nothing."""
         raise NotImplementedError
 
     def _lock(self, x: Any) -> None:

@@ -346,7 +346,8 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     if (lc == NULL) {
         return MR_ENOMEM;
     }
-    mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy};
+    mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy,
+                          .semantics = cfg->semantics};
     int err = mr_radix_new(&rc, &lc->tree);
     if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
         mr_radix_free(lc->tree);
@@ -947,7 +948,12 @@ mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int headroom
         }
     }
     if (headroom) {
-        int64_t short_by = mr_rule_state_headroom(mr_slots_available(lc->state), (int64_t)n, c->lazy);
+        int64_t wants = 0;
+        for (size_t i = 0; c->semantics == MR_SEMANTICS_V0523 && i < n; i++) {
+            wants += admit_wants(lc, &sts[i]);
+        }
+        int64_t short_by = mr_rule_state_shortfall(c->semantics == MR_SEMANTICS_V0515, mr_slots_available(lc->state),
+                                                   (int64_t)n, c->lazy, wants);
         if (short_by > 0) {
             int rc = mr_radix_evict_state(lc->tree, (size_t)short_by, &lc->rel, NULL, NULL);
             if (rc != MR_OK) {
@@ -1902,7 +1908,8 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     for (size_t i = 0; i < n; i++) {
         ext_total += (int64_t)lens[i] - sts[i].prefix_len;
     }
-    int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), mr_rule_extend_kv_need(ext_total, (int64_t)n, ps));
+    int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, mr_kv_available(lc->kv),
+                                       mr_rule_extend_kv_need(ext_total, (int64_t)n, ps));
     if (evict > 0) {
         rc = mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL);
     }
@@ -2084,7 +2091,8 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
      * tokens the step takes, then alloc_for_decode's for its estimate */
     int64_t est = mr_rule_decode_kv_need((int64_t)n, ps);
     for (int k = 0; k < 2; k++) {
-        int64_t evict = mr_rule_kv_evict(mr_kv_available(lc->kv), k == 0 ? need : est);
+        int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, mr_kv_available(lc->kv),
+                                           k == 0 ? need : est);
         int rc = evict > 0 ? mr_radix_evict_full(lc->tree, (size_t)evict, &lc->rel, NULL, NULL) : MR_OK;
         if (rc != MR_OK) {
             return rc;

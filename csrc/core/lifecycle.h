@@ -107,6 +107,9 @@ typedef struct {
      * supersedes (a tree-only lifecycle leaves it to its caller:
      * mr_radix_trim_path). */
     mr_radix_options tree;
+    /* Which SGLang release's rules the tree and the cache calls follow
+     * (mr_semantics; zero-initialized: v0.5.15). */
+    mr_semantics semantics;
 } mr_lc_config;
 
 /* Counters of state traffic, for benchmarks and tests. */

@@ -28,6 +28,20 @@ mr_rule_state_headroom(int64_t available, int64_t num_reqs, int lazy)
     return available < need ? need - available : 0;
 }
 
+/* SGLang 0.5.23's rule (ensure_mamba_capacity): states to evict before
+ * allocating request slots are exactly the slots the allocation takes
+ * (`wants`: a running slot for each request without one, the initial track
+ * slots for each without its ping-pong buffer) beyond the `available` free
+ * ones.  v0515 non-zero: mr_rule_state_headroom's fixed factor per request. */
+static inline int64_t
+mr_rule_state_shortfall(int v0515, int64_t available, int64_t num_reqs, int lazy, int64_t wants)
+{
+    if (v0515) {
+        return mr_rule_state_headroom(available, num_reqs, lazy);
+    }
+    return available < wants ? wants - available : 0;
+}
+
 /* Tokens of a request's fill ids a prefix match may cover: SGLang caps it
  * at fill_len - 1 (one token is computed to produce logits). */
 static inline int64_t
@@ -177,6 +191,17 @@ mr_rule_request_kv_need(int64_t prompt, int64_t output, int64_t page, int64_t cl
         return INT64_MAX;
     }
     return admit > pages * page ? admit : pages * page;
+}
+
+/* SGLang 0.5.23's rule (evict_to_free_tokens): only the shortfall,
+ * need - available; v0515 non-zero: mr_rule_kv_evict. */
+static inline int64_t
+mr_rule_kv_evict_v(int v0515, int64_t available, int64_t need)
+{
+    if (v0515) {
+        return mr_rule_kv_evict(available, need);
+    }
+    return available < need ? need - available : 0;
 }
 
 #endif /* MR_RULES_H */

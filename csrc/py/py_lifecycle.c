@@ -533,9 +533,9 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
             "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
-            "end_of_turn_states", "policy_options", "max_states_per_path");
+            "end_of_turn_states", "policy_options", "max_states_per_path", "semantics");
     int64_t page = 1, chunk = 64, interval = 256, pp = 2;
-    const char *policy = "sglang";
+    const char *policy = "sglang", *semantics = "v0.5.15";
     int extra = 0, lazy = 0, eot = 0;
     mr_state *st = mr_state_from_type(tp);
     if (mr_parse_tuple(&spec, args, kwds, a) < 0
@@ -546,7 +546,8 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_bool(a[7], "Lifecycle", "lazy", &lazy) < 0
         || mr_arg_int64(a[8], "Lifecycle", "track_buffer_size", 1, 2, &pp) < 0
         || mr_arg_int64(a[9], "Lifecycle", "track_interval", 1, INT64_MAX, &interval) < 0
-        || mr_arg_bool(a[10], "Lifecycle", "end_of_turn_states", &eot) < 0) {
+        || mr_arg_bool(a[10], "Lifecycle", "end_of_turn_states", &eot) < 0
+        || mr_arg_str(a[13], "Lifecycle", "semantics", 0, &semantics) < 0) {
         return NULL;
     }
     PyObject *so = a[0] ? a[0] : Py_None, *ko = a[1] ? a[1] : Py_None, *ro = a[2] ? a[2] : Py_None,
@@ -563,6 +564,13 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         return NULL;
     }
     cfg.policy = pc.policy;
+    if (strcmp(semantics, "v0.5.23") == 0) {
+        cfg.semantics = MR_SEMANTICS_V0523;
+    }
+    else if (strcmp(semantics, "v0.5.15") != 0) {
+        PyErr_Format(PyExc_ValueError, "Lifecycle(): semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
+        return NULL;
+    }
     if (lazy && (!extra || pp != 2)) {
         PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
         return NULL;

@@ -114,24 +114,30 @@ rules_chunk_continuation(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
 }
 
 PyDoc_STRVAR(state_headroom__doc__,
-"state_headroom(available, num_reqs, lazy)\n"
+"state_headroom(available, num_reqs, lazy, wants=None)\n"
 "--\n"
 "\n"
 "States to evict before allocating request slots for num_reqs requests\n"
-"when `available` slots are free (SGLang's alloc_req_slots):\n"
-"max(0, num_reqs * slots_per_req(lazy) - available).");
+"when `available` slots are free.  SGLang v0.5.15's alloc_req_slots (wants\n"
+"None): max(0, num_reqs * slots_per_req(lazy) - available); SGLang 0.5.23's\n"
+"ensure_mamba_capacity (wants: the slots the requests' allocation takes):\n"
+"max(0, wants - available).");
 
 static PyObject *
 rules_state_headroom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, a, "state_headroom", 0, 3, 3, "available", "num_reqs", "lazy");
-    int64_t avail, n;
+    MR_ARGS(spec, a, "state_headroom", 0, 4, 3, "available", "num_reqs", "lazy", "wants");
+    int64_t avail, n, wants = 0;
     int lazy;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
         || len_arg(a[1], spec.fname, "num_reqs", &n) < 0 || mr_arg_bool(a[2], spec.fname, "lazy", &lazy) < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(mr_rule_state_headroom(avail, n, lazy));
+    int v0515 = a[3] == NULL || a[3] == Py_None;
+    if (!v0515 && len_arg(a[3], spec.fname, "wants", &wants) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong(mr_rule_state_shortfall(v0515, avail, n, lazy, wants));
 }
 
 PyDoc_STRVAR(slots_per_req__doc__,
@@ -300,23 +306,26 @@ rules_decode_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObj
 }
 
 PyDoc_STRVAR(kv_evict__doc__,
-"kv_evict(available, need)\n"
+"kv_evict(available, need, shortfall=False)\n"
 "--\n"
 "\n"
 "KV tokens to evict from the tree when `need` are wanted and `available`\n"
-"are free (SGLang's evict_from_tree_cache): all of need when short, not\n"
-"the shortfall; 0 otherwise.");
+"are free: SGLang v0.5.15's evict_from_tree_cache evicts all of need when\n"
+"short, not the shortfall; SGLang 0.5.23's (shortfall=True) evicts\n"
+"need - available.  0 when nothing is short.");
 
 static PyObject *
 rules_kv_evict(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, a, "kv_evict", 0, 2, 2, "available", "need");
+    MR_ARGS(spec, a, "kv_evict", 0, 3, 2, "available", "need", "shortfall");
     int64_t avail, need;
+    int shortfall = 0;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
-        || len_arg(a[1], spec.fname, "need", &need) < 0) {
+        || len_arg(a[1], spec.fname, "need", &need) < 0
+        || mr_arg_bool(a[2], spec.fname, "shortfall", &shortfall) < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(mr_rule_kv_evict(avail, need));
+    return PyLong_FromLongLong(mr_rule_kv_evict_v(!shortfall, avail, need));
 }
 
 PyDoc_STRVAR(request_kv_need__doc__,

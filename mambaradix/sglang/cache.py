@@ -276,6 +276,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     end_of_turn_states: extra_buffer: a finished request keeps the state at
       its exact end (its running slot, no copy) when its length is whole pages.
     max_states_per_path: per-path state budget (None or 0: none).
+    semantics: "v0.5.15" (this class's own rules, default) or "v0.5.23"
+      (the tree and admission rules of SGLang 0.5.23's UnifiedRadixCache,
+      for the simulator's replays of that release; see ``mambaradix.sim``).
     """
 
     def __init__(
@@ -288,13 +291,14 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         end_of_turn_states: bool = False,
         policy_options: Optional[dict] = None,
         max_states_per_path: Optional[int] = None,
+        semantics: str = "v0.5.15",
     ) -> None:
         for field in _INIT_FIELDS:
             if not hasattr(params, field):
                 raise TypeError(f"MambaRadixCache(): params must be a CacheInitParams (it has no {field}), "
                                 f"not {type(params).__name__}")
         self._policy_kw = dict(end_of_turn_states=bool(end_of_turn_states), policy_options=policy_options,
-                               max_states_per_path=max_states_per_path)
+                               max_states_per_path=max_states_per_path, semantics=semantics)
         if max_states_per_path and not (isinstance(params.req_to_token_pool, HybridReqToTokenPool)
                                         and isinstance(params.token_to_kv_pool_allocator, TokenToKVPoolAllocator)):
             raise ValueError("max_states_per_path needs mambaradix's own pools (HybridReqToTokenPool, "

@@ -23,7 +23,7 @@ from ..driver import DriverConfig
 from .presets import format_bytes
 from .types import SimConfig, SimRequest
 
-__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS",
+__all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS", "SEMANTICS",
            "SLOTS_PER_REQUEST", "MAX_POOL", "TOY_MAX_BYTES", "check_field", "validate_config",
            "request_kv_need", "check_request", "request_checker", "check_feasible", "check_requests",
            "MAX_TOKEN_ID"]
@@ -33,6 +33,8 @@ POLICIES = ("sglang", "consumed", "utility", "adaptive", "belady")
 STATES = ("none", "toy")
 DECODE_BOUNDARIES = ("committed", "batch")
 UTILITY_ORDERS = ("mru", "lru")
+#: SGLang releases whose cache rules the replay can follow (the first is the default).
+SEMANTICS = ("v0.5.23", "v0.5.15")
 
 #: State slots one running request holds at its peak: the running slot plus
 #: the ping-pong track slots (2 with overlap, 1 without; lazy allocates its
@@ -76,7 +78,7 @@ _FIELDS: dict[str, tuple] = {
     "new_token_ratio": ("float", 0.0, False, 1.0),
     "decode_step_seconds": ("float", 0.0, True, math.inf),
     "prefill_token_seconds": ("float", 0.0, False, math.inf),
-    "decode_boundary": ("choice", DECODE_BOUNDARIES),
+    "decode_boundary": ("choice", DECODE_BOUNDARIES + (None,)),
     "end_of_turn_states": ("bool",),
     "max_states_per_path": ("int", 0, 2**32 - 1, False),
     "utility_alpha": ("float", 0.0, False, math.inf),
@@ -84,6 +86,7 @@ _FIELDS: dict[str, tuple] = {
     "utility_order": ("choice", UTILITY_ORDERS),
     "attn_flops_per_pos": ("float", 0.0, False, math.inf),
     "kv_bytes_per_token": ("int", 0, _INT64, False),
+    "semantics": ("choice", SEMANTICS),
 }
 
 
@@ -105,7 +108,7 @@ def check_field(name: str, value: Any) -> None:
     if kind == "choice":
         if value not in rule[1]:
             raise ConfigError(f"unknown {_CHOICE_NAMES.get(name, name)} {value!r} "
-                              f"(choose from {', '.join(rule[1])})")
+                              f"(choose from {', '.join(str(o) for o in rule[1] if o is not None)})")
     elif kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise ConfigError(f"{name} must be True or False, got {value!r}")

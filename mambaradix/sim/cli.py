@@ -289,9 +289,12 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="prompt tokens prefilled per request per step (0: off)")
     c.add_argument("--max-prefill-tokens", type=_field_opt("max_prefill_tokens"), metavar="N",
                    help="prompt tokens per prefill batch (SGLang's --max-prefill-tokens)")
+    c.add_argument("--semantics", choices=("v0.5.23", "v0.5.15"),
+                   help="which SGLang release's cache and scheduling rules the sglang baseline follows: "
+                        "v0.5.23 (UnifiedRadixCache, the default) or v0.5.15 (MambaRadixCache)")
     c.add_argument("--decode-boundary", choices=DECODE_BOUNDARIES,
-                   help="decode track boundary check: committed (SGLang v0.5.15, the default) or "
-                        "batch (cannot fire twice under the overlap scheduler)")
+                   help="decode track boundary check: committed (SGLang v0.5.15's) or batch (cannot fire "
+                        "twice under the overlap scheduler, SGLang 0.5.23's); default: the --semantics' own")
     c.add_argument("--states", choices=STATES,
                    help="none: slots only (fast); toy: real toy states, every hit verified")
     c.add_argument("--sweep", action="append", default=[], metavar="PARAM=V1,V2,...",
@@ -669,7 +672,7 @@ def _tokens_from_bytes(nbytes: int, config: SimConfig, preset: ModelPreset, tp: 
 #: Options that set a SimConfig field of the same name.
 _CONFIG_OPTIONS = ("page_size", "chunk_size", "track_interval", "mode", "lru_policy", "max_running",
                    "states", "max_prefill_tokens", "decode_boundary", "end_of_turn_states",
-                   "max_states_per_path", "utility_alpha", "tune_window", "utility_order")
+                   "max_states_per_path", "utility_alpha", "tune_window", "utility_order", "semantics")
 
 #: SimConfig fields the other options set, and those options.
 _FIELD_OPTIONS = {"kv_tokens": ("kv_tokens", "kv_mem"), "state_slots": ("state_slots", "state_mem"),

@@ -105,6 +105,8 @@ def tree_options(config: SimConfig) -> dict:
     budget."""
     pol = config.lru_policy
     kw: dict = {"lru_policy": "consumed" if pol == "belady" else pol}
+    if pol == "sglang" and getattr(config, "semantics", "v0.5.15") == "v0.5.23":
+        kw["lru_policy"] = "consumed"   # 0.5.23's Mamba LRU refreshes only the state a match uses
     budget = int(getattr(config, "max_states_per_path", 0) or 0)
     if budget:
         kw["max_states_per_path"] = budget
@@ -301,7 +303,17 @@ def _driver_config(config: SimConfig) -> DriverConfig:
                         max_prefill_tokens=int(getattr(config, "max_prefill_tokens", 16384)),
                         match_cap=config.match_cap, page_size=config.page_size,
                         new_token_ratio=float(getattr(config, "new_token_ratio", 1.0)),
-                        decode_boundary=str(getattr(config, "decode_boundary", "committed")))
+                        decode_boundary=decode_boundary_of(config),
+                        semantics=str(getattr(config, "semantics", "v0.5.15")))
+
+
+def decode_boundary_of(config: SimConfig) -> str:
+    """The decode track check a replay runs: ``config.decode_boundary``, or
+    when it is None the semantics' own (``SimConfig.resolved``)."""
+    db = getattr(config, "decode_boundary", None)
+    if db is None and isinstance(config, SimConfig):
+        db = config.resolved().decode_boundary
+    return str(db or "committed")
 
 
 # ---------------------------------------------------------------------------
@@ -408,7 +420,8 @@ class _Replay(Scheduler):
             extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
             track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
-            **tree_options(config))
+            semantics=str(getattr(config, "semantics", "v0.5.15")), **tree_options(config))
+        self.v0523 = getattr(config, "semantics", "v0.5.15") == "v0.5.23"
         # the same tree for matches, locks, evictions and the policies' node API
         self.tree = self.lc.tree_view()
         self.eot = bool(getattr(config, "end_of_turn_states", False))
@@ -471,6 +484,7 @@ class _Replay(Scheduler):
         self.agg_n = 0
         self.agg_long = 0
         self.fin_heap: list = []
+        self.skipped: list = []       # requests the next decode batch skips (skip_finishing)
         self.steps = 0
         self.max_steps = step_limit(requests, config)
 
@@ -569,7 +583,7 @@ class _Replay(Scheduler):
     def _alloc_kv(self, n: int, evict_below: Optional[int] = None) -> None:
         """Take n KV tokens, first evicting when fewer than ``evict_below``
         (default n) are free (SGLang evicts for an estimate with pages)."""
-        evict = kv_evict(self.kv_free, n if evict_below is None else evict_below)
+        evict = kv_evict(self.kv_free, n if evict_below is None else evict_below, self.v0523)
         if evict:
             self._evict(num_tokens=evict)
         if self.kv_free < n:
@@ -754,6 +768,11 @@ class _Replay(Scheduler):
             r.needs_clear = rs.needs_clear
         self._pending_match = (m.kv_matched_len, seen)
 
+    def _touch_prefix(self, r: _R) -> None:
+        t0 = time.perf_counter()
+        self.tree.match_prefix(r.tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
+        self.t_cache += time.perf_counter() - t0
+
     # ----------------------------------------------------------- the loop
     def run(self) -> None:
         while self.pending or not self.idle:
@@ -918,13 +937,14 @@ class _Replay(Scheduler):
 
     def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
-        evict = state_headroom(self.slots_free, len(rs), d.lazy)
-        if evict > 0:
-            self._evict(num_states=evict)
         # HybridReqToTokenPool.alloc: the slots each request wants are the
         # lifecycle's rule (admit_foreign); the counted pool hands out ids
         admit = self.lc.admit_foreign
         wants = [admit(self._slots_rs(r)) for r in rs]
+        evict = state_headroom(self.slots_free, len(rs), d.lazy,
+                               sum(n for _, n in wants) if self.v0523 else None)
+        if evict > 0:
+            self._evict(num_states=evict)
         need_rows = sum(1 for r in rs if not r.row)
         need_slots = sum(n for _, n in wants)
         if need_rows > self.rows_free:
@@ -1010,10 +1030,35 @@ class _Replay(Scheduler):
             heapq.heappush(self.fin_heap, fin)
         lst.append((r, r.j0, r.o_base))
 
+    def _finishing_inflight(self) -> Any:
+        """The scheduler's rule, with the aggregated decode batch: its
+        requests that finish at it are those fin_at lists under its number.
+        They are kept (``skipped``) for this step's KV and pre-allocation."""
+        self.skipped = []
+        q = self.result_queue[0] if len(self.result_queue) == 1 else None
+        if q is None or q.kind != "decode":
+            got = super()._finishing_inflight()
+            self.skipped = [r for r in self.running if id(r) in got]
+            return got
+        for r, j0, o_base in self.fin_at.get(q.bid, ()):
+            if r.in_run and r.j0 == j0 and r.o_base == o_base:
+                self.skipped.append(r)
+        return {id(r) for r in self.skipped}
+
+    def _skipped_due(self, b: int) -> int:
+        """Skipped requests whose decode in batch b would start a KV page."""
+        page = self.page
+        return sum(1 for r in self.skipped if r.in_run and r.j0 is not None
+                   and (b - r.j0 + r.c_base) % page == 0)
+
     def _sync(self, r: _R) -> None:
-        """Materialise a running request's committed KV length and outputs."""
+        """Materialise a running request's committed KV length and outputs
+        (with skip_finishing, no decode past the batch that finishes it)."""
         if r.in_run and r.j0 is not None:
-            r.committed = r.c_base + max(0, self.prep_id - r.j0 + 1)
+            last = self.prep_id
+            if self.skip_finishing:
+                last = min(last, r.j0 + r.output_len - r.o_base - 1)
+            r.committed = r.c_base + max(0, last - r.j0 + 1)
             r.allocated = r.committed
             r.n_out = r.o_base + max(0, self.res_id - r.j0 + 1)
 
@@ -1038,7 +1083,7 @@ class _Replay(Scheduler):
         page = self.page
         if page == 1:
             return len(self.running)
-        n = self.page_due[self.next_bid % page]
+        n = self.page_due[self.next_bid % page] - (self._skipped_due(self.next_bid) if self.skipped else 0)
         n += sum(1 for r in self.pending_join if r.in_run and r.committed % page == 0)
         return n * page
 
@@ -1061,17 +1106,20 @@ class _Replay(Scheduler):
             self._agg(r, +1)
             self._add_fin(r)
         self.pending_join = []
+        skipped = self.skipped
         if self.page == 1:
             self._alloc_kv(len(self.running))
         else:
-            self._alloc_kv(self.page * self.page_due[b % self.page],
-                           evict_below=decode_kv_need(len(self.running), self.page))
+            due_pages = self.page_due[b % self.page] - (self._skipped_due(b) if skipped else 0)
+            self._alloc_kv(self.page * due_pages, evict_below=decode_kv_need(len(self.running), self.page))
         self.prep_id = b
         if self.extra_buffer and self.lazy:
             due = self.bucket.get(b % interval)
             if due:
                 for r in sorted(due, key=lambda x: x.seq):
-                    self._lazy_prealloc(r)
+                    if not (skipped and r in skipped):
+                        self._lazy_prealloc(r)
+        self.skipped = []
         self.clock += self.time.step
         return Batch("decode", bid=b)
 

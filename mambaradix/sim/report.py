@@ -79,8 +79,11 @@ def _format_flops(f: float) -> str:
 
 
 def config_to_dict(config: SimConfig) -> dict[str, Any]:
-    """The config's fields, plus the model attributes a preset set on it."""
+    """The config's fields (the decode boundary resolved: the semantics' own
+    when left None), plus the model attributes a preset set on it."""
     d = dataclasses.asdict(config)
+    if d.get("decode_boundary") is None and isinstance(config, SimConfig):
+        d["decode_boundary"] = config.resolved().decode_boundary
     for k in PRESET_ATTRS:
         d.setdefault(k, getattr(config, k, None))
     return d
@@ -219,7 +222,8 @@ def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int) -> 
         f"  KV pool {format_count(config.kv_tokens)} tokens, {config.state_slots} state slots, "
         f"page {config.page_size}, chunk {config.chunk_size}, "
         f"track interval {config.track_interval}",
-        f"  mode {config.mode}, policy {config.lru_policy}, match cap "
+        f"  SGLang {getattr(config, 'semantics', 'v0.5.15')} semantics, "
+        f"mode {config.mode}, policy {config.lru_policy}, match cap "
         f"{'on' if config.match_cap else 'off'}, max running {config.max_running}, "
         f"chunked prefill {cps}, states {config.states}",
     ]

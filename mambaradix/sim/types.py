@@ -81,10 +81,15 @@ class SimConfig:
       --max-prefill-tokens; the reserved share of running requests' outputs).
     decode_step_seconds, prefill_token_seconds: the engine's clock; a prefill
       batch takes max(decode_step_seconds, tokens * prefill_token_seconds).
+    semantics: which SGLang release's cache rules the replay follows:
+      "v0.5.23" (UnifiedRadixCache over its TreeCore: a node lives as long as
+      its KV, so evicting a leaf's state keeps the KV above it; a match
+      refreshes only the state it uses) or "v0.5.15" (MambaRadixCache).
     decode_boundary: how decode track boundaries are detected (see
       mambaradix.driver.DriverConfig): "committed" is SGLang v0.5.15's check,
       "batch" the one that cannot fire twice under the overlap scheduler
-      (pp2 / pp1 only).
+      (pp2 / pp1 only), as SGLang 0.5.23 does; None (the default): the
+      semantics' own (filled in by ``resolved()``).
     """
 
     kv_tokens: int = 1 << 20
@@ -107,7 +112,8 @@ class SimConfig:
     new_token_ratio: float = 1.0             # share of remaining outputs admission reserves
     decode_step_seconds: float = 0.02        # one decode step of the running batch
     prefill_token_seconds: float = 2e-5      # per prompt token of a prefill batch
-    decode_boundary: str = "committed"       # "committed" (SGLang v0.5.15) or "batch"
+    decode_boundary: Optional[str] = None    # "committed" (v0.5.15), "batch"; None: the semantics' own
+    semantics: str = "v0.5.23"               # SGLang release whose cache rules apply: "v0.5.23" or "v0.5.15"
     # beyond SGLang (see docs/simulator.md, "State policies")
     end_of_turn_states: bool = False         # keep the state at a finished request's exact end
     max_states_per_path: int = 0             # per-path state budget (0: none)
@@ -127,9 +133,15 @@ class SimConfig:
     def resolved(self) -> "SimConfig":
         """This configuration with its derived defaults filled in (the
         replay and the command line both run the resolved one)."""
-        if self.max_running is not None:
-            return self
-        return dataclasses.replace(self, max_running=default_max_running(self.state_slots))
+        changes: dict = {}
+        if self.max_running is None:
+            changes["max_running"] = default_max_running(self.state_slots)
+        if self.decode_boundary is None:
+            # the semantics' own check: 0.5.23 reads the batch's lengths
+            # (lazy keeps the committed check its pre-allocation relies on)
+            changes["decode_boundary"] = ("batch" if self.semantics == "v0.5.23" and self.mode != "lazy"
+                                          else "committed")
+        return dataclasses.replace(self, **changes) if changes else self
 
 
 #: The most requests the default configuration runs at once.

@@ -229,7 +229,7 @@ SWEEPS = [
     ("lru_policy", "sglang,consumed"), ("match_cap", "true,false"), ("max_running", "1,2"),
     ("chunked_prefill_size", "0,64"), ("max_prefill_tokens", "256,16384"),
     ("decode_step_seconds", "0.01,0.02"), ("prefill_token_seconds", "0,2e-5"),
-    ("new_token_ratio", "0.5,1"), ("decode_boundary", "committed,batch"),
+    ("new_token_ratio", "0.5,1"), ("decode_boundary", "committed,batch"), ("semantics", "v0.5.15,v0.5.23"),
     ("end_of_turn_states", "false,true"), ("max_states_per_path", "0,1"),
     ("state_mem", "1GiB,4GiB"), ("kv_mem", "1GiB,4GiB"), ("flops_per_token", "1e9,6e10"),
     ("state_bytes_per_slot", "1000,2000"), ("kv_bytes_per_token", "1000,2000"),

@@ -206,7 +206,7 @@ def test_utility_alpha_is_tuned_by_replay() -> None:
     import dataclasses
     reqs = workloads.generated_shared_prefix(32, 32, 1024, 64, 32, request_rate=float("inf"), seed=0)
     base = apply_preset(SimConfig(state_slots=80, max_running=8, kv_tokens=1 << 22, lru_policy="utility",
-                                  utility_alpha=0.0), "qwen3-next")
+                                  utility_alpha=0.0, semantics="v0.5.15"), "qwen3-next")
     fixed = engine.run(reqs, dataclasses.replace(base, tune_window=0))
     tuned = engine.run(reqs, dataclasses.replace(base, tune_window=16))
     assert fixed.utility_tunes == 0 and fixed.utility_alpha == 0.0
@@ -534,7 +534,7 @@ def test_sim_toy_new_paths_exact_at_page_sizes(page_size: int, policy: str, orde
     cfg = apply_preset(SimConfig(page_size=page_size, chunk_size=32, track_interval=32, state_slots=24,
                                  max_running=3, lru_policy=policy, utility_order=order, end_of_turn_states=eot,
                                  max_states_per_path=budget, tune_window=8, states="toy", kv_tokens=16384,
-                                 decode_boundary="batch"), "qwen3-next")
+                                 decode_boundary="batch", semantics="v0.5.15"), "qwen3-next")
     m = engine.run(reqs, cfg)
     assert m.state_mismatches == 0
     assert m.state_hits >= 12
@@ -583,7 +583,8 @@ def test_sim_multiturn_under_pressure_reversed_order() -> None:
     belady policy."""
     import dataclasses
     reqs = workloads.multi_turn(32, 4, 256, 32, request_rate=16.0, seed=0)
-    base = apply_preset(SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20), "qwen3-next")
+    base = apply_preset(SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20, semantics="v0.5.15"),
+                        "qwen3-next")
     rate = {}
     for pol, order in (("sglang", "lru"), ("consumed", "lru"), ("utility", "lru"), ("utility", "mru"),
                        ("belady", "lru")):
