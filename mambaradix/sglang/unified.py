@@ -603,10 +603,18 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     f"params: lock receipt anchored on node {getattr(params, 'node_id', None)} "
                     f"released on node {self._nid(node)}"
                 )
-            if self.has_mamba and MAMBA in params.skipped_lock_components:
-                self._tree.dec_kv_lock(node)
-            else:
+            # Release each component the receipt does not skip, as SGLang's cores do: SGLang's lazy
+            # slot allocation releases a request's MAMBA component first and the rest later.
+            skipped = tuple(params.skipped_lock_components)
+            if any(ct not in self.component_types for ct in skipped):
+                raise ValueError(f"params.skipped_lock_components={skipped!r}: not components of this tree")
+            full, mamba = FULL not in skipped, self.has_mamba and MAMBA not in skipped
+            if full and (mamba or not self.has_mamba):
                 self._tree.dec_lock_ref(node)
+            elif full:
+                self._tree.dec_kv_lock(node)
+            elif mamba:
+                self._tree.dec_state_lock(node)
             return DecLockRefResult()
 
         def dec_swa_lock_only(self, node_id, params):

@@ -267,6 +267,15 @@ class Differ:
             self.check("unlock (none held)")
             return
         i = self.rng.randrange(len(self.a.locks))
+        if self.has_mamba and not self.a.locks[i][1].skipped_lock_components and self.rng.random() < 0.3:
+            # The MAMBA part alone, the rest later: what extra_buffer_lazy's slot allocation does when
+            # the state pool is empty (MambaComponent._alloc_mamba_slot).
+            for side in (self.a, self.b):
+                node, receipt = side.locks[i]
+                side.cache.dec_lock_ref(node, replace(receipt.to_dec_params(), skipped_lock_components=(FULL,)))
+                receipt.skipped_lock_components += (MAMBA,)
+            self.check("unlock MAMBA only")
+            return
         for side in (self.a, self.b):
             node, receipt = side.locks.pop(i)
             side.cache.dec_lock_ref(node, receipt.to_dec_params())
