@@ -217,8 +217,15 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             which = (int)i;
         }
     }
-    if (which < 0) {
-        PyErr_Format(PyExc_ValueError, "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru, not '%s'",
+    mr_lru_policy chosen = MR_POLICY_CONSUMED;
+    if (which >= 0) {
+        chosen = names[which].policy;
+    }
+    else if (mr_radix_policy_by_name(policy, &chosen) != MR_OK) {
+        /* any other name of the tree's policy table passes through (the state policies) */
+        PyErr_Format(PyExc_ValueError,
+                     "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru or a name of the "
+                     "tree's policy table (mambaradix.RadixTree's lru_policy), not '%s'",
                      policy);
         return NULL;
     }
@@ -248,7 +255,7 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     mr_leaf_order lo = {order[0], order[1], order[2]};
-    if (mr_radix_set_policy(t, names[which].policy, &lo) != MR_OK) {
+    if (mr_radix_set_policy(t, chosen, &lo) != MR_OK) {
         PyErr_SetString(PyExc_ValueError, "tree must be empty (the policy is set before the first insert)");
         return NULL;
     }
@@ -1109,7 +1116,8 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         }
         Py_DECREF(act);
     }
-    if (state != MR_NO_STATE && !ir.state_existed && self->path_cap >= 0) {
+    if (state != MR_NO_STATE && !ir.state_existed
+        && (self->path_cap >= 0 || mr_radix_options_of(self->tree)->max_states_per_path > 0)) {
         PyObject *act = PyObject_CallOneArg(self->EvictExcess, nid);
         if (act == NULL || PyList_Append(actions, act) < 0) {
             Py_XDECREF(act);
