@@ -1116,8 +1116,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         }
         Py_DECREF(act);
     }
-    if (state != MR_NO_STATE && !ir.state_existed
-        && (self->path_cap >= 0 || mr_radix_options_of(self->tree)->max_states_per_path > 0)) {
+    if (state != MR_NO_STATE && !ir.state_existed && self->path_cap >= 0) {
         PyObject *act = PyObject_CallOneArg(self->EvictExcess, nid);
         if (act == NULL || PyList_Append(actions, act) < 0) {
             Py_XDECREF(act);

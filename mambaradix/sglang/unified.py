@@ -270,15 +270,17 @@ _HOOK_TARGET = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.__ini
 
 def _supply_components(cache, params, *args, **kwargs):
     """SGLang plugin hook (before UnifiedRadixCache.__init__): a cache built on this TreeCore with
-    end-of-turn states on takes mambaradix's MAMBA component through SGLang's own seam for custom
-    components, CacheInitParams.component_registry_override."""
+    end-of-turn states or a per-path state budget takes mambaradix's MAMBA component through SGLang's own
+    seam for custom components, CacheInitParams.component_registry_override."""
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
     from sglang.srt.mem_cache.unified_cache.tree_core_registry import select_tree_core_backend
 
     if (params is None or ComponentType.MAMBA not in tuple(params.tree_components or ())
             or params.component_registry_override or params.disable):
         return None
-    if select_tree_core_backend(params) != BACKEND_NAME or not resolved_settings()["end_of_turn_states"][0]:
+    settings = resolved_settings()
+    if select_tree_core_backend(params) != BACKEND_NAME or not (settings["end_of_turn_states"][0]
+                                                                or settings["path_state_budget"][0]):
         return None
     params.component_registry_override = {ComponentType.MAMBA: end_of_turn_component_class()}
     return None
@@ -307,11 +309,13 @@ _EOT_COMPONENT: Any = None
 
 def end_of_turn_component_class():
     """mambaradix's MAMBA component (built on first use; it subclasses SGLang's MambaComponent): SGLang's,
-    plus end-of-turn states.  In an extra_buffer mode, a finished request whose running slot holds the state
-    at exactly the tokens it caches leaves that slot in the tree (no copy) instead of its last track
-    snapshot, when the C core's end-of-turn rule (mambaradix._C.end_of_turn: a non-empty, page-aligned
-    length, one admission's slots still free) allows it; its track slots are freed.  Otherwise SGLang's
-    own behaviour."""
+    plus end-of-turn states and the per-path state budget.  End of turn (on when the cache was built with
+    it): in an extra_buffer mode, a finished request whose running slot holds the state at exactly the
+    tokens it caches leaves that slot in the tree (no copy) instead of its last track snapshot, when the C
+    core's end-of-turn rule (mambaradix._C.end_of_turn: a non-empty, page-aligned length, one admission's
+    slots still free) allows it; its track slots are freed.  Budget: after an insert with a state, once
+    the request's lock has moved onto the inserted node, the TreeCore's trim_path_states.  Otherwise
+    SGLang's own behaviour."""
     global _EOT_COMPONENT
     if _EOT_COMPONENT is not None:
         return _EOT_COMPONENT
@@ -323,11 +327,12 @@ def end_of_turn_component_class():
         def __init__(self, cache, params):
             super().__init__(cache, params)
             self._eot_params = None   # the InsertParams of the finished request whose running slot goes in
+            self._eot = bool(resolved_settings()["end_of_turn_states"][0])
 
         def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
             self._eot_params = None
             kv = req.kv
-            if (is_finished and self.cache.enable_mamba_extra_buffer and self.int8_ckpt_pool is None
+            if (self._eot and is_finished and self.cache.enable_mamba_extra_buffer and self.int8_ckpt_pool is None
                     and kv.mamba_pool_idx is not None and kv.mamba_pool_idx.numel() == 1
                     # the running slot holds the state after exactly the committed tokens: no step ran past
                     # them (the overlap scheduler's next step may already have fed one more)
@@ -349,8 +354,13 @@ def end_of_turn_component_class():
                 # records through SGLang's own free, handing it an empty running index (freeing none).
                 req.kv.mamba_pool_idx = req.kv.mamba_pool_idx.reshape(1)[:0]
                 self.cache.req_to_token_pool.free_mamba_cache(req)
-                return
-            super().cleanup_after_caching_req(req, is_finished, insert_result, insert_params)
+            else:
+                super().cleanup_after_caching_req(req, is_finished, insert_result, insert_params)
+            if insert_result is not None and insert_params is not None and insert_params.mamba_value is not None:
+                # the per-path budget, now that the request's lock has moved onto the inserted node
+                slots = self.tree_core.trim_path_states(insert_result.last_device_node)
+                if slots.numel():
+                    self._free_mamba_value(slots)
 
     EndOfTurnMambaComponent.__module__ = __name__
     _EOT_COMPONENT = EndOfTurnMambaComponent
@@ -919,7 +929,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 # hand back that slice of the caller's tensor, as SGLang's core does.
                 src = value if value is not None else torch.from_numpy(value_np)
                 actions.append(FreeDeviceKV([src[prefix_len - nd : prefix_len]]))
-            if state is not None and not existed and (self._path_cap >= 0 or self._state_budget):
+            if state is not None and not existed and self._path_cap >= 0:
                 actions.append(MambaEvictExcessPathStates(self._nid(node)))
             if self.kv_events.enabled and prefix_len < n:
                 self._record_store(node, key, params.session_id)
@@ -953,15 +963,21 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if not self.has_mamba:
                 raise KeyError(MAMBA)
             node = self._node(tail_node_id, "tail_node_id")
-            if self._path_cap >= 0:
-                slots = self._tree.evict_path_states(node, self._path_cap)
-                if len(slots):
-                    device_frees[MAMBA].append(self._tensor(slots))
-            if self._state_budget:
-                # the per-path budget (the C core's trim_path): the deepest states above the new one go
-                r = self._tree.trim_path(node)
-                if len(r.state_slots):
-                    device_frees[MAMBA].append(self._tensor(r.state_slots))
+            if self._path_cap < 0:
+                return
+            slots = self._tree.evict_path_states(node, self._path_cap)
+            if len(slots):
+                device_frees[MAMBA].append(self._tensor(slots))
+
+        def trim_path_states(self, node_id):
+            """The per-path state budget (MAMBARADIX_PATH_STATE_BUDGET; the C core's trim_path) for the
+            path to node_id: the state slots it dropped (a tensor; empty without a budget).  mambaradix's
+            MAMBA component calls it once a request's lock has moved to the node its insert ended at, so
+            the states the new one supersedes are no longer held by that request."""
+            node = self._node(node_id)
+            if not self._state_budget or not self.has_mamba:
+                return self._empty
+            return self._tensor(self._tree.trim_path(node).state_slots)
 
         # ---- KV events ---------------------------------------------------------
 
