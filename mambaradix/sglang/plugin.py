@@ -98,7 +98,8 @@ def check(name: str, value: Any) -> Any:
     s = SETTINGS[name]
     want = str if s.default is None else type(s.default)
     if isinstance(value, bool) != (want is bool) or not isinstance(value, want):
-        raise TypeError(f"{name} must be a {want.__name__}, not {type(value).__name__}")
+        article = "an" if want is int else "a"
+        raise TypeError(f"{name} must be {article} {want.__name__}, not {type(value).__name__}")
     try:
         return s.parse(str(int(value)) if want is bool else str(value))
     except ValueError as e:
