@@ -14,10 +14,16 @@ Served natively: components ``[FULL]`` and ``[FULL, MAMBA]``, page sizes 1 to
 128, the Mamba strategies no_buffer / extra_buffer / extra_buffer_lazy (they
 differ only in the controller), ``extra_key`` / ``cache_salt`` namespaces, the
 eviction policies 0.5.23 offers (lru, lfu, fifo, mru, filo, priority, slru,
-tlru), KV events.  Everything else (HiCache host tier, storage backends, SWA,
-session cache, custom components, other policy configurations, EAGLE bigram
-keys, KV sharding) is built on SGLang's Python TreeCore instead, with the
-reason logged; see ``fallback_reason``.
+tlru), KV events, and mambaradix's state policies, chosen in the plugin's
+settings (``mambaradix.sglang.plugin.SETTINGS``): any state policy of the C
+tree's policy table (``utility``...), end-of-turn states and a per-path state
+budget (the last two through ``end_of_turn_component_class()``, a MAMBA
+component the plugin supplies through SGLang's
+``CacheInitParams.component_registry_override``).  Everything else (HiCache
+host tier, storage backends, SWA, session cache, other custom components,
+other policy configurations, EAGLE bigram keys, KV sharding) is built on
+SGLang's Python TreeCore instead, with the reason logged; see
+``fallback_reason``.
 
 ``supports_fast_match_prefix()`` is False, as on SGLang's own cores, so SGLang's
 scheduler runs unchanged (waiting-prefix refresh through ``touch_prefix``);
