@@ -22,6 +22,7 @@ SGLang 0.5.23 comes from --sglang-path, else $MAMBARADIX_SGLANG_0523, else <repo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -73,7 +74,10 @@ def _replay_in_process(args, work, options: str, core: str, slots: int, extra: s
             "--max-running", "8", *extra.split()]
     print("$ python -m mambaradix sglang-replay " + shlex.join(argv), file=sys.stderr, flush=True)
     config = cli._config(cli.build_parser().parse_args(argv))
-    results = [replay(work, config, sglang_path=args.sglang_path) for _ in range(args.repeats)]
+    results = []
+    for _ in range(args.repeats):
+        results.append(replay(work, config, sglang_path=args.sglang_path))
+        gc.collect()   # a replay's scheduler and pools are cycles: free them before the next is built
     hits = {round(r.token_hit_rate, 9) for r in results}
     if len(hits) != 1:
         raise SystemExit(f"the hit rate varied over the repeats: {sorted(hits)}")

@@ -278,15 +278,19 @@ def _supply_components(cache, params, *args, **kwargs):
     """SGLang plugin hook (before UnifiedRadixCache.__init__): a cache built on this TreeCore with
     end-of-turn states or a per-path state budget takes mambaradix's MAMBA component through SGLang's own
     seam for custom components, CacheInitParams.component_registry_override."""
+    from sglang.srt.environ import envs
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang.srt.mem_cache.unified_cache.tree_core_registry import select_tree_core_backend
 
     if (params is None or ComponentType.MAMBA not in tuple(params.tree_components or ())
             or params.component_registry_override or params.disable):
         return None
-    settings = resolved_settings()
-    if select_tree_core_backend(params) != BACKEND_NAME or not (settings["end_of_turn_states"][0]
-                                                                or settings["path_state_budget"][0]):
+    # SGLang's choice of backend (select_tree_core_backend), which resolves only "rust" further
+    name = params.tree_core_backend if params.tree_core_backend is not None else (
+        envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.get())
+    if name != BACKEND_NAME:
+        return None
+    chosen = resolved_settings()
+    if not (chosen["end_of_turn_states"][0] or chosen["path_state_budget"][0]):
         return None
     params.component_registry_override = {ComponentType.MAMBA: end_of_turn_component_class()}
     return None

@@ -34,7 +34,7 @@ CONFIGS = dual.configs()
 
 @pytest.mark.parametrize("cfg,strategy", CONFIGS, ids=[f"{c.label}-{s}" for c, s in CONFIGS])
 def test_differential(cfg, strategy):
-    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size)
+    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size, partial_unlocks=True)
     steps = d.run(OPS)
     assert steps >= OPS
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
@@ -48,7 +48,7 @@ PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"),
 def test_differential_python_path(cfg, strategy):
     """The adapter's Python path (what the C calls hand over for token lists,
     tensors off the CPU, empty keys) against SGLang's core too."""
-    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True)
+    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True, partial_unlocks=True)
     assert d.run(OPS // 2) >= OPS // 2
 
 
