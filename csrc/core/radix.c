@@ -1647,7 +1647,7 @@ mr_radix_unlock_state(mr_radix *t, mr_node *node)
         return MR_EINVAL;
     }
     t->ver++;
-    node->kv_lock++;   /* the path's KV stays locked, as by mr_radix_lock_kv */
+    node->kv_lock += 1;   /* the path's KV stays locked, as by mr_radix_lock_kv */
     return MR_OK;
 }
 
