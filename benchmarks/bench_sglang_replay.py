@@ -7,12 +7,22 @@ summed over the repeats.  Every command is printed (stderr) as it runs.
 
     python3 benchmarks/bench_sglang_replay.py [--sglang-path DIR] [--repeats N] [--only NAME]
 
+``--policies`` compares instead the mambaradix TreeCore in the configuration the README recommends
+(RECOMMENDED: one for every workload) with SGLang's default (the Rust core, lru), on POLICY_WORKLOADS at
+several state pools, the biggest one where states are not the bottleneck: per pool, both hit rates, their
+ratio, SGLang's hit rate as a share of its biggest pool's (the pressure), the median scheduler CPU time per
+request of each and the mismatches; then the goals (>= 1.2x where SGLang's default is below 80% of its
+big-pool hit rate, >= 0.99x everywhere), with each point that misses one named.
+
+    python3 benchmarks/bench_sglang_replay.py --policies [--repeats N] [--only NAME]
+
 SGLang 0.5.23 comes from --sglang-path, else $MAMBARADIX_SGLANG_0523, else <repo>/.sgl0523.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -32,6 +42,19 @@ WORKLOADS = [
 ]
 CORES = ("python", "rust", "mambaradix")
 
+#: The mambaradix TreeCore's recommended configuration (sglang-replay options).
+RECOMMENDED = "--state-policy utility --end-of-turn-states"
+# (name, workload options, state pools: the last is the big one); --max-running 8 everywhere
+POLICY_WORKLOADS = [
+    ("multiturn", "--workload multiturn --num-clients 16 --num-rounds 4 --request-length 256 --output-length 32",
+     (24, 40, 64, 512)),
+    ("agentic", "--workload agentic --agent-trees 4 --agent-depth 3 --agent-branching 2", (24, 40, 64, 512)),
+    ("gsp", "--workload gsp --gsp-num-groups 8 --gsp-prompts-per-group 8 --gsp-system-prompt-len 1024 "
+            "--gsp-question-len 64 --gsp-output-len 32", (24, 32, 48, 512)),
+    ("mooncake", "--workload mooncake --limit 120", (6, 10, 24, 512)),
+]
+PRESSURE, GOAL_PRESSED, GOAL_ALL = 0.8, 1.2, 0.99
+
 
 def run(argv: list, env: dict) -> dict:
     print("$ " + shlex.join(argv), file=sys.stderr, flush=True)
@@ -41,14 +64,84 @@ def run(argv: list, env: dict) -> dict:
     return json.loads(r.stdout)
 
 
+def _replay_in_process(args, work, options: str, core: str, slots: int, extra: str = "") -> tuple:
+    """(hit rate, median scheduler us / request, mismatches summed, requests) over the repeats, run in this
+    process through mambaradix.sglang_replay.replay (what the command runs, without a process start per
+    run); the equivalent command is printed."""
+    from mambaradix.sglang_replay import cli, replay
+
+    argv = ["--sglang-path", args.sglang_path, *options.split(), "--tree-core", core, "--state-slots", str(slots),
+            "--max-running", "8", *extra.split()]
+    print("$ python -m mambaradix sglang-replay " + shlex.join(argv), file=sys.stderr, flush=True)
+    config = cli._config(cli.build_parser().parse_args(argv))
+    results = []
+    for _ in range(args.repeats):
+        results.append(replay(work, config, sglang_path=args.sglang_path))
+        gc.collect()   # a replay's scheduler and pools are cycles: free them before the next is built
+    hits = {round(r.token_hit_rate, 9) for r in results}
+    if len(hits) != 1:
+        raise SystemExit(f"the hit rate varied over the repeats: {sorted(hits)}")
+    us = statistics.median(r.metrics()["scheduler_us_per_request"] for r in results)
+    return (results[0].token_hit_rate, us, sum(r.toy_state_mismatches for r in results), len(results[0].requests))
+
+
+def policies(args) -> None:
+    import logging
+
+    from mambaradix.sglang_replay import cli, env as replay_env
+
+    replay_env.load(args.sglang_path)
+    logging.disable(logging.WARNING)
+    rows, misses = [], []
+    for name, options, pools in POLICY_WORKLOADS:
+        if args.only and name != args.only:
+            continue
+        work, _ = cli.build_workload(cli.build_parser().parse_args(options.split()))
+        # the baseline and ours alternate per pool, so both see the same load on a shared machine
+        res = {s: (_replay_in_process(args, work, options, "rust", s),
+                   _replay_in_process(args, work, options, "mambaradix", s, RECOMMENDED)) for s in pools}
+        big = res[pools[-1]][0][0]
+        for s in pools:
+            (h0, us0, bad0, n), (h1, us1, bad1, _) = res[s]
+            ratio = h1 / h0 if h0 else float("inf") if h1 else 1.0
+            pressure = h0 / big if big else 1.0
+            goal = GOAL_PRESSED if pressure < PRESSURE else GOAL_ALL
+            if ratio < goal:
+                misses.append(f"{name} at {s} slots: {ratio:.2f}x (goal {goal}x)")
+            rows.append(f"| {name} ({n} req) | {s} | {pressure:.0%} | {h0:.4f} | {h1:.4f} | {ratio:.2f}x | "
+                        f"{us0:,.0f} | {us1:,.0f} | {bad0 + bad1} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    print(f"mambaradix TreeCore `{RECOMMENDED}` vs SGLang's default (Rust core, lru); --max-running 8, "
+          f"extra_buffer, overlap scheduler")
+    print()
+    print("| workload | state slots | SGLang's hit / its big pool's | hit rate SGLang default | hit rate ours | "
+          f"ratio | scheduler us/req SGLang (median of {args.repeats}) | scheduler us/req ours | "
+          "toy-state mismatches |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print(f"goals: >= {GOAL_PRESSED}x where SGLang's default is below {PRESSURE:.0%} of its big-pool hit rate, "
+          f">= {GOAL_ALL}x everywhere: " + ("all met" if not misses else "missed at " + "; ".join(misses)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sglang-path", default=os.environ.get("MAMBARADIX_SGLANG_0523",
                                                            os.path.join(ROOT, ".sgl0523")))
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", choices=[w[0] for w in WORKLOADS])
+    p.add_argument("--policies", action="store_true",
+                   help="the recommended mambaradix configuration vs SGLang's default (see above)")
+    p.add_argument("--only", choices=sorted({w[0] for w in WORKLOADS + POLICY_WORKLOADS}))
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    if args.policies:
+        # in this process: the TreeCore's settings come from RECOMMENDED alone
+        for k in [k for k in os.environ if k.startswith("MAMBARADIX_") and k != "MAMBARADIX_SGLANG_0523"]:
+            del os.environ[k]
+        os.environ["OMP_NUM_THREADS"] = "1"
+        sys.path.insert(0, ROOT)
+        policies(args)
+        return
     rows = []
     for name, options, small, big in WORKLOADS:
         if args.only and name != args.only:

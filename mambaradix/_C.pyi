@@ -208,6 +208,10 @@ class RadixTree:
     def dec_kv_lock(self, node: Node) -> None:
         """Undo one inc_kv_lock(node); ValueError if node holds none (a lock of
         inc_lock_ref is undone by dec_lock_ref)."""
+    def dec_state_lock(self, node: Node) -> None:
+        """Release the state part of one inc_lock_ref(node), keeping its KV
+        part as one inc_kv_lock(node) lock; ValueError if node holds no lock
+        of inc_lock_ref."""
     def path_indices(self, node: Node) -> npt.NDArray[np.int64]:
         """KV indices of the path root..node, in token order."""
     def evict_path_states(self, node: Node, cap: int) -> npt.NDArray[np.int64]:

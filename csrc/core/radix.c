@@ -1896,6 +1896,29 @@ mr_radix_unlock_kv(mr_radix *t, mr_node *node)
     return MR_OK;
 }
 
+int
+mr_radix_unlock_state(mr_radix *t, mr_node *node)
+{
+    if (node == t->root) {
+        return MR_OK;
+    }
+    if (node->nostate_lock > 0 && t->cfg.semantics != MR_SEMANTICS_V0523) {
+        node->nostate_lock--;   /* a lock taken on a tombstone holds no state reference */
+    }
+    else if (node->state_lock > 0) {
+        if (--node->state_lock == 0 && node->state >= 0) {
+            t->state_protected--;
+            t->state_evictable++;
+        }
+    }
+    else {
+        return MR_EINVAL;
+    }
+    t->ver++;
+    node->kv_lock += 1;   /* the path's KV stays locked, as by mr_radix_lock_kv */
+    return MR_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Eviction */
 

@@ -355,6 +355,11 @@ int mr_radix_unlock(mr_radix *t, mr_node *node);
 int mr_radix_lock_kv(mr_radix *t, mr_node *node);
 /* Undoes one mr_radix_lock_kv(node).  MR_EINVAL if node holds no such lock. */
 int mr_radix_unlock_kv(mr_radix *t, mr_node *node);
+/* Releases the state part of one mr_radix_lock(node) and keeps its KV part
+ * as one mr_radix_lock_kv(node) lock (SGLang 0.5.23 releasing a lock's
+ * Mamba component first, then the rest: mr_radix_unlock_kv).  MR_EINVAL,
+ * the tree unchanged, if node holds no mr_radix_lock lock. */
+int mr_radix_unlock_state(mr_radix *t, mr_node *node);
 
 /* ------------------------------------------------------------------------
  * Eviction */

@@ -687,6 +687,30 @@ RadixTree_dec_kv_lock(RadixTree *self, PyObject *arg)
     return kv_lock_call(self, arg, 0);
 }
 
+PyDoc_STRVAR(RadixTree_dec_state_lock__doc__,
+"dec_state_lock($self, node, /)\n"
+"--\n"
+"\n"
+"Release the state part of one inc_lock_ref(node) and keep its KV part as\n"
+"one inc_kv_lock(node) lock (SGLang 0.5.23 releasing a lock's MAMBA\n"
+"component first; dec_kv_lock releases the rest).  ValueError if node holds\n"
+"no lock of inc_lock_ref.");
+
+static PyObject *
+RadixTree_dec_state_lock(RadixTree *self, PyObject *arg)
+{
+    mr_state *st = tree_state((PyObject *)self);
+    mr_node *n;
+    if (resolve_node(st, self, arg, "node", &n) < 0) {
+        return NULL;
+    }
+    if (mr_radix_unlock_state(self->tree, n) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "dec_state_lock(): node holds no lock of inc_lock_ref");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(RadixTree_path_indices__doc__,
 "path_indices($self, node, /)\n"
 "--\n"
@@ -1126,6 +1150,7 @@ static PyMethodDef RadixTree_methods[] = {
      RadixTree_evict_mamba__doc__},
     {"inc_kv_lock", (PyCFunction)RadixTree_inc_kv_lock, METH_O, RadixTree_inc_kv_lock__doc__},
     {"dec_kv_lock", (PyCFunction)RadixTree_dec_kv_lock, METH_O, RadixTree_dec_kv_lock__doc__},
+    {"dec_state_lock", (PyCFunction)RadixTree_dec_state_lock, METH_O, RadixTree_dec_state_lock__doc__},
     {"path_indices", (PyCFunction)RadixTree_path_indices, METH_O, RadixTree_path_indices__doc__},
     {"evict_path_states", (PyCFunction)(void (*)(void))RadixTree_evict_path_states, METH_FASTCALL,
      RadixTree_evict_path_states__doc__},

@@ -217,8 +217,15 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             which = (int)i;
         }
     }
-    if (which < 0) {
-        PyErr_Format(PyExc_ValueError, "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru, adaptive, not '%s'",
+    mr_lru_policy chosen = MR_POLICY_CONSUMED;
+    if (which >= 0) {
+        chosen = names[which].policy;
+    }
+    else if (mr_radix_policy_by_name(policy, &chosen) != MR_OK) {
+        /* any other name of the tree's policy table passes through (the state policies) */
+        PyErr_Format(PyExc_ValueError,
+                     "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru or a name of the "
+                     "tree's policy table (mambaradix.RadixTree's lru_policy), not '%s'",
                      policy);
         return NULL;
     }
@@ -248,7 +255,7 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     mr_leaf_order lo = {order[0], order[1], order[2]};
-    if (mr_radix_set_policy(t, names[which].policy, &lo) != MR_OK) {
+    if (mr_radix_set_policy(t, chosen, &lo) != MR_OK) {
         PyErr_SetString(PyExc_ValueError, "tree must be empty (the policy is set before the first insert)");
         return NULL;
     }
@@ -816,9 +823,46 @@ new_insert_result(UnifiedCore *self, size_t prefix_len, PyObject *node_id, int m
 }
 
 /* ------------------------------------------------------------------------
- * Locks: inc_lock_ref(node_id, skip_lock_components=()) and
- * dec_lock_ref(node_id, params, skip_swa=False) when nothing is skipped (a
- * lock that skips the Mamba component takes the Python path). */
+ * Locks: inc_lock_ref(node_id, skip_lock_components=()) when nothing is
+ * skipped (a lock that skips the Mamba component takes the Python path), and
+ * dec_lock_ref(node_id, params, skip_swa=False), which releases the
+ * components the receipt's skipped_lock_components does not name, as
+ * SGLang's cores do per component: both (mr_radix_unlock), MAMBA alone
+ * (mr_radix_unlock_state: SGLang's lazy slot allocation releases a
+ * request's MAMBA lock first, keeping its KV lock), FULL alone
+ * (mr_radix_unlock_kv: the KV of a lock that skipped MAMBA, or whose MAMBA
+ * part was released), or none. */
+
+/* ComponentType values (an int enum in SGLang). */
+#define COMP_FULL 0
+#define COMP_MAMBA 2
+
+/* The components a receipt's skipped_lock_components names, as a mask
+ * (1: FULL, 2: MAMBA), or -1 when it is not a tuple of those (the Python
+ * path names the problem).  Reads exact ints and int enums only: no Python
+ * code runs. */
+static int
+skipped_mask(PyObject *sk)
+{
+    if (!PyTuple_CheckExact(sk)) {
+        return -1;
+    }
+    int mask = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sk); i++) {
+        PyObject *c = PyTuple_GET_ITEM(sk, i);
+        if (!PyLong_Check(c)) {
+            return -1;
+        }
+        int overflow = 0;
+        long v = PyLong_AsLongAndOverflow(c, &overflow);
+        if (overflow || (v != COMP_FULL && v != COMP_MAMBA)) {
+            PyErr_Clear();
+            return -1;
+        }
+        mask |= v == COMP_FULL ? 1 : 2;
+    }
+    return mask;
+}
 
 static PyObject *
 UnifiedCore_inc_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -865,14 +909,17 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     mr_node *n = NULL;
     int fast = nargs >= 2 && nargs <= 3 && kwnames == NULL && PyLong_CheckExact(args[0]) && args[1] != Py_None;
+    int mask = -1;
     if (fast) {
         /* the receipt must be anchored on this node (the same NodeId) and
-         * have skipped nothing; read before the node is resolved, as its
-         * attributes may run Python code that changes the tree */
+         * skip FULL / MAMBA only (none of them without a MAMBA component);
+         * read before the node is resolved, as its attributes may run
+         * Python code that changes the tree */
         PyObject *rid = PyObject_GetAttr(args[1], s_node_id);
         PyObject *sk = rid ? PyObject_GetAttr(args[1], s_skipped) : NULL;
-        fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid) && PyTuple_CheckExact(sk)
-               && PyTuple_GET_SIZE(sk) == 0;
+        fast = rid != NULL && sk != NULL && PyLong_CheckExact(rid);
+        mask = fast ? skipped_mask(sk) : -1;
+        fast = fast && (mask == 0 || (self->has_mamba && mask > 0));
         fast = fast && PyObject_RichCompareBool(rid, args[0], Py_EQ) == 1;   /* exact ints: no Python code */
         Py_XDECREF(rid);
         Py_XDECREF(sk);
@@ -891,13 +938,32 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
         Py_DECREF(fn);
         return r;
     }
-    if (mr_radix_unlock(self->tree, n) != MR_OK) {
-        PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node %u holds no lock to release", mr_node_handle(n).id);
+    /* mask: the components left held (1: FULL skipped, 2: MAMBA skipped) */
+    int ok = mask == 0   ? mr_radix_unlock(self->tree, n) == MR_OK
+             : mask == 1 ? mr_radix_unlock_state(self->tree, n) == MR_OK
+             : mask == 2 ? mr_radix_unlock_kv(self->tree, n) == MR_OK
+                         : 1;
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node %u holds no lock %s", mr_node_handle(n).id,
+                     mask == 0   ? "to release"
+                     : mask == 1 ? "whose MAMBA component is held"
+                                 : "whose FULL component is held without its MAMBA one");
         return NULL;
     }
     PyObject *r = from_template(self->DecLockRefResult, self->dec_template, 0, NULL, NULL);
     if (r == NULL) {
-        mr_radix_lock(self->tree, n);
+        /* undo: the released components are taken back */
+        if (mask == 0) {
+            mr_radix_lock(self->tree, n);
+        }
+        else if (mask == 2) {
+            mr_radix_lock_kv(self->tree, n);
+        }
+        else if (mask == 1) {
+            /* the state part again: the KV lock it became goes back into a full lock */
+            mr_radix_unlock_kv(self->tree, n);
+            mr_radix_lock(self->tree, n);
+        }
     }
     return r;
 }

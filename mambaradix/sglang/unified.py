@@ -14,10 +14,16 @@ Served natively: components ``[FULL]`` and ``[FULL, MAMBA]``, page sizes 1 to
 128, the Mamba strategies no_buffer / extra_buffer / extra_buffer_lazy (they
 differ only in the controller), ``extra_key`` / ``cache_salt`` namespaces, the
 eviction policies 0.5.23 offers (lru, lfu, fifo, mru, filo, priority, slru,
-tlru), KV events.  Everything else (HiCache host tier, storage backends, SWA,
-session cache, custom components, other policy configurations, EAGLE bigram
-keys, KV sharding) is built on SGLang's Python TreeCore instead, with the
-reason logged; see ``fallback_reason``.
+tlru), KV events, and mambaradix's state policies, chosen in the plugin's
+settings (``mambaradix.sglang.plugin.SETTINGS``): any state policy of the C
+tree's policy table (``utility``...), end-of-turn states and a per-path state
+budget (the last two through ``end_of_turn_component_class()``, a MAMBA
+component the plugin supplies through SGLang's
+``CacheInitParams.component_registry_override``).  Everything else (HiCache
+host tier, storage backends, SWA, session cache, other custom components,
+other policy configurations, EAGLE bigram keys, KV sharding) is built on
+SGLang's Python TreeCore instead, with the reason logged; see
+``fallback_reason``.
 
 ``supports_fast_match_prefix()`` is False, as on SGLang's own cores, so SGLang's
 scheduler runs unchanged (waiting-prefix refresh through ``touch_prefix``);
@@ -116,7 +122,8 @@ def fallback_reason(params) -> Optional[str]:
     if comps not in ((ComponentType.FULL,), (ComponentType.FULL, ComponentType.MAMBA)):
         names = ", ".join(c.name for c in comps)
         return f"components [{names}] are not served natively (only [FULL] and [FULL, MAMBA])"
-    if params.component_registry_override:
+    override = dict(params.component_registry_override or {})
+    if override and override != {ComponentType.MAMBA: end_of_turn_component_class()}:
         return "custom components are not served natively"
     if getattr(params, "enable_session_radix_cache", False):
         return "session-aware caching is not served natively"
@@ -170,6 +177,30 @@ def _page_interleave_shard_size():
     return page_interleave_shard_size
 
 
+def _policy_options(params, utility_order: str) -> dict:
+    """The utility policy's options (mambaradix.RadixTree's policy_options): the simulator's defaults for
+    the initial weight, the tuning window and the FLOPs (a Qwen3-Next-like model; only their ratio
+    matters), the bytes of a state slot and of a token's KV from SGLang's pools where they say."""
+    from ..sim.types import SimConfig
+
+    d = SimConfig()
+    state_bytes, kv_bytes = float(d.state_bytes_per_slot), float(d.kv_bytes_per_token)
+    try:
+        mp = params.req_to_token_pool.mamba_pool
+        state_bytes = float(mp.get_kv_size_bytes()) / max(1, int(mp.size) + 1)
+    except Exception:   # another pool: keep the default
+        pass
+    try:
+        alloc = params.token_to_kv_pool_allocator
+        kv = alloc.get_kvcache().get_kv_size_bytes()
+        kv_bytes = float(sum(kv) if isinstance(kv, (tuple, list)) else kv) / max(1, int(alloc.size) + 1)
+    except Exception:
+        pass
+    return {"alpha": float(d.utility_alpha), "tune_window": int(d.tune_window),
+            "flops_per_token": float(d.flops_per_token), "attn_flops_per_pos": float(d.attn_flops_per_pos),
+            "state_bytes": state_bytes, "kv_bytes_per_token": kv_bytes, "mru": int(utility_order == "mru")}
+
+
 def _factory(params, components):
     global _SETTINGS_LOGGED
     settings = resolved_settings()
@@ -196,7 +227,9 @@ def resolved_settings() -> dict:
     return _plugin.resolve(_OVERRIDES)
 
 
-def register(fast_match_prefix: Optional[bool] = None) -> None:
+def register(fast_match_prefix: Optional[bool] = None, *, state_policy: Optional[str] = None,
+             utility_order: Optional[str] = None, end_of_turn_states: Optional[bool] = None,
+             path_state_budget: Optional[int] = None) -> None:
     """Register the TreeCore under ``"mambaradix"`` (idempotent).  The installed
     package's SGLang plugin (``mambaradix.sglang.plugin``) calls it in every SGLang
     process; call it yourself only where plugins are not loaded.
@@ -206,16 +239,143 @@ def register(fast_match_prefix: Optional[bool] = None) -> None:
     waiting request each round (cheap on this core) and skips its waiting-prefix
     refresh (``touch_prefix``).  The default (False, or
     ``MAMBARADIX_FAST_MATCH_PREFIX``, while the argument is None) is what SGLang's
-    Python and Rust cores answer, so the scheduler behaves exactly as with them."""
-    if fast_match_prefix is not None and not isinstance(fast_match_prefix, bool):
-        raise TypeError(f"fast_match_prefix must be a bool or None, not {type(fast_match_prefix).__name__}")
+    Python and Rust cores answer, so the scheduler behaves exactly as with them.
+
+    The state policies (``mambaradix.sglang.plugin.SETTINGS``; None: the environment's):
+    ``state_policy`` (a name of the tree's policy table, e.g. "utility"), ``utility_order``
+    ("mru" or "lru"), ``end_of_turn_states`` (bool) and ``path_state_budget`` (int >= 0).
+    Each is checked before anything changes (TypeError / ValueError naming it)."""
+    given = {k: v for k, v in dict(fast_match_prefix=fast_match_prefix, state_policy=state_policy,
+                                   utility_order=utility_order, end_of_turn_states=end_of_turn_states,
+                                   path_state_budget=path_state_budget).items() if v is not None}
+    checked = {k: _plugin.check(k, v) for k, v in given.items()}
     with _needs_sglang():
         from sglang.srt.mem_cache.unified_cache import tree_core_registry as reg
 
-    if fast_match_prefix is not None:
-        _OVERRIDES["fast_match_prefix"] = fast_match_prefix
+    _OVERRIDES.update(checked)
     if reg.get_tree_core_factory(BACKEND_NAME) is None:
         reg.register_tree_core_backend(BACKEND_NAME, _factory)
+    _install_component_hook()
+
+
+@contextlib.contextmanager
+def settings(**overrides: Any) -> Iterator[None]:
+    """register()'s keywords for the cores built inside the block (checked first), the previous ones
+    restored after it."""
+    checked = {k: _plugin.check(k, v) for k, v in overrides.items() if v is not None}
+    saved = dict(_OVERRIDES)
+    _OVERRIDES.update(checked)
+    try:
+        yield
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
+
+
+_HOOK_TARGET = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.__init__"
+
+
+def _supply_components(cache, params, *args, **kwargs):
+    """SGLang plugin hook (before UnifiedRadixCache.__init__): a cache built on this TreeCore with
+    end-of-turn states or a per-path state budget takes mambaradix's MAMBA component through SGLang's own
+    seam for custom components, CacheInitParams.component_registry_override."""
+    from sglang.srt.environ import envs
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    if (params is None or ComponentType.MAMBA not in tuple(params.tree_components or ())
+            or params.component_registry_override or params.disable):
+        return None
+    # SGLang's choice of backend (select_tree_core_backend), which resolves only "rust" further
+    name = params.tree_core_backend if params.tree_core_backend is not None else (
+        envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.get())
+    if name != BACKEND_NAME:
+        return None
+    chosen = resolved_settings()
+    if not (chosen["end_of_turn_states"][0] or chosen["path_state_budget"][0]):
+        return None
+    params.component_registry_override = {ComponentType.MAMBA: end_of_turn_component_class()}
+    return None
+
+
+def _install_component_hook() -> None:
+    """Registers _supply_components with SGLang's plugin hooks; SGLang applies them when it loads its
+    plugins (sglang.srt.plugins.load_plugins), and this applies them itself when called outside that."""
+    global _HOOKED
+    if _HOOKED:
+        return
+    from sglang.srt.plugins import hook_registry as hr
+
+    hr.HookRegistry.register(_HOOK_TARGET, _supply_components, hr.HookType.BEFORE)
+    _HOOKED = True
+    loading = getattr(hr, "_current_plugin_source", None)
+    if loading is None or loading.get() is None:
+        hr.HookRegistry.apply_hooks()
+
+
+_HOOKED = False
+
+
+_EOT_COMPONENT: Any = None
+
+
+def end_of_turn_component_class():
+    """mambaradix's MAMBA component (built on first use; it subclasses SGLang's MambaComponent): SGLang's,
+    plus end-of-turn states and the per-path state budget.  End of turn (on when the cache was built with
+    it): in an extra_buffer mode, a finished request whose running slot holds the state at exactly the
+    tokens it caches leaves that slot in the tree (no copy) instead of its last track snapshot, when the C
+    core's end-of-turn rule (mambaradix._C.end_of_turn: a non-empty, page-aligned length, one admission's
+    slots still free) allows it; its track slots are freed.  Budget: after an insert with a state, once
+    the request's lock has moved onto the inserted node, the TreeCore's trim_path_states.  Otherwise
+    SGLang's own behaviour."""
+    global _EOT_COMPONENT
+    if _EOT_COMPONENT is not None:
+        return _EOT_COMPONENT
+    with _needs_sglang():
+        from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+        from sglang.srt.runtime_context import get_exec
+
+    class EndOfTurnMambaComponent(MambaComponent):
+        def __init__(self, cache, params):
+            super().__init__(cache, params)
+            self._eot_params = None   # the InsertParams of the finished request whose running slot goes in
+            self._eot = bool(resolved_settings()["end_of_turn_states"][0])
+
+        def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
+            self._eot_params = None
+            kv = req.kv
+            if (self._eot and is_finished and self.cache.enable_mamba_extra_buffer and self.int8_ckpt_pool is None
+                    and kv.mamba_pool_idx is not None and kv.mamba_pool_idx.numel() == 1
+                    # the running slot holds the state after exactly the committed tokens: no step ran past
+                    # them (the overlap scheduler's next step may already have fed one more)
+                    and kv.kv_allocated_len == token_ids_len == kv.kv_committed_len
+                    and _C.end_of_turn(True, True, int(token_ids_len), int(self.cache.page_size),
+                                       int(self.cache.req_to_token_pool.mamba_allocator.available_size()),
+                                       bool(get_exec().mamba.enable_mamba_extra_buffer_lazy))):
+                insert_params.mamba_value = kv.mamba_pool_idx.reshape(1).clone()
+                insert_params.mamba_keep_idx = None
+                self._eot_params = insert_params
+                return token_ids_len
+            return super().prepare_for_caching_req(req, insert_params, token_ids_len, is_finished)
+
+        def cleanup_after_caching_req(self, req, is_finished, insert_result=None, insert_params=None):
+            eot = insert_params is not None and insert_params is self._eot_params
+            self._eot_params = None
+            if eot and insert_result is not None and not insert_result.mamba_exist:
+                # The tree owns the running slot now: free the request's track slots and clear its
+                # records through SGLang's own free, handing it an empty running index (freeing none).
+                req.kv.mamba_pool_idx = req.kv.mamba_pool_idx.reshape(1)[:0]
+                self.cache.req_to_token_pool.free_mamba_cache(req)
+            else:
+                super().cleanup_after_caching_req(req, is_finished, insert_result, insert_params)
+            if insert_result is not None and insert_params is not None and insert_params.mamba_value is not None:
+                # the per-path budget, now that the request's lock has moved onto the inserted node
+                slots = self.tree_core.trim_path_states(insert_result.last_device_node)
+                if slots.numel():
+                    self._free_mamba_value(slots)
+
+    EndOfTurnMambaComponent.__module__ = __name__
+    _EOT_COMPONENT = EndOfTurnMambaComponent
+    return _EOT_COMPONENT
 
 
 class PageHashes:
@@ -397,10 +557,24 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 dynamo_format=params.dynamo_kv_event_format,
                 lora_names=params.kv_event_lora_names,
             )
+            settings = resolved_settings()
+            policy = (params.eviction_policy or "lru").lower()
+            state_policy, source = settings["state_policy"]
+            tree_policy, options = "consumed", None
+            if state_policy is not None:
+                if policy != "lru":
+                    raise ValueError(f"{_plugin.SETTINGS['state_policy'].env if source == 'default' else source}"
+                                     f"={state_policy!r}: the state policy replaces SGLang's lru; "
+                                     f"--radix-eviction-policy is {policy!r}")
+                tree_policy = policy = state_policy
+                options = _policy_options(params, settings["utility_order"][0])
+            self._state_budget = settings["path_state_budget"][0]
             self._tree = _C.RadixTree(
                 page_size=self.page_size,
                 chunk_size=max(chunk, self.page_size) if chunk % self.page_size == 0 or self.page_size % chunk == 0 else self.page_size,
-                lru_policy="consumed",
+                lru_policy=tree_policy,
+                policy_options=options,
+                max_states_per_path=self._state_budget or None,
                 semantics="v0.5.23",
                 kv_only=not self.has_mamba,
             )
@@ -409,9 +583,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
             templates = (dict(InsertResult(prefix_len=0).__dict__), dict(IncLockRefResult().__dict__),
                          dict(DecLockRefResult().__dict__))
-            policy = (params.eviction_policy or "lru").lower()
             self.eviction_policy = policy
-            self._fast_match_prefix = resolved_settings()["fast_match_prefix"][0]
+            self._fast_match_prefix = settings["fast_match_prefix"][0]
             self._fast = _C.UnifiedCore(
                 self._tree, self,
                 (RadixKey, torch.Tensor, MatchResult, InsertStepResult, InsertResult, FreeDeviceKV,
@@ -604,10 +777,18 @@ def _build_class():  # noqa: C901 - one class, built lazily
                     f"params: lock receipt anchored on node {getattr(params, 'node_id', None)} "
                     f"released on node {self._nid(node)}"
                 )
-            if self.has_mamba and MAMBA in params.skipped_lock_components:
-                self._tree.dec_kv_lock(node)
-            else:
+            # Release each component the receipt does not skip, as SGLang's cores do: SGLang's lazy
+            # slot allocation releases a request's MAMBA component first and the rest later.
+            skipped = tuple(params.skipped_lock_components)
+            if any(ct not in self.component_types for ct in skipped):
+                raise ValueError(f"params.skipped_lock_components={skipped!r}: not components of this tree")
+            full, mamba = FULL not in skipped, self.has_mamba and MAMBA not in skipped
+            if full and (mamba or not self.has_mamba):
                 self._tree.dec_lock_ref(node)
+            elif full:
+                self._tree.dec_kv_lock(node)
+            elif mamba:
+                self._tree.dec_state_lock(node)
             return DecLockRefResult()
 
         def dec_swa_lock_only(self, node_id, params):
@@ -798,6 +979,16 @@ def _build_class():  # noqa: C901 - one class, built lazily
             slots = self._tree.evict_path_states(node, self._path_cap)
             if len(slots):
                 device_frees[MAMBA].append(self._tensor(slots))
+
+        def trim_path_states(self, node_id):
+            """The per-path state budget (MAMBARADIX_PATH_STATE_BUDGET; the C core's trim_path) for the
+            path to node_id: the state slots it dropped (a tensor; empty without a budget).  mambaradix's
+            MAMBA component calls it once a request's lock has moved to the node its insert ended at, so
+            the states the new one supersedes are no longer held by that request."""
+            node = self._node(node_id)
+            if not self._state_budget or not self.has_mamba:
+                return self._empty
+            return self._tensor(self._tree.trim_path(node).state_slots)
 
         # ---- KV events ---------------------------------------------------------
 

@@ -29,7 +29,9 @@ WORKLOAD_GROUPS = ("workload", "generated shared prefix", "multi-turn chat", "ag
 OPTIONS = {"tree_core": "--tree-core", "state_slots": "--state-slots", "kv_tokens": "--kv-tokens",
            "page_size": "--page-size", "max_running": "--max-running", "mamba_strategy": "--mamba-strategy",
            "track_interval": "--track-interval", "chunked_prefill_size": "--chunked-prefill-size",
-           "overlap": "--disable-overlap-schedule", "trace": "--trace"}
+           "overlap": "--disable-overlap-schedule", "trace": "--trace", "state_policy": "--state-policy",
+           "utility_order": "--utility-order", "end_of_turn_states": "--end-of-turn-states",
+           "path_state_budget": "--path-state-budget"}
 
 
 class UserError(Exception):
@@ -82,6 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--disable-overlap-schedule", action="store_true",
                    help="SGLang's normal loop instead of its overlap scheduler (default: overlap, except "
                         "no_buffer, which SGLang runs without it)")
+    t = p.add_argument_group("the mambaradix TreeCore's state policies (--tree-core mambaradix; default: its "
+                             "MAMBARADIX_* settings from the environment, as in a server)")
+    t.add_argument("--state-policy", metavar="NAME",
+                   help="the tree's state policy (MAMBARADIX_STATE_POLICY), a name of its policy table: utility "
+                        "(FLOPs saved per byte + recency, tuned online), consumed (SGLang's lru), ...")
+    t.add_argument("--utility-order", choices=("mru", "lru"),
+                   help="utility policy: initial recency order (MAMBARADIX_UTILITY_ORDER; default mru)")
+    t.add_argument("--end-of-turn-states", action="store_true", default=None,
+                   help="a finished request leaves the state at its exact end in the tree "
+                        "(MAMBARADIX_END_OF_TURN_STATES)")
+    t.add_argument("--path-state-budget", type=sim_cli._int_opt(0), metavar="N",
+                   help="per-path state budget: a path keeps at most N states (MAMBARADIX_PATH_STATE_BUDGET; "
+                        "0: none)")
     c.add_argument("--sglang-path", metavar="DIR",
                    help=f"a pip install --target directory holding SGLang {env.WANT} (default: "
                         f"${env.ENV_VAR}, else the environment's sglang)")
@@ -96,7 +111,9 @@ def _config(args: argparse.Namespace) -> ReplayConfig:
         tree_core=args.tree_core, state_slots=args.state_slots, kv_tokens=args.kv_tokens,
         page_size=args.page_size, max_running=args.max_running, mamba_strategy=args.mamba_strategy,
         track_interval=args.track_interval, chunked_prefill_size=args.chunked_prefill_size,
-        overlap=False if args.disable_overlap_schedule else None).resolved()
+        overlap=False if args.disable_overlap_schedule else None, state_policy=args.state_policy,
+        utility_order=args.utility_order, end_of_turn_states=args.end_of_turn_states,
+        path_state_budget=args.path_state_budget).resolved()
 
 
 def _message(e: ReplayError) -> str:

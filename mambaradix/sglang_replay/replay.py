@@ -77,6 +77,10 @@ class ReplayError(ValueError):
         self.reason = message
 
 
+#: ReplayConfig's fields that set the mambaradix TreeCore's state policies.
+POLICY_FIELDS = ("state_policy", "utility_order", "end_of_turn_states", "path_state_budget")
+
+
 @dataclasses.dataclass
 class ReplayConfig:
     """The scheduler's configuration.  ``max_running`` None: ``state_slots // 5`` (1 to 64), the
@@ -93,6 +97,16 @@ class ReplayConfig:
     track_interval: int = 256
     chunked_prefill_size: int = 8192
     overlap: Optional[bool] = None
+    # the mambaradix TreeCore's state policies (mambaradix.sglang.plugin.SETTINGS); None: its settings as
+    # the environment gives them, as in a server
+    state_policy: Optional[str] = None
+    utility_order: Optional[str] = None
+    end_of_turn_states: Optional[bool] = None
+    path_state_budget: Optional[int] = None
+
+    def tree_settings(self) -> dict:
+        """The state-policy fields that are set, as mambaradix.sglang.unified.register()'s keywords."""
+        return {k: getattr(self, k) for k in POLICY_FIELDS if getattr(self, k) is not None}
 
     def resolved(self) -> "ReplayConfig":
         """Checked, with its defaults filled in; raises :class:`ReplayError` naming the field."""
@@ -112,6 +126,10 @@ class ReplayConfig:
         if self.mamba_strategy != "no_buffer" and self.track_interval % self.page_size:
             raise ReplayError("track_interval", f"must be a multiple of the page size {self.page_size} (as SGLang "
                                                 f"asserts), got {self.track_interval}")
+        given = self.tree_settings()
+        if given and self.tree_core != "mambaradix":
+            raise ReplayError(next(iter(given)), f"is a setting of the mambaradix TreeCore; SGLang's "
+                                                 f"{self.tree_core} core has no such option")
         if self.overlap is not None and not isinstance(self.overlap, bool):
             raise ReplayError("overlap", f"must be True, False or None, got {self.overlap!r}")
         overlap = self.mamba_strategy != "no_buffer" if self.overlap is None else self.overlap
@@ -431,8 +449,14 @@ class _Replay:
 
         backend, _ = TREE_CORES[self.config.tree_core]
         if backend == "mambaradix":
-            from ..sglang import unified
+            from ..sglang import plugin, unified
 
+            # the values are read once SGLang is importable (mambaradix.sglang imports it)
+            for k, v in self.config.tree_settings().items():
+                try:
+                    plugin.check(k, v)
+                except (TypeError, ValueError) as e:
+                    raise ReplayError(k, str(e).removeprefix(f"{k}={v!r}: ")) from None
             unified.register()
         sa = self._server_args(model_dir)
         port_args = PortArgs.init_new(sa)
@@ -441,7 +465,13 @@ class _Replay:
         old = os.environ.get("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND")
         os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = backend
         try:
-            scheduler = Scheduler(sa, port_args)
+            if backend == "mambaradix":
+                with unified.settings(**self.config.tree_settings()):
+                    scheduler = Scheduler(sa, port_args)
+                    self.tree_settings = {k: v for k, (v, _) in unified.resolved_settings().items()}
+            else:
+                scheduler = Scheduler(sa, port_args)
+                self.tree_settings = None
         except RuntimeError as e:
             ratio = re.search(r"state cache is too small to serve any requests.*mamba_ratio=(\d+)", str(e))
             if ratio is None:
@@ -648,7 +678,7 @@ class _Replay:
             "state_slots": c.state_slots, "kv_tokens": c.kv_tokens, "page_size": c.page_size,
             "max_running": c.max_running, "mamba_strategy": c.mamba_strategy,
             "track_interval": c.track_interval, "chunked_prefill_size": c.chunked_prefill_size,
-            "overlap": c.overlap,
+            "overlap": c.overlap, "tree_settings": self.tree_settings,
             "sglang_max_running_requests": int(s.max_running_requests),
             "sglang_kv_tokens": int(s.max_total_num_tokens),
             "sglang_state_slots": int(s.req_to_token_pool.mamba_pool.size),

@@ -1482,6 +1482,21 @@ unit_v0523_mode(void)
     CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_OK);
     CHECK_RC(mr_radix_unlock_kv(t, tomb), MR_EINVAL);
     CHECK_TREE(t);
+    /* A lock's state part released alone (SGLang's MAMBA component first):
+     * the state becomes evictable, the path's KV stays locked until
+     * mr_radix_unlock_kv; a lock without its state part refuses it. */
+    mr_radix_reset(t);
+    CHECK_RC(mr_radix_insert(t, a, va, 4, 0, 5, 0, NULL, &r), MR_OK);
+    CHECK_RC(mr_radix_lock(t, r.node), MR_OK);
+    CHECK_RC(mr_radix_unlock_state(t, r.node), MR_OK);
+    CHECK(fx_stats_of(t).state_evictable == 1 && fx_stats_of(t).state_protected == 0);
+    CHECK(fx_stats_of(t).full_protected == 4 && mr_node_kv_lock(r.node) == 1);
+    CHECK_TREE(t);
+    CHECK_RC(mr_radix_unlock_state(t, r.node), MR_EINVAL);
+    CHECK_RC(mr_radix_unlock(t, r.node), MR_EINVAL);
+    CHECK_RC(mr_radix_unlock_kv(t, r.node), MR_OK);
+    CHECK(fx_stats_of(t).full_evictable == 4 && fx_stats_of(t).full_protected == 0);
+    CHECK_TREE(t);
     /* A v0.5.15 tree refuses a stateless insert. */
     mr_radix_free(t);
     cfg.semantics = MR_SEMANTICS_V0515;

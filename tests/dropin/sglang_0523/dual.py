@@ -111,8 +111,9 @@ def _key(tokens, extra=None, salt=None, limit=None):
 
 class Differ:
     def __init__(self, cfg: CacheConfig, strategy: str, seed: int, path_cap: int = -1, policy_config=None,
-                 python_path: bool = False):
+                 python_path: bool = False, partial_unlocks: bool = False):
         self.cfg = cfg
+        self.partial_unlocks = partial_unlocks   # some unlocks release the MAMBA component first
         self.rng = random.Random(seed)
         self.a = Side(cfg, "python", strategy, path_cap, policy_config)
         self.b = Side(cfg, "mambaradix", strategy, path_cap, policy_config)
@@ -267,6 +268,16 @@ class Differ:
             self.check("unlock (none held)")
             return
         i = self.rng.randrange(len(self.a.locks))
+        if (self.partial_unlocks and self.has_mamba and not self.a.locks[i][1].skipped_lock_components
+                and self.rng.random() < 0.3):
+            # The MAMBA part alone, the rest later: what extra_buffer_lazy's slot allocation does when
+            # the state pool is empty (MambaComponent._alloc_mamba_slot).
+            for side in (self.a, self.b):
+                node, receipt = side.locks[i]
+                side.cache.dec_lock_ref(node, replace(receipt.to_dec_params(), skipped_lock_components=(FULL,)))
+                receipt.skipped_lock_components += (MAMBA,)
+            self.check("unlock MAMBA only")
+            return
         for side in (self.a, self.b):
             node, receipt = side.locks.pop(i)
             side.cache.dec_lock_ref(node, receipt.to_dec_params())

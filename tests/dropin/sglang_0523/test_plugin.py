@@ -44,14 +44,37 @@ print("CORE", type(cache.tree_core).__name__, cache.supports_fast_match_prefix()
 """
 
 
+# A hybrid (FULL + MAMBA) cache, built the way SGLang's unit-test kit builds one, after the plugins loaded.
+HYBRID_SCRIPT = """
+import logging, sys
+sys.path.insert(0, {here!r})
+import sgl_env
+sgl_env.bootstrap()
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(name)s %(message)s")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import dual
+from sglang.test.kits.unified_radix_cache.config import CacheConfig
+cfg = CacheConfig(page_size=1, components=(dual.FULL, dual.MAMBA), enable_mamba_extra_buffer=True,
+                  mamba_cache_size=40, kv_size=512, max_context_len=512, eviction_policy={policy!r})
+import os
+cache, alloc, pool = dual.build(cfg, os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"])
+core = cache.tree_core
+tree = getattr(core, "_tree", None)
+print("CORE", type(core).__name__, type(cache.components[dual.MAMBA]).__name__,
+      tree and tree.lru_policy, tree and int(tree.policy_stats()["mru"]))
+"""
+
+
 def _run(**env_extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MAMBARADIX_") or k in ("MAMBARADIX_SGLANG_0523",)}
     env.pop("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", None)
     env.pop("SGLANG_PLUGINS", None)
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-c", SCRIPT.format(here=HERE)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    script = HYBRID_SCRIPT.format(here=HERE, policy=env.pop("POLICY", "lru")) if env.pop("HYBRID", "") else (
+        SCRIPT.format(here=HERE))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_the_package_declares_the_plugin():
@@ -65,7 +88,9 @@ def test_environment_variables_alone_select_our_core():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "CORE MambaradixTreeCore False" in r.stdout, r.stdout[-3000:]
     logged = [ln for ln in r.stdout.splitlines() if "mambaradix TreeCore settings" in ln]
-    assert logged == ["LOG mambaradix.sglang.unified mambaradix TreeCore settings: fast_match_prefix=False (default)"]
+    assert logged == ["LOG mambaradix.sglang.unified mambaradix TreeCore settings: fast_match_prefix=False (default), "
+                      "state_policy=None (default), utility_order='mru' (default), end_of_turn_states=False "
+                      "(default), path_state_budget=0 (default)"]
 
 
 def test_a_setting_from_the_environment_is_used_and_logged_with_its_source():
@@ -91,3 +116,50 @@ def test_an_unreadable_setting_is_refused_naming_the_variable(value):
     r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_FAST_MATCH_PREFIX=value)
     assert r.returncode != 0
     assert f"ValueError: MAMBARADIX_FAST_MATCH_PREFIX={value!r}: expected one of 1/0" in r.stderr, r.stderr[-3000:]
+
+
+def test_state_policies_from_the_environment_reach_the_tree_and_sglangs_component_seam():
+    """The state policy (a name of the C tree's policy table, passed through), its order, end-of-turn
+    states and the budget: the tree runs the policy, and the cache's MAMBA component is mambaradix's,
+    supplied through CacheInitParams.component_registry_override by the plugin's hook."""
+    r = _run(HYBRID="1", SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_STATE_POLICY="utility",
+             MAMBARADIX_UTILITY_ORDER="lru", MAMBARADIX_END_OF_TURN_STATES="1", MAMBARADIX_PATH_STATE_BUDGET="2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE MambaradixTreeCore EndOfTurnMambaComponent utility 0\n" in r.stdout, r.stdout[-3000:]
+    logged = [ln for ln in r.stdout.splitlines() if "mambaradix TreeCore settings" in ln]
+    assert len(logged) == 1 and logged[0].endswith(
+        "state_policy='utility' (MAMBARADIX_STATE_POLICY), utility_order='lru' (MAMBARADIX_UTILITY_ORDER), "
+        "end_of_turn_states=True (MAMBARADIX_END_OF_TURN_STATES), path_state_budget=2 "
+        "(MAMBARADIX_PATH_STATE_BUDGET)"), logged
+
+
+def test_without_state_settings_the_cache_keeps_sglangs_component_and_lru():
+    r = _run(HYBRID="1", SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_STATE_POLICY="consumed",
+             MAMBARADIX_UTILITY_ORDER="mru")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE MambaradixTreeCore MambaComponent consumed" in r.stdout, r.stdout[-3000:]
+    # on SGLang's own cores the settings change nothing: no component of ours, no error
+    r = _run(HYBRID="1", SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python", MAMBARADIX_END_OF_TURN_STATES="1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE UnifiedTreeCoreInspector MambaComponent None" in r.stdout, r.stdout[-3000:]
+
+
+def test_a_state_policy_with_another_sglang_eviction_policy_is_refused_naming_the_variable():
+    r = _run(HYBRID="1", POLICY="lfu", SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix",
+             MAMBARADIX_STATE_POLICY="utility")
+    assert r.returncode != 0
+    assert "ValueError: MAMBARADIX_STATE_POLICY='utility': the state policy replaces SGLang's lru; " \
+           "--radix-eviction-policy is 'lfu'" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("MAMBARADIX_STATE_POLICY", "nonsense", "expected a policy of the tree's table"),
+    ("MAMBARADIX_UTILITY_ORDER", "up", "expected mru or lru"),
+    ("MAMBARADIX_END_OF_TURN_STATES", "maybe", "expected one of 1/0"),
+    ("MAMBARADIX_PATH_STATE_BUDGET", "-1", "expected an integer >= 0"),
+    ("MAMBARADIX_PATH_STATE_BUDGET", "two", "expected an integer >= 0"),
+])
+def test_an_unreadable_state_setting_is_refused_naming_the_variable(var, value, says):
+    r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", **{var: value})
+    assert r.returncode != 0
+    assert f"ValueError: {var}={value!r}: {says}" in r.stderr, r.stderr[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from array import array
 
 import pytest
@@ -33,7 +34,7 @@ CONFIGS = dual.configs()
 
 @pytest.mark.parametrize("cfg,strategy", CONFIGS, ids=[f"{c.label}-{s}" for c, s in CONFIGS])
 def test_differential(cfg, strategy):
-    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size)
+    d = dual.Differ(cfg, strategy, seed=SEED + 1000 + cfg.page_size, partial_unlocks=True)
     steps = d.run(OPS)
     assert steps >= OPS
     assert d.requests_done >= min(5, 1 + OPS // 200)  # the request paths really ran
@@ -47,7 +48,7 @@ PY_PATH_CONFIGS = [c for c in CONFIGS if (c[0].page_size, c[1]) in ((1, "none"),
 def test_differential_python_path(cfg, strategy):
     """The adapter's Python path (what the C calls hand over for token lists,
     tensors off the CPU, empty keys) against SGLang's core too."""
-    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True)
+    d = dual.Differ(cfg, strategy, seed=SEED + 4000 + cfg.page_size, python_path=True, partial_unlocks=True)
     assert d.run(OPS // 2) >= OPS // 2
 
 
@@ -461,3 +462,54 @@ def test_adaptive_policy_is_served_natively():
     assert type(cache.tree_core).__name__ == "MambaradixTreeCore"
     assert cache.tree_core.eviction_policy == "adaptive"
     assert cache.tree_core._tree.lru_policy == "adaptive"   # no fallback: our core, the adaptive row
+
+
+def test_state_settings_reach_the_tree_and_are_restored():
+    """register()'s keywords (here through settings(), which restores them): the state policy is passed to
+    the C tree as a name of its policy table; cores built afterwards use the previous settings again."""
+    cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA), enable_mamba_extra_buffer=True)
+    before = mr_unified.resolved_settings()
+    with mr_unified.settings(state_policy="utility", utility_order="lru", path_state_budget=3):
+        cache, _, _ = dual.build(cfg, "mambaradix")
+        assert mr_unified.resolved_settings()["path_state_budget"] == (3, "register()")
+    tree = cache.tree_core._tree
+    assert tree.lru_policy == "utility" and not tree.policy_stats()["mru"]
+    assert type(cache.components[ComponentType.MAMBA]).__name__ == "EndOfTurnMambaComponent"
+    assert mr_unified.resolved_settings() == before
+    plain, _, _ = dual.build(cfg, "mambaradix")
+    assert plain.tree_core._tree.lru_policy == "consumed"
+    assert type(plain.components[ComponentType.MAMBA]).__name__ == "MambaComponent"
+
+
+@pytest.mark.parametrize("kwargs, exc, says", [
+    ({"state_policy": 3}, TypeError, "state_policy must be a str, not int"),
+    ({"state_policy": "nonsense"}, ValueError, "state_policy='nonsense': expected a policy of the tree's table"),
+    ({"utility_order": "up"}, ValueError, "utility_order='up': expected mru or lru"),
+    ({"end_of_turn_states": 1}, TypeError, "end_of_turn_states must be a bool, not int"),
+    ({"path_state_budget": -1}, ValueError, "path_state_budget=-1: expected an integer >= 0"),
+    ({"path_state_budget": True}, TypeError, "path_state_budget must be an int, not bool"),
+    ({"fast_match_prefix": True, "path_state_budget": -1}, ValueError, "path_state_budget"),
+])
+def test_register_checks_its_keywords_before_anything_changes(kwargs, exc, says):
+    before = mr_unified.resolved_settings()
+    with pytest.raises(exc, match=re.escape(says)):
+        mr_unified.register(**kwargs)
+    assert mr_unified.resolved_settings() == before
+
+
+def test_only_our_own_mamba_component_is_served_natively():
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+
+    class Other(MambaComponent):
+        pass
+
+    def params(override):
+        return SimpleNamespace(tree_components=(ComponentType.FULL, ComponentType.MAMBA), page_size=1,
+                               component_registry_override=override, enable_session_radix_cache=False,
+                               eviction_policy="lru", eviction_policy_config=None, is_eagle=False,
+                               token_to_kv_pool_allocator=None)
+
+    assert mr_unified.fallback_reason(params({ComponentType.MAMBA: mr_unified.end_of_turn_component_class()})) is None
+    assert "custom components" in mr_unified.fallback_reason(params({ComponentType.MAMBA: Other}))
