@@ -99,7 +99,7 @@ def policies(args) -> None:
         work, _ = cli.build_workload(cli.build_parser().parse_args(options.split()))
         # the baseline and ours alternate per pool, so both see the same load on a shared machine
         res = {s: (_replay_in_process(args, work, options, "rust", s),
-                   _replay_in_process(args, work, options, "mambaradix", s, RECOMMENDED)) for s in pools}
+                   _replay_in_process(args, work, options, "mambaradix", s, args.config)) for s in pools}
         big = res[pools[-1]][0][0]
         for s in pools:
             (h0, us0, bad0, n), (h1, us1, bad1, _) = res[s]
@@ -111,7 +111,7 @@ def policies(args) -> None:
             rows.append(f"| {name} ({n} req) | {s} | {pressure:.0%} | {h0:.4f} | {h1:.4f} | {ratio:.2f}x | "
                         f"{us0:,.0f} | {us1:,.0f} | {bad0 + bad1} |")
             print(rows[-1], file=sys.stderr, flush=True)
-    print(f"mambaradix TreeCore `{RECOMMENDED}` vs SGLang's default (Rust core, lru); --max-running 8, "
+    print(f"mambaradix TreeCore `{args.config}` vs SGLang's default (Rust core, lru); --max-running 8, "
           f"extra_buffer, overlap scheduler")
     print()
     print("| workload | state slots | SGLang's hit / its big pool's | hit rate SGLang default | hit rate ours | "
@@ -132,10 +132,12 @@ def main() -> None:
     p.add_argument("--policies", action="store_true",
                    help="the recommended mambaradix configuration vs SGLang's default (see above)")
     p.add_argument("--only", choices=sorted({w[0] for w in WORKLOADS + POLICY_WORKLOADS}))
+    p.add_argument("--config", default=RECOMMENDED,
+                   help=f"with --policies: the mambaradix TreeCore's sglang-replay options (default: {RECOMMENDED!r})")
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     if args.policies:
-        # in this process: the TreeCore's settings come from RECOMMENDED alone
+        # in this process: the TreeCore's settings come from --config alone
         for k in [k for k in os.environ if k.startswith("MAMBARADIX_") and k != "MAMBARADIX_SGLANG_0523"]:
             del os.environ[k]
         os.environ["OMP_NUM_THREADS"] = "1"
