@@ -43,7 +43,7 @@ WORKLOADS = [
 CORES = ("python", "rust", "mambaradix")
 
 #: The mambaradix TreeCore's recommended configuration (sglang-replay options).
-RECOMMENDED = "--state-policy utility --end-of-turn-states"
+RECOMMENDED = "--state-policy adaptive"
 # (name, workload options, state pools: the last is the big one); --max-running 8 everywhere
 POLICY_WORKLOADS = [
     ("multiturn", "--workload multiturn --num-clients 16 --num-rounds 4 --request-length 256 --output-length 32",
