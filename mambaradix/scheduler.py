@@ -222,8 +222,8 @@ class Scheduler:
         self.need_filter = False      # a running request finished or left
         # SGLang 0.5.23 skips the decode a finishing request would run under
         # the overlap scheduler (enable_skip_finishing_decode)
-        self.skip_finishing = bool(config.overlap) and config.semantics == "v0.5.23"
-        self.filter_every_step = config.semantics == "v0.5.23"
+        self.v0523 = config.semantics == "v0.5.23"
+        self.skip_finishing = bool(config.overlap) and self.v0523
         self.touch_calls = 0          # admission passes that reached calc_priority (0.5.23)
 
     # ------------------------------------------------------------- the loop
@@ -269,7 +269,7 @@ class Scheduler:
                 self._join(x)
             if len(self.running) == before and lb.items:
                 self.batch_is_full = False
-        if self.filter_every_step:
+        if self.v0523:
             # SGLang 0.5.23 drops finished requests from the running batch at
             # every step, before admission (v0.5.15: in the decode update)
             if self.need_filter:
@@ -313,7 +313,7 @@ class Scheduler:
         if self._num_allocatable() <= 0 and self.chunked is None:
             self.batch_is_full = True
             return None
-        if self.filter_every_step and self.waiting:
+        if self.v0523 and self.waiting:
             # SGLang 0.5.23's calc_priority under fcfs with LRU eviction: every
             # 32nd call walks the first 128 waiting requests' prefixes, the
             # queue's head last, refreshing their recency in the tree
@@ -497,7 +497,7 @@ class Scheduler:
             # stays in_run until that result is processed
             self.running = [x for x in self.running if id(x) not in finishing]
         if not self.running:
-            if self.filter_every_step:
+            if self.v0523:
                 self.batch_is_full = False
             return None
         if finishing and not self._check_decode_mem():
@@ -541,7 +541,7 @@ class Scheduler:
         return self._kv_available() >= n
 
     def _evict_tokens(self, n: int) -> None:
-        evict = kv_evict(self._kv_available(), n, self.filter_every_step)   # 0.5.23: the shortfall
+        evict = kv_evict(self._kv_available(), n, self.v0523)   # 0.5.23: only the shortfall
         if evict:
             self._evict_kv(evict)
 

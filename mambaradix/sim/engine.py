@@ -105,7 +105,7 @@ def tree_options(config: SimConfig) -> dict:
     budget."""
     pol = config.lru_policy
     kw: dict = {"lru_policy": "consumed" if pol == "belady" else pol}
-    if pol == "sglang" and getattr(config, "semantics", "v0.5.15") == "v0.5.23":
+    if pol == "sglang" and config.semantics == "v0.5.23":
         kw["lru_policy"] = "consumed"   # 0.5.23's Mamba LRU refreshes only the state a match uses
     budget = int(getattr(config, "max_states_per_path", 0) or 0)
     if budget:
@@ -304,7 +304,7 @@ def _driver_config(config: SimConfig) -> DriverConfig:
                         match_cap=config.match_cap, page_size=config.page_size,
                         new_token_ratio=float(getattr(config, "new_token_ratio", 1.0)),
                         decode_boundary=decode_boundary_of(config),
-                        semantics=str(getattr(config, "semantics", "v0.5.15")))
+                        semantics=config.semantics)
 
 
 def decode_boundary_of(config: SimConfig) -> str:
@@ -420,8 +420,7 @@ class _Replay(Scheduler):
             extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
             track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
-            semantics=str(getattr(config, "semantics", "v0.5.15")), **tree_options(config))
-        self.v0523 = getattr(config, "semantics", "v0.5.15") == "v0.5.23"
+            semantics=config.semantics, **tree_options(config))
         # the same tree for matches, locks, evictions and the policies' node API
         self.tree = self.lc.tree_view()
         self.eot = bool(getattr(config, "end_of_turn_states", False))

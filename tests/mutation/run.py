@@ -480,7 +480,7 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_PLAN_ROWS_LATE", "csrc/core/lifecycle.c",
            "        if ((int64_t)n > mr_slots_available(&lc->rp->rows)\n            || (short_slots",
            "        if ((short_slots", ["tests/core/test_lifecycle_refused_batches.py", "tests/c/test_c_lifecycle.py"],
-           "prefill_batch learns that rows are short only after evicting (the issue's reproducer)"),
+           "prefill_batch learns that rows are short only after evicting (20 requests for 8 rows)"),
     Mutant("LC_DECODE_LATE", "csrc/core/lifecycle.c",
            "    if (need > mr_kv_available(lc->kv) + (int64_t)ts.full_evictable) {", "    if (0) {",
            ["tests/core/test_lifecycle_refused_batches.py", "tests/c/test_c_lifecycle.py"],

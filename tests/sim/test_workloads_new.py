@@ -103,7 +103,7 @@ def test_defaults_are_fixed_by_the_seed(name):
     check = request_checker([SimConfig()])
     for r in a:
         check(r.rid, len(r.input_ids), r.output_len)
-    if name == "agent":       # sized like the brief: 48 tasks, about 700 requests
+    if name == "agent":       # the default size: 48 tasks, about 700 requests
         assert stats["sessions"] == 48 and 550 <= stats["requests"] <= 850
 
 
