@@ -185,7 +185,7 @@ def _candidates(requests: Sequence[SimRequest], order: list, tokens: list, page:
         root = roots.get(r.extra_key)
         if root is None:
             root = roots[r.extra_key] = _Node(np.zeros(0, dtype=np.int32), -1)
-        limit = match_key_limit(len(r.input_ids), cap)
+        limit = match_key_limit(r.prompt_len, cap)
         for lo, hi, a in _touch(root, tokens[i], limit, j):
             p = hi // page * page
             if p > lo:
@@ -282,7 +282,7 @@ def upper_bound(requests: Sequence[SimRequest], config: SimConfig) -> BoundResul
     tokens = _request_tokens(requests)
     js, as_, ps = _candidates(requests, order, tokens, int(cfg.page_size), bool(cfg.match_cap))
     n = len(order)
-    prompt = sum(len(r.input_ids) for r in requests)
+    prompt = sum(r.prompt_len for r in requests)
     # a hit stands at the admissions after its last toucher's, up to its own
     first = as_ + 1
     # the deepest candidate of each request (it has the earliest last toucher)

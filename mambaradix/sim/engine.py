@@ -145,7 +145,7 @@ class _Future:
 
     def __init__(self, requests: list, match_cap: bool) -> None:
         self.n = len(requests)
-        maxlen = max((len(r.input_ids) for r in requests), default=1)
+        maxlen = max((r.prompt_len for r in requests), default=1)
         self.pw = np.cumprod(np.concatenate([[np.uint64(1)], np.full(maxlen, _HASH_B, dtype=np.uint64)]),
                              dtype=np.uint64)[:maxlen]
         parts, starts, lens = [], [], []
@@ -322,17 +322,20 @@ def decode_boundary_of(config: SimConfig) -> str:
 class _R:
     """One request in the state-free replay."""
 
-    __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
+    __slots__ = ("rid", "sim", "tokens", "outs", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
                  "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
 
-    def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
+    def __init__(self, sim: SimRequest, outs: np.ndarray) -> None:
         self.rid = sim.rid
         self.sim = sim
-        self.tokens = tokens
-        self.prompt_len = len(sim.input_ids)
+        # prompt + outputs + two spare tokens, made at the first match
+        # (_Replay._tokens) and dropped when the request finishes
+        self.tokens: Optional[np.ndarray] = None
+        self.outs: Optional[np.ndarray] = outs     # the outputs and spares until then
+        self.prompt_len = sim.prompt_len
         self.output_len = int(sim.output_len)
         self.ns = sim.extra_key
         self.n_out = 0
@@ -391,7 +394,7 @@ def step_limit(requests: list, config: SimConfig) -> int:
     if config.chunked_prefill_size:
         chunk = min(chunk, int(config.chunked_prefill_size))
     chunk = max(chunk, 1)
-    serial = sum(-(-len(r.input_ids) // chunk) + int(r.output_len) + 3 for r in requests)
+    serial = sum(-(-r.prompt_len // chunk) + int(r.output_len) + 3 for r in requests)
     return 16 * serial + 1000
 
 
@@ -655,8 +658,11 @@ class _Replay(Scheduler):
     def _flush_seen(self) -> None:
         """The inserts _seen deferred, before the shadow is read."""
         for r in self.unseen.values():
-            self.shadow.insert(r.tokens[:r.seen], None, 1, extra_key=r.ns)
+            self._shadow_insert(r)
         self.unseen.clear()
+
+    def _shadow_insert(self, r: _R) -> None:
+        self.shadow.insert(r.tokens[:r.seen], None, 1, extra_key=r.ns)
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
@@ -731,22 +737,44 @@ class _Replay(Scheduler):
         self.rows_free += 1
 
     def _finish(self, r: _R) -> None:
+        # its last insert into the shadow now, so that its tokens can go
+        # (the shadow never evicts, so when it goes in changes no match)
+        if self.unseen.pop(id(r), None) is not None:
+            t0 = time.perf_counter()
+            self._shadow_insert(r)
+            self.t_cache += time.perf_counter() - t0
+        r.tokens = None
+        r.outs = None
         r.finished = True
         self.n_done += 1
         if self.progress is not None:
             self.progress(self.n_done, self.n_total)
 
     # ----------------------------------------------------------- match
+    @staticmethod
+    def _tokens(r: _R) -> np.ndarray:
+        """r's token ids (prompt, outputs, two spares), made in one buffer
+        when first needed: waiting requests hold only their outputs."""
+        L = r.prompt_len
+        outs = r.outs
+        tokens = np.empty(L + len(outs), dtype=np.int32)
+        r.sim.write_prompt(tokens[:L])
+        tokens[L:] = outs
+        r.tokens = tokens
+        r.outs = None
+        return tokens
+
     def _match(self, r: _R) -> None:
         fill_len = r.prompt_len + r.n_out
         limit = match_key_limit(fill_len, self.dcfg.match_cap)
+        tokens = r.tokens if r.tokens is not None else self._tokens(r)
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns, indices=False)
+        m = self.tree.match_prefix(tokens[:limit], extra_key=r.ns, indices=False)
         seen = 0
         if not r.admitted:
             if self.unseen:
                 self._flush_seen()
-            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns,
+            seen = self.shadow.match_prefix(tokens[:fill_len], extra_key=r.ns,
                                             indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
@@ -768,8 +796,9 @@ class _Replay(Scheduler):
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:
+        tokens = r.tokens if r.tokens is not None else self._tokens(r)
         t0 = time.perf_counter()
-        self.tree.match_prefix(r.tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
+        self.tree.match_prefix(tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
         self.t_cache += time.perf_counter() - t0
 
     # ----------------------------------------------------------- the loop
@@ -797,16 +826,14 @@ class _Replay(Scheduler):
                 self.check()
 
     def _submit(self, sim: SimRequest) -> None:
-        ids = np.ascontiguousarray(np.asarray(sim.input_ids, dtype=np.int32))
         if sim.output_ids is not None:
-            outs = np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32)
-            spare = _pseudo_outputs(sim.rid + "#spare", 2)
-            tokens = np.concatenate([ids, outs, spare])
+            outs = np.concatenate([np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32),
+                                   _pseudo_outputs(sim.rid + "#spare", 2)])
         else:
             # the outputs and two spare tokens (decoded by an overlap step
             # after the request finished)
-            tokens = np.concatenate([ids, self._outputs(self.n_submitted)])
-        r = _R(sim, tokens)
+            outs = self._outputs(self.n_submitted)
+        r = _R(sim, outs)
         r.nsid = 0 if sim.extra_key is None else self.tree.namespace(sim.extra_key)
         r.aidx = self.n_submitted
         self.n_submitted += 1
@@ -1307,7 +1334,7 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
 
     model = ToyRecurrentModel(seed=int(config.seed))
     dcfg = _driver_config(config)
-    max_len = max(len(r.input_ids) + int(r.output_len) + 2 for r in requests) if requests else 1
+    max_len = max(r.prompt_len + int(r.output_len) + 2 for r in requests) if requests else 1
     setup = drv.build_dropin(dcfg, kv_tokens=int(config.kv_tokens),
                              state_slots=int(config.state_slots), max_context_len=max_len,
                              model=model, **tree_options(config),
