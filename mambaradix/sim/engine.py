@@ -1178,9 +1178,14 @@ class _Replay(Scheduler):
 
     def _fast_forward(self) -> bool:
         """Apply k decode steps at once when none of them can change anything
-        but counters: no request finishes or reaches a track boundary in them,
-        no request can be admitted (nothing waits, or the batch is full), no
-        request arrives that could be, and the KV pool needs no eviction."""
+        but counters and the track points of requests at a boundary: no
+        request finishes in them, no request can be admitted (nothing waits,
+        or the batch is full), no request arrives that could be, and the KV
+        pool needs no eviction.  A boundary (extra_buffer, not lazy) changes
+        only its requests' track records, so its decode results are
+        processed in order within the span, each with the batch counters a
+        step would have had; lazy mode's pre-allocation takes slots, so
+        there the span stops before a boundary."""
         if self.chunked is not None or self.pending_join or self.need_filter:
             return False
         lb = self.last_batch
@@ -1189,43 +1194,67 @@ class _Replay(Scheduler):
         if self.waiting and not self.batch_is_full:
             return False
         overlap = self.dcfg.overlap
-        if overlap and (len(self.result_queue) != 1 or self.result_queue[0].kind != "decode"):
+        rq = self.result_queue
+        if overlap and (len(rq) != 1 or rq[0].kind != "decode"):
             return False
         P = self.prep_id
-        k = (1 << 62)
-        if self.pending and not self.batch_is_full:
-            # (an arrival far away, 1e308 s, gives an infinite quotient)
-            k = int(min((float(self.pending[0].arrival) - self.clock) / self.time.step, 2.0**62)) - 1
         bs = len(self.running)
         page = self.page
         # no eviction in the k steps: a request takes at most k + page - 1
         # tokens in them, and a step evicts below bs * page free with pages
-        k = min(k, self.kv_free // bs - (1 if page == 1 else 2 * page))
-        heap = self.fin_heap
-        while heap and heap[0] not in self.fin_at:
-            heapq.heappop(heap)
-        while heap and heap[0] <= self.res_id:
-            f = heapq.heappop(heap)
-            self.fin_at.pop(f, None)
-        if heap:
-            k = min(k, heap[0] - self.res_id - 2)
+        k = self.kv_free // bs - (1 if page == 1 else 2 * page)
         if k < 2:
             return False
+        if self.pending and not self.batch_is_full:
+            # (an arrival far away, 1e308 s, gives an infinite quotient)
+            k = min(k, int(min((float(self.pending[0].arrival) - self.clock) / self.time.step,
+                               2.0**62)) - 1)
+        heap = self.fin_heap
+        fin_at = self.fin_at
+        res = self.res_id
+        while heap and (heap[0] not in fin_at or heap[0] <= res):
+            f = heapq.heappop(heap)
+            if f <= res:
+                fin_at.pop(f, None)
+        if heap:
+            k = min(k, heap[0] - res - 2)
+        if k < 2:
+            return False
+        fold = None
         if self.extra_buffer and self.bucket:
             interval = self.interval
-            if (overlap and self.dcfg.decode_boundary == "batch"
-                    and (P % interval) in self.bucket):
-                return False        # batch P's result (still to process) is a boundary
-            # the nearest boundary after P: the first residue from P + 1 on, circularly
-            keys = self.bucket_keys
-            i = bisect.bisect_left(keys, (P + 1) % interval)
-            d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
-            k = min(k, d - 2)
-        if k < 2:
-            return False
+            batch_mode = self.dcfg.decode_boundary == "batch"
+            if self.lazy:
+                if overlap and batch_mode and (P % interval) in self.bucket:
+                    return False        # batch P's result (still to process) is a boundary
+                # the nearest boundary after P: the first residue from P + 1 on, circularly
+                keys = self.bucket_keys
+                i = bisect.bisect_left(keys, (P + 1) % interval)
+                d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
+                k = min(k, d - 2)
+                if k < 2:
+                    return False
+            else:
+                # the results the span processes: P .. P+k-1 with the
+                # overlap (batch b's with P+1 prepared), else P+1 .. P+k;
+                # batch b's boundary residue is b's, or in the committed
+                # check the prepared batch's
+                lag = 1 if overlap else 0
+                lo = P + 1 - lag
+                shift = 0 if batch_mode else lag
+                fold = self._boundaries(lo + shift, k)
+                if shift:
+                    fold = [b - shift for b in fold]
         self.next_bid += k
         self.prep_id += k
         self.res_id += k
+        if fold:
+            last = (self.next_bid, self.prep_id, self.res_id)
+            for b in fold:
+                self.prep_id = b + lag
+                self.next_bid = b + lag + 1
+                self._process_decode(Batch("decode", bid=b))
+            self.next_bid, self.prep_id, self.res_id = last
         if page == 1:
             self.kv_free -= k * bs
         else:
@@ -1235,13 +1264,29 @@ class _Replay(Scheduler):
                 for res, n in enumerate(self.page_due) if n)
         batch = Batch("decode", bid=self.prep_id)
         if overlap:
-            self.result_queue[0] = batch
+            rq[0] = batch
         self.last_batch = batch
         self._note_peaks()
         step = self.time.step
         for _ in range(k):          # the same float sums as k single steps
             self.clock += step
         return True
+
+    def _boundaries(self, lo: int, k: int) -> list:
+        """The batches b in lo .. lo+k-1 whose residue b mod interval is a
+        bucket's (running requests at a track boundary there), in order."""
+        interval = self.interval
+        keys = self.bucket_keys
+        if k >= interval:
+            return sorted(b for key in keys for b in range(lo + (key - lo) % interval, lo + k, interval))
+        start = lo % interval
+        end = start + k             # residues start .. end-1, wrapping past interval
+        i = bisect.bisect_left(keys, start)
+        j = bisect.bisect_left(keys, end)
+        got = [lo + key - start for key in keys[i:j]]
+        if end > interval:
+            got += [lo + interval - start + key for key in keys[:bisect.bisect_left(keys, end - interval)]]
+        return got
 
     # ----------------------------------------------------------- checks
     def check(self) -> None:
