@@ -434,6 +434,7 @@ class _Replay(Scheduler):
         self.shadow = mambaradix.RadixTree(page_size=config.page_size, chunk_size=config.chunk_size,
                                            lru_policy="consumed", values=False)
         self.unseen: dict = {}        # id -> request whose shadow insert waits (_seen)
+        self.token_bufs: dict = {}    # log2 size -> free token buffers (_tokens)
         self.t_cache = 0.0
         # KV counts tokens; with pages (SGLang's paged allocator) the pool
         # holds whole pages and a request holds the pages of its tokens
@@ -743,26 +744,38 @@ class _Replay(Scheduler):
             t0 = time.perf_counter()
             self._shadow_insert(r)
             self.t_cache += time.perf_counter() - t0
-        r.tokens = None
-        r.outs = None
+        self._drop_tokens(r)
         r.finished = True
         self.n_done += 1
         if self.progress is not None:
             self.progress(self.n_done, self.n_total)
 
     # ----------------------------------------------------------- match
-    @staticmethod
-    def _tokens(r: _R) -> np.ndarray:
-        """r's token ids (prompt, outputs, two spares), made in one buffer
-        when first needed: waiting requests hold only their outputs."""
+    def _tokens(self, r: _R) -> np.ndarray:
+        """r's token ids (prompt, outputs, two spares), made when first
+        needed (waiting requests hold only their outputs) in a buffer of
+        the pool that finished requests give back (_drop_tokens): memory
+        already touched, not fresh pages for every request."""
         L = r.prompt_len
         outs = r.outs
-        tokens = np.empty(L + len(outs), dtype=np.int32)
+        n = L + len(outs)
+        size = (n - 1).bit_length()
+        free = self.token_bufs.get(size)
+        tokens = (free.pop() if free else np.empty(1 << size, dtype=np.int32))[:n]
         r.sim.write_prompt(tokens[:L])
         tokens[L:] = outs
         r.tokens = tokens
         r.outs = None
         return tokens
+
+    def _drop_tokens(self, r: _R) -> None:
+        """r's token buffer back to the pool (the trees keep copies of keys)."""
+        tokens = r.tokens
+        if tokens is not None:
+            buf = tokens.base
+            self.token_bufs.setdefault(len(buf).bit_length() - 1, []).append(buf)
+            r.tokens = None
+        r.outs = None
 
     def _match(self, r: _R) -> None:
         fill_len = r.prompt_len + r.n_out
