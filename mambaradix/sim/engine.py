@@ -1190,15 +1190,17 @@ class _Replay(Scheduler):
                                 self.extra_buffer and r.track is not None and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
-        """Apply k decode steps at once when none of them can change anything
-        but counters and the track points of requests at a boundary: no
-        request finishes in them, no request can be admitted (nothing waits,
-        or the batch is full), no request arrives that could be, and the KV
-        pool needs no eviction.  A boundary (extra_buffer, not lazy) changes
-        only its requests' track records, so its decode results are
-        processed in order within the span, each with the batch counters a
-        step would have had; lazy mode's pre-allocation takes slots, so
-        there the span stops before a boundary."""
+        """Apply k decode steps at once when nothing but counters, track
+        points and (last) finishes happens in them: no request can be
+        admitted (nothing waits, or the batch is full), none arrives that
+        could be, the KV pool needs no eviction.  The results that change
+        requests are processed in order, each with the batch counters its
+        step would have had: a track boundary (extra_buffer, not lazy)
+        changes only its requests' track records; a batch that finishes
+        requests ends the span, as their release ends its step (not under
+        0.5.23's overlap loop, where a finishing request leaves the batch
+        before its result, nor in lazy mode, whose pre-allocation at a
+        boundary takes slots: there the span stops before either)."""
         if self.chunked is not None or self.pending_join or self.need_filter:
             return False
         lb = self.last_batch
@@ -1229,11 +1231,17 @@ class _Replay(Scheduler):
             f = heapq.heappop(heap)
             if f <= res:
                 fin_at.pop(f, None)
+        # a span may end with the first batch that finishes requests (their
+        # release is the last thing its step does) unless a finishing
+        # request leaves the batch before its result (0.5.23's overlap
+        # loop) or lazy pre-allocation is due
+        fin_last = not self.skip_finishing and not self.lazy
         if heap:
-            k = min(k, heap[0] - res - 2)
+            k = min(k, heap[0] - res - (0 if fin_last else 2))
         if k < 2:
             return False
-        fold = None
+        lag = 1 if overlap else 0
+        fold: list = []
         if self.extra_buffer and self.bucket:
             interval = self.interval
             batch_mode = self.dcfg.decode_boundary == "batch"
@@ -1252,37 +1260,37 @@ class _Replay(Scheduler):
                 # overlap (batch b's with P+1 prepared), else P+1 .. P+k;
                 # batch b's boundary residue is b's, or in the committed
                 # check the prepared batch's
-                lag = 1 if overlap else 0
-                lo = P + 1 - lag
                 shift = 0 if batch_mode else lag
-                fold = self._boundaries(lo + shift, k)
+                fold = self._boundaries(P + 1 - lag + shift, k)
                 if shift:
                     fold = [b - shift for b in fold]
-        self.next_bid += k
-        self.prep_id += k
-        self.res_id += k
-        if fold:
-            last = (self.next_bid, self.prep_id, self.res_id)
-            for b in fold:
-                self.prep_id = b + lag
-                self.next_bid = b + lag + 1
-                self._process_decode(Batch("decode", bid=b))
-            self.next_bid, self.prep_id, self.res_id = last
+        if res + k in fin_at:
+            if not fold or fold[-1] != res + k:
+                fold.append(res + k)
+        # the k decode batches' KV, peaks and clock first: a finish, the
+        # last result processed, gives back what the span took
         if page == 1:
             self.kv_free -= k * bs
         else:
             # batches P+1 .. P+k, each a page for the requests of its residue
             self.kv_free -= page * sum(
-                n * ((P + k - res) // page - (P - res) // page)
-                for res, n in enumerate(self.page_due) if n)
-        batch = Batch("decode", bid=self.prep_id)
-        if overlap:
-            rq[0] = batch
-        self.last_batch = batch
+                n * ((P + k - r0) // page - (P - r0) // page)
+                for r0, n in enumerate(self.page_due) if n)
         self._note_peaks()
         step = self.time.step
         for _ in range(k):          # the same float sums as k single steps
             self.clock += step
+        batch = Batch("decode", bid=P + k)
+        if overlap:
+            rq[0] = batch
+        self.last_batch = batch
+        for b in fold:
+            self.prep_id = b + lag
+            self.next_bid = b + lag + 1
+            self._process_decode(Batch("decode", bid=b))
+        self.next_bid = P + k + 1
+        self.prep_id = P + k
+        self.res_id = res + k
         return True
 
     def _boundaries(self, lo: int, k: int) -> list:
