@@ -470,6 +470,10 @@ class _Replay(Scheduler):
         self.extra_buffer = self.dcfg.extra_buffer
         self.lazy = self.dcfg.lazy
         self.interval = int(self.dcfg.track_interval)
+        self.overlap = self.dcfg.overlap
+        self.batch_mode = self.dcfg.decode_boundary == "batch"
+        # _fast_forward: a span may end with a batch that finishes requests
+        self.fin_last = not self.skip_finishing and not self.lazy
         # decode batches are numbered; prep_id / res_id: the last prepared /
         # processed one.  A running request's committed KV and outputs follow
         # from them, so a decode step costs O(requests it changes).
@@ -816,12 +820,16 @@ class _Replay(Scheduler):
 
     # ----------------------------------------------------------- the loop
     def run(self) -> None:
-        while self.pending or not self.idle:
-            while self.pending and self.pending[0].arrival <= self.clock:
-                self._submit(self.pending.popleft())
-            if self.idle:
-                if self.pending:
-                    self.clock = max(self.clock, float(self.pending[0].arrival))
+        pending = self.pending
+        fast_forward = self._fast_forward
+        step = self._step
+        while True:
+            while pending and pending[0].arrival <= self.clock:
+                self._submit(pending.popleft())
+            if (not self.waiting and not self.running and self.chunked is None
+                    and not self.result_queue and self.last_batch is None):     # idle
+                if pending:
+                    self.clock = max(self.clock, float(pending[0].arrival))
                     continue
                 break
             self.steps += 1
@@ -832,9 +840,9 @@ class _Replay(Scheduler):
                     f"({len(self.waiting)} waiting, {len(self.running)} running; "
                     f"free KV {self.kv_free:,} of {self.kv_total:,}, free state slots "
                     f"{self.slots_free} of {self.slots_total})")
-            if self._fast_forward():
+            if fast_forward():
                 continue
-            self._step()
+            step()
             if self.check_every_step:
                 self.check()
 
@@ -1208,7 +1216,7 @@ class _Replay(Scheduler):
             return False
         if self.waiting and not self.batch_is_full:
             return False
-        overlap = self.dcfg.overlap
+        overlap = self.overlap
         rq = self.result_queue
         if overlap and (len(rq) != 1 or rq[0].kind != "decode"):
             return False
@@ -1235,7 +1243,7 @@ class _Replay(Scheduler):
         # release is the last thing its step does) unless a finishing
         # request leaves the batch before its result (0.5.23's overlap
         # loop) or lazy pre-allocation is due
-        fin_last = not self.skip_finishing and not self.lazy
+        fin_last = self.fin_last
         if heap:
             k = min(k, heap[0] - res - (0 if fin_last else 2))
         if k < 2:
@@ -1244,7 +1252,7 @@ class _Replay(Scheduler):
         fold: list = []
         if self.extra_buffer and self.bucket:
             interval = self.interval
-            batch_mode = self.dcfg.decode_boundary == "batch"
+            batch_mode = self.batch_mode
             if self.lazy:
                 if overlap and batch_mode and (P % interval) in self.bucket:
                     return False        # batch P's result (still to process) is a boundary
