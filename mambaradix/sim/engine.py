@@ -89,6 +89,7 @@ from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_ne
                          extend_kv_need, finish_cache_len, kv_evict, match_key_limit, state_headroom)
 from .checks import check_feasible, check_requests, validate_config
 from .types import SimConfig, SimMetrics, SimRequest
+from .workloads import prefix_bounds
 
 __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
@@ -458,6 +459,9 @@ class _Replay(Scheduler):
         self.pending: deque = deque(requests[i] for i in order)
         # pseudo outputs, made in blocks of requests in arrival order (_outputs)
         self.in_order = list(self.pending)
+        # how much of a request's key the shadow needs: no other prompt
+        # matches past its bound (None: all of it)
+        self.key_bounds = prefix_bounds(self.in_order)
         self.outs = np.zeros(0, dtype=np.int32)
         self.out_at = np.zeros(1, dtype=np.int64)
         self.out_from = 0
@@ -667,7 +671,12 @@ class _Replay(Scheduler):
         self.unseen.clear()
 
     def _shadow_insert(self, r: _R) -> None:
-        self.shadow.insert(r.tokens[:r.seen], None, 1, extra_key=r.ns)
+        n = r.seen
+        if self.key_bounds is not None:
+            bound = self.key_bounds[r.aidx]
+            if bound is not None and bound < n:
+                n = bound       # no other prompt matches past it (prefix_bounds)
+        self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:

@@ -103,6 +103,7 @@ __all__ = [
     "HashBlocks",
     "HashBlockPrompt",
     "HashBlockRequest",
+    "prefix_bounds",
     "load_token_trace",
     "save_token_trace",
     "load_trace",
@@ -1065,7 +1066,7 @@ class HashBlocks:
     block (its mixed id), not 4 per token.  Arguments are not checked here
     (expand_hash_blocks and load_mooncake check them)."""
 
-    __slots__ = ("keys", "mults", "block_size", "vocab_size")
+    __slots__ = ("keys", "mults", "block_size", "vocab_size", "_distinct")
 
     def __init__(self, hash_ids: np.ndarray, block_size: int, vocab_size: int, seed: int) -> None:
         ids = np.asarray(hash_ids).astype(np.int64).view(np.uint64)
@@ -1075,6 +1076,7 @@ class HashBlocks:
                             + np.uint32((seed * 0x85EBCA6B) & 0xFFFFFFFF)) | np.uint32(1)
         self.block_size = int(block_size)
         self.vocab_size = int(vocab_size)
+        self._distinct: Optional[bool] = None
 
     def write(self, first: int, out: np.ndarray) -> None:
         """The tokens of blocks ``first``, ``first + 1``, ... into the int32
@@ -1098,6 +1100,40 @@ class HashBlocks:
                 part *= np.uint64(self.vocab_size)
                 part >>= np.uint64(32)
                 u[start:start + step] = part
+
+
+    def rows_distinct(self) -> bool:
+        """Whether blocks with different mixed ids always differ in some
+        token, so that a block's id stands for its tokens (cached).
+
+        Token j of id a lies in bucket floor(x * vocab / 2**32) of
+        x = a * m(j) mod 2**32, so two ids a, a + d agree at j only when
+        d * m(j) mod 2**32 lies within W = ceil(2**32 / vocab) of 0.  The
+        d allowed at j = 0 are m(0)**-1 * e for |e| < W (m(0) is odd); the
+        rows are distinct when none of them, d != 0, stays allowed at every
+        position.  A vocabulary too small to enumerate them answers False."""
+        got = self._distinct
+        if got is None:
+            got = self._distinct = self._check_rows_distinct()
+        return got
+
+    def _check_rows_distinct(self) -> bool:
+        width = -(-(1 << 32) // self.vocab_size)
+        if width > 1 << 22:
+            return False
+        mask = np.uint64(0xFFFFFFFF)
+        m = self.mults.astype(np.uint64)
+        inv = pow(int(m[0]), -1, 1 << 32)
+        e = np.concatenate((np.arange(1, width, dtype=np.uint64),
+                            np.uint64(1 << 32) - np.arange(1, width, dtype=np.uint64)))
+        d = (e * np.uint64(inv)) & mask
+        lo, hi = np.uint64(width), np.uint64((1 << 32) - width)
+        for j in range(1, self.block_size):
+            x = (d * m[j]) & mask
+            d = d[(x < lo) | (x > hi)]
+            if not d.size:
+                return True
+        return False
 
 
 class HashBlockPrompt:
@@ -1147,6 +1183,46 @@ class HashBlockRequest(SimRequest):
             src.blocks.write(src.first, out)
         else:
             out[...] = src
+
+
+def prefix_bounds(requests: Sequence[SimRequest]) -> Optional[list]:
+    """For each request, a length that no other request's prompt shares
+    with its tokens (prompt, then whatever follows it): ``LCP(tokens_i,
+    prompt_j) < bounds[i]`` for every j != i, or None where there is no
+    such bound.  None (no bounds at all) unless every request is a
+    :class:`HashBlockRequest` over one :class:`HashBlocks` whose distinct
+    blocks differ in some token (``rows_distinct``).
+
+    Two prompts agree on their first c whole blocks (equal ids) and then
+    either differ in block c, which lies in both (distinct blocks differ
+    before its end), or one of them ends before block c does: so LCP <
+    block_size * (c + 1) where c is the longest run of whole blocks i
+    shares with any other request, unless i's whole blocks are all shared
+    (no bound then).  The longest run is found between neighbours of the
+    requests sorted by their whole blocks' ids.  The replay's record of
+    every key seen stores a key only up to its bound: no later prompt can
+    match past it."""
+    srcs = [getattr(r, "_prompt", None) for r in requests]
+    if not srcs or not all(isinstance(p, HashBlockPrompt) for p in srcs):
+        return None
+    blocks = srcs[0].blocks
+    if any(p.blocks is not blocks for p in srcs) or not blocks.rows_distinct():
+        return None
+    bs = blocks.block_size
+    keys = blocks.keys
+    runs = [keys[p.first:p.first + p.length // bs] for p in srcs]
+    order = sorted(range(len(runs)), key=lambda i: runs[i].tobytes())
+    shared = [0] * len(runs)
+    for a, b in zip(order, order[1:]):
+        x, y = runs[a], runs[b]
+        n = min(len(x), len(y))
+        diff = np.flatnonzero(x[:n] != y[:n])
+        c = int(diff[0]) if len(diff) else n
+        if c > shared[a]:
+            shared[a] = c
+        if c > shared[b]:
+            shared[b] = c
+    return [bs * (c + 1) if c < len(run) else None for c, run in zip(shared, runs)]
 
 
 def load_mooncake(
