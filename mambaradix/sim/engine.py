@@ -270,9 +270,10 @@ def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
     counts = np.asarray(ns, dtype=np.int64)
     starts = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
-    # splitmix64 over the positions (uint64 array arithmetic wraps silently)
-    pos = (np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)).astype(np.uint64)
-    x = pos * _GOLDEN + np.repeat(hs, counts)
+    # splitmix64 over the positions (uint64 array arithmetic wraps silently):
+    # (i - start) * golden + h is i * golden + (h - start * golden)
+    x = np.arange(int(starts[-1]), dtype=np.uint64) * _GOLDEN
+    x += np.repeat(hs - starts[:-1].astype(np.uint64) * _GOLDEN, counts)
     x = (x ^ (x >> _S30)) * _MIX1
     x = (x ^ (x >> _S27)) * _MIX2
     x = x ^ (x >> _S31)
