@@ -185,7 +185,7 @@ def _candidates(requests: Sequence[SimRequest], order: list, tokens: list, page:
         root = roots.get(r.extra_key)
         if root is None:
             root = roots[r.extra_key] = _Node(np.zeros(0, dtype=np.int32), -1)
-        limit = match_key_limit(r.prompt_len, cap)
+        limit = match_key_limit(len(r.input_ids), cap)
         for lo, hi, a in _touch(root, tokens[i], limit, j):
             p = hi // page * page
             if p > lo:
