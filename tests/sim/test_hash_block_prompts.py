@@ -144,3 +144,16 @@ def test_replay_is_the_same_with_prompts_as_arrays(tmp_path):
         ma.pop("wall_seconds"), mb.pop("wall_seconds")
         assert ma == mb and a.prefixes == b.prefixes
         assert a.metrics.lost_eviction > 0 and a.metrics.state_usable_tokens > 0
+
+
+def test_key_of_a_running_request_counts_as_seen():
+    # B repeats A's prompt while A decodes: A's prompt went into the tree
+    # when its prefill ended (no_buffer caches every prefilled token), so all
+    # of B's prompt was seen before, and its last token only lies past the
+    # match cap (L - 1): 1 token lost to the cap, none never seen
+    prompt = np.arange(1, 101, dtype=np.int32)
+    reqs = [wl.SimRequest(rid="a", input_ids=prompt, output_len=50, arrival=0.0),
+            wl.SimRequest(rid="b", input_ids=prompt.copy(), output_len=5, arrival=0.2)]
+    cfg = SimConfig(kv_tokens=4096, state_slots=20, max_running=4, mode="no_buffer")
+    m = replay(reqs, cfg, check_every_step=True).metrics
+    assert (m.never_seen_tokens, m.lost_match_cap, m.kv_matched_tokens) == (100, 1, 99)
