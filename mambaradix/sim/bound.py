@@ -282,7 +282,7 @@ def upper_bound(requests: Sequence[SimRequest], config: SimConfig) -> BoundResul
     tokens = _request_tokens(requests)
     js, as_, ps = _candidates(requests, order, tokens, int(cfg.page_size), bool(cfg.match_cap))
     n = len(order)
-    prompt = sum(len(r.input_ids) for r in requests)
+    prompt = sum(r.prompt_len for r in requests)
     # a hit stands at the admissions after its last toucher's, up to its own
     first = as_ + 1
     # the deepest candidate of each request (it has the earliest last toucher)

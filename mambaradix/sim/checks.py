@@ -209,8 +209,9 @@ def check_requests(requests: Any) -> None:
             raise ValueError(f"requests[{i}]: duplicate rid {r.rid!r}")
         seen.add(r.rid)
         where = f"requests[{i}] ({r.rid!r})"
-        _check_token_ids(f"{where}.input_ids", r.input_ids)
-        if len(r.input_ids) == 0:
+        if not r.generated_prompt:      # (a generated one is valid by construction)
+            _check_token_ids(f"{where}.input_ids", r.input_ids)
+        if r.prompt_len == 0:
             raise ValueError(f"{where}.input_ids is empty")
         if not _is_int(r.output_len):
             raise TypeError(f"{where}.output_len must be an integer >= 1, got {r.output_len!r}")
@@ -290,7 +291,7 @@ def check_feasible(requests: Sequence[SimRequest], config: SimConfig) -> None:
     config = config.resolved()
     if not requests:
         raise ConfigError("the workload has no requests")
-    lens = np.fromiter((len(r.input_ids) for r in requests), dtype=np.int64, count=len(requests))
+    lens = np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=len(requests))
     # (clipped to fit int64: the refusal below gives the request's own)
     outs = np.fromiter((min(int(r.output_len), 2**40) for r in requests), dtype=np.int64,
                        count=len(requests))

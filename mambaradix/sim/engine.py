@@ -89,6 +89,7 @@ from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_ne
                          extend_kv_need, finish_cache_len, kv_evict, match_key_limit, state_headroom)
 from .checks import check_feasible, check_requests, validate_config
 from .types import SimConfig, SimMetrics, SimRequest
+from .workloads import prefix_bounds
 
 __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
@@ -145,7 +146,7 @@ class _Future:
 
     def __init__(self, requests: list, match_cap: bool) -> None:
         self.n = len(requests)
-        maxlen = max((len(r.input_ids) for r in requests), default=1)
+        maxlen = max((r.prompt_len for r in requests), default=1)
         self.pw = np.cumprod(np.concatenate([[np.uint64(1)], np.full(maxlen, _HASH_B, dtype=np.uint64)]),
                              dtype=np.uint64)[:maxlen]
         parts, starts, lens = [], [], []
@@ -269,9 +270,10 @@ def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
     counts = np.asarray(ns, dtype=np.int64)
     starts = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
-    # splitmix64 over the positions (uint64 array arithmetic wraps silently)
-    pos = (np.arange(int(starts[-1]), dtype=np.int64) - np.repeat(starts[:-1], counts)).astype(np.uint64)
-    x = pos * _GOLDEN + np.repeat(hs, counts)
+    # splitmix64 over the positions (uint64 array arithmetic wraps silently):
+    # (i - start) * golden + h is i * golden + (h - start * golden)
+    x = np.arange(int(starts[-1]), dtype=np.uint64) * _GOLDEN
+    x += np.repeat(hs - starts[:-1].astype(np.uint64) * _GOLDEN, counts)
     x = (x ^ (x >> _S30)) * _MIX1
     x = (x ^ (x >> _S27)) * _MIX2
     x = x ^ (x >> _S31)
@@ -322,17 +324,20 @@ def decode_boundary_of(config: SimConfig) -> str:
 class _R:
     """One request in the state-free replay."""
 
-    __slots__ = ("rid", "sim", "tokens", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
+    __slots__ = ("rid", "sim", "tokens", "outs", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
                  "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
                  "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
                  "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
 
-    def __init__(self, sim: SimRequest, tokens: np.ndarray) -> None:
+    def __init__(self, sim: SimRequest, outs: np.ndarray) -> None:
         self.rid = sim.rid
         self.sim = sim
-        self.tokens = tokens
-        self.prompt_len = len(sim.input_ids)
+        # prompt + outputs + two spare tokens, made at the first match
+        # (_Replay._tokens) and dropped when the request finishes
+        self.tokens: Optional[np.ndarray] = None
+        self.outs: Optional[np.ndarray] = outs     # the outputs and spares until then
+        self.prompt_len = sim.prompt_len
         self.output_len = int(sim.output_len)
         self.ns = sim.extra_key
         self.n_out = 0
@@ -391,7 +396,7 @@ def step_limit(requests: list, config: SimConfig) -> int:
     if config.chunked_prefill_size:
         chunk = min(chunk, int(config.chunked_prefill_size))
     chunk = max(chunk, 1)
-    serial = sum(-(-len(r.input_ids) // chunk) + int(r.output_len) + 3 for r in requests)
+    serial = sum(-(-r.prompt_len // chunk) + int(r.output_len) + 3 for r in requests)
     return 16 * serial + 1000
 
 
@@ -431,6 +436,7 @@ class _Replay(Scheduler):
         self.shadow = mambaradix.RadixTree(page_size=config.page_size, chunk_size=config.chunk_size,
                                            lru_policy="consumed", values=False)
         self.unseen: dict = {}        # id -> request whose shadow insert waits (_seen)
+        self.token_bufs: dict = {}    # log2 size -> free token buffers (_tokens)
         self.t_cache = 0.0
         # KV counts tokens; with pages (SGLang's paged allocator) the pool
         # holds whole pages and a request holds the pages of its tokens
@@ -454,6 +460,9 @@ class _Replay(Scheduler):
         self.pending: deque = deque(requests[i] for i in order)
         # pseudo outputs, made in blocks of requests in arrival order (_outputs)
         self.in_order = list(self.pending)
+        # how much of a request's key the shadow needs: no other prompt
+        # matches past its bound (None: all of it)
+        self.key_bounds = prefix_bounds(self.in_order)
         self.outs = np.zeros(0, dtype=np.int32)
         self.out_at = np.zeros(1, dtype=np.int64)
         self.out_from = 0
@@ -466,6 +475,10 @@ class _Replay(Scheduler):
         self.extra_buffer = self.dcfg.extra_buffer
         self.lazy = self.dcfg.lazy
         self.interval = int(self.dcfg.track_interval)
+        self.overlap = self.dcfg.overlap
+        self.batch_mode = self.dcfg.decode_boundary == "batch"
+        # _fast_forward: a span may end with a batch that finishes requests
+        self.fin_last = not self.skip_finishing and not self.lazy
         # decode batches are numbered; prep_id / res_id: the last prepared /
         # processed one.  A running request's committed KV and outputs follow
         # from them, so a decode step costs O(requests it changes).
@@ -655,8 +668,16 @@ class _Replay(Scheduler):
     def _flush_seen(self) -> None:
         """The inserts _seen deferred, before the shadow is read."""
         for r in self.unseen.values():
-            self.shadow.insert(r.tokens[:r.seen], None, 1, extra_key=r.ns)
+            self._shadow_insert(r)
         self.unseen.clear()
+
+    def _shadow_insert(self, r: _R) -> None:
+        n = r.seen
+        if self.key_bounds is not None:
+            bound = self.key_bounds[r.aidx]
+            if bound is not None and bound < n:
+                n = bound       # no other prompt matches past it (prefix_bounds)
+        self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
@@ -731,22 +752,56 @@ class _Replay(Scheduler):
         self.rows_free += 1
 
     def _finish(self, r: _R) -> None:
+        # its last insert into the shadow now, so that its tokens can go
+        # (the shadow never evicts, so when it goes in changes no match)
+        if self.unseen.pop(id(r), None) is not None:
+            t0 = time.perf_counter()
+            self._shadow_insert(r)
+            self.t_cache += time.perf_counter() - t0
+        self._drop_tokens(r)
         r.finished = True
         self.n_done += 1
         if self.progress is not None:
             self.progress(self.n_done, self.n_total)
 
     # ----------------------------------------------------------- match
+    def _tokens(self, r: _R) -> np.ndarray:
+        """r's token ids (prompt, outputs, two spares), made when first
+        needed (waiting requests hold only their outputs) in a buffer of
+        the pool that finished requests give back (_drop_tokens): memory
+        already touched, not fresh pages for every request."""
+        L = r.prompt_len
+        outs = r.outs
+        n = L + len(outs)
+        size = (n - 1).bit_length()
+        free = self.token_bufs.get(size)
+        tokens = (free.pop() if free else np.empty(1 << size, dtype=np.int32))[:n]
+        r.sim.write_prompt(tokens[:L])
+        tokens[L:] = outs
+        r.tokens = tokens
+        r.outs = None
+        return tokens
+
+    def _drop_tokens(self, r: _R) -> None:
+        """r's token buffer back to the pool (the trees keep copies of keys)."""
+        tokens = r.tokens
+        if tokens is not None:
+            buf = tokens.base
+            self.token_bufs.setdefault(len(buf).bit_length() - 1, []).append(buf)
+            r.tokens = None
+        r.outs = None
+
     def _match(self, r: _R) -> None:
         fill_len = r.prompt_len + r.n_out
         limit = match_key_limit(fill_len, self.dcfg.match_cap)
+        tokens = r.tokens if r.tokens is not None else self._tokens(r)
         t0 = time.perf_counter()
-        m = self.tree.match_prefix(r.tokens[:limit], extra_key=r.ns, indices=False)
+        m = self.tree.match_prefix(tokens[:limit], extra_key=r.ns, indices=False)
         seen = 0
         if not r.admitted:
             if self.unseen:
                 self._flush_seen()
-            seen = self.shadow.match_prefix(r.tokens[:fill_len], extra_key=r.ns,
+            seen = self.shadow.match_prefix(tokens[:fill_len], extra_key=r.ns,
                                             indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
@@ -768,18 +823,23 @@ class _Replay(Scheduler):
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:
+        tokens = r.tokens if r.tokens is not None else self._tokens(r)
         t0 = time.perf_counter()
-        self.tree.match_prefix(r.tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
+        self.tree.match_prefix(tokens[:r.prompt_len + r.n_out], extra_key=r.ns, indices=False)
         self.t_cache += time.perf_counter() - t0
 
     # ----------------------------------------------------------- the loop
     def run(self) -> None:
-        while self.pending or not self.idle:
-            while self.pending and self.pending[0].arrival <= self.clock:
-                self._submit(self.pending.popleft())
-            if self.idle:
-                if self.pending:
-                    self.clock = max(self.clock, float(self.pending[0].arrival))
+        pending = self.pending
+        fast_forward = self._fast_forward
+        step = self._step
+        while True:
+            while pending and pending[0].arrival <= self.clock:
+                self._submit(pending.popleft())
+            if (not self.waiting and not self.running and self.chunked is None
+                    and not self.result_queue and self.last_batch is None):     # idle
+                if pending:
+                    self.clock = max(self.clock, float(pending[0].arrival))
                     continue
                 break
             self.steps += 1
@@ -790,23 +850,21 @@ class _Replay(Scheduler):
                     f"({len(self.waiting)} waiting, {len(self.running)} running; "
                     f"free KV {self.kv_free:,} of {self.kv_total:,}, free state slots "
                     f"{self.slots_free} of {self.slots_total})")
-            if self._fast_forward():
+            if fast_forward():
                 continue
-            self._step()
+            step()
             if self.check_every_step:
                 self.check()
 
     def _submit(self, sim: SimRequest) -> None:
-        ids = np.ascontiguousarray(np.asarray(sim.input_ids, dtype=np.int32))
         if sim.output_ids is not None:
-            outs = np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32)
-            spare = _pseudo_outputs(sim.rid + "#spare", 2)
-            tokens = np.concatenate([ids, outs, spare])
+            outs = np.concatenate([np.asarray(sim.output_ids[:sim.output_len], dtype=np.int32),
+                                   _pseudo_outputs(sim.rid + "#spare", 2)])
         else:
             # the outputs and two spare tokens (decoded by an overlap step
             # after the request finished)
-            tokens = np.concatenate([ids, self._outputs(self.n_submitted)])
-        r = _R(sim, tokens)
+            outs = self._outputs(self.n_submitted)
+        r = _R(sim, outs)
         r.nsid = 0 if sim.extra_key is None else self.tree.namespace(sim.extra_key)
         r.aidx = self.n_submitted
         self.n_submitted += 1
@@ -1150,10 +1208,17 @@ class _Replay(Scheduler):
                                 self.extra_buffer and r.track is not None and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
-        """Apply k decode steps at once when none of them can change anything
-        but counters: no request finishes or reaches a track boundary in them,
-        no request can be admitted (nothing waits, or the batch is full), no
-        request arrives that could be, and the KV pool needs no eviction."""
+        """Apply k decode steps at once when nothing but counters, track
+        points and (last) finishes happens in them: no request can be
+        admitted (nothing waits, or the batch is full), none arrives that
+        could be, the KV pool needs no eviction.  The results that change
+        requests are processed in order, each with the batch counters its
+        step would have had: a track boundary (extra_buffer, not lazy)
+        changes only its requests' track records; a batch that finishes
+        requests ends the span, as their release ends its step (not under
+        0.5.23's overlap loop, where a finishing request leaves the batch
+        before its result, nor in lazy mode, whose pre-allocation at a
+        boundary takes slots: there the span stops before either)."""
         if self.chunked is not None or self.pending_join or self.need_filter:
             return False
         lb = self.last_batch
@@ -1161,60 +1226,106 @@ class _Replay(Scheduler):
             return False
         if self.waiting and not self.batch_is_full:
             return False
-        overlap = self.dcfg.overlap
-        if overlap and (len(self.result_queue) != 1 or self.result_queue[0].kind != "decode"):
+        overlap = self.overlap
+        rq = self.result_queue
+        if overlap and (len(rq) != 1 or rq[0].kind != "decode"):
             return False
         P = self.prep_id
-        k = (1 << 62)
-        if self.pending and not self.batch_is_full:
-            # (an arrival far away, 1e308 s, gives an infinite quotient)
-            k = int(min((float(self.pending[0].arrival) - self.clock) / self.time.step, 2.0**62)) - 1
         bs = len(self.running)
         page = self.page
         # no eviction in the k steps: a request takes at most k + page - 1
         # tokens in them, and a step evicts below bs * page free with pages
-        k = min(k, self.kv_free // bs - (1 if page == 1 else 2 * page))
-        heap = self.fin_heap
-        while heap and heap[0] not in self.fin_at:
-            heapq.heappop(heap)
-        while heap and heap[0] <= self.res_id:
-            f = heapq.heappop(heap)
-            self.fin_at.pop(f, None)
-        if heap:
-            k = min(k, heap[0] - self.res_id - 2)
+        k = self.kv_free // bs - (1 if page == 1 else 2 * page)
         if k < 2:
             return False
+        if self.pending and not self.batch_is_full:
+            # (an arrival far away, 1e308 s, gives an infinite quotient)
+            k = min(k, int(min((float(self.pending[0].arrival) - self.clock) / self.time.step,
+                               2.0**62)) - 1)
+        heap = self.fin_heap
+        fin_at = self.fin_at
+        res = self.res_id
+        while heap and (heap[0] not in fin_at or heap[0] <= res):
+            f = heapq.heappop(heap)
+            if f <= res:
+                fin_at.pop(f, None)
+        # a span may end with the first batch that finishes requests (their
+        # release is the last thing its step does) unless a finishing
+        # request leaves the batch before its result (0.5.23's overlap
+        # loop) or lazy pre-allocation is due
+        fin_last = self.fin_last
+        if heap:
+            k = min(k, heap[0] - res - (0 if fin_last else 2))
+        if k < 2:
+            return False
+        lag = 1 if overlap else 0
+        fold: list = []
         if self.extra_buffer and self.bucket:
             interval = self.interval
-            if (overlap and self.dcfg.decode_boundary == "batch"
-                    and (P % interval) in self.bucket):
-                return False        # batch P's result (still to process) is a boundary
-            # the nearest boundary after P: the first residue from P + 1 on, circularly
-            keys = self.bucket_keys
-            i = bisect.bisect_left(keys, (P + 1) % interval)
-            d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
-            k = min(k, d - 2)
-        if k < 2:
-            return False
-        self.next_bid += k
-        self.prep_id += k
-        self.res_id += k
+            batch_mode = self.batch_mode
+            if self.lazy:
+                if overlap and batch_mode and (P % interval) in self.bucket:
+                    return False        # batch P's result (still to process) is a boundary
+                # the nearest boundary after P: the first residue from P + 1 on, circularly
+                keys = self.bucket_keys
+                i = bisect.bisect_left(keys, (P + 1) % interval)
+                d = ((keys[i] if i < len(keys) else keys[0]) - P) % interval or interval
+                k = min(k, d - 2)
+                if k < 2:
+                    return False
+            else:
+                # the results the span processes: P .. P+k-1 with the
+                # overlap (batch b's with P+1 prepared), else P+1 .. P+k;
+                # batch b's boundary residue is b's, or in the committed
+                # check the prepared batch's
+                shift = 0 if batch_mode else lag
+                fold = self._boundaries(P + 1 - lag + shift, k)
+                if shift:
+                    fold = [b - shift for b in fold]
+        if res + k in fin_at:
+            if not fold or fold[-1] != res + k:
+                fold.append(res + k)
+        # the k decode batches' KV, peaks and clock first: a finish, the
+        # last result processed, gives back what the span took
         if page == 1:
             self.kv_free -= k * bs
         else:
             # batches P+1 .. P+k, each a page for the requests of its residue
             self.kv_free -= page * sum(
-                n * ((P + k - res) // page - (P - res) // page)
-                for res, n in enumerate(self.page_due) if n)
-        batch = Batch("decode", bid=self.prep_id)
-        if overlap:
-            self.result_queue[0] = batch
-        self.last_batch = batch
+                n * ((P + k - r0) // page - (P - r0) // page)
+                for r0, n in enumerate(self.page_due) if n)
         self._note_peaks()
         step = self.time.step
         for _ in range(k):          # the same float sums as k single steps
             self.clock += step
+        batch = Batch("decode", bid=P + k)
+        if overlap:
+            rq[0] = batch
+        self.last_batch = batch
+        for b in fold:
+            self.prep_id = b + lag
+            self.next_bid = b + lag + 1
+            self._process_decode(Batch("decode", bid=b))
+        self.next_bid = P + k + 1
+        self.prep_id = P + k
+        self.res_id = res + k
         return True
+
+    def _boundaries(self, lo: int, k: int) -> list:
+        """The batches b in lo .. lo+k-1 whose residue b mod interval is a
+        bucket's (running requests at a track boundary there), in order."""
+        interval = self.interval
+        keys = self.bucket_keys
+        if k >= interval:
+            return sorted(b for key in keys for b in range(lo + (key - lo) % interval, lo + k, interval))
+        start = lo % interval
+        end = start + k             # residues start .. end-1, wrapping past interval
+        i = bisect.bisect_left(keys, start)
+        j = bisect.bisect_left(keys, end)
+        got = [lo + key - start for key in keys[i:j]]
+        if end > interval:
+            got += [lo + interval - start + key for key in keys[:bisect.bisect_left(keys, end - interval)]]
+        return got
 
     # ----------------------------------------------------------- checks
     def check(self) -> None:
@@ -1307,7 +1418,7 @@ def _toy_replay(requests: list, config: SimConfig) -> tuple[dict, int, int]:
 
     model = ToyRecurrentModel(seed=int(config.seed))
     dcfg = _driver_config(config)
-    max_len = max(len(r.input_ids) + int(r.output_len) + 2 for r in requests) if requests else 1
+    max_len = max(r.prompt_len + int(r.output_len) + 2 for r in requests) if requests else 1
     setup = drv.build_dropin(dcfg, kv_tokens=int(config.kv_tokens),
                              state_slots=int(config.state_slots), max_context_len=max_len,
                              model=model, **tree_options(config),

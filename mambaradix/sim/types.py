@@ -40,6 +40,23 @@ class SimRequest:
     turn: int = 0
     output_ids: Optional[np.ndarray] = None
 
+    @property
+    def prompt_len(self) -> int:
+        """The prompt's length (without building a generated prompt)."""
+        return len(self.input_ids)
+
+    @property
+    def generated_prompt(self) -> bool:
+        """True when input_ids is made on each read from a compact
+        description whose token ids are valid by construction (a Mooncake
+        record's hash blocks): validation does not scan it."""
+        return False
+
+    def write_prompt(self, out: np.ndarray) -> None:
+        """Write the prompt's token ids into ``out`` (``prompt_len`` long):
+        a generated prompt is made there, without an array of its own."""
+        out[...] = self.input_ids
+
 
 #: Former names of state policies, and their names now (accepted, with a
 #: DeprecationWarning, by SimConfig and the command line).

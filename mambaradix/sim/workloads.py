@@ -100,6 +100,10 @@ __all__ = [
     "mooncake_conversation",
     "bundled_mooncake_path",
     "expand_hash_blocks",
+    "HashBlocks",
+    "HashBlockPrompt",
+    "HashBlockRequest",
+    "prefix_bounds",
     "load_token_trace",
     "save_token_trace",
     "load_trace",
@@ -1049,26 +1053,176 @@ def expand_hash_blocks(hash_ids: np.ndarray, block_size: int = MOONCAKE_BLOCK_SI
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 2**63 - 1):
         k = int(np.argmax((arr < 0) | (arr > 2**63 - 1)))
         raise WorkloadError(f"hash_ids[{k}] is {int(arr[k])}: hash ids must lie in [0, 2**63)")
-    ids = arr.astype(np.int64).view(np.uint64)
-    folded = ((ids ^ (ids >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    a = _mix32(folded + np.uint32((seed * 0x9E3779B9) & 0xFFFFFFFF))
-    m = _mix32(np.arange(block_size, dtype=np.uint32) + np.uint32(0x5BD1E995)
-               + np.uint32((seed * 0x85EBCA6B) & 0xFFFFFFFF)) | np.uint32(1)
-    out = np.empty((len(ids), block_size), dtype=np.uint32)
-    np.multiply(a[:, None], m[None, :], out=out)
-    bits = vocab_size.bit_length() - 1
-    if vocab_size == 1 << bits:
-        out >>= np.uint32(32 - bits)
-    else:
-        # Multiply-high scaling into [0, vocab_size), in slices to bound memory.
-        flat = out.reshape(-1)
-        step = 1 << 22
-        for start in range(0, flat.size, step):
-            part = flat[start:start + step].astype(np.uint64)
-            part *= np.uint64(vocab_size)
-            part >>= np.uint64(32)
-            flat[start:start + step] = part
-    return out.view(np.int32)
+    blocks = HashBlocks(arr, block_size, vocab_size, seed)
+    out = np.empty((len(arr), block_size), dtype=np.int32)
+    blocks.write(0, out.reshape(-1))
+    return out
+
+
+class HashBlocks:
+    """The pseudo tokens of a sequence of hash-id blocks (the rule of
+    :func:`expand_hash_blocks`), written on demand: ``write(first, out)``
+    fills ``out`` with the tokens from block ``first`` on.  Keeps 4 bytes per
+    block (its mixed id), not 4 per token.  Arguments are not checked here
+    (expand_hash_blocks and load_mooncake check them)."""
+
+    __slots__ = ("keys", "mults", "block_size", "vocab_size", "_distinct")
+
+    def __init__(self, hash_ids: np.ndarray, block_size: int, vocab_size: int, seed: int) -> None:
+        ids = np.asarray(hash_ids).astype(np.int64).view(np.uint64)
+        folded = ((ids ^ (ids >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        self.keys = _mix32(folded + np.uint32((seed * 0x9E3779B9) & 0xFFFFFFFF))
+        self.mults = _mix32(np.arange(block_size, dtype=np.uint32) + np.uint32(0x5BD1E995)
+                            + np.uint32((seed * 0x85EBCA6B) & 0xFFFFFFFF)) | np.uint32(1)
+        self.block_size = int(block_size)
+        self.vocab_size = int(vocab_size)
+        self._distinct: Optional[bool] = None
+
+    def write(self, first: int, out: np.ndarray) -> None:
+        """The tokens of blocks ``first``, ``first + 1``, ... into the int32
+        array ``out`` (its length need not be a whole number of blocks)."""
+        bs = self.block_size
+        u = out.view(np.uint32)
+        full, rest = divmod(len(u), bs)
+        if full:
+            np.multiply(self.keys[first:first + full, None], self.mults[None, :],
+                        out=u[:full * bs].reshape(full, bs))
+        if rest:
+            np.multiply(self.keys[first + full], self.mults[:rest], out=u[full * bs:])
+        bits = self.vocab_size.bit_length() - 1
+        if self.vocab_size == 1 << bits:
+            u >>= np.uint32(32 - bits)
+        else:
+            # Multiply-high scaling into [0, vocab_size), in slices to bound memory.
+            step = 1 << 22
+            for start in range(0, u.size, step):
+                part = u[start:start + step].astype(np.uint64)
+                part *= np.uint64(self.vocab_size)
+                part >>= np.uint64(32)
+                u[start:start + step] = part
+
+
+    def rows_distinct(self) -> bool:
+        """Whether blocks with different mixed ids always differ in some
+        token, so that a block's id stands for its tokens (cached).
+
+        Token j of id a lies in bucket floor(x * vocab / 2**32) of
+        x = a * m(j) mod 2**32, so two ids a, a + d agree at j only when
+        d * m(j) mod 2**32 lies within W = ceil(2**32 / vocab) of 0.  The
+        d allowed at j = 0 are m(0)**-1 * e for |e| < W (m(0) is odd); the
+        rows are distinct when none of them, d != 0, stays allowed at every
+        position.  A vocabulary too small to enumerate them answers False."""
+        got = self._distinct
+        if got is None:
+            got = self._distinct = self._check_rows_distinct()
+        return got
+
+    def _check_rows_distinct(self) -> bool:
+        width = -(-(1 << 32) // self.vocab_size)
+        if width > 1 << 22:
+            return False
+        mask = np.uint64(0xFFFFFFFF)
+        m = self.mults.astype(np.uint64)
+        inv = pow(int(m[0]), -1, 1 << 32)
+        e = np.concatenate((np.arange(1, width, dtype=np.uint64),
+                            np.uint64(1 << 32) - np.arange(1, width, dtype=np.uint64)))
+        d = (e * np.uint64(inv)) & mask
+        lo, hi = np.uint64(width), np.uint64((1 << 32) - width)
+        for j in range(1, self.block_size):
+            x = (d * m[j]) & mask
+            d = d[(x < lo) | (x > hi)]
+            if not d.size:
+                return True
+        return False
+
+
+class HashBlockPrompt:
+    """A prompt given as hash blocks: ``length`` tokens from block ``first``
+    of ``blocks`` on (the last block cut)."""
+
+    __slots__ = ("blocks", "first", "length")
+
+    def __init__(self, blocks: HashBlocks, first: int, length: int) -> None:
+        self.blocks = blocks
+        self.first = int(first)
+        self.length = int(length)
+
+
+class HashBlockRequest(SimRequest):
+    """A request whose prompt is kept as hash blocks (a Mooncake record):
+    ``input_ids`` makes its int32 token array on each read, so a trace of
+    145M prompt tokens holds 4 bytes a block instead of 4 a token.  Built
+    with ``input_ids=HashBlockPrompt(...)``; assigning an array to
+    ``input_ids`` makes it an ordinary prompt."""
+
+    @property  # type: ignore[override]
+    def input_ids(self) -> np.ndarray:
+        src = self._prompt
+        if not isinstance(src, HashBlockPrompt):
+            return src
+        out = np.empty(src.length, dtype=np.int32)
+        src.blocks.write(src.first, out)
+        return out
+
+    @input_ids.setter
+    def input_ids(self, value: Any) -> None:
+        self._prompt = value
+
+    @property
+    def prompt_len(self) -> int:
+        src = self._prompt
+        return src.length if isinstance(src, HashBlockPrompt) else len(src)
+
+    @property
+    def generated_prompt(self) -> bool:
+        return isinstance(self._prompt, HashBlockPrompt)
+
+    def write_prompt(self, out: np.ndarray) -> None:
+        src = self._prompt
+        if isinstance(src, HashBlockPrompt):
+            src.blocks.write(src.first, out)
+        else:
+            out[...] = src
+
+
+def prefix_bounds(requests: Sequence[SimRequest]) -> Optional[list]:
+    """For each request, a length that no other request's prompt shares
+    with its tokens (prompt, then whatever follows it): ``LCP(tokens_i,
+    prompt_j) < bounds[i]`` for every j != i, or None where there is no
+    such bound.  None (no bounds at all) unless every request is a
+    :class:`HashBlockRequest` over one :class:`HashBlocks` whose distinct
+    blocks differ in some token (``rows_distinct``).
+
+    Two prompts agree on their first c whole blocks (equal ids) and then
+    either differ in block c, which lies in both (distinct blocks differ
+    before its end), or one of them ends before block c does: so LCP <
+    block_size * (c + 1) where c is the longest run of whole blocks i
+    shares with any other request, unless i's whole blocks are all shared
+    (no bound then).  The longest run is found between neighbours of the
+    requests sorted by their whole blocks' ids.  The replay's record of
+    every key seen stores a key only up to its bound: no later prompt can
+    match past it."""
+    srcs = [getattr(r, "_prompt", None) for r in requests]
+    if not srcs or not all(isinstance(p, HashBlockPrompt) for p in srcs):
+        return None
+    blocks = srcs[0].blocks
+    if any(p.blocks is not blocks for p in srcs) or not blocks.rows_distinct():
+        return None
+    bs = blocks.block_size
+    keys = blocks.keys
+    runs = [keys[p.first:p.first + p.length // bs] for p in srcs]
+    order = sorted(range(len(runs)), key=lambda i: runs[i].tobytes())
+    shared = [0] * len(runs)
+    for a, b in zip(order, order[1:]):
+        x, y = runs[a], runs[b]
+        n = min(len(x), len(y))
+        diff = np.flatnonzero(x[:n] != y[:n])
+        c = int(diff[0]) if len(diff) else n
+        if c > shared[a]:
+            shared[a] = c
+        if c > shared[b]:
+            shared[b] = c
+    return [bs * (c + 1) if c < len(run) else None for c, run in zip(shared, runs)]
 
 
 def load_mooncake(
@@ -1094,7 +1248,8 @@ def load_mooncake(
     check_request and max_bytes (counting the expanded blocks): see the module
     docstring; both are applied line by line, before anything is expanded.
 
-    The prompts are views into one token buffer (no per-request copies).
+    The prompts stay hash blocks (:class:`HashBlockRequest`): each read of a
+    request's ``input_ids`` expands its blocks into a new array.
     rid is ``"mc-<record index>"``.
     """
     if limit is not None:
@@ -1159,12 +1314,12 @@ def load_mooncake(
     if flat_ids is None or flat_ids.min() < 0:
         bad = next(i for i, part in enumerate(ids_parts) if min(part) < 0 or max(part) >= 2**63)
         raise TraceFormatError(name, linenos[bad], "hash_ids must be a non-empty list of ints >= 0")
-    tokens = expand_hash_blocks(flat_ids, block_size, vocab_size, seed).reshape(-1)
-    starts = np.concatenate(([0], ends[:-1])) * block_size
+    blocks = HashBlocks(flat_ids, block_size, vocab_size, seed)
+    starts = np.concatenate(([0], ends[:-1])).tolist()
     return [
-        SimRequest(
+        HashBlockRequest(
             rid=f"mc-{i}",
-            input_ids=tokens[starts[i]:starts[i] + input_lens[i]],
+            input_ids=HashBlockPrompt(blocks, starts[i], input_lens[i]),
             output_len=output_lens[i],
             arrival=stamps[i] * time_scale,
         )
@@ -1341,7 +1496,7 @@ def load_trace(path: PathLike, fmt: str = "auto", *, limit: Optional[int] = None
 def workload_stats(requests: Sequence[SimRequest]) -> dict[str, Any]:
     """Sizes of a workload: requests, prompt / output tokens, sessions, turns."""
     check_requests(requests)
-    lens = np.fromiter((len(r.input_ids) for r in requests), dtype=np.int64, count=len(requests))
+    lens = np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=len(requests))
     outs = np.fromiter((r.output_len for r in requests), dtype=np.int64, count=len(requests))
     sessions = {r.session for r in requests if r.session is not None}
     return {

@@ -461,7 +461,7 @@ MUTANTS: List[Mutant] = [
            "an infinite SimConfig number (utility_alpha, a cost) passes the field check"),
     Mutant("SIM_SEEN_FLUSH", "mambaradix/sim/engine.py",
            "            if self.unseen:\n                self._flush_seen()\n", "",
-           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_engine.py"],
+           ["tests/sim/test_sim_inputs.py", "tests/sim/test_sim_engine.py", "tests/sim/test_hash_block_prompts.py"],
            "the record of every key seen is read without the inserts it deferred"),
     # ---- issue 29: refused batches, child holes, lock kinds, flags, batch rows
     Mutant("LC_PLAN_KV_LATE", "csrc/core/lifecycle.c",
