@@ -71,33 +71,11 @@ mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id)
         return -1;
     }
     const char *c = PyUnicode_AsUTF8(s);
-    int rc = -1;
-    if (c == NULL) {
-        goto done;
-    }
-    if (strcmp(c, "cpu") == 0) {
-        *type = MR_DL_CPU;
-        *id = 0;
-        rc = 0;
-    }
-    else if (strcmp(c, "cuda") == 0) {
-        *type = MR_DL_CUDA;
-        *id = 0;
-        rc = 0;
-    }
-    else if (strncmp(c, "cuda:", 5) == 0 && c[5] >= '0' && c[5] <= '9') {
-        char *end = NULL;
-        long v = strtol(c + 5, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= INT32_MAX) {
-            *type = MR_DL_CUDA;
-            *id = (int32_t)v;
-            rc = 0;
-        }
-    }
-    if (rc < 0) {
+    int rc = c == NULL ? -1 : mr_device_from_name(c, type, id) == MR_OK ? 0 : -2;
+    if (rc == -2) {
         PyErr_Format(PyExc_ValueError, "%s must be 'cpu', 'cuda' or 'cuda:N', not %R", what, o);
+        rc = -1;
     }
-done:
     Py_DECREF(s);
     return rc;
 }
@@ -161,20 +139,6 @@ mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim)
     *ndim = (int)n;
     Py_DECREF(seq);
     return 0;
-}
-
-void
-mr_format_device(char *buf, size_t n, int32_t type, int32_t id)
-{
-    if (type == MR_DL_CPU) {
-        snprintf(buf, n, "cpu");
-    }
-    else if (type == MR_DL_CUDA) {
-        snprintf(buf, n, "cuda:%d", (int)id);
-    }
-    else {
-        snprintf(buf, n, "dlpack-device(%d, %d)", (int)type, (int)id);
-    }
 }
 
 /* ------------------------------------------------------------------------
@@ -344,19 +308,12 @@ mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, co
         goto error;
     }
     const mr_dl_tensor *dl;
-    uint64_t flags = 0;
-    if (versioned) {
-        mr_dl_managed_versioned *m = managed;
-        if (m->version.major != MR_DLPACK_MAJOR) {
-            PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)",
-                         arg, m->version.major, m->version.minor);
-            goto error;
-        }
-        dl = &m->dl_tensor;
-        flags = m->flags;
-    }
-    else {
-        dl = &((mr_dl_managed *)managed)->dl_tensor;
+    uint64_t flags;
+    if (mr_dl_unwrap(managed, versioned, &dl, &flags) != MR_OK) {
+        const mr_dl_managed_versioned *m = managed;
+        PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)", arg,
+                     m->version.major, m->version.minor);
+        goto error;
     }
 
     out = mr_tensor_new_empty(st);
@@ -580,18 +537,8 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
 void
 mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape)
 {
-    char dims[MR_TENSOR_MAX_NDIM * 24 + 4];
-    size_t off = 0;
-    double bytes = (double)mr_dtype_size(dtype);
-    for (int i = 0; i < ndim && off < sizeof(dims); i++) {
-        off += (size_t)snprintf(dims + off, sizeof(dims) - off, "%s%lld", i ? ", " : "[", (long long)shape[i]);
-        bytes *= (double)shape[i];
-    }
-    if (off < sizeof(dims)) {
-        snprintf(dims + off, sizeof(dims) - off, "]");
-    }
-    char size[32];
-    snprintf(size, sizeof(size), "%.4g", bytes / 1073741824.0);
+    char dims[MR_TENSOR_MAX_NDIM * 24 + 4], size[32];
+    mr_shape_format(dims, sizeof(dims), size, sizeof(size), dtype, ndim, shape);
     if (rc == MR_ENOMEM) {
         PyErr_Format(PyExc_MemoryError, "%s %s needs %s GiB: out of memory", what, dims, size);
     }
@@ -672,7 +619,7 @@ Tensor_get_device(PyObject *self, void *closure)
 {
     TensorObject *o = (TensorObject *)self;
     char buf[64];
-    mr_format_device(buf, sizeof(buf), o->t.device_type, o->t.device_id);
+    mr_device_format(buf, sizeof(buf), o->t.device_type, o->t.device_id);
     return PyUnicode_FromString(buf);
 }
 
@@ -699,7 +646,7 @@ Tensor_repr(PyObject *self)
 {
     TensorObject *o = (TensorObject *)self;
     char dev[64];
-    mr_format_device(dev, sizeof(dev), o->t.device_type, o->t.device_id);
+    mr_device_format(dev, sizeof(dev), o->t.device_type, o->t.device_id);
     PyObject *shape = Tensor_get_shape(self, NULL);
     if (shape == NULL) {
         return NULL;

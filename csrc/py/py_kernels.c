@@ -39,10 +39,7 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
         }
         out->owner = (PyObject *)t;
         int dt = t->t.dtype;
-        int ok = mask ? (dt == MR_DTYPE_BOOL || dt == MR_DTYPE_UINT8 || dt == MR_DTYPE_INT8
-                         || dt == MR_DTYPE_INT32 || dt == MR_DTYPE_INT64)
-                      : (dt == MR_DTYPE_INT32 || dt == MR_DTYPE_INT64);
-        if (!ok) {
+        if (!mr_index_dtype_ok(dt, mask)) {
             PyErr_Format(PyExc_TypeError, "%s must hold %s, not %s", arg, kind, mr_dtype_name(dt));
             goto error;
         }
@@ -55,7 +52,7 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
         if (t->t.device_type == MR_DL_CUDA) {
             if (dev_type != MR_DL_CUDA || dev_id != t->t.device_id) {
                 char want[64];
-                mr_format_device(want, sizeof(want), dev_type, dev_id);
+                mr_device_format(want, sizeof(want), dev_type, dev_id);
                 PyErr_Format(PyExc_ValueError, "%s is on cuda:%d, but the state tensors are on %s", arg,
                              (int)t->t.device_id, want);
                 goto error;
@@ -72,21 +69,7 @@ mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_
             PyErr_NoMemory();
             goto error;
         }
-        uint8_t *m8 = (uint8_t *)out->host;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v;
-            switch (mr_dtype_size(dt)) {
-            case 1: v = ((const uint8_t *)t->t.data)[i]; break;
-            case 4: v = ((const int32_t *)t->t.data)[i]; break;
-            default: v = ((const int64_t *)t->t.data)[i]; break;
-            }
-            if (mask) {
-                m8[i] = v != 0;
-            }
-            else {
-                out->host[i] = v;
-            }
-        }
+        mr_index_to_host(&t->t, mask, out->host);
         out->idx.ptr = out->host;
         out->idx.n = n;
         out->idx.bits = mask ? 8 : 64;
@@ -183,6 +166,8 @@ mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, c
     return 0;
 }
 
+/* The refusal of a host copy plan (mr_state_pool_check_pairs); sn NULL: of
+ * destinations alone. */
 static void
 mr_raise_pair(const char *fname, int reason, int64_t bad, const int64_t *src, const int64_t *dst,
            int64_t slots, const char *sn, const char *dn)
@@ -201,8 +186,8 @@ mr_raise_pair(const char *fname, int reason, int64_t bad, const int64_t *src, co
                      fname, sn, (long long)bad, dn, (long long)bad, (long long)src[bad]);
         break;
     case MR_PAIR_DST_TWICE:
-        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld appears twice in %s", fname, dn, (long long)bad,
-                     (long long)dst[bad], dn);
+        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld appears twice%s%s", fname, dn, (long long)bad,
+                     (long long)dst[bad], sn != NULL ? " in " : "", sn != NULL ? dn : "");
         break;
     default:
         PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld is also a source slot", fname, dn,
@@ -351,15 +336,7 @@ StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
             goto error;
         }
         int64_t *fd = fs + n;
-        const int64_t *r = run.idx.ptr, *t = trk.idx.ptr;
-        const uint8_t *mk = msk.idx.ptr;
-        for (int64_t i = 0; i < n; i++) {
-            if (mk[i]) {
-                fs[m] = r[i];
-                fd[m] = t[i];
-                m++;
-            }
-        }
+        m = mr_index_select(run.idx.ptr, trk.idx.ptr, msk.idx.ptr, n, fs, fd);
         int reason;
         int64_t bad;
         rc = mr_state_pool_check_pairs(pool, fs, fd, m, &reason, &bad);
@@ -395,32 +372,57 @@ error:
 static int
 mr_check_dst_slots(const mr_state_pool *pool, const mr_idx_arg *dst, const char *fname)
 {
-    if (dst->idx.on_device) {
-        return 0;
-    }
-    const int64_t *d = dst->idx.ptr;
+    int reason;
     int64_t bad;
-    if (mr_state_pool_check_slots(pool, d, dst->idx.n, &bad) != MR_OK) {
-        PyErr_Format(PyExc_IndexError, "%s(): dst_slots[%lld] = %lld is out of range [0, %lld]", fname,
-                     (long long)bad, (long long)d[bad], (long long)pool->slots);
-        return -1;
+    int rc = dst->idx.on_device ? MR_OK : mr_state_pool_check_pairs(pool, NULL, dst->idx.ptr, dst->idx.n, &reason, &bad);
+    if (rc == MR_EINVAL) {
+        mr_raise_pair(fname, reason, bad, NULL, dst->idx.ptr, pool->slots, NULL, "dst_slots");
     }
-    uint8_t *seen = MR_CALLOC((size_t)pool->slots + 1, 1);
-    if (seen == NULL) {
+    else if (rc != MR_OK) {
         PyErr_NoMemory();
-        return -1;
     }
-    for (int64_t i = 0; i < dst->idx.n; i++) {
-        if (seen[d[i]]) {
-            PyErr_Format(PyExc_ValueError, "%s(): dst_slots[%lld] = %lld appears twice", fname,
-                         (long long)i, (long long)d[i]);
-            MR_FREE(seen);
-            return -1;
+    return rc == MR_OK ? 0 : -1;
+}
+
+/* The refusal of a snapshot's source tensor (mr_state_pool_ssm_plan,
+ * mr_state_pool_conv_plan): arg "h" or "x", ci the conv tensor. */
+static void
+mr_raise_snap(const mr_state_pool *pool, int reason, const char *fname, const char *arg, const mr_tensor *src,
+              int64_t ci)
+{
+    const mr_tensor *pt = pool->t[ci];
+    int ssm = ci == pool->nconv;
+    switch (reason) {
+    case MR_SNAP_CONV_NDIM:
+        PyErr_Format(PyExc_ValueError, "%s(): conv[%lld] must be [layers, slots + 1, dim, K - 1]", fname,
+                     (long long)ci);
+        break;
+    case MR_SNAP_SHAPE:
+        if (ssm) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): h must be [..., num_chunks, *temporal_shape] with temporal_shape "
+                         "= the pool's per-slot temporal shape (%d trailing dims)", fname, pt->ndim - 2);
         }
-        seen[d[i]] = 1;
+        else {
+            PyErr_Format(PyExc_ValueError, "%s(): x must be [T, dim] with dim = %lld", fname,
+                         (long long)pt->shape[2]);
+        }
+        break;
+    case MR_SNAP_DTYPE:
+        if (ssm) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): h has dtype %s, the pool's temporal %s (same dtype, or "
+                         "float32/bfloat16 on both sides)", fname, mr_dtype_name(src->dtype), mr_dtype_name(pt->dtype));
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s(): x has dtype %s, conv[%lld] %s (must match)", fname,
+                         mr_dtype_name(src->dtype), (long long)ci, mr_dtype_name(pt->dtype));
+        }
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "%s(): %s is on another device than the pool", fname, arg);
+        break;
     }
-    MR_FREE(seen);
-    return 0;
 }
 
 const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
@@ -451,64 +453,27 @@ StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_ssm_from_h(): layer", &layer) < 0) {
         return NULL;
     }
-    const mr_tensor *tt = pool->t[pool->nconv];
     h = mr_tensor_import(st, a[1], stream, 0, "snapshot_ssm_from_h(): h");
     if (h == NULL) {
         goto error;
     }
-    const mr_tensor *ht = &h->t;
-    int sd = tt->ndim - 2;   /* per-slot dims */
-    int shape_ok = ht->ndim >= sd + 1;
-    for (int d = 0; shape_ok && d < sd; d++) {
-        shape_ok = ht->shape[ht->ndim - sd + d] == tt->shape[2 + d];
-    }
-    if (!shape_ok) {
-        PyErr_Format(PyExc_ValueError,
-                     "snapshot_ssm_from_h(): h must be [..., num_chunks, *temporal_shape] with temporal_shape "
-                     "= the pool's per-slot temporal shape (%d trailing dims)", sd);
-        goto error;
-    }
-    if (ht->device_type != pool->device_type || ht->device_id != pool->device_id) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_ssm_from_h(): h is on another device than the pool");
-        goto error;
-    }
-    int convertible = (ht->dtype == MR_DTYPE_FLOAT32 || ht->dtype == MR_DTYPE_BFLOAT16)
-                      && (tt->dtype == MR_DTYPE_FLOAT32 || tt->dtype == MR_DTYPE_BFLOAT16);
-    if (ht->dtype != tt->dtype && !convertible) {
-        PyErr_Format(PyExc_TypeError,
-                     "snapshot_ssm_from_h(): h has dtype %s, the pool's temporal %s (same dtype, or "
-                     "float32/bfloat16 on both sides)", mr_dtype_name(ht->dtype), mr_dtype_name(tt->dtype));
-        goto error;
-    }
     mr_ssm_snap s;
-    memset(&s, 0, sizeof(s));
-    s.elems = 1;
-    for (int d = 0; d < sd; d++) {
-        s.elems *= tt->shape[2 + d];
+    int reason;
+    if (mr_state_pool_ssm_plan(pool, layer, &h->t, &s, &reason) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, "h", &h->t, pool->nconv);
+        goto error;
     }
-    s.h_chunks = s.elems > 0 ? ht->numel / s.elems : 0;
-    s.h = ht->data;
-    s.h_dtype = ht->dtype;
-    s.dst_dtype = tt->dtype;
-    s.dst_rows = pool->slots + 1;
-    s.dst_slot_stride = pool->layout.t[pool->nconv].slot_stride;
-    s.dst = pool->layout.t[pool->nconv].base + layer * pool->layout.t[pool->nconv].layer_stride;
     if (pool_idx(st, pool, a[2], 0, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
         || pool_idx(st, pool, a[3], 0, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
         || mr_same_placement(&ci, &dst, fn, "chunk_indices", "dst_slots") < 0
         || mr_check_dst_slots(pool, &dst, fn) < 0) {
         goto error;
     }
-    if (!ci.idx.on_device) {
-        const int64_t *c = ci.idx.ptr;
-        for (int64_t i = 0; i < ci.idx.n; i++) {
-            if (c[i] < 0 || c[i] >= s.h_chunks) {
-                PyErr_Format(PyExc_IndexError,
-                             "snapshot_ssm_from_h(): chunk_indices[%lld] = %lld is out of range [0, %lld)",
-                             (long long)i, (long long)c[i], (long long)s.h_chunks);
-                goto error;
-            }
-        }
+    int64_t bad;
+    if (!ci.idx.on_device && mr_index_check_below(ci.idx.ptr, ci.idx.n, s.h_chunks, &bad) != MR_OK) {
+        PyErr_Format(PyExc_IndexError, "snapshot_ssm_from_h(): chunk_indices[%lld] = %lld is out of range [0, %lld)",
+                     (long long)bad, (long long)((const int64_t *)ci.idx.ptr)[bad], (long long)s.h_chunks);
+        goto error;
     }
     int rc;
     RUN_KERNEL(rc, mr_k_snapshot_ssm(pool->device_type, pool->device_id, &s, ci.idx, dst.idx, (void *)stream));
@@ -557,28 +522,18 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
         || (a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
         return NULL;
     }
-    const mr_tensor *ct = pool->t[ci];
-    if (ct->ndim != 4) {
-        PyErr_Format(PyExc_ValueError,
-                     "snapshot_conv_window(): conv[%lld] must be [layers, slots + 1, dim, K - 1]", (long long)ci);
+    mr_conv_snap s;
+    int reason;
+    if (mr_state_pool_conv_plan(pool, layer, ci, NULL, &s, &reason) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, "x", NULL, ci);
         return NULL;
     }
     x = mr_tensor_import(st, a[1], stream, 0, "snapshot_conv_window(): x");
     if (x == NULL) {
         goto error;
     }
-    if (x->t.ndim != 2 || x->t.shape[1] != ct->shape[2]) {
-        PyErr_Format(PyExc_ValueError, "snapshot_conv_window(): x must be [T, dim] with dim = %lld",
-                     (long long)ct->shape[2]);
-        goto error;
-    }
-    if (x->t.dtype != ct->dtype) {
-        PyErr_Format(PyExc_TypeError, "snapshot_conv_window(): x has dtype %s, conv[%lld] %s (must match)",
-                     mr_dtype_name(x->t.dtype), (long long)ci, mr_dtype_name(ct->dtype));
-        goto error;
-    }
-    if (x->t.device_type != pool->device_type || x->t.device_id != pool->device_id) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x is on another device than the pool");
+    if (mr_state_pool_conv_plan(pool, layer, ci, &x->t, &s, &reason) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, "x", &x->t, ci);
         goto error;
     }
     if (pool_idx(st, pool, a[2], 0, stream, "snapshot_conv_window(): positions", &pos) < 0
@@ -591,16 +546,6 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x has no tokens");
         goto error;
     }
-    mr_conv_snap s;
-    memset(&s, 0, sizeof(s));
-    s.dst = pool->layout.t[ci].base + layer * pool->layout.t[ci].layer_stride;
-    s.dst_slot_stride = pool->layout.t[ci].slot_stride;
-    s.dst_rows = pool->slots + 1;
-    s.x = x->t.data;
-    s.tokens = x->t.shape[0];
-    s.dim = x->t.shape[1];
-    s.km1 = ct->shape[3];
-    s.elem_size = (int64_t)mr_dtype_size(ct->dtype);
     int rc;
     RUN_KERNEL(rc, mr_k_snapshot_conv(pool->device_type, pool->device_id, &s, pos.idx, dst.idx, (void *)stream));
     if (rc != MR_OK) {

@@ -307,7 +307,7 @@ StatePool_get_device(PyObject *self, void *closure)
 {
     StatePoolObject *p = (StatePoolObject *)self;
     char buf[64];
-    mr_format_device(buf, sizeof(buf), p->pool.device_type, p->pool.device_id);
+    mr_device_format(buf, sizeof(buf), p->pool.device_type, p->pool.device_id);
     return PyUnicode_FromString(buf);
 }
 
@@ -316,7 +316,7 @@ StatePool_repr(PyObject *self)
 {
     StatePoolObject *p = (StatePoolObject *)self;
     char dev[64];
-    mr_format_device(dev, sizeof(dev), p->pool.device_type, p->pool.device_id);
+    mr_device_format(dev, sizeof(dev), p->pool.device_type, p->pool.device_id);
     return PyUnicode_FromFormat("mambaradix.StatePool(layers=%lld, slots=%lld, conv=%d, bytes_per_slot=%lld, device=%s)",
                                 (long long)p->pool.layers, (long long)p->pool.slots, p->pool.nconv,
                                 (long long)p->pool.bytes_per_slot, dev);

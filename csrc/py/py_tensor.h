@@ -31,7 +31,6 @@ int mr_parse_stream(PyObject *o, const char *fname, uintptr_t *out);
 int mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id);
 int mr_parse_dtype(PyObject *o, const char *what, int *out);
 int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
-void mr_format_device(char *buf, size_t n, int32_t type, int32_t id);
 
 /* ------------------------------------------------------------------------
  * Tensors (py_dlpack.c) */

@@ -1,5 +1,7 @@
 /* tensor.c - the tensor owner type: dtypes, DLPack import checks,
  * ownership and export.  See tensor.h. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -119,6 +121,20 @@ mr_dl_is_compact(int ndim, const int64_t *shape, const int64_t *strides)
 }
 
 int
+mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t *flags)
+{
+    *flags = 0;
+    if (!versioned) {
+        *dl = &((mr_dl_managed *)managed)->dl_tensor;
+        return MR_OK;
+    }
+    mr_dl_managed_versioned *m = managed;
+    *dl = &m->dl_tensor;
+    *flags = m->flags;
+    return m->version.major == MR_DLPACK_MAJOR ? MR_OK : MR_EINVAL;
+}
+
+int
 mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
 {
     memset(out, 0, sizeof(*out));
@@ -162,6 +178,89 @@ mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
     out->device_type = dl->device.device_type;
     out->device_id = dl->device.device_id;
     return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Index tensors */
+
+int
+mr_index_dtype_ok(int dtype, int mask)
+{
+    return dtype == MR_DTYPE_INT32 || dtype == MR_DTYPE_INT64
+           || (mask && (dtype == MR_DTYPE_BOOL || dtype == MR_DTYPE_UINT8 || dtype == MR_DTYPE_INT8));
+}
+
+void
+mr_index_to_host(const mr_tensor *t, int mask, void *out)
+{
+    uint8_t *m8 = out;
+    int64_t *i64 = out;
+    for (int64_t i = 0; i < t->numel; i++) {
+        int64_t v;
+        switch (mr_dtype_size(t->dtype)) {
+        case 1: v = ((const uint8_t *)t->data)[i]; break;
+        case 4: v = ((const int32_t *)t->data)[i]; break;
+        default: v = ((const int64_t *)t->data)[i]; break;
+        }
+        if (mask) {
+            m8[i] = v != 0;
+        }
+        else {
+            i64[i] = v;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Devices */
+
+void
+mr_device_format(char *buf, size_t n, int32_t type, int32_t id)
+{
+    if (type == MR_DL_CPU) {
+        snprintf(buf, n, "cpu");
+    }
+    else if (type == MR_DL_CUDA) {
+        snprintf(buf, n, "cuda:%d", (int)id);
+    }
+    else {
+        snprintf(buf, n, "dlpack-device(%d, %d)", (int)type, (int)id);
+    }
+}
+
+int
+mr_device_from_name(const char *c, int32_t *type, int32_t *id)
+{
+    if (strcmp(c, "cpu") == 0 || strcmp(c, "cuda") == 0) {
+        *type = c[1] == 'p' ? MR_DL_CPU : MR_DL_CUDA;
+        *id = 0;
+        return MR_OK;
+    }
+    if (strncmp(c, "cuda:", 5) == 0 && c[5] >= '0' && c[5] <= '9') {
+        char *end = NULL;
+        long v = strtol(c + 5, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= INT32_MAX) {
+            *type = MR_DL_CUDA;
+            *id = (int32_t)v;
+            return MR_OK;
+        }
+    }
+    return MR_EINVAL;
+}
+
+void
+mr_shape_format(char *dims, size_t ndims, char *gib, size_t ngib, int dtype, int ndim, const int64_t *shape)
+{
+    size_t off = 0;
+    double bytes = (double)mr_dtype_size(dtype);
+    for (int i = 0; i < ndim && off < ndims; i++) {
+        off += (size_t)snprintf(dims + off, ndims - off, "%s%lld", i ? ", " : "[", (long long)shape[i]);
+        bytes *= (double)shape[i];
+    }
+    if (off < ndims) {
+        snprintf(dims + off, ndims - off, "]");
+    }
+    snprintf(gib, ngib, "%.4g", bytes / 1073741824.0);
 }
 
 /* ------------------------------------------------------------------------

@@ -84,6 +84,12 @@ enum {
  * are accepted when the tensor has at most one element. */
 int mr_dl_is_compact(int ndim, const int64_t *shape, const int64_t *strides);
 
+/* The DLTensor of a producer's managed tensor (an mr_dl_managed_versioned
+ * when versioned, else an mr_dl_managed) and its flags (0 for a legacy
+ * one).  Returns MR_OK, or MR_EINVAL for a versioned tensor of another
+ * major version than MR_DLPACK_MAJOR. */
+int mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t *flags);
+
 /* Fills *out from a DLTensor without taking ownership.  Returns MR_OK, or
  * MR_EINVAL with *problem set to one of MR_TP_*; *out is then unusable. */
 int mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem);
@@ -111,6 +117,25 @@ mr_tensor_nbytes(const mr_tensor *t)
 {
     return (size_t)t->numel * mr_dtype_size(t->dtype);
 }
+
+/* ---- index tensors ---------------------------------------------------- */
+
+/* 1 when a tensor of dtype may hold indices (int32, int64) or, with mask,
+ * a mask (those and bool, uint8, int8). */
+int mr_index_dtype_ok(int dtype, int mask);
+/* Host data of an index tensor (a dtype mr_index_dtype_ok accepts) into
+ * out: numel int64 values, or with mask numel bytes of 0 or 1. */
+void mr_index_to_host(const mr_tensor *t, int mask, void *out);
+
+/* ---- devices ---------------------------------------------------------- */
+
+/* "cpu", "cuda:N", or "dlpack-device(type, id)" for another device. */
+void mr_device_format(char *buf, size_t n, int32_t type, int32_t id);
+/* Parses "cpu", "cuda" or "cuda:N".  Returns MR_OK, or MR_EINVAL. */
+int mr_device_from_name(const char *name, int32_t *type, int32_t *id);
+/* "[2, 3, 4]" and the size of such a tensor of dtype in GiB, as text
+ * ("%.4g"): what an allocation's error reports. */
+void mr_shape_format(char *dims, size_t ndims, char *gib, size_t ngib, int dtype, int ndim, const int64_t *shape);
 
 /* ---- export ---------------------------------------------------------- */
 
