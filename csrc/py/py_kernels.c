@@ -2,13 +2,13 @@
  * tensors through DLPack) and the entry points of the state kernels:
  * StatePool's copy_slots, clear_slots, track_decode, snapshot_ssm_from_h
  * and snapshot_conv_window (the methods table is in py_state_pool.c). */
+#include "py_numpy.h"
 #include "py_tensor.h"
 
 #include <string.h>
 
 #include "alloc.h"
 #include "cuda_api.h"
-#include "py_numpy.h"
 
 /* ------------------------------------------------------------------------
  * Index arguments: host (numpy, lists, CPU DLPack) or device (CUDA DLPack) */
@@ -17,108 +17,101 @@ void
 mr_idx_release(mr_idx_arg *a)
 {
     Py_CLEAR(a->owner);
-    MR_FREE(a->host);
-    a->host = NULL;
+    mr_ints_release(&a->ints);
+    mr_buf_free(&a->buf);
+}
+
+/* Host data that is not a DLPack tensor, through the one integer reader
+ * (py_ints.h): numpy arrays of the dtypes a tensor may hold (in place when
+ * int64 and contiguous), sequences, ints.  A refusal reads as for a
+ * tensor: TypeError for the type, ValueError for more than 1 dimension. */
+static int
+idx_read(PyObject *obj, int mask, const char *arg, const char *kind, mr_idx_arg *out)
+{
+    if (PyArray_Check(obj)) {
+        PyArrayObject *ra = (PyArrayObject *)obj;
+        int tn = PyArray_TYPE(ra);
+        if (PyArray_NDIM(ra) > 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, PyArray_NDIM(ra));
+            return -1;
+        }
+        if (!(tn == NPY_INT32 || tn == NPY_INT64 || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8)))) {
+            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
+            return -1;
+        }
+    }
+    int flags = MR_INTS_SCALAR | (mask ? MR_INTS_BOOL : 0);
+    /* bytes are text to numpy, not uint8 indices */
+    if (PyBytes_Check(obj) || mr_ints_read(obj, 8, INT64_MIN, INT64_MAX, arg, flags, &out->buf, &out->ints) < 0) {
+        if (PyArray_Check(obj)
+            || (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)
+                && !PyErr_ExceptionMatches(PyExc_ValueError))) {
+            return -1;
+        }
+        /* nested sequences: numpy counts their dimensions */
+        PyErr_Clear();
+        PyObject *raw = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+        int nd = raw != NULL ? PyArray_NDIM((PyArrayObject *)raw) : 0;
+        Py_XDECREF(raw);
+        PyErr_Clear();
+        if (nd > 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, nd);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
+        }
+        return -1;
+    }
+    out->idx = (mr_index){out->ints.data, (int64_t)out->ints.len, 64, 0};
+    return 0;
 }
 
 /* Converts an index (mask=0) or mask (mask=1) argument.  Host data ends
- * up as an int64 array (a mask as uint8); CUDA data stays on the device
- * and must be on (dev_type, dev_id).  Accepts 0-d or 1-d.  Returns 0 or -1
- * with an exception naming arg. */
+ * up as an int64 array; CUDA data stays on the device and must be on
+ * (dev_type, dev_id).  Accepts 0-d or 1-d.  Returns 0 or -1 with an
+ * exception naming arg. */
 int
 mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id, uintptr_t stream,
         const char *arg, mr_idx_arg *out)
 {
     memset(out, 0, sizeof(*out));
     const char *kind = mask ? "a bool or integer mask" : "int32 or int64 indices";
-    /* numpy arrays (host memory, any strides) go through numpy below */
-    if (PyCapsule_CheckExact(obj) || (!PyArray_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__"))) {
-        TensorObject *t = mr_tensor_import(st, obj, stream, 0, arg);
-        if (t == NULL) {
-            return -1;
-        }
-        out->owner = (PyObject *)t;
-        int dt = t->t.dtype;
-        if (!mr_index_dtype_ok(dt, mask)) {
-            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %s", arg, kind, mr_dtype_name(dt));
+    /* numpy arrays (host memory, any strides) go to the integer reader */
+    if (!PyCapsule_CheckExact(obj) && (PyArray_Check(obj) || !PyObject_HasAttrString(obj, "__dlpack__"))) {
+        return idx_read(obj, mask, arg, kind, out);
+    }
+    TensorObject *t = mr_tensor_import(st, obj, stream, 0, arg);
+    if (t == NULL) {
+        return -1;
+    }
+    out->owner = (PyObject *)t;
+    int dt = t->t.dtype;
+    if (!mr_index_dtype_ok(dt, mask)) {
+        PyErr_Format(PyExc_TypeError, "%s must hold %s, not %s", arg, kind, mr_dtype_name(dt));
+        goto error;
+    }
+    if (t->t.ndim > 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, t->t.ndim);
+        goto error;
+    }
+    int64_t n = t->t.numel;
+    if (t->t.device_type == MR_DL_CUDA) {
+        if (dev_type != MR_DL_CUDA || dev_id != t->t.device_id) {
+            char want[64];
+            mr_device_format(want, sizeof(want), dev_type, dev_id);
+            PyErr_Format(PyExc_ValueError, "%s is on cuda:%d, but the state tensors are on %s", arg,
+                         (int)t->t.device_id, want);
             goto error;
         }
-        if (t->t.ndim > 1) {
-            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, t->t.ndim);
-            goto error;
-        }
-        out->dtype = dt;
-        int64_t n = t->t.numel;
-        if (t->t.device_type == MR_DL_CUDA) {
-            if (dev_type != MR_DL_CUDA || dev_id != t->t.device_id) {
-                char want[64];
-                mr_device_format(want, sizeof(want), dev_type, dev_id);
-                PyErr_Format(PyExc_ValueError, "%s is on cuda:%d, but the state tensors are on %s", arg,
-                             (int)t->t.device_id, want);
-                goto error;
-            }
-            out->idx.ptr = t->t.data;
-            out->idx.n = n;
-            out->idx.bits = (int)mr_dtype_size(dt) * 8;
-            out->idx.on_device = 1;
-            return 0;
-        }
-        /* Host data: copy into int64 (or uint8 for masks). */
-        out->host = MR_MALLOC((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-        if (out->host == NULL) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        mr_index_to_host(&t->t, mask, out->host);
-        out->idx.ptr = out->host;
-        out->idx.n = n;
-        out->idx.bits = mask ? 8 : 64;
-        out->idx.on_device = 0;
+        out->idx = (mr_index){t->t.data, n, (int)mr_dtype_size(dt) * 8, 1};
         return 0;
     }
-    /* Anything else: a Python int or sequence, through numpy.  Convert
-     * without a dtype first, so that floats are refused, not truncated. */
-    PyObject *raw = PyArray_FromAny(obj, NULL, 0, 0, NPY_ARRAY_CARRAY_RO, NULL);
-    if (raw == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
-        }
-        return -1;
+    /* Host data: copied into int64. */
+    if (mr_buf_reserve(&out->buf, (size_t)n, sizeof(int64_t)) < 0) {
+        goto error;
     }
-    PyArrayObject *ra = (PyArrayObject *)raw;
-    if (PyArray_NDIM(ra) > 1) {
-        PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, PyArray_NDIM(ra));
-        Py_DECREF(raw);
-        return -1;
-    }
-    /* a numpy array holds the dtypes a tensor may (mr_tensor_import above) */
-    int tn = PyArray_TYPE(ra);
-    int np_ok = tn == NPY_INT32 || tn == NPY_INT64
-                || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8));
-    if ((PyArray_Check(obj) && !np_ok)
-        || (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra)))) {
-        if (PyArray_Check(obj)) {
-            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
-        }
-        else {
-            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
-        }
-        Py_DECREF(raw);
-        return -1;
-    }
-    PyArray_Descr *descr = PyArray_DescrFromType(mask ? NPY_BOOL : NPY_INT64);
-    PyObject *arr = PyArray_FromAny(raw, descr, 0, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST, NULL);
-    Py_DECREF(raw);
-    if (arr == NULL) {
-        return -1;
-    }
-    out->owner = arr;
-    out->dtype = mask ? MR_DTYPE_BOOL : MR_DTYPE_INT64;
-    out->idx.ptr = PyArray_DATA((PyArrayObject *)arr);
-    out->idx.n = (int64_t)PyArray_SIZE((PyArrayObject *)arr);
-    out->idx.bits = mask ? 8 : 64;
-    out->idx.on_device = 0;
+    mr_index_to_host(&t->t, out->buf.p);
+    out->idx = (mr_index){out->buf.p, n, 64, 0};
     return 0;
 error:
     mr_idx_release(out);

@@ -7,6 +7,7 @@
 #define MR_PY_TENSOR_H
 
 #include "py_common.h"
+#include "py_ints.h"
 #include "kernels.h"
 #include "state_pool.h"
 #include "tensor.h"
@@ -48,11 +49,13 @@ void export_capsule_destructor(PyObject *cap);
 /* ------------------------------------------------------------------------
  * Index arguments and kernels (py_kernels.c) */
 
+/* An index or mask argument: device data stays where it is (idx.on_device),
+ * host data is read as int64 (a mask's entries too: nonzero is true). */
 typedef struct {
     PyObject *owner;          /* Tensor or ndarray keeping the data alive */
-    int64_t *host;            /* our int64 (or uint8 mask) copy of host data */
+    mr_ints ints;             /* host data read by mr_ints_read (py_ints.h) */
+    mr_buf buf;               /* its scratch, or the int64 copy of a host tensor */
     mr_index idx;
-    int dtype;                /* MR_DTYPE_* of the source */
 } mr_idx_arg;
 
 int mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id,

@@ -152,7 +152,7 @@ mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad)
 }
 
 int64_t
-mr_index_select(const int64_t *a, const int64_t *b, const uint8_t *mask, int64_t n, int64_t *oa, int64_t *ob)
+mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa, int64_t *ob)
 {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {

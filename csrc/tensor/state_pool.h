@@ -72,7 +72,7 @@ int mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const 
 int mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad);
 /* Keeps the pairs (a[i], b[i]) whose mask[i] is nonzero, in order, in
  * oa[] and ob[]; returns how many. */
-int64_t mr_index_select(const int64_t *a, const int64_t *b, const uint8_t *mask, int64_t n, int64_t *oa,
+int64_t mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa,
                         int64_t *ob);
 
 /* Reasons the source tensor of a snapshot is refused. */

@@ -191,22 +191,13 @@ mr_index_dtype_ok(int dtype, int mask)
 }
 
 void
-mr_index_to_host(const mr_tensor *t, int mask, void *out)
+mr_index_to_host(const mr_tensor *t, int64_t *out)
 {
-    uint8_t *m8 = out;
-    int64_t *i64 = out;
     for (int64_t i = 0; i < t->numel; i++) {
-        int64_t v;
         switch (mr_dtype_size(t->dtype)) {
-        case 1: v = ((const uint8_t *)t->data)[i]; break;
-        case 4: v = ((const int32_t *)t->data)[i]; break;
-        default: v = ((const int64_t *)t->data)[i]; break;
-        }
-        if (mask) {
-            m8[i] = v != 0;
-        }
-        else {
-            i64[i] = v;
+        case 1: out[i] = ((const uint8_t *)t->data)[i]; break;
+        case 4: out[i] = ((const int32_t *)t->data)[i]; break;
+        default: out[i] = ((const int64_t *)t->data)[i]; break;
         }
     }
 }

@@ -124,8 +124,8 @@ mr_tensor_nbytes(const mr_tensor *t)
  * a mask (those and bool, uint8, int8). */
 int mr_index_dtype_ok(int dtype, int mask);
 /* Host data of an index tensor (a dtype mr_index_dtype_ok accepts) into
- * out: numel int64 values, or with mask numel bytes of 0 or 1. */
-void mr_index_to_host(const mr_tensor *t, int mask, void *out);
+ * out as numel int64 values. */
+void mr_index_to_host(const mr_tensor *t, int64_t *out);
 
 /* ---- devices ---------------------------------------------------------- */
 
