@@ -115,30 +115,29 @@ mr_parse_dtype(PyObject *o, const char *what, int *out)
     return rc;
 }
 
-/* Parses a shape (sequence of non-negative ints). */
+/* Parses a shape (a sequence or buffer of non-negative ints, through the
+ * integer reader: errors name the entry). */
 int
 mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim)
 {
-    PyObject *seq = PySequence_Fast(o, "shape must be a sequence of ints");
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a sequence of ints", what);
+    mr_buf scratch = {0};
+    mr_ints v;
+    if (mr_ints_read(o, 8, 0, INT64_MAX / 16, what, 0, &scratch, &v) < 0) {
+        mr_buf_free(&scratch);
         return -1;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MR_TENSOR_MAX_NDIM - 2) {
+    int rc = 0;
+    if (v.len > MR_TENSOR_MAX_NDIM - 2) {
         PyErr_Format(PyExc_ValueError, "%s has too many dimensions (at most %d)", what, MR_TENSOR_MAX_NDIM - 2);
-        Py_DECREF(seq);
-        return -1;
+        rc = -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), 0, INT64_MAX / 16, what, &shape[i]) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
+    else {
+        memcpy(shape, v.data, v.len * sizeof(int64_t));
+        *ndim = (int)v.len;
     }
-    *ndim = (int)n;
-    Py_DECREF(seq);
-    return 0;
+    mr_ints_release(&v);
+    mr_buf_free(&scratch);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
