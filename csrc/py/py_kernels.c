@@ -135,6 +135,12 @@ kernel_args(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t 
     return mr_parse_stream(a[spec->n - 1], spec->fname, stream);
 }
 
+PyObject *
+mr_kernel_done(mr_state *st, int rc, const char *what)
+{
+    return rc == MR_OK ? Py_NewRef(Py_None) : mr_raise(st, rc, what);
+}
+
 /* An index (mask=0) or mask (mask=1) argument for a kernel on pool. */
 static int
 pool_idx(mr_state *st, const mr_state_pool *pool, PyObject *obj, int mask, uintptr_t stream, const char *arg,
@@ -189,6 +195,25 @@ mr_raise_pair(const char *fname, int reason, int64_t bad, const int64_t *src, co
     }
 }
 
+/* Checks a host copy plan (mr_state_pool_check_pairs; src NULL: the
+ * destinations of a snapshot alone, in range and distinct).  0, or -1 with
+ * the refusal naming sn and dn. */
+static int
+pairs_ok(const mr_state_pool *pool, const char *fname, const int64_t *src, const int64_t *dst, int64_t n,
+         const char *sn, const char *dn)
+{
+    int reason;
+    int64_t bad;
+    int rc = mr_state_pool_check_pairs(pool, src, dst, n, &reason, &bad);
+    if (rc == MR_EINVAL) {
+        mr_raise_pair(fname, reason, bad, src, dst, pool->slots, sn, dn);
+    }
+    else if (rc != MR_OK) {
+        PyErr_NoMemory();
+    }
+    return rc == MR_OK ? 0 : -1;
+}
+
 const char StatePool_copy_slots__doc__[] = PyDoc_STR(
 "copy_slots($self, src, dst, /, *, stream=None)\n"
 "--\n"
@@ -203,6 +228,7 @@ PyObject *
 StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "copy_slots", 0, 2, 2, "src", "dst", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg src = {0}, dst = {0};
     mr_state *st;
@@ -216,32 +242,16 @@ StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py
         || mr_same_placement(&src, &dst, "copy_slots", "src", "dst") < 0) {
         goto error;
     }
-    if (!src.idx.on_device) {
-        int reason;
-        int64_t bad;
-        int rc = mr_state_pool_check_pairs(pool, src.idx.ptr, dst.idx.ptr, src.idx.n, &reason, &bad);
-        if (rc == MR_ENOMEM) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (rc != MR_OK) {
-            mr_raise_pair("copy_slots", reason, bad, src.idx.ptr, dst.idx.ptr, pool->slots, "src", "dst");
-            goto error;
-        }
+    if (!src.idx.on_device && pairs_ok(pool, "copy_slots", src.idx.ptr, dst.idx.ptr, src.idx.n, "src", "dst") < 0) {
+        goto error;
     }
     int rc;
     RUN_KERNEL(rc, mr_state_pool_copy(pool, src.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "copy_slots()");
-        goto error;
-    }
-    mr_idx_release(&src);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "copy_slots()");
 error:
     mr_idx_release(&src);
     mr_idx_release(&dst);
-    return NULL;
+    return ret;
 }
 
 const char StatePool_clear_slots__doc__[] = PyDoc_STR(
@@ -254,6 +264,7 @@ PyObject *
 StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "clear_slots", 0, 1, 1, "idx", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg idx = {0};
     mr_state *st;
@@ -275,15 +286,10 @@ StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
     }
     int rc;
     RUN_KERNEL(rc, mr_state_pool_clear(pool, idx.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "clear_slots()");
-        goto error;
-    }
-    mr_idx_release(&idx);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "clear_slots()");
 error:
     mr_idx_release(&idx);
-    return NULL;
+    return ret;
 }
 
 const char StatePool_track_decode__doc__[] = PyDoc_STR(
@@ -300,6 +306,7 @@ PyObject *
 StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "track_decode", 0, 3, 3, "running", "track", "mask", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg run = {0}, trk = {0}, msk = {0};
     int64_t *fs = NULL;
@@ -330,51 +337,19 @@ StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
         }
         int64_t *fd = fs + n;
         m = mr_index_select(run.idx.ptr, trk.idx.ptr, msk.idx.ptr, n, fs, fd);
-        int reason;
-        int64_t bad;
-        rc = mr_state_pool_check_pairs(pool, fs, fd, m, &reason, &bad);
-        if (rc == MR_ENOMEM) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (rc != MR_OK) {
-            mr_raise_pair("track_decode", reason, bad, fs, fd, pool->slots, "running (masked)", "track (masked)");
+        if (pairs_ok(pool, "track_decode", fs, fd, m, "running (masked)", "track (masked)") < 0) {
             goto error;
         }
         mr_index s = {fs, m, 64, 0}, d = {fd, m, 64, 0};
         RUN_KERNEL(rc, mr_state_pool_copy(pool, s, d, (void *)stream));
     }
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "track_decode()");
-        goto error;
-    }
-    MR_FREE(fs);
-    mr_idx_release(&run);
-    mr_idx_release(&trk);
-    mr_idx_release(&msk);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "track_decode()");
 error:
     MR_FREE(fs);
     mr_idx_release(&run);
     mr_idx_release(&trk);
     mr_idx_release(&msk);
-    return NULL;
-}
-
-/* Checks host destination slots of a snapshot: in range and distinct. */
-static int
-mr_check_dst_slots(const mr_state_pool *pool, const mr_idx_arg *dst, const char *fname)
-{
-    int reason;
-    int64_t bad;
-    int rc = dst->idx.on_device ? MR_OK : mr_state_pool_check_pairs(pool, NULL, dst->idx.ptr, dst->idx.n, &reason, &bad);
-    if (rc == MR_EINVAL) {
-        mr_raise_pair(fname, reason, bad, NULL, dst->idx.ptr, pool->slots, NULL, "dst_slots");
-    }
-    else if (rc != MR_OK) {
-        PyErr_NoMemory();
-    }
-    return rc == MR_OK ? 0 : -1;
+    return ret;
 }
 
 /* The refusal of a snapshot's source tensor (mr_state_pool_ssm_plan,
@@ -432,6 +407,7 @@ PyObject *
 StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *h = NULL;
     mr_idx_arg ci = {0}, dst = {0};
@@ -459,7 +435,7 @@ StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (pool_idx(st, pool, a[2], 0, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
         || pool_idx(st, pool, a[3], 0, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
         || mr_same_placement(&ci, &dst, fn, "chunk_indices", "dst_slots") < 0
-        || mr_check_dst_slots(pool, &dst, fn) < 0) {
+        || (!dst.idx.on_device && pairs_ok(pool, fn, NULL, dst.idx.ptr, dst.idx.n, NULL, "dst_slots") < 0)) {
         goto error;
     }
     int64_t bad;
@@ -470,19 +446,12 @@ StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     int rc;
     RUN_KERNEL(rc, mr_k_snapshot_ssm(pool->device_type, pool->device_id, &s, ci.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "snapshot_ssm_from_h()");
-        goto error;
-    }
-    Py_DECREF(h);
-    mr_idx_release(&ci);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "snapshot_ssm_from_h()");
 error:
     Py_XDECREF(h);
     mr_idx_release(&ci);
     mr_idx_release(&dst);
-    return NULL;
+    return ret;
 }
 
 const char StatePool_snapshot_conv_window__doc__[] = PyDoc_STR(
@@ -500,6 +469,7 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
 {
     MR_ARGS(spec, a, "snapshot_conv_window", 0, 4, 4, "layer", "x", "positions", "dst_slots", "conv_index",
             "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     TensorObject *x = NULL;
     mr_idx_arg pos = {0}, dst = {0};
@@ -532,7 +502,7 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
     if (pool_idx(st, pool, a[2], 0, stream, "snapshot_conv_window(): positions", &pos) < 0
         || pool_idx(st, pool, a[3], 0, stream, "snapshot_conv_window(): dst_slots", &dst) < 0
         || mr_same_placement(&pos, &dst, fn, "positions", "dst_slots") < 0
-        || mr_check_dst_slots(pool, &dst, fn) < 0) {
+        || (!dst.idx.on_device && pairs_ok(pool, fn, NULL, dst.idx.ptr, dst.idx.n, NULL, "dst_slots") < 0)) {
         goto error;
     }
     if (x->t.shape[0] == 0 && pos.idx.n > 0) {
@@ -541,18 +511,11 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     int rc;
     RUN_KERNEL(rc, mr_k_snapshot_conv(pool->device_type, pool->device_id, &s, pos.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "snapshot_conv_window()");
-        goto error;
-    }
-    Py_DECREF(x);
-    mr_idx_release(&pos);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "snapshot_conv_window()");
 error:
     Py_XDECREF(x);
     mr_idx_release(&pos);
     mr_idx_release(&dst);
-    return NULL;
+    return ret;
 }
 

@@ -73,6 +73,7 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     MR_ARGS(spec, a, "write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values", "ends", "stream");
     const char *fn = "write_req_to_token";
     TensorObject *table = NULL, *vals_t = NULL;
+    PyObject *ret = NULL;
     mr_idx_arg rows = {0}, starts = {0}, ends = {0}, vals = {0};
     void *conv = NULL;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
@@ -238,18 +239,7 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     w.width = width;
     int rc;
     RUN_KERNEL(rc, mr_k_write_req_to_token(dvt, dvi, &w, rows.idx, starts.idx, ends.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "write_req_to_token()");
-        goto error;
-    }
-    MR_FREE(conv);
-    Py_DECREF(table);
-    Py_XDECREF(vals_t);
-    mr_idx_release(&rows);
-    mr_idx_release(&starts);
-    mr_idx_release(&ends);
-    mr_idx_release(&vals);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "write_req_to_token()");
 error:
     MR_FREE(conv);
     Py_XDECREF(table);
@@ -258,7 +248,7 @@ error:
     mr_idx_release(&starts);
     mr_idx_release(&ends);
     mr_idx_release(&vals);
-    return NULL;
+    return ret;
 }
 
 static PyMethodDef req_to_token_functions[] = {

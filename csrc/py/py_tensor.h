@@ -64,6 +64,10 @@ void mr_idx_release(mr_idx_arg *a);
 /* Both host or both device, and the same length; ValueError otherwise. */
 int mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, const char *an, const char *bn);
 
+/* The end of a kernel entry point: None, or NULL with the kernel's error
+ * (rc, an MR_E* code) for what. */
+PyObject *mr_kernel_done(mr_state *st, int rc, const char *what);
+
 /* Runs a pool kernel with the GIL released. */
 #define RUN_KERNEL(rc, call)      \
     do {                          \
