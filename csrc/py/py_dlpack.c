@@ -13,7 +13,6 @@
 
 #include <string.h>
 
-#include "alloc.h"
 #include "cuda_api.h"
 #include "dlpack_abi.h"
 #include "py_numpy.h"
@@ -696,39 +695,6 @@ static PyType_Spec Tensor_spec = MR_TYPE_SPEC("mambaradix.Tensor", TensorObject,
 /* ------------------------------------------------------------------------
  * Test-only DLPack producer */
 
-/* Deleter calls of _testing_make_capsule's tensors, process-wide. */
-static long mr_testing_deleted = 0;
-
-typedef struct {
-    union {
-        mr_dl_managed_versioned v;
-        mr_dl_managed l;
-    } m;
-    int64_t shape[MR_TENSOR_MAX_NDIM];
-    int64_t strides[MR_TENSOR_MAX_NDIM];
-    void *buf;
-} testing_holder;
-
-static void
-testing_free(testing_holder *h)
-{
-    mr_testing_deleted++;
-    MR_FREE(h->buf);
-    MR_FREE(h);
-}
-
-static void
-testing_deleter_v(mr_dl_managed_versioned *m)
-{
-    testing_free(m->manager_ctx);
-}
-
-static void
-testing_deleter_l(mr_dl_managed *m)
-{
-    testing_free(m->manager_ctx);
-}
-
 PyDoc_STRVAR(testing_make_capsule__doc__,
 "_testing_make_capsule(shape, dtype='float32', *, versioned=True, version=(1, 1), readonly=False,\n"
 "                      strides=None, byte_offset=0, device=(1, 0), null_data=False)\n"
@@ -767,62 +733,15 @@ mod_testing_make_capsule(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "strides must have one entry per dimension");
         return NULL;
     }
-    /* Memory large enough for the strided extent. */
-    int64_t span = 1, numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        numel *= shape[i];
-        span += nstr >= 0 ? (shape[i] - 1) * strides[i] : 0;
-    }
-    if (nstr < 0 || numel == 0) {
-        span = numel;
-    }
-    size_t nbytes = (size_t)span * mr_dtype_size(dtype) + (size_t)byte_offset;
-    testing_holder *h = MR_CALLOC(1, sizeof(*h));
-    if (h == NULL) {
+    mr_dl_testing_spec ts = {ndim, shape, nstr >= 0 ? strides : NULL, dtype, byte_offset, dev_type, dev_id,
+                             null_data, versioned, major, minor, readonly};
+    void *m = mr_dl_testing_make(&ts);
+    if (m == NULL) {
         return PyErr_NoMemory();
     }
-    h->buf = MR_MALLOC(nbytes + 16);
-    if (h->buf == NULL) {
-        MR_FREE(h);
-        return PyErr_NoMemory();
-    }
-    unsigned char *b = h->buf;
-    for (size_t i = 0; i < nbytes; i++) {
-        b[i] = i < (size_t)byte_offset ? 0xEE : (unsigned char)(((i - (size_t)byte_offset) * 37 + 11) & 0xFF);
-    }
-    mr_dl_tensor dl;
-    memset(&dl, 0, sizeof(dl));
-    memcpy(h->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    if (nstr >= 0) {
-        memcpy(h->strides, strides, sizeof(int64_t) * (size_t)ndim);
-    }
-    dl.data = null_data ? NULL : h->buf;
-    dl.device.device_type = dev_type;
-    dl.device.device_id = dev_id;
-    dl.ndim = ndim;
-    dl.dtype = mr_dtype_to_dl(dtype);
-    dl.shape = h->shape;
-    dl.strides = nstr >= 0 ? h->strides : NULL;
-    dl.byte_offset = (uint64_t)byte_offset;
-    PyObject *cap;
-    if (versioned) {
-        h->m.v.version.major = major;
-        h->m.v.version.minor = minor;
-        h->m.v.manager_ctx = h;
-        h->m.v.deleter = testing_deleter_v;
-        h->m.v.flags = readonly ? MR_DL_FLAG_READ_ONLY : 0;
-        h->m.v.dl_tensor = dl;
-        cap = PyCapsule_New(&h->m.v, CAP_VERSIONED, export_capsule_destructor);
-    }
-    else {
-        h->m.l.dl_tensor = dl;
-        h->m.l.manager_ctx = h;
-        h->m.l.deleter = testing_deleter_l;
-        cap = PyCapsule_New(&h->m.l, CAP_LEGACY, export_capsule_destructor);
-    }
+    PyObject *cap = PyCapsule_New(m, versioned ? CAP_VERSIONED : CAP_LEGACY, export_capsule_destructor);
     if (cap == NULL) {
-        testing_free(h);
-        mr_testing_deleted--;
+        mr_dl_testing_discard(m, versioned);
     }
     return cap;
 }
@@ -836,7 +755,7 @@ PyDoc_STRVAR(testing_deleter_calls__doc__,
 static PyObject *
 mod_testing_deleter_calls(PyObject *module, PyObject *unused)
 {
-    return PyLong_FromLong(mr_testing_deleted);
+    return PyLong_FromLong(mr_dl_testing_deleted());
 }
 
 static PyMethodDef dlpack_functions[] = {

@@ -402,3 +402,107 @@ mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release
     *out = h;
     return MR_OK;
 }
+
+/* ------------------------------------------------------------------------
+ * A test producer */
+
+static long mr_testing_deleted = 0;
+
+typedef struct {
+    union {
+        mr_dl_managed_versioned v;
+        mr_dl_managed l;
+    } m;
+    int64_t shape[MR_TENSOR_MAX_NDIM];
+    int64_t strides[MR_TENSOR_MAX_NDIM];
+    void *buf;
+} mr_testing_holder;
+
+static void
+mr_testing_free(mr_testing_holder *h)
+{
+    mr_testing_deleted++;
+    MR_FREE(h->buf);
+    MR_FREE(h);
+}
+
+static void
+mr_testing_deleter_v(mr_dl_managed_versioned *m)
+{
+    mr_testing_free(m->manager_ctx);
+}
+
+static void
+mr_testing_deleter_l(mr_dl_managed *m)
+{
+    mr_testing_free(m->manager_ctx);
+}
+
+void *
+mr_dl_testing_make(const mr_dl_testing_spec *s)
+{
+    int64_t span = 1, numel = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        numel *= s->shape[i];
+        span += s->strides != NULL ? (s->shape[i] - 1) * s->strides[i] : 0;
+    }
+    if (s->strides == NULL || numel == 0) {
+        span = numel;
+    }
+    size_t nbytes = (size_t)span * mr_dtype_size(s->dtype) + (size_t)s->byte_offset;
+    mr_testing_holder *h = MR_CALLOC(1, sizeof(*h));
+    if (h == NULL) {
+        return NULL;
+    }
+    h->buf = MR_MALLOC(nbytes + 16);
+    if (h->buf == NULL) {
+        MR_FREE(h);
+        return NULL;
+    }
+    unsigned char *b = h->buf;
+    for (size_t i = 0; i < nbytes; i++) {
+        b[i] = i < (size_t)s->byte_offset ? 0xEE : (unsigned char)(((i - (size_t)s->byte_offset) * 37 + 11) & 0xFF);
+    }
+    mr_dl_tensor dl;
+    memset(&dl, 0, sizeof(dl));
+    memcpy(h->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    if (s->strides != NULL) {
+        memcpy(h->strides, s->strides, sizeof(int64_t) * (size_t)s->ndim);
+    }
+    dl.data = s->null_data ? NULL : h->buf;
+    dl.device.device_type = s->device_type;
+    dl.device.device_id = s->device_id;
+    dl.ndim = s->ndim;
+    dl.dtype = mr_dtype_to_dl(s->dtype);
+    dl.shape = h->shape;
+    dl.strides = s->strides != NULL ? h->strides : NULL;
+    dl.byte_offset = (uint64_t)s->byte_offset;
+    if (s->versioned) {
+        h->m.v.version.major = s->major;
+        h->m.v.version.minor = s->minor;
+        h->m.v.manager_ctx = h;
+        h->m.v.deleter = mr_testing_deleter_v;
+        h->m.v.flags = s->readonly ? MR_DL_FLAG_READ_ONLY : 0;
+        h->m.v.dl_tensor = dl;
+    }
+    else {
+        h->m.l.dl_tensor = dl;
+        h->m.l.manager_ctx = h;
+        h->m.l.deleter = mr_testing_deleter_l;
+    }
+    return h;
+}
+
+void
+mr_dl_testing_discard(void *managed, int versioned)
+{
+    mr_testing_free(versioned ? ((mr_dl_managed_versioned *)managed)->manager_ctx
+                              : ((mr_dl_managed *)managed)->manager_ctx);
+    mr_testing_deleted--;
+}
+
+long
+mr_dl_testing_deleted(void)
+{
+    return mr_testing_deleted;
+}

@@ -148,6 +148,33 @@ void mr_shape_format(char *dims, size_t ndims, char *gib, size_t ngib, int dtype
 int mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release)(void *ctx),
                      void **out);
 
+/* ---- a test producer --------------------------------------------------- */
+
+/* What mr_dl_testing_make() builds. */
+typedef struct {
+    int ndim;
+    const int64_t *shape;
+    const int64_t *strides;            /* NULL: compact */
+    int dtype;
+    int64_t byte_offset;
+    int32_t device_type, device_id;    /* a label only: the memory is host memory */
+    int null_data;                     /* a NULL data pointer */
+    int versioned;
+    unsigned major, minor;             /* versioned only */
+    int readonly;                      /* versioned only: MR_DL_FLAG_READ_ONLY */
+} mr_dl_testing_spec;
+
+/* A producer's managed tensor for tests (an mr_dl_managed_versioned or an
+ * mr_dl_managed) over new host memory large enough for the strided extent:
+ * byte_offset bytes of 0xEE, then byte i of the data = (i * 37 + 11) &
+ * 0xFF.  Its deleter frees it and counts in mr_dl_testing_deleted().
+ * Returns NULL when out of memory. */
+void *mr_dl_testing_make(const mr_dl_testing_spec *s);
+/* Frees such a tensor that was never handed out, without counting it. */
+void mr_dl_testing_discard(void *managed, int versioned);
+/* Deleter calls of mr_dl_testing_make's tensors, process-wide. */
+long mr_dl_testing_deleted(void);
+
 #ifdef __cplusplus
 }
 #endif
