@@ -324,13 +324,49 @@ mr_tensor_release(mr_tensor *t)
 /* ------------------------------------------------------------------------
  * Export */
 
+/* A managed tensor of either kind. */
+typedef union {
+    mr_dl_managed_versioned v;
+    mr_dl_managed l;
+} mr_managed_any;
+
+/* Fills *m: a DLTensor over data (the other fields as DLPack names them),
+ * ctx as manager_ctx, deleter dv (versioned: with version major.minor and
+ * flags) or dl (legacy). */
+static void
+mr_managed_fill(mr_managed_any *m, int versioned, void *data, int32_t dev_type, int32_t dev_id, int ndim, int dtype,
+                int64_t *shape, int64_t *strides, uint64_t byte_offset, void *ctx, unsigned major, unsigned minor,
+                uint64_t flags, void (*dv)(mr_dl_managed_versioned *), void (*dl)(mr_dl_managed *))
+{
+    mr_dl_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.data = data;
+    t.device.device_type = dev_type;
+    t.device.device_id = dev_id;
+    t.ndim = ndim;
+    t.dtype = mr_dtype_to_dl(dtype);
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = byte_offset;
+    if (versioned) {
+        m->v.version.major = major;
+        m->v.version.minor = minor;
+        m->v.manager_ctx = ctx;
+        m->v.deleter = dv;
+        m->v.flags = flags;
+        m->v.dl_tensor = t;
+    }
+    else {
+        m->l.dl_tensor = t;
+        m->l.manager_ctx = ctx;
+        m->l.deleter = dl;
+    }
+}
+
 /* What we hand to a consumer: the managed struct first (so its address is
  * the holder's), then the shape and strides it points to. */
 typedef struct {
-    union {
-        mr_dl_managed_versioned v;
-        mr_dl_managed l;
-    } m;
+    mr_managed_any m;
     void *ctx;
     void (*on_release)(void *ctx);
     int64_t shape[MR_TENSOR_MAX_NDIM];
@@ -376,29 +412,8 @@ mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release
         h->strides[i] = stride;
         stride *= t->shape[i];
     }
-    mr_dl_tensor dl;
-    memset(&dl, 0, sizeof(dl));
-    dl.data = t->data;
-    dl.device.device_type = t->device_type;
-    dl.device.device_id = t->device_id;
-    dl.ndim = t->ndim;
-    dl.dtype = mr_dtype_to_dl(t->dtype);
-    dl.shape = h->shape;
-    dl.strides = h->strides;
-    dl.byte_offset = 0;
-    if (versioned) {
-        h->m.v.version.major = MR_DLPACK_MAJOR;
-        h->m.v.version.minor = MR_DLPACK_MINOR;
-        h->m.v.manager_ctx = h;
-        h->m.v.deleter = mr_export_deleter_versioned;
-        h->m.v.flags = 0;
-        h->m.v.dl_tensor = dl;
-    }
-    else {
-        h->m.l.dl_tensor = dl;
-        h->m.l.manager_ctx = h;
-        h->m.l.deleter = mr_export_deleter_legacy;
-    }
+    mr_managed_fill(&h->m, versioned, t->data, t->device_type, t->device_id, t->ndim, t->dtype, h->shape, h->strides,
+                    0, h, MR_DLPACK_MAJOR, MR_DLPACK_MINOR, 0, mr_export_deleter_versioned, mr_export_deleter_legacy);
     *out = h;
     return MR_OK;
 }
@@ -409,10 +424,7 @@ mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release
 static long mr_testing_deleted = 0;
 
 typedef struct {
-    union {
-        mr_dl_managed_versioned v;
-        mr_dl_managed l;
-    } m;
+    mr_managed_any m;
     int64_t shape[MR_TENSOR_MAX_NDIM];
     int64_t strides[MR_TENSOR_MAX_NDIM];
     void *buf;
@@ -463,33 +475,13 @@ mr_dl_testing_make(const mr_dl_testing_spec *s)
     for (size_t i = 0; i < nbytes; i++) {
         b[i] = i < (size_t)s->byte_offset ? 0xEE : (unsigned char)(((i - (size_t)s->byte_offset) * 37 + 11) & 0xFF);
     }
-    mr_dl_tensor dl;
-    memset(&dl, 0, sizeof(dl));
     memcpy(h->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
     if (s->strides != NULL) {
         memcpy(h->strides, s->strides, sizeof(int64_t) * (size_t)s->ndim);
     }
-    dl.data = s->null_data ? NULL : h->buf;
-    dl.device.device_type = s->device_type;
-    dl.device.device_id = s->device_id;
-    dl.ndim = s->ndim;
-    dl.dtype = mr_dtype_to_dl(s->dtype);
-    dl.shape = h->shape;
-    dl.strides = s->strides != NULL ? h->strides : NULL;
-    dl.byte_offset = (uint64_t)s->byte_offset;
-    if (s->versioned) {
-        h->m.v.version.major = s->major;
-        h->m.v.version.minor = s->minor;
-        h->m.v.manager_ctx = h;
-        h->m.v.deleter = mr_testing_deleter_v;
-        h->m.v.flags = s->readonly ? MR_DL_FLAG_READ_ONLY : 0;
-        h->m.v.dl_tensor = dl;
-    }
-    else {
-        h->m.l.dl_tensor = dl;
-        h->m.l.manager_ctx = h;
-        h->m.l.deleter = mr_testing_deleter_l;
-    }
+    mr_managed_fill(&h->m, s->versioned, s->null_data ? NULL : h->buf, s->device_type, s->device_id, s->ndim,
+                    s->dtype, h->shape, s->strides != NULL ? h->strides : NULL, (uint64_t)s->byte_offset, h, s->major,
+                    s->minor, s->readonly ? MR_DL_FLAG_READ_ONLY : 0, mr_testing_deleter_v, mr_testing_deleter_l);
     return h;
 }
 
