@@ -403,55 +403,84 @@ const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
 "[..., num_chunks, *temporal_shape] (e.g. FLA's [B, NT, H, V, K]; leading\n"
 "dimensions are flattened), compact, on the pool's device.");
 
-PyObject *
-StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* snapshot_ssm_from_h (conv 0) and snapshot_conv_window (conv 1): layer,
+ * the source tensor (h or x), an index argument (chunk_indices or
+ * positions), dst_slots, then conv_index for conv; the same checks in the
+ * same order, each its own plan and kernel. */
+static PyObject *
+snapshot(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+         PyObject **a, int conv)
 {
-    MR_ARGS(spec, a, "snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
     PyObject *ret = NULL;
-    StatePoolObject *p = (StatePoolObject *)self;
-    TensorObject *h = NULL;
-    mr_idx_arg ci = {0}, dst = {0};
-    const char *fn = "snapshot_ssm_from_h";
+    const mr_state_pool *pool = &((StatePoolObject *)self)->pool;
+    TensorObject *src = NULL;
+    mr_idx_arg ix = {0}, dst = {0};
+    const char *fn = spec->fname, *sn = spec->names[1], *xn = spec->names[2];
+    char what[96];
     mr_state *st;
     uintptr_t stream;
-    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
+    if (kernel_args(self, spec, args, nargs, kwnames, a, &st, &stream) < 0) {
         return NULL;
     }
-    int64_t layer;
-    const mr_state_pool *pool = &p->pool;
-    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_ssm_from_h(): layer", &layer) < 0) {
+    int64_t layer, ci = conv ? 0 : pool->nconv;
+    (void)snprintf(what, sizeof(what), "%s(): layer", fn);
+    if (mr_as_int64(a[0], 0, pool->layers - 1, what, &layer) < 0
+        || (conv && a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
         return NULL;
     }
-    h = mr_tensor_import(st, a[1], stream, 0, "snapshot_ssm_from_h(): h");
-    if (h == NULL) {
-        goto error;
-    }
-    mr_ssm_snap s;
+    mr_ssm_snap ssm;
+    mr_conv_snap cs;
     int reason;
-    if (mr_state_pool_ssm_plan(pool, layer, &h->t, &s, &reason) != MR_OK) {
-        mr_raise_snap(pool, reason, fn, "h", &h->t, pool->nconv);
+    if (conv && mr_state_pool_conv_plan(pool, layer, ci, NULL, &cs, &reason) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, sn, NULL, ci);
+        return NULL;
+    }
+    (void)snprintf(what, sizeof(what), "%s(): %s", fn, sn);
+    src = mr_tensor_import(st, a[1], stream, 0, what);
+    if (src == NULL) {
         goto error;
     }
-    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
-        || pool_idx(st, pool, a[3], 0, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
-        || mr_same_placement(&ci, &dst, fn, "chunk_indices", "dst_slots") < 0
+    if ((conv ? mr_state_pool_conv_plan(pool, layer, ci, &src->t, &cs, &reason)
+              : mr_state_pool_ssm_plan(pool, layer, &src->t, &ssm, &reason)) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, sn, &src->t, ci);
+        goto error;
+    }
+    char dwhat[96];
+    (void)snprintf(what, sizeof(what), "%s(): %s", fn, xn);
+    (void)snprintf(dwhat, sizeof(dwhat), "%s(): dst_slots", fn);
+    if (pool_idx(st, pool, a[2], 0, stream, what, &ix) < 0 || pool_idx(st, pool, a[3], 0, stream, dwhat, &dst) < 0
+        || mr_same_placement(&ix, &dst, fn, xn, "dst_slots") < 0
         || (!dst.idx.on_device && pairs_ok(pool, fn, NULL, dst.idx.ptr, dst.idx.n, NULL, "dst_slots") < 0)) {
         goto error;
     }
     int64_t bad;
-    if (!ci.idx.on_device && mr_index_check_below(ci.idx.ptr, ci.idx.n, s.h_chunks, &bad) != MR_OK) {
+    if (conv && src->t.shape[0] == 0 && ix.idx.n > 0) {
+        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x has no tokens");
+        goto error;
+    }
+    if (!conv && !ix.idx.on_device && mr_index_check_below(ix.idx.ptr, ix.idx.n, ssm.h_chunks, &bad) != MR_OK) {
         PyErr_Format(PyExc_IndexError, "snapshot_ssm_from_h(): chunk_indices[%lld] = %lld is out of range [0, %lld)",
-                     (long long)bad, (long long)((const int64_t *)ci.idx.ptr)[bad], (long long)s.h_chunks);
+                     (long long)bad, (long long)((const int64_t *)ix.idx.ptr)[bad], (long long)ssm.h_chunks);
         goto error;
     }
     int rc;
-    RUN_KERNEL(rc, mr_k_snapshot_ssm(pool->device_type, pool->device_id, &s, ci.idx, dst.idx, (void *)stream));
-    ret = mr_kernel_done(st, rc, "snapshot_ssm_from_h()");
+    int32_t dt = pool->device_type, di = pool->device_id;
+    RUN_KERNEL(rc, conv ? mr_k_snapshot_conv(dt, di, &cs, ix.idx, dst.idx, (void *)stream)
+                        : mr_k_snapshot_ssm(dt, di, &ssm, ix.idx, dst.idx, (void *)stream));
+    (void)snprintf(what, sizeof(what), "%s()", fn);
+    ret = mr_kernel_done(st, rc, what);
 error:
-    Py_XDECREF(h);
-    mr_idx_release(&ci);
+    Py_XDECREF(src);
+    mr_idx_release(&ix);
     mr_idx_release(&dst);
     return ret;
+}
+
+PyObject *
+StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
+    return snapshot(self, &spec, args, nargs, kwnames, a, 0);
 }
 
 const char StatePool_snapshot_conv_window__doc__[] = PyDoc_STR(
@@ -469,53 +498,5 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
 {
     MR_ARGS(spec, a, "snapshot_conv_window", 0, 4, 4, "layer", "x", "positions", "dst_slots", "conv_index",
             "stream");
-    PyObject *ret = NULL;
-    StatePoolObject *p = (StatePoolObject *)self;
-    TensorObject *x = NULL;
-    mr_idx_arg pos = {0}, dst = {0};
-    const char *fn = "snapshot_conv_window";
-    mr_state *st;
-    uintptr_t stream;
-    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
-        return NULL;
-    }
-    int64_t layer, ci = 0;
-    const mr_state_pool *pool = &p->pool;
-    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_conv_window(): layer", &layer) < 0
-        || (a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
-        return NULL;
-    }
-    mr_conv_snap s;
-    int reason;
-    if (mr_state_pool_conv_plan(pool, layer, ci, NULL, &s, &reason) != MR_OK) {
-        mr_raise_snap(pool, reason, fn, "x", NULL, ci);
-        return NULL;
-    }
-    x = mr_tensor_import(st, a[1], stream, 0, "snapshot_conv_window(): x");
-    if (x == NULL) {
-        goto error;
-    }
-    if (mr_state_pool_conv_plan(pool, layer, ci, &x->t, &s, &reason) != MR_OK) {
-        mr_raise_snap(pool, reason, fn, "x", &x->t, ci);
-        goto error;
-    }
-    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_conv_window(): positions", &pos) < 0
-        || pool_idx(st, pool, a[3], 0, stream, "snapshot_conv_window(): dst_slots", &dst) < 0
-        || mr_same_placement(&pos, &dst, fn, "positions", "dst_slots") < 0
-        || (!dst.idx.on_device && pairs_ok(pool, fn, NULL, dst.idx.ptr, dst.idx.n, NULL, "dst_slots") < 0)) {
-        goto error;
-    }
-    if (x->t.shape[0] == 0 && pos.idx.n > 0) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x has no tokens");
-        goto error;
-    }
-    int rc;
-    RUN_KERNEL(rc, mr_k_snapshot_conv(pool->device_type, pool->device_id, &s, pos.idx, dst.idx, (void *)stream));
-    ret = mr_kernel_done(st, rc, "snapshot_conv_window()");
-error:
-    Py_XDECREF(x);
-    mr_idx_release(&pos);
-    mr_idx_release(&dst);
-    return ret;
+    return snapshot(self, &spec, args, nargs, kwnames, a, 1);
 }
-
