@@ -158,32 +158,17 @@ put(void *dst, int width, Py_ssize_t i, int64_t x)
     }
 }
 
-/* One Python int (anything with __index__ but bool; a bool too with
- * MR_INTS_BOOL) into *x. */
+/* One Python int (mr_int_value; a bool too with MR_INTS_BOOL), element i,
+ * into *x. */
 static int
 one_int(PyObject *it, const char *arg, Py_ssize_t i, int64_t lo, int64_t hi, int flags, int64_t *x)
 {
     long long v;
-    int overflow = 0;
-    if (PyLong_CheckExact(it)) {
-        v = PyLong_AsLongLongAndOverflow(it, &overflow);
-    }
-    else if ((flags & MR_INTS_BOOL) && PyBool_Check(it)) {
-        v = it == Py_True;
-    }
-    else if (!PyBool_Check(it) && PyIndex_Check(it)) {
-        PyObject *ix = PyNumber_Index(it);
-        if (ix == NULL) {
-            return -1;
-        }
-        v = PyLong_AsLongLongAndOverflow(ix, &overflow);
-        Py_DECREF(ix);
-    }
-    else {
+    int overflow, r = mr_int_value(it, flags & MR_INTS_BOOL, &v, &overflow);
+    if (r > 0) {
         PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", arg, i, Py_TYPE(it)->tp_name);
-        return -1;
     }
-    if (v == -1 && PyErr_Occurred()) {
+    if (r != 0) {
         return -1;
     }
     if (overflow || v < lo || v > hi) {
