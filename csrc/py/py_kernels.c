@@ -425,7 +425,8 @@ snapshot(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nar
     int64_t layer, ci = conv ? 0 : pool->nconv;
     (void)snprintf(what, sizeof(what), "%s(): layer", fn);
     if (mr_as_int64(a[0], 0, pool->layers - 1, what, &layer) < 0
-        || (conv && a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
+        || (conv && a[4] != NULL
+            && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
         return NULL;
     }
     mr_ssm_snap ssm;

@@ -1022,17 +1022,9 @@ static PyType_Spec ReqPool_spec = MR_TYPE_SPEC("mambaradix._C.ReqPool", ReqPoolO
 int
 mr_py_pools_init(PyObject *m, mr_state *st)
 {
-    PyObject *bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
-    if (bases == NULL) {
-        return -1;
-    }
-    st->OwnershipError = PyErr_NewExceptionWithDoc(
-        "mambaradix.OwnershipError",
-        "A slot, token or request row was freed twice, or freed by someone who does not own it.",
-        bases, NULL);
-    Py_DECREF(bases);
-    if (st->OwnershipError == NULL
-        || PyModule_AddObjectRef(m, "OwnershipError", st->OwnershipError) < 0) {
+    if (mr_add_exception(m, st, &st->OwnershipError, "OwnershipError",
+                         "A slot, token or request row was freed twice, or freed by someone who does not own it.",
+                         PyExc_ValueError) < 0) {
         return -1;
     }
     if (mr_add_type(m, &st->SlotAllocator, PyType_FromModuleAndSpec(m, &SlotAllocator_spec, NULL)) < 0
