@@ -37,6 +37,20 @@ mr_add_type(PyObject *m, PyObject **slot, PyObject *type)
     return PyModule_AddType(m, (PyTypeObject *)type);
 }
 
+int
+mr_add_exception(PyObject *m, mr_state *st, PyObject **slot, const char *name, const char *doc, PyObject *base)
+{
+    char full[64];
+    PyObject *bases = base != NULL ? PyTuple_Pack(2, st->Error, base) : NULL;
+    if (base != NULL && bases == NULL) {
+        return -1;
+    }
+    (void)snprintf(full, sizeof(full), "mambaradix.%s", name);
+    *slot = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    Py_XDECREF(bases);
+    return *slot == NULL || PyModule_AddObjectRef(m, name, *slot) < 0 ? -1 : 0;
+}
+
 void
 mr_type_free(PyObject *self)
 {
@@ -231,40 +245,20 @@ mr_exec(PyObject *m)
     if (_import_array() < 0) {
         return -1;
     }
-    st->Error = PyErr_NewExceptionWithDoc("mambaradix.Error",
-        "Base class of mambaradix's own errors.", NULL, NULL);
-    if (st->Error == NULL || PyModule_AddObjectRef(m, "Error", st->Error) < 0) {
-        return -1;
-    }
-    PyObject *bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
-    if (bases == NULL) {
-        return -1;
-    }
-    st->StaleNodeError = PyErr_NewExceptionWithDoc("mambaradix.StaleNodeError",
-        "A node handle refers to a node that was removed, or to another tree.", bases, NULL);
-    Py_DECREF(bases);
-    if (st->StaleNodeError == NULL || PyModule_AddObjectRef(m, "StaleNodeError", st->StaleNodeError) < 0) {
-        return -1;
-    }
-    bases = PyTuple_Pack(2, st->Error, PyExc_AssertionError);
-    if (bases == NULL) {
-        return -1;
-    }
-    st->InvariantError = PyErr_NewExceptionWithDoc("mambaradix.InvariantError",
-        "sanity_check() found a broken invariant.", bases, NULL);
-    Py_DECREF(bases);
-    if (st->InvariantError == NULL || PyModule_AddObjectRef(m, "InvariantError", st->InvariantError) < 0) {
-        return -1;
-    }
 #ifdef MR_WITH_CUDA
-    if (PyModule_AddObjectRef(m, "cuda_compiled", Py_True) < 0) {
-        return -1;
-    }
+    PyObject *cuda_compiled = Py_True;
 #else
-    if (PyModule_AddObjectRef(m, "cuda_compiled", Py_False) < 0) {
+    PyObject *cuda_compiled = Py_False;
+#endif
+    if (mr_add_exception(m, st, &st->Error, "Error", "Base class of mambaradix's own errors.", NULL) < 0
+        || mr_add_exception(m, st, &st->StaleNodeError, "StaleNodeError",
+                            "A node handle refers to a node that was removed, or to another tree.",
+                            PyExc_ValueError) < 0
+        || mr_add_exception(m, st, &st->InvariantError, "InvariantError", "sanity_check() found a broken invariant.",
+                            PyExc_AssertionError) < 0
+        || PyModule_AddObjectRef(m, "cuda_compiled", cuda_compiled) < 0) {
         return -1;
     }
-#endif
     if (mr_py_radix_init(m, st) < 0 || mr_py_tensor_init(m, st) < 0 || mr_py_pools_init(m, st) < 0
         || mr_py_rules_init(m, st) < 0
         || mr_py_unified_init(m, st) < 0) {

@@ -232,20 +232,38 @@ mr_parse_tuple(mr_argspec *spec, PyObject *args, PyObject *kwds, PyObject **out)
  * Converters */
 
 int
-mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out)
+mr_int_value(PyObject *o, int bool_ok, long long *v, int *overflow)
 {
-    if (PyBool_Check(o) || !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", arg, Py_TYPE(o)->tp_name);
-        return -1;
+    *overflow = 0;
+    if (PyLong_CheckExact(o)) {
+        *v = PyLong_AsLongLongAndOverflow(o, overflow);
+        return 0;
     }
-    int overflow = 0;
+    if (PyBool_Check(o) && bool_ok) {
+        *v = o == Py_True;
+        return 0;
+    }
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+        return 1;
+    }
     PyObject *idx = PyNumber_Index(o);
     if (idx == NULL) {
         return -1;
     }
-    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    *v = PyLong_AsLongLongAndOverflow(idx, overflow);
     Py_DECREF(idx);
-    if (v == -1 && PyErr_Occurred()) {
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+int
+mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out)
+{
+    long long v;
+    int overflow, r = mr_int_value(o, 0, &v, &overflow);
+    if (r > 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", arg, Py_TYPE(o)->tp_name);
+    }
+    if (r != 0) {
         return -1;
     }
     if (overflow || v < lo || v > hi) {

@@ -58,6 +58,14 @@ int mr_parse_tuple(mr_argspec *spec, PyObject *args, PyObject *kwds, PyObject **
  * (TypeError for a wrong type, ValueError for a value out of range), leaves
  * *out alone when o is NULL (argument left out) and returns 0 or -1. */
 
+/* The one reading of a Python int: o (anything with __index__ but bool;
+ * a bool too, as 1 or 0, when bool_ok) as a long long.  Returns 0 with *v
+ * (*overflow set when the value does not fit), 1 when o is no int (no
+ * exception set), or -1 with the exception its __index__ raised.  Every
+ * converter below and the integer-array reader (py_ints.c) word their
+ * errors around it. */
+int mr_int_value(PyObject *o, int bool_ok, long long *v, int *overflow);
+
 /* An int (anything with __index__, not bool) within [lo, hi]. */
 int mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out);
 int mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_t hi, int64_t *out);

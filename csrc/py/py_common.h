@@ -54,6 +54,9 @@ mr_state *mr_state_from_type(PyTypeObject *tp);
 /* Adds type (a new reference, or NULL after a failed creation) to m
  * under its own name and keeps it in *slot.  Returns 0 or -1. */
 int mr_add_type(PyObject *m, PyObject **slot, PyObject *type);
+/* Creates exception mambaradix.<name> into *slot and adds it to m: a
+ * subclass of st->Error and base, or of Exception when base is NULL. */
+int mr_add_exception(PyObject *m, mr_state *st, PyObject **slot, const char *name, const char *doc, PyObject *base);
 /* The end of a heap type's tp_dealloc: frees self and drops its type. */
 void mr_type_free(PyObject *self);
 /* obj when it is an instance of type (a module-state type), else NULL

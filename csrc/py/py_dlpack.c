@@ -13,7 +13,6 @@
 
 #include <string.h>
 
-#include "alloc.h"
 #include "cuda_api.h"
 #include "dlpack_abi.h"
 #include "py_numpy.h"
@@ -71,33 +70,11 @@ mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id)
         return -1;
     }
     const char *c = PyUnicode_AsUTF8(s);
-    int rc = -1;
-    if (c == NULL) {
-        goto done;
-    }
-    if (strcmp(c, "cpu") == 0) {
-        *type = MR_DL_CPU;
-        *id = 0;
-        rc = 0;
-    }
-    else if (strcmp(c, "cuda") == 0) {
-        *type = MR_DL_CUDA;
-        *id = 0;
-        rc = 0;
-    }
-    else if (strncmp(c, "cuda:", 5) == 0 && c[5] >= '0' && c[5] <= '9') {
-        char *end = NULL;
-        long v = strtol(c + 5, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= INT32_MAX) {
-            *type = MR_DL_CUDA;
-            *id = (int32_t)v;
-            rc = 0;
-        }
-    }
-    if (rc < 0) {
+    int rc = c == NULL ? -1 : mr_device_from_name(c, type, id) == MR_OK ? 0 : -2;
+    if (rc == -2) {
         PyErr_Format(PyExc_ValueError, "%s must be 'cpu', 'cuda' or 'cuda:N', not %R", what, o);
+        rc = -1;
     }
-done:
     Py_DECREF(s);
     return rc;
 }
@@ -137,44 +114,29 @@ mr_parse_dtype(PyObject *o, const char *what, int *out)
     return rc;
 }
 
-/* Parses a shape (sequence of non-negative ints). */
+/* Parses a shape (a sequence or buffer of non-negative ints, through the
+ * integer reader: errors name the entry). */
 int
 mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim)
 {
-    PyObject *seq = PySequence_Fast(o, "shape must be a sequence of ints");
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a sequence of ints", what);
+    mr_buf scratch = {0};
+    mr_ints v;
+    if (mr_ints_read(o, 8, 0, INT64_MAX / 16, what, 0, &scratch, &v) < 0) {
+        mr_buf_free(&scratch);
         return -1;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MR_TENSOR_MAX_NDIM - 2) {
+    int rc = 0;
+    if (v.len > MR_TENSOR_MAX_NDIM - 2) {
         PyErr_Format(PyExc_ValueError, "%s has too many dimensions (at most %d)", what, MR_TENSOR_MAX_NDIM - 2);
-        Py_DECREF(seq);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), 0, INT64_MAX / 16, what, &shape[i]) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
-    }
-    *ndim = (int)n;
-    Py_DECREF(seq);
-    return 0;
-}
-
-void
-mr_format_device(char *buf, size_t n, int32_t type, int32_t id)
-{
-    if (type == MR_DL_CPU) {
-        snprintf(buf, n, "cpu");
-    }
-    else if (type == MR_DL_CUDA) {
-        snprintf(buf, n, "cuda:%d", (int)id);
+        rc = -1;
     }
     else {
-        snprintf(buf, n, "dlpack-device(%d, %d)", (int)type, (int)id);
+        memcpy(shape, v.data, v.len * sizeof(int64_t));
+        *ndim = (int)v.len;
     }
+    mr_ints_release(&v);
+    mr_buf_free(&scratch);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -344,19 +306,12 @@ mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, co
         goto error;
     }
     const mr_dl_tensor *dl;
-    uint64_t flags = 0;
-    if (versioned) {
-        mr_dl_managed_versioned *m = managed;
-        if (m->version.major != MR_DLPACK_MAJOR) {
-            PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)",
-                         arg, m->version.major, m->version.minor);
-            goto error;
-        }
-        dl = &m->dl_tensor;
-        flags = m->flags;
-    }
-    else {
-        dl = &((mr_dl_managed *)managed)->dl_tensor;
+    uint64_t flags;
+    if (mr_dl_unwrap(managed, versioned, &dl, &flags) != MR_OK) {
+        const mr_dl_managed_versioned *m = managed;
+        PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)", arg,
+                     m->version.major, m->version.minor);
+        goto error;
     }
 
     out = mr_tensor_new_empty(st);
@@ -580,18 +535,8 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
 void
 mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape)
 {
-    char dims[MR_TENSOR_MAX_NDIM * 24 + 4];
-    size_t off = 0;
-    double bytes = (double)mr_dtype_size(dtype);
-    for (int i = 0; i < ndim && off < sizeof(dims); i++) {
-        off += (size_t)snprintf(dims + off, sizeof(dims) - off, "%s%lld", i ? ", " : "[", (long long)shape[i]);
-        bytes *= (double)shape[i];
-    }
-    if (off < sizeof(dims)) {
-        snprintf(dims + off, sizeof(dims) - off, "]");
-    }
-    char size[32];
-    snprintf(size, sizeof(size), "%.4g", bytes / 1073741824.0);
+    char dims[MR_TENSOR_MAX_NDIM * 24 + 4], size[32];
+    mr_shape_format(dims, sizeof(dims), size, sizeof(size), dtype, ndim, shape);
     if (rc == MR_ENOMEM) {
         PyErr_Format(PyExc_MemoryError, "%s %s needs %s GiB: out of memory", what, dims, size);
     }
@@ -672,7 +617,7 @@ Tensor_get_device(PyObject *self, void *closure)
 {
     TensorObject *o = (TensorObject *)self;
     char buf[64];
-    mr_format_device(buf, sizeof(buf), o->t.device_type, o->t.device_id);
+    mr_device_format(buf, sizeof(buf), o->t.device_type, o->t.device_id);
     return PyUnicode_FromString(buf);
 }
 
@@ -699,7 +644,7 @@ Tensor_repr(PyObject *self)
 {
     TensorObject *o = (TensorObject *)self;
     char dev[64];
-    mr_format_device(dev, sizeof(dev), o->t.device_type, o->t.device_id);
+    mr_device_format(dev, sizeof(dev), o->t.device_type, o->t.device_id);
     PyObject *shape = Tensor_get_shape(self, NULL);
     if (shape == NULL) {
         return NULL;
@@ -750,39 +695,6 @@ static PyType_Spec Tensor_spec = MR_TYPE_SPEC("mambaradix.Tensor", TensorObject,
 /* ------------------------------------------------------------------------
  * Test-only DLPack producer */
 
-/* Deleter calls of _testing_make_capsule's tensors, process-wide. */
-static long mr_testing_deleted = 0;
-
-typedef struct {
-    union {
-        mr_dl_managed_versioned v;
-        mr_dl_managed l;
-    } m;
-    int64_t shape[MR_TENSOR_MAX_NDIM];
-    int64_t strides[MR_TENSOR_MAX_NDIM];
-    void *buf;
-} testing_holder;
-
-static void
-testing_free(testing_holder *h)
-{
-    mr_testing_deleted++;
-    MR_FREE(h->buf);
-    MR_FREE(h);
-}
-
-static void
-testing_deleter_v(mr_dl_managed_versioned *m)
-{
-    testing_free(m->manager_ctx);
-}
-
-static void
-testing_deleter_l(mr_dl_managed *m)
-{
-    testing_free(m->manager_ctx);
-}
-
 PyDoc_STRVAR(testing_make_capsule__doc__,
 "_testing_make_capsule(shape, dtype='float32', *, versioned=True, version=(1, 1), readonly=False,\n"
 "                      strides=None, byte_offset=0, device=(1, 0), null_data=False)\n"
@@ -821,62 +733,15 @@ mod_testing_make_capsule(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "strides must have one entry per dimension");
         return NULL;
     }
-    /* Memory large enough for the strided extent. */
-    int64_t span = 1, numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        numel *= shape[i];
-        span += nstr >= 0 ? (shape[i] - 1) * strides[i] : 0;
-    }
-    if (nstr < 0 || numel == 0) {
-        span = numel;
-    }
-    size_t nbytes = (size_t)span * mr_dtype_size(dtype) + (size_t)byte_offset;
-    testing_holder *h = MR_CALLOC(1, sizeof(*h));
-    if (h == NULL) {
+    mr_dl_testing_spec ts = {ndim, shape, nstr >= 0 ? strides : NULL, dtype, byte_offset, dev_type, dev_id,
+                             null_data, versioned, major, minor, readonly};
+    void *m = mr_dl_testing_make(&ts);
+    if (m == NULL) {
         return PyErr_NoMemory();
     }
-    h->buf = MR_MALLOC(nbytes + 16);
-    if (h->buf == NULL) {
-        MR_FREE(h);
-        return PyErr_NoMemory();
-    }
-    unsigned char *b = h->buf;
-    for (size_t i = 0; i < nbytes; i++) {
-        b[i] = i < (size_t)byte_offset ? 0xEE : (unsigned char)(((i - (size_t)byte_offset) * 37 + 11) & 0xFF);
-    }
-    mr_dl_tensor dl;
-    memset(&dl, 0, sizeof(dl));
-    memcpy(h->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    if (nstr >= 0) {
-        memcpy(h->strides, strides, sizeof(int64_t) * (size_t)ndim);
-    }
-    dl.data = null_data ? NULL : h->buf;
-    dl.device.device_type = dev_type;
-    dl.device.device_id = dev_id;
-    dl.ndim = ndim;
-    dl.dtype = mr_dtype_to_dl(dtype);
-    dl.shape = h->shape;
-    dl.strides = nstr >= 0 ? h->strides : NULL;
-    dl.byte_offset = (uint64_t)byte_offset;
-    PyObject *cap;
-    if (versioned) {
-        h->m.v.version.major = major;
-        h->m.v.version.minor = minor;
-        h->m.v.manager_ctx = h;
-        h->m.v.deleter = testing_deleter_v;
-        h->m.v.flags = readonly ? MR_DL_FLAG_READ_ONLY : 0;
-        h->m.v.dl_tensor = dl;
-        cap = PyCapsule_New(&h->m.v, CAP_VERSIONED, export_capsule_destructor);
-    }
-    else {
-        h->m.l.dl_tensor = dl;
-        h->m.l.manager_ctx = h;
-        h->m.l.deleter = testing_deleter_l;
-        cap = PyCapsule_New(&h->m.l, CAP_LEGACY, export_capsule_destructor);
-    }
+    PyObject *cap = PyCapsule_New(m, versioned ? CAP_VERSIONED : CAP_LEGACY, export_capsule_destructor);
     if (cap == NULL) {
-        testing_free(h);
-        mr_testing_deleted--;
+        mr_dl_testing_discard(m, versioned);
     }
     return cap;
 }
@@ -890,7 +755,7 @@ PyDoc_STRVAR(testing_deleter_calls__doc__,
 static PyObject *
 mod_testing_deleter_calls(PyObject *module, PyObject *unused)
 {
-    return PyLong_FromLong(mr_testing_deleted);
+    return PyLong_FromLong(mr_dl_testing_deleted());
 }
 
 static PyMethodDef dlpack_functions[] = {

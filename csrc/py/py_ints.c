@@ -5,10 +5,11 @@
 
 #include <string.h>
 
-/* Classifies a buffer format: returns 's' (signed int), 'u' (unsigned int)
- * or 0 (anything else), with native byte order only. */
+/* Classifies a buffer format: returns 's' (signed int), 'u' (unsigned int;
+ * bool '?' too with MR_INTS_BOOL) or 0 (anything else), with native byte
+ * order only. */
 static char
-int_kind(const char *fmt)
+int_kind(const char *fmt, int flags)
 {
     if (fmt == NULL) {
         return 'u';   /* plain bytes */
@@ -24,6 +25,8 @@ int_kind(const char *fmt)
         return 's';
     case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
         return 'u';
+    case '?':
+        return flags & MR_INTS_BOOL ? 'u' : 0;
     default:
         return 0;
     }
@@ -155,28 +158,17 @@ put(void *dst, int width, Py_ssize_t i, int64_t x)
     }
 }
 
-/* One Python int (anything with __index__ but bool) into *x. */
+/* One Python int (mr_int_value; a bool too with MR_INTS_BOOL), element i,
+ * into *x. */
 static int
-one_int(PyObject *it, const char *arg, Py_ssize_t i, int64_t lo, int64_t hi, int64_t *x)
+one_int(PyObject *it, const char *arg, Py_ssize_t i, int64_t lo, int64_t hi, int flags, int64_t *x)
 {
     long long v;
-    int overflow = 0;
-    if (PyLong_CheckExact(it)) {
-        v = PyLong_AsLongLongAndOverflow(it, &overflow);
-    }
-    else if (!PyBool_Check(it) && PyIndex_Check(it)) {
-        PyObject *ix = PyNumber_Index(it);
-        if (ix == NULL) {
-            return -1;
-        }
-        v = PyLong_AsLongLongAndOverflow(ix, &overflow);
-        Py_DECREF(ix);
-    }
-    else {
+    int overflow, r = mr_int_value(it, flags & MR_INTS_BOOL, &v, &overflow);
+    if (r > 0) {
         PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", arg, i, Py_TYPE(it)->tp_name);
-        return -1;
     }
-    if (v == -1 && PyErr_Occurred()) {
+    if (r != 0) {
         return -1;
     }
     if (overflow || v < lo || v > hi) {
@@ -191,7 +183,7 @@ static int
 read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int flags, mr_buf *scratch)
 {
     Py_buffer *v = &out->view;
-    char kind = int_kind(v->format);
+    char kind = int_kind(v->format, flags);
     if (kind == 0 || !(v->itemsize == 1 || v->itemsize == 2 || v->itemsize == 4 || v->itemsize == 8)) {
         PyErr_Format(PyExc_TypeError, "%s must hold integers, not buffer format '%s'", arg,
                      v->format ? v->format : "B");
@@ -303,7 +295,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
     if ((flags & MR_INTS_SCALAR) && !PyObject_CheckBuffer(obj) && PyIndex_Check(obj)
         && (PyLong_Check(obj) || !PyObject_HasAttrString(obj, "__array__"))) {
         int64_t x;
-        if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, &x) < 0) {
+        if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, flags, &x) < 0) {
             return -1;
         }
         put(scratch->p, width, 0, x);
@@ -355,7 +347,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
             break;
         }
         PyObject *it = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        int r = one_int(it, arg, i, lo, hi, &x);
+        int r = one_int(it, arg, i, lo, hi, flags, &x);
         Py_DECREF(it);
         if (r < 0) {
             goto fail;
@@ -381,7 +373,7 @@ mr_ints_append_i32(PyObject *obj, const char *arg, mr_buf *scratch, mr_buf *dst,
         if (PyObject_GetBuffer(obj, &v, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
             return -1;
         }
-        if (v.ndim == 1 && v.itemsize == 8 && int_kind(v.format) == 's'
+        if (v.ndim == 1 && v.itemsize == 8 && int_kind(v.format, 0) == 's'
             && (v.strides == NULL || v.strides[0] == 8)) {
             size_t n = (size_t)v.shape[0];
             if (mr_buf_reserve(dst, at + n + 1, sizeof(int32_t)) < 0) {

@@ -21,6 +21,7 @@
 #include "py_buf.h"
 
 #define MR_INTS_SCALAR 1   /* a lone int is read as one element */
+#define MR_INTS_BOOL 2     /* bools (True, False, bool buffers) read as 1 and 0: a mask */
 
 typedef struct {
     const void *data;      /* len ints of the wanted width */

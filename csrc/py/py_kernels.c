@@ -2,13 +2,13 @@
  * tensors through DLPack) and the entry points of the state kernels:
  * StatePool's copy_slots, clear_slots, track_decode, snapshot_ssm_from_h
  * and snapshot_conv_window (the methods table is in py_state_pool.c). */
+#include "py_numpy.h"
 #include "py_tensor.h"
 
 #include <string.h>
 
 #include "alloc.h"
 #include "cuda_api.h"
-#include "py_numpy.h"
 
 /* ------------------------------------------------------------------------
  * Index arguments: host (numpy, lists, CPU DLPack) or device (CUDA DLPack) */
@@ -17,125 +17,101 @@ void
 mr_idx_release(mr_idx_arg *a)
 {
     Py_CLEAR(a->owner);
-    MR_FREE(a->host);
-    a->host = NULL;
+    mr_ints_release(&a->ints);
+    mr_buf_free(&a->buf);
+}
+
+/* Host data that is not a DLPack tensor, through the one integer reader
+ * (py_ints.h): numpy arrays of the dtypes a tensor may hold (in place when
+ * int64 and contiguous), sequences, ints.  A refusal reads as for a
+ * tensor: TypeError for the type, ValueError for more than 1 dimension. */
+static int
+idx_read(PyObject *obj, int mask, const char *arg, const char *kind, mr_idx_arg *out)
+{
+    if (PyArray_Check(obj)) {
+        PyArrayObject *ra = (PyArrayObject *)obj;
+        int tn = PyArray_TYPE(ra);
+        if (PyArray_NDIM(ra) > 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, PyArray_NDIM(ra));
+            return -1;
+        }
+        if (!(tn == NPY_INT32 || tn == NPY_INT64 || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8)))) {
+            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
+            return -1;
+        }
+    }
+    int flags = MR_INTS_SCALAR | (mask ? MR_INTS_BOOL : 0);
+    /* bytes are text to numpy, not uint8 indices */
+    if (PyBytes_Check(obj) || mr_ints_read(obj, 8, INT64_MIN, INT64_MAX, arg, flags, &out->buf, &out->ints) < 0) {
+        if (PyArray_Check(obj)
+            || (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)
+                && !PyErr_ExceptionMatches(PyExc_ValueError))) {
+            return -1;
+        }
+        /* nested sequences: numpy counts their dimensions */
+        PyErr_Clear();
+        PyObject *raw = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+        int nd = raw != NULL ? PyArray_NDIM((PyArrayObject *)raw) : 0;
+        Py_XDECREF(raw);
+        PyErr_Clear();
+        if (nd > 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, nd);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
+        }
+        return -1;
+    }
+    out->idx = (mr_index){out->ints.data, (int64_t)out->ints.len, 64, 0};
+    return 0;
 }
 
 /* Converts an index (mask=0) or mask (mask=1) argument.  Host data ends
- * up as an int64 array (a mask as uint8); CUDA data stays on the device
- * and must be on (dev_type, dev_id).  Accepts 0-d or 1-d.  Returns 0 or -1
- * with an exception naming arg. */
+ * up as an int64 array; CUDA data stays on the device and must be on
+ * (dev_type, dev_id).  Accepts 0-d or 1-d.  Returns 0 or -1 with an
+ * exception naming arg. */
 int
 mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id, uintptr_t stream,
         const char *arg, mr_idx_arg *out)
 {
     memset(out, 0, sizeof(*out));
     const char *kind = mask ? "a bool or integer mask" : "int32 or int64 indices";
-    /* numpy arrays (host memory, any strides) go through numpy below */
-    if (PyCapsule_CheckExact(obj) || (!PyArray_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__"))) {
-        TensorObject *t = mr_tensor_import(st, obj, stream, 0, arg);
-        if (t == NULL) {
-            return -1;
-        }
-        out->owner = (PyObject *)t;
-        int dt = t->t.dtype;
-        int ok = mask ? (dt == MR_DTYPE_BOOL || dt == MR_DTYPE_UINT8 || dt == MR_DTYPE_INT8
-                         || dt == MR_DTYPE_INT32 || dt == MR_DTYPE_INT64)
-                      : (dt == MR_DTYPE_INT32 || dt == MR_DTYPE_INT64);
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %s", arg, kind, mr_dtype_name(dt));
+    /* numpy arrays (host memory, any strides) go to the integer reader */
+    if (!PyCapsule_CheckExact(obj) && (PyArray_Check(obj) || !PyObject_HasAttrString(obj, "__dlpack__"))) {
+        return idx_read(obj, mask, arg, kind, out);
+    }
+    TensorObject *t = mr_tensor_import(st, obj, stream, 0, arg);
+    if (t == NULL) {
+        return -1;
+    }
+    out->owner = (PyObject *)t;
+    int dt = t->t.dtype;
+    if (!mr_index_dtype_ok(dt, mask)) {
+        PyErr_Format(PyExc_TypeError, "%s must hold %s, not %s", arg, kind, mr_dtype_name(dt));
+        goto error;
+    }
+    if (t->t.ndim > 1) {
+        PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, t->t.ndim);
+        goto error;
+    }
+    int64_t n = t->t.numel;
+    if (t->t.device_type == MR_DL_CUDA) {
+        if (dev_type != MR_DL_CUDA || dev_id != t->t.device_id) {
+            char want[64];
+            mr_device_format(want, sizeof(want), dev_type, dev_id);
+            PyErr_Format(PyExc_ValueError, "%s is on cuda:%d, but the state tensors are on %s", arg,
+                         (int)t->t.device_id, want);
             goto error;
         }
-        if (t->t.ndim > 1) {
-            PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, t->t.ndim);
-            goto error;
-        }
-        out->dtype = dt;
-        int64_t n = t->t.numel;
-        if (t->t.device_type == MR_DL_CUDA) {
-            if (dev_type != MR_DL_CUDA || dev_id != t->t.device_id) {
-                char want[64];
-                mr_format_device(want, sizeof(want), dev_type, dev_id);
-                PyErr_Format(PyExc_ValueError, "%s is on cuda:%d, but the state tensors are on %s", arg,
-                             (int)t->t.device_id, want);
-                goto error;
-            }
-            out->idx.ptr = t->t.data;
-            out->idx.n = n;
-            out->idx.bits = (int)mr_dtype_size(dt) * 8;
-            out->idx.on_device = 1;
-            return 0;
-        }
-        /* Host data: copy into int64 (or uint8 for masks). */
-        out->host = MR_MALLOC((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-        if (out->host == NULL) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        uint8_t *m8 = (uint8_t *)out->host;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v;
-            switch (mr_dtype_size(dt)) {
-            case 1: v = ((const uint8_t *)t->t.data)[i]; break;
-            case 4: v = ((const int32_t *)t->t.data)[i]; break;
-            default: v = ((const int64_t *)t->t.data)[i]; break;
-            }
-            if (mask) {
-                m8[i] = v != 0;
-            }
-            else {
-                out->host[i] = v;
-            }
-        }
-        out->idx.ptr = out->host;
-        out->idx.n = n;
-        out->idx.bits = mask ? 8 : 64;
-        out->idx.on_device = 0;
+        out->idx = (mr_index){t->t.data, n, (int)mr_dtype_size(dt) * 8, 1};
         return 0;
     }
-    /* Anything else: a Python int or sequence, through numpy.  Convert
-     * without a dtype first, so that floats are refused, not truncated. */
-    PyObject *raw = PyArray_FromAny(obj, NULL, 0, 0, NPY_ARRAY_CARRAY_RO, NULL);
-    if (raw == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
-        }
-        return -1;
+    /* Host data: copied into int64. */
+    if (mr_buf_reserve(&out->buf, (size_t)n, sizeof(int64_t)) < 0) {
+        goto error;
     }
-    PyArrayObject *ra = (PyArrayObject *)raw;
-    if (PyArray_NDIM(ra) > 1) {
-        PyErr_Format(PyExc_ValueError, "%s must be 1-D (got %d dimensions)", arg, PyArray_NDIM(ra));
-        Py_DECREF(raw);
-        return -1;
-    }
-    /* a numpy array holds the dtypes a tensor may (mr_tensor_import above) */
-    int tn = PyArray_TYPE(ra);
-    int np_ok = tn == NPY_INT32 || tn == NPY_INT64
-                || (mask && (tn == NPY_BOOL || tn == NPY_UINT8 || tn == NPY_INT8));
-    if ((PyArray_Check(obj) && !np_ok)
-        || (PyArray_SIZE(ra) > 0 && !PyArray_ISINTEGER(ra) && !(mask && PyArray_ISBOOL(ra)))) {
-        if (PyArray_Check(obj)) {
-            PyErr_Format(PyExc_TypeError, "%s must hold %s, not %S", arg, kind, (PyObject *)PyArray_DESCR(ra));
-        }
-        else {
-            PyErr_Format(PyExc_TypeError, "%s must be %s (an array, a tensor or a sequence of ints)", arg, kind);
-        }
-        Py_DECREF(raw);
-        return -1;
-    }
-    PyArray_Descr *descr = PyArray_DescrFromType(mask ? NPY_BOOL : NPY_INT64);
-    PyObject *arr = PyArray_FromAny(raw, descr, 0, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST, NULL);
-    Py_DECREF(raw);
-    if (arr == NULL) {
-        return -1;
-    }
-    out->owner = arr;
-    out->dtype = mask ? MR_DTYPE_BOOL : MR_DTYPE_INT64;
-    out->idx.ptr = PyArray_DATA((PyArrayObject *)arr);
-    out->idx.n = (int64_t)PyArray_SIZE((PyArrayObject *)arr);
-    out->idx.bits = mask ? 8 : 64;
-    out->idx.on_device = 0;
+    mr_index_to_host(&t->t, out->buf.p);
+    out->idx = (mr_index){out->buf.p, n, 64, 0};
     return 0;
 error:
     mr_idx_release(out);
@@ -157,6 +133,12 @@ kernel_args(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t 
         return -1;
     }
     return mr_parse_stream(a[spec->n - 1], spec->fname, stream);
+}
+
+PyObject *
+mr_kernel_done(mr_state *st, int rc, const char *what)
+{
+    return rc == MR_OK ? Py_NewRef(Py_None) : mr_raise(st, rc, what);
 }
 
 /* An index (mask=0) or mask (mask=1) argument for a kernel on pool. */
@@ -183,6 +165,8 @@ mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, c
     return 0;
 }
 
+/* The refusal of a host copy plan (mr_state_pool_check_pairs); sn NULL: of
+ * destinations alone. */
 static void
 mr_raise_pair(const char *fname, int reason, int64_t bad, const int64_t *src, const int64_t *dst,
            int64_t slots, const char *sn, const char *dn)
@@ -201,14 +185,33 @@ mr_raise_pair(const char *fname, int reason, int64_t bad, const int64_t *src, co
                      fname, sn, (long long)bad, dn, (long long)bad, (long long)src[bad]);
         break;
     case MR_PAIR_DST_TWICE:
-        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld appears twice in %s", fname, dn, (long long)bad,
-                     (long long)dst[bad], dn);
+        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld appears twice%s%s", fname, dn, (long long)bad,
+                     (long long)dst[bad], sn != NULL ? " in " : "", sn != NULL ? dn : "");
         break;
     default:
         PyErr_Format(PyExc_ValueError, "%s(): %s[%lld] = %lld is also a source slot", fname, dn,
                      (long long)bad, (long long)dst[bad]);
         break;
     }
+}
+
+/* Checks a host copy plan (mr_state_pool_check_pairs; src NULL: the
+ * destinations of a snapshot alone, in range and distinct).  0, or -1 with
+ * the refusal naming sn and dn. */
+static int
+pairs_ok(const mr_state_pool *pool, const char *fname, const int64_t *src, const int64_t *dst, int64_t n,
+         const char *sn, const char *dn)
+{
+    int reason;
+    int64_t bad;
+    int rc = mr_state_pool_check_pairs(pool, src, dst, n, &reason, &bad);
+    if (rc == MR_EINVAL) {
+        mr_raise_pair(fname, reason, bad, src, dst, pool->slots, sn, dn);
+    }
+    else if (rc != MR_OK) {
+        PyErr_NoMemory();
+    }
+    return rc == MR_OK ? 0 : -1;
 }
 
 const char StatePool_copy_slots__doc__[] = PyDoc_STR(
@@ -225,6 +228,7 @@ PyObject *
 StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "copy_slots", 0, 2, 2, "src", "dst", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg src = {0}, dst = {0};
     mr_state *st;
@@ -238,32 +242,16 @@ StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, Py
         || mr_same_placement(&src, &dst, "copy_slots", "src", "dst") < 0) {
         goto error;
     }
-    if (!src.idx.on_device) {
-        int reason;
-        int64_t bad;
-        int rc = mr_state_pool_check_pairs(pool, src.idx.ptr, dst.idx.ptr, src.idx.n, &reason, &bad);
-        if (rc == MR_ENOMEM) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (rc != MR_OK) {
-            mr_raise_pair("copy_slots", reason, bad, src.idx.ptr, dst.idx.ptr, pool->slots, "src", "dst");
-            goto error;
-        }
+    if (!src.idx.on_device && pairs_ok(pool, "copy_slots", src.idx.ptr, dst.idx.ptr, src.idx.n, "src", "dst") < 0) {
+        goto error;
     }
     int rc;
     RUN_KERNEL(rc, mr_state_pool_copy(pool, src.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "copy_slots()");
-        goto error;
-    }
-    mr_idx_release(&src);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "copy_slots()");
 error:
     mr_idx_release(&src);
     mr_idx_release(&dst);
-    return NULL;
+    return ret;
 }
 
 const char StatePool_clear_slots__doc__[] = PyDoc_STR(
@@ -276,6 +264,7 @@ PyObject *
 StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "clear_slots", 0, 1, 1, "idx", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg idx = {0};
     mr_state *st;
@@ -297,15 +286,10 @@ StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, P
     }
     int rc;
     RUN_KERNEL(rc, mr_state_pool_clear(pool, idx.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "clear_slots()");
-        goto error;
-    }
-    mr_idx_release(&idx);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "clear_slots()");
 error:
     mr_idx_release(&idx);
-    return NULL;
+    return ret;
 }
 
 const char StatePool_track_decode__doc__[] = PyDoc_STR(
@@ -322,6 +306,7 @@ PyObject *
 StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "track_decode", 0, 3, 3, "running", "track", "mask", "stream");
+    PyObject *ret = NULL;
     StatePoolObject *p = (StatePoolObject *)self;
     mr_idx_arg run = {0}, trk = {0}, msk = {0};
     int64_t *fs = NULL;
@@ -351,76 +336,61 @@ StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, 
             goto error;
         }
         int64_t *fd = fs + n;
-        const int64_t *r = run.idx.ptr, *t = trk.idx.ptr;
-        const uint8_t *mk = msk.idx.ptr;
-        for (int64_t i = 0; i < n; i++) {
-            if (mk[i]) {
-                fs[m] = r[i];
-                fd[m] = t[i];
-                m++;
-            }
-        }
-        int reason;
-        int64_t bad;
-        rc = mr_state_pool_check_pairs(pool, fs, fd, m, &reason, &bad);
-        if (rc == MR_ENOMEM) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (rc != MR_OK) {
-            mr_raise_pair("track_decode", reason, bad, fs, fd, pool->slots, "running (masked)", "track (masked)");
+        m = mr_index_select(run.idx.ptr, trk.idx.ptr, msk.idx.ptr, n, fs, fd);
+        if (pairs_ok(pool, "track_decode", fs, fd, m, "running (masked)", "track (masked)") < 0) {
             goto error;
         }
         mr_index s = {fs, m, 64, 0}, d = {fd, m, 64, 0};
         RUN_KERNEL(rc, mr_state_pool_copy(pool, s, d, (void *)stream));
     }
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "track_decode()");
-        goto error;
-    }
-    MR_FREE(fs);
-    mr_idx_release(&run);
-    mr_idx_release(&trk);
-    mr_idx_release(&msk);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "track_decode()");
 error:
     MR_FREE(fs);
     mr_idx_release(&run);
     mr_idx_release(&trk);
     mr_idx_release(&msk);
-    return NULL;
+    return ret;
 }
 
-/* Checks host destination slots of a snapshot: in range and distinct. */
-static int
-mr_check_dst_slots(const mr_state_pool *pool, const mr_idx_arg *dst, const char *fname)
+/* The refusal of a snapshot's source tensor (mr_state_pool_ssm_plan,
+ * mr_state_pool_conv_plan): arg "h" or "x", ci the conv tensor. */
+static void
+mr_raise_snap(const mr_state_pool *pool, int reason, const char *fname, const char *arg, const mr_tensor *src,
+              int64_t ci)
 {
-    if (dst->idx.on_device) {
-        return 0;
-    }
-    const int64_t *d = dst->idx.ptr;
-    int64_t bad;
-    if (mr_state_pool_check_slots(pool, d, dst->idx.n, &bad) != MR_OK) {
-        PyErr_Format(PyExc_IndexError, "%s(): dst_slots[%lld] = %lld is out of range [0, %lld]", fname,
-                     (long long)bad, (long long)d[bad], (long long)pool->slots);
-        return -1;
-    }
-    uint8_t *seen = MR_CALLOC((size_t)pool->slots + 1, 1);
-    if (seen == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (int64_t i = 0; i < dst->idx.n; i++) {
-        if (seen[d[i]]) {
-            PyErr_Format(PyExc_ValueError, "%s(): dst_slots[%lld] = %lld appears twice", fname,
-                         (long long)i, (long long)d[i]);
-            MR_FREE(seen);
-            return -1;
+    const mr_tensor *pt = pool->t[ci];
+    int ssm = ci == pool->nconv;
+    switch (reason) {
+    case MR_SNAP_CONV_NDIM:
+        PyErr_Format(PyExc_ValueError, "%s(): conv[%lld] must be [layers, slots + 1, dim, K - 1]", fname,
+                     (long long)ci);
+        break;
+    case MR_SNAP_SHAPE:
+        if (ssm) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): h must be [..., num_chunks, *temporal_shape] with temporal_shape "
+                         "= the pool's per-slot temporal shape (%d trailing dims)", fname, pt->ndim - 2);
         }
-        seen[d[i]] = 1;
+        else {
+            PyErr_Format(PyExc_ValueError, "%s(): x must be [T, dim] with dim = %lld", fname,
+                         (long long)pt->shape[2]);
+        }
+        break;
+    case MR_SNAP_DTYPE:
+        if (ssm) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): h has dtype %s, the pool's temporal %s (same dtype, or "
+                         "float32/bfloat16 on both sides)", fname, mr_dtype_name(src->dtype), mr_dtype_name(pt->dtype));
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "%s(): x has dtype %s, conv[%lld] %s (must match)", fname,
+                         mr_dtype_name(src->dtype), (long long)ci, mr_dtype_name(pt->dtype));
+        }
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "%s(): %s is on another device than the pool", fname, arg);
+        break;
     }
-    MR_FREE(seen);
-    return 0;
 }
 
 const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
@@ -433,98 +403,85 @@ const char StatePool_snapshot_ssm_from_h__doc__[] = PyDoc_STR(
 "[..., num_chunks, *temporal_shape] (e.g. FLA's [B, NT, H, V, K]; leading\n"
 "dimensions are flattened), compact, on the pool's device.");
 
+/* snapshot_ssm_from_h (conv 0) and snapshot_conv_window (conv 1): layer,
+ * the source tensor (h or x), an index argument (chunk_indices or
+ * positions), dst_slots, then conv_index for conv; the same checks in the
+ * same order, each its own plan and kernel. */
+static PyObject *
+snapshot(PyObject *self, mr_argspec *spec, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+         PyObject **a, int conv)
+{
+    PyObject *ret = NULL;
+    const mr_state_pool *pool = &((StatePoolObject *)self)->pool;
+    TensorObject *src = NULL;
+    mr_idx_arg ix = {0}, dst = {0};
+    const char *fn = spec->fname, *sn = spec->names[1], *xn = spec->names[2];
+    char what[96];
+    mr_state *st;
+    uintptr_t stream;
+    if (kernel_args(self, spec, args, nargs, kwnames, a, &st, &stream) < 0) {
+        return NULL;
+    }
+    int64_t layer, ci = conv ? 0 : pool->nconv;
+    (void)snprintf(what, sizeof(what), "%s(): layer", fn);
+    if (mr_as_int64(a[0], 0, pool->layers - 1, what, &layer) < 0
+        || (conv && a[4] != NULL
+            && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
+        return NULL;
+    }
+    mr_ssm_snap ssm;
+    mr_conv_snap cs;
+    int reason;
+    if (conv && mr_state_pool_conv_plan(pool, layer, ci, NULL, &cs, &reason) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, sn, NULL, ci);
+        return NULL;
+    }
+    (void)snprintf(what, sizeof(what), "%s(): %s", fn, sn);
+    src = mr_tensor_import(st, a[1], stream, 0, what);
+    if (src == NULL) {
+        goto error;
+    }
+    if ((conv ? mr_state_pool_conv_plan(pool, layer, ci, &src->t, &cs, &reason)
+              : mr_state_pool_ssm_plan(pool, layer, &src->t, &ssm, &reason)) != MR_OK) {
+        mr_raise_snap(pool, reason, fn, sn, &src->t, ci);
+        goto error;
+    }
+    char dwhat[96];
+    (void)snprintf(what, sizeof(what), "%s(): %s", fn, xn);
+    (void)snprintf(dwhat, sizeof(dwhat), "%s(): dst_slots", fn);
+    if (pool_idx(st, pool, a[2], 0, stream, what, &ix) < 0 || pool_idx(st, pool, a[3], 0, stream, dwhat, &dst) < 0
+        || mr_same_placement(&ix, &dst, fn, xn, "dst_slots") < 0
+        || (!dst.idx.on_device && pairs_ok(pool, fn, NULL, dst.idx.ptr, dst.idx.n, NULL, "dst_slots") < 0)) {
+        goto error;
+    }
+    int64_t bad;
+    if (conv && src->t.shape[0] == 0 && ix.idx.n > 0) {
+        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x has no tokens");
+        goto error;
+    }
+    if (!conv && !ix.idx.on_device && mr_index_check_below(ix.idx.ptr, ix.idx.n, ssm.h_chunks, &bad) != MR_OK) {
+        PyErr_Format(PyExc_IndexError, "snapshot_ssm_from_h(): chunk_indices[%lld] = %lld is out of range [0, %lld)",
+                     (long long)bad, (long long)((const int64_t *)ix.idx.ptr)[bad], (long long)ssm.h_chunks);
+        goto error;
+    }
+    int rc;
+    int32_t dt = pool->device_type, di = pool->device_id;
+    RUN_KERNEL(rc, conv ? mr_k_snapshot_conv(dt, di, &cs, ix.idx, dst.idx, (void *)stream)
+                        : mr_k_snapshot_ssm(dt, di, &ssm, ix.idx, dst.idx, (void *)stream));
+    (void)snprintf(what, sizeof(what), "%s()", fn);
+    ret = mr_kernel_done(st, rc, what);
+error:
+    Py_XDECREF(src);
+    mr_idx_release(&ix);
+    mr_idx_release(&dst);
+    return ret;
+}
+
 PyObject *
 StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "snapshot_ssm_from_h", 0, 4, 4, "layer", "h", "chunk_indices", "dst_slots", "stream");
-    StatePoolObject *p = (StatePoolObject *)self;
-    TensorObject *h = NULL;
-    mr_idx_arg ci = {0}, dst = {0};
-    const char *fn = "snapshot_ssm_from_h";
-    mr_state *st;
-    uintptr_t stream;
-    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
-        return NULL;
-    }
-    int64_t layer;
-    const mr_state_pool *pool = &p->pool;
-    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_ssm_from_h(): layer", &layer) < 0) {
-        return NULL;
-    }
-    const mr_tensor *tt = pool->t[pool->nconv];
-    h = mr_tensor_import(st, a[1], stream, 0, "snapshot_ssm_from_h(): h");
-    if (h == NULL) {
-        goto error;
-    }
-    const mr_tensor *ht = &h->t;
-    int sd = tt->ndim - 2;   /* per-slot dims */
-    int shape_ok = ht->ndim >= sd + 1;
-    for (int d = 0; shape_ok && d < sd; d++) {
-        shape_ok = ht->shape[ht->ndim - sd + d] == tt->shape[2 + d];
-    }
-    if (!shape_ok) {
-        PyErr_Format(PyExc_ValueError,
-                     "snapshot_ssm_from_h(): h must be [..., num_chunks, *temporal_shape] with temporal_shape "
-                     "= the pool's per-slot temporal shape (%d trailing dims)", sd);
-        goto error;
-    }
-    if (ht->device_type != pool->device_type || ht->device_id != pool->device_id) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_ssm_from_h(): h is on another device than the pool");
-        goto error;
-    }
-    int convertible = (ht->dtype == MR_DTYPE_FLOAT32 || ht->dtype == MR_DTYPE_BFLOAT16)
-                      && (tt->dtype == MR_DTYPE_FLOAT32 || tt->dtype == MR_DTYPE_BFLOAT16);
-    if (ht->dtype != tt->dtype && !convertible) {
-        PyErr_Format(PyExc_TypeError,
-                     "snapshot_ssm_from_h(): h has dtype %s, the pool's temporal %s (same dtype, or "
-                     "float32/bfloat16 on both sides)", mr_dtype_name(ht->dtype), mr_dtype_name(tt->dtype));
-        goto error;
-    }
-    mr_ssm_snap s;
-    memset(&s, 0, sizeof(s));
-    s.elems = 1;
-    for (int d = 0; d < sd; d++) {
-        s.elems *= tt->shape[2 + d];
-    }
-    s.h_chunks = s.elems > 0 ? ht->numel / s.elems : 0;
-    s.h = ht->data;
-    s.h_dtype = ht->dtype;
-    s.dst_dtype = tt->dtype;
-    s.dst_rows = pool->slots + 1;
-    s.dst_slot_stride = pool->layout.t[pool->nconv].slot_stride;
-    s.dst = pool->layout.t[pool->nconv].base + layer * pool->layout.t[pool->nconv].layer_stride;
-    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_ssm_from_h(): chunk_indices", &ci) < 0
-        || pool_idx(st, pool, a[3], 0, stream, "snapshot_ssm_from_h(): dst_slots", &dst) < 0
-        || mr_same_placement(&ci, &dst, fn, "chunk_indices", "dst_slots") < 0
-        || mr_check_dst_slots(pool, &dst, fn) < 0) {
-        goto error;
-    }
-    if (!ci.idx.on_device) {
-        const int64_t *c = ci.idx.ptr;
-        for (int64_t i = 0; i < ci.idx.n; i++) {
-            if (c[i] < 0 || c[i] >= s.h_chunks) {
-                PyErr_Format(PyExc_IndexError,
-                             "snapshot_ssm_from_h(): chunk_indices[%lld] = %lld is out of range [0, %lld)",
-                             (long long)i, (long long)c[i], (long long)s.h_chunks);
-                goto error;
-            }
-        }
-    }
-    int rc;
-    RUN_KERNEL(rc, mr_k_snapshot_ssm(pool->device_type, pool->device_id, &s, ci.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "snapshot_ssm_from_h()");
-        goto error;
-    }
-    Py_DECREF(h);
-    mr_idx_release(&ci);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
-error:
-    Py_XDECREF(h);
-    mr_idx_release(&ci);
-    mr_idx_release(&dst);
-    return NULL;
+    return snapshot(self, &spec, args, nargs, kwnames, a, 0);
 }
 
 const char StatePool_snapshot_conv_window__doc__[] = PyDoc_STR(
@@ -542,79 +499,5 @@ StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t
 {
     MR_ARGS(spec, a, "snapshot_conv_window", 0, 4, 4, "layer", "x", "positions", "dst_slots", "conv_index",
             "stream");
-    StatePoolObject *p = (StatePoolObject *)self;
-    TensorObject *x = NULL;
-    mr_idx_arg pos = {0}, dst = {0};
-    const char *fn = "snapshot_conv_window";
-    mr_state *st;
-    uintptr_t stream;
-    if (kernel_args(self, &spec, args, nargs, kwnames, a, &st, &stream) < 0) {
-        return NULL;
-    }
-    int64_t layer, ci = 0;
-    const mr_state_pool *pool = &p->pool;
-    if (mr_as_int64(a[0], 0, pool->layers - 1, "snapshot_conv_window(): layer", &layer) < 0
-        || (a[4] != NULL && mr_as_int64(a[4], 0, pool->nconv - 1, "snapshot_conv_window(): conv_index", &ci) < 0)) {
-        return NULL;
-    }
-    const mr_tensor *ct = pool->t[ci];
-    if (ct->ndim != 4) {
-        PyErr_Format(PyExc_ValueError,
-                     "snapshot_conv_window(): conv[%lld] must be [layers, slots + 1, dim, K - 1]", (long long)ci);
-        return NULL;
-    }
-    x = mr_tensor_import(st, a[1], stream, 0, "snapshot_conv_window(): x");
-    if (x == NULL) {
-        goto error;
-    }
-    if (x->t.ndim != 2 || x->t.shape[1] != ct->shape[2]) {
-        PyErr_Format(PyExc_ValueError, "snapshot_conv_window(): x must be [T, dim] with dim = %lld",
-                     (long long)ct->shape[2]);
-        goto error;
-    }
-    if (x->t.dtype != ct->dtype) {
-        PyErr_Format(PyExc_TypeError, "snapshot_conv_window(): x has dtype %s, conv[%lld] %s (must match)",
-                     mr_dtype_name(x->t.dtype), (long long)ci, mr_dtype_name(ct->dtype));
-        goto error;
-    }
-    if (x->t.device_type != pool->device_type || x->t.device_id != pool->device_id) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x is on another device than the pool");
-        goto error;
-    }
-    if (pool_idx(st, pool, a[2], 0, stream, "snapshot_conv_window(): positions", &pos) < 0
-        || pool_idx(st, pool, a[3], 0, stream, "snapshot_conv_window(): dst_slots", &dst) < 0
-        || mr_same_placement(&pos, &dst, fn, "positions", "dst_slots") < 0
-        || mr_check_dst_slots(pool, &dst, fn) < 0) {
-        goto error;
-    }
-    if (x->t.shape[0] == 0 && pos.idx.n > 0) {
-        PyErr_SetString(PyExc_ValueError, "snapshot_conv_window(): x has no tokens");
-        goto error;
-    }
-    mr_conv_snap s;
-    memset(&s, 0, sizeof(s));
-    s.dst = pool->layout.t[ci].base + layer * pool->layout.t[ci].layer_stride;
-    s.dst_slot_stride = pool->layout.t[ci].slot_stride;
-    s.dst_rows = pool->slots + 1;
-    s.x = x->t.data;
-    s.tokens = x->t.shape[0];
-    s.dim = x->t.shape[1];
-    s.km1 = ct->shape[3];
-    s.elem_size = (int64_t)mr_dtype_size(ct->dtype);
-    int rc;
-    RUN_KERNEL(rc, mr_k_snapshot_conv(pool->device_type, pool->device_id, &s, pos.idx, dst.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "snapshot_conv_window()");
-        goto error;
-    }
-    Py_DECREF(x);
-    mr_idx_release(&pos);
-    mr_idx_release(&dst);
-    Py_RETURN_NONE;
-error:
-    Py_XDECREF(x);
-    mr_idx_release(&pos);
-    mr_idx_release(&dst);
-    return NULL;
+    return snapshot(self, &spec, args, nargs, kwnames, a, 1);
 }
-

@@ -11,7 +11,10 @@
 #include "py_pools.h"
 #include "py_ints.h"
 
+#include <stddef.h>
 #include <string.h>
+
+#include "structmember.h"
 
 /* ------------------------------------------------------------------------
  * Shared helpers */
@@ -457,12 +460,6 @@ SlotAllocator_get_size(SlotAllocatorObject *self, void *c)
     return PyLong_FromLongLong(self->kv.pages.n * self->kv.page_size);
 }
 
-static PyObject *
-SlotAllocator_get_page_size(SlotAllocatorObject *self, void *c)
-{
-    return PyLong_FromLongLong(self->kv.page_size);
-}
-
 static PyMethodDef SlotAllocator_methods[] = {
     {"alloc", (PyCFunction)(void (*)(void))SlotAllocator_alloc, METH_FASTCALL | METH_KEYWORDS, SlotAllocator_alloc__doc__},
     {"free", (PyCFunction)SlotAllocator_free, METH_O, SlotAllocator_free__doc__},
@@ -484,8 +481,12 @@ static PyMethodDef SlotAllocator_methods[] = {
 static PyGetSetDef SlotAllocator_getset[] = {
     {"size", (getter)SlotAllocator_get_size, NULL, "Units (tokens) managed, slot 0 / page 0 excluded.", NULL},
     {"in_free_group", (getter)SlotAllocator_in_free_group, NULL, "True while a free group is open.", NULL},
-    {"page_size", (getter)SlotAllocator_get_page_size, NULL, "Tokens per page.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef SlotAllocator_members[] = {
+    {"page_size", T_LONGLONG, offsetof(SlotAllocatorObject, kv.page_size), READONLY, "Tokens per page."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 PyDoc_STRVAR(SlotAllocator__doc__,
@@ -502,6 +503,7 @@ static PyType_Slot SlotAllocator_slots[] = {
     {Py_tp_dealloc, SlotAllocator_dealloc},
     {Py_tp_methods, SlotAllocator_methods},
     {Py_tp_getset, SlotAllocator_getset},
+    {Py_tp_members, SlotAllocator_members},
     {Py_tp_doc, (void *)SlotAllocator__doc__},
     {0, NULL},
 };
@@ -623,24 +625,6 @@ ReqPool_get_track_map(ReqPoolObject *self, void *c)
 {
     npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.pp};
     return view_of((PyObject *)self, 2, dims, NPY_INT64, self->pool.track_map);
-}
-
-static PyObject *
-ReqPool_get_size(ReqPoolObject *self, void *c)
-{
-    return PyLong_FromLongLong(self->pool.size);
-}
-
-static PyObject *
-ReqPool_get_max_ctx(ReqPoolObject *self, void *c)
-{
-    return PyLong_FromLongLong(self->pool.max_ctx);
-}
-
-static PyObject *
-ReqPool_get_pp(ReqPoolObject *self, void *c)
-{
-    return PyLong_FromLong(self->pool.pp);
 }
 
 PyDoc_STRVAR(ReqPool_alloc__doc__,
@@ -1003,10 +987,14 @@ static PyGetSetDef ReqPool_getset[] = {
     {"table", (getter)ReqPool_get_table, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", NULL},
     {"state_map", (getter)ReqPool_get_state_map, NULL, "Row -> running state slot, int32 [size + 1] (a view).", NULL},
     {"track_map", (getter)ReqPool_get_track_map, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", NULL},
-    {"size", (getter)ReqPool_get_size, NULL, "Request rows (row 0 excluded).", NULL},
-    {"max_context_len", (getter)ReqPool_get_max_ctx, NULL, "Columns of the table.", NULL},
-    {"track_buffer_size", (getter)ReqPool_get_pp, NULL, "Width of the track buffer (1 or 2).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef ReqPool_members[] = {
+    {"size", T_LONGLONG, offsetof(ReqPoolObject, pool.size), READONLY, "Request rows (row 0 excluded)."},
+    {"max_context_len", T_LONGLONG, offsetof(ReqPoolObject, pool.max_ctx), READONLY, "Columns of the table."},
+    {"track_buffer_size", T_INT, offsetof(ReqPoolObject, pool.pp), READONLY, "Width of the track buffer (1 or 2)."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 PyDoc_STRVAR(ReqPool__doc__,
@@ -1021,6 +1009,7 @@ static PyType_Slot ReqPool_slots[] = {
     {Py_tp_dealloc, ReqPool_dealloc},
     {Py_tp_methods, ReqPool_methods},
     {Py_tp_getset, ReqPool_getset},
+    {Py_tp_members, ReqPool_members},
     {Py_tp_doc, (void *)ReqPool__doc__},
     {0, NULL},
 };
@@ -1033,17 +1022,9 @@ static PyType_Spec ReqPool_spec = MR_TYPE_SPEC("mambaradix._C.ReqPool", ReqPoolO
 int
 mr_py_pools_init(PyObject *m, mr_state *st)
 {
-    PyObject *bases = PyTuple_Pack(2, st->Error, PyExc_ValueError);
-    if (bases == NULL) {
-        return -1;
-    }
-    st->OwnershipError = PyErr_NewExceptionWithDoc(
-        "mambaradix.OwnershipError",
-        "A slot, token or request row was freed twice, or freed by someone who does not own it.",
-        bases, NULL);
-    Py_DECREF(bases);
-    if (st->OwnershipError == NULL
-        || PyModule_AddObjectRef(m, "OwnershipError", st->OwnershipError) < 0) {
+    if (mr_add_exception(m, st, &st->OwnershipError, "OwnershipError",
+                         "A slot, token or request row was freed twice, or freed by someone who does not own it.",
+                         PyExc_ValueError) < 0) {
         return -1;
     }
     if (mr_add_type(m, &st->SlotAllocator, PyType_FromModuleAndSpec(m, &SlotAllocator_spec, NULL)) < 0

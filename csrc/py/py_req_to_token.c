@@ -24,12 +24,56 @@ PyDoc_STRVAR(write_req_to_token__doc__,
 "values are not range-checked); host ones are checked (OverflowError for a\n"
 "value an int32 table cannot hold) and, for a CUDA table, copied row by row.");
 
+/* The refusal of a host write plan (mr_rtt_check) at entry i (for
+ * MR_RTT_TOTAL: i tokens covered; for MR_RTT_INT32: values[i]). */
+static void
+raise_rtt(int reason, int64_t i, const int64_t *r, const int64_t *s, const int64_t *e, int64_t width,
+          const int64_t *v, int64_t nvalues, const mr_tensor *tt)
+{
+    const char *fn = "write_req_to_token()";
+    int64_t len = reason == MR_RTT_COLS ? (e != NULL ? e[i] - s[i] : width) : 0;
+    char span[96];
+    switch (reason) {
+    case MR_RTT_ROW:
+        PyErr_Format(PyExc_IndexError, "%s: rows[%lld] = %lld is out of range [0, %lld)", fn, (long long)i,
+                     (long long)r[i], (long long)tt->shape[0]);
+        break;
+    case MR_RTT_ENDS:
+        PyErr_Format(PyExc_IndexError, "%s: ends[%lld] = %lld is before starts[%lld] = %lld", fn, (long long)i,
+                     (long long)e[i], (long long)i, (long long)s[i]);
+        break;
+    case MR_RTT_COLS:
+        /* entry i: the columns it writes of row rows[i] */
+        if (e != NULL) {
+            (void)snprintf(span, sizeof(span), "ends[%lld] = %lld", (long long)i, (long long)e[i]);
+        }
+        else {
+            (void)snprintf(span, sizeof(span), "%lld values", (long long)width);
+        }
+        PyErr_Format(PyExc_IndexError,
+                     "%s: starts[%lld] = %lld, %s: columns [%lld, %lld) of rows[%lld] = %lld "
+                     "are outside the table's [0, %lld)",
+                     fn, (long long)i, (long long)s[i], span, (long long)s[i], (long long)(s[i] + len),
+                     (long long)i, (long long)r[i], (long long)tt->shape[1]);
+        break;
+    case MR_RTT_TOTAL:
+        PyErr_Format(PyExc_ValueError, "%s: the ranges cover %lld tokens, values has %lld", fn, (long long)i,
+                     (long long)nvalues);
+        break;
+    default:
+        PyErr_Format(PyExc_OverflowError, "%s: values[%lld] = %lld does not fit the int32 table", fn,
+                     (long long)i, (long long)v[i]);
+        break;
+    }
+}
+
 static PyObject *
 mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, a, "write_req_to_token", 0, 4, 4, "table", "rows", "starts", "values", "ends", "stream");
     const char *fn = "write_req_to_token";
     TensorObject *table = NULL, *vals_t = NULL;
+    PyObject *ret = NULL;
     mr_idx_arg rows = {0}, starts = {0}, ends = {0}, vals = {0};
     void *conv = NULL;
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
@@ -66,6 +110,10 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     int64_t n = rows.idx.n, nvalues, width = 0;
     mr_rtt_write w;
     memset(&w, 0, sizeof(w));
+    w.table = tt->data;
+    w.nrows = tt->shape[0];
+    w.ncols = tt->shape[1];
+    w.table_bits = (int)mr_dtype_size(tt->dtype) * 8;
     if (rows.idx.on_device) {
         /* values: a device tensor of int32/int64. */
         vals_t = mr_tensor_import(st, a[3], stream, 0, "write_req_to_token(): values");
@@ -161,54 +209,15 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         nvalues = vals.idx.n;
         const int64_t *r = rows.idx.ptr, *s = starts.idx.ptr, *e = has_ends ? ends.idx.ptr : NULL;
-        int64_t total = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t len = e != NULL ? e[i] - s[i] : width;
-            if (r[i] < 0 || r[i] >= tt->shape[0]) {
-                PyErr_Format(PyExc_IndexError, "write_req_to_token(): rows[%lld] = %lld is out of range [0, %lld)",
-                             (long long)i, (long long)r[i], (long long)tt->shape[0]);
-                goto error;
-            }
-            if (e != NULL && len < 0) {
-                PyErr_Format(PyExc_IndexError, "write_req_to_token(): ends[%lld] = %lld is before starts[%lld] = %lld",
-                             (long long)i, (long long)e[i], (long long)i, (long long)s[i]);
-                goto error;
-            }
-            if (s[i] < 0 || s[i] + len > tt->shape[1]) {
-                /* entry i: the columns it writes of row rows[i] */
-                char span[96];
-                if (e != NULL) {
-                    (void)snprintf(span, sizeof(span), "ends[%lld] = %lld", (long long)i, (long long)e[i]);
-                }
-                else {
-                    (void)snprintf(span, sizeof(span), "%lld values", (long long)width);
-                }
-                PyErr_Format(PyExc_IndexError,
-                             "write_req_to_token(): starts[%lld] = %lld, %s: columns [%lld, %lld) of rows[%lld] = %lld "
-                             "are outside the table's [0, %lld)",
-                             (long long)i, (long long)s[i], span, (long long)s[i], (long long)(s[i] + len),
-                             (long long)i, (long long)r[i], (long long)tt->shape[1]);
-                goto error;
-            }
-            total += len;
-        }
-        if (total != nvalues) {
-            PyErr_Format(PyExc_ValueError, "write_req_to_token(): the ranges cover %lld tokens, values has %lld",
-                         (long long)total, (long long)nvalues);
+        w.values = vals.idx.ptr;
+        w.nvalues = nvalues;
+        w.width = width;
+        int reason;
+        int64_t i;
+        if (mr_rtt_check(&w, r, s, e, n, &reason, &i) != MR_OK) {
+            raise_rtt(reason, i, r, s, e, width, vals.idx.ptr, nvalues, tt);
             goto error;
         }
-        if (tt->dtype == MR_DTYPE_INT32) {
-            const int64_t *v = vals.idx.ptr;
-            for (int64_t k = 0; k < nvalues; k++) {
-                if (v[k] < INT32_MIN || v[k] > INT32_MAX) {
-                    PyErr_Format(PyExc_OverflowError,
-                                 "write_req_to_token(): values[%lld] = %lld does not fit the int32 table",
-                                 (long long)k, (long long)v[k]);
-                    goto error;
-                }
-            }
-        }
-        w.values = vals.idx.ptr;
         w.value_bits = 64;
         if (dvt == MR_DL_CUDA) {
             /* The row-by-row device copy reads values in the table's type,
@@ -217,45 +226,20 @@ mod_write_req_to_token(PyObject *module, PyObject *const *args, Py_ssize_t nargs
              * page-locked memory (a pinned tensor of the caller's) only
              * when the stream reaches it, and the caller may change or free
              * its values as soon as this call returns. */
-            size_t es = tt->dtype == MR_DTYPE_INT32 ? sizeof(int32_t) : sizeof(int64_t);
-            conv = MR_MALLOC((size_t)(nvalues > 0 ? nvalues : 1) * es);
+            conv = mr_rtt_stage_values(vals.idx.ptr, nvalues, w.table_bits);
             if (conv == NULL) {
                 PyErr_NoMemory();
                 goto error;
             }
-            const int64_t *v = vals.idx.ptr;
-            if (es == sizeof(int32_t)) {
-                for (int64_t k = 0; k < nvalues; k++) {
-                    ((int32_t *)conv)[k] = (int32_t)v[k];  /* in range: checked above */
-                }
-            }
-            else if (nvalues > 0) {
-                memcpy(conv, v, (size_t)nvalues * es);
-            }
             w.values = conv;
-            w.value_bits = (int)es * 8;
+            w.value_bits = w.table_bits;
         }
     }
-    w.table = tt->data;
-    w.nrows = tt->shape[0];
-    w.ncols = tt->shape[1];
-    w.table_bits = (int)mr_dtype_size(tt->dtype) * 8;
     w.nvalues = nvalues;
     w.width = width;
     int rc;
     RUN_KERNEL(rc, mr_k_write_req_to_token(dvt, dvi, &w, rows.idx, starts.idx, ends.idx, (void *)stream));
-    if (rc != MR_OK) {
-        mr_raise(st, rc, "write_req_to_token()");
-        goto error;
-    }
-    MR_FREE(conv);
-    Py_DECREF(table);
-    Py_XDECREF(vals_t);
-    mr_idx_release(&rows);
-    mr_idx_release(&starts);
-    mr_idx_release(&ends);
-    mr_idx_release(&vals);
-    Py_RETURN_NONE;
+    ret = mr_kernel_done(st, rc, "write_req_to_token()");
 error:
     MR_FREE(conv);
     Py_XDECREF(table);
@@ -264,7 +248,7 @@ error:
     mr_idx_release(&starts);
     mr_idx_release(&ends);
     mr_idx_release(&vals);
-    return NULL;
+    return ret;
 }
 
 static PyMethodDef req_to_token_functions[] = {

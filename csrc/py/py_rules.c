@@ -6,20 +6,55 @@
 #include "py_args.h"
 #include "rules.h"
 
-/* A length argument: an int >= 0. */
+/* Each rule's arguments are read by one table: a kind letter per argument,
+ * in order, into int64 values (a flag as 0 or 1):
+ *   n  an int >= 0 (a length)
+ *   N  None or an int >= 0 (None, or left out, reads as -1)
+ *   p  an int >= 1 (a chunk size, an interval, a page size)
+ *   P  an int in [1, 2**31 - 1] (a page size a product is taken of)
+ *   i  0 or 1 (a ping-pong index)
+ *   q  1 or 2 (a ping-pong buffer size)
+ *   b  True or False (an argument left out reads as 0)
+ * Errors name the function and the argument, as mr_arg_int64 and
+ * mr_arg_bool word them. */
 static int
-len_arg(PyObject *o, const char *fname, const char *arg, int64_t *out)
+rule_args(mr_argspec *spec, const char *kinds, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+          PyObject **a, int64_t *v)
 {
-    return mr_arg_int64(o, fname, arg, 0, INT64_MAX, out);
+    if (mr_parse(spec, args, nargs, kwnames, a) < 0) {
+        return -1;
+    }
+    for (int i = 0; kinds[i] != '\0'; i++) {
+        const char *name = spec->names[i];
+        int64_t lo = kinds[i] == 'p' || kinds[i] == 'P' || kinds[i] == 'q' ? 1 : 0;
+        int64_t hi = kinds[i] == 'P' ? INT32_MAX : kinds[i] == 'i' ? 1 : kinds[i] == 'q' ? 2 : INT64_MAX;
+        int flag = 0;
+        v[i] = kinds[i] == 'N' ? -1 : 0;
+        if (kinds[i] == 'b') {
+            if (mr_arg_bool(a[i], spec->fname, name, &flag) < 0) {
+                return -1;
+            }
+            v[i] = flag;
+        }
+        else if (!(kinds[i] == 'N' && a[i] == Py_None) && mr_arg_int64(a[i], spec->fname, name, lo, hi, &v[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
-/* None or an int >= 0 (-1 stands for None). */
-static int
-opt_len_arg(PyObject *o, const char *fname, const char *arg, int64_t *out)
-{
-    *out = -1;
-    return o == Py_None ? 0 : len_arg(o, fname, arg, out);
-}
+/* The start of a rule: its signature (every argument positional-or-keyword,
+ * the first `required` required), and v[] read by kinds. */
+#define RULE_ARGS(fname, required, kinds, ...)                                          \
+    MR_ARGS(spec, a, fname, 0, sizeof(kinds) - 1, required, __VA_ARGS__);               \
+    int64_t v[sizeof(kinds) - 1];                                                       \
+    if (rule_args(&spec, kinds, args, nargs, kwnames, a, v) < 0) {                      \
+        return NULL;                                                                    \
+    }
+
+/* A rule function (METH_FASTCALL | METH_KEYWORDS). */
+#define RULE_FN(name) \
+    static PyObject *rules_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 
 PyDoc_STRVAR(match_key_limit__doc__,
 "match_key_limit(fill_len, match_cap)\n"
@@ -29,17 +64,10 @@ PyDoc_STRVAR(match_key_limit__doc__,
 "with match_cap (SGLang computes at least one token, for the logits), else\n"
 "fill_len.");
 
-static PyObject *
-rules_match_key_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(match_key_limit)
 {
-    MR_ARGS(spec, a, "match_key_limit", 0, 2, 2, "fill_len", "match_cap");
-    int64_t n;
-    int cap;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "fill_len", &n) < 0
-        || mr_arg_bool(a[1], spec.fname, "match_cap", &cap) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(mr_rule_match_limit(n, cap));
+    RULE_ARGS("match_key_limit", 2, "nb", "fill_len", "match_cap");
+    return PyLong_FromLongLong(mr_rule_match_limit(v[0], (int)v[1]));
 }
 
 PyDoc_STRVAR(prefill_track_point__doc__,
@@ -53,18 +81,11 @@ PyDoc_STRVAR(prefill_track_point__doc__,
 "prefix_len < B < prefix_len + extend_len and B - prefix_len is a multiple\n"
 "of chunk_size.");
 
-static PyObject *
-rules_prefill_track_point(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(prefill_track_point)
 {
-    MR_ARGS(spec, a, "prefill_track_point", 0, 4, 4, "prefix_len", "extend_len", "chunk_size", "branching_seqlen");
-    int64_t p, e, c, b, point, kernel;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "prefix_len", &p) < 0
-        || len_arg(a[1], spec.fname, "extend_len", &e) < 0
-        || mr_arg_int64(a[2], spec.fname, "chunk_size", 1, INT64_MAX, &c) < 0
-        || opt_len_arg(a[3], spec.fname, "branching_seqlen", &b) < 0) {
-        return NULL;
-    }
-    if (!mr_rule_prefill_track(p, e, c, b, &point, &kernel)) {
+    RULE_ARGS("prefill_track_point", 4, "nnpN", "prefix_len", "extend_len", "chunk_size", "branching_seqlen");
+    int64_t point, kernel;
+    if (!mr_rule_prefill_track(v[0], v[1], v[2], v[3], &point, &kernel)) {
         Py_RETURN_NONE;
     }
     return PyLong_FromLongLong(point);
@@ -77,16 +98,10 @@ PyDoc_STRVAR(decode_track_due__doc__,
 "Whether a decode step that brings a request to seq_len tokens snapshots its\n"
 "state: seq_len is a multiple of mamba_track_interval.");
 
-static PyObject *
-rules_decode_track_due(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(decode_track_due)
 {
-    MR_ARGS(spec, a, "decode_track_due", 0, 2, 2, "seq_len", "interval");
-    int64_t n, iv;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "seq_len", &n) < 0
-        || mr_arg_int64(a[1], spec.fname, "interval", 1, INT64_MAX, &iv) < 0) {
-        return NULL;
-    }
-    return PyBool_FromLong(mr_rule_decode_due(n, iv));
+    RULE_ARGS("decode_track_due", 2, "np", "seq_len", "interval");
+    return PyBool_FromLong(mr_rule_decode_due(v[0], v[1]));
 }
 
 PyDoc_STRVAR(chunk_continuation__doc__,
@@ -98,18 +113,11 @@ PyDoc_STRVAR(chunk_continuation__doc__,
 "boundary: rounded down, or up to the next page when that would leave\n"
 "nothing (SGLang v0.5.15 cuts anywhere; later versions round down).");
 
-static PyObject *
-rules_chunk_continuation(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(chunk_continuation)
 {
-    MR_ARGS(spec, a, "chunk_continuation", 0, 4, 4, "prefix_len", "cand", "budget", "page_size");
-    int64_t p, cand, budget, page;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "prefix_len", &p) < 0
-        || len_arg(a[1], spec.fname, "cand", &cand) < 0 || len_arg(a[2], spec.fname, "budget", &budget) < 0
-        || mr_arg_int64(a[3], spec.fname, "page_size", 1, INT64_MAX, &page) < 0) {
-        return NULL;
-    }
+    RULE_ARGS("chunk_continuation", 4, "nnnp", "prefix_len", "cand", "budget", "page_size");
     int truncated = 0;
-    int64_t n = mr_rule_chunk_continuation(p, cand, budget, page, &truncated);
+    int64_t n = mr_rule_chunk_continuation(v[0], v[1], v[2], v[3], &truncated);
     return Py_BuildValue("(LN)", (long long)n, PyBool_FromLong(truncated));
 }
 
@@ -123,21 +131,12 @@ PyDoc_STRVAR(state_headroom__doc__,
 "ensure_mamba_capacity (wants: the slots the requests' allocation takes):\n"
 "max(0, wants - available).");
 
-static PyObject *
-rules_state_headroom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(state_headroom)
 {
-    MR_ARGS(spec, a, "state_headroom", 0, 4, 3, "available", "num_reqs", "lazy", "wants");
-    int64_t avail, n, wants = 0;
-    int lazy;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
-        || len_arg(a[1], spec.fname, "num_reqs", &n) < 0 || mr_arg_bool(a[2], spec.fname, "lazy", &lazy) < 0) {
-        return NULL;
-    }
-    int v0515 = a[3] == NULL || a[3] == Py_None;
-    if (!v0515 && len_arg(a[3], spec.fname, "wants", &wants) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(mr_rule_state_shortfall(v0515, avail, n, lazy, wants));
+    /* wants None or left out (-1): SGLang v0.5.15's rule */
+    RULE_ARGS("state_headroom", 3, "nnbN", "available", "num_reqs", "lazy", "wants");
+    int v0515 = v[3] < 0;
+    return PyLong_FromLongLong(mr_rule_state_shortfall(v0515, v[0], v[1], (int)v[2], v0515 ? 0 : v[3]));
 }
 
 PyDoc_STRVAR(slots_per_req__doc__,
@@ -164,26 +163,10 @@ PyDoc_STRVAR(ping_pong_other__doc__,
 "The other index of a ping-pong track buffer of pp_size (1 or 2) slots:\n"
 "flips with 2, stays with 1 (get_mamba_ping_pong_other_idx).");
 
-/* idx in {0, 1}, pp in {1, 2} */
-static int
-pp_args(mr_argspec *spec, PyObject **a, int64_t *idx, int64_t *pp)
+RULE_FN(ping_pong_other)
 {
-    if (mr_arg_int64(a[0], spec->fname, spec->names[0], 0, 1, idx) < 0
-        || mr_arg_int64(a[1], spec->fname, "pp_size", 1, 2, pp) < 0) {
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *
-rules_ping_pong_other(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    MR_ARGS(spec, a, "ping_pong_other", 0, 2, 2, "idx", "pp_size");
-    int64_t idx, pp;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || pp_args(&spec, a, &idx, &pp) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLong(mr_rule_ping_pong_other((int)idx, (int)pp));
+    RULE_ARGS("ping_pong_other", 2, "iq", "idx", "pp_size");
+    return PyLong_FromLong(mr_rule_ping_pong_other((int)v[0], (int)v[1]));
 }
 
 PyDoc_STRVAR(keep_index__doc__,
@@ -193,17 +176,10 @@ PyDoc_STRVAR(keep_index__doc__,
 "The track slot holding the newest snapshot, which the tree takes at\n"
 "cache time: ping_pong_other(next_idx, pp_size), or next_idx in lazy mode.");
 
-static PyObject *
-rules_keep_index(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(keep_index)
 {
-    MR_ARGS(spec, a, "keep_index", 0, 3, 3, "next_idx", "pp_size", "lazy");
-    int64_t idx, pp;
-    int lazy;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || pp_args(&spec, a, &idx, &pp) < 0
-        || mr_arg_bool(a[2], spec.fname, "lazy", &lazy) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLong(mr_rule_keep_index((int)idx, (int)pp, lazy));
+    RULE_ARGS("keep_index", 3, "iqb", "next_idx", "pp_size", "lazy");
+    return PyLong_FromLong(mr_rule_keep_index((int)v[0], (int)v[1], (int)v[2]));
 }
 
 PyDoc_STRVAR(end_of_turn__doc__,
@@ -215,21 +191,10 @@ PyDoc_STRVAR(end_of_turn__doc__,
 "extra_buffer mode, committed is non-zero and whole pages, and `available`\n"
 "free slots keep one admission's headroom (slots_per_req(lazy)).");
 
-static PyObject *
-rules_end_of_turn(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(end_of_turn)
 {
-    MR_ARGS(spec, a, "end_of_turn", 0, 6, 6, "enabled", "extra_buffer", "committed", "page_size", "available",
-            "lazy");
-    int on, eb, lazy;
-    int64_t committed, page, avail;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], spec.fname, "enabled", &on) < 0
-        || mr_arg_bool(a[1], spec.fname, "extra_buffer", &eb) < 0
-        || len_arg(a[2], spec.fname, "committed", &committed) < 0
-        || mr_arg_int64(a[3], spec.fname, "page_size", 1, INT64_MAX, &page) < 0
-        || len_arg(a[4], spec.fname, "available", &avail) < 0 || mr_arg_bool(a[5], spec.fname, "lazy", &lazy) < 0) {
-        return NULL;
-    }
-    return PyBool_FromLong(mr_rule_end_of_turn(on, eb, committed, page, avail, lazy));
+    RULE_ARGS("end_of_turn", 6, "bbnpnb", "enabled", "extra_buffer", "committed", "page_size", "available", "lazy");
+    return PyBool_FromLong(mr_rule_end_of_turn((int)v[0], (int)v[1], v[2], v[3], v[4], (int)v[5]));
 }
 
 PyDoc_STRVAR(finish_cache_len__doc__,
@@ -240,21 +205,11 @@ PyDoc_STRVAR(finish_cache_len__doc__,
 "None: nothing) in extra_buffer mode, all of committed otherwise or at an\n"
 "end of turn; never past committed, rounded down to whole pages.");
 
-static PyObject *
-rules_finish_cache_len(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(finish_cache_len)
 {
-    MR_ARGS(spec, a, "finish_cache_len", 0, 5, 5, "extra_buffer", "last_track", "committed", "end_of_turn",
-            "page_size");
-    int eb, eot;
-    int64_t last, committed, page;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[0], spec.fname, "extra_buffer", &eb) < 0
-        || opt_len_arg(a[1], spec.fname, "last_track", &last) < 0
-        || len_arg(a[2], spec.fname, "committed", &committed) < 0
-        || mr_arg_bool(a[3], spec.fname, "end_of_turn", &eot) < 0
-        || mr_arg_int64(a[4], spec.fname, "page_size", 1, INT64_MAX, &page) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(mr_rule_finish_cache_len(eb, last, committed, eot, page));
+    RULE_ARGS("finish_cache_len", 5, "bNnbp", "extra_buffer", "last_track", "committed", "end_of_turn",
+              "page_size");
+    return PyLong_FromLongLong(mr_rule_finish_cache_len((int)v[0], v[1], v[2], (int)v[3], v[4]));
 }
 
 PyDoc_STRVAR(extend_kv_need__doc__,
@@ -265,21 +220,14 @@ PyDoc_STRVAR(extend_kv_need__doc__,
 "room for (SGLang's alloc_for_extend): extend_total, or with pages\n"
 "extend_total + num_reqs * page_size (a fresh page per request).");
 
-static PyObject *
-rules_extend_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(extend_kv_need)
 {
-    MR_ARGS(spec, a, "extend_kv_need", 0, 3, 3, "extend_total", "num_reqs", "page_size");
-    int64_t e, n, page;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "extend_total", &e) < 0
-        || len_arg(a[1], spec.fname, "num_reqs", &n) < 0
-        || mr_arg_int64(a[2], spec.fname, "page_size", 1, INT32_MAX, &page) < 0) {
-        return NULL;
-    }
-    if (n > 0 && n > (INT64_MAX - e) / page) {
+    RULE_ARGS("extend_kv_need", 3, "nnP", "extend_total", "num_reqs", "page_size");
+    if (v[1] > 0 && v[1] > (INT64_MAX - v[0]) / v[2]) {
         PyErr_SetString(PyExc_OverflowError, "extend_kv_need(): num_reqs * page_size overflows");
         return NULL;
     }
-    return PyLong_FromLongLong(mr_rule_extend_kv_need(e, n, page));
+    return PyLong_FromLongLong(mr_rule_extend_kv_need(v[0], v[1], v[2]));
 }
 
 PyDoc_STRVAR(decode_kv_need__doc__,
@@ -289,20 +237,14 @@ PyDoc_STRVAR(decode_kv_need__doc__,
 "KV tokens a decode step of num_reqs requests makes room for (SGLang's\n"
 "alloc_for_decode): num_reqs * page_size.");
 
-static PyObject *
-rules_decode_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(decode_kv_need)
 {
-    MR_ARGS(spec, a, "decode_kv_need", 0, 2, 2, "num_reqs", "page_size");
-    int64_t n, page;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "num_reqs", &n) < 0
-        || mr_arg_int64(a[1], spec.fname, "page_size", 1, INT32_MAX, &page) < 0) {
-        return NULL;
-    }
-    if (n > INT64_MAX / page) {
+    RULE_ARGS("decode_kv_need", 2, "nP", "num_reqs", "page_size");
+    if (v[0] > INT64_MAX / v[1]) {
         PyErr_SetString(PyExc_OverflowError, "decode_kv_need(): num_reqs * page_size overflows");
         return NULL;
     }
-    return PyLong_FromLongLong(mr_rule_decode_kv_need(n, page));
+    return PyLong_FromLongLong(mr_rule_decode_kv_need(v[0], v[1]));
 }
 
 PyDoc_STRVAR(kv_evict__doc__,
@@ -314,18 +256,10 @@ PyDoc_STRVAR(kv_evict__doc__,
 "short, not the shortfall; SGLang 0.5.23's (shortfall=True) evicts\n"
 "need - available.  0 when nothing is short.");
 
-static PyObject *
-rules_kv_evict(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(kv_evict)
 {
-    MR_ARGS(spec, a, "kv_evict", 0, 3, 2, "available", "need", "shortfall");
-    int64_t avail, need;
-    int shortfall = 0;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || len_arg(a[0], spec.fname, "available", &avail) < 0
-        || len_arg(a[1], spec.fname, "need", &need) < 0
-        || mr_arg_bool(a[2], spec.fname, "shortfall", &shortfall) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(mr_rule_kv_evict_v(!shortfall, avail, need));
+    RULE_ARGS("kv_evict", 2, "nnb", "available", "need", "shortfall");
+    return PyLong_FromLongLong(mr_rule_kv_evict_v(!v[2], v[0], v[1]));
 }
 
 PyDoc_STRVAR(request_kv_need__doc__,
@@ -338,21 +272,11 @@ PyDoc_STRVAR(request_kv_need__doc__,
 "(prompt_len + output_len, less one without the overlap scheduler).\n"
 "Saturates at 2**63 - 1.");
 
-static PyObject *
-rules_request_kv_need(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+RULE_FN(request_kv_need)
 {
-    MR_ARGS(spec, a, "request_kv_need", 0, 5, 5, "prompt_len", "output_len", "page_size",
-            "clip_max_new_tokens", "overlap");
-    int64_t p, o, page, clip;
-    int overlap;
-    if (mr_parse(&spec, args, nargs, kwnames, a) < 0
-        || len_arg(a[0], spec.fname, "prompt_len", &p) < 0 || len_arg(a[1], spec.fname, "output_len", &o) < 0
-        || mr_arg_int64(a[2], spec.fname, "page_size", 1, INT32_MAX, &page) < 0
-        || len_arg(a[3], spec.fname, "clip_max_new_tokens", &clip) < 0
-        || mr_arg_bool(a[4], spec.fname, "overlap", &overlap) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(mr_rule_request_kv_need(p, o, page, clip, overlap));
+    RULE_ARGS("request_kv_need", 5, "nnPnb", "prompt_len", "output_len", "page_size", "clip_max_new_tokens",
+              "overlap");
+    return PyLong_FromLongLong(mr_rule_request_kv_need(v[0], v[1], v[2], v[3], (int)v[4]));
 }
 
 #define RULE(name) {#name, (PyCFunction)(void (*)(void))rules_##name, METH_FASTCALL | METH_KEYWORDS, name##__doc__}

@@ -3,11 +3,13 @@
  * as one pool of slots.  Its kernel methods are in py_kernels.c. */
 #include "py_tensor.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "cuda_api.h"
 #include "py_numpy.h"
+#include "structmember.h"
 
 /* ------------------------------------------------------------------------
  * StatePool */
@@ -285,29 +287,11 @@ StatePool_get_temporal(PyObject *self, void *closure)
 }
 
 static PyObject *
-StatePool_get_num_slots(PyObject *self, void *closure)
-{
-    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.slots);
-}
-
-static PyObject *
-StatePool_get_num_layers(PyObject *self, void *closure)
-{
-    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.layers);
-}
-
-static PyObject *
-StatePool_get_bytes_per_slot(PyObject *self, void *closure)
-{
-    return PyLong_FromLongLong(((StatePoolObject *)self)->pool.bytes_per_slot);
-}
-
-static PyObject *
 StatePool_get_device(PyObject *self, void *closure)
 {
     StatePoolObject *p = (StatePoolObject *)self;
     char buf[64];
-    mr_format_device(buf, sizeof(buf), p->pool.device_type, p->pool.device_id);
+    mr_device_format(buf, sizeof(buf), p->pool.device_type, p->pool.device_id);
     return PyUnicode_FromString(buf);
 }
 
@@ -316,7 +300,7 @@ StatePool_repr(PyObject *self)
 {
     StatePoolObject *p = (StatePoolObject *)self;
     char dev[64];
-    mr_format_device(dev, sizeof(dev), p->pool.device_type, p->pool.device_id);
+    mr_device_format(dev, sizeof(dev), p->pool.device_type, p->pool.device_id);
     return PyUnicode_FromFormat("mambaradix.StatePool(layers=%lld, slots=%lld, conv=%d, bytes_per_slot=%lld, device=%s)",
                                 (long long)p->pool.layers, (long long)p->pool.slots, p->pool.nconv,
                                 (long long)p->pool.bytes_per_slot, dev);
@@ -325,11 +309,17 @@ StatePool_repr(PyObject *self)
 static PyGetSetDef StatePool_getset[] = {
     {"conv", StatePool_get_conv, NULL, "The conv state tensors (a tuple of Tensor).", NULL},
     {"temporal", StatePool_get_temporal, NULL, "The temporal (SSM) state tensor.", NULL},
-    {"num_slots", StatePool_get_num_slots, NULL, "Usable slots (1..num_slots); slot 0 is padding.", NULL},
-    {"num_layers", StatePool_get_num_layers, NULL, "Layers (dim 0 of every tensor).", NULL},
-    {"bytes_per_slot", StatePool_get_bytes_per_slot, NULL, "Bytes of one slot over all tensors and layers.", NULL},
     {"device", StatePool_get_device, NULL, "'cpu' or 'cuda:N'.", NULL},
     {NULL},
+};
+
+static PyMemberDef StatePool_members[] = {
+    {"num_slots", T_LONGLONG, offsetof(StatePoolObject, pool.slots), READONLY,
+     "Usable slots (1..num_slots); slot 0 is padding."},
+    {"num_layers", T_LONGLONG, offsetof(StatePoolObject, pool.layers), READONLY, "Layers (dim 0 of every tensor)."},
+    {"bytes_per_slot", T_LONGLONG, offsetof(StatePoolObject, pool.bytes_per_slot), READONLY,
+     "Bytes of one slot over all tensors and layers."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyMethodDef StatePool_methods[] = {
@@ -355,6 +345,7 @@ static PyType_Slot StatePool_slots[] = {
     {Py_tp_clear, StatePool_clear},
     {Py_tp_repr, StatePool_repr},
     {Py_tp_getset, StatePool_getset},
+    {Py_tp_members, StatePool_members},
     {Py_tp_methods, StatePool_methods},
     {Py_tp_doc, (void *)StatePool_new__doc__},
     {0, NULL},

@@ -7,6 +7,7 @@
 #define MR_PY_TENSOR_H
 
 #include "py_common.h"
+#include "py_ints.h"
 #include "kernels.h"
 #include "state_pool.h"
 #include "tensor.h"
@@ -31,7 +32,6 @@ int mr_parse_stream(PyObject *o, const char *fname, uintptr_t *out);
 int mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id);
 int mr_parse_dtype(PyObject *o, const char *what, int *out);
 int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
-void mr_format_device(char *buf, size_t n, int32_t type, int32_t id);
 
 /* ------------------------------------------------------------------------
  * Tensors (py_dlpack.c) */
@@ -49,11 +49,13 @@ void export_capsule_destructor(PyObject *cap);
 /* ------------------------------------------------------------------------
  * Index arguments and kernels (py_kernels.c) */
 
+/* An index or mask argument: device data stays where it is (idx.on_device),
+ * host data is read as int64 (a mask's entries too: nonzero is true). */
 typedef struct {
     PyObject *owner;          /* Tensor or ndarray keeping the data alive */
-    int64_t *host;            /* our int64 (or uint8 mask) copy of host data */
+    mr_ints ints;             /* host data read by mr_ints_read (py_ints.h) */
+    mr_buf buf;               /* its scratch, or the int64 copy of a host tensor */
     mr_index idx;
-    int dtype;                /* MR_DTYPE_* of the source */
 } mr_idx_arg;
 
 int mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id,
@@ -61,6 +63,10 @@ int mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t 
 void mr_idx_release(mr_idx_arg *a);
 /* Both host or both device, and the same length; ValueError otherwise. */
 int mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, const char *an, const char *bn);
+
+/* The end of a kernel entry point: None, or NULL with the kernel's error
+ * (rc, an MR_E* code) for what. */
+PyObject *mr_kernel_done(mr_state *st, int rc, const char *what);
 
 /* Runs a pool kernel with the GIL released. */
 #define RUN_KERNEL(rc, call)      \

@@ -194,6 +194,25 @@ int mr_k_snapshot_conv(int32_t device_type, int device, const mr_conv_snap *p, m
  * copy (values must then be host memory of the table's element type). */
 int mr_k_write_req_to_token(int32_t device_type, int device, const mr_rtt_write *p, mr_index rows,
                             mr_index starts, mr_index ends, void *stream);
+/* Reasons mr_rtt_check() refuses a host write plan. */
+enum {
+    MR_RTT_OK = 0,
+    MR_RTT_ROW,       /* rows[at] is out of [0, nrows) */
+    MR_RTT_ENDS,      /* ends[at] < starts[at] */
+    MR_RTT_COLS,      /* the columns of entry at leave [0, ncols) */
+    MR_RTT_TOTAL,     /* the ranges cover *at tokens, not nvalues */
+    MR_RTT_INT32      /* values[at] does not fit an int32 table */
+};
+/* Checks a write with host rows/starts/ends (ends NULL: fixed width) and
+ * host int64 values (p->values, p->nvalues), in the order above, before
+ * anything is written.  Returns MR_OK, or MR_EINVAL with *reason and *at. */
+int mr_rtt_check(const mr_rtt_write *p, const int64_t *rows, const int64_t *starts, const int64_t *ends,
+                 int64_t n, int *reason, int64_t *at);
+/* Checked host int64 values in a new buffer (MR_MALLOC) of the table's
+ * element type (table_bits 32 or 64), for mr_k_write_req_to_token's copy
+ * to a CUDA table: the caller may change its own values once the call
+ * returns.  NULL when out of memory. */
+void *mr_rtt_stage_values(const int64_t *values, int64_t n, int table_bits);
 int mr_k_alloc_zeroed(int32_t device_type, int device, size_t nbytes, void **out);
 void mr_k_free(int32_t device_type, int device, void *p);
 /* 1 when this build has the CUDA kernels. */

@@ -121,6 +121,64 @@ mr_k_write_req_to_token(int32_t device_type, int device, const mr_rtt_write *p, 
 }
 
 int
+mr_rtt_check(const mr_rtt_write *p, const int64_t *r, const int64_t *s, const int64_t *e, int64_t n, int *reason,
+             int64_t *at)
+{
+    int64_t total = 0;
+    *reason = MR_RTT_OK;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = e != NULL ? e[i] - s[i] : p->width;
+        *at = i;
+        if (r[i] < 0 || r[i] >= p->nrows) {
+            *reason = MR_RTT_ROW;
+        }
+        else if (e != NULL && len < 0) {
+            *reason = MR_RTT_ENDS;
+        }
+        else if (s[i] < 0 || s[i] + len > p->ncols) {
+            *reason = MR_RTT_COLS;
+        }
+        if (*reason != MR_RTT_OK) {
+            return MR_EINVAL;
+        }
+        total += len;
+    }
+    if (total != p->nvalues) {
+        *reason = MR_RTT_TOTAL;
+        *at = total;
+        return MR_EINVAL;
+    }
+    const int64_t *v = p->values;
+    for (int64_t k = 0; p->table_bits == 32 && k < p->nvalues; k++) {
+        if (v[k] < INT32_MIN || v[k] > INT32_MAX) {
+            *reason = MR_RTT_INT32;
+            *at = k;
+            return MR_EINVAL;
+        }
+    }
+    return MR_OK;
+}
+
+void *
+mr_rtt_stage_values(const int64_t *v, int64_t n, int table_bits)
+{
+    size_t es = (size_t)table_bits / 8;
+    void *buf = MR_MALLOC((size_t)(n > 0 ? n : 1) * es);
+    if (buf == NULL) {
+        return NULL;
+    }
+    if (es == sizeof(int32_t)) {
+        for (int64_t k = 0; k < n; k++) {
+            ((int32_t *)buf)[k] = (int32_t)v[k];   /* in range: mr_rtt_check */
+        }
+    }
+    else if (n > 0) {
+        memcpy(buf, v, (size_t)n * es);
+    }
+    return buf;
+}
+
+int
 mr_k_alloc_zeroed(int32_t device_type, int device, size_t nbytes, void **out)
 {
     if (device_type == MR_DL_CPU) {

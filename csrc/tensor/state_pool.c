@@ -98,7 +98,7 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
     *reason = MR_PAIR_OK;
     for (int64_t i = 0; i < n; i++) {
         *bad = i;
-        if (src[i] < 0 || src[i] > p->slots) {
+        if (src != NULL && (src[i] < 0 || src[i] > p->slots)) {
             *reason = MR_PAIR_RANGE_SRC;
             return MR_EINVAL;
         }
@@ -106,7 +106,7 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
             *reason = MR_PAIR_RANGE_DST;
             return MR_EINVAL;
         }
-        if (src[i] == dst[i]) {
+        if (src != NULL && src[i] == dst[i]) {
             *reason = MR_PAIR_SAME;
             return MR_EINVAL;
         }
@@ -116,7 +116,7 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
     if (role == NULL) {
         return MR_ENOMEM;
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; src != NULL && i < n; i++) {
         role[src[i]] |= 1;
     }
     int rc = MR_OK;
@@ -137,6 +137,110 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
     }
     MR_FREE(role);
     return rc;
+}
+
+int
+mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] < 0 || x[i] >= end) {
+            *bad = i;
+            return MR_EINVAL;
+        }
+    }
+    return MR_OK;
+}
+
+int64_t
+mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa, int64_t *ob)
+{
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (mask[i]) {
+            oa[m] = a[i];
+            ob[m] = b[i];
+            m++;
+        }
+    }
+    return m;
+}
+
+static int
+refuse(int *reason, int why)
+{
+    *reason = why;
+    return MR_EINVAL;
+}
+
+int
+mr_state_pool_ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s, int *reason)
+{
+    const mr_tensor *tt = p->t[p->nconv];
+    const mr_state_desc *td = &p->layout.t[p->nconv];
+    int sd = tt->ndim - 2;   /* per-slot dims: h ends with them */
+    int shape_ok = h->ndim >= sd + 1;
+    for (int d = 0; shape_ok && d < sd; d++) {
+        shape_ok = h->shape[h->ndim - sd + d] == tt->shape[2 + d];
+    }
+    if (!shape_ok) {
+        return refuse(reason, MR_SNAP_SHAPE);
+    }
+    if (h->device_type != p->device_type || h->device_id != p->device_id) {
+        return refuse(reason, MR_SNAP_DEVICE);
+    }
+    int convertible = (h->dtype == MR_DTYPE_FLOAT32 || h->dtype == MR_DTYPE_BFLOAT16)
+                      && (tt->dtype == MR_DTYPE_FLOAT32 || tt->dtype == MR_DTYPE_BFLOAT16);
+    if (h->dtype != tt->dtype && !convertible) {
+        return refuse(reason, MR_SNAP_DTYPE);
+    }
+    memset(s, 0, sizeof(*s));
+    s->elems = 1;
+    for (int d = 0; d < sd; d++) {
+        s->elems *= tt->shape[2 + d];
+    }
+    s->h_chunks = s->elems > 0 ? h->numel / s->elems : 0;
+    s->h = h->data;
+    s->h_dtype = h->dtype;
+    s->dst_dtype = tt->dtype;
+    s->dst_rows = p->slots + 1;
+    s->dst_slot_stride = td->slot_stride;
+    s->dst = td->base + layer * td->layer_stride;
+    *reason = MR_SNAP_OK;
+    return MR_OK;
+}
+
+int
+mr_state_pool_conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x, mr_conv_snap *s,
+                        int *reason)
+{
+    const mr_tensor *ct = p->t[ci];
+    if (ct->ndim != 4) {
+        return refuse(reason, MR_SNAP_CONV_NDIM);
+    }
+    *reason = MR_SNAP_OK;
+    if (x == NULL) {
+        return MR_OK;
+    }
+    if (x->ndim != 2 || x->shape[1] != ct->shape[2]) {
+        return refuse(reason, MR_SNAP_SHAPE);
+    }
+    if (x->dtype != ct->dtype) {
+        return refuse(reason, MR_SNAP_DTYPE);
+    }
+    if (x->device_type != p->device_type || x->device_id != p->device_id) {
+        return refuse(reason, MR_SNAP_DEVICE);
+    }
+    const mr_state_desc *cd = &p->layout.t[ci];
+    memset(s, 0, sizeof(*s));
+    s->dst = cd->base + layer * cd->layer_stride;
+    s->dst_slot_stride = cd->slot_stride;
+    s->dst_rows = p->slots + 1;
+    s->x = x->data;
+    s->tokens = x->shape[0];
+    s->dim = x->shape[1];
+    s->km1 = ct->shape[3];
+    s->elem_size = (int64_t)mr_dtype_size(ct->dtype);
+    return MR_OK;
 }
 
 int

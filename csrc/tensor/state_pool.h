@@ -62,9 +62,39 @@ enum {
 
 /* Checks a host copy plan: indices in range, destinations distinct and
  * never a source.  Returns MR_OK; MR_EINVAL with *reason (MR_PAIR_*) and
- * *bad (position) set; or MR_ENOMEM. */
+ * *bad (position) set; or MR_ENOMEM.  With src NULL it checks the
+ * destinations alone (a snapshot's: in range and distinct). */
 int mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int64_t *dst,
                               int64_t n, int *reason, int64_t *bad);
+
+/* Host index vectors: every x[i] in [0, end)?  MR_OK, or MR_EINVAL with
+ * *bad the first position that is not. */
+int mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad);
+/* Keeps the pairs (a[i], b[i]) whose mask[i] is nonzero, in order, in
+ * oa[] and ob[]; returns how many. */
+int64_t mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa,
+                        int64_t *ob);
+
+/* Reasons the source tensor of a snapshot is refused. */
+enum {
+    MR_SNAP_OK = 0,
+    MR_SNAP_CONV_NDIM,   /* conv[ci] is not [layers, slots + 1, dim, K - 1] */
+    MR_SNAP_SHAPE,       /* h: not [..., num_chunks, *temporal_shape]; x: not [T, dim] */
+    MR_SNAP_DTYPE,       /* h: not the temporal dtype nor float32/bfloat16 both sides; x: not conv's */
+    MR_SNAP_DEVICE       /* not on the pool's device */
+};
+
+/* The plan of snapshot_ssm_from_h for layer (in range) and the per-chunk
+ * states h.  Returns MR_OK with *s filled, or MR_EINVAL with *reason
+ * (shape, device, dtype: checked in that order). */
+int mr_state_pool_ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s,
+                           int *reason);
+/* The plan of snapshot_conv_window for layer and conv tensor ci (both in
+ * range) and the pre-conv input x: conv[ci]'s rank first, then x's shape,
+ * dtype and device.  With x NULL only conv[ci] is checked.  Returns MR_OK
+ * with *s filled (when x is given), or MR_EINVAL with *reason. */
+int mr_state_pool_conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x,
+                            mr_conv_snap *s, int *reason);
 
 /* The kernels over the whole pool (see kernels.h for index vectors).
  * Return MR_OK or the kernel's status. */

@@ -1,5 +1,7 @@
 /* tensor.c - the tensor owner type: dtypes, DLPack import checks,
  * ownership and export.  See tensor.h. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -119,6 +121,20 @@ mr_dl_is_compact(int ndim, const int64_t *shape, const int64_t *strides)
 }
 
 int
+mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t *flags)
+{
+    *flags = 0;
+    if (!versioned) {
+        *dl = &((mr_dl_managed *)managed)->dl_tensor;
+        return MR_OK;
+    }
+    mr_dl_managed_versioned *m = managed;
+    *dl = &m->dl_tensor;
+    *flags = m->flags;
+    return m->version.major == MR_DLPACK_MAJOR ? MR_OK : MR_EINVAL;
+}
+
+int
 mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
 {
     memset(out, 0, sizeof(*out));
@@ -162,6 +178,80 @@ mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
     out->device_type = dl->device.device_type;
     out->device_id = dl->device.device_id;
     return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Index tensors */
+
+int
+mr_index_dtype_ok(int dtype, int mask)
+{
+    return dtype == MR_DTYPE_INT32 || dtype == MR_DTYPE_INT64
+           || (mask && (dtype == MR_DTYPE_BOOL || dtype == MR_DTYPE_UINT8 || dtype == MR_DTYPE_INT8));
+}
+
+void
+mr_index_to_host(const mr_tensor *t, int64_t *out)
+{
+    for (int64_t i = 0; i < t->numel; i++) {
+        switch (mr_dtype_size(t->dtype)) {
+        case 1: out[i] = ((const uint8_t *)t->data)[i]; break;
+        case 4: out[i] = ((const int32_t *)t->data)[i]; break;
+        default: out[i] = ((const int64_t *)t->data)[i]; break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Devices */
+
+void
+mr_device_format(char *buf, size_t n, int32_t type, int32_t id)
+{
+    if (type == MR_DL_CPU) {
+        snprintf(buf, n, "cpu");
+    }
+    else if (type == MR_DL_CUDA) {
+        snprintf(buf, n, "cuda:%d", (int)id);
+    }
+    else {
+        snprintf(buf, n, "dlpack-device(%d, %d)", (int)type, (int)id);
+    }
+}
+
+int
+mr_device_from_name(const char *c, int32_t *type, int32_t *id)
+{
+    if (strcmp(c, "cpu") == 0 || strcmp(c, "cuda") == 0) {
+        *type = c[1] == 'p' ? MR_DL_CPU : MR_DL_CUDA;
+        *id = 0;
+        return MR_OK;
+    }
+    if (strncmp(c, "cuda:", 5) == 0 && c[5] >= '0' && c[5] <= '9') {
+        char *end = NULL;
+        long v = strtol(c + 5, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= INT32_MAX) {
+            *type = MR_DL_CUDA;
+            *id = (int32_t)v;
+            return MR_OK;
+        }
+    }
+    return MR_EINVAL;
+}
+
+void
+mr_shape_format(char *dims, size_t ndims, char *gib, size_t ngib, int dtype, int ndim, const int64_t *shape)
+{
+    size_t off = 0;
+    double bytes = (double)mr_dtype_size(dtype);
+    for (int i = 0; i < ndim && off < ndims; i++) {
+        off += (size_t)snprintf(dims + off, ndims - off, "%s%lld", i ? ", " : "[", (long long)shape[i]);
+        bytes *= (double)shape[i];
+    }
+    if (off < ndims) {
+        snprintf(dims + off, ndims - off, "]");
+    }
+    snprintf(gib, ngib, "%.4g", bytes / 1073741824.0);
 }
 
 /* ------------------------------------------------------------------------
@@ -234,13 +324,49 @@ mr_tensor_release(mr_tensor *t)
 /* ------------------------------------------------------------------------
  * Export */
 
+/* A managed tensor of either kind. */
+typedef union {
+    mr_dl_managed_versioned v;
+    mr_dl_managed l;
+} mr_managed_any;
+
+/* Fills *m: a DLTensor over data (the other fields as DLPack names them),
+ * ctx as manager_ctx, deleter dv (versioned: with version major.minor and
+ * flags) or dl (legacy). */
+static void
+mr_managed_fill(mr_managed_any *m, int versioned, void *data, int32_t dev_type, int32_t dev_id, int ndim, int dtype,
+                int64_t *shape, int64_t *strides, uint64_t byte_offset, void *ctx, unsigned major, unsigned minor,
+                uint64_t flags, void (*dv)(mr_dl_managed_versioned *), void (*dl)(mr_dl_managed *))
+{
+    mr_dl_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.data = data;
+    t.device.device_type = dev_type;
+    t.device.device_id = dev_id;
+    t.ndim = ndim;
+    t.dtype = mr_dtype_to_dl(dtype);
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = byte_offset;
+    if (versioned) {
+        m->v.version.major = major;
+        m->v.version.minor = minor;
+        m->v.manager_ctx = ctx;
+        m->v.deleter = dv;
+        m->v.flags = flags;
+        m->v.dl_tensor = t;
+    }
+    else {
+        m->l.dl_tensor = t;
+        m->l.manager_ctx = ctx;
+        m->l.deleter = dl;
+    }
+}
+
 /* What we hand to a consumer: the managed struct first (so its address is
  * the holder's), then the shape and strides it points to. */
 typedef struct {
-    union {
-        mr_dl_managed_versioned v;
-        mr_dl_managed l;
-    } m;
+    mr_managed_any m;
     void *ctx;
     void (*on_release)(void *ctx);
     int64_t shape[MR_TENSOR_MAX_NDIM];
@@ -286,29 +412,89 @@ mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release
         h->strides[i] = stride;
         stride *= t->shape[i];
     }
-    mr_dl_tensor dl;
-    memset(&dl, 0, sizeof(dl));
-    dl.data = t->data;
-    dl.device.device_type = t->device_type;
-    dl.device.device_id = t->device_id;
-    dl.ndim = t->ndim;
-    dl.dtype = mr_dtype_to_dl(t->dtype);
-    dl.shape = h->shape;
-    dl.strides = h->strides;
-    dl.byte_offset = 0;
-    if (versioned) {
-        h->m.v.version.major = MR_DLPACK_MAJOR;
-        h->m.v.version.minor = MR_DLPACK_MINOR;
-        h->m.v.manager_ctx = h;
-        h->m.v.deleter = mr_export_deleter_versioned;
-        h->m.v.flags = 0;
-        h->m.v.dl_tensor = dl;
-    }
-    else {
-        h->m.l.dl_tensor = dl;
-        h->m.l.manager_ctx = h;
-        h->m.l.deleter = mr_export_deleter_legacy;
-    }
+    mr_managed_fill(&h->m, versioned, t->data, t->device_type, t->device_id, t->ndim, t->dtype, h->shape, h->strides,
+                    0, h, MR_DLPACK_MAJOR, MR_DLPACK_MINOR, 0, mr_export_deleter_versioned, mr_export_deleter_legacy);
     *out = h;
     return MR_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * A test producer */
+
+static long mr_testing_deleted = 0;
+
+typedef struct {
+    mr_managed_any m;
+    int64_t shape[MR_TENSOR_MAX_NDIM];
+    int64_t strides[MR_TENSOR_MAX_NDIM];
+    void *buf;
+} mr_testing_holder;
+
+static void
+mr_testing_free(mr_testing_holder *h)
+{
+    mr_testing_deleted++;
+    MR_FREE(h->buf);
+    MR_FREE(h);
+}
+
+static void
+mr_testing_deleter_v(mr_dl_managed_versioned *m)
+{
+    mr_testing_free(m->manager_ctx);
+}
+
+static void
+mr_testing_deleter_l(mr_dl_managed *m)
+{
+    mr_testing_free(m->manager_ctx);
+}
+
+void *
+mr_dl_testing_make(const mr_dl_testing_spec *s)
+{
+    int64_t span = 1, numel = 1;
+    for (int i = 0; i < s->ndim; i++) {
+        numel *= s->shape[i];
+        span += s->strides != NULL ? (s->shape[i] - 1) * s->strides[i] : 0;
+    }
+    if (s->strides == NULL || numel == 0) {
+        span = numel;
+    }
+    size_t nbytes = (size_t)span * mr_dtype_size(s->dtype) + (size_t)s->byte_offset;
+    mr_testing_holder *h = MR_CALLOC(1, sizeof(*h));
+    if (h == NULL) {
+        return NULL;
+    }
+    h->buf = MR_MALLOC(nbytes + 16);
+    if (h->buf == NULL) {
+        MR_FREE(h);
+        return NULL;
+    }
+    unsigned char *b = h->buf;
+    for (size_t i = 0; i < nbytes; i++) {
+        b[i] = i < (size_t)s->byte_offset ? 0xEE : (unsigned char)(((i - (size_t)s->byte_offset) * 37 + 11) & 0xFF);
+    }
+    memcpy(h->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim);
+    if (s->strides != NULL) {
+        memcpy(h->strides, s->strides, sizeof(int64_t) * (size_t)s->ndim);
+    }
+    mr_managed_fill(&h->m, s->versioned, s->null_data ? NULL : h->buf, s->device_type, s->device_id, s->ndim,
+                    s->dtype, h->shape, s->strides != NULL ? h->strides : NULL, (uint64_t)s->byte_offset, h, s->major,
+                    s->minor, s->readonly ? MR_DL_FLAG_READ_ONLY : 0, mr_testing_deleter_v, mr_testing_deleter_l);
+    return h;
+}
+
+void
+mr_dl_testing_discard(void *managed, int versioned)
+{
+    mr_testing_free(versioned ? ((mr_dl_managed_versioned *)managed)->manager_ctx
+                              : ((mr_dl_managed *)managed)->manager_ctx);
+    mr_testing_deleted--;
+}
+
+long
+mr_dl_testing_deleted(void)
+{
+    return mr_testing_deleted;
 }

@@ -84,6 +84,12 @@ enum {
  * are accepted when the tensor has at most one element. */
 int mr_dl_is_compact(int ndim, const int64_t *shape, const int64_t *strides);
 
+/* The DLTensor of a producer's managed tensor (an mr_dl_managed_versioned
+ * when versioned, else an mr_dl_managed) and its flags (0 for a legacy
+ * one).  Returns MR_OK, or MR_EINVAL for a versioned tensor of another
+ * major version than MR_DLPACK_MAJOR. */
+int mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t *flags);
+
 /* Fills *out from a DLTensor without taking ownership.  Returns MR_OK, or
  * MR_EINVAL with *problem set to one of MR_TP_*; *out is then unusable. */
 int mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem);
@@ -112,6 +118,25 @@ mr_tensor_nbytes(const mr_tensor *t)
     return (size_t)t->numel * mr_dtype_size(t->dtype);
 }
 
+/* ---- index tensors ---------------------------------------------------- */
+
+/* 1 when a tensor of dtype may hold indices (int32, int64) or, with mask,
+ * a mask (those and bool, uint8, int8). */
+int mr_index_dtype_ok(int dtype, int mask);
+/* Host data of an index tensor (a dtype mr_index_dtype_ok accepts) into
+ * out as numel int64 values. */
+void mr_index_to_host(const mr_tensor *t, int64_t *out);
+
+/* ---- devices ---------------------------------------------------------- */
+
+/* "cpu", "cuda:N", or "dlpack-device(type, id)" for another device. */
+void mr_device_format(char *buf, size_t n, int32_t type, int32_t id);
+/* Parses "cpu", "cuda" or "cuda:N".  Returns MR_OK, or MR_EINVAL. */
+int mr_device_from_name(const char *name, int32_t *type, int32_t *id);
+/* "[2, 3, 4]" and the size of such a tensor of dtype in GiB, as text
+ * ("%.4g"): what an allocation's error reports. */
+void mr_shape_format(char *dims, size_t ndims, char *gib, size_t ngib, int dtype, int ndim, const int64_t *shape);
+
 /* ---- export ---------------------------------------------------------- */
 
 /* Builds a managed tensor describing *t (compact strides given
@@ -122,6 +147,33 @@ mr_tensor_nbytes(const mr_tensor *t)
  * with *out set, or MR_ENOMEM (on_release is then not called). */
 int mr_tensor_export(const mr_tensor *t, int versioned, void *ctx, void (*on_release)(void *ctx),
                      void **out);
+
+/* ---- a test producer --------------------------------------------------- */
+
+/* What mr_dl_testing_make() builds. */
+typedef struct {
+    int ndim;
+    const int64_t *shape;
+    const int64_t *strides;            /* NULL: compact */
+    int dtype;
+    int64_t byte_offset;
+    int32_t device_type, device_id;    /* a label only: the memory is host memory */
+    int null_data;                     /* a NULL data pointer */
+    int versioned;
+    unsigned major, minor;             /* versioned only */
+    int readonly;                      /* versioned only: MR_DL_FLAG_READ_ONLY */
+} mr_dl_testing_spec;
+
+/* A producer's managed tensor for tests (an mr_dl_managed_versioned or an
+ * mr_dl_managed) over new host memory large enough for the strided extent:
+ * byte_offset bytes of 0xEE, then byte i of the data = (i * 37 + 11) &
+ * 0xFF.  Its deleter frees it and counts in mr_dl_testing_deleted().
+ * Returns NULL when out of memory. */
+void *mr_dl_testing_make(const mr_dl_testing_spec *s);
+/* Frees such a tensor that was never handed out, without counting it. */
+void mr_dl_testing_discard(void *managed, int versioned);
+/* Deleter calls of mr_dl_testing_make's tensors, process-wide. */
+long mr_dl_testing_deleted(void);
 
 #ifdef __cplusplus
 }

@@ -178,9 +178,15 @@ MUTANTS: List[Mutant] = [
            "memcpy(row_ptr(d, l, src[i]), row_ptr(d, l, dst[i]), (size_t)d->row_bytes);", T_KERN + T_DROPIN,
            "copy_slots copies dst -> src (swapped)", fast=True),
     # (the C twin's own mask test, kernels_cpu.c, runs only for device-resident
-    # index arrays, which a CPU pool refuses: host calls apply the mask here)
-    Mutant("K_TRACK", "csrc/py/py_kernels.c", "            if (mk[i]) {", "            if (!mk[i]) {",
+    # index arrays, which a CPU pool refuses: host calls apply the mask in
+    # mr_index_select, state_pool.c)
+    Mutant("K_TRACK", "csrc/tensor/state_pool.c", "        if (mask[i]) {", "        if (!mask[i]) {",
            T_KERN, "track_decode on host indices inverts the mask"),
+    Mutant("K_MASK_BOOL", "csrc/py/py_args.c", "        *v = o == Py_True;", "        *v = o != Py_True;",
+           T_KERN + ["tests/tensor/test_index_args.py"], "a list of bools read as a mask is inverted"),
+    Mutant("K_SSM_DTYPE", "csrc/tensor/state_pool.c", "    if (h->dtype != tt->dtype && !convertible) {",
+           "    if (0 && h->dtype != tt->dtype && !convertible) {", T_KERN + ["tests/tensor/test_index_args.py"],
+           "snapshot_ssm_from_h takes h of a dtype it cannot convert"),
     Mutant("K_CONV", "csrc/tensor/kernels_cpu.c", "int64_t t = pos[i] - p->km1 + j;", "int64_t t = pos[i] - p->km1 + j + 1;",
            T_KERN, "conv window snapshot off by one"),
     Mutant("K_SSM", "csrc/tensor/kernels_cpu.c", "const char *s = p->h + chunk[i] * p->elems * (int64_t)hsz;",
