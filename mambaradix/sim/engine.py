@@ -630,6 +630,34 @@ class _Replay(Scheduler):
             return (r.running or -1, -1, -1, -1)
         return (r.running or -1, tr[0], tr[1] if len(tr) > 1 else -1, r.next_idx)
 
+    def _track_rs(self, r: _R) -> Any:
+        """r's record for the lifecycle's tracking calls (slots, tracked
+        length, branching point, lazy insert flag)."""
+        lt = r.last_track
+        br = r.branching
+        return _ReqState(self._slot_fields(r) + (-1 if lt is None else lt, -1 if br is None else br, -1, 0,
+                                                 int(r.is_insert), 0, -1, 0, 0))
+
+    def _take_track(self, r: _R, rs: Any) -> None:
+        """What a tracking call left in r's record."""
+        self._take_rs(r, rs)
+        lt = rs.last_track_seqlen
+        r.last_track = None if lt < 0 else lt
+        r.is_insert = bool(rs.lazy_is_insert)
+
+    @staticmethod
+    def _slot_ids(r: _R) -> list:
+        """The state slots r holds."""
+        return [x for x in (r.running, *(r.track or ())) if x > 0]
+
+    def _donated(self, before: list, r: Optional[_R], freed: np.ndarray) -> bool:
+        """A cache call took one of the slots r held before it (before):
+        neither freed nor r's now."""
+        gone = set(before).difference(freed.tolist())
+        if r is not None:
+            gone.difference_update(self._slot_ids(r))
+        return bool(gone)
+
     def _take_rs(self, r: _R, rs: Any) -> None:
         """The slots, ping-pong index and locked node a call left in r's record."""
         run = rs.running
@@ -674,7 +702,7 @@ class _Replay(Scheduler):
                                "max_running (SGLang sizes about 5 slots per request)" if extra else
                                "state pool exhausted forking a state: raise state_slots")
         fresh = self._sid()
-        donated = r.track[self._keep_idx(r)] if extra and r.track is not None else fresh
+        mine = self._slot_ids(r)
         cache_len = r.last_track if extra else fill_len
         t0 = time.perf_counter()
         rs, _, _, _, kvf, stf, _ = self.lc.cache_unfinished_foreign(
@@ -686,7 +714,7 @@ class _Replay(Scheduler):
         self.slots_free += len(stf)
         if not extra:
             self.copies += 1
-        elif len(stf) == 0 or donated not in stf.tolist():
+        elif self._donated(mine, r, stf):
             self.donations += 1
         r.node = (rs.node_id, rs.node_gen)
         r.prefix_len = fill_len          # tree part + request-owned rest
@@ -698,15 +726,14 @@ class _Replay(Scheduler):
         the counted pools (KV in whole pages); a slot of r's that is not
         freed is the tree's (donated)."""
         committed = r.committed
-        mine = [r.running] + ([x for x in r.track if x > 0] if r.track is not None else [])
+        mine = self._slot_ids(r)
         avail = self.slots_free
         t0 = time.perf_counter()
         rs, kvf, stf = self.lc.cache_finished_foreign(
             self._rs(r), r.tokens, self._values(committed), ns=r.nsid, is_insert=is_insert,
             state_available=avail)
         if is_insert:
-            freed = stf.tolist()
-            if any(x not in freed for x in mine):
+            if self._donated(mine, None, stf):
                 self.donations += 1
             # the length the call cached (for the shadow's record of every key)
             eot = end_of_turn(self.eot, self.extra_buffer, committed, self.page, avail, self.lazy)
@@ -881,19 +908,6 @@ class _Replay(Scheduler):
     def _reset_for_retry(self, r: _R) -> None:
         r.restart()
 
-    def _track_slot(self, r: _R, i: int) -> int:
-        return r.track[i]
-
-    def _set_track_slot(self, r: _R, i: int, slot: Any) -> None:
-        r.track[i] = slot
-
-    def _alloc_track_slot(self, r: _R) -> Any:
-        return self._sid() if self._alloc_slot() else None
-
-    def _free_track_slot(self, r: _R, i: int) -> None:
-        self.slots_free += 1
-        r.track[i] = -1
-
     def _join(self, r: _R) -> None:
         r.in_run = True
         r.j0 = None
@@ -980,7 +994,9 @@ class _Replay(Scheduler):
             r.committed = r.ext_end
             r.allocated = r.ext_end
             if d.extra_buffer:
-                self._track_prefill(r, P, E)
+                rec = self._track_rs(r)
+                self.lc.prepare_extend(0, rec, P, E)
+                self._take_track(r, rec)
             if r.cow:
                 self.copies += 1
                 r.cow = False
@@ -1117,10 +1133,28 @@ class _Replay(Scheduler):
             if due:
                 for r in sorted(due, key=lambda x: x.seq):
                     if not (skipped and r in skipped):
-                        self._lazy_prealloc(r)
+                        self._decode_prepare(r, r.c_base + (b - r.j0 + 1))
         self.skipped = []
         self.clock += self.time.step
         return Batch("decode", bid=b)
+
+    def _decode_prepare(self, r: _R, seq_len: int) -> None:
+        """The lifecycle's decode_prepare for a decode step that reaches a
+        boundary in lazy mode: the second track slot it borrows comes from
+        the counted pool (a state evicted when none is free)."""
+        if r.track is None:
+            return
+        rec = self._track_rs(r)
+        need = self.lc.decode_prepare_foreign(rec, seq_len)[3]
+        if need and self._alloc_slot():
+            self.lc.decode_prepare_foreign(rec, seq_len, self._sid())
+        self._take_track(r, rec)
+
+    def _decode_finish(self, r: _R, seq: int, done: bool) -> None:
+        rec = self._track_rs(r)
+        stf = self.lc.decode_finish_foreign(rec, seq, done)[2]
+        self.slots_free += len(stf)
+        self._take_track(r, rec)
 
     def _process_decode(self, batch: Batch) -> None:
         """The requests this decode result changes: those it finishes and
