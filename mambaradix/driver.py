@@ -726,7 +726,8 @@ class SchedulerDriver(Scheduler):
             req.kv_committed_len += 1
             req.kv_allocated_len += 1
             track = None
-            if cfg.extra_buffer and req.mamba_ping_pong_track_buffer is not None:
+            if (cfg.extra_buffer and req.mamba_ping_pong_track_buffer is not None
+                    and decode_track_due(req.kv_committed_len, cfg.track_interval)):
                 track = self._decode_prepare(info, req.kv_committed_len)
             batch.items.append((info, info.epoch, (pos, track, int(req.mamba_pool_idx))))
         self.stats["decode_steps"] += 1

@@ -436,13 +436,14 @@ class Scheduler:
     # ------------------------------------------------------------- tracking
     def _decode_result(self, x: Any, seq: int, done: bool, tracked: bool) -> None:
         """A decode result of request x that brought it to ``seq`` tokens (as
-        ``decode_boundary`` counts them): the lifecycle's decode_finish
-        (``_decode_finish``: at a track boundary it registers the snapshot,
-        and in lazy mode frees the older slot or marks a finishing request
-        whose boundary was not pre-allocated as not to insert) when x has
-        a track buffer in this batch; a finished request is released (cached
-        unless the lifecycle marked it not to insert) and finished."""
-        if tracked:
+        ``decode_boundary`` counts them): at a track boundary of a request
+        tracked in this batch, the lifecycle's decode_finish
+        (``_decode_finish``: it registers the snapshot, and in lazy mode
+        frees the older slot or marks a finishing request whose boundary was
+        not pre-allocated as not to insert); a finished request is released
+        (cached unless the lifecycle marked it not to insert) and finished.
+        Only a boundary makes the call: elsewhere it changes nothing."""
+        if tracked and decode_track_due(seq, self.config.track_interval):
             self._decode_finish(x, seq, done)
         if done:
             self._release(x, x.is_insert)
