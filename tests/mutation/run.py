@@ -336,7 +336,7 @@ MUTANTS: List[Mutant] = [
            T_OPS + T_DROPIN, "insert ignores the key's limit"),
     Mutant("LC_TABLE_END", "csrc/core/lifecycle.c", "    if (differ > *table_end) {", "    if (0) {",
            T_TONLY + T_TAKE + T_DROPIN, "tree-only cache_unfinished never asks the caller to rewrite the duplicates"),
-    Mutant("LC_ROW_DUPS", "csrc/core/lifecycle.c", "    if (differ > pl && kv_in == NULL) {", "    if (0) {",
+    Mutant("LC_ROW_DUPS", "csrc/core/lifecycle.c", "    if (differ > pl && has_pools(lc)) {", "    if (0) {",
            T_LIFE + T_TAKE + T_DROPIN + T_DRIVER, "cache_unfinished over our pools leaves the freed duplicates in the row"),
     Mutant("PY_TABLE_END", "mambaradix/sglang/cache.py", "            pool.write((row, slice(p, end)), _to_device(prefix[p:end]",
            "            pool.write((row, slice(p, p)), _to_device(prefix[p:p]", T_TAKE + T_DROPIN,
