@@ -342,6 +342,33 @@ class ReqPool:
     def clear(self) -> None: ...
     def check(self) -> None: ...
 
+class UnfinishedResult(tuple):
+    """Result of Lifecycle.cache_unfinished_foreign: unpacks to (rs,
+    prefix_indices, fork_src, fork_dst, kv_to_free, slots_to_free,
+    table_end); cache_len and kv_free_ends by name."""
+
+    rs: _Rs
+    prefix_indices: Optional[npt.NDArray[np.int64]]
+    fork_src: int
+    fork_dst: int
+    kv_to_free: npt.NDArray[np.int64]
+    slots_to_free: npt.NDArray[np.int64]
+    table_end: int
+    cache_len: int
+    """Tokens the call inserted into the tree (0: none)."""
+    kv_free_ends: npt.NDArray[np.int64]
+
+class FinishedResult(tuple):
+    """Result of Lifecycle.cache_finished_foreign: unpacks to (rs,
+    kv_to_free, slots_to_free); cache_len and kv_free_ends by name."""
+
+    rs: _Rs
+    kv_to_free: npt.NDArray[np.int64]
+    slots_to_free: npt.NDArray[np.int64]
+    cache_len: int
+    """Tokens the call inserted into the tree (0: none)."""
+    kv_free_ends: npt.NDArray[np.int64]
+
 class Lifecycle:
     """A prefix tree plus SGLang v0.5.15's request lifecycle over the pools
     (or a tree whose evictions are handed back, with no pools)."""
@@ -362,7 +389,11 @@ class Lifecycle:
         end_of_turn_states: bool = False,
         policy_options: Optional[dict[str, float]] = None,
         max_states_per_path: Optional[int] = None,
-    ) -> None: ...
+        semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
+        values: bool = True,
+    ) -> None:
+        """values=False (no pools): the tree keeps keys only; the _foreign
+        cache calls take kv as a count and hand out KV indices that are 0."""
     page_size: int
     chunk_size: int
     has_pools: bool
@@ -407,12 +438,15 @@ class Lifecycle:
     def cache_finished(self, row: int, rs: _Rs, tokens: _Key, committed_len: int, /, *, ns: int = 0, is_insert: bool = True) -> _Rs: ...
     def free_states(self, rs: _Rs, /, *, keep: int = -1) -> _Rs: ...
     # tree-only (no pools): what the caller's allocators must free comes back per call
-    def cache_unfinished_foreign(self, rs: _Rs, tokens: _Key, kv: _Values, fresh: int, /, *, ns: int = 0, prefix: bool = True) -> tuple[_Rs, Optional[npt.NDArray[np.int64]], int, int, npt.NDArray[np.int64], npt.NDArray[np.int64], int]: ...
-    def cache_finished_foreign(self, rs: _Rs, tokens: _Key, kv: _Values, /, *, ns: int = 0, is_insert: bool = True, state_available: int = -1) -> tuple[_Rs, npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+    # (kv: the request's KV indices, or their number with values=False)
+    def cache_unfinished_foreign(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], fresh: int, /, *, ns: int = 0, prefix: bool = True) -> UnfinishedResult: ...
+    def cache_finished_foreign(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], /, *, ns: int = 0, is_insert: bool = True, state_available: int = -1) -> FinishedResult: ...
     def decode_finish_foreign(self, rs: _Rs, committed_len: int, finished: bool, /) -> tuple[_Rs, bool, npt.NDArray[np.int64]]: ...
     def decode_prepare_foreign(self, rs: _Rs, seq_len: int, fresh: int = -1, /) -> tuple[_Rs, int, bool, bool]: ...
     def cow_foreign(self, rs: _Rs, node_id: int, node_gen: int, fresh: int = -1, /) -> tuple[_Rs, bool]: ...
-    def admit_foreign(self, rs: _Rs, fresh: Sequence[int] = (), /) -> tuple[_Rs, int]: ...
+    def admit_foreign(self, rs: _Rs, fresh: Union[Sequence[int], int] = (), /) -> tuple[_Rs, int]:
+        """fresh a sequence: need (none given) or 0; fresh an int (a slot
+        counter): the slots taken are fresh, fresh + 1, ...; returns how many."""
     # one call per batch; a refused call (None, or an exception) changes nothing:
     # whether it fits is decided, counting what eviction could free, before anything is evicted
     def prefill_batch(self, keys: Sequence[_Key], /, *, ns: Optional[Sequence[int]] = None) -> Optional[dict[str, npt.NDArray[Any]]]: ...

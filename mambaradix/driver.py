@@ -25,7 +25,10 @@ What is modelled (and how it maps to SGLang's scheduler):
   ``num_reqs * factor`` slots are free (factor 3, lazy 2), states are evicted;
 - the track points of prefill (``P + (E // C) * C``, or the branching point)
   and decode (every ``track_interval`` tokens), the ping-pong index flips, the
-  lazy mode's second slot at decode boundaries;
+  lazy mode's second slot at decode boundaries: the C lifecycle's calls
+  (``prepare_extend``, ``decode_prepare_foreign``, ``decode_finish_foreign``
+  of a tree-only ``_C.Lifecycle`` of the driver's mode) on each request's
+  fields, so they are the same over our pools and over SGLang's;
 - the overlap scheduler (pp2 and lazy): batch N+1 is prepared and launched
   before batch N's results are processed, so decode boundaries are detected
   from ``kv_committed_len`` one step ahead, requests finished by batch N are
@@ -74,6 +77,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from . import _C
 from .scheduler import (MODES, STATE_FACTOR, STATE_FACTOR_LAZY, Batch, DriverConfig,  # noqa: F401
                         Scheduler, chunk_continuation, decode_kv_need, decode_track_due, extend_kv_need,
                         match_key_limit, ping_pong_other, prefill_track_point, request_kv_need, retract_victim,
@@ -245,32 +249,12 @@ class _Info:
         return self.req.kv_committed_len
 
     @property
-    def branching(self) -> Optional[int]:
-        return self.req.mamba_branching_seqlen
-
-    @property
     def inflight(self) -> int:
         return getattr(self.req, "inflight_middle_chunks", 0)
 
     @inflight.setter
     def inflight(self, v: int) -> None:
         self.req.inflight_middle_chunks = v
-
-    @property
-    def next_idx(self) -> int:
-        return self.req.mamba_next_track_idx
-
-    @next_idx.setter
-    def next_idx(self, v: int) -> None:
-        self.req.mamba_next_track_idx = v
-
-    @property
-    def last_track(self) -> Optional[int]:
-        return self.req.mamba_last_track_seqlen
-
-    @last_track.setter
-    def last_track(self, v: Optional[int]) -> None:
-        self.req.mamba_last_track_seqlen = v
 
     @property
     def is_insert(self) -> bool:
@@ -383,6 +367,14 @@ class SchedulerDriver(Scheduler):
         self.on_extend = on_extend
         self.on_step = on_step
         self.alloc_req_slots = alloc_req_slots
+        # the tracking transitions (prefill track point, ping-pong flips, the
+        # lazy buffer's second slot) are the C lifecycle's, applied to each
+        # request's fields: a tree-only Lifecycle of this mode, whatever
+        # cache and pools (ours or SGLang's) the driver runs over
+        self._rules = _C.Lifecycle(page_size=config.page_size, chunk_size=config.chunk_size,
+                                   extra_buffer=config.extra_buffer, lazy=config.lazy,
+                                   track_buffer_size=self.pp_size,
+                                   track_interval=config.track_interval)
         self.infos: dict[str, _Info] = {}
         self._live: dict[str, _Info] = {}
         self.records: dict[str, RequestRecord] = {}
@@ -682,10 +674,11 @@ class SchedulerDriver(Scheduler):
                 req.kv_overallocated_freed = False
             track = None
             if cfg.extra_buffer:
-                track_slot = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
-                point = self._track_prefill(info, P, E)
-                if point is not None:
-                    track = (point - P, track_slot)
+                rs, before = self._record(info)
+                _, track_slot, mask, _ = self._rules.prepare_extend(0, rs, P, E)
+                self._apply_record(info, rs, before)
+                if mask:
+                    track = (rs.last_track_seqlen - P, int(track_slot))
             # deferred copy-on-write / clear (executed by the forward pass)
             kind = "continue"
             cow = None
@@ -706,9 +699,6 @@ class SchedulerDriver(Scheduler):
         return batch
 
     # ------------------------------------------------------------- decode
-    def _other_idx(self, idx: int) -> int:
-        return self.req_to_token_pool.get_mamba_ping_pong_other_idx(idx)
-
     def _leave_running(self, info: _Info) -> None:
         self.running.remove(info)
         info.in_run = False
@@ -736,32 +726,75 @@ class SchedulerDriver(Scheduler):
             req.kv_committed_len += 1
             req.kv_allocated_len += 1
             track = None
-            if cfg.extra_buffer and decode_track_due(req.kv_committed_len, cfg.track_interval):
-                if cfg.lazy:
-                    self._lazy_prealloc(info)
-                track = int(req.mamba_ping_pong_track_buffer[req.mamba_next_track_idx])
+            if (cfg.extra_buffer and req.mamba_ping_pong_track_buffer is not None
+                    and decode_track_due(req.kv_committed_len, cfg.track_interval)):
+                track = self._decode_prepare(info, req.kv_committed_len)
             batch.items.append((info, info.epoch, (pos, track, int(req.mamba_pool_idx))))
         self.stats["decode_steps"] += 1
         return batch
 
-    def _track_slot(self, info: _Info, i: int) -> int:
-        return int(info.req.mamba_ping_pong_track_buffer[i])
+    # ------------------------------------------------------------- tracking
+    def _record(self, info: _Info) -> tuple:
+        """info's tracking fields as a lifecycle record, with its track
+        buffer as it stands (to tell what a call changed)."""
+        req = info.req
+        buf = req.mamba_ping_pong_track_buffer
+        nt = req.mamba_next_track_idx
+        tracks = (-1, -1)
+        if buf is not None and nt is not None:
+            tracks = tuple(int(v) for v in buf.tolist()) + (-1,) * (2 - len(buf))
+        else:
+            nt = -1
+        lt = req.mamba_last_track_seqlen
+        br = req.mamba_branching_seqlen
+        run = req.mamba_pool_idx
+        rs = _C.ReqState((-1 if run is None else int(run), tracks[0], tracks[1], int(nt),
+                          -1 if lt is None else int(lt), -1 if br is None else int(br),
+                          -1, 0, int(info.is_insert), 0, -1, 0, 0))
+        return rs, tracks
 
-    def _set_track_slot(self, info: _Info, i: int, slot: Any) -> None:
-        self.req_to_token_pool.set_mamba_ping_pong_slot(info.req, i, slot)
+    def _apply_record(self, info: _Info, rs: Any, before: tuple) -> None:
+        """What a tracking call changed, back into info's Req: the track
+        entries through the pool (its map row follows), the ping-pong index,
+        the tracked length and the lazy insert flag."""
+        req = info.req
+        for j, v in enumerate((rs.track0, rs.track1)):
+            if v != before[j]:
+                self.req_to_token_pool.set_mamba_ping_pong_slot(req, j, v)
+        if rs.next_track >= 0:
+            req.mamba_next_track_idx = rs.next_track
+        lt = rs.last_track_seqlen
+        req.mamba_last_track_seqlen = None if lt < 0 else lt
+        if not rs.lazy_is_insert:
+            info.is_insert = False
 
-    def _alloc_track_slot(self, info: _Info) -> Any:
-        alloc = self.req_to_token_pool.mamba_allocator
-        slot = alloc.alloc(1)
-        if slot is None:
-            self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=1))
-            slot = alloc.alloc(1)
-        return None if slot is None else slot[0]
+    def _decode_prepare(self, info: _Info, seq_len: int) -> Optional[int]:
+        """The lifecycle's decode_prepare: the track slot of a decode step
+        that reaches a boundary (None otherwise); in lazy mode the step
+        borrows the second track slot, from the allocator (one cached state
+        evicted when none is free; without a slot it goes on unborrowed)."""
+        rs, before = self._record(info)
+        _, slot, mask, need = self._rules.decode_prepare_foreign(rs, seq_len)
+        if need:
+            alloc = self.req_to_token_pool.mamba_allocator
+            fresh = alloc.alloc(1)
+            if fresh is None:
+                self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=1))
+                fresh = alloc.alloc(1)
+            if fresh is not None:
+                _, slot, mask, _ = self._rules.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
+        self._apply_record(info, rs, before)
+        return int(slot) if mask else None
 
-    def _free_track_slot(self, info: _Info, i: int) -> None:
-        buf = info.req.mamba_ping_pong_track_buffer
-        self.req_to_token_pool.mamba_allocator.free(buf[i].reshape(1).clone())
-        self.req_to_token_pool.set_mamba_ping_pong_slot(info.req, i, -1)
+    def _decode_finish(self, info: _Info, seq: int, done: bool) -> None:
+        rs, before = self._record(info)
+        _, _, st_free = self._rules.decode_finish_foreign(rs, seq, done)
+        if st_free.size:
+            # the lazy buffer's older slot: freed as the buffer held it
+            buf = info.req.mamba_ping_pong_track_buffer
+            self.req_to_token_pool.mamba_allocator.free(
+                self._torch.as_tensor(st_free).to(device=buf.device, dtype=buf.dtype))
+        self._apply_record(info, rs, before)
 
     def _process_decode(self, batch: Batch) -> None:
         committed = self.config.decode_boundary == "committed"

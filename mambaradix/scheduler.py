@@ -6,11 +6,14 @@ running requests' reserved decode tokens, ``max_prefill_tokens``,
 ``chunked_prefill_size``, the second budget check under the match's lock),
 chunked prefill, continuous batching, the decode memory check and
 retraction, the overlap scheduler's one-step lag (batch N+1 is prepared before
-batch N's results are processed), the prefill and decode track points, the
-ping-pong index flips and the lazy mode's pre-allocation at decode
-boundaries.  It never touches a pool or a tree itself: a backend supplies the
-primitives (match, lock, release, cache a request, allocate for a batch,
-evict) and the bookkeeping of a request.
+batch N's results are processed), and when a decode result is a request's
+track boundary or finish.  It never touches a pool or a tree itself: a backend
+supplies the primitives (match, lock, release, cache a request, allocate for a
+batch, evict) and the bookkeeping of a request.  No lifecycle transition is
+written here: the prefill and decode track points, the ping-pong index flips
+and the lazy mode's second track slot at decode boundaries are the C
+lifecycle's calls (``Lifecycle.prepare_extend``, ``decode_prepare_foreign``,
+``decode_finish_foreign``), which each backend makes on a request's record.
 
 Two backends:
 
@@ -27,7 +30,7 @@ A request object of either backend exposes the same attributes to the loop:
 ``prompt_len``, ``output_len``, ``n_out`` (outputs so far), ``prefix_len``,
 ``ext_end``, ``epoch``, ``finished``, ``in_run`` (in the running batch),
 ``abort``, ``inflight`` (prefill chunks launched but not processed),
-``next_idx``, ``last_track``, ``branching``, ``is_insert``, ``committed``.
+``is_insert`` (False once the lifecycle marked it not to insert), ``committed``.
 
 The decision functions (:func:`match_key_limit`, :func:`prefill_track_point`,
 :func:`decode_track_due`, :func:`chunk_continuation`, :func:`state_headroom`,
@@ -431,55 +434,19 @@ class Scheduler:
             self._unlock(x)
 
     # ------------------------------------------------------------- tracking
-    def _track_prefill(self, x: Any, P: int, E: int) -> Optional[int]:
-        """An extend of E tokens after P cached ones: its track point (or
-        None); the ping-pong index moves on (extra_buffer modes only)."""
-        point = prefill_track_point(P, E, self.config.chunk_size, x.branching)
-        if point is not None:
-            if not self.config.lazy:
-                x.next_idx = self._other_idx(x.next_idx)
-            x.last_track = point
-        return point
-
-    def _other_idx(self, idx: int) -> int:
-        return ping_pong_other(idx, self.pp_size)
-
-    def _keep_idx(self, x: Any) -> int:
-        """The track slot a cache call hands the tree: the newest snapshot
-        (the one before ``next_idx`` with two buffers)."""
-        return keep_index(x.next_idx, self.pp_size, self.config.lazy)
-
-    def _lazy_prealloc(self, x: Any) -> None:
-        """Lazy mode, a decode batch reaching a boundary: the second track
-        slot is taken (one state evicted when none is free) and ``next``
-        moves to it; without a slot the boundary is skipped."""
-        other = 1 - x.next_idx
-        if self._track_slot(x, other) != -1:
-            return
-        slot = self._alloc_track_slot(x)
-        if slot is not None:
-            self._set_track_slot(x, other, slot)
-            x.next_idx = other
-
     def _decode_result(self, x: Any, seq: int, done: bool, tracked: bool) -> None:
         """A decode result of request x that brought it to ``seq`` tokens (as
-        ``decode_boundary`` counts them): a track boundary registers the
-        snapshot (lazy: frees the older slot, or marks a finishing request
-        whose boundary was not pre-allocated as not to insert); a finished
-        request is released and cached."""
-        cfg = self.config
-        if tracked and decode_track_due(seq, cfg.track_interval):
-            x.last_track = seq
-            if cfg.lazy:
-                other = 1 - x.next_idx
-                if self._track_slot(x, other) != -1:
-                    self._free_track_slot(x, other)
-                elif done:
-                    x.is_insert = False
-            else:
-                x.next_idx = self._other_idx(x.next_idx)
+        ``decode_boundary`` counts them): at a track boundary of a request
+        tracked in this batch, the lifecycle's decode_finish
+        (``_decode_finish``: it registers the snapshot, and in lazy mode
+        frees the older slot or marks a finishing request whose boundary was
+        not pre-allocated as not to insert); a finished request is released
+        (cached unless the lifecycle marked it not to insert) and finished.
+        Only a boundary makes the call: elsewhere it changes nothing."""
+        if tracked and decode_track_due(seq, self.config.track_interval):
+            self._decode_finish(x, seq, done)
         if done:
-            self._release(x, x.is_insert if cfg.lazy else True)
+            self._release(x, x.is_insert)
             self._finish(x)
 
     # ------------------------------------------------------------- decode
@@ -661,17 +628,10 @@ class Scheduler:
     def _leave_running(self, x: Any) -> None:
         raise NotImplementedError
 
+    def _decode_finish(self, x: Any, seq: int, done: bool) -> None:
+        """The C lifecycle's decode_finish on x's record (seq tokens; done:
+        this result finishes it)."""
+        raise NotImplementedError
+
     def _reset_for_retry(self, x: Any) -> None:
-        raise NotImplementedError
-
-    def _track_slot(self, x: Any, i: int) -> int:
-        raise NotImplementedError
-
-    def _set_track_slot(self, x: Any, i: int, slot: Any) -> None:
-        raise NotImplementedError
-
-    def _alloc_track_slot(self, x: Any) -> Any:
-        raise NotImplementedError
-
-    def _free_track_slot(self, x: Any, i: int) -> None:
         raise NotImplementedError

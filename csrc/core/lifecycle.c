@@ -33,6 +33,7 @@ struct mr_lifecycle {
     size_t capkb;
     int rel_error;         /* first error a release hook hit */
     int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
+    int64_t cached_len;    /* tokens the last cache call inserted (mr_lc_cached_len) */
 };
 
 /* ------------------------------------------------------------------------
@@ -90,6 +91,20 @@ scratch(mr_lifecycle *lc, size_t n)
     return MR_OK;
 }
 
+/* Appends n KV indices to the collected array (room reserved): a tree
+ * without values has none (idx is not read), so zeros stand for them. */
+static void
+copy_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
+{
+    if (lc->cfg.no_values || idx == NULL) {
+        memset(lc->rkv + lc->nrkv, 0, n * sizeof(int64_t));
+    }
+    else {
+        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
+    }
+    lc->nrkv += n;
+}
+
 static int
 free_kv_hook(void *ctx, const int64_t *idx, size_t n)
 {
@@ -102,8 +117,7 @@ free_kv_hook(void *ctx, const int64_t *idx, size_t n)
             || grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {
             return MR_ENOMEM;
         }
-        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
-        lc->nrkv += n;
+        copy_kv(lc, idx, n);
         lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node, as SGLang's */
         return MR_OK;
     }
@@ -151,6 +165,18 @@ keep_idx(const mr_lifecycle *lc, const mr_req *st)
     return mr_rule_keep_index(st->next_track, (int)lc->cfg.track_buffer_size, lc->cfg.lazy);
 }
 
+/* dst[0:n) = src[0:n), or zeros when src is NULL (a tree without values). */
+static void
+copy_or_zero(int64_t *dst, const int64_t *src, size_t n)
+{
+    if (src != NULL) {
+        memcpy(dst, src, n * sizeof(int64_t));
+    }
+    else {
+        memset(dst, 0, n * sizeof(int64_t));
+    }
+}
+
 /* Frees a caller's KV indices: to the pool, or (tree-only) to the collected
  * arrays, for the caller's allocator.  Room is reserved first (reserve_out). */
 static int
@@ -166,8 +192,7 @@ out_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
         || grow(&lc->rcut, &lc->caprcut, lc->nrcut + 1) != MR_OK) {
         return MR_ENOMEM;
     }
-    memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));
-    lc->nrkv += n;
+    copy_kv(lc, idx, n);
     lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */
     return MR_OK;
 }
@@ -338,6 +363,9 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
         || (cfg->lazy && (!cfg->extra_buffer || cfg->track_buffer_size != 2))) {
         return MR_EINVAL;
     }
+    if (with && cfg->no_values) {
+        return MR_EINVAL;   /* pools own KV indices: the tree must keep them */
+    }
     if (with && ((uint32_t)kv->page_size != cfg->page_size || rp->pp != cfg->track_buffer_size
                  || (!cfg->extra_buffer && cfg->page_size != 1) || !mr_kv_fits_table(kv))) {
         return MR_EINVAL;   /* mr_kv_fits_table: the rows hold KV indices unchecked (mr_reqpool_write_trusted) */
@@ -347,7 +375,7 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
         return MR_ENOMEM;
     }
     mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy,
-                          .semantics = cfg->semantics};
+                          .semantics = cfg->semantics, .no_values = cfg->no_values != 0};
     int err = mr_radix_new(&rc, &lc->tree);
     if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
         mr_radix_free(lc->tree);
@@ -430,6 +458,12 @@ void
 mr_lc_clear_released(mr_lifecycle *lc)
 {
     lc->nrkv = lc->nrst = lc->nrcut = 0;
+}
+
+int64_t
+mr_lc_cached_len(const mr_lifecycle *lc)
+{
+    return lc->cached_len;
 }
 
 void
@@ -923,6 +957,32 @@ mr_lc_admit_ext(mr_lifecycle *lc, mr_req *st, const int64_t *fresh, size_t nfres
     return MR_OK;
 }
 
+int
+mr_lc_admit_ids(mr_lifecycle *lc, mr_req *st, int64_t first, int64_t *used)
+{
+    *used = 0;
+    if (has_pools(lc)) {
+        return MR_ESTATE;
+    }
+    int64_t want = admit_wants(lc, st);
+    if (want == 0) {
+        return MR_OK;
+    }
+    if (first < 1 || first > INT64_MAX - want) {
+        return MR_EINVAL;
+    }
+    int64_t fresh[3];
+    for (int64_t j = 0; j < want; j++) {
+        fresh[j] = first + j;
+        if (fresh[j] == st->running || fresh[j] == st->track[0] || fresh[j] == st->track[1]) {
+            return MR_EINVAL;   /* an id the request holds: the counter is not the caller's allocator */
+        }
+    }
+    admit_give(lc, st, fresh);
+    *used = want;
+    return MR_OK;
+}
+
 /* State slots an admission can take now: the free ones and what is left
  * of an open alloc group (mr_slots_alloc of one slot takes those first). */
 static int64_t
@@ -1217,6 +1277,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                const int64_t *kv_in, size_t committed_len, int32_t ns, int is_insert, int64_t *bad)
 {
     const mr_lc_config *c = &lc->cfg;
+    lc->cached_len = 0;
     if (st->running < 0) {
         return MR_ESTATE;  /* finished twice, or its states were freed */
     }
@@ -1255,7 +1316,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     size_t mine = from != NULL ? prev
                   : cache_len > 0 && has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : prev;
     const int64_t *kv = kv_in;
-    if (kv_in == NULL) {
+    if (has_pools(lc)) {
         size_t first = check_from(lc, mine < prev ? mine : prev);
         first = first < committed_len ? first : committed_len;
         (void)mr_reqpool_read(lc->rp, row, (int64_t)first, (int64_t)(committed_len - first), lc->a + first);
@@ -1282,23 +1343,25 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
          * each a free call of its own */
         int64_t end = cache_len > protected_len ? cache_len : protected_len;
         size_t ntail = end < (int64_t)committed_len ? committed_len - (size_t)end : 0;
+        const int64_t *tail = kv != NULL ? kv + end : NULL;   /* NULL: a tree without values */
         /* insert first: it is the step that can fail, and then nothing
          * has changed; the tail goes once it succeeded */
         if (cache_len > 0) {
             mr_insert_result res;
-            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, kv + end, ntail, from);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, tail, ntail, from);
             if (rc != MR_OK) {
                 return rc;
             }
             existed = res.state_existed;
             inserted = mr_node_handle(res.node);
+            lc->cached_len = cache_len;
         }
-        else if (ntail > 0 && (rc = out_kv(lc, kv + end, ntail)) != MR_OK) {
+        else if (ntail > 0 && (rc = out_kv(lc, tail, ntail)) != MR_OK) {
             return rc;
         }
     }
     else if (protected_len < (int64_t)committed_len) {
-        rc = out_kv(lc, kv + protected_len, committed_len - (size_t)protected_len);
+        rc = out_kv(lc, kv != NULL ? kv + protected_len : NULL, committed_len - (size_t)protected_len);
         if (rc != MR_OK) {
             return rc;
         }
@@ -1365,6 +1428,9 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
     if (has_pools(lc)) {
         return MR_ESTATE;
     }
+    if (kv == NULL && !lc->cfg.no_values) {
+        return MR_EINVAL;
+    }
     int64_t bad;
     return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad);
 }
@@ -1390,14 +1456,15 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     const mr_lc_config *c = &lc->cfg;
     *fork_src = *fork_dst = -1;
     *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
+    lc->cached_len = 0;
     int64_t cache_len = unfinished_cache_len(lc, st, fill_len);
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
         if (prefix_out == NULL) {
             /* the caller does not want them */
         }
-        else if (kv_in != NULL) {
-            memcpy(prefix_out, kv_in, fill_len * sizeof(int64_t));
+        else if (!has_pools(lc)) {
+            copy_or_zero(prefix_out, kv_in, fill_len);
         }
         else {
             (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
@@ -1444,7 +1511,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     /* 1. the slot the tree gets: the newest snapshot (extra_buffer, replaced
      *    by a fresh slot) or a fork of the running slot (no_buffer) */
     int64_t fresh = given, donated = -1;
-    if (kv_in == NULL) {
+    if (has_pools(lc)) {
         rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
         if (rc != MR_OK) {
             return rc;
@@ -1467,7 +1534,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     mr_insert_result res;
     size_t mine = from != NULL ? prev : has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
     const int64_t *kv = kv_in;
-    if (kv_in == NULL) {
+    if (has_pools(lc)) {
         size_t first = check_from(lc, mine);
         (void)mr_reqpool_read(lc->rp, row, (int64_t)first, (int64_t)(fill_len - first), lc->a + first);
         kv = lc->a;
@@ -1507,10 +1574,10 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
      * through scratch), and from there into the row; read only when one of
      * them wants them */
     int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
-    if (prefix_out != NULL || (kv_in == NULL && differ > pl)) {
+    if (prefix_out != NULL || (has_pools(lc) && differ > pl)) {
         (void)mr_radix_path_values(lc->tree, mnode, newidx);
     }
-    if (differ > pl && kv_in == NULL) {
+    if (differ > pl && has_pools(lc)) {
         (void)mr_reqpool_write_trusted(lc->rp, row, pl, newidx + pl, differ - pl);
     }
     if (differ > *table_end) {
@@ -1528,11 +1595,12 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     st->has_node = 1;
     st->last_node = mr_node_handle(mnode);
     if (prefix_out != NULL && fill_len > nnew) {
-        memcpy(prefix_out + nnew, kv + nnew, (fill_len - nnew) * sizeof(int64_t));
+        copy_or_zero(prefix_out + nnew, kv != NULL ? kv + nnew : NULL, fill_len - nnew);
     }
     st->prefix_len = (int64_t)fill_len;
     st->protected_len = (int64_t)nnew;
     st->last_track_seqlen = -1;
+    lc->cached_len = cache_len;
     return res.state_existed ? MR_OK : trim_inserted(lc, mr_node_handle(res.node));
 }
 
@@ -1573,7 +1641,7 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
     if (has_pools(lc)) {
         return MR_ESTATE;
     }
-    if (fresh < 1) {
+    if (fresh < 1 || (kv == NULL && !lc->cfg.no_values)) {
         return MR_EINVAL;
     }
     /* a slot the request holds would get a second owner, the tree's node */

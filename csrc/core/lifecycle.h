@@ -110,6 +110,12 @@ typedef struct {
     /* Which SGLang release's rules the tree and the cache calls follow
      * (mr_semantics; zero-initialized: v0.5.15). */
     mr_semantics semantics;
+    /* Tree-only: the tree keeps keys only (mr_radix_config.no_values), for
+     * a caller whose KV pool is a count (a simulator).  The _ext cache
+     * calls then take kv NULL, and every KV index they hand out (collected
+     * frees, prefix indices) is 0: only how many counts.  MR_EINVAL with
+     * pools. */
+    int no_values;
 } mr_lc_config;
 
 /* Counters of state traffic, for benchmarks and tests. */
@@ -235,6 +241,13 @@ int mr_lc_admit(mr_lifecycle *lc, mr_req *sts, int64_t *rows, size_t n, int head
  * MR_EINVAL for a wrong count or a bad slot (nothing changes), MR_ESTATE
  * with pools. */
 int mr_lc_admit_ext(mr_lifecycle *lc, mr_req *st, const int64_t *fresh, size_t nfresh, int64_t *need);
+/* mr_lc_admit_ext in one call for a caller that numbers its slots with a
+ * counter: the slots the request wants are first, first + 1, ... (in
+ * mr_lc_admit_ext's order); *used = how many it took (0: it wanted none,
+ * nothing changed).  MR_EINVAL (nothing changes) when it wants some and
+ * first < 1, or one of those ids is a slot the request holds; MR_ESTATE
+ * with pools. */
+int mr_lc_admit_ids(mr_lifecycle *lc, mr_req *st, int64_t first, int64_t *used);
 
 /* The prefill tracking decision for one request (extra_buffer): P prefix
  * tokens, E extend tokens.  Sets *mask = E >= C, *track_slot =
@@ -319,6 +332,11 @@ int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *toke
                                int64_t *fork_src, int64_t *fork_dst, int64_t *table_end);
 int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                              size_t committed_len, int32_t ns, int is_insert);
+/* The tokens the last cache call (cache_unfinished / cache_finished, any
+ * form) inserted into the tree: its cache_len (the tracked length, the
+ * fill length, or at finish mr_rule_finish_cache_len's), 0 when it
+ * inserted nothing (nothing tracked, is_insert 0, or a refusal). */
+int64_t mr_lc_cached_len(const mr_lifecycle *lc);
 /* Tree-only: the caller's free state slots, which the end-of-turn rule
  * (mr_lc_config.end_of_turn) reads at cache_finished; -1 (the default):
  * unknown, and no end-of-turn state is kept. */

@@ -30,7 +30,9 @@
     X(SlotAllocator)    /* py_pools.c */                                       \
     X(ReqPool)                                                                 \
     X(Lifecycle)        /* py_lifecycle.c */                                   \
-    X(ReqState)
+    X(ReqState)                                                                \
+    X(UnfinishedResult)                                                        \
+    X(FinishedResult)
 
 typedef struct {
 #define MR_STATE_FIELD(name) PyObject *name;

@@ -533,10 +533,10 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
             "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
-            "end_of_turn_states", "policy_options", "max_states_per_path", "semantics");
+            "end_of_turn_states", "policy_options", "max_states_per_path", "semantics", "values");
     int64_t page = 1, chunk = 64, interval = 256, pp = 2;
     const char *policy = "sglang", *semantics = "v0.5.15";
-    int extra = 0, lazy = 0, eot = 0;
+    int extra = 0, lazy = 0, eot = 0, values = 1;
     mr_state *st = mr_state_from_type(tp);
     if (mr_parse_tuple(&spec, args, kwds, a) < 0
         || mr_arg_int64(a[3], "Lifecycle", "page_size", 1, 1 << 24, &page) < 0
@@ -547,7 +547,8 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_int64(a[8], "Lifecycle", "track_buffer_size", 1, 2, &pp) < 0
         || mr_arg_int64(a[9], "Lifecycle", "track_interval", 1, INT64_MAX, &interval) < 0
         || mr_arg_bool(a[10], "Lifecycle", "end_of_turn_states", &eot) < 0
-        || mr_arg_str(a[13], "Lifecycle", "semantics", 0, &semantics) < 0) {
+        || mr_arg_str(a[13], "Lifecycle", "semantics", 0, &semantics) < 0
+        || mr_arg_bool(a[14], "Lifecycle", "values", &values) < 0) {
         return NULL;
     }
     PyObject *so = a[0] ? a[0] : Py_None, *ko = a[1] ? a[1] : Py_None, *ro = a[2] ? a[2] : Py_None,
@@ -581,10 +582,16 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     cfg.lazy = lazy;
     cfg.track_buffer_size = (int32_t)pp;
     cfg.track_interval = interval;
+    cfg.no_values = !values;
     mr_slots *sp = NULL;
     mr_kv *state_kv = NULL, *kv = NULL;
     mr_reqpool *rp = NULL;
     int none = so == Py_None && ko == Py_None && ro == Py_None;
+    if (!none && !values) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): values=False is for a Lifecycle without pools (its pools "
+                        "own KV indices, which the tree must keep)");
+        return NULL;
+    }
     if (!none) {
         state_kv = mr_pools_slot_allocator_kv(so, st);
         kv = mr_pools_slot_allocator_kv(ko, st);
@@ -1823,9 +1830,24 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         return -1;
     }
     snprintf(arg, sizeof(arg), "%s(): kv", fname);
+    int64_t nkv = 0;
+    if (mr_lc_config_of(self->lc)->no_values) {   /* keys only: kv is a count */
+        if (!PyLong_Check(kv) && !(PyIndex_Check(kv) && !PyObject_CheckBuffer(kv))) {
+            PyErr_Format(PyExc_TypeError, "%s must be an int (the number of KV indices: this Lifecycle keeps "
+                         "no values), not %.100s", arg, Py_TYPE(kv)->tp_name);
+            return -1;
+        }
+        if (mr_as_int64(kv, 0, INT64_MAX, arg, &nkv) < 0) {
+            return -1;
+        }
+    }
     *kvbuf = mr_buf_take(&self->buf);
     *tokbuf = mr_buf_take(&self->keybuf);
-    if (mr_ints_read(kv, 8, 0, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
+    if (mr_lc_config_of(self->lc)->no_values) {
+        memset(kvv, 0, sizeof(*kvv));
+        kvv->len = (size_t)nkv;
+    }
+    else if (mr_ints_read(kv, 8, 0, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
         goto fail;
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
@@ -1853,6 +1875,27 @@ fail:
     return -1;
 }
 
+/* The result of a _foreign cache call: rs and the call's own outputs
+ * (items, new references), then the frees (kv, slots), and the named
+ * fields past the unpacked ones: cache_len, kv_free_ends (and for
+ * cache_unfinished table_end, unpacked).  Steals every reference, also on
+ * failure. */
+static PyObject *
+cache_result(LifecycleObject *self, PyObject *type, PyObject *const *items, Py_ssize_t n)
+{
+    mr_seq r = mr_seq_new(type);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (r.res == NULL) {
+            Py_XDECREF(items[i]);
+            continue;
+        }
+        MR_SEQ_ADD(r, items[i]);
+    }
+    MR_SEQ_ADD(r, PyLong_FromLongLong((long long)mr_lc_cached_len(self->lc)));
+    MR_SEQ_ADD(r, Py_NewRef(self->kv_ends != NULL ? self->kv_ends : Py_None));
+    return r.res;
+}
+
 PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
 "cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0, prefix=True)\n"
 "--\n"
@@ -1867,7 +1910,10 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
 "prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
 "not past it), frees the slots with one call and the KV in the calls\n"
 "kv_free_ends gives (fresh is among the slots when it was not needed).\n"
-"prefix=False: prefix_indices is None (not built).");
+"prefix=False: prefix_indices is None (not built).  The result is an\n"
+"UnfinishedResult: those seven items, and by name cache_len (the tokens\n"
+"the call inserted, 0: none) and kv_free_ends.  A Lifecycle with\n"
+"values=False takes kv as a count (its KV indices carry no value).");
 
 static PyObject *
 Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1909,8 +1955,9 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
                            : NULL;
     }
-    return Py_BuildValue("(NNLLNNL)", build_rs(self, args[0], &st), prefix, (long long)fs, (long long)fd, kvf, stf,
-                         (long long)table_end);
+    PyObject *items[7] = {build_rs(self, args[0], &st), prefix, PyLong_FromLongLong((long long)fs),
+                          PyLong_FromLongLong((long long)fd), kvf, stf, PyLong_FromLongLong((long long)table_end)};
+    return cache_result(self, lc_state(self)->UnfinishedResult, items, 7);
 }
 
 PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
@@ -1922,7 +1969,10 @@ PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
 "for one free call of the caller's allocator, the KV for the calls\n"
 "kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
 "caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
-"-1: unknown, no end-of-turn state.");
+"-1: unknown, no end-of-turn state.  The result is a FinishedResult: those\n"
+"three items, and by name cache_len (the tokens the call inserted, 0:\n"
+"none) and kv_free_ends.  A Lifecycle with values=False takes kv as a\n"
+"count.");
 
 static PyObject *
 Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1960,7 +2010,8 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
         Py_XDECREF(stf);
         return rc != MR_OK ? lc_raise(self, rc, "cache_finished_foreign()") : NULL;
     }
-    return Py_BuildValue("(NNN)", build_rs(self, args[0], &st), kvf, stf);
+    PyObject *items[3] = {build_rs(self, args[0], &st), kvf, stf};
+    return cache_result(self, lc_state(self)->FinishedResult, items, 3);
 }
 
 PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
@@ -2006,7 +2057,9 @@ PyDoc_STRVAR(Lifecycle_admit_foreign__doc__,
 "none) and nothing changed; allocate that many and call again with them\n"
 "(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
 "track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
-"wrong count or a bad slot (nothing changes).");
+"wrong count or a bad slot (nothing changes).  fresh an int (a slot\n"
+"counter): one call, the slots wanted are fresh, fresh + 1, ...; returns\n"
+"(rs, used), used = how many it took (0: none wanted, nothing changed).");
 
 static PyObject *
 Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2022,6 +2075,19 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     int64_t fresh[3] = {-1, -1, -1};
     size_t nfresh = 0;
+    if (nargs > 1 && PyIndex_Check(args[1])) {
+        int64_t first = 0, used = 0;
+        if (mr_as_int64(args[1], 1, INT64_MAX, "admit_foreign(): fresh", &first) < 0
+            || parse_rs(self, args[0], &st) < 0) {   /* the record last */
+            return NULL;
+        }
+        if (mr_lc_admit_ids(self->lc, &st, first, &used) != MR_OK) {
+            PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh = %lld: the slot ids from it would include one "
+                         "the request holds", (long long)first);
+            return NULL;
+        }
+        return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)used);
+    }
     if (nargs > 1) {
         /* a tuple of its own: an item's __index__ may change the caller's list */
         PyObject *seq = own_tuple(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
@@ -2713,7 +2779,8 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "Lifecycle(state_allocator=None, kv_allocator=None, req_pool=None, *, page_size=1,\n"
 "          chunk_size=64, lru_policy='sglang', extra_buffer=False, lazy=False,\n"
 "          track_buffer_size=2, track_interval=256, end_of_turn_states=False,\n"
-"          policy_options=None, max_states_per_path=None)\n"
+"          policy_options=None, max_states_per_path=None, semantics='v0.5.15',\n"
+"          values=True)\n"
 "--\n"
 "\n"
 "A prefix tree plus the request lifecycle over mambaradix's pools (or, with\n"
@@ -2722,7 +2789,11 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "budget is applied after every insertion that adds a state).\n"
 "end_of_turn_states (extra_buffer): a finished request whose length is\n"
 "whole pages leaves the state at its exact end in the tree (its running\n"
-"slot, no copy) instead of the last track snapshot.");
+"slot, no copy) instead of the last track snapshot.\n"
+"values=False (no pools): the tree keeps keys only, for a caller whose KV\n"
+"pool is a count; the _foreign cache calls take kv as the number of the\n"
+"request's KV indices, and every KV index they hand out is 0 (only how\n"
+"many counts).");
 
 static PyType_Slot Lifecycle_slots[] = {
     {Py_tp_new, Lifecycle_new},
@@ -2995,11 +3066,39 @@ static PyType_Slot ReqState_slots[] = {
 
 static PyType_Spec ReqState_spec = MR_TYPE_SPEC("mambaradix._C.ReqState", ReqStateObject, ReqState_slots, 0);
 
+static PyStructSequence_Field UnfinishedResult_fields[] = {
+    {"rs", "the request's record"},
+    {"prefix_indices", "the request's KV indices, the tree's for its new protected prefix (None: not built)"},
+    {"fork_src", "no_buffer: the state copy to do now, from (-1: none)"},
+    {"fork_dst", "to"},
+    {"kv_to_free", "KV indices the caller's allocator frees, in the calls kv_free_ends gives (numpy int64)"},
+    {"slots_to_free", "state slots the caller's allocator frees, in one call (numpy int64)"},
+    {"table_end", "the caller's table differs from prefix_indices on [old protected_len, table_end)"},
+    {"cache_len", "tokens the call inserted into the tree (0: none; attribute only, not unpacked)"},
+    {"kv_free_ends", "where each free call of kv_to_free ends (attribute only)"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc UnfinishedResult_desc = {
+    "mambaradix._C.UnfinishedResult", "Result of Lifecycle.cache_unfinished_foreign.", UnfinishedResult_fields, 7};
+
+static PyStructSequence_Field FinishedResult_fields[] = {
+    {"rs", "the request's record"},
+    {"kv_to_free", "KV indices the caller's allocator frees, in the calls kv_free_ends gives (numpy int64)"},
+    {"slots_to_free", "state slots the caller's allocator frees, in one call (numpy int64)"},
+    {"cache_len", "tokens the call inserted into the tree (0: none; attribute only, not unpacked)"},
+    {"kv_free_ends", "where each free call of kv_to_free ends (attribute only)"},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc FinishedResult_desc = {
+    "mambaradix._C.FinishedResult", "Result of Lifecycle.cache_finished_foreign.", FinishedResult_fields, 3};
+
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)
 {
     if (mr_add_type(m, &st->Lifecycle, PyType_FromModuleAndSpec(m, &Lifecycle_spec, NULL)) < 0
-        || mr_add_type(m, &st->ReqState, PyType_FromModuleAndSpec(m, &ReqState_spec, NULL)) < 0) {
+        || mr_add_type(m, &st->ReqState, PyType_FromModuleAndSpec(m, &ReqState_spec, NULL)) < 0
+        || mr_add_type(m, &st->UnfinishedResult, (PyObject *)PyStructSequence_NewType(&UnfinishedResult_desc)) < 0
+        || mr_add_type(m, &st->FinishedResult, (PyObject *)PyStructSequence_NewType(&FinishedResult_desc)) < 0) {
         return -1;
     }
     return 0;

@@ -85,8 +85,8 @@ import numpy as np
 
 from .. import _C
 
-from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, end_of_turn,
-                         extend_kv_need, finish_cache_len, kv_evict, match_key_limit, state_headroom)
+from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, extend_kv_need, kv_evict,
+                         match_key_limit, state_headroom)
 from .checks import check_feasible, check_requests, validate_config
 from .types import SimConfig, SimMetrics, SimRequest
 from .workloads import prefix_bounds
@@ -95,7 +95,6 @@ __all__ = ["run", "never_seen_tokens", "ReplayResult", "replay", "step_limit"]
 
 _MODES = ("pp2", "pp1", "lazy", "no_buffer")
 _ReqState = _C.ReqState
-_BLANK_RS = (-1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)  # a record's fields after `running`: none set
 _POLICIES = ("sglang", "consumed", "utility", "adaptive", "belady")
 
 
@@ -325,9 +324,8 @@ class _R:
     """One request in the state-free replay."""
 
     __slots__ = ("rid", "sim", "tokens", "outs", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
-                 "node", "cpl", "branching", "running", "track", "next_idx", "last_track",
-                 "cow", "needs_clear", "committed", "allocated", "ext_end", "inflight", "epoch",
-                 "finished", "admitted", "is_insert", "row", "abort", "chunks", "in_run",
+                 "node", "rs", "committed", "allocated", "ext_end", "inflight", "epoch",
+                 "finished", "admitted", "row", "abort", "chunks", "in_run",
                  "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
 
     def __init__(self, sim: SimRequest, outs: np.ndarray) -> None:
@@ -364,19 +362,19 @@ class _R:
     def restart(self) -> None:
         """The state of a request that holds nothing (new, or retracted)."""
         self.prefix_len = 0
-        self.node: Any = None         # the locked node: a Node, or (id, gen) after a cache call
-        self.cpl = 0
+        self.node: Any = None         # the node its match found (a Node), which admission locks
         self.inflight = 0
-        self.running = 0              # the running state slot's id (0: none)
-        self.track: Optional[list] = None   # track slot ids, -1 = empty
-        self.next_idx = 0
-        self.last_track: Optional[int] = None
-        self.branching: Optional[int] = None
-        self.cow = False
-        self.needs_clear = False
+        # the lifecycle's record of it (state slot ids, -1 = none; ping-pong
+        # index, tracked and branching lengths, copy-on-write source, the
+        # locked node): the C calls read and update it in place
+        self.rs = _ReqState()
         self.committed = 0
         self.allocated = 0
-        self.is_insert = True
+
+    @property
+    def is_insert(self) -> bool:
+        """False once the lifecycle marked it not to insert (lazy mode)."""
+        return bool(self.rs.lazy_is_insert)
 
 
 class ReplayResult:
@@ -425,10 +423,9 @@ class _Replay(Scheduler):
             extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
             track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
-            semantics=config.semantics, **tree_options(config))
+            semantics=config.semantics, values=False, **tree_options(config))
         # the same tree for matches, locks, evictions and the policies' node API
         self.tree = self.lc.tree_view()
-        self.eot = bool(getattr(config, "end_of_turn_states", False))
         self.slot_id = 0
         self.distance: dict = {}
         self.n_submitted = 0
@@ -449,7 +446,6 @@ class _Replay(Scheduler):
         self.slots_free = self.slots_total
         self.rows_total = int(config.max_running) + 2
         self.rows_free = self.rows_total
-        self.zeros = np.zeros(1 << 16, dtype=np.int64)
         self.m = SimMetrics()
         self.turn_usable: dict = {}
         self.turn_prompt: dict = {}
@@ -522,11 +518,6 @@ class _Replay(Scheduler):
             self.outs, self.out_at = _pseudo_outputs_many(rids, counts)
             self.out_from, i = k, 0
         return self.outs[self.out_at[i]:self.out_at[i + 1]]
-
-    def _values(self, n: int) -> np.ndarray:
-        if n > len(self.zeros):
-            self.zeros = np.zeros(max(n, 2 * len(self.zeros)), dtype=np.int64)
-        return self.zeros[:n]
 
     def _note_peaks(self) -> None:
         used_s = self.slots_total - self.slots_free
@@ -621,39 +612,18 @@ class _Replay(Scheduler):
         self.slot_id += 1
         return self.slot_id
 
-    def _rs(self, r: _R) -> Any:
-        """r's record for the lifecycle's per-request calls."""
-        node = r.node
-        if type(node) is tuple:
-            nid, ngen = node
-        else:
-            nid, ngen = node.id, node.gen
-        lt = r.last_track
-        return _ReqState(self._slot_fields(r) + (-1 if lt is None else lt, -1, -1, 0, 1, r.cpl, nid, ngen, 1))
-
-    def _slots_rs(self, r: _R) -> Any:
-        """A record of r's state slots only (running, track buffer)."""
-        return _ReqState(self._slot_fields(r) + _BLANK_RS[3:])
-
     @staticmethod
-    def _slot_fields(r: _R) -> tuple:
-        """(running, track0, track1, next_track) of r's record."""
-        tr = r.track
-        if tr is None:
-            return (r.running or -1, -1, -1, -1)
-        return (r.running or -1, tr[0], tr[1] if len(tr) > 1 else -1, r.next_idx)
+    def _slot_ids(rs: Any) -> list:
+        """The state slots a record holds."""
+        return [x for x in (rs.running, rs.track0, rs.track1) if x > 0]
 
-    def _take_rs(self, r: _R, rs: Any) -> None:
-        """The slots, ping-pong index and locked node a call left in r's record."""
-        run = rs.running
-        r.running = run if run >= 0 else 0
-        nt = rs.next_track
-        if nt < 0:
-            r.track = None
-            r.next_idx = 0
-        else:
-            r.track = [rs.track0, rs.track1] if self.pp_size == 2 else [rs.track0]
-            r.next_idx = nt
+    def _donated(self, before: list, rs: Optional[Any], freed: np.ndarray) -> bool:
+        """A cache call took one of the slots the request held before it
+        (before): neither freed nor in its record rs now."""
+        gone = set(before).difference(freed.tolist())
+        if rs is not None:
+            gone.difference_update(self._slot_ids(rs))
+        return bool(gone)
 
     def _seen(self, r: _R, n: int) -> None:
         """The shadow tree holds every key ever inserted (it never evicts).
@@ -683,10 +653,11 @@ class _Replay(Scheduler):
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
         """cache_unfinished_req: the fresh slot (extra_buffer: it replaces the
         donated snapshot; no_buffer: the fork) from the counted pool, then
-        the lifecycle's call."""
+        the lifecycle's call on r's record."""
         fill_len = r.ext_end
         extra = self.extra_buffer
-        if extra and r.last_track is None:
+        rs = r.rs
+        if extra and rs.last_track_seqlen < 0:
             r.prefix_len = fill_len
             return
         if not self._alloc_slot():
@@ -694,46 +665,35 @@ class _Replay(Scheduler):
                                "state is locked): raise state_slots or lower "
                                "max_running (SGLang sizes about 5 slots per request)" if extra else
                                "state pool exhausted forking a state: raise state_slots")
-        fresh = self._sid()
-        donated = r.track[self._keep_idx(r)] if extra and r.track is not None else fresh
-        cache_len = r.last_track if extra else fill_len
+        mine = self._slot_ids(rs)
         t0 = time.perf_counter()
-        rs, _, _, _, kvf, stf, _ = self.lc.cache_unfinished_foreign(
-            self._rs(r), r.tokens, self._values(fill_len), fresh, ns=r.nsid, prefix=False)
-        self._seen(r, cache_len)
+        res = self.lc.cache_unfinished_foreign(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
+        self._seen(r, res.cache_len)
         self.t_cache += time.perf_counter() - t0
-        self._take_rs(r, rs)
-        self.kv_free += len(kvf)
+        stf = res[5]
+        self.kv_free += len(res[4])
         self.slots_free += len(stf)
         if not extra:
             self.copies += 1
-        elif len(stf) == 0 or donated not in stf.tolist():
+        elif self._donated(mine, rs, stf):
             self.donations += 1
-        r.node = (rs.node_id, rs.node_gen)
         r.prefix_len = fill_len          # tree part + request-owned rest
-        r.cpl = rs.protected_len
-        r.last_track = None
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
         """cache_finished_req through the lifecycle: what it frees goes back to
         the counted pools (KV in whole pages); a slot of r's that is not
         freed is the tree's (donated)."""
-        committed = r.committed
-        mine = [r.running] + ([x for x in r.track if x > 0] if r.track is not None else [])
-        avail = self.slots_free
+        rs = r.rs
+        mine = self._slot_ids(rs)
         t0 = time.perf_counter()
-        rs, kvf, stf = self.lc.cache_finished_foreign(
-            self._rs(r), r.tokens, self._values(committed), ns=r.nsid, is_insert=is_insert,
-            state_available=avail)
+        res = self.lc.cache_finished_foreign(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
+                                             state_available=self.slots_free)
+        _, kvf, stf = res
         if is_insert:
-            freed = stf.tolist()
-            if any(x not in freed for x in mine):
+            if self._donated(mine, None, stf):
                 self.donations += 1
-            # the length the call cached (for the shadow's record of every key)
-            eot = end_of_turn(self.eot, self.extra_buffer, committed, self.page, avail, self.lazy)
-            self._seen(r, finish_cache_len(self.extra_buffer, r.last_track, committed, eot, self.page))
+            self._seen(r, res.cache_len)    # the shadow's record of every key
         self.t_cache += time.perf_counter() - t0
-        self._take_rs(r, rs)
         self.kv_free += self._ceil_page(len(kvf))
         self.slots_free += len(stf)
         r.node = None
@@ -742,8 +702,8 @@ class _Replay(Scheduler):
         if r.in_run:
             self._leave(r)
         if not r.row:
-            if r.running:
-                r.running = 0
+            if r.rs.running >= 0:
+                r.rs.running = -1
                 self.slots_free += 1
             return
         self._cache_finished(r, is_insert)
@@ -805,21 +765,18 @@ class _Replay(Scheduler):
                                             indices=False).kv_matched_len
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
-        r.prefix_len = m.node.prefix_len
-        r.node = m.node
-        r.branching = m.branching_seqlen
-        r.cpl = r.prefix_len
-        # the copy-on-write step (the lifecycle's rule; the slot is ours)
         node = m.node
-        rs, need = self.lc.cow_foreign(_ReqState((r.running or -1,) + _BLANK_RS), node.id, node.gen)
-        if need:
+        r.prefix_len = node.prefix_len
+        r.node = node
+        rs = r.rs
+        br = m.branching_seqlen
+        rs.branching_seqlen = -1 if br is None else br
+        rs.protected_len = r.prefix_len
+        # the copy-on-write step (the lifecycle's rule; the slot is ours)
+        if self.lc.cow_foreign(rs, node.id, node.gen)[1]:
             if not self._alloc_slot(protect=(node.id, node.gen)):
                 raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-            rs, _ = self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
-        if rs.cow_src >= 0:
-            r.running = rs.running
-            r.cow = True
-            r.needs_clear = rs.needs_clear
+            self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:
@@ -907,14 +864,21 @@ class _Replay(Scheduler):
         self.t_cache += time.perf_counter() - t0
 
     def _on_added(self, r: _R) -> None:
+        # the lock admission took on the matched node is the record's, which
+        # the cache calls move and drop
+        rs = r.rs
+        rs.node_id = r.node.id
+        rs.node_gen = r.node.gen
+        rs.locked = 1
         if not r.admitted:
             self._account_admission(r, *self._pending_match)
 
     def _drop_match(self, r: _R) -> None:
-        r.cow = False
-        r.needs_clear = False
-        if r.running:
-            r.running = 0
+        rs = r.rs
+        rs.cow_src = -1
+        rs.needs_clear = 0
+        if rs.running >= 0:
+            rs.running = -1
             self.slots_free += 1
 
     def _append_output(self, r: _R) -> None:
@@ -938,19 +902,6 @@ class _Replay(Scheduler):
 
     def _reset_for_retry(self, r: _R) -> None:
         r.restart()
-
-    def _track_slot(self, r: _R, i: int) -> int:
-        return r.track[i]
-
-    def _set_track_slot(self, r: _R, i: int, slot: Any) -> None:
-        r.track[i] = slot
-
-    def _alloc_track_slot(self, r: _R) -> Any:
-        return self._sid() if self._alloc_slot() else None
-
-    def _free_track_slot(self, r: _R, i: int) -> None:
-        self.slots_free += 1
-        r.track[i] = -1
 
     def _join(self, r: _R) -> None:
         r.in_run = True
@@ -995,35 +946,34 @@ class _Replay(Scheduler):
     def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
         # HybridReqToTokenPool.alloc: the slots each request wants are the
-        # lifecycle's rule (admit_foreign); the counted pool hands out ids
-        admit = self.lc.admit_foreign
-        wants = [admit(self._slots_rs(r)) for r in rs]
-        evict = state_headroom(self.slots_free, len(rs), d.lazy,
-                               sum(n for _, n in wants) if self.v0523 else None)
-        if evict > 0:
-            self._evict(num_states=evict)
+        # lifecycle's rule (admit_foreign), which numbers them from the
+        # counted pool's slot counter; the state headroom is evicted for them
         need_rows = sum(1 for r in rs if not r.row)
-        need_slots = sum(n for _, n in wants)
         if need_rows > self.rows_free:
             raise RuntimeError("request rows exhausted")
+        admit = self.lc.admit_foreign
+        free0 = self.slots_free
+        need_slots = 0
+        ext_total = 0
+        items = []
+        for r in rs:
+            if not r.row:
+                r.row = True
+                self.rows_free -= 1
+            n = admit(r.rs, self.slot_id + 1)[1]
+            self.slot_id += n
+            need_slots += n
+            P = r.prefix_len
+            E = r.ext_end - P
+            ext_total += E
+        evict = state_headroom(free0, len(rs), d.lazy, need_slots if self.v0523 else None)
+        if evict > 0:
+            self._evict(num_states=evict)
         if need_slots > self.slots_free:
             raise RuntimeError(f"state pool exhausted admitting {len(rs)} requests "
                                f"(need {need_slots}, free {self.slots_free}): "
                                f"raise state_slots")
-        ext_total = 0
-        items = []
-        for r, (rec, n) in zip(rs, wants):
-            if not r.row:
-                r.row = True
-                self.rows_free -= 1
-            if n:
-                rec, _ = admit(rec, [self._sid() for _ in range(n)])
-                self.slots_free -= n
-                self._take_rs(r, rec)
-                r.needs_clear = r.needs_clear or bool(rec.needs_clear)
-            P = r.prefix_len
-            E = r.ext_end - P
-            ext_total += E
+        self.slots_free -= need_slots
         self._note_peaks()
         if self.page == 1:
             self._alloc_kv(ext_total)
@@ -1037,14 +987,16 @@ class _Replay(Scheduler):
             E = r.ext_end - P
             r.committed = r.ext_end
             r.allocated = r.ext_end
+            rec = r.rs
             if d.extra_buffer:
-                self._track_prefill(r, P, E)
-            if r.cow:
+                self.lc.prepare_extend(0, rec, P, E)
+            # the forward runs the copy-on-write (or clears the fresh slot)
+            if rec.cow_src >= 0:
                 self.copies += 1
-                r.cow = False
-                r.needs_clear = False
-            elif r.needs_clear:
-                r.needs_clear = False
+                rec.cow_src = -1
+                rec.needs_clear = 0
+            elif rec.needs_clear:
+                rec.needs_clear = 0
             r.chunks += 1
             items.append((r, r.epoch))
         self.clock += self.time.extend_seconds(ext_total)
@@ -1175,10 +1127,21 @@ class _Replay(Scheduler):
             if due:
                 for r in sorted(due, key=lambda x: x.seq):
                     if not (skipped and r in skipped):
-                        self._lazy_prealloc(r)
+                        self._decode_prepare(r, r.c_base + (b - r.j0 + 1))
         self.skipped = []
         self.clock += self.time.step
         return Batch("decode", bid=b)
+
+    def _decode_prepare(self, r: _R, seq_len: int) -> None:
+        """The lifecycle's decode_prepare for a decode step that reaches a
+        boundary in lazy mode: the second track slot it borrows comes from
+        the counted pool (a state evicted when none is free)."""
+        rec = r.rs
+        if self.lc.decode_prepare_foreign(rec, seq_len)[3] and self._alloc_slot():
+            self.lc.decode_prepare_foreign(rec, seq_len, self._sid())
+
+    def _decode_finish(self, r: _R, seq: int, done: bool) -> None:
+        self.slots_free += len(self.lc.decode_finish_foreign(r.rs, seq, done)[2])
 
     def _process_decode(self, batch: Batch) -> None:
         """The requests this decode result changes: those it finishes and
@@ -1205,7 +1168,7 @@ class _Replay(Scheduler):
             self._sync(r)
             seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
             self._decode_result(r, seq, r.n_out >= r.output_len,
-                                self.extra_buffer and r.track is not None and r.j0 <= b)
+                                self.extra_buffer and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
         """Apply k decode steps at once when nothing but counters, track
@@ -1338,11 +1301,8 @@ class _Replay(Scheduler):
                 continue
             self._sync(r)
             if r.row:
-                req_kv += self._ceil_page(r.allocated) - r.cpl
-            if r.running:
-                req_slots += 1
-            if r.track is not None:
-                req_slots += sum(1 for s in r.track if s > 0)
+                req_kv += self._ceil_page(r.allocated) - r.rs.protected_len
+            req_slots += len(self._slot_ids(r.rs))
         if self.kv_free + req_kv + t_kv != self.kv_total:
             raise AssertionError(f"KV accounting: free {self.kv_free} + requests {req_kv} + "
                                  f"tree {t_kv} != {self.kv_total}")

@@ -57,6 +57,7 @@ T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
           "tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_row_after_cache_unfinished.py"]
 T_BOUND = ["tests/sim/test_bound.py", "tests/sim/test_bound_replays.py", "tests/package/test_docs.py"]
+T_RESULTS = ["tests/core/test_lifecycle_foreign_results.py", "tests/sim/test_sim_engine.py"]
 T_PAGED = ["tests/dropin/test_sglang_pools_oracle_paged.py", "tests/dropin/test_sglang_pools_oracle.py",
            "tests/core/test_lifecycle_free_calls.py"]
 
@@ -219,13 +220,26 @@ MUTANTS: List[Mutant] = [
            "const int defer = s->free_group;", T_FG, "the tree's evictions deferred by an open free group"),
     # the tree-only lifecycle over SGLang's pools, eviction with a node protected (csrc/core/lifecycle.c)
     Mutant("LC_TO_OUTKV", "csrc/core/lifecycle.c",
-           "    lc->nrkv += n;\n    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */",
+           "    copy_kv(lc, idx, n);\n    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */",
            "    lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* a free call of its own */", T_TONLY,
            "tree-only: a caller's KV a call frees is never handed back (dropped free)"),
     Mutant("LC_TO_EVKV", "csrc/core/lifecycle.c",
-           "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n        lc->nrkv += n;\n",
-           "        memcpy(lc->rkv + lc->nrkv, idx, n * sizeof(int64_t));\n", T_TONLY,
+           "        copy_kv(lc, idx, n);\n        lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node",
+           "        lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node", T_TONLY,
            "tree-only: evicted KV never handed back (dropped free)"),
+    # the tree-only calls' results and a keys-only lifecycle, as the simulator uses them
+    Mutant("LC_CACHED_FIN", "csrc/core/lifecycle.c", "            lc->cached_len = cache_len;\n",
+           "            lc->cached_len = (int64_t)committed_len;\n", T_RESULTS,
+           "cache_finished reports the committed length as cached, not what it inserted"),
+    Mutant("LC_CACHED_UNF", "csrc/core/lifecycle.c", "    st->last_track_seqlen = -1;\n    lc->cached_len = cache_len;",
+           "    st->last_track_seqlen = -1;\n    lc->cached_len = (int64_t)fill_len;", T_RESULTS,
+           "cache_unfinished reports the fill length as cached, not the tracked length it inserted"),
+    Mutant("LC_ADMIT_IDS", "csrc/core/lifecycle.c", "        fresh[j] = first + j;", "        fresh[j] = first;",
+           T_RESULTS, "admission from a slot counter hands one id out for every slot"),
+    Mutant("LC_NOVAL_TAIL", "csrc/core/lifecycle.c",
+           "        rc = out_kv(lc, kv != NULL ? kv + protected_len : NULL, committed_len - (size_t)protected_len);",
+           "        rc = out_kv(lc, kv != NULL ? kv + protected_len : NULL, kv != NULL ? committed_len - (size_t)protected_len : 0);",
+           T_RESULTS, "keys-only: a request finished without insert hands back none of its KV"),
     Mutant("LC_TO_CLEAR", "csrc/core/lifecycle.c", "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    lc->nrkv = lc->nrst = lc->nrcut = 0;",
            "mr_lc_clear_released(mr_lifecycle *lc)\n{\n    (void)lc;", T_TONLY,
            "tree-only: what a call handed back is handed back again by the next", fast=True),
@@ -328,7 +342,7 @@ MUTANTS: List[Mutant] = [
            T_OPS + T_DROPIN, "insert ignores the key's limit"),
     Mutant("LC_TABLE_END", "csrc/core/lifecycle.c", "    if (differ > *table_end) {", "    if (0) {",
            T_TONLY + T_TAKE + T_DROPIN, "tree-only cache_unfinished never asks the caller to rewrite the duplicates"),
-    Mutant("LC_ROW_DUPS", "csrc/core/lifecycle.c", "    if (differ > pl && kv_in == NULL) {", "    if (0) {",
+    Mutant("LC_ROW_DUPS", "csrc/core/lifecycle.c", "    if (differ > pl && has_pools(lc)) {", "    if (0) {",
            T_LIFE + T_TAKE + T_DROPIN + T_DRIVER, "cache_unfinished over our pools leaves the freed duplicates in the row"),
     Mutant("PY_TABLE_END", "mambaradix/sglang/cache.py", "            pool.write((row, slice(p, end)), _to_device(prefix[p:end]",
            "            pool.write((row, slice(p, p)), _to_device(prefix[p:p]", T_TAKE + T_DROPIN,
