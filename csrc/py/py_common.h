@@ -130,14 +130,21 @@ int mr_py_rules_init(PyObject *m, mr_state *st);
 int mr_py_unified_init(PyObject *m, mr_state *st);
 
 /* py_radix.c's RadixTree for py_unified.c: its tree (NULL with TypeError when
- * obj is not a RadixTree), the namespace id of an extra_key name (as
- * RadixTree.insert / match_prefix assign them; create = 0: -1 for an unknown
- * name), and a new Node handle. */
+ * obj is not a RadixTree) and a new Node handle. */
 struct mr_radix;
 struct mr_node;
 struct mr_radix *mr_py_radix_tree(PyObject *obj);
-int mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns);
 PyObject *mr_py_radix_node(PyObject *tree, const struct mr_node *n);
+/* The tree's namespace table (csrc/core/nstable.h) seen from Python: the id
+ * of an extra_key (a str or None -> 0; TypeError otherwise; create = 0: -1
+ * for an unknown name), the extra_key of an id (None for 0 or an unknown
+ * id), and the namespace() / namespace_name() methods of RadixTree and
+ * Lifecycle with their docstrings. */
+int mr_py_namespace(struct mr_radix *t, PyObject *extra_key, int create, int32_t *ns);
+PyObject *mr_py_namespace_name(struct mr_radix *t, int32_t ns);
+PyObject *mr_py_namespace_call(struct mr_radix *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *mr_py_namespace_name_call(struct mr_radix *t, PyObject *arg);
+extern const char mr_py_namespace__doc__[], mr_py_namespace_name__doc__[];
 /* A RadixTree over a tree someone else owns (a tree-only Lifecycle's):
  * `owner` is kept alive by it, and the tree is not freed with it. */
 PyObject *mr_py_radix_view(mr_state *st, struct mr_radix *tree, PyObject *owner);

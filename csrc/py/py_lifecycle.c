@@ -1300,6 +1300,18 @@ Lifecycle_tree_view(LifecycleObject *self, PyObject *unused)
     return mr_py_radix_view(lc_state(self), mr_lc_tree(self->lc), (PyObject *)self);
 }
 
+static PyObject *
+Lifecycle_namespace(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return mr_py_namespace_call(mr_lc_tree(self->lc), args, nargs, kwnames);
+}
+
+static PyObject *
+Lifecycle_namespace_name(LifecycleObject *self, PyObject *arg)
+{
+    return mr_py_namespace_name_call(mr_lc_tree(self->lc), arg);
+}
+
 PyDoc_STRVAR(Lifecycle_reset__doc__,
 "reset($self, /)\n"
 "--\n"
@@ -2669,6 +2681,9 @@ static PyMethodDef Lifecycle_methods[] = {
     {"check", (PyCFunction)Lifecycle_check, METH_NOARGS, Lifecycle_check__doc__},
     {"reset", (PyCFunction)Lifecycle_reset, METH_NOARGS, Lifecycle_reset__doc__},
     {"tree_view", (PyCFunction)Lifecycle_tree_view, METH_NOARGS, Lifecycle_tree_view__doc__},
+    {"namespace", (PyCFunction)(void (*)(void))Lifecycle_namespace, METH_FASTCALL | METH_KEYWORDS,
+     mr_py_namespace__doc__},
+    {"namespace_name", (PyCFunction)Lifecycle_namespace_name, METH_O, mr_py_namespace_name__doc__},
     {"dump", (PyCFunction)Lifecycle_dump, METH_NOARGS, Lifecycle_dump__doc__},
     {"stats", (PyCFunction)Lifecycle_stats, METH_NOARGS, Lifecycle_stats__doc__},
     {"alloc_state", (PyCFunction)(void (*)(void))Lifecycle_alloc_state, METH_FASTCALL | METH_KEYWORDS, Lifecycle_alloc_state__doc__},

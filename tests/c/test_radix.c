@@ -990,6 +990,80 @@ unit_namespaces(void)
     fx_done(&f);
 }
 
+/* The namespace table (nstable.h) against a list of the names in the order
+ * they came (the ids a correct table hands out): random names over a small
+ * alphabet with NUL bytes and the empty name, looked up with and without
+ * create; ids survive a reset of the tree; the table refuses a name past
+ * MR_NS_MAX and stays as it was. */
+static void
+unit_namespace_table(void)
+{
+    enum { NAMES = 300, LOOKUPS = 3000 };
+    char model[NAMES][6];
+    size_t mlen[NAMES], nmodel = 0;
+    mr_radix *t;
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    uint64_t rng = 12345;
+    cur_test = "namespace_table";
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    mr_nstable *ns = mr_radix_namespaces(t);
+    for (int op = 0; op < LOOKUPS; op++) {
+        char name[6];
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = (size_t)(rng >> 61) % 6;
+        for (size_t i = 0; i < len; i++) {
+            name[i] = "ab\0c"[(rng >> (8 + 2 * i)) & 3];
+        }
+        int create = (rng >> 40) % 3 != 0;
+        size_t want = 0;
+        while (want < nmodel && !(mlen[want] == len && memcmp(model[want], name, len) == 0)) {
+            want++;
+        }
+        if (want == nmodel && create && nmodel < NAMES) {
+            memcpy(model[nmodel], name, len);
+            mlen[nmodel++] = len;
+        }
+        int32_t id = 0;
+        CHECK_RC(mr_ns_lookup(ns, name, len, create && want < NAMES, &id), MR_OK);
+        CHECK_EQ(id, want < nmodel ? (int32_t)want + 1 : -1);
+        if (op == LOOKUPS / 2) {
+            mr_radix_reset(t);
+            ns = mr_radix_namespaces(t);
+        }
+    }
+    CHECK(nmodel > 100);
+    for (size_t i = 0; i < nmodel; i++) {
+        const char *p;
+        size_t len;
+        CHECK_RC(mr_ns_name(ns, (int32_t)i + 1, &p, &len), MR_OK);
+        CHECK(len == mlen[i] && memcmp(p, model[i], len) == 0 && p[len] == '\0');
+    }
+    const char *p;
+    size_t len;
+    CHECK_RC(mr_ns_name(ns, 0, &p, &len), MR_ENOENT);
+    CHECK_RC(mr_ns_name(ns, -1, &p, &len), MR_ENOENT);
+    CHECK_RC(mr_ns_name(ns, (int32_t)nmodel + 1, &p, &len), MR_ENOENT);
+    mr_radix_free(t);
+
+    /* a full table: every id still found, a new name refused */
+    mr_nstable full;
+    mr_ns_init(&full);
+    int32_t id = 0;
+    char name[16];
+    for (int32_t i = 0; i < MR_NS_MAX && id == i; i++) {
+        (void)mr_ns_lookup(&full, (const char *)&i, sizeof(i), 1, &id);
+    }
+    CHECK_EQ(id, MR_NS_MAX);
+    memcpy(name, "one more", 8);
+    CHECK_RC(mr_ns_lookup(&full, name, 8, 1, &id), MR_ENOSPC);
+    CHECK_RC(mr_ns_lookup(&full, name, 8, 0, &id), MR_OK);
+    CHECK_EQ(id, -1);
+    int32_t k = 4242;
+    CHECK_RC(mr_ns_lookup(&full, (const char *)&k, sizeof(k), 1, &id), MR_OK);
+    CHECK_EQ(id, 4243);
+    mr_ns_free(&full);
+}
+
 static int
 stats_are(const fixture *f, size_t fe, size_t fp, size_t se, size_t sp)
 {
@@ -1852,6 +1926,7 @@ run_units(void)
     unit_branching();
     unit_page16();
     unit_namespaces();
+    unit_namespace_table();
     unit_locks();
     unit_handles();
     unit_lru_policies(MR_POLICY_SGLANG);
@@ -2511,6 +2586,21 @@ oom_units(void)
     CHECK_EQ(f.kv.nfree, f.kv.size);
     CHECK_EQ(f.st.nfree, f.st.size);
     fx_done(&f);
+
+    /* The namespace table: a failed create leaves it as it was. */
+    cur_test = "oom_namespace";
+    {
+        mr_nstable ns;
+        int32_t id = 0, id2 = 0;
+        mr_ns_init(&ns);
+        for (int32_t j = 0; j < 40; j++) {
+            OOM_LOOP("namespace", (mr_radix *)NULL, rc, mr_ns_lookup(&ns, (const char *)&j, sizeof(j), 1, &id), {
+                CHECK(ns.n == j && mr_ns_lookup(&ns, (const char *)&j, sizeof(j), 0, &id2) == MR_OK && id2 == -1);
+            });
+            CHECK_EQ(id, j + 1);
+        }
+        mr_ns_free(&ns);
+    }
 
     /* The fault injector itself: a failing allocation is seen. */
     cur_test = "oom_injector";
