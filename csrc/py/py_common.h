@@ -145,6 +145,23 @@ PyObject *mr_py_namespace_name(struct mr_radix *t, int32_t ns);
 PyObject *mr_py_namespace_call(struct mr_radix *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *mr_py_namespace_name_call(struct mr_radix *t, PyObject *arg);
 extern const char mr_py_namespace__doc__[], mr_py_namespace_name__doc__[];
+#define MR_PY_NAMESPACE_METHODS(ns_fn, name_fn)                                                             \
+    {"namespace", (PyCFunction)(void (*)(void))(ns_fn), METH_FASTCALL | METH_KEYWORDS, mr_py_namespace__doc__}, \
+    {"namespace_name", (PyCFunction)(name_fn), METH_O, mr_py_namespace_name__doc__}
+/* The node API of a tree (py_radix.c), one implementation for RadixTree and
+ * Lifecycle: a node as a Node handle of `owner` (a RadixTree), or as an
+ * (id, gen) tuple when owner is NULL; a list of such: parent's children in
+ * sorted order, or (parent NULL) an LRU list (which: 0 full, 1 state), most
+ * recently used first; a node's tokens (int64 when wide, else int32) and
+ * KV indices (None in a tree without values); the tree's dump (fname names
+ * the call in an error); and the config attribute a getset closure names
+ * ("page_size", "chunk_size", "lru_policy"). */
+PyObject *mr_py_node_ref(PyObject *owner, const struct mr_node *n);
+PyObject *mr_py_node_list(PyObject *owner, const struct mr_radix *t, const struct mr_node *parent, int which);
+PyObject *mr_py_node_tokens(const struct mr_node *n, int wide);
+PyObject *mr_py_node_values(const struct mr_node *n);
+PyObject *mr_py_tree_dump(const struct mr_radix *t, const char *fname);
+PyObject *mr_py_tree_attr(const struct mr_radix *t, void *closure);
 /* A RadixTree over a tree someone else owns (a tree-only Lifecycle's):
  * `owner` is kept alive by it, and the tree is not freed with it. */
 PyObject *mr_py_radix_view(mr_state *st, struct mr_radix *tree, PyObject *owner);

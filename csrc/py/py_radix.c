@@ -140,6 +140,86 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
 }
 
 /* ------------------------------------------------------------------------
+ * The node API of a tree, one implementation for RadixTree (nodes as Node
+ * handles of `owner`) and Lifecycle (nodes as (id, gen) tuples: owner
+ * NULL); declared in py_common.h. */
+
+PyObject *
+mr_py_node_ref(PyObject *owner, const mr_node *n)
+{
+    if (owner != NULL) {
+        return node_new_handle(tree_state(owner), (RadixTree *)owner, n);
+    }
+    mr_handle h = mr_node_handle(n);
+    return Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+}
+
+PyObject *
+mr_py_node_list(PyObject *owner, const mr_radix *t, const mr_node *parent, int which)
+{
+    PyObject *list = PyList_New(0);
+    size_t pos = 0;
+    const mr_node *n = parent != NULL ? mr_node_child_next(parent, &pos) : mr_radix_lru_first(t, which);
+    while (n != NULL && list != NULL) {
+        PyObject *e = mr_py_node_ref(owner, n);
+        if (e == NULL || PyList_Append(list, e) < 0) {
+            Py_CLEAR(list);
+        }
+        Py_XDECREF(e);
+        n = parent != NULL ? mr_node_child_next(parent, &pos) : mr_radix_lru_next(t, which, n);
+    }
+    return list;
+}
+
+PyObject *
+mr_py_node_tokens(const mr_node *n, int wide)
+{
+    size_t len = mr_node_len(n);
+    const int32_t *key = mr_node_key(n);
+    npy_intp dims[1] = {(npy_intp)len};
+    PyObject *a = PyArray_SimpleNew(1, dims, wide ? NPY_INT64 : NPY_INT32);
+    if (a != NULL && !wide && len > 0) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), key, len * sizeof(int32_t));
+    }
+    for (size_t i = 0; a != NULL && wide && i < len; i++) {
+        ((int64_t *)PyArray_DATA((PyArrayObject *)a))[i] = key[i];
+    }
+    return a;
+}
+
+PyObject *
+mr_py_node_values(const mr_node *n)
+{
+    const int64_t *v = mr_node_values(n);
+    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
+}
+
+PyObject *
+mr_py_tree_dump(const mr_radix *t, const char *fname)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = mr_radix_dump(t, &buf, &len);
+    if (rc != MR_OK) {
+        return mr_raise(NULL, rc, fname);
+    }
+    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return s;
+}
+
+PyObject *
+mr_py_tree_attr(const mr_radix *t, void *closure)
+{
+    const mr_radix_config *c = mr_radix_config_of(t);
+    const char *name = closure;
+    if (name[0] == 'l') {   /* lru_policy */
+        return PyUnicode_FromString(mr_policy_name(c->policy));
+    }
+    return PyLong_FromUnsignedLong(name[0] == 'p' ? c->page_size : c->chunk_size);
+}
+
+/* ------------------------------------------------------------------------
  * RadixTree */
 
 static PyObject *
@@ -1026,15 +1106,7 @@ PyDoc_STRVAR(RadixTree_pretty_print__doc__,
 static PyObject *
 RadixTree_pretty_print(RadixTree *self, PyObject *unused)
 {
-    char *buf;
-    size_t len;
-    int rc = mr_radix_dump(self->tree, &buf, &len);
-    if (rc != MR_OK) {
-        return mr_raise(tree_state((PyObject *)self), rc, "pretty_print()");
-    }
-    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
-    free(buf);
-    return s;
+    return mr_py_tree_dump(self->tree, "pretty_print()");
 }
 
 PyDoc_STRVAR(RadixTree_lru_order__doc__,
@@ -1047,7 +1119,6 @@ PyDoc_STRVAR(RadixTree_lru_order__doc__,
 static PyObject *
 RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_state *st = tree_state((PyObject *)self);
     MR_ARGS(spec, a, "lru_order", 1, 1, 0, "which");
     if (mr_parse(&spec, args, nargs, NULL, a) < 0) {
         return NULL;
@@ -1067,44 +1138,19 @@ RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    PyObject *list = PyList_New(0);
-    if (list == NULL) {
-        return NULL;
-    }
-    for (mr_node *n = mr_radix_lru_first(self->tree, which); n != NULL; n = mr_radix_lru_next(self->tree, which, n)) {
-        PyObject *h = node_new_handle(st, self, n);
-        if (h == NULL || PyList_Append(list, h) < 0) {
-            Py_XDECREF(h);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(h);
-    }
-    return list;
+    return mr_py_node_list((PyObject *)self, self->tree, NULL, which);
 }
 
 static PyObject *
 RadixTree_get_root(RadixTree *self, void *closure)
 {
-    return node_new_handle(tree_state((PyObject *)self), self, mr_radix_root(self->tree));
+    return mr_py_node_ref((PyObject *)self, mr_radix_root(self->tree));
 }
 
 static PyObject *
-RadixTree_get_page_size(RadixTree *self, void *closure)
+RadixTree_get_attr(RadixTree *self, void *closure)
 {
-    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->page_size);
-}
-
-static PyObject *
-RadixTree_get_chunk_size(RadixTree *self, void *closure)
-{
-    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->chunk_size);
-}
-
-static PyObject *
-RadixTree_get_lru_policy(RadixTree *self, void *closure)
-{
-    return PyUnicode_FromString(mr_policy_name(mr_radix_config_of(self->tree)->policy));
+    return mr_py_tree_attr(self->tree, closure);
 }
 
 static PyObject *
@@ -1152,9 +1198,7 @@ static PyMethodDef RadixTree_methods[] = {
     {"policy_stats", (PyCFunction)RadixTree_policy_stats, METH_NOARGS, RadixTree_policy_stats__doc__},
     {"sanity_check", (PyCFunction)RadixTree_sanity_check, METH_NOARGS, RadixTree_sanity_check__doc__},
     {"reset", (PyCFunction)RadixTree_reset, METH_NOARGS, RadixTree_reset__doc__},
-    {"namespace", (PyCFunction)(void (*)(void))RadixTree_namespace, METH_FASTCALL | METH_KEYWORDS,
-     mr_py_namespace__doc__},
-    {"namespace_name", (PyCFunction)RadixTree_namespace_name, METH_O, mr_py_namespace_name__doc__},
+    MR_PY_NAMESPACE_METHODS(RadixTree_namespace, RadixTree_namespace_name),
     {"pretty_print", (PyCFunction)RadixTree_pretty_print, METH_NOARGS, RadixTree_pretty_print__doc__},
     {"lru_order", (PyCFunction)(void (*)(void))RadixTree_lru_order, METH_FASTCALL, RadixTree_lru_order__doc__},
     {NULL, NULL, 0, NULL},
@@ -1162,11 +1206,11 @@ static PyMethodDef RadixTree_methods[] = {
 
 static PyGetSetDef RadixTree_getset[] = {
     {"root", (getter)RadixTree_get_root, NULL, "The root node.", NULL},
-    {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
-    {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
-    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL,
+    {"page_size", (getter)RadixTree_get_attr, NULL, "Tokens per page.", "page_size"},
+    {"chunk_size", (getter)RadixTree_get_attr, NULL, "Alignment of branching lengths.", "chunk_size"},
+    {"lru_policy", (getter)RadixTree_get_attr, NULL,
      "'consumed', 'sglang', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', 'filo', 'priority', 'slru' or 'tlru'.",
-     NULL},
+     "lru_policy"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1288,26 +1332,14 @@ static PyObject *
 Node_get_key(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    npy_intp dims[1] = {(npy_intp)mr_node_len(n)};
-    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT32);
-    if (a != NULL && dims[0] > 0) {
-        memcpy(PyArray_DATA((PyArrayObject *)a), mr_node_key(n), (size_t)dims[0] * sizeof(int32_t));
-    }
-    return a;
+    return n == NULL ? NULL : mr_py_node_tokens(n, 0);
 }
 
 static PyObject *
 Node_get_value(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    const int64_t *v = mr_node_values(n);
-    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
+    return n == NULL ? NULL : mr_py_node_values(n);
 }
 
 static PyObject *
@@ -1335,25 +1367,7 @@ static PyObject *
 Node_get_children(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    mr_state *st = tree_state((PyObject *)self);
-    size_t k = mr_node_nchildren(n);
-    PyObject *list = PyList_New((Py_ssize_t)k);
-    if (list == NULL) {
-        return NULL;
-    }
-    size_t pos = 0;
-    for (size_t i = 0; i < k; i++) {
-        PyObject *h = node_new_handle(st, self->owner, mr_node_child_next(n, &pos));
-        if (h == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, h);
-    }
-    return list;
+    return n == NULL ? NULL : mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0);
 }
 
 static PyObject *

@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "common.h"
 #include "naive_model.h"
+#include "idset.h"
 #include "radix.h"
 
 /* ------------------------------------------------------------------------
@@ -1064,6 +1065,59 @@ unit_namespace_table(void)
     mr_ns_free(&full);
 }
 
+/* The ownership check (idset.h, mr_owned) with literal cases: what a tree
+ * holds after inserts, each refusal with its offending position, and the
+ * units handed back by an eviction accepted again. */
+static void
+unit_owned(void)
+{
+    mr_radix *t;
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    mr_owned o;
+    mr_owned_why why;
+    mr_insert_result r;
+    size_t bad = 99;
+    int32_t k[] = {1, 2, 3, 4};
+    cur_test = "owned";
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    mr_owned_init(&o);
+#define OWNED(val, len, ns, state, prev, want, at)                                                    \
+    do {                                                                                               \
+        bad = 99;                                                                                      \
+        int orc_ = mr_owned_check_insert(&o, t, k, (val), (len), (ns), (state), (prev), &why, &bad); \
+        CHECK_RC(orc_, (want) == MR_OWNED_OK ? MR_OK : MR_EINVAL);                                     \
+        CHECK_EQ(why, (want));                                                                         \
+        CHECK_EQ(bad, (size_t)(at));                                                                   \
+    } while (0)
+    int64_t v1[] = {10, 11, 12};
+    OWNED(v1, 3, 0, 5, 0, MR_OWNED_OK, 99);
+    CHECK_RC(mr_radix_insert(t, k, v1, 3, 0, 5, 0, NULL, &r), MR_OK);
+    mr_owned_inserted(&o, v1, r.prefix_len, 3, 5, r.state_existed);
+    /* the same state again; a longer key with the tree's own prefix undeclared */
+    int64_t v2[] = {10, 11, 12, 13};
+    OWNED(v2, 4, 0, 5, 3, MR_OWNED_STATE_HELD, 99);
+    OWNED(v2, 4, 0, 6, 0, MR_OWNED_KV_HELD, 0);
+    OWNED(v2, 4, 0, 6, 2, MR_OWNED_KV_HELD, 2);
+    OWNED(v2, 4, 0, 6, 3, MR_OWNED_OK, 99);
+    OWNED(v2, 4, 0, 6, 5, MR_OWNED_PREV_PAST_KEY, 99);
+    /* another namespace caches nothing: every index is the caller's */
+    OWNED(v2, 4, 7, 6, 3, MR_OWNED_KV_HELD, 0);
+    int64_t v3[] = {20, 21, 22, 21};
+    OWNED(v3, 4, 7, 6, 0, MR_OWNED_KV_TWICE, 3);
+    int64_t v4[] = {20, 21, 22, 23};
+    OWNED(v4, 4, 7, 6, 0, MR_OWNED_OK, 99);
+    /* a check leaves no trace: the same call passes twice */
+    OWNED(v4, 4, 7, 6, 0, MR_OWNED_OK, 99);
+    /* what an eviction hands back may be inserted again */
+    mr_owned_released(&o, v1, 3, (int64_t[]){5}, 1);
+    OWNED(v2, 4, 0, 5, 0, MR_OWNED_OK, 99);
+    mr_owned_clear(&o);
+    OWNED(v1, 3, 0, 5, 0, MR_OWNED_OK, 99);
+    mr_owned_free(&o);
+    mr_radix_free(t);
+#undef OWNED
+}
+
 static int
 stats_are(const fixture *f, size_t fe, size_t fp, size_t se, size_t sp)
 {
@@ -1927,6 +1981,7 @@ run_units(void)
     unit_page16();
     unit_namespaces();
     unit_namespace_table();
+    unit_owned();
     unit_locks();
     unit_handles();
     unit_lru_policies(MR_POLICY_SGLANG);
