@@ -245,9 +245,12 @@ class RadixTree:
         """Readable dump, one node a line."""
     def lru_order(self, which: Literal["full", "mamba"] = "full") -> list[Node]:
         """Nodes of an LRU list, most recently used first."""
-    def namespace(self, extra_key: Optional[str], /) -> int:
+    def namespace(self, extra_key: Optional[str], /, create: bool = True) -> int:
         """extra_key's namespace id (None: 0), as insert / match_prefix assign
-        them: the ``ns`` of the Lifecycle calls when this is its tree_view()."""
+        them (-1 for a name never seen when not create): the ``ns`` of the
+        Lifecycle calls when this is its tree_view()."""
+    def namespace_name(self, ns: int, /) -> Optional[str]:
+        """The extra_key of a namespace id (None: 0 or an id never assigned)."""
 
 # ---------------------------------------------------------------------------
 # Pools and the request lifecycle (csrc/slot_alloc.c, req_pool.c,
@@ -426,6 +429,10 @@ class Lifecycle:
     def reset(self) -> None: ...
     def dump(self) -> str: ...
     def stats(self) -> dict[str, int]: ...
+    def namespace(self, extra_key: Optional[str], /, create: bool = True) -> int:
+        """The ``ns`` of extra_key for this Lifecycle's calls (RadixTree.namespace)."""
+    def namespace_name(self, ns: int, /) -> Optional[str]:
+        """The extra_key of a namespace id (None: 0 or an id never assigned)."""
     def tree_view(self) -> RadixTree:
         """A RadixTree over this (tree-only) Lifecycle's tree; keeps it alive."""
     # per request

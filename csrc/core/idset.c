@@ -136,3 +136,92 @@ mr_idset_remove(mr_idset *s, int64_t id)
     s->n--;
     return 1;
 }
+
+/* ------------------------------------------------------------------------
+ * mr_owned */
+
+void
+mr_owned_init(mr_owned *o)
+{
+    mr_idset_init(&o->kv);
+    mr_idset_init(&o->st);
+    mr_idset_init(&o->seen);
+}
+
+void
+mr_owned_free(mr_owned *o)
+{
+    mr_idset_free(&o->kv);
+    mr_idset_free(&o->st);
+    mr_idset_free(&o->seen);
+}
+
+void
+mr_owned_clear(mr_owned *o)
+{
+    mr_idset_clear(&o->kv);
+    mr_idset_clear(&o->st);
+}
+
+int
+mr_owned_check_insert(mr_owned *o, const mr_radix *t, const int32_t *key, const int64_t *val, size_t len,
+                      int32_t ns, int64_t state, size_t prev, mr_owned_why *why, size_t *bad)
+{
+    *why = MR_OWNED_OK;
+    if (prev > len) {
+        *why = MR_OWNED_PREV_PAST_KEY;
+        return MR_EINVAL;
+    }
+    if (state >= 0 && mr_idset_has(&o->st, state)) {
+        *why = MR_OWNED_STATE_HELD;
+        return MR_EINVAL;
+    }
+    /* the tree's own prefix: what is cached and declared locked; every
+     * index past it is the caller's (stored, or handed back as duplicates) */
+    size_t cached = mr_radix_cached_len(t, key, len, ns);
+    size_t from = cached < prev ? cached : prev;
+    if (mr_idset_reserve(&o->seen, len - from) != MR_OK || mr_idset_reserve(&o->kv, len - from) != MR_OK
+        || mr_idset_reserve(&o->st, 1) != MR_OK) {
+        return MR_ENOMEM;
+    }
+    size_t i;
+    for (i = from; i < len && *why == MR_OWNED_OK; i++) {
+        if (mr_idset_has(&o->kv, val[i])) {
+            *why = MR_OWNED_KV_HELD;
+            *bad = i;
+        }
+        else if (mr_idset_has(&o->seen, val[i])) {
+            *why = MR_OWNED_KV_TWICE;
+            *bad = i;
+        }
+        else {
+            (void)mr_idset_add(&o->seen, val[i]);
+        }
+    }
+    for (size_t j = from; j < i; j++) {
+        (void)mr_idset_remove(&o->seen, val[j]);
+    }
+    return *why == MR_OWNED_OK ? MR_OK : MR_EINVAL;
+}
+
+void
+mr_owned_inserted(mr_owned *o, const int64_t *val, size_t prefix_len, size_t len, int64_t state, int state_existed)
+{
+    for (size_t i = prefix_len; i < len; i++) {
+        (void)mr_idset_add(&o->kv, val[i]);
+    }
+    if (!state_existed && state >= 0) {
+        (void)mr_idset_add(&o->st, state);
+    }
+}
+
+void
+mr_owned_released(mr_owned *o, const int64_t *kv, size_t nkv, const int64_t *st, size_t nst)
+{
+    for (size_t i = 0; i < nkv; i++) {
+        (void)mr_idset_remove(&o->kv, kv[i]);
+    }
+    for (size_t i = 0; i < nst; i++) {
+        (void)mr_idset_remove(&o->st, st[i]);
+    }
+}

@@ -87,6 +87,7 @@ struct mr_radix {
                                  used first, -1 the most recently used (tuned) */
     mr_node *root;
     mr_link head[2];          /* LRU sentinels */
+    mr_nstable ns;            /* extra_key names -> namespace ids (kept by reset) */
     /* Node registry for handles (I9). */
     mr_node **by_id;
     uint32_t *gens;           /* next generation of each id */
@@ -1211,6 +1212,7 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
     t->kv_weight = 0.0;   /* the KV pool is assumed plentiful until the tuner finds otherwise */
     t->recency = 1.0;
     adaptive_reset(t);
+    mr_ns_init(&t->ns);
     for (int w = 0; w < 2; w++) {
         t->head[w].prev = t->head[w].next = &t->head[w];
     }
@@ -1223,6 +1225,12 @@ mr_radix_new(const mr_radix_config *cfg, mr_radix **out)
     }
     *out = t;
     return MR_OK;
+}
+
+mr_nstable *
+mr_radix_namespaces(mr_radix *t)
+{
+    return &t->ns;
 }
 
 /* Frees every non-root node; each is in the full list (I4). */
@@ -1250,6 +1258,7 @@ mr_radix_free(mr_radix *t)
     free_all_nodes(t);
     node_free(t, t->root);
     mr_radix_free(t->snap);
+    mr_ns_free(&t->ns);
     MR_FREE(t->log_keys);
     MR_FREE(t->log_off);
     MR_FREE(t->log_ns);

@@ -72,6 +72,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "nstable.h"
 
 typedef struct mr_radix mr_radix;
 typedef struct mr_node mr_node;
@@ -461,6 +462,9 @@ int mr_radix_check(const mr_radix *t, char *msg, size_t msglen);
 int mr_radix_dump(const mr_radix *t, char **buf, size_t *len);
 
 mr_node *mr_radix_root(const mr_radix *t);
+/* The tree's namespace table (nstable.h): the extra_key names of its
+ * namespace ids, freed with the tree; mr_radix_reset keeps it. */
+mr_nstable *mr_radix_namespaces(mr_radix *t);
 mr_handle mr_node_handle(const mr_node *n);
 /* Resolves a handle.  MR_ESTALE if the node was removed. */
 int mr_radix_resolve(const mr_radix *t, mr_handle h, mr_node **out);

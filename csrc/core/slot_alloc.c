@@ -861,3 +861,60 @@ mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t t
     }
     return rc;
 }
+
+/* The unit (a slot, or a token's page) index x falls in; a negative x
+ * stays apart from every unit. */
+static int64_t
+unit_of(const mr_kv *kv, int64_t x)
+{
+    return x < 0 ? x : x / kv->page_size;
+}
+
+/* The core names the refused unit (by a token of its page); the first
+ * entry naming it is the one (the checks run in order and stop at the
+ * first problem), except a token listed twice: its second entry. */
+void
+mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
+{
+    const int64_t ps = kv->page_size, u = unit_of(kv, bad);
+    int64_t at = 0;
+    *out = (mr_kv_refusal){MR_KV_WHY_STATUS, -1, -1, MR_OWNER_FREE};
+    while (at < k && unit_of(kv, tok[at]) != u) {
+        at++;
+    }
+    if (at == k || (rc != MR_EINVAL && rc != MR_ENOENT && rc != MR_EBUSY)) {
+        return;   /* not an entry's unit, or not a refusal of one */
+    }
+    out->at = at;
+    if (rc == MR_EINVAL && tok[at] >= ps && tok[at] / ps <= kv->pages.n) {
+        int64_t first = at;
+        while (++at < k && tok[at] != tok[first]) {
+        }
+        if (at < k) {
+            *out = (mr_kv_refusal){MR_KV_WHY_TWICE, at, first, MR_OWNER_FREE};
+        }
+        else {
+            out->at = -1;
+        }
+        return;
+    }
+    if (rc == MR_EINVAL) {
+        out->why = MR_KV_WHY_RANGE;
+        return;
+    }
+    int32_t o = MR_OWNER_FREE;
+    (void)mr_slots_owner(&kv->pages, tok[at] / ps, &o);
+    out->owner = o;
+    if (rc == MR_ENOENT) {
+        out->why = o == MR_OWNER_PENDING ? MR_KV_WHY_PENDING : MR_KV_WHY_FREE;
+    }
+    else if (o == MR_OWNER_TREE) {
+        out->why = MR_KV_WHY_TREE;
+    }
+    else if (o == MR_OWNER_HELD && mr_slots_in_alloc_group(&kv->pages, tok[at] / ps)) {
+        out->why = MR_KV_WHY_ALLOC_GROUP;
+    }
+    else {
+        out->why = o >= 1 ? MR_KV_WHY_ROW : MR_KV_WHY_HELD;
+    }
+}

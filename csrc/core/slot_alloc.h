@@ -249,4 +249,28 @@ int mr_kv_distinct(mr_kv *kv, const int64_t *tok, int64_t k, int64_t base, int64
 int mr_kv_transfer(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int32_t to,
                    int64_t *bad);
 
+/* Why mr_kv_free / mr_kv_transfer refused tok[0:k) (their status rc and
+ * *bad), in terms of the caller's list: the entry `at` (the first naming
+ * the refused unit, or the second listing of a token) and its unit's
+ * owner.  For the messages of a refused free / transfer / release. */
+typedef enum {
+    MR_KV_WHY_STATUS,        /* no entry to blame: report rc itself */
+    MR_KV_WHY_TWICE,         /* tok[at] is tok[first] listed again */
+    MR_KV_WHY_RANGE,         /* tok[at] is out of range [page_size, (n + 1) * page_size) */
+    MR_KV_WHY_FREE,          /* tok[at]'s unit is not allocated */
+    MR_KV_WHY_PENDING,       /* ... it was freed in the open free group */
+    MR_KV_WHY_TREE,          /* the prefix tree owns it, not the caller */
+    MR_KV_WHY_ALLOC_GROUP,   /* the open alloc group holds it (not handed out yet) */
+    MR_KV_WHY_ROW,           /* request row `owner` owns it, not the prefix tree */
+    MR_KV_WHY_HELD,          /* a caller holds it, not the prefix tree */
+} mr_kv_why;
+
+typedef struct {
+    mr_kv_why why;
+    int64_t at, first;   /* entries of tok (first: MR_KV_WHY_TWICE only) */
+    int32_t owner;       /* the unit's owner (MR_OWNER_*, or a request row) */
+} mr_kv_refusal;
+
+void mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out);
+
 #endif /* MR_SLOT_ALLOC_H */

@@ -135,14 +135,38 @@ int mr_py_rules_init(PyObject *m, mr_state *st);
 int mr_py_unified_init(PyObject *m, mr_state *st);
 
 /* py_radix.c's RadixTree for py_unified.c: its tree (NULL with TypeError when
- * obj is not a RadixTree), the namespace id of an extra_key name (as
- * RadixTree.insert / match_prefix assign them; create = 0: -1 for an unknown
- * name), and a new Node handle. */
+ * obj is not a RadixTree) and a new Node handle. */
 struct mr_radix;
 struct mr_node;
 struct mr_radix *mr_py_radix_tree(PyObject *obj);
-int mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns);
 PyObject *mr_py_radix_node(PyObject *tree, const struct mr_node *n);
+/* The tree's namespace table (csrc/core/nstable.h) seen from Python: the id
+ * of an extra_key (a str or None -> 0; TypeError otherwise; create = 0: -1
+ * for an unknown name), the extra_key of an id (None for 0 or an unknown
+ * id), and the namespace() / namespace_name() methods of RadixTree and
+ * Lifecycle with their docstrings. */
+int mr_py_namespace(struct mr_radix *t, PyObject *extra_key, int create, int32_t *ns);
+PyObject *mr_py_namespace_name(struct mr_radix *t, int32_t ns);
+PyObject *mr_py_namespace_call(struct mr_radix *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *mr_py_namespace_name_call(struct mr_radix *t, PyObject *arg);
+extern const char mr_py_namespace__doc__[], mr_py_namespace_name__doc__[];
+#define MR_PY_NAMESPACE_METHODS(ns_fn, name_fn)                                                             \
+    {"namespace", (PyCFunction)(void (*)(void))(ns_fn), METH_FASTCALL | METH_KEYWORDS, mr_py_namespace__doc__}, \
+    {"namespace_name", (PyCFunction)(name_fn), METH_O, mr_py_namespace_name__doc__}
+/* The node API of a tree (py_radix.c), one implementation for RadixTree and
+ * Lifecycle: a node as a Node handle of `owner` (a RadixTree), or as an
+ * (id, gen) tuple when owner is NULL; a list of such: parent's children in
+ * sorted order, or (parent NULL) an LRU list (which: 0 full, 1 state), most
+ * recently used first; a node's tokens (int64 when wide, else int32) and
+ * KV indices (None in a tree without values); the tree's dump (fname names
+ * the call in an error); and the config attribute a getset closure names
+ * ("page_size", "chunk_size", "lru_policy"). */
+PyObject *mr_py_node_ref(PyObject *owner, const struct mr_node *n);
+PyObject *mr_py_node_list(PyObject *owner, const struct mr_radix *t, const struct mr_node *parent, int which);
+PyObject *mr_py_node_tokens(const struct mr_node *n, int wide);
+PyObject *mr_py_node_values(const struct mr_node *n);
+PyObject *mr_py_tree_dump(const struct mr_radix *t, const char *fname);
+PyObject *mr_py_tree_attr(const struct mr_radix *t, void *closure);
 /* A RadixTree over a tree someone else owns (a tree-only Lifecycle's):
  * `owner` is kept alive by it, and the tree is not freed with it. */
 PyObject *mr_py_radix_view(mr_state *st, struct mr_radix *tree, PyObject *owner);

@@ -1155,25 +1155,7 @@ Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t narg
 {
     static mr_argspec spec = NODE_ARGSPEC("node_key");
     mr_node *n = node_args(self, &spec, args, nargs);
-    if (n == NULL) {
-        return NULL;
-    }
-    size_t len = mr_node_len(n);
-    PyObject *k = mr_i64_array(NULL, (Py_ssize_t)len);
-    if (k == NULL) {
-        return NULL;
-    }
-    const int32_t *key = mr_node_key(n);
-    int64_t *kd = (int64_t *)PyArray_DATA((PyArrayObject *)k);
-    for (size_t i = 0; i < len; i++) {
-        kd[i] = key[i];
-    }
-    PyObject *v = mr_i64_array(mr_node_values(n), len);
-    if (v == NULL) {
-        Py_DECREF(k);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", k, v);
+    return n == NULL ? NULL : Py_BuildValue("(NN)", mr_py_node_tokens(n, 1), mr_py_node_values(n));
 }
 
 PyDoc_STRVAR(Lifecycle_node_children__doc__,
@@ -1187,25 +1169,7 @@ Lifecycle_node_children(LifecycleObject *self, PyObject *const *args, Py_ssize_t
 {
     static mr_argspec spec = NODE_ARGSPEC("node_children");
     mr_node *n = node_args(self, &spec, args, nargs);
-    if (n == NULL) {
-        return NULL;
-    }
-    size_t k = mr_node_nchildren(n);
-    PyObject *list = PyList_New((Py_ssize_t)k);
-    if (list == NULL) {
-        return NULL;
-    }
-    size_t pos = 0;
-    for (size_t i = 0; i < k; i++) {
-        mr_handle h = mr_node_handle(mr_node_child_next(n, &pos));
-        PyObject *t = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
-        if (t == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
-    }
-    return list;
+    return n == NULL ? NULL : mr_py_node_list(NULL, mr_lc_tree(self->lc), n, 0);
 }
 
 PyDoc_STRVAR(Lifecycle_lru__doc__,
@@ -1223,22 +1187,7 @@ Lifecycle_lru(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
         || (nargs > 0 && mr_as_int64(args[0], 0, 1, "lru(): which", &which) < 0)) {
         return NULL;
     }
-    PyObject *list = PyList_New(0);
-    if (list == NULL) {
-        return NULL;
-    }
-    mr_radix *t = mr_lc_tree(self->lc);
-    for (mr_node *n = mr_radix_lru_first(t, (int)which); n != NULL; n = mr_radix_lru_next(t, (int)which, n)) {
-        mr_handle h = mr_node_handle(n);
-        PyObject *e = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
-        if (e == NULL || PyList_Append(list, e) < 0) {
-            Py_XDECREF(e);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(e);
-    }
-    return list;
+    return mr_py_node_list(NULL, mr_lc_tree(self->lc), NULL, (int)which);
 }
 
 PyDoc_STRVAR(Lifecycle_root__doc__,
@@ -1250,8 +1199,7 @@ PyDoc_STRVAR(Lifecycle_root__doc__,
 static PyObject *
 Lifecycle_root(LifecycleObject *self, PyObject *unused)
 {
-    mr_handle h = mr_node_handle(mr_radix_root(mr_lc_tree(self->lc)));
-    return Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+    return mr_py_node_ref(NULL, mr_radix_root(mr_lc_tree(self->lc)));
 }
 
 PyDoc_STRVAR(Lifecycle_sizes__doc__,
@@ -1307,6 +1255,18 @@ Lifecycle_tree_view(LifecycleObject *self, PyObject *unused)
     return mr_py_radix_view(lc_state(self), mr_lc_tree(self->lc), (PyObject *)self);
 }
 
+static PyObject *
+Lifecycle_namespace(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return mr_py_namespace_call(mr_lc_tree(self->lc), args, nargs, kwnames);
+}
+
+static PyObject *
+Lifecycle_namespace_name(LifecycleObject *self, PyObject *arg)
+{
+    return mr_py_namespace_name_call(mr_lc_tree(self->lc), arg);
+}
+
 PyDoc_STRVAR(Lifecycle_reset__doc__,
 "reset($self, /)\n"
 "--\n"
@@ -1329,15 +1289,7 @@ PyDoc_STRVAR(Lifecycle_dump__doc__,
 static PyObject *
 Lifecycle_dump(LifecycleObject *self, PyObject *unused)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = mr_radix_dump(mr_lc_tree(self->lc), &buf, &len);
-    if (rc != MR_OK) {
-        return mr_raise(lc_state(self), rc, "dump()");
-    }
-    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
-    free(buf);
-    return s;
+    return mr_py_tree_dump(mr_lc_tree(self->lc), "dump()");
 }
 
 PyDoc_STRVAR(Lifecycle_stats__doc__,
@@ -2694,15 +2646,9 @@ error:
  * Type */
 
 static PyObject *
-Lifecycle_get_page_size(LifecycleObject *self, void *c)
+Lifecycle_get_attr(LifecycleObject *self, void *c)
 {
-    return PyLong_FromUnsignedLong(mr_lc_config_of(self->lc)->page_size);
-}
-
-static PyObject *
-Lifecycle_get_chunk_size(LifecycleObject *self, void *c)
-{
-    return PyLong_FromUnsignedLong(mr_lc_config_of(self->lc)->chunk_size);
+    return mr_py_tree_attr(mr_lc_tree(self->lc), c);
 }
 
 static PyObject *
@@ -2735,6 +2681,7 @@ static PyMethodDef Lifecycle_methods[] = {
     {"check", (PyCFunction)Lifecycle_check, METH_NOARGS, Lifecycle_check__doc__},
     {"reset", (PyCFunction)Lifecycle_reset, METH_NOARGS, Lifecycle_reset__doc__},
     {"tree_view", (PyCFunction)Lifecycle_tree_view, METH_NOARGS, Lifecycle_tree_view__doc__},
+    MR_PY_NAMESPACE_METHODS(Lifecycle_namespace, Lifecycle_namespace_name),
     {"dump", (PyCFunction)Lifecycle_dump, METH_NOARGS, Lifecycle_dump__doc__},
     {"stats", (PyCFunction)Lifecycle_stats, METH_NOARGS, Lifecycle_stats__doc__},
     {"alloc_state", (PyCFunction)(void (*)(void))Lifecycle_alloc_state, METH_FASTCALL | METH_KEYWORDS, Lifecycle_alloc_state__doc__},
@@ -2764,8 +2711,8 @@ static PyMethodDef Lifecycle_methods[] = {
 };
 
 static PyGetSetDef Lifecycle_getset[] = {
-    {"page_size", (getter)Lifecycle_get_page_size, NULL, "KV page size.", NULL},
-    {"chunk_size", (getter)Lifecycle_get_chunk_size, NULL, "mamba_cache_chunk_size.", NULL},
+    {"page_size", (getter)Lifecycle_get_attr, NULL, "KV page size.", "page_size"},
+    {"chunk_size", (getter)Lifecycle_get_attr, NULL, "mamba_cache_chunk_size.", "chunk_size"},
     {"has_pools", (getter)Lifecycle_get_has_pools, NULL, "True when built over mambaradix's own pools.", NULL},
     {"kv_free_ends", (getter)Lifecycle_get_kv_free_ends, NULL,
      "Tree-only: where each free call of the KV array the last call handed out ends (numpy int64,\n"

@@ -126,80 +126,48 @@ SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t
     return out;
 }
 
-/* The unit (a slot, or a token's page) index x falls in; a negative x
- * stays apart from every unit. */
-static int64_t
-unit_of(const mr_kv *kv, int64_t x)
-{
-    return x < 0 ? x : x / kv->page_size;
-}
-
-/* Raises the refusal of a free / transfer / release_tree of idx[0:k): the
- * entry it stopped at and why.  The core names the unit (a token of the
- * page, paged); the first entry naming it is the one (the core checks in
- * order and stops at the first problem), except a unit listed twice: its
- * second entry. */
+/* Raises the refusal of a free / transfer / release_tree of idx[0:k) as
+ * the core explains it (mr_kv_explain): the entry it stopped at and why. */
 static PyObject *
 move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_free, const int64_t *idx, int64_t k,
              int64_t bad)
 {
-    const int64_t ps = kv->page_size, n = kv->pages.n, u = unit_of(kv, bad);
-    int64_t at = 0, first = -1;
-    while (at < k && unit_of(kv, idx[at]) != u) {
-        at++;
-    }
-    if (at == k) {
-        return mr_raise(st, rc, fname);   /* not an entry's unit (cannot happen) */
-    }
-    long long i = (long long)at, v = (long long)idx[at];
-    int in_range = idx[at] >= ps && idx[at] / ps <= n;
-    if (rc == MR_EINVAL && in_range) {
-        first = at;   /* listed twice: the core stopped at the second entry */
-        while (++at < k && idx[at] != idx[first]) {
-        }
-        if (at < k) {
-            PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is listed twice (also at indices[%lld])", fname,
-                         (long long)at, v, (long long)first);
-            return NULL;
-        }
-        return mr_raise(st, rc, fname);
-    }
-    if (rc == MR_EINVAL) {
-        PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is out of range [%lld, %lld)", fname, i, v,
-                     (long long)ps, (long long)((n + 1) * ps));
-        return NULL;
-    }
-    int32_t o = MR_OWNER_FREE;
-    (void)mr_slots_owner(&kv->pages, idx[at] / ps, &o);
+    mr_kv_refusal r;
+    mr_kv_explain(kv, rc, idx, k, bad, &r);
+    const int64_t ps = kv->page_size;
+    long long i = (long long)r.at, v = r.at >= 0 ? (long long)idx[r.at] : 0;
     char unit[48] = "";
-    if (ps > 1) {
-        (void)snprintf(unit, sizeof(unit), " (page %lld)", (long long)(idx[at] / ps));
+    if (ps > 1 && r.at >= 0) {
+        (void)snprintf(unit, sizeof(unit), " (page %lld)", v / ps);
     }
-    if (rc == MR_ENOENT) {
-        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not allocated (%s%s)", fname, i, v, unit,
-                     o == MR_OWNER_PENDING ? "freed in the open free group" : "already free",
-                     is_free ? ": a double free" : "");
-    }
-    else if (rc == MR_EBUSY && o == MR_OWNER_TREE) {
-        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not owned by the caller: the prefix tree "
-                     "holds it", fname, i, v, unit);
-    }
-    else if (rc == MR_EBUSY && o == MR_OWNER_HELD && mr_slots_in_alloc_group(&kv->pages, idx[at] / ps)) {
-        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not owned by the caller: the open alloc "
-                     "group holds it (not handed out yet)", fname, i, v, unit);
-    }
-    else if (rc == MR_EBUSY && o >= 1) {
-        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not the prefix tree's: request row %d "
-                     "owns it", fname, i, v, unit, (int)o);
-    }
-    else if (rc == MR_EBUSY) {
-        PyErr_Format(st->OwnershipError, "%s(): indices[%lld] = %lld%s is not the prefix tree's: a caller holds it",
-                     fname, i, v, unit);
-    }
-    else {
+    PyObject *own = st->OwnershipError;
+    switch (r.why) {
+    case MR_KV_WHY_TWICE:
+        return PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is listed twice (also at indices[%lld])",
+                            fname, i, v, (long long)r.first);
+    case MR_KV_WHY_RANGE:
+        return PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is out of range [%lld, %lld)", fname, i,
+                            v, (long long)ps, (long long)((kv->pages.n + 1) * ps));
+    case MR_KV_WHY_FREE:
+    case MR_KV_WHY_PENDING:
+        return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not allocated (%s%s)", fname, i, v, unit,
+                            r.why == MR_KV_WHY_PENDING ? "freed in the open free group" : "already free",
+                            is_free ? ": a double free" : "");
+    case MR_KV_WHY_TREE:
+        return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not owned by the caller: the prefix tree "
+                            "holds it", fname, i, v, unit);
+    case MR_KV_WHY_ALLOC_GROUP:
+        return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not owned by the caller: the open alloc "
+                            "group holds it (not handed out yet)", fname, i, v, unit);
+    case MR_KV_WHY_ROW:
+        return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not the prefix tree's: request row %d "
+                            "owns it", fname, i, v, unit, (int)r.owner);
+    case MR_KV_WHY_HELD:
+        return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not the prefix tree's: a caller holds it",
+                            fname, i, v, unit);
+    default:
         return mr_raise(st, rc, fname);
     }
-    return NULL;
 }
 
 /* free / transfer share the argument handling */

@@ -19,15 +19,11 @@
 typedef struct {
     PyObject_HEAD
     mr_radix *tree;
-    PyObject *ns_ids;      /* dict: extra_key str -> int id (>= 1) */
-    PyObject *ns_names;    /* list: id - 1 -> str */
     mr_buf keybuf;         /* scratch for converted keys */
     mr_buf valbuf;         /* scratch for converted values */
     PyObject *weakreflist;
     int check_ownership;   /* RadixTree(check_ownership=True): */
-    mr_idset kv_owned;     /*   KV indices the tree holds */
-    mr_idset st_owned;     /*   state slots the tree holds */
-    mr_idset kv_seen;      /*   scratch: one insert's new indices */
+    mr_owned owned;        /*   what the tree holds (idset.h) */
     PyObject *tree_owner;  /* a view (mr_py_radix_view): the owner of `tree` */
 } RadixTree;
 
@@ -52,10 +48,12 @@ read_key(PyObject *obj, mr_buf *scratch, mr_ints *v)
     return mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, "key", 0, scratch, v);
 }
 
-/* extra_key -> namespace id.  None -> 0.  An unknown key gets a new id when
- * `create`, else -1 (matches nothing). */
-static int
-namespace_of(RadixTree *self, PyObject *extra_key, int create, int32_t *ns)
+/* extra_key (SGLang's namespace: a str or None) -> its id in the tree's
+ * table (csrc/core/nstable.h).  None -> 0; an unknown name gets a new id when
+ * `create`, else -1 (matches nothing).  The name is the str's UTF-8 bytes
+ * (lone surrogates kept as they are). */
+int
+mr_py_namespace(mr_radix *t, PyObject *extra_key, int create, int32_t *ns)
 {
     if (extra_key == NULL || extra_key == Py_None) {
         *ns = 0;
@@ -65,40 +63,38 @@ namespace_of(RadixTree *self, PyObject *extra_key, int create, int32_t *ns)
         PyErr_Format(PyExc_TypeError, "extra_key must be a str or None, not %.100s", Py_TYPE(extra_key)->tp_name);
         return -1;
     }
-    PyObject *id = PyDict_GetItemWithError(self->ns_ids, extra_key);
-    if (id != NULL) {
-        *ns = (int32_t)PyLong_AsLong(id);
-        return 0;
+    Py_ssize_t len;
+    PyObject *bytes = NULL;
+    const char *name = PyUnicode_AsUTF8AndSize(extra_key, &len);
+    if (name == NULL) {
+        PyErr_Clear();
+        bytes = PyUnicode_AsEncodedString(extra_key, "utf-8", "surrogatepass");
+        if (bytes == NULL) {
+            return -1;
+        }
+        name = PyBytes_AS_STRING(bytes);
+        len = PyBytes_GET_SIZE(bytes);
     }
-    if (PyErr_Occurred()) {
+    int rc = mr_ns_lookup(mr_radix_namespaces(t), name, (size_t)len, create, ns);
+    Py_XDECREF(bytes);
+    if (rc == MR_ENOSPC) {
+        PyErr_Format(PyExc_OverflowError, "too many distinct extra_key values (at most %d)", MR_NS_MAX);
         return -1;
     }
-    if (!create) {
-        *ns = -1;
-        return 0;
+    return rc == MR_OK ? 0 : (mr_raise(NULL, rc, "extra_key"), -1);
+}
+
+/* The extra_key of namespace id ns: None for 0 or an id the table never
+ * handed out. */
+PyObject *
+mr_py_namespace_name(mr_radix *t, int32_t ns)
+{
+    const char *name;
+    size_t len;
+    if (mr_ns_name(mr_radix_namespaces(t), ns, &name, &len) != MR_OK) {
+        Py_RETURN_NONE;
     }
-    Py_ssize_t n = PyList_GET_SIZE(self->ns_names);
-    if (n >= INT32_MAX - 1) {
-        PyErr_SetString(PyExc_OverflowError, "too many distinct extra_key values");
-        return -1;
-    }
-    PyObject *v = PyLong_FromSsize_t(n + 1);
-    if (v == NULL) {
-        return -1;
-    }
-    if (PyList_Append(self->ns_names, extra_key) < 0) {
-        Py_DECREF(v);
-        return -1;
-    }
-    if (PyDict_SetItem(self->ns_ids, extra_key, v) < 0) {
-        Py_DECREF(v);
-        /* Keep the list and dict consistent. */
-        PySequence_DelItem(self->ns_names, n);
-        return -1;
-    }
-    Py_DECREF(v);
-    *ns = (int32_t)(n + 1);
-    return 0;
+    return PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "surrogatepass");
 }
 
 /* ------------------------------------------------------------------------
@@ -141,6 +137,86 @@ resolve_node(mr_state *st, RadixTree *self, PyObject *obj, const char *arg, mr_n
         return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The node API of a tree, one implementation for RadixTree (nodes as Node
+ * handles of `owner`) and Lifecycle (nodes as (id, gen) tuples: owner
+ * NULL); declared in py_common.h. */
+
+PyObject *
+mr_py_node_ref(PyObject *owner, const mr_node *n)
+{
+    if (owner != NULL) {
+        return node_new_handle(tree_state(owner), (RadixTree *)owner, n);
+    }
+    mr_handle h = mr_node_handle(n);
+    return Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+}
+
+PyObject *
+mr_py_node_list(PyObject *owner, const mr_radix *t, const mr_node *parent, int which)
+{
+    PyObject *list = PyList_New(0);
+    size_t pos = 0;
+    const mr_node *n = parent != NULL ? mr_node_child_next(parent, &pos) : mr_radix_lru_first(t, which);
+    while (n != NULL && list != NULL) {
+        PyObject *e = mr_py_node_ref(owner, n);
+        if (e == NULL || PyList_Append(list, e) < 0) {
+            Py_CLEAR(list);
+        }
+        Py_XDECREF(e);
+        n = parent != NULL ? mr_node_child_next(parent, &pos) : mr_radix_lru_next(t, which, n);
+    }
+    return list;
+}
+
+PyObject *
+mr_py_node_tokens(const mr_node *n, int wide)
+{
+    size_t len = mr_node_len(n);
+    const int32_t *key = mr_node_key(n);
+    npy_intp dims[1] = {(npy_intp)len};
+    PyObject *a = PyArray_SimpleNew(1, dims, wide ? NPY_INT64 : NPY_INT32);
+    if (a != NULL && !wide && len > 0) {
+        memcpy(PyArray_DATA((PyArrayObject *)a), key, len * sizeof(int32_t));
+    }
+    for (size_t i = 0; a != NULL && wide && i < len; i++) {
+        ((int64_t *)PyArray_DATA((PyArrayObject *)a))[i] = key[i];
+    }
+    return a;
+}
+
+PyObject *
+mr_py_node_values(const mr_node *n)
+{
+    const int64_t *v = mr_node_values(n);
+    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
+}
+
+PyObject *
+mr_py_tree_dump(const mr_radix *t, const char *fname)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = mr_radix_dump(t, &buf, &len);
+    if (rc != MR_OK) {
+        return mr_raise(NULL, rc, fname);
+    }
+    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return s;
+}
+
+PyObject *
+mr_py_tree_attr(const mr_radix *t, void *closure)
+{
+    const mr_radix_config *c = mr_radix_config_of(t);
+    const char *name = closure;
+    if (name[0] == 'l') {   /* lru_policy */
+        return PyUnicode_FromString(mr_policy_name(c->policy));
+    }
+    return PyLong_FromUnsignedLong(name[0] == 'p' ? c->page_size : c->chunk_size);
 }
 
 /* ------------------------------------------------------------------------
@@ -203,14 +279,7 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     self->check_ownership = check_ownership;
-    mr_idset_init(&self->kv_owned);
-    mr_idset_init(&self->st_owned);
-    mr_idset_init(&self->kv_seen);
-    self->ns_ids = PyDict_New();
-    self->ns_names = PyList_New(0);
-    if (self->ns_ids == NULL || self->ns_names == NULL) {
-        goto error;
-    }
+    mr_owned_init(&self->owned);
     int rc = mr_radix_new(&cfg, &self->tree);
     if (rc == MR_OK) {
         rc = mr_radix_set_options(self->tree, &opt);
@@ -238,11 +307,7 @@ RadixTree_dealloc(RadixTree *self)
         mr_radix_free(self->tree);
     }
     Py_XDECREF(self->tree_owner);
-    mr_idset_free(&self->kv_owned);
-    mr_idset_free(&self->st_owned);
-    mr_idset_free(&self->kv_seen);
-    Py_XDECREF(self->ns_ids);
-    Py_XDECREF(self->ns_names);
+    mr_owned_free(&self->owned);
     mr_buf_free(&self->keybuf);
     mr_buf_free(&self->valbuf);
     mr_type_free((PyObject *)self);
@@ -309,7 +374,7 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
         mr_buf_give(&self->keybuf, &ks);
         return NULL;
     }
-    if (namespace_of(self, a[1], 0, &ns) < 0) {
+    if (mr_py_namespace(self->tree, a[1], 0, &ns) < 0) {
         mr_ints_release(&key);
         mr_buf_give(&self->keybuf, &ks);
         return NULL;
@@ -331,63 +396,38 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     return r.res;
 }
 
-/* RadixTree(check_ownership=True): before an insert, the caller's KV
- * indices past the tree's own prefix (cached and within prev_prefix_len)
- * and its state slot must not be the tree's already (a later eviction would
- * return them twice), nor listed twice; prev_prefix_len cannot exceed the
- * key.  Reserves room to record them. */
+/* RadixTree(check_ownership=True): the core's check before an insert
+ * (mr_owned_check_insert), raised as ValueError naming the argument. */
 static int
 check_owned(RadixTree *self, const int32_t *key, const int64_t *val, size_t klen, int32_t ns, int64_t state,
             int64_t prev)
 {
-    if ((uint64_t)prev > klen) {
+    mr_owned_why why;
+    size_t i = 0;
+    int rc = mr_owned_check_insert(&self->owned, self->tree, key, val, klen, ns, state, (size_t)prev, &why, &i);
+    switch (why) {   /* MR_OWNED_OK: rc is MR_OK or MR_ENOMEM */
+    case MR_OWNED_OK:
+        return rc == MR_OK ? 0 : (mr_raise(NULL, rc, "insert()"), -1);
+    case MR_OWNED_PREV_PAST_KEY:
         PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
                      (long long)prev, klen);
-        return -1;
-    }
-    if (mr_idset_has(&self->st_owned, state)) {
+        break;
+    case MR_OWNED_STATE_HELD:
         PyErr_Format(PyExc_ValueError,
                      "insert(): state %lld is already in the tree (a slot cannot be inserted twice)",
                      (long long)state);
-        return -1;
+        break;
+    case MR_OWNED_KV_HELD:
+        PyErr_Format(PyExc_ValueError,
+                     "insert(): value[%zu] = %lld is already in the tree (a KV index cannot be "
+                     "inserted twice; pass the tree's own prefix as prev_prefix_len)",
+                     i, (long long)val[i]);
+        break;
+    case MR_OWNED_KV_TWICE:
+        PyErr_Format(PyExc_ValueError, "insert(): value[%zu] = %lld is listed twice", i, (long long)val[i]);
+        break;
     }
-    /* the tree's own prefix: what is cached and declared locked; every
-     * index past it is the caller's (stored, or handed back as duplicates) */
-    size_t cached = mr_radix_cached_len(self->tree, key, klen, ns);
-    size_t from = cached < (size_t)prev ? cached : (size_t)prev;
-    int rc = mr_idset_reserve(&self->kv_seen, klen - from);
-    if (rc == MR_OK) {
-        rc = mr_idset_reserve(&self->kv_owned, klen - from);
-    }
-    if (rc == MR_OK) {
-        rc = mr_idset_reserve(&self->st_owned, 1);
-    }
-    if (rc != MR_OK) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    int bad = 0;
-    size_t i;
-    for (i = from; i < klen && !bad; i++) {
-        if (mr_idset_has(&self->kv_owned, val[i])) {
-            PyErr_Format(PyExc_ValueError,
-                         "insert(): value[%zu] = %lld is already in the tree (a KV index cannot be "
-                         "inserted twice; pass the tree's own prefix as prev_prefix_len)",
-                         i, (long long)val[i]);
-            bad = 1;
-        }
-        else if (mr_idset_has(&self->kv_seen, val[i])) {
-            PyErr_Format(PyExc_ValueError, "insert(): value[%zu] = %lld is listed twice", i, (long long)val[i]);
-            bad = 1;
-        }
-        else {
-            (void)mr_idset_add(&self->kv_seen, val[i]);
-        }
-    }
-    for (size_t j = from; j < i; j++) {
-        (void)mr_idset_remove(&self->kv_seen, val[j]);
-    }
-    return bad ? -1 : 0;
+    return -1;
 }
 
 PyDoc_STRVAR(RadixTree_insert__doc__,
@@ -439,7 +479,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     mr_ints kb = {0}, vb = {0};
     PyObject *res = NULL;
     int32_t ns;
-    if (namespace_of(self, extra, 1, &ns) < 0) {
+    if (mr_py_namespace(self->tree, extra, 1, &ns) < 0) {
         return NULL;
     }
     const int novals = mr_radix_config_of(self->tree)->no_values;
@@ -474,14 +514,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         goto done;
     }
     if (self->check_ownership) {
-        /* the tree holds the tokens past the cached prefix, and the state
-         * unless the end node had one (room reserved by check_owned) */
-        for (size_t i = ir.prefix_len; i < klen; i++) {
-            (void)mr_idset_add(&self->kv_owned, val[i]);
-        }
-        if (!ir.state_existed) {
-            (void)mr_idset_add(&self->st_owned, state);
-        }
+        mr_owned_inserted(&self->owned, val, ir.prefix_len, klen, state, ir.state_existed);
     }
     /* Past this point the tree changed: build the result, and on a
      * (memory) failure still report it as an exception. */
@@ -573,12 +606,7 @@ evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens
     evict_sink sink = *s;
     PyObject *res = NULL;
     if (self->check_ownership) {
-        for (size_t i = 0; i < sink.nkv; i++) {
-            (void)mr_idset_remove(&self->kv_owned, ((int64_t *)sink.kv.p)[i]);
-        }
-        for (size_t i = 0; i < sink.nst; i++) {
-            (void)mr_idset_remove(&self->st_owned, ((int64_t *)sink.st.p)[i]);
-        }
+        mr_owned_released(&self->owned, sink.kv.p, sink.nkv, sink.st.p, sink.nst);
     }
     if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0 && tokens == 0) {
         mr_raise(st, rc, fname);
@@ -765,9 +793,7 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
     size_t dropped = 0;
     int rc = mr_radix_evict_path_states(self->tree, n, (size_t)cap, &rel, &dropped);
     if (self->check_ownership) {
-        for (size_t i = 0; i < sink.nst; i++) {
-            (void)mr_idset_remove(&self->st_owned, ((int64_t *)sink.st.p)[i]);
-        }
+        mr_owned_released(&self->owned, NULL, 0, sink.st.p, sink.nst);
     }
     PyObject *res = NULL;
     if (rc != MR_OK && sink.nst == 0) {
@@ -1005,22 +1031,55 @@ RadixTree_sanity_check(RadixTree *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(RadixTree_namespace__doc__,
-"namespace($self, extra_key, /)\n"
+/* namespace() and namespace_name() of a RadixTree and of a Lifecycle: one
+ * implementation over the tree's table (py_common.h). */
+const char mr_py_namespace__doc__[] =
+"namespace($self, extra_key, /, create=True)\n"
 "--\n"
 "\n"
 "The namespace id of extra_key (None: 0) as insert and match_prefix assign\n"
-"them (a new name gets the next id): the `ns` of the Lifecycle whose tree\n"
-"this is a view of.");
+"them: a new name gets the next id, or -1 (matches nothing) when not\n"
+"create.  Ids stay fixed for the tree's life (reset keeps them).";
 
-static PyObject *
-RadixTree_namespace(RadixTree *self, PyObject *arg)
+PyObject *
+mr_py_namespace_call(mr_radix *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
+    MR_ARGS(spec, a, "namespace", 1, 2, 1, "extra_key", "create");
+    int create = 1;
     int32_t ns = 0;
-    if (namespace_of(self, arg, 1, &ns) < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0 || mr_arg_bool(a[1], "namespace", "create", &create) < 0
+        || mr_py_namespace(t, a[0], create, &ns) < 0) {
         return NULL;
     }
     return PyLong_FromLong((long)ns);
+}
+
+const char mr_py_namespace_name__doc__[] =
+"namespace_name($self, ns, /)\n"
+"--\n"
+"\n"
+"The extra_key of namespace id ns, or None (0, or an id never assigned).";
+
+PyObject *
+mr_py_namespace_name_call(mr_radix *t, PyObject *arg)
+{
+    int64_t ns;
+    if (mr_as_int64(arg, INT32_MIN, INT32_MAX, "namespace_name(): ns", &ns) < 0) {
+        return NULL;
+    }
+    return mr_py_namespace_name(t, (int32_t)ns);
+}
+
+static PyObject *
+RadixTree_namespace(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    return mr_py_namespace_call(self->tree, args, nargs, kwnames);
+}
+
+static PyObject *
+RadixTree_namespace_name(RadixTree *self, PyObject *arg)
+{
+    return mr_py_namespace_name_call(self->tree, arg);
 }
 
 PyDoc_STRVAR(RadixTree_reset__doc__,
@@ -1034,8 +1093,7 @@ static PyObject *
 RadixTree_reset(RadixTree *self, PyObject *unused)
 {
     mr_radix_reset(self->tree);
-    mr_idset_clear(&self->kv_owned);
-    mr_idset_clear(&self->st_owned);
+    mr_owned_clear(&self->owned);
     Py_RETURN_NONE;
 }
 
@@ -1048,15 +1106,7 @@ PyDoc_STRVAR(RadixTree_pretty_print__doc__,
 static PyObject *
 RadixTree_pretty_print(RadixTree *self, PyObject *unused)
 {
-    char *buf;
-    size_t len;
-    int rc = mr_radix_dump(self->tree, &buf, &len);
-    if (rc != MR_OK) {
-        return mr_raise(tree_state((PyObject *)self), rc, "pretty_print()");
-    }
-    PyObject *s = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)len);
-    free(buf);
-    return s;
+    return mr_py_tree_dump(self->tree, "pretty_print()");
 }
 
 PyDoc_STRVAR(RadixTree_lru_order__doc__,
@@ -1069,7 +1119,6 @@ PyDoc_STRVAR(RadixTree_lru_order__doc__,
 static PyObject *
 RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    mr_state *st = tree_state((PyObject *)self);
     MR_ARGS(spec, a, "lru_order", 1, 1, 0, "which");
     if (mr_parse(&spec, args, nargs, NULL, a) < 0) {
         return NULL;
@@ -1089,44 +1138,19 @@ RadixTree_lru_order(RadixTree *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    PyObject *list = PyList_New(0);
-    if (list == NULL) {
-        return NULL;
-    }
-    for (mr_node *n = mr_radix_lru_first(self->tree, which); n != NULL; n = mr_radix_lru_next(self->tree, which, n)) {
-        PyObject *h = node_new_handle(st, self, n);
-        if (h == NULL || PyList_Append(list, h) < 0) {
-            Py_XDECREF(h);
-            Py_DECREF(list);
-            return NULL;
-        }
-        Py_DECREF(h);
-    }
-    return list;
+    return mr_py_node_list((PyObject *)self, self->tree, NULL, which);
 }
 
 static PyObject *
 RadixTree_get_root(RadixTree *self, void *closure)
 {
-    return node_new_handle(tree_state((PyObject *)self), self, mr_radix_root(self->tree));
+    return mr_py_node_ref((PyObject *)self, mr_radix_root(self->tree));
 }
 
 static PyObject *
-RadixTree_get_page_size(RadixTree *self, void *closure)
+RadixTree_get_attr(RadixTree *self, void *closure)
 {
-    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->page_size);
-}
-
-static PyObject *
-RadixTree_get_chunk_size(RadixTree *self, void *closure)
-{
-    return PyLong_FromUnsignedLong(mr_radix_config_of(self->tree)->chunk_size);
-}
-
-static PyObject *
-RadixTree_get_lru_policy(RadixTree *self, void *closure)
-{
-    return PyUnicode_FromString(mr_policy_name(mr_radix_config_of(self->tree)->policy));
+    return mr_py_tree_attr(self->tree, closure);
 }
 
 static PyObject *
@@ -1174,7 +1198,7 @@ static PyMethodDef RadixTree_methods[] = {
     {"policy_stats", (PyCFunction)RadixTree_policy_stats, METH_NOARGS, RadixTree_policy_stats__doc__},
     {"sanity_check", (PyCFunction)RadixTree_sanity_check, METH_NOARGS, RadixTree_sanity_check__doc__},
     {"reset", (PyCFunction)RadixTree_reset, METH_NOARGS, RadixTree_reset__doc__},
-    {"namespace", (PyCFunction)RadixTree_namespace, METH_O, RadixTree_namespace__doc__},
+    MR_PY_NAMESPACE_METHODS(RadixTree_namespace, RadixTree_namespace_name),
     {"pretty_print", (PyCFunction)RadixTree_pretty_print, METH_NOARGS, RadixTree_pretty_print__doc__},
     {"lru_order", (PyCFunction)(void (*)(void))RadixTree_lru_order, METH_FASTCALL, RadixTree_lru_order__doc__},
     {NULL, NULL, 0, NULL},
@@ -1182,11 +1206,11 @@ static PyMethodDef RadixTree_methods[] = {
 
 static PyGetSetDef RadixTree_getset[] = {
     {"root", (getter)RadixTree_get_root, NULL, "The root node.", NULL},
-    {"page_size", (getter)RadixTree_get_page_size, NULL, "Tokens per page.", NULL},
-    {"chunk_size", (getter)RadixTree_get_chunk_size, NULL, "Alignment of branching lengths.", NULL},
-    {"lru_policy", (getter)RadixTree_get_lru_policy, NULL,
+    {"page_size", (getter)RadixTree_get_attr, NULL, "Tokens per page.", "page_size"},
+    {"chunk_size", (getter)RadixTree_get_attr, NULL, "Alignment of branching lengths.", "chunk_size"},
+    {"lru_policy", (getter)RadixTree_get_attr, NULL,
      "'consumed', 'sglang', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', 'filo', 'priority', 'slru' or 'tlru'.",
-     NULL},
+     "lru_policy"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1308,26 +1332,14 @@ static PyObject *
 Node_get_key(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    npy_intp dims[1] = {(npy_intp)mr_node_len(n)};
-    PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT32);
-    if (a != NULL && dims[0] > 0) {
-        memcpy(PyArray_DATA((PyArrayObject *)a), mr_node_key(n), (size_t)dims[0] * sizeof(int32_t));
-    }
-    return a;
+    return n == NULL ? NULL : mr_py_node_tokens(n, 0);
 }
 
 static PyObject *
 Node_get_value(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    const int64_t *v = mr_node_values(n);
-    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
+    return n == NULL ? NULL : mr_py_node_values(n);
 }
 
 static PyObject *
@@ -1355,25 +1367,7 @@ static PyObject *
 Node_get_children(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    mr_state *st = tree_state((PyObject *)self);
-    size_t k = mr_node_nchildren(n);
-    PyObject *list = PyList_New((Py_ssize_t)k);
-    if (list == NULL) {
-        return NULL;
-    }
-    size_t pos = 0;
-    for (size_t i = 0; i < k; i++) {
-        PyObject *h = node_new_handle(st, self->owner, mr_node_child_next(n, &pos));
-        if (h == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, h);
-    }
-    return list;
+    return n == NULL ? NULL : mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0);
 }
 
 static PyObject *
@@ -1418,11 +1412,7 @@ Node_get_extra_key(Node *self, void *c)
     if (n == NULL) {
         return NULL;
     }
-    int32_t ns = mr_node_namespace(n);
-    if (ns <= 0) {
-        Py_RETURN_NONE;
-    }
-    return Py_NewRef(PyList_GET_ITEM(self->owner->ns_names, ns - 1));
+    return mr_py_namespace_name(self->owner->tree, mr_node_namespace(n));
 }
 
 static Py_ssize_t
@@ -1571,12 +1561,6 @@ mr_py_radix_tree(PyObject *obj)
     return ((RadixTree *)obj)->tree;
 }
 
-int
-mr_py_radix_namespace(PyObject *tree, PyObject *extra_key, int create, int32_t *ns)
-{
-    return namespace_of((RadixTree *)tree, extra_key, create, ns);
-}
-
 PyObject *
 mr_py_radix_node(PyObject *tree, const mr_node *n)
 {
@@ -1591,16 +1575,8 @@ mr_py_radix_view(mr_state *st, mr_radix *tree, PyObject *owner)
     if (self == NULL) {
         return NULL;
     }
-    mr_idset_init(&self->kv_owned);
-    mr_idset_init(&self->st_owned);
-    mr_idset_init(&self->kv_seen);
+    mr_owned_init(&self->owned);
     self->tree = tree;
     self->tree_owner = Py_NewRef(owner);
-    self->ns_ids = PyDict_New();
-    self->ns_names = PyList_New(0);
-    if (self->ns_ids == NULL || self->ns_names == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
     return (PyObject *)self;
 }

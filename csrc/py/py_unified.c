@@ -418,7 +418,7 @@ read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
         if (name == NULL) {
             return -1;
         }
-        int rc = mr_py_radix_namespace(self->tree_obj, name, create, &kr->ns);
+        int rc = mr_py_namespace(self->tree, name, create, &kr->ns);
         Py_DECREF(name);
         if (rc < 0) {
             return -1;
@@ -1188,7 +1188,7 @@ UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nar
     else if (n % (size_t)self->page_size != 0) {
         PyErr_Format(PyExc_ValueError, "tree_insert(): %zu tokens are not whole pages", n);
     }
-    else if (mr_py_radix_namespace(self->tree_obj, a[3], 1, &ns) == 0) {
+    else if (mr_py_namespace(self->tree, a[3], 1, &ns) == 0) {
         mr_insert_result ir;
         mr_insert_opts io = {(size_t)inserted, prio, NULL};
         int rc = mr_radix_insert_ex(self->tree, key.data, val.data, n, ns, state, (size_t)prev, &io, NULL, &ir);

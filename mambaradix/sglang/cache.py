@@ -323,8 +323,6 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         self._on_cpu = torch.device(self.device).type == "cpu"
         self.lru_policy = lru_policy
         self._native = isinstance(pool, HybridReqToTokenPool) and isinstance(alloc, TokenToKVPoolAllocator)
-        self._ns_ids: Dict[str, int] = {}
-        self._ns_names: List[str] = []
         self._make_lifecycle()
         self.reset()
 
@@ -382,23 +380,17 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         return h
 
     def _ns(self, extra_key: Optional[str], create: bool = True, name: str = "key.extra_key") -> int:
-        """The namespace id of an extra_key (0: none; -1: a name never
-        inserted, when not create).  SGLang's extra_key is a str or None:
-        anything else raises TypeError naming `name`."""
+        """The namespace id of an extra_key in the tree's table (0: none; -1:
+        a name never inserted, when not create).  SGLang's extra_key is a str
+        or None: anything else raises TypeError naming `name`."""
         if extra_key is None:
             return 0
         if type(extra_key) is not str:
             str_or_none(extra_key, name)
-        ns = self._ns_ids.get(extra_key)
-        if ns is None:
-            if not create:
-                return -1
-            self._ns_names.append(extra_key)
-            ns = self._ns_ids[extra_key] = len(self._ns_names)
-        return ns
+        return self._lc.namespace(extra_key, create)
 
     def _ns_name(self, ns: int) -> Optional[str]:
-        return None if ns <= 0 else self._ns_names[ns - 1]
+        return self._lc.namespace_name(ns)
 
     @staticmethod
     def _tokens(key: RadixKey) -> Any:

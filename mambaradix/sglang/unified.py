@@ -578,8 +578,6 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 semantics="v0.5.23",
                 kv_only=not self.has_mamba,
             )
-            self._ns_of: dict = {}
-            self._ns_key: dict = {}
             self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
             templates = (dict(InsertResult(prefix_len=0).__dict__), dict(IncLockRefResult().__dict__),
                          dict(DecLockRefResult().__dict__))
@@ -621,17 +619,16 @@ def _build_class():  # noqa: C901 - one class, built lazily
             return t if self._on_cpu else t.to(self.device)
 
         def _namespace(self, key):
+            """The tree's namespace name of (key.extra_key, key.cache_salt): None when both are None, else a
+            str that tells every pair apart (each part length-prefixed; None written '-'); the tree's table
+            gives the name its id."""
             extra, salt = key.extra_key, key.cache_salt
             if extra is None and salt is None:
                 return None
             if extra is not None and not isinstance(extra, str):
                 raise TypeError(f"key.extra_key must be a str or None, not {type(extra).__name__}")
-            ns = self._ns_of.get((extra, salt))
-            if ns is None:
-                ns = f"{'' if extra is None else extra}\x00{'' if salt is None else salt}\x00{len(self._ns_of)}"
-                self._ns_of[(extra, salt)] = ns
-                self._ns_key[ns] = (extra, salt)
-            return ns
+            salt = None if salt is None else str(salt)
+            return "".join("-" if v is None else f"{len(v)}:{v}" for v in (extra, salt))
 
         @staticmethod
         def _tokens(key, arg="key"):

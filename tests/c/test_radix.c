@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "common.h"
 #include "naive_model.h"
+#include "idset.h"
 #include "radix.h"
 
 /* ------------------------------------------------------------------------
@@ -990,6 +991,133 @@ unit_namespaces(void)
     fx_done(&f);
 }
 
+/* The namespace table (nstable.h) against a list of the names in the order
+ * they came (the ids a correct table hands out): random names over a small
+ * alphabet with NUL bytes and the empty name, looked up with and without
+ * create; ids survive a reset of the tree; the table refuses a name past
+ * MR_NS_MAX and stays as it was. */
+static void
+unit_namespace_table(void)
+{
+    enum { NAMES = 300, LOOKUPS = 3000 };
+    char model[NAMES][6];
+    size_t mlen[NAMES], nmodel = 0;
+    mr_radix *t;
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    uint64_t rng = 12345;
+    cur_test = "namespace_table";
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    mr_nstable *ns = mr_radix_namespaces(t);
+    for (int op = 0; op < LOOKUPS; op++) {
+        char name[6];
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = (size_t)(rng >> 61) % 6;
+        for (size_t i = 0; i < len; i++) {
+            name[i] = "ab\0c"[(rng >> (8 + 2 * i)) & 3];
+        }
+        int create = (rng >> 40) % 3 != 0;
+        size_t want = 0;
+        while (want < nmodel && !(mlen[want] == len && memcmp(model[want], name, len) == 0)) {
+            want++;
+        }
+        if (want == nmodel && create && nmodel < NAMES) {
+            memcpy(model[nmodel], name, len);
+            mlen[nmodel++] = len;
+        }
+        int32_t id = 0;
+        CHECK_RC(mr_ns_lookup(ns, name, len, create && want < NAMES, &id), MR_OK);
+        CHECK_EQ(id, want < nmodel ? (int32_t)want + 1 : -1);
+        if (op == LOOKUPS / 2) {
+            mr_radix_reset(t);
+            ns = mr_radix_namespaces(t);
+        }
+    }
+    CHECK(nmodel > 100);
+    for (size_t i = 0; i < nmodel; i++) {
+        const char *p;
+        size_t len;
+        CHECK_RC(mr_ns_name(ns, (int32_t)i + 1, &p, &len), MR_OK);
+        CHECK(len == mlen[i] && memcmp(p, model[i], len) == 0 && p[len] == '\0');
+    }
+    const char *p;
+    size_t len;
+    CHECK_RC(mr_ns_name(ns, 0, &p, &len), MR_ENOENT);
+    CHECK_RC(mr_ns_name(ns, -1, &p, &len), MR_ENOENT);
+    CHECK_RC(mr_ns_name(ns, (int32_t)nmodel + 1, &p, &len), MR_ENOENT);
+    mr_radix_free(t);
+
+    /* a full table: every id still found, a new name refused */
+    mr_nstable full;
+    mr_ns_init(&full);
+    int32_t id = 0;
+    char name[16];
+    for (int32_t i = 0; i < MR_NS_MAX && id == i; i++) {
+        (void)mr_ns_lookup(&full, (const char *)&i, sizeof(i), 1, &id);
+    }
+    CHECK_EQ(id, MR_NS_MAX);
+    memcpy(name, "one more", 8);
+    CHECK_RC(mr_ns_lookup(&full, name, 8, 1, &id), MR_ENOSPC);
+    CHECK_RC(mr_ns_lookup(&full, name, 8, 0, &id), MR_OK);
+    CHECK_EQ(id, -1);
+    int32_t k = 4242;
+    CHECK_RC(mr_ns_lookup(&full, (const char *)&k, sizeof(k), 1, &id), MR_OK);
+    CHECK_EQ(id, 4243);
+    mr_ns_free(&full);
+}
+
+/* The ownership check (idset.h, mr_owned) with literal cases: what a tree
+ * holds after inserts, each refusal with its offending position, and the
+ * units handed back by an eviction accepted again. */
+static void
+unit_owned(void)
+{
+    mr_radix *t;
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    mr_owned o;
+    mr_owned_why why;
+    mr_insert_result r;
+    size_t bad = 99;
+    int32_t k[] = {1, 2, 3, 4};
+    cur_test = "owned";
+    CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
+    mr_owned_init(&o);
+#define OWNED(val, len, ns, state, prev, want, at)                                                    \
+    do {                                                                                               \
+        bad = 99;                                                                                      \
+        int orc_ = mr_owned_check_insert(&o, t, k, (val), (len), (ns), (state), (prev), &why, &bad); \
+        CHECK_RC(orc_, (want) == MR_OWNED_OK ? MR_OK : MR_EINVAL);                                     \
+        CHECK_EQ(why, (want));                                                                         \
+        CHECK_EQ(bad, (size_t)(at));                                                                   \
+    } while (0)
+    int64_t v1[] = {10, 11, 12};
+    OWNED(v1, 3, 0, 5, 0, MR_OWNED_OK, 99);
+    CHECK_RC(mr_radix_insert(t, k, v1, 3, 0, 5, 0, NULL, &r), MR_OK);
+    mr_owned_inserted(&o, v1, r.prefix_len, 3, 5, r.state_existed);
+    /* the same state again; a longer key with the tree's own prefix undeclared */
+    int64_t v2[] = {10, 11, 12, 13};
+    OWNED(v2, 4, 0, 5, 3, MR_OWNED_STATE_HELD, 99);
+    OWNED(v2, 4, 0, 6, 0, MR_OWNED_KV_HELD, 0);
+    OWNED(v2, 4, 0, 6, 2, MR_OWNED_KV_HELD, 2);
+    OWNED(v2, 4, 0, 6, 3, MR_OWNED_OK, 99);
+    OWNED(v2, 4, 0, 6, 5, MR_OWNED_PREV_PAST_KEY, 99);
+    /* another namespace caches nothing: every index is the caller's */
+    OWNED(v2, 4, 7, 6, 3, MR_OWNED_KV_HELD, 0);
+    int64_t v3[] = {20, 21, 22, 21};
+    OWNED(v3, 4, 7, 6, 0, MR_OWNED_KV_TWICE, 3);
+    int64_t v4[] = {20, 21, 22, 23};
+    OWNED(v4, 4, 7, 6, 0, MR_OWNED_OK, 99);
+    /* a check leaves no trace: the same call passes twice */
+    OWNED(v4, 4, 7, 6, 0, MR_OWNED_OK, 99);
+    /* what an eviction hands back may be inserted again */
+    mr_owned_released(&o, v1, 3, (int64_t[]){5}, 1);
+    OWNED(v2, 4, 0, 5, 0, MR_OWNED_OK, 99);
+    mr_owned_clear(&o);
+    OWNED(v1, 3, 0, 5, 0, MR_OWNED_OK, 99);
+    mr_owned_free(&o);
+    mr_radix_free(t);
+#undef OWNED
+}
+
 static int
 stats_are(const fixture *f, size_t fe, size_t fp, size_t se, size_t sp)
 {
@@ -1852,6 +1980,8 @@ run_units(void)
     unit_branching();
     unit_page16();
     unit_namespaces();
+    unit_namespace_table();
+    unit_owned();
     unit_locks();
     unit_handles();
     unit_lru_policies(MR_POLICY_SGLANG);
@@ -2511,6 +2641,21 @@ oom_units(void)
     CHECK_EQ(f.kv.nfree, f.kv.size);
     CHECK_EQ(f.st.nfree, f.st.size);
     fx_done(&f);
+
+    /* The namespace table: a failed create leaves it as it was. */
+    cur_test = "oom_namespace";
+    {
+        mr_nstable ns;
+        int32_t id = 0, id2 = 0;
+        mr_ns_init(&ns);
+        for (int32_t j = 0; j < 40; j++) {
+            OOM_LOOP("namespace", (mr_radix *)NULL, rc, mr_ns_lookup(&ns, (const char *)&j, sizeof(j), 1, &id), {
+                CHECK(ns.n == j && mr_ns_lookup(&ns, (const char *)&j, sizeof(j), 0, &id2) == MR_OK && id2 == -1);
+            });
+            CHECK_EQ(id, j + 1);
+        }
+        mr_ns_free(&ns);
+    }
 
     /* The fault injector itself: a failing allocation is seen. */
     cur_test = "oom_injector";

@@ -688,6 +688,84 @@ test_kv_pages(void)
     mr_kv_destroy(&kv);
 }
 
+/* mr_kv_explain: each refusal of a free / transfer, explained in terms of
+ * the caller's list (literal expected entries and reasons). */
+static void
+expect_why(mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_why why, int64_t at, int64_t first,
+           int32_t owner, const char *what)
+{
+    mr_kv_refusal r;
+    mr_kv_explain(kv, rc, tok, k, bad, &r);
+    CHECK(r.why == why && r.at == at && (why != MR_KV_WHY_TWICE || r.first == first)
+              && (why < MR_KV_WHY_FREE || r.owner == owner),
+          "%s: why %d at %lld first %lld owner %d, expected %d at %lld first %lld owner %d", what, (int)r.why,
+          (long long)r.at, (long long)r.first, (int)r.owner, (int)why, (long long)at, (long long)first, (int)owner);
+}
+
+#define EXPLAIN(call, tok, k, why, at, first, owner, what)                                 \
+    do {                                                                                   \
+        int64_t bad_ = -7;                                                                 \
+        int rc_ = (call);                                                                  \
+        CHECK(rc_ != MR_OK, "%s: refused", (what));                                        \
+        expect_why(&kv, rc_, (tok), (k), bad_, (why), (at), (first), (owner), (what));     \
+    } while (0)
+
+static void
+test_kv_explain(void)
+{
+    mr_kv kv;
+    int64_t t[16];
+    /* pages of 4: 1..3 (tokens 4..15) */
+    CHECK_RC(mr_kv_init(&kv, 16, 4), MR_OK, "init 16, 4");
+    CHECK_RC(mr_kv_alloc(&kv, 4, 2, t), MR_OK, "page 1 to row 2");
+    CHECK_RC(mr_kv_alloc(&kv, 4, MR_OWNER_HELD, t + 4), MR_OK, "page 2 held");
+    CHECK_RC(mr_kv_transfer(&kv, (int64_t[]){4}, 1, MR_FROM_ANY, MR_OWNER_TREE, NULL), MR_OK, "page 1 to the tree");
+    int64_t a[] = {9, 13};   /* page 3 is free */
+    EXPLAIN(mr_kv_free(&kv, a, 2, MR_FROM_CALLER, &bad_), a, 2, MR_KV_WHY_FREE, 1, -1, MR_OWNER_FREE, "free page");
+    int64_t b[] = {8, 20};
+    EXPLAIN(mr_kv_free(&kv, b, 2, MR_FROM_CALLER, &bad_), b, 2, MR_KV_WHY_RANGE, 1, -1, 0, "past the end");
+    int64_t c[] = {9, 2};
+    EXPLAIN(mr_kv_free(&kv, c, 2, MR_FROM_CALLER, &bad_), c, 2, MR_KV_WHY_RANGE, 1, -1, 0, "page 0");
+    int64_t d[] = {10, 6};
+    EXPLAIN(mr_kv_free(&kv, d, 2, MR_FROM_CALLER, &bad_), d, 2, MR_KV_WHY_TREE, 1, -1, MR_OWNER_TREE,
+            "a tree page from the caller");
+    int64_t e[] = {9};
+    EXPLAIN(mr_kv_transfer(&kv, e, 1, MR_FROM_TREE, 1, &bad_), e, 1, MR_KV_WHY_HELD, 0, -1, MR_OWNER_HELD,
+            "a held page from the tree");
+    CHECK_RC(mr_kv_transfer(&kv, (int64_t[]){4}, 1, MR_FROM_ANY, 3, NULL), MR_OK, "page 1 to row 3");
+    EXPLAIN(mr_kv_transfer(&kv, (int64_t[]){5}, 1, MR_FROM_TREE, MR_OWNER_HELD, &bad_), ((int64_t[]){5}), 1,
+            MR_KV_WHY_ROW, 0, -1, 3, "a row's page from the tree");
+    CHECK_RC(mr_kv_free_group_begin(&kv), MR_OK, "free group");
+    CHECK_RC(mr_kv_free(&kv, (int64_t[]){8}, 1, MR_FROM_CALLER, NULL), MR_OK, "page 2 pending");
+    CHECK_RC(mr_kv_alloc(&kv, 4, MR_OWNER_HELD, t), MR_OK, "page 3 held");
+    CHECK_RC(mr_kv_free_group_end(&kv), MR_OK, "end the free group");
+    mr_kv_destroy(&kv);
+    /* page size 1: a token listed twice (its second entry), a pending one */
+    CHECK_RC(mr_kv_init(&kv, 6, 1), MR_OK, "init 6, 1");
+    CHECK_RC(mr_kv_alloc(&kv, 5, MR_OWNER_HELD, t), MR_OK, "alloc 5");
+    int64_t f[] = {1, 3, 2, 3, 4};
+    EXPLAIN(mr_kv_free(&kv, f, 5, MR_FROM_CALLER, &bad_), f, 5, MR_KV_WHY_TWICE, 3, 1, 0, "3 twice");
+    CHECK_RC(mr_kv_free_group_begin(&kv), MR_OK, "free group");
+    CHECK_RC(mr_kv_free(&kv, (int64_t[]){2}, 1, MR_FROM_CALLER, NULL), MR_OK, "2 pending");
+    int64_t g[] = {1, 2};
+    EXPLAIN(mr_kv_free(&kv, g, 2, MR_FROM_CALLER, &bad_), g, 2, MR_KV_WHY_PENDING, 1, -1, MR_OWNER_PENDING,
+            "2 freed in the open group");
+    CHECK_RC(mr_kv_free_group_end(&kv), MR_OK, "end the free group");
+    int64_t h[] = {-3};
+    EXPLAIN(mr_kv_free(&kv, h, 1, MR_FROM_CALLER, &bad_), h, 1, MR_KV_WHY_RANGE, 0, -1, 0, "token -3");
+    /* the open alloc group's units: held, but not handed out */
+    CHECK_RC(mr_kv_free(&kv, (int64_t[]){1, 3, 4, 5}, 4, MR_FROM_CALLER, NULL), MR_OK, "free 1, 3, 4, 5");
+    CHECK_RC(mr_slots_group_begin(&kv.pages, 2), MR_OK, "an alloc group of 2");
+    int64_t i[] = {kv.pages.group[1]};
+    EXPLAIN(mr_kv_free(&kv, i, 1, MR_FROM_CALLER, &bad_), i, 1, MR_KV_WHY_ALLOC_GROUP, 0, -1, MR_OWNER_HELD,
+            "a unit of the open alloc group");
+    mr_slots_group_end(&kv.pages);
+    /* a status with no entry to blame */
+    expect_why(&kv, MR_ENOMEM, g, 2, -1, MR_KV_WHY_STATUS, -1, -1, 0, "out of memory");
+    expect_why(&kv, MR_EINVAL, (int64_t[]){1, 3}, 2, 3, MR_KV_WHY_STATUS, -1, -1, 0, "in range, listed once");
+    mr_kv_destroy(&kv);
+}
+
 /* ------------------------------------------------------------------------
  * --check: deliberate corruptions */
 
@@ -1160,6 +1238,7 @@ main(int argc, char **argv)
         test_groups();
         test_empty_and_bad_init();
         test_kv_pages();
+        test_kv_explain();
     }
     if (on[1]) {
         test_check_detects();

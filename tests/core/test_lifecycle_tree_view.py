@@ -44,6 +44,36 @@ def test_the_view_is_the_lifecycles_tree() -> None:
     view.sanity_check()
 
 
+def test_one_namespace_table_for_the_lifecycle_and_its_views() -> None:
+    """The tree's table against a dict of first appearances: ids 1, 2, ...
+    in the order names came, through the Lifecycle or any of its views;
+    create=False gives -1 for a new name and adds nothing; reset keeps the
+    ids; namespace_name maps back (None for 0 and unknown ids)."""
+    lc = _C.Lifecycle(chunk_size=4)
+    views = [lc.tree_view(), lc.tree_view()]
+    model: dict = {}
+    names = ["a", "", "lora-b", "a\x00b", "\udc80x", "a", "é", "", "z" * 300]
+    for i, name in enumerate(names):
+        api = (lc, views[0], views[1])[i % 3]
+        assert api.namespace(name, create=False) == model.get(name, -1)
+        assert api.namespace(name) == model.setdefault(name, len(model) + 1)
+        if i == 4:
+            lc.reset()
+    assert lc.namespace(None) == 0 and views[1].namespace(None, False) == 0
+    for name, ns in model.items():
+        assert lc.namespace_name(ns) == name and views[0].namespace_name(ns) == name
+    assert lc.namespace_name(0) is None and lc.namespace_name(len(model) + 1) is None
+    assert lc.namespace_name(-3) is None
+    # a node of a namespace names its extra_key
+    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4], np.arange(10, 14), ns=model["lora-b"])
+    assert [c.extra_key for c in views[0].root.children] == ["lora-b"]
+    for bad in (3, b"a", ["a"]):
+        with pytest.raises(TypeError, match="extra_key must be a str or None, not"):
+            lc.namespace(bad)
+    with pytest.raises(TypeError, match="create"):
+        lc.namespace("a", create=1)
+
+
 def test_the_view_keeps_its_lifecycle_alive() -> None:
     lc = _C.Lifecycle(chunk_size=4)
     lc.cache_finished_foreign(_rs(3), [4, 5, 6], np.array([7, 8, 9]))
