@@ -2253,8 +2253,10 @@ mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *st
                 continue;
             }
             count++;
-            if (a != node && victim == NULL) {
-                victim = a;   /* the deepest: the one the new state makes most redundant */
+            /* the deepest that is not a fork: the one the new state makes
+             * most redundant (a fork's state also serves its other branches) */
+            if (a != node && victim == NULL && a->nchildren == 1) {
+                victim = a;
             }
         }
         /* a locked victim (a request still resumes from it) waits: dropping

@@ -379,10 +379,12 @@ int mr_radix_evict_state(mr_radix *t, size_t num_states, const mr_release *rel,
                          size_t *tokens_out, size_t *states_out);
 
 /* Per-path state budget: while the path root..node holds more than
- * max_states_per_path states, drops the deepest state above node (the one
- * the new state makes most redundant; shared prefixes sit higher up; its
- * node keeps its KV), through rel; stops at a locked one.  node's own
- * state is never dropped.  Does nothing when the budget is 0.
+ * max_states_per_path states, drops the deepest state above node on a node
+ * with one child (the one the new state makes most redundant; a fork's
+ * state also serves its other branches and is never dropped; the node keeps
+ * its KV), through rel; stops at a locked one, or when only forks are
+ * left.  node's own state is never dropped.  Does nothing when the budget
+ * is 0.
  * *states_out (may be NULL) receives the number dropped. */
 int mr_radix_trim_path(mr_radix *t, mr_node *node, const mr_release *rel, size_t *states_out);
 

@@ -812,9 +812,10 @@ PyDoc_STRVAR(RadixTree_trim_path__doc__,
 "--\n"
 "\n"
 "Per-path state budget: while the path root..node holds more than\n"
-"max_states_per_path states, drop the deepest state above node (the one\n"
-"the new state makes most redundant; its node keeps its KV); stop at a\n"
-"locked one.  Does nothing without a budget.\n"
+"max_states_per_path states, drop the deepest state above node on a node\n"
+"with one child (the one the new state makes most redundant; a fork's\n"
+"state also serves its other branches and stays; its node keeps its KV);\n"
+"stop at a locked one.  Does nothing without a budget.\n"
 "Returns EvictResult; the caller frees the returned state slots.");
 
 static PyObject *

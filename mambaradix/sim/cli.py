@@ -272,7 +272,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
                    help="a finished request leaves the state at its exact end in the tree "
                         "(its running slot, no copy) instead of the last track snapshot")
     c.add_argument("--max-states-per-path", type=_field_opt("max_states_per_path"), metavar="N",
-                   help="per-path state budget: a path keeps at most N states (0: none)")
+                   help="per-path state budget: a path keeps at most N states, forks' states aside (0: none)")
     c.add_argument("--utility-alpha", type=_field_opt("utility_alpha"), metavar="A",
                    help="utility policy: initial weight of FLOPs saved per byte against recency (default 16, then tuned)")
     c.add_argument("--tune-window", type=_field_opt("tune_window"), metavar="N",

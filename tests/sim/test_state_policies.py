@@ -257,27 +257,38 @@ def test_policy_options_are_checked() -> None:
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("budget", [1, 2, 3])
 def test_trim_path_keeps_budget_and_drops_the_deepest(budget: int) -> None:
+    """The budget drops the deepest states above the new one, skipping forks
+    (a fork's state also serves its other branches), checked against the
+    rule applied to the path as read before the trim."""
     rng = random.Random(budget)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="consumed", max_states_per_path=budget)
     conv = [rng.randint(1, 9) for _ in range(200)]
-    slot = 1
-    for i in range(150):
-        key = conv[:rng.randint(1, 200)] if rng.random() < 0.7 else [rng.randint(1, 9) for _ in range(20)]
-        if rng.random() < 0.3:
+    slot, forks_kept = 1, 0
+    for i in range(200):
+        u = rng.random()
+        if u < 0.5:                       # one conversation growing
+            key = conv[:rng.randint(1, 200)]
+        elif u < 0.85:                    # a branch off it (a fork below a shared prefix)
+            key = conv[:rng.randint(1, 150)] + [rng.randint(10, 19) for _ in range(rng.randint(1, 30))]
+        else:
+            key = [rng.randint(1, 9) for _ in range(20)]
+        if rng.random() < 0.2:
             tree.match_prefix(key)
             continue
         r = tree.insert(key, list(range(len(key))), slot)
         slot += 1
         if r.state_existed:
             continue
-        path = []                         # ancestors' states, deepest first
+        path = []                         # ancestors (state, is a fork), deepest first
         x = r.node.parent
         while not x.is_root:
             if x.state is not None:
-                path.append(x.state)
+                path.append((x.state, len(x.children) > 1))
             x = x.parent
         excess = len(path) + 1 - budget
-        want = path[:max(0, excess)]
+        single = [s for s, fork in path if not fork]
+        want = single[:max(0, excess)]
+        forks_kept += excess > len(single)
         got = tree.trim_path(r.node)
         assert sorted(got.state_slots.tolist()) == sorted(want)
         assert got.tokens_evicted == 0
@@ -287,8 +298,9 @@ def test_trim_path_keeps_budget_and_drops_the_deepest(budget: int) -> None:
         while not x.is_root:
             n += x.state is not None
             x = x.parent
-        assert n <= budget                # the path to the new state (nothing is locked here)
+        assert n <= max(budget, 1 + len(path) - len(single))   # nothing is locked here
     assert tree.policy_stats()["states_trimmed"] > 0
+    assert forks_kept > 0                 # the trace did reach paths of forks only
 
 
 def test_trim_path_skips_locked_states() -> None:
