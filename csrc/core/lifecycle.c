@@ -565,6 +565,26 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     const int32_t *owner = lc->kv->pages.owner;
     const mr_slots *pages = &lc->kv->pages;
     const int grp = pages->group_active && pages->group_pos < pages->group_len;
+    /* ps == 1 and every index the insert takes owned by one caller (a
+     * request row, whose table past the tree's prefix is its own, Q6; or
+     * HELD outside an alloc group): checked and claimed for the tree in one
+     * pass over the owners, without stamps (an index listed twice is the
+     * tree's at its second listing).  Anything else is given back and takes
+     * the pass below, which classifies the refusal and names the index. */
+    int64_t claimed = -1;
+    int32_t expect = 0;
+    if (ps == 1 && mine < len) {
+        const int64_t u0 = val[mine];
+        const int32_t o0 = (uint64_t)u0 - 1 < (uint64_t)np ? owner[u0] : MR_OWNER_FREE;
+        if (o0 >= 1 || (o0 == MR_OWNER_HELD && !grp)) {
+            expect = o0;
+            claimed = mr_slots_claim(&lc->kv->pages, val + mine, (int64_t)(len - mine), expect, MR_OWNER_TREE);
+            if (claimed < (int64_t)(len - mine)) {
+                mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+                claimed = -1;
+            }
+        }
+    }
     /* each index (page) listed once, checked in the same pass: each page is
      * stamped with this call's generation (mr_kv_stamp_begin) */
     uint16_t gen = 0;
@@ -575,7 +595,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     int64_t again = -1, held = 0;   /* held: HELD units in val[mine:len), ps == 1 */
     uint16_t *const stamp = lc->kv->stamp;
     const uint16_t g = gen;   /* not reloaded after each stamp store */
-    if (ps == 1) {
+    if (claimed >= 0) {
+        /* checked and claimed above */
+    }
+    else if (ps == 1) {
         /* each token its own page: one test per index for the common case
          * (a request's, or a caller's HELD one outside an alloc group), the
          * rest classified by kv_refusal.  The counts stay in registers: the
@@ -650,12 +673,14 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc == MR_OK && ps > 1) {
         rc = reserve_runs(lc, len);
     }
-    if (rc != MR_OK) {
-        return rc;
-    }
     int64_t *dup = dup_out != NULL ? dup_out : lc->b;
-    rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
+    if (rc == MR_OK) {
+        rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
+    }
     if (rc != MR_OK) {
+        if (claimed >= 0) {
+            mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+        }
         return rc;
     }
     /* 2. the tree owns the new tokens and the state now.  The new tokens
@@ -669,7 +694,20 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * check's count over val[mine:len) and one pass over the shorter part */
     int64_t held_new = 0;
     const int counted = ps == 1 && pl >= mine && out->ndup == pl - mine;
-    if (ps == 1) {
+    if (claimed >= 0) {
+        /* the tree keeps val[pl:len) as claimed; val[mine:pl) (the
+         * duplicates, freed below) goes back to the caller first */
+        size_t from_new = pl > mine ? pl : mine;
+        if (pl > mine) {
+            mr_slots_unclaim(&lc->kv->pages, val + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
+        }
+        else if (pl < mine) {
+            mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(mine - pl), MR_OWNER_TREE);
+        }
+        held = expect == MR_OWNER_HELD ? (int64_t)(len - mine) : 0;
+        held_new = expect == MR_OWNER_HELD ? (int64_t)(len - from_new) : 0;
+    }
+    else if (ps == 1) {
         if (!counted || len - pl <= pl - mine) {
             for (size_t i = pl; i < len; i++) {
                 held_new += owner[val[i]] == MR_OWNER_HELD;
@@ -682,7 +720,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
             }
         }
     }
-    if (len > pl && ps == 1) {
+    if (claimed >= 0) {
+        /* moved when claimed */
+    }
+    else if (len > pl && ps == 1) {
         mr_slots_transfer_counted(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE, held_new);
     }
     else if (len > pl) {
@@ -1920,11 +1961,21 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     int64_t done = 0;
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         int64_t ealloc = ((int64_t)lens[i] - sts[i].prefix_len + ps - 1) / ps * ps;
+        int64_t P = sts[i].prefix_len;
+        if (ps == 1) {
+            /* token pages: the indices go straight into the row */
+            int32_t *dst = mr_reqpool_span(lc->rp, out->rows[i], P, ealloc);
+            rc = dst == NULL ? MR_EINVAL : mr_slots_alloc_i32(&lc->kv->pages, ealloc, (int32_t)out->rows[i], dst);
+            if (rc == MR_OK) {
+                mr_reqpool_mark_dirty(lc->rp, out->rows[i], P, P + ealloc);
+                done++;
+            }
+            continue;
+        }
         rc = mr_kv_alloc(lc->kv, ealloc, (int32_t)out->rows[i], lc->a);
         if (rc == MR_OK) {
             /* the unused rest of a last partial page stays the request's:
              * the next decode tokens go there */
-            int64_t P = sts[i].prefix_len;
             (void)mr_reqpool_write_trusted(lc->rp, out->rows[i], P, lc->a, (int64_t)lens[i] - P);
             done++;
         }
