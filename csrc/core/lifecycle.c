@@ -31,6 +31,8 @@ struct mr_lifecycle {
     size_t nrst, caprst;
     int32_t *kb;           /* a request's int64 tokens narrowed (key_tail) */
     size_t capkb;
+    int32_t *bk;           /* a batch call's tokens as int32 (batch_tokens) */
+    size_t capbk;
     int rel_error;         /* first error a release hook hit */
     int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
 };
@@ -382,6 +384,7 @@ mr_lc_free(mr_lifecycle *lc)
     MR_FREE(lc->ends);
     MR_FREE(lc->rst);
     MR_FREE(lc->kb);
+    MR_FREE(lc->bk);
     MR_FREE(lc);
 }
 
@@ -2043,23 +2046,115 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
     return mr_lc_unfinished_batch_key(lc, n, rows, keys, NULL, ns, fork_src, fork_dst, bad);
 }
 
-/* Before a batch call changes anything: every int64 key's tokens that the
- * call may read (up to the row's committed length, past its locked prefix
- * when its insert can start there) fit int32; else MR_EINVAL with bad =
- * {key, position}. */
-static int
-keys_fit(mr_lifecycle *lc, size_t n, const int64_t *rows, const int64_t *const *keys64, int64_t *bad)
+/* Where a batch call reads a request's tokens, when its insert covers
+ * cache_len of them: from its locked prefix when the insert can start at
+ * its locked node (locked_path), else from 0. */
+static size_t
+read_from(mr_lifecycle *lc, const mr_req *st, int64_t cache_len)
 {
-    for (size_t i = 0; keys64 != NULL && i < n; i++) {
-        if (keys64[i] == NULL) {
+#ifdef MR_VERIFY_TRUSTED
+    (void)lc, (void)st, (void)cache_len;
+    return 0;   /* the insert checks the caller's path: the whole key */
+#else
+    return cache_len > 0 && locked_path(lc, st, (size_t)cache_len) != NULL ? (size_t)st->protected_len : 0;
+#endif
+}
+
+/* The tokens [*lo, *hi) of row st that a batch call checks and reads:
+ * up to its committed length, from its locked prefix when the insert can
+ * start there, whatever length the insert covers: the end of prefill's
+ * (finish 0) its tracked length; a finish's (is_insert: the request's
+ * is_insert too) what mr_rule_finish_cache_len gives with or without the
+ * end-of-turn state, which the rows finished before it decide. */
+static void
+read_range(mr_lifecycle *lc, const mr_req *st, int finish, int is_insert, size_t *lo, size_t *hi)
+{
+    const mr_lc_config *c = &lc->cfg;
+    int64_t len[2] = {unfinished_cache_len(lc, st, (size_t)st->committed), -1};
+    if (finish) {
+        len[0] = len[1] = -1;
+        for (int eot = 0; eot < 2 && is_insert && st->lazy_is_insert; eot++) {
+            len[eot] = mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen, st->committed, eot,
+                                                c->page_size);
+        }
+    }
+    *hi = (size_t)st->committed;
+    *lo = read_from(lc, st, st->committed);
+    for (int j = 0; j < 2; j++) {
+        size_t f = len[j] > 0 ? read_from(lc, st, len[j]) : *lo;
+        *lo = f < *lo ? f : *lo;
+    }
+    *lo = *lo < *hi ? *lo : *hi;
+}
+
+/* Copies tokens [lo, hi) of the request's sequence (keys[i], then outs[i])
+ * to dst at the same positions, narrowing int64 ones.  The position of
+ * the first token outside int32, or -1. */
+static int64_t
+join_tokens(const mr_lc_batch_keys *k, size_t i, size_t lo, size_t hi, int32_t *dst)
+{
+    size_t klen = k->lens != NULL ? k->lens[i] : SIZE_MAX;
+    for (int part = 0; part < 2; part++) {
+        size_t a = part == 0 ? lo : (lo > klen ? lo : klen);
+        size_t b = part == 0 ? (hi < klen ? hi : klen) : hi;
+        if (a >= b) {
             continue;
         }
-        const mr_req *st = &lc->rp->req[rows[i]];
-        size_t len = (size_t)st->committed;
-        size_t from = locked_path(lc, st, len) != NULL ? (size_t)st->protected_len : 0;
-        if ((bad[1] = misfit_at(keys64[i], from, len)) >= 0) {
-            bad[0] = (int64_t)i;
-            return MR_EINVAL;
+        size_t base = part == 0 ? 0 : klen;   /* the part's first position */
+        const int64_t *s64 = part == 0 ? (k->keys64 != NULL ? k->keys64[i] : NULL)
+                                       : (k->outs64 != NULL ? k->outs64[i] : NULL);
+        if (s64 == NULL) {
+            const int32_t *s32 = part == 0 ? k->keys[i] : k->outs[i];
+            memcpy(dst + a, s32 + (a - base), (b - a) * sizeof(int32_t));
+        }
+        else if (mr_narrow_i32(s64 + (a - base), b - a, dst + a)) {
+            return (int64_t)base + misfit_at(s64, a - base, b - base);
+        }
+    }
+    return -1;
+}
+
+/* Before a batch call changes anything: each request's tokens that the
+ * call reads (read_range), as int32 in tok[i]: its int32 key itself when
+ * that holds them, else copied (int64 ones narrowed, checked) into lc->bk
+ * at their positions.  MR_EINVAL with bad = {key, position} for a token
+ * outside int32, bad = {key, -1} when the key and its outputs are shorter
+ * than what the call reads. */
+static int
+batch_tokens(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *k, int finish, int is_insert,
+             const int32_t **tok, int64_t *bad)
+{
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && grow_n((void **)&lc->bk, &lc->capbk, total, sizeof(int32_t)) != MR_OK) {
+            return MR_ENOMEM;
+        }
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t lo, hi;
+            read_range(lc, &lc->rp->req[rows[i]], finish, is_insert, &lo, &hi);
+            size_t klen = k->lens != NULL ? k->lens[i] : SIZE_MAX;
+            size_t have = k->lens == NULL ? SIZE_MAX : klen + (k->olens != NULL ? k->olens[i] : 0);
+            const int in_place = (k->keys64 == NULL || k->keys64[i] == NULL) && hi <= klen;
+            if (pass == 0) {
+                if (hi > have) {
+                    bad[0] = (int64_t)i;
+                    bad[1] = -1;
+                    return MR_EINVAL;
+                }
+                total += in_place ? 0 : hi;
+                continue;
+            }
+            tok[i] = in_place ? k->keys[i] : lc->bk + off;
+            if (!in_place) {
+                int64_t at = join_tokens(k, i, lo, hi, lc->bk + off);
+                if (at >= 0) {
+                    bad[0] = (int64_t)i;
+                    bad[1] = at;
+                    return MR_EINVAL;
+                }
+                off += hi;
+            }
         }
     }
     return MR_OK;
@@ -2069,6 +2164,14 @@ int
 mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src, int64_t *fork_dst,
                            int64_t *bad)
+{
+    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
+    return mr_lc_unfinished_batch_seq(lc, n, rows, &k, ns, fork_src, fork_dst, bad);
+}
+
+int
+mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
 {
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
@@ -2083,7 +2186,11 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
             return MR_EINVAL;
         }
     }
-    int rc = keys_fit(lc, n, rows, keys64, bad);   /* before any row changes */
+    const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
+    if (tok == NULL) {
+        return MR_ENOMEM;
+    }
+    int rc = batch_tokens(lc, n, rows, keys, 0, 0, tok, bad);   /* before any row changes */
     /* every row that caches takes a state slot (the fresh one for its
      * buffer, or the fork's copy): a batch short of them even counting
      * what eviction can free is refused before any row changes */
@@ -2101,13 +2208,10 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
         size_t fill = (size_t)st->committed;
         int64_t table_end;
         /* the batch hands back no prefix: the row is the request's table */
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = cache_unfinished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, fill, ns ? ns[i] : 0, -1,
-                              NULL, &fork_src[i], &fork_dst[i], &table_end, &bad[1]);
-        if (rc == MR_EINVAL && bad[1] >= 0) {
-            bad[0] = (int64_t)i;
-        }
+        rc = cache_unfinished(lc, rows[i], st, tok[i], NULL, NULL, fill, ns ? ns[i] : 0, -1, NULL, &fork_src[i],
+                              &fork_dst[i], &table_end, &bad[1]);
     }
+    MR_FREE(tok);
     return rc;
 }
 
@@ -2189,6 +2293,14 @@ int
 mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad)
 {
+    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
+    return mr_lc_finish_batch_seq(lc, n, rows, &k, ns, is_insert, bad);
+}
+
+int
+mr_lc_finish_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                       const int32_t *ns, int is_insert, int64_t *bad)
+{
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
         return MR_ESTATE;
@@ -2202,25 +2314,19 @@ mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
             return MR_EINVAL;
         }
     }
-    int rc = keys_fit(lc, n, rows, keys64, bad);
-    if (rc != MR_OK) {
-        return rc;
+    const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
+    if (tok == NULL) {
+        return MR_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
+    int rc = batch_tokens(lc, n, rows, keys, 1, is_insert, tok, bad);   /* before any row changes */
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &lc->rp->req[rows[i]];
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = cache_finished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, (size_t)st->committed,
-                            ns ? ns[i] : 0, is_insert && st->lazy_is_insert, &bad[1]);
-        if (rc == MR_EINVAL && bad[1] >= 0) {
-            bad[0] = (int64_t)i;
-        }
-        if (rc != MR_OK) {
-            return rc;
-        }
-        rc = mr_reqpool_free(lc->rp, rows[i]);
-        if (rc != MR_OK) {
-            return rc;
+        rc = cache_finished(lc, rows[i], st, tok[i], NULL, NULL, (size_t)st->committed, ns ? ns[i] : 0,
+                            is_insert && st->lazy_is_insert, &bad[1]);
+        if (rc == MR_OK) {
+            rc = mr_reqpool_free(lc->rp, rows[i]);
         }
     }
-    return MR_OK;
+    MR_FREE(tok);
+    return rc;
 }
