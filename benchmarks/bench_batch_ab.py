@@ -27,7 +27,8 @@ those pools inserts them in bench_dropin.py's per-operation pass.
 With --floor, each round also times bench_dropin.py's memory_floor() (the
 least data any implementation of the per-request work moves, bulk numpy
 copies; the prefix lengths of an untimed batch run) and the table gives
-floor / batch for each side: the share of that bound the batch API reaches.
+floor / batch for each side: the share of that bound the batch API reaches
+(medians, and from each side's fastest round).
 
   python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops] [--floor]
 
@@ -206,6 +207,12 @@ def main() -> None:
               f"{statistics.median(ratios):12.2f}x {min(ratios):6.2f}-{max(ratios):.2f}x"
               + (f" {med['floor']:9.2f} {med['floor'] / med['other']:12.2f} {med['floor'] / med['this']:11.2f}"
                  if args.floor else ""))
+        if args.floor:
+            # on a loaded machine a round's wall time includes the time the process waited for a core:
+            # the fastest round of each is the closer reading of its own cost
+            best = {side: min(ts) for side, ts in times.items()}
+            print(f"  fastest rounds: other {best['other']:.1f}, this {best['this']:.1f}, floor {best['floor']:.2f} us: "
+                  f"floor/other {best['floor'] / best['other']:.2f}, floor/this {best['floor'] / best['this']:.2f}")
         if hits["other"] != hits["this"]:
             print(f"  hit tokens differ: {hits['other']} (other) vs {hits['this']} (this): the two builds evict "
                   "differently, so they do not do the same work")

@@ -269,7 +269,7 @@ mr_slots_alloc_i32(mr_slots *s, int64_t k, int32_t owner, int32_t *out)
     if (k < 0 || !(owner == MR_OWNER_HELD || owner >= 1)) {
         return MR_EINVAL;
     }
-    if (k > s->count) {
+    if (s->count < k) {
         return MR_ENOSPC;
     }
     /* ring_pop's order, each unit read once: written out and marked */

@@ -48,6 +48,7 @@ T_FG = ["tests/core/test_pools.py", "tests/dropin/test_sglang_pools_oracle.py", 
 T_TONLY = ["tests/core/test_lifecycle_tree_view.py", "tests/sim/test_sim_engine.py", "tests/dropin/test_sglang_pools_oracle.py",
            "tests/c/test_c_lifecycle.py"]
 T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycle_insert_dups.py",
+         "tests/core/test_insert_mixed_owners.py",
          "tests/dropin/test_dropin_refusals.py", "tests/c/test_c_lifecycle.py"]
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
@@ -415,9 +416,11 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FROM_MINE", "csrc/core/lifecycle.c", "    size_t mine = from != NULL ? prev : has_pools(lc)",
            "    size_t mine = from != NULL ? 0 : has_pools(lc)", T_LIFE + T_CHK + T_DECIDE,
            "an end-of-prefill insert from the locked node checks the locked prefix's indices as the caller's"),
-    Mutant("LC_KEYS_FIT", "csrc/core/lifecycle.c", "    int rc = keys_fit(lc, n, rows, keys64, bad);   /* before any row changes */",
-           "    int rc = MR_OK;", ["tests/core/test_lifecycle.py", "tests/core/test_int_arrays.py"],
-           "unfinished_batch finds an int64 key's bad token only at its row, after the rows before it changed"),
+    Mutant("LC_KEYS_FIT", "csrc/core/lifecycle.c",
+           "                int64_t at = join_tokens(k, i, lo, hi, lc->bk + off);\n                if (at >= 0) {",
+           "                int64_t at = join_tokens(k, i, lo, hi, lc->bk + off);\n                if (0) {",
+           ["tests/core/test_lifecycle.py", "tests/core/test_int_arrays.py", "tests/core/test_batch_outputs.py"],
+           "unfinished_batch / finish_batch narrow an int64 key's token outside int32 instead of refusing it"),
     Mutant("LC_TAIL_RANGE", "csrc/core/lifecycle.c",
            "    if (from < len && mr_narrow_i32(tokens64 + from, len - from, lc->kb + from)) {",
            "    if (from < len && (mr_narrow_i32(tokens64 + from, len - from, lc->kb + from), 0)) {",
