@@ -24,7 +24,13 @@ alternating pass by pass.  A last row times the insert over the module's
 own pools, its values straight from the KV allocator, as the drop-in over
 those pools inserts them in bench_dropin.py's per-operation pass.
 
-  python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops]
+With --floor, each round also times bench_dropin.py's memory_floor() (the
+least data any implementation of the per-request work moves, bulk numpy
+copies; the prefix lengths of an untimed batch run) and the table gives
+floor / batch for each side: the share of that bound the batch API reaches
+(medians, and from each side's fastest round).
+
+  python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops] [--floor]
 
 OTHER_CHECKOUT must hold a built module (``python3 setup.py build_ext
 --inplace`` there).
@@ -48,7 +54,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_lifecycle import mooncake_workload, op_prompts, run_batch, shared_prefix_workload  # noqa: E402
+from bench_lifecycle import (CHUNK, INTERVAL, _OUT, mooncake_workload, op_prompts, run_batch,  # noqa: E402
+                             shared_prefix_workload)
 
 TRACE = os.path.join(ROOT, "..", "shared", "data", "mooncake_conversation_trace.jsonl")
 
@@ -120,6 +127,23 @@ def own_insert_pass(C, prompts) -> float:
     return statistics.median(ts) / 1e3
 
 
+def prefix_lens(C, reqs, cfg: dict, batch: int) -> list:
+    """Each request's prefix_len in a batch-API run over fresh pools (as
+    run_batch runs it, untimed): memory_floor()'s P."""
+    lc = C.Lifecycle(C.SlotAllocator(cfg["states"]), C.SlotAllocator(cfg["kv"]), C.ReqPool(cfg["rows"], cfg["ctx"], 2),
+                     chunk_size=CHUNK, extra_buffer=True, track_interval=INTERVAL)
+    out = []
+    for s in range(0, len(reqs), batch):
+        keys = reqs[s : s + batch]
+        full = [k + _OUT for k in keys]
+        got = lc.prefill_batch(keys)
+        out += got["prefix_len"].tolist()
+        lc.unfinished_batch(got["rows"], full)
+        lc.decode_batch(got["rows"])
+        lc.finish_batch(got["rows"], full)
+    return out
+
+
 def ops_table(mods, rounds: int) -> None:
     prompts, misses, values = op_keys()
     for side in ("other", "this"):   # warm-up
@@ -148,30 +172,47 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ops", action="store_true", help="also the per-operation C calls (first)")
+    ap.add_argument("--floor", action="store_true", help="also memory_floor() and floor / batch")
     args = ap.parse_args()
+    memory_floor = None
+    if args.floor:
+        from bench_dropin import memory_floor  # noqa: E402 (torch and SGLang's wheel: only when asked)
     mods = {"other": load_module("mr_other", os.path.abspath(args.other)), "this": load_module("mr_this", ROOT)}
     if args.ops:
         ops_table(mods, args.rounds)
     workloads = [("shared-prefix", shared_prefix_workload(args.requests))]
     if os.path.exists(TRACE):
         workloads.append(("mooncake", mooncake_workload(TRACE, args.requests)))
-    print(f"{'workload':14} {'other us/req':>13} {'this us/req':>12} {'other / this':>13} {'ratio range':>14}")
+    print(f"{'workload':14} {'other us/req':>13} {'this us/req':>12} {'other / this':>13} {'ratio range':>14}"
+          + (f" {'floor us':>9} {'floor/other':>12} {'floor/this':>11}" if args.floor else ""))
     for name, reqs in workloads:
         reqs = [array("q", r) for r in reqs]
         total = sum(len(r) for r in reqs)
         cfg = {"kv": max(400_000, min(total // 4, 4_000_000)), "states": 192, "rows": 64,
                "ctx": max(len(r) for r in reqs) + 8}
-        times = {"other": [], "this": []}
+        times = {"other": [], "this": [], "floor": []}
         ratios, hits = [], {}
+        plens = prefix_lens(mods["this"], reqs, cfg, args.batch) if args.floor else None
         for i in range(args.rounds):
+            if args.floor:
+                times["floor"].append(memory_floor(reqs, plens, cfg, args.batch, 1))
             got = {}
             for side in (("other", "this") if i % 2 == 0 else ("this", "other")):
                 r = run_batch(reqs, cfg, args.batch, C=mods[side])
                 got[side], hits[side] = r["seconds"] / len(reqs) * 1e6, r["hits"]
                 times[side].append(got[side])
             ratios.append(got["other"] / got["this"])
-        print(f"{name:14} {statistics.median(times['other']):13.1f} {statistics.median(times['this']):12.1f} "
-              f"{statistics.median(ratios):12.2f}x {min(ratios):6.2f}-{max(ratios):.2f}x")
+        med = {side: statistics.median(ts) if ts else 0.0 for side, ts in times.items()}
+        print(f"{name:14} {med['other']:13.1f} {med['this']:12.1f} "
+              f"{statistics.median(ratios):12.2f}x {min(ratios):6.2f}-{max(ratios):.2f}x"
+              + (f" {med['floor']:9.2f} {med['floor'] / med['other']:12.2f} {med['floor'] / med['this']:11.2f}"
+                 if args.floor else ""))
+        if args.floor:
+            # on a loaded machine a round's wall time includes the time the process waited for a core:
+            # the fastest round of each is the closer reading of its own cost
+            best = {side: min(ts) for side, ts in times.items()}
+            print(f"  fastest rounds: other {best['other']:.1f}, this {best['this']:.1f}, floor {best['floor']:.2f} us: "
+                  f"floor/other {best['floor'] / best['other']:.2f}, floor/this {best['floor'] / best['this']:.2f}")
         if hits["other"] != hits["this"]:
             print(f"  hit tokens differ: {hits['other']} (other) vs {hits['this']} (this): the two builds evict "
                   "differently, so they do not do the same work")

@@ -31,6 +31,8 @@ struct mr_lifecycle {
     size_t nrst, caprst;
     int32_t *kb;           /* a request's int64 tokens narrowed (key_tail) */
     size_t capkb;
+    int32_t *bk;           /* a batch call's tokens as int32 (batch_tokens) */
+    size_t capbk;
     int rel_error;         /* first error a release hook hit */
     int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
     int64_t cached_len;    /* tokens the last cache call inserted (mr_lc_cached_len) */
@@ -410,6 +412,7 @@ mr_lc_free(mr_lifecycle *lc)
     MR_FREE(lc->ends);
     MR_FREE(lc->rst);
     MR_FREE(lc->kb);
+    MR_FREE(lc->bk);
     MR_FREE(lc);
 }
 
@@ -599,6 +602,26 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     const int32_t *owner = lc->kv->pages.owner;
     const mr_slots *pages = &lc->kv->pages;
     const int grp = pages->group_active && pages->group_pos < pages->group_len;
+    /* ps == 1 and every index the insert takes owned by one caller (a
+     * request row, whose table past the tree's prefix is its own, Q6; or
+     * HELD outside an alloc group): checked and claimed for the tree in one
+     * pass over the owners, without stamps (an index listed twice is the
+     * tree's at its second listing).  Anything else is given back and takes
+     * the pass below, which classifies the refusal and names the index. */
+    int64_t claimed = -1;
+    int32_t expect = 0;
+    if (ps == 1 && mine < len) {
+        const int64_t u0 = val[mine];
+        const int32_t o0 = (uint64_t)u0 - 1 < (uint64_t)np ? owner[u0] : MR_OWNER_FREE;
+        if (o0 >= 1 || (o0 == MR_OWNER_HELD && !grp)) {
+            expect = o0;
+            claimed = mr_slots_claim(&lc->kv->pages, val + mine, (int64_t)(len - mine), expect, MR_OWNER_TREE);
+            if (claimed < (int64_t)(len - mine)) {
+                mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+                claimed = -1;
+            }
+        }
+    }
     /* each index (page) listed once, checked in the same pass: each page is
      * stamped with this call's generation (mr_kv_stamp_begin) */
     uint16_t gen = 0;
@@ -609,7 +632,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     int64_t again = -1, held = 0;   /* held: HELD units in val[mine:len), ps == 1 */
     uint16_t *const stamp = lc->kv->stamp;
     const uint16_t g = gen;   /* not reloaded after each stamp store */
-    if (ps == 1) {
+    if (claimed >= 0) {
+        /* checked and claimed above */
+    }
+    else if (ps == 1) {
         /* each token its own page: one test per index for the common case
          * (a request's, or a caller's HELD one outside an alloc group), the
          * rest classified by kv_refusal.  The counts stay in registers: the
@@ -684,12 +710,14 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     if (rc == MR_OK && ps > 1) {
         rc = reserve_runs(lc, len);
     }
-    if (rc != MR_OK) {
-        return rc;
-    }
     int64_t *dup = dup_out != NULL ? dup_out : lc->b;
-    rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
+    if (rc == MR_OK) {
+        rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
+    }
     if (rc != MR_OK) {
+        if (claimed >= 0) {
+            mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+        }
         return rc;
     }
     /* 2. the tree owns the new tokens and the state now.  The new tokens
@@ -703,7 +731,20 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
      * check's count over val[mine:len) and one pass over the shorter part */
     int64_t held_new = 0;
     const int counted = ps == 1 && pl >= mine && out->ndup == pl - mine;
-    if (ps == 1) {
+    if (claimed >= 0) {
+        /* the tree keeps val[pl:len) as claimed; val[mine:pl) (the
+         * duplicates, freed below) goes back to the caller first */
+        size_t from_new = pl > mine ? pl : mine;
+        if (pl > mine) {
+            mr_slots_unclaim(&lc->kv->pages, val + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
+        }
+        else if (pl < mine) {
+            mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(mine - pl), MR_OWNER_TREE);
+        }
+        held = expect == MR_OWNER_HELD ? (int64_t)(len - mine) : 0;
+        held_new = expect == MR_OWNER_HELD ? (int64_t)(len - from_new) : 0;
+    }
+    else if (ps == 1) {
         if (!counted || len - pl <= pl - mine) {
             for (size_t i = pl; i < len; i++) {
                 held_new += owner[val[i]] == MR_OWNER_HELD;
@@ -716,7 +757,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
             }
         }
     }
-    if (len > pl && ps == 1) {
+    if (claimed >= 0) {
+        /* moved when claimed */
+    }
+    else if (len > pl && ps == 1) {
         mr_slots_transfer_counted(&lc->kv->pages, val + pl, (int64_t)(len - pl), MR_OWNER_TREE, held_new);
     }
     else if (len > pl) {
@@ -1988,11 +2032,21 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     int64_t done = 0;
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         int64_t ealloc = ((int64_t)lens[i] - sts[i].prefix_len + ps - 1) / ps * ps;
+        int64_t P = sts[i].prefix_len;
+        if (ps == 1) {
+            /* token pages: the indices go straight into the row */
+            int32_t *dst = mr_reqpool_span(lc->rp, out->rows[i], P, ealloc);
+            rc = dst == NULL ? MR_EINVAL : mr_slots_alloc_i32(&lc->kv->pages, ealloc, (int32_t)out->rows[i], dst);
+            if (rc == MR_OK) {
+                mr_reqpool_mark_dirty(lc->rp, out->rows[i], P, P + ealloc);
+                done++;
+            }
+            continue;
+        }
         rc = mr_kv_alloc(lc->kv, ealloc, (int32_t)out->rows[i], lc->a);
         if (rc == MR_OK) {
             /* the unused rest of a last partial page stays the request's:
              * the next decode tokens go there */
-            int64_t P = sts[i].prefix_len;
             (void)mr_reqpool_write_trusted(lc->rp, out->rows[i], P, lc->a, (int64_t)lens[i] - P);
             done++;
         }
@@ -2060,23 +2114,115 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
     return mr_lc_unfinished_batch_key(lc, n, rows, keys, NULL, ns, fork_src, fork_dst, bad);
 }
 
-/* Before a batch call changes anything: every int64 key's tokens that the
- * call may read (up to the row's committed length, past its locked prefix
- * when its insert can start there) fit int32; else MR_EINVAL with bad =
- * {key, position}. */
-static int
-keys_fit(mr_lifecycle *lc, size_t n, const int64_t *rows, const int64_t *const *keys64, int64_t *bad)
+/* Where a batch call reads a request's tokens, when its insert covers
+ * cache_len of them: from its locked prefix when the insert can start at
+ * its locked node (locked_path), else from 0. */
+static size_t
+read_from(mr_lifecycle *lc, const mr_req *st, int64_t cache_len)
 {
-    for (size_t i = 0; keys64 != NULL && i < n; i++) {
-        if (keys64[i] == NULL) {
+#ifdef MR_VERIFY_TRUSTED
+    (void)lc, (void)st, (void)cache_len;
+    return 0;   /* the insert checks the caller's path: the whole key */
+#else
+    return cache_len > 0 && locked_path(lc, st, (size_t)cache_len) != NULL ? (size_t)st->protected_len : 0;
+#endif
+}
+
+/* The tokens [*lo, *hi) of row st that a batch call checks and reads:
+ * up to its committed length, from its locked prefix when the insert can
+ * start there, whatever length the insert covers: the end of prefill's
+ * (finish 0) its tracked length; a finish's (is_insert: the request's
+ * is_insert too) what mr_rule_finish_cache_len gives with or without the
+ * end-of-turn state, which the rows finished before it decide. */
+static void
+read_range(mr_lifecycle *lc, const mr_req *st, int finish, int is_insert, size_t *lo, size_t *hi)
+{
+    const mr_lc_config *c = &lc->cfg;
+    int64_t len[2] = {unfinished_cache_len(lc, st, (size_t)st->committed), -1};
+    if (finish) {
+        len[0] = len[1] = -1;
+        for (int eot = 0; eot < 2 && is_insert && st->lazy_is_insert; eot++) {
+            len[eot] = mr_rule_finish_cache_len(c->extra_buffer, st->last_track_seqlen, st->committed, eot,
+                                                c->page_size);
+        }
+    }
+    *hi = (size_t)st->committed;
+    *lo = read_from(lc, st, st->committed);
+    for (int j = 0; j < 2; j++) {
+        size_t f = len[j] > 0 ? read_from(lc, st, len[j]) : *lo;
+        *lo = f < *lo ? f : *lo;
+    }
+    *lo = *lo < *hi ? *lo : *hi;
+}
+
+/* Copies tokens [lo, hi) of the request's sequence (keys[i], then outs[i])
+ * to dst at the same positions, narrowing int64 ones.  The position of
+ * the first token outside int32, or -1. */
+static int64_t
+join_tokens(const mr_lc_batch_keys *k, size_t i, size_t lo, size_t hi, int32_t *dst)
+{
+    size_t klen = k->lens != NULL ? k->lens[i] : SIZE_MAX;
+    for (int part = 0; part < 2; part++) {
+        size_t a = part == 0 ? lo : (lo > klen ? lo : klen);
+        size_t b = part == 0 ? (hi < klen ? hi : klen) : hi;
+        if (a >= b) {
             continue;
         }
-        const mr_req *st = &lc->rp->req[rows[i]];
-        size_t len = (size_t)st->committed;
-        size_t from = locked_path(lc, st, len) != NULL ? (size_t)st->protected_len : 0;
-        if ((bad[1] = misfit_at(keys64[i], from, len)) >= 0) {
-            bad[0] = (int64_t)i;
-            return MR_EINVAL;
+        size_t base = part == 0 ? 0 : klen;   /* the part's first position */
+        const int64_t *s64 = part == 0 ? (k->keys64 != NULL ? k->keys64[i] : NULL)
+                                       : (k->outs64 != NULL ? k->outs64[i] : NULL);
+        if (s64 == NULL) {
+            const int32_t *s32 = part == 0 ? k->keys[i] : k->outs[i];
+            memcpy(dst + a, s32 + (a - base), (b - a) * sizeof(int32_t));
+        }
+        else if (mr_narrow_i32(s64 + (a - base), b - a, dst + a)) {
+            return (int64_t)base + misfit_at(s64, a - base, b - base);
+        }
+    }
+    return -1;
+}
+
+/* Before a batch call changes anything: each request's tokens that the
+ * call reads (read_range), as int32 in tok[i]: its int32 key itself when
+ * that holds them, else copied (int64 ones narrowed, checked) into lc->bk
+ * at their positions.  MR_EINVAL with bad = {key, position} for a token
+ * outside int32, bad = {key, -1} when the key and its outputs are shorter
+ * than what the call reads. */
+static int
+batch_tokens(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *k, int finish, int is_insert,
+             const int32_t **tok, int64_t *bad)
+{
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && grow_n((void **)&lc->bk, &lc->capbk, total, sizeof(int32_t)) != MR_OK) {
+            return MR_ENOMEM;
+        }
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t lo, hi;
+            read_range(lc, &lc->rp->req[rows[i]], finish, is_insert, &lo, &hi);
+            size_t klen = k->lens != NULL ? k->lens[i] : SIZE_MAX;
+            size_t have = k->lens == NULL ? SIZE_MAX : klen + (k->olens != NULL ? k->olens[i] : 0);
+            const int in_place = (k->keys64 == NULL || k->keys64[i] == NULL) && hi <= klen;
+            if (pass == 0) {
+                if (hi > have) {
+                    bad[0] = (int64_t)i;
+                    bad[1] = -1;
+                    return MR_EINVAL;
+                }
+                total += in_place ? 0 : hi;
+                continue;
+            }
+            tok[i] = in_place ? k->keys[i] : lc->bk + off;
+            if (!in_place) {
+                int64_t at = join_tokens(k, i, lo, hi, lc->bk + off);
+                if (at >= 0) {
+                    bad[0] = (int64_t)i;
+                    bad[1] = at;
+                    return MR_EINVAL;
+                }
+                off += hi;
+            }
         }
     }
     return MR_OK;
@@ -2086,6 +2232,14 @@ int
 mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src, int64_t *fork_dst,
                            int64_t *bad)
+{
+    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
+    return mr_lc_unfinished_batch_seq(lc, n, rows, &k, ns, fork_src, fork_dst, bad);
+}
+
+int
+mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
 {
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
@@ -2100,7 +2254,11 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
             return MR_EINVAL;
         }
     }
-    int rc = keys_fit(lc, n, rows, keys64, bad);   /* before any row changes */
+    const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
+    if (tok == NULL) {
+        return MR_ENOMEM;
+    }
+    int rc = batch_tokens(lc, n, rows, keys, 0, 0, tok, bad);   /* before any row changes */
     /* every row that caches takes a state slot (the fresh one for its
      * buffer, or the fork's copy): a batch short of them even counting
      * what eviction can free is refused before any row changes */
@@ -2118,13 +2276,10 @@ mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
         size_t fill = (size_t)st->committed;
         int64_t table_end;
         /* the batch hands back no prefix: the row is the request's table */
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = cache_unfinished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, fill, ns ? ns[i] : 0, -1,
-                              NULL, &fork_src[i], &fork_dst[i], &table_end, &bad[1]);
-        if (rc == MR_EINVAL && bad[1] >= 0) {
-            bad[0] = (int64_t)i;
-        }
+        rc = cache_unfinished(lc, rows[i], st, tok[i], NULL, NULL, fill, ns ? ns[i] : 0, -1, NULL, &fork_src[i],
+                              &fork_dst[i], &table_end, &bad[1]);
     }
+    MR_FREE(tok);
     return rc;
 }
 
@@ -2206,6 +2361,14 @@ int
 mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                        const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad)
 {
+    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
+    return mr_lc_finish_batch_seq(lc, n, rows, &k, ns, is_insert, bad);
+}
+
+int
+mr_lc_finish_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                       const int32_t *ns, int is_insert, int64_t *bad)
+{
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
         return MR_ESTATE;
@@ -2219,25 +2382,19 @@ mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
             return MR_EINVAL;
         }
     }
-    int rc = keys_fit(lc, n, rows, keys64, bad);
-    if (rc != MR_OK) {
-        return rc;
+    const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
+    if (tok == NULL) {
+        return MR_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
+    int rc = batch_tokens(lc, n, rows, keys, 1, is_insert, tok, bad);   /* before any row changes */
+    for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &lc->rp->req[rows[i]];
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = cache_finished(lc, rows[i], st, k64 != NULL ? NULL : keys[i], k64, NULL, (size_t)st->committed,
-                            ns ? ns[i] : 0, is_insert && st->lazy_is_insert, &bad[1]);
-        if (rc == MR_EINVAL && bad[1] >= 0) {
-            bad[0] = (int64_t)i;
-        }
-        if (rc != MR_OK) {
-            return rc;
-        }
-        rc = mr_reqpool_free(lc->rp, rows[i]);
-        if (rc != MR_OK) {
-            return rc;
+        rc = cache_finished(lc, rows[i], st, tok[i], NULL, NULL, (size_t)st->committed, ns ? ns[i] : 0,
+                            is_insert && st->lazy_is_insert, &bad[1]);
+        if (rc == MR_OK) {
+            rc = mr_reqpool_free(lc->rp, rows[i]);
         }
     }
-    return MR_OK;
+    MR_FREE(tok);
+    return rc;
 }

@@ -400,6 +400,28 @@ int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, cons
 int mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                                const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src,
                                int64_t *fork_dst, int64_t *bad);
+/* A batch's token sequences: request i's is keys[i] (int32; or int64,
+ * read in place, where keys64 and keys64[i] are not NULL) of lens[i]
+ * tokens followed by outs[i] (likewise outs64[i]) of olens[i] tokens, its
+ * output tokens, so that a caller needs not join them.  lens NULL: each
+ * key holds at least its row's committed length (no outputs read); olens
+ * NULL: no outputs. */
+typedef struct {
+    const int32_t *const *keys;
+    const int64_t *const *keys64;
+    const size_t *lens;
+    const int32_t *const *outs;
+    const int64_t *const *outs64;
+    const size_t *olens;
+} mr_lc_batch_keys;
+
+/* mr_lc_unfinished_batch_key over such sequences: the tokens the call reads
+ * (up to the committed length, from the locked prefix when the insert can
+ * start there) are checked and narrowed once, before any row changed; one
+ * outside int32: MR_EINVAL, bad = {request, position in its sequence}; a
+ * sequence shorter than what is read: MR_EINVAL, bad = {request, -1}. */
+int mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                               const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
 /* One decode step for n rows: one KV token each (written to the table),
  * the tracking decision before the forward and the boundary bookkeeping
  * after it.  MR_ENOSPC when the step's KV is more than the free KV and what
@@ -416,6 +438,10 @@ int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const in
  * before the first is finished). */
 int mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
                            const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad);
+/* mr_lc_finish_batch_key over sequences of keys and output tokens
+ * (mr_lc_batch_keys), read as mr_lc_unfinished_batch_seq reads them. */
+int mr_lc_finish_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                           const int32_t *ns, int is_insert, int64_t *bad);
 
 /* Verifies the tree (mr_radix_check), every pool, that the tree's KV
  * tokens and states equal the TREE-owned units of the pools, and every

@@ -279,6 +279,15 @@ mr_reqpool_write_trusted(mr_reqpool *p, int64_t r, int64_t start, const int64_t 
     return MR_OK;
 }
 
+int32_t *
+mr_reqpool_span(mr_reqpool *p, int64_t r, int64_t start, int64_t n)
+{
+    if (r < 0 || r > p->size || n < 0 || start < 0 || start > p->max_ctx || n > p->max_ctx - start) {
+        return NULL;
+    }
+    return p->table + (size_t)r * (size_t)p->max_ctx + start;
+}
+
 int
 mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals,
                       int width, int64_t vstride, int64_t *bad)

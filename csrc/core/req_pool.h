@@ -140,6 +140,11 @@ int mr_reqpool_write(mr_reqpool *p, int64_t r, int64_t start, const int64_t *val
  * writes: the row and columns are checked, the values are not (builds with
  * MR_VERIFY_TRUSTED check them and abort). */
 int mr_reqpool_write_trusted(mr_reqpool *p, int64_t r, int64_t start, const int64_t *vals, int64_t n);
+/* Row r's columns [start, start + n) for the lifecycle to write in place
+ * (values it has validated, as mr_reqpool_write_trusted's; it marks them
+ * dirty with mr_reqpool_mark_dirty once written); NULL when they leave the
+ * table. */
+int32_t *mr_reqpool_span(mr_reqpool *p, int64_t r, int64_t start, int64_t n);
 /* Row r, columns start + i * step for i in [0, n) (step may be negative),
  * gets the int32 (width 4) or int64 (width 8) value at vals + i * vstride
  * bytes (vstride 0: the one value, broadcast); the columns' span is

@@ -254,6 +254,42 @@ mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
     return MR_OK;
 }
 
+int
+mr_slots_alloc_i32(mr_slots *s, int64_t k, int32_t owner, int32_t *out)
+{
+    if (s->n > INT32_MAX) {
+        return MR_EINVAL;
+    }
+    if (k == 1) {   /* an alloc group's unit, or the general path */
+        int64_t u = 0;
+        int rc = mr_slots_alloc(s, 1, owner, &u);
+        out[0] = (int32_t)u;
+        return rc;
+    }
+    if (k < 0 || !(owner == MR_OWNER_HELD || owner >= 1)) {
+        return MR_EINVAL;
+    }
+    if (s->count < k) {
+        return MR_ENOSPC;
+    }
+    /* ring_pop's order, each unit read once: written out and marked */
+    const int64_t *ring = s->ring;
+    int32_t *own = s->owner;
+    int64_t h = s->head;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t u = ring[h];
+        out[i] = (int32_t)u;
+        own[u] = owner;
+        if (++h == s->n) {
+            h = 0;
+        }
+    }
+    s->head = h;
+    s->count -= k;
+    count_add(s, owner, k);
+    return MR_OK;
+}
+
 /* mr_slots_free, with skip_pending as validate()'s. */
 static int
 slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, int skip_pending, int64_t *bad)
@@ -384,6 +420,35 @@ mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t nheld)
     set_owners_counted(s, idx, k, s->free_group ? MR_OWNER_PENDING : MR_OWNER_FREE, nheld,
                        "mr_slots_free_counted");
     put_freed(s, idx, k);
+}
+
+int64_t
+mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    int32_t *owner = s->owner;
+    const uint64_t n = (uint64_t)s->n;
+    int64_t i = 0;
+    for (; i < k; i++) {
+        int64_t u = idx[i];
+        if ((uint64_t)u - 1 >= n || owner[u] != expect) {   /* u outside [1, n], or not expect's */
+            break;
+        }
+        owner[u] = to;
+    }
+    count_add(s, expect, -i);
+    count_add(s, to, i);
+    return i;
+}
+
+void
+mr_slots_unclaim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    int32_t *owner = s->owner;
+    for (int64_t i = 0; i < k; i++) {
+        owner[idx[i]] = expect;
+    }
+    count_add(s, to, -k);
+    count_add(s, expect, k);
 }
 
 int

@@ -99,6 +99,10 @@ static inline int64_t mr_slots_available(const mr_slots *s) { return s->count; }
  * MR_ENOSPC if fewer than k are free (nothing taken); MR_EINVAL for k < 0
  * or a bad owner. */
 int mr_slots_alloc(mr_slots *s, int64_t k, int32_t owner, int64_t *out);
+/* mr_slots_alloc writing the units as int32 (a req-to-token row): the
+ * lifecycle's KV straight into a request's table.  MR_EINVAL too when a
+ * unit could be outside int32 (n > INT32_MAX). */
+int mr_slots_alloc_i32(mr_slots *s, int64_t k, int32_t owner, int32_t *out);
 
 /* Returns units idx[0:k) to the free list (appended at the tail, or pushed
  * at the head in reverse order when front != 0, so idx[0] is next out).
@@ -132,6 +136,14 @@ void mr_slots_transfer_checked(mr_slots *s, const int64_t *idx, int64_t k, int32
 void mr_slots_transfer_counted(mr_slots *s, const int64_t *idx, int64_t k, int32_t to, int64_t nheld);
 /* mr_slots_free_checked with the caller's count of HELD units, likewise. */
 void mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t nheld);
+/* Moves units idx[0:k), all owned by `expect`, to `to` (expect != to) in
+ * one pass that checks as it moves: it stops at the first unit out of [1, n]
+ * or not owned by `expect` (a unit listed twice is `to`'s at its second
+ * listing) and returns how many it moved, k when all; the class counts move
+ * with them.  The caller gives a partial claim back with mr_slots_unclaim. */
+int64_t mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to);
+/* Gives units idx[0:k) that mr_slots_claim moved to `to` back to `expect`. */
+void mr_slots_unclaim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to);
 
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);

@@ -2231,16 +2231,19 @@ keyset_free(keyset *k)
     memset(k, 0, sizeof(*k));
 }
 
-/* keys: a list of token sequences; ns_obj: None or a list of ints.
- * in_place: a key key64_view accepts (C-contiguous int64) is read where it
- * is (ptrs64[i], its view held until keyset_free), for a call that only
- * matches; every other key is narrowed into data. */
+/* keys: a list of token sequences (the argument `what`: "keys" or
+ * "outputs"); ns_obj: None or a list of ints.  in_place: a key key64_view
+ * accepts (C-contiguous int64) is read where it is (ptrs64[i], its view
+ * held until keyset_free), for a call that only matches; every other key
+ * is narrowed into data. */
 static int
-keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, int in_place)
+keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, const char *what, int in_place)
 {
     memset(k, 0, sizeof(*k));
     /* tuples of their own: an item's __index__ may change the caller's lists */
-    PyObject *seq = own_tuple(keys, "keys must be a sequence of token sequences");
+    char must[80];
+    snprintf(must, sizeof(must), "%s must be a sequence of token sequences", what);
+    PyObject *seq = own_tuple(keys, must);
     if (seq == NULL) {
         return -1;
     }
@@ -2264,7 +2267,7 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, int 
     /* the argument's name for errors: "<fname>(): keys[" once, the index
      * written per key (no formatting call per key) */
     char arg[96];
-    int plen = snprintf(arg, sizeof(arg), "%s(): keys[", fname);
+    int plen = snprintf(arg, sizeof(arg), "%s(): %s[", fname, what);
     if (plen < 0 || plen > (int)sizeof(arg) - 24) {
         plen = 0;
     }
@@ -2336,6 +2339,36 @@ keyset_bad_token(const keyset *k, const int64_t *bad, const char *fname)
     return 1;
 }
 
+/* keyset_bad_token where the request's sequence is keys[i] followed by
+ * outputs[i] (o, or NULL): a position past the key names the output. */
+static int
+keyset_bad_joined(const keyset *k, const keyset *o, const int64_t *bad, const char *fname)
+{
+    if (o == NULL || bad[0] < 0 || bad[1] < 0 || (size_t)bad[0] >= k->n || (size_t)bad[1] < k->lens[bad[0]]) {
+        return keyset_bad_token(k, bad, fname);
+    }
+    int64_t at[2] = {bad[0], bad[1] - (int64_t)k->lens[bad[0]]};
+    if (o->ptrs64 == NULL || o->ptrs64[at[0]] == NULL) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s(): outputs[%lld][%lld] = %lld is out of range [%d, %d]", fname,
+                 (long long)at[0], (long long)at[1], (long long)o->ptrs64[at[0]][at[1]], INT32_MIN, INT32_MAX);
+    return 1;
+}
+
+/* The core's view of a batch's keys, and of their outputs (o, or NULL). */
+static mr_lc_batch_keys
+batch_keys(const keyset *k, const keyset *o)
+{
+    mr_lc_batch_keys b = {k->ptrs, k->ptrs64, k->lens, NULL, NULL, NULL};
+    if (o != NULL) {
+        b.outs = o->ptrs;
+        b.outs64 = o->ptrs64;
+        b.olens = o->lens;
+    }
+    return b;
+}
+
 /* After a refusal of in-place keys: 1 with ValueError set, naming the
  * first token outside int32 (as the narrowing of a copied key names it),
  * or 0 when every token fits. */
@@ -2387,7 +2420,7 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     keyset k;
-    if (keyset_read(args[0], pa[1], &k, "prefill_batch", 1) < 0) {
+    if (keyset_read(args[0], pa[1], &k, "prefill_batch", "keys", 1) < 0) {
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
@@ -2443,18 +2476,23 @@ rows_read(PyObject *obj, PyObject **arr, const char *fname)
     return *arr == NULL ? -1 : 0;
 }
 
-/* The rows of a batch call, and their keys when k is given, checked before
- * the call with messages that name the entry: each a row in use, listed
- * once (mr_reqpool_rows_check, which the call applies too), each key at
- * least its row's committed length; a decode step's rows (step) with room
- * for one more token. */
+/* The rows of a batch call, and their keys when k is given (followed by
+ * their outputs when o is given), checked before the call with messages
+ * that name the entry: each a row in use, listed once
+ * (mr_reqpool_rows_check, which the call applies too), each key (with its
+ * outputs) at least its row's committed length; a decode step's rows
+ * (step) with room for one more token. */
 static int
 batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n, const keyset *k,
-                 int step)
+                 const keyset *o, int step)
 {
     mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
     if (k != NULL && (size_t)n != k->n) {
         PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, keys %zu", fname, n, k->n);
+        return -1;
+    }
+    if (o != NULL && (size_t)n != o->n) {
+        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, outputs %zu", fname, n, o->n);
         return -1;
     }
     int64_t at = 0;
@@ -2476,9 +2514,10 @@ batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, 
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t c = rp->req[rows[i]].committed;
-        if (k != NULL && (int64_t)k->lens[i] < c) {
-            PyErr_Format(PyExc_ValueError, "%s(): keys[%zd] has %zu tokens, fewer than the %lld that rows[%zd] = %lld "
-                         "has committed", fname, i, k->lens[i], (long long)c, i, (long long)rows[i]);
+        if (k != NULL && (int64_t)(k->lens[i] + (o != NULL ? o->lens[i] : 0)) < c) {
+            PyErr_Format(PyExc_ValueError, "%s(): keys[%zd]%s has %zu tokens, fewer than the %lld that rows[%zd] = "
+                         "%lld has committed", fname, i, o != NULL ? " with its outputs" : "",
+                         k->lens[i] + (o != NULL ? o->lens[i] : 0), (long long)c, i, (long long)rows[i]);
             return -1;
         }
         if (step && c + 1 > rp->max_ctx) {
@@ -2491,11 +2530,14 @@ batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, 
 }
 
 PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
-"unfinished_batch($self, rows, keys, /, ns=None)\n"
+"unfinished_batch($self, rows, keys, /, ns=None, outputs=None)\n"
 "--\n"
 "\n"
 "cache_unfinished_req for each row (end of prefill of requests that go on\n"
-"decoding; keys: each request's tokens so far).  Returns (fork_src,\n"
+"decoding; keys: each request's tokens so far, or its origin tokens with\n"
+"outputs: per row the output tokens that follow them, so that the caller\n"
+"needs not join the two; the call reads up to the row's committed length).\n"
+"Returns (fork_src,\n"
 "fork_dst): the no_buffer state copies to run now (-1 = none).\n"
 "C-contiguous int64 keys (array('q'), numpy) are read in place.  A key\n"
 "must begin with the tokens its row was matched from: the insert starts at\n"
@@ -2506,21 +2548,28 @@ PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
 static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns");
+    MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns", "outputs");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0) {
         return NULL;
     }
     PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
-    keyset k;
+    keyset k, o;
+    const int outs = pa[3] != NULL && pa[3] != Py_None;
+    memset(&o, 0, sizeof(o));
     if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", 1) < 0) {
+    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", "keys", 1) < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    if (outs && keyset_read(pa[3], NULL, &o, "unfinished_batch", "outputs", 1) < 0) {
+        keyset_free(&k);
         Py_DECREF(rows);
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "unfinished_batch", I64(rows), n, &k, 0) < 0) {
+    if (batch_rows_check(self, "unfinished_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
         goto error;
     }
     fs = mr_i64_array(NULL, n);
@@ -2529,8 +2578,9 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto error;
     }
     int64_t bad[2];
-    int rc = mr_lc_unfinished_batch_key(self->lc, k.n, I64(rows), k.ptrs, k.ptrs64, k.ns, I64(fs), I64(fd), bad);
-    if (rc == MR_EINVAL && keyset_bad_token(&k, bad, "unfinished_batch")) {
+    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
+    int rc = mr_lc_unfinished_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, I64(fs), I64(fd), bad);
+    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "unfinished_batch")) {
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2543,6 +2593,7 @@ error:
     Py_XDECREF(fs);
     Py_XDECREF(fd);
     keyset_free(&k);
+    keyset_free(&o);
     return res;
 }
 
@@ -2568,7 +2619,7 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, 1) < 0) {
+    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, NULL, 1) < 0) {
         goto error;
     }
     ts = mr_i64_array(NULL, n);
@@ -2594,17 +2645,18 @@ error:
 }
 
 PyDoc_STRVAR(Lifecycle_finish_batch__doc__,
-"finish_batch($self, rows, keys, /, ns=None, is_insert=True)\n"
+"finish_batch($self, rows, keys, /, ns=None, is_insert=True, outputs=None)\n"
 "--\n"
 "\n"
-"cache_finished_req for each row (keys: origin + output tokens) and free\n"
-"the rows.  ValueError for a row that is not in use (finished twice).\n"
-"Keys are read as unfinished_batch reads them.");
+"cache_finished_req for each row (keys: origin + output tokens, or the\n"
+"origin tokens with outputs: per row its output tokens) and free the rows.\n"
+"ValueError for a row that is not in use (finished twice).  Keys and\n"
+"outputs are read as unfinished_batch reads them.");
 
 static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert");
+    MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert", "outputs");
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
         || need_pools(self, "finish_batch") < 0) {
         return NULL;
@@ -2614,21 +2666,29 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *rows = NULL, *res = NULL;
-    keyset k;
+    keyset k, o;
+    const int outs = pa[4] != NULL && pa[4] != Py_None;
+    memset(&o, 0, sizeof(o));
     if (rows_read(args[0], &rows, "finish_batch") < 0) {
         return NULL;
     }
-    if (keyset_read(args[1], pa[2], &k, "finish_batch", 1) < 0) {
+    if (keyset_read(args[1], pa[2], &k, "finish_batch", "keys", 1) < 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    if (outs && keyset_read(pa[4], NULL, &o, "finish_batch", "outputs", 1) < 0) {
+        keyset_free(&k);
         Py_DECREF(rows);
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "finish_batch", I64(rows), n, &k, 0) < 0) {
+    if (batch_rows_check(self, "finish_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
         goto error;
     }
     int64_t bad[2];
-    int rc = mr_lc_finish_batch_key(self->lc, k.n, I64(rows), k.ptrs, k.ptrs64, k.ns, ins, bad);
-    if (rc == MR_EINVAL && keyset_bad_token(&k, bad, "finish_batch")) {
+    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
+    int rc = mr_lc_finish_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, ins, bad);
+    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "finish_batch")) {
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2639,6 +2699,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
 error:
     Py_XDECREF(rows);
     keyset_free(&k);
+    keyset_free(&o);
     return res;
 }
 
