@@ -505,7 +505,7 @@ static const mr_status_override cache_finished_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated or committed_len is too long"},
     MR_STATUS_END(lifecycle_overrides),
 };
-static const mr_status_override unfinished_foreign_overrides[] = {
+static const mr_status_override unfinished_tree_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: the tracked length is not page aligned or beyond len(kv)"},
     {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: fresh is one of the request's own state slots (running or track buffer); "
                                  "the tree's node and the request would share it"},
@@ -1313,6 +1313,14 @@ Lifecycle_stats(LifecycleObject *self, PyObject *unused)
 /* ------------------------------------------------------------------------
  * Per-request calls (rs tuples) */
 
+/* The same calls on a Lifecycle without pools (below): the record first
+ * (there is no row), the caller's slot ids in, its frees out. */
+static PyObject *tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+static PyObject *tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames);
+static PyObject *tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames);
+
 PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 "alloc_state($self, /, owner=-2)\n"
 "--\n"
@@ -1354,14 +1362,27 @@ PyDoc_STRVAR(Lifecycle_admit__doc__,
 "request a running slot (and its track buffer with extra_buffer) if it has\n"
 "none.  headroom: first evict states short of n * (lazy ? 2 : 3), as the\n"
 "scheduler does.  Returns (rows, rs_list), or None when rows or slots are\n"
-"short (nothing taken).");
+"short (nothing taken).\n"
+"\n"
+"Without pools: admit(rs, fresh=(), /), the state slots for one request.\n"
+"Returns\n"
+"(rs, need): with no fresh slots, need = how many the request wants (a\n"
+"running slot if it has none; with extra_buffer, its track buffer if it has\n"
+"none) and nothing changed; allocate that many and call again with them\n"
+"(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
+"track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
+"wrong count or a bad slot (nothing changes).  fresh an int (a slot\n"
+"counter): one call, the slots wanted are fresh, fresh + 1, ...; returns\n"
+"(rs, used), used = how many it took (0: none wanted, nothing changed).");
 
 static PyObject *
 Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "admit", 2, 2, 2, "rows", "rs_list", "headroom");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "admit") < 0) {
+    if (self->rp_obj == NULL) {
+        return tree_admit(self, args, nargs, kwnames);
+    }
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int headroom = 0;
@@ -1520,63 +1541,6 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(NLOL)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False, (long long)seqlen);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
-"decode_prepare($self, row, rs, seq_len, /)\n"
-"--\n"
-"\n"
-"Before a decode forward (seq_len includes the new token): lazy mode\n"
-"borrows a second track slot at a boundary.  Returns (rs, track_slot,\n"
-"track_mask).");
-
-static PyObject *
-Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
-    int64_t row = 0, sl = 0;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
-        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
-        || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0
-        || parse_rs_row(self, args[1], row, "decode_prepare", &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int64_t slot = -1;
-    uint8_t mask = 0;
-    int rc = mr_lc_decode_prepare(self->lc, row, &st, sl, &slot, &mask);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "decode_prepare()");
-    }
-    return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
-}
-
-PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
-"decode_finish($self, row, rs, committed_len, finished, /)\n"
-"--\n"
-"\n"
-"After a decode result: at a boundary (committed_len % interval == 0) record\n"
-"the tracked length and flip the ping-pong index (lazy: give the borrowed\n"
-"slot back).  Returns (rs, at_boundary).");
-
-static PyObject *
-Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
-    int64_t row = 0, c = 0;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
-        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
-        || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
-        return NULL;
-    }
-    int fin = 0;
-    if (mr_arg_bool(args[3], "decode_finish", "finished", &fin) < 0
-        || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
-    return Py_BuildValue("(NO)", build_rs(self, args[1], &st), at ? Py_True : Py_False);
-}
-
 PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 "cache_unfinished($self, row, rs, tokens, fill_len, /, ns=0)\n"
 "--\n"
@@ -1585,16 +1549,33 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 "fork_src, fork_dst): fork_* is the no_buffer state copy to do now (-1:\n"
 "none).  C-contiguous int64 tokens (array('q'), numpy) are read in place;\n"
 "they must begin with the tokens the request's locked node was matched\n"
-"from (its insert starts there and reads none of them).");
+"from (its insert starts there and reads none of them).\n"
+"\n"
+"Without pools (the pools are someone else's): cache_unfinished(rs, tokens,\n"
+"kv, fresh, /, ns=0, prefix=True), no row; kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
+"state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
+"fork_src, fork_dst, kv_to_free, slots_to_free, table_end): the caller's\n"
+"table must hold prefix_indices[:new protected_len], and differs from it\n"
+"only on [old protected_len, table_end) (the duplicates the tree replaced\n"
+"with its own indices; past them the tree took kv's), so the caller writes\n"
+"prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
+"not past it), frees the slots with one call and the KV in the calls\n"
+"kv_free_ends gives (fresh is among the slots when it was not needed).\n"
+"prefix=False: prefix_indices is None (not built).  The result is an\n"
+"UnfinishedResult: those seven items, and by name cache_len (the tokens\n"
+"the call inserted, 0: none) and kv_free_ends.  A Lifecycle with\n"
+"values=False takes kv as a count (its KV indices carry no value).");
 
 static PyObject *
 Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
+    if (self->rp_obj == NULL) {
+        return tree_cache_unfinished(self, args, nargs, kwnames);
+    }
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "cache_unfinished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0
         || row_and_len(self, "cache_unfinished", row, "fill_len", fill) < 0) {
@@ -1665,17 +1646,29 @@ PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
 "the tail KV and every state slot the tree does not keep, drop the lock.\n"
 "tail: more tokens after `tokens` (the key is tokens + tail, not built).\n"
 "Returns rs.  OwnershipError when the request was already finished or its\n"
-"slot donated (nothing changes).");
+"slot donated (nothing changes).\n"
+"\n"
+"Without pools: cache_finished(rs, tokens, kv, /, ns=0, is_insert=True,\n"
+"state_available=-1), no row; kv holds the request's committed KV indices.  Returns (rs, kv_to_free, slots_to_free): the slots\n"
+"for one free call of the caller's allocator, the KV for the calls\n"
+"kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
+"caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
+"-1: unknown, no end-of-turn state.  The result is a FinishedResult: those\n"
+"three items, and by name cache_len (the tokens the call inserted, 0:\n"
+"none) and kv_free_ends.  A Lifecycle with values=False takes kv as a\n"
+"count.");
 
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert", "tail");
+    if (self->rp_obj == NULL) {
+        return tree_cache_finished(self, args, nargs, kwnames);
+    }
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "cache_finished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0
         || row_and_len(self, "cache_finished", row, "committed_len", c) < 0) {
@@ -1723,7 +1716,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 }
 
 /* ------------------------------------------------------------------------
- * Tree-only: the same two calls over someone else's pools */
+ * Tree-only: the calls above over someone else's pools */
 
 /* The collected frees as two int64 arrays (then forgotten). */
 static int
@@ -1772,11 +1765,6 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
              PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf, mr_buf *tokbuf)
 {
     char arg[96];
-    if (self->rp_obj != NULL) {
-        PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has its own pools; use the call without _foreign",
-                     fname);
-        return -1;
-    }
     snprintf(arg, sizeof(arg), "%s(): ns", fname);
     if (ns_obj != NULL && mr_as_int64(ns_obj, 0, INT32_MAX, arg, ns) < 0) {
         return -1;
@@ -1827,7 +1815,7 @@ fail:
     return -1;
 }
 
-/* The result of a _foreign cache call: rs and the call's own outputs
+/* The result of a cache call without pools: rs and the call's own outputs
  * (items, new references), then the frees (kv, slots), and the named
  * fields past the unpacked ones: cache_len, kv_free_ends (and for
  * cache_unfinished table_end, unpacked).  Steals every reference, also on
@@ -1848,42 +1836,24 @@ cache_result(LifecycleObject *self, PyObject *type, PyObject *const *items, Py_s
     return r.res;
 }
 
-PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
-"cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0, prefix=True)\n"
-"--\n"
-"\n"
-"cache_unfinished_req on a Lifecycle without pools (the pools are someone\n"
-"else's): kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
-"state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
-"fork_src, fork_dst, kv_to_free, slots_to_free, table_end): the caller's\n"
-"table must hold prefix_indices[:new protected_len], and differs from it\n"
-"only on [old protected_len, table_end) (the duplicates the tree replaced\n"
-"with its own indices; past them the tree took kv's), so the caller writes\n"
-"prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
-"not past it), frees the slots with one call and the KV in the calls\n"
-"kv_free_ends gives (fresh is among the slots when it was not needed).\n"
-"prefix=False: prefix_indices is None (not built).  The result is an\n"
-"UnfinishedResult: those seven items, and by name cache_len (the tokens\n"
-"the call inserted, 0: none) and kv_free_ends.  A Lifecycle with\n"
-"values=False takes kv as a count (its KV indices carry no value).");
 
 static PyObject *
-Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
+    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
     int64_t ns = 0, fresh = 0;
     npy_intp n = 0;
     int want_prefix = 1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0
-        || mr_arg_bool(pa[5], "cache_unfinished_foreign", "prefix", &want_prefix) < 0) {
+        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0
+        || mr_arg_bool(pa[5], "cache_unfinished", "prefix", &want_prefix) < 0) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
+    if (foreign_args(self, "cache_unfinished", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
                      &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
@@ -1904,7 +1874,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
+        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished()", unfinished_tree_overrides, 0)
                            : NULL;
     }
     PyObject *items[7] = {build_rs(self, args[0], &st), prefix, PyLong_FromLongLong((long long)fs),
@@ -1912,25 +1882,12 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     return cache_result(self, lc_state(self)->UnfinishedResult, items, 7);
 }
 
-PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
-"cache_finished_foreign($self, rs, tokens, kv, /, ns=0, is_insert=True, state_available=-1)\n"
-"--\n"
-"\n"
-"cache_finished_req on a Lifecycle without pools: kv holds the request's\n"
-"committed KV indices.  Returns (rs, kv_to_free, slots_to_free): the slots\n"
-"for one free call of the caller's allocator, the KV for the calls\n"
-"kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
-"caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
-"-1: unknown, no end-of-turn state.  The result is a FinishedResult: those\n"
-"three items, and by name cache_len (the tokens the call inserted, 0:\n"
-"none) and kv_free_ends.  A Lifecycle with values=False takes kv as a\n"
-"count.");
 
 static PyObject *
-Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
+    MR_ARGS(spec, pa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
             "state_available");
     int64_t ns = 0, avail = -1;
     int ins = 1;
@@ -1938,16 +1895,16 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    if (mr_arg_bool(pa[4], "cache_finished_foreign", "is_insert", &ins) < 0) {
+    if (mr_arg_bool(pa[4], "cache_finished", "is_insert", &ins) < 0) {
         return NULL;
     }
     PyObject *o = pa[5];
-    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished_foreign(): state_available", &avail) < 0) {
+    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
+    if (foreign_args(self, "cache_finished", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
                      &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
@@ -1960,81 +1917,31 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise(self, rc, "cache_finished_foreign()") : NULL;
+        return rc != MR_OK ? lc_raise(self, rc, "cache_finished()") : NULL;
     }
     PyObject *items[3] = {build_rs(self, args[0], &st), kvf, stf};
     return cache_result(self, lc_state(self)->FinishedResult, items, 3);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
-"decode_prepare_foreign($self, rs, seq_len, fresh=-1, /)\n"
-"--\n"
-"\n"
-"decode_prepare on a Lifecycle without pools.  Returns (rs, track_slot,\n"
-"track_mask, need_slot): need_slot when lazy mode wants to borrow a slot at\n"
-"this boundary and fresh gave none (call again with one; nothing changed).");
 
 static PyObject *
-Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
-    int64_t sl = 0, fresh = -1;
+    MR_ARGS(spec, pa, "admit", 2, 2, 1, "rs", "fresh");
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
-        || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
-        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)
-        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int64_t slot = -1;
-    uint8_t mask = 0;
-    int need = 0;
-    int rc = mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
-    if (rc != MR_OK) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "decode_prepare_foreign(): this Lifecycle has its own pools; use decode_prepare");
-        return NULL;
-    }
-    return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
-                         need ? Py_True : Py_False);
-}
-
-PyDoc_STRVAR(Lifecycle_admit_foreign__doc__,
-"admit_foreign($self, rs, fresh=(), /)\n"
-"--\n"
-"\n"
-"admit's state slots for one request on a Lifecycle without pools.  Returns\n"
-"(rs, need): with no fresh slots, need = how many the request wants (a\n"
-"running slot if it has none; with extra_buffer, its track buffer if it has\n"
-"none) and nothing changed; allocate that many and call again with them\n"
-"(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
-"track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
-"wrong count or a bad slot (nothing changes).  fresh an int (a slot\n"
-"counter): one call, the slots wanted are fresh, fresh + 1, ...; returns\n"
-"(rs, used), used = how many it took (0: none wanted, nothing changed).");
-
-static PyObject *
-Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "admit_foreign", 2, 2, 1, "rs", "fresh");
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
-        return NULL;
-    }
-    if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "admit_foreign(): this Lifecycle has its own pools; use admit");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int64_t fresh[3] = {-1, -1, -1};
     size_t nfresh = 0;
     if (nargs > 1 && PyIndex_Check(args[1])) {
         int64_t first = 0, used = 0;
-        if (mr_as_int64(args[1], 1, INT64_MAX, "admit_foreign(): fresh", &first) < 0
+        if (mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0
             || parse_rs(self, args[0], &st) < 0) {   /* the record last */
             return NULL;
         }
         if (mr_lc_admit_ids(self->lc, &st, first, &used) != MR_OK) {
-            PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh = %lld: the slot ids from it would include one "
+            PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
                          "the request holds", (long long)first);
             return NULL;
         }
@@ -2042,18 +1949,18 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     if (nargs > 1) {
         /* a tuple of its own: an item's __index__ may change the caller's list */
-        PyObject *seq = own_tuple(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
+        PyObject *seq = own_tuple(args[1], "admit(): fresh must be a sequence of slot ids");
         if (seq == NULL) {
             return NULL;
         }
         Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
         if (m > 3) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "admit_foreign(): fresh has more slots than a request takes");
+            PyErr_SetString(PyExc_ValueError, "admit(): fresh has more slots than a request takes");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < m; i++) {
-            if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, "admit_foreign(): fresh",
+            if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, "admit(): fresh",
                             &fresh[i]) < 0) {
                 Py_DECREF(seq);
                 return NULL;
@@ -2067,7 +1974,7 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     int64_t need = 0;
     if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
-        PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh must be %lld distinct new slot ids >= 1",
+        PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
                      (long long)need);
         return NULL;
     }
@@ -2115,33 +2022,76 @@ Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(NO)", build_rs(self, args[0], &st), need ? Py_True : Py_False);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
-"decode_finish_foreign($self, rs, committed_len, finished, /)\n"
+PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
+"decode_prepare($self, row, rs, seq_len, /)\n"
 "--\n"
 "\n"
-"decode_finish on a Lifecycle without pools: the decode boundary's\n"
-"bookkeeping (lazy: the borrowed slot given back).  Returns (rs, at_boundary,\n"
-"slots_to_free).");
+"Before a decode forward (seq_len includes the new token): lazy mode\n"
+"borrows a second track slot at a boundary.  Returns (rs, track_slot,\n"
+"track_mask).  Without pools: decode_prepare(rs, seq_len, fresh=-1), no\n"
+"row, returns (rs, track_slot, track_mask, need_slot): need_slot when lazy\n"
+"mode wants to borrow a slot at this boundary and fresh gave none (call\n"
+"again with one; nothing changed).");
 
 static PyObject *
-Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    MR_ARGS(spec, pa, "decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
-    int64_t c = 0;
+    /* with pools the row comes first; without, fresh comes last; the record
+     * is read last (a record without pools may sit in any ReqPool's row) */
+    MR_ARGS(pspec, ppa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
+    MR_ARGS(tspec, tpa, "decode_prepare", 3, 3, 2, "rs", "seq_len", "fresh");
+    int pools = self->rp_obj != NULL;
+    int64_t row = -1, sl = 0, fresh = -1;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
-        || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
+    if (mr_parse(pools ? &pspec : &tspec, args, nargs, NULL, pools ? ppa : tpa) < 0
+        || (pools && mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0)
+        || mr_as_int64(args[pools + 1], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0
+        || (!pools && nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare(): fresh", &fresh) < 0)
+        || (pools ? parse_rs_row(self, args[1], row, "decode_prepare", &st) : parse_rs(self, args[0], &st)) < 0) {
         return NULL;
     }
-    if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "decode_finish_foreign(): this Lifecycle has its own pools; use decode_finish");
-        return NULL;
+    int64_t slot = -1;
+    uint8_t mask = 0;
+    int need = 0;
+    if (pools) {
+        (void)mr_lc_decode_prepare(self->lc, row, &st, sl, &slot, &mask);
+        return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
     }
+    (void)mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
+    return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
+                         need ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
+"decode_finish($self, row, rs, committed_len, finished, /)\n"
+"--\n"
+"\n"
+"After a decode result: at a boundary (committed_len % interval == 0) record\n"
+"the tracked length and flip the ping-pong index (lazy: give the borrowed\n"
+"slot back).  Returns (rs, at_boundary).  Without pools:\n"
+"decode_finish(rs, committed_len, finished), no row, returns (rs,\n"
+"at_boundary, slots_to_free).");
+
+static PyObject *
+Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* with pools the row comes first; the record is read last */
+    MR_ARGS(pspec, ppa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
+    MR_ARGS(tspec, tpa, "decode_finish", 3, 3, 3, "rs", "committed_len", "finished");
+    int pools = self->rp_obj != NULL;
+    int64_t row = -1, c = 0;
     int fin = 0;
-    if (mr_arg_bool(args[2], "decode_finish_foreign", "finished", &fin) < 0
-        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
+    mr_req st;
+    if (mr_parse(pools ? &pspec : &tspec, args, nargs, NULL, pools ? ppa : tpa) < 0
+        || (pools && mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0)
+        || mr_as_int64(args[pools + 1], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0
+        || mr_arg_bool(args[pools + 2], "decode_finish", "finished", &fin) < 0
+        || (pools ? parse_rs_row(self, args[1], row, "decode_finish", &st) : parse_rs(self, args[0], &st)) < 0) {
         return NULL;
+    }
+    if (pools) {
+        int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
+        return Py_BuildValue("(NO)", build_rs(self, args[1], &st), at ? Py_True : Py_False);
     }
     mr_lc_clear_released(self->lc);
     int at = mr_lc_decode_finish(self->lc, -1, &st, c, fin);
@@ -2691,17 +2641,7 @@ static PyMethodDef Lifecycle_methods[] = {
     {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
-    {"cache_unfinished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished_foreign,
-     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished_foreign__doc__},
-    {"cache_finished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_finished_foreign,
-     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished_foreign__doc__},
-    {"decode_finish_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_finish_foreign, METH_FASTCALL,
-     Lifecycle_decode_finish_foreign__doc__},
-    {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
-     Lifecycle_decode_prepare_foreign__doc__},
     {"cow_foreign", (PyCFunction)(void (*)(void))Lifecycle_cow_foreign, METH_FASTCALL, Lifecycle_cow_foreign__doc__},
-    {"admit_foreign", (PyCFunction)(void (*)(void))Lifecycle_admit_foreign, METH_FASTCALL,
-     Lifecycle_admit_foreign__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},
@@ -2738,7 +2678,7 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "whole pages leaves the state at its exact end in the tree (its running\n"
 "slot, no copy) instead of the last track snapshot.\n"
 "values=False (no pools): the tree keeps keys only, for a caller whose KV\n"
-"pool is a count; the _foreign cache calls take kv as the number of the\n"
+"pool is a count; the cache calls without pools take kv as the number of the\n"
 "request's KV indices, and every KV index they hand out is 0 (only how\n"
 "many counts).");
 
@@ -3026,7 +2966,7 @@ static PyStructSequence_Field UnfinishedResult_fields[] = {
     {NULL, NULL},
 };
 static PyStructSequence_Desc UnfinishedResult_desc = {
-    "mambaradix._C.UnfinishedResult", "Result of Lifecycle.cache_unfinished_foreign.", UnfinishedResult_fields, 7};
+    "mambaradix._C.UnfinishedResult", "Result of Lifecycle.cache_unfinished without pools.", UnfinishedResult_fields, 7};
 
 static PyStructSequence_Field FinishedResult_fields[] = {
     {"rs", "the request's record"},
@@ -3037,7 +2977,7 @@ static PyStructSequence_Field FinishedResult_fields[] = {
     {NULL, NULL},
 };
 static PyStructSequence_Desc FinishedResult_desc = {
-    "mambaradix._C.FinishedResult", "Result of Lifecycle.cache_finished_foreign.", FinishedResult_fields, 3};
+    "mambaradix._C.FinishedResult", "Result of Lifecycle.cache_finished without pools.", FinishedResult_fields, 3};
 
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)

@@ -828,7 +828,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed], True)
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
-        _, kv_free, st_free = self._lc.cache_finished_foreign(
+        _, kv_free, st_free = self._lc.cache_finished(
             rs, req.origin_input_ids + req.output_ids, kv, ns=ns, is_insert=bool(is_insert)
         )
         self._free_foreign(kv_free, st_free)
@@ -854,7 +854,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         rs = _rs_of(req, with_node=True, cache=self)
         p = rs.protected_len
         try:
-            _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished_foreign(
+            _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished(
                 rs, token_ids, kv, int(fresh[0]), ns=ns
             )
         except BaseException:
@@ -913,11 +913,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return -1, False
         rs = _rs_of(req)
         tracks = rs.track0, rs.track1
-        _, slot, mask, need = self._lc.decode_prepare_foreign(rs, seq_len)
+        _, slot, mask, need = self._lc.decode_prepare(rs, seq_len)
         if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
             fresh = self._take_mamba_slot()
             if fresh is not None:
-                _, slot, mask, _ = self._lc.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
+                _, slot, mask, _ = self._lc.decode_prepare(rs, seq_len, int(fresh[0]))
         self._set_foreign_tracks(req, rs, tracks)
         req.mamba_next_track_idx = rs.next_track
         return int(slot), bool(mask)
@@ -940,7 +940,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if not self._native:
             rs = _rs_of(req)
             tracks = rs.track0, rs.track1
-            _, at, st_free = self._lc.decode_finish_foreign(rs, int(req.kv_committed_len), bool(finished))
+            _, at, st_free = self._lc.decode_finish(rs, int(req.kv_committed_len), bool(finished))
             self._free_foreign(st_free[:0], st_free)
             self._set_foreign_tracks(req, rs, tracks)  # lazy: the borrowed slot given back
             if at:
