@@ -297,6 +297,78 @@ mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
     return (PyObject *)o;
 }
 
+/* One field of the record: its offset and C type.  The table is the
+ * 13-tuple's order; ReqState's attributes are its entries. */
+typedef struct {
+    const char *name;
+    size_t off;
+    char kind;   /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32,
+                  * 'n' last_node's id (-1: no node; setting -1 drops the lock too) */
+} rs_field;
+
+#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
+
+static const rs_field rs_fields[RS_LEN] = {
+    RS_FIELD("running", running, 'q'),
+    RS_FIELD("track0", track[0], 'q'),
+    RS_FIELD("track1", track[1], 'q'),
+    RS_FIELD("next_track", next_track, 'i'),
+    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
+    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
+    RS_FIELD("cow_src", cow_src, 'q'),
+    RS_FIELD("needs_clear", needs_clear, 'b'),
+    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
+    RS_FIELD("protected_len", protected_len, 'q'),
+    RS_FIELD("node_id", last_node.id, 'n'),
+    RS_FIELD("node_gen", last_node.gen, 'I'),
+    RS_FIELD("locked", locked, 'b'),
+};
+
+/* Field f of a record, as a Python int. */
+static PyObject *
+rs_field_get(const mr_req *rec, const rs_field *f)
+{
+    const char *p = (const char *)rec + f->off;
+    switch (f->kind) {
+    case 'q':
+        return PyLong_FromLongLong((long long)*(const int64_t *)p);
+    case 'i':
+        return PyLong_FromLong((long)*(const int32_t *)p);
+    case 'I':
+        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
+    case 'n':
+        return PyLong_FromLongLong(rec->has_node ? (long long)rec->last_node.id : -1);
+    default:
+        return PyLong_FromLong((long)*(const uint8_t *)p);
+    }
+}
+
+/* Field f of a record set to x (narrowed to its C type). */
+static void
+rs_field_set(mr_req *rec, const rs_field *f, int64_t x)
+{
+    char *p = (char *)rec + f->off;
+    switch (f->kind) {
+    case 'q':
+        *(int64_t *)p = x;
+        break;
+    case 'i':
+        *(int32_t *)p = (int32_t)x;
+        break;
+    case 'I':
+        *(uint32_t *)p = (uint32_t)x;
+        break;
+    case 'n':
+        rec->has_node = x >= 0;
+        rec->last_node.id = (uint32_t)(x >= 0 ? x : 0);
+        rec->locked = rec->locked && x >= 0;
+        break;
+    default:
+        *(uint8_t *)p = x != 0;
+        break;
+    }
+}
+
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
 {
@@ -309,44 +381,33 @@ tuple_to_req(PyObject *obj, mr_req *st)
         PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
         return -1;
     }
-    int64_t v[RS_LEN];
+    mr_req_reset(st);
     for (int i = 0; i < RS_LEN; i++) {
-        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-        long long x = PyLong_AsLongLong(it);
+        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
         if (x == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             return -1;
         }
-        v[i] = x;
+        rs_field_set(st, &rs_fields[i], x);
     }
     Py_DECREF(seq);
-    mr_req_reset(st);
-    st->running = v[0];
-    st->track[0] = v[1];
-    st->track[1] = v[2];
-    st->next_track = (int32_t)v[3];
-    st->last_track_seqlen = v[4];
-    st->branching_seqlen = v[5];
-    st->cow_src = v[6];
-    st->needs_clear = v[7] != 0;
-    st->lazy_is_insert = v[8] != 0;
-    st->protected_len = v[9];
-    st->has_node = v[10] >= 0;
-    st->last_node.id = (uint32_t)(v[10] >= 0 ? v[10] : 0);
-    st->last_node.gen = (uint32_t)v[11];
-    st->locked = v[12] != 0 && st->has_node;
+    st->locked = st->locked && st->has_node;   /* locked only with a node */
     return 0;
 }
 
 static PyObject *
 req_to_tuple(const mr_req *st)
 {
-    return Py_BuildValue("(LLLiLLLiiLLLi)", (long long)st->running, (long long)st->track[0],
-                         (long long)st->track[1], (int)st->next_track, (long long)st->last_track_seqlen,
-                         (long long)st->branching_seqlen, (long long)st->cow_src, (int)st->needs_clear,
-                         (int)st->lazy_is_insert, (long long)st->protected_len,
-                         (long long)(st->has_node ? (int64_t)st->last_node.id : -1),
-                         (long long)st->last_node.gen, (int)st->locked);
+    PyObject *t = PyTuple_New(RS_LEN);
+    for (int i = 0; t != NULL && i < RS_LEN; i++) {
+        PyObject *v = rs_field_get(st, &rs_fields[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
 }
 
 /* A tuple holding obj's items (obj itself when it is a tuple): the
@@ -2751,38 +2812,6 @@ ReqState_reset(ReqStateObject *self, PyObject *unused)
 }
 
 static PyObject *
-ReqState_get_node_id(ReqStateObject *self, void *c)
-{
-    mr_req rec;
-    if (rs_get(self, "ReqState.node_id", &rec) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(rec.has_node ? (long long)rec.last_node.id : -1);
-}
-
-static int
-ReqState_set_node_id(ReqStateObject *self, PyObject *v, void *c)
-{
-    int64_t id = -1;
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "node_id cannot be deleted");
-        return -1;
-    }
-    mr_req rec;
-    /* the value first: its __index__ may change the record (parse_rs) */
-    if (mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0 || rs_get(self, "ReqState.node_id", &rec) < 0) {
-        return -1;
-    }
-    rec.has_node = id >= 0;
-    rec.last_node.id = (uint32_t)(id >= 0 ? id : 0);
-    if (id < 0) {
-        rec.locked = 0;
-    }
-    rs_put(self, &rec);
-    return 0;
-}
-
-static PyObject *
 ReqState_get_row(ReqStateObject *self, void *c)
 {
     if (rs_live(self, "ReqState.row") < 0) {
@@ -2810,57 +2839,12 @@ ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
     return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
 }
 
-/* One field of the record: its offset, C type and range. */
-typedef struct {
-    const char *name;
-    size_t off;
-    char kind;             /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32 */
-} rs_field;
-
-#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
-
-static const rs_field rs_fields[] = {
-    RS_FIELD("running", running, 'q'),
-    RS_FIELD("track0", track[0], 'q'),
-    RS_FIELD("track1", track[1], 'q'),
-    RS_FIELD("next_track", next_track, 'i'),
-    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
-    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
-    RS_FIELD("cow_src", cow_src, 'q'),
-    RS_FIELD("needs_clear", needs_clear, 'b'),
-    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
-    RS_FIELD("protected_len", protected_len, 'q'),
-    RS_FIELD("node_gen", last_node.gen, 'I'),
-    RS_FIELD("locked", locked, 'b'),
-};
-
 static PyObject *
 ReqState_get_field(ReqStateObject *self, void *c)
 {
     const rs_field *f = c;
-    if (rs_live(self, f->name) < 0) {
-        return NULL;
-    }
-    /* the field where it lives: the object, the row, or (a row's track
-     * entry) the row's track map */
-    const char *p = (const char *)(self->pool == NULL ? &self->st : &self->rp->req[self->row]) + f->off;
-    if (self->pool != NULL && (f->off == offsetof(mr_req, track[0]) || f->off == offsetof(mr_req, track[1]))
-        && (self->rp->bound[self->row] & MR_ROW_BOUND)) {
-        int32_t j = f->off == offsetof(mr_req, track[0]) ? 0 : 1;
-        if (j < self->rp->pp) {
-            p = (const char *)&self->rp->track_map[(size_t)self->row * (size_t)self->rp->pp + (size_t)j];
-        }
-    }
-    switch (f->kind) {
-    case 'q':
-        return PyLong_FromLongLong((long long)*(const int64_t *)p);
-    case 'i':
-        return PyLong_FromLong((long)*(const int32_t *)p);
-    case 'I':
-        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
-    default:
-        return PyLong_FromLong((long)*(const uint8_t *)p);
-    }
+    mr_req rec;
+    return rs_get(self, f->name, &rec) < 0 ? NULL : rs_field_get(&rec, f);
 }
 
 static int
@@ -2871,29 +2855,16 @@ ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
         PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", f->name);
         return -1;
     }
-    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN};
-    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX};
+    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN, ['n'] = -1};
+    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX,
+                                 ['n'] = UINT32_MAX};
     int64_t x = 0;
     mr_req rec;
     /* the value first: its __index__ may change the record (parse_rs) */
     if (mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0 || rs_get(self, f->name, &rec) < 0) {
         return -1;
     }
-    char *p = (char *)&rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        *(int64_t *)p = x;
-        break;
-    case 'i':
-        *(int32_t *)p = (int32_t)x;
-        break;
-    case 'I':
-        *(uint32_t *)p = (uint32_t)x;
-        break;
-    default:
-        *(uint8_t *)p = x != 0;
-        break;
-    }
+    rs_field_set(&rec, f, x);
     rs_put(self, &rec);
     return 0;
 }
@@ -2912,9 +2883,9 @@ static PyGetSetDef ReqState_getset[] = {
     RS_GETSET(7, "needs_clear", "mamba_needs_clear."),
     RS_GETSET(8, "lazy_is_insert", "mamba_lazy_is_insert."),
     RS_GETSET(9, "protected_len", "cache_protected_len."),
-    RS_GETSET(10, "node_gen", "last_node's generation."),
-    RS_GETSET(11, "locked", "last_node holds a lock of this request."),
-    {"node_id", (getter)ReqState_get_node_id, (setter)ReqState_set_node_id, "last_node's id (-1 = None).", NULL},
+    RS_GETSET(10, "node_id", "last_node's id (-1 = None)."),
+    RS_GETSET(11, "node_gen", "last_node's generation."),
+    RS_GETSET(12, "locked", "last_node holds a lock of this request."),
     {"row", (getter)ReqState_get_row, NULL,
      "The ReqPool row the record lives in (-1: it lives in this object, not admitted or done).  ReferenceError "
      "when that row was freed behind this handle's back.",
