@@ -2042,8 +2042,8 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)need);
 }
 
-PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
-"cow_foreign($self, rs, node_id, node_gen, fresh=-1, /)\n"
+PyDoc_STRVAR(Lifecycle_cow__doc__,
+"cow($self, rs, node_id, node_gen, fresh=-1, /)\n"
 "--\n"
 "\n"
 "match's copy-on-write step on a Lifecycle without pools, for the node a\n"
@@ -2054,9 +2054,9 @@ PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
 "changed).  ValueError for a fresh slot it does not take.");
 
 static PyObject *
-Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+Lifecycle_cow(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    MR_ARGS(spec, pa, "cow_foreign", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
+    MR_ARGS(spec, pa, "cow", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
     int64_t fresh = -1, id = 0, gen = 0;
     mr_req st;
     mr_node *node = NULL;
@@ -2065,18 +2065,18 @@ Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[1], 0, UINT32_MAX, "node id", &id) < 0
         || mr_as_int64(args[2], 0, UINT32_MAX, "node generation", &gen) < 0
-        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow_foreign(): fresh", &fresh) < 0)
+        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow(): fresh", &fresh) < 0)
         || parse_rs(self, args[0], &st) < 0
         || resolve_handle(self, id, gen, "node", &node) < 0) {
         return NULL;
     }
     if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cow_foreign(): this Lifecycle has its own pools; use match(cow=True)");
+        PyErr_SetString(PyExc_RuntimeError, "cow(): this Lifecycle has its own pools; use match(cow=True)");
         return NULL;
     }
     int need = 0;
     if (mr_lc_cow_ext(self->lc, &st, node, fresh, &need) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "cow_foreign(): fresh is a slot the request does not take "
+        PyErr_SetString(PyExc_ValueError, "cow(): fresh is a slot the request does not take "
                                           "(it already has a running slot, or the node holds no state)");
         return NULL;
     }
@@ -2702,7 +2702,7 @@ static PyMethodDef Lifecycle_methods[] = {
     {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
-    {"cow_foreign", (PyCFunction)(void (*)(void))Lifecycle_cow_foreign, METH_FASTCALL, Lifecycle_cow_foreign__doc__},
+    {"cow", (PyCFunction)(void (*)(void))Lifecycle_cow, METH_FASTCALL, Lifecycle_cow__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},

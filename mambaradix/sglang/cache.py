@@ -85,7 +85,7 @@ except Exception:  # pragma: no cover - depends on the environment
     _SGLangBase = None
 
 
-# Records for cow_foreign over pools that are not ours: the request has a
+# Records for Lifecycle.cow over pools that are not ours: the request has a
 # running slot (any id >= 1 stands for the allocator's tensor) or none.
 _RS_NONE = (-1, -1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)
 _RS_SLOT = (1,) + _RS_NONE[1:]
@@ -596,16 +596,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
         """match_prefix's copy-on-write over pools that are not ours: the
-        lifecycle decides (cow_foreign); a running slot it asks for comes from
+        lifecycle decides (Lifecycle.cow); a running slot it asks for comes from
         the pool's allocator and stays the tensor the allocator gave (the
         lifecycle only learns that the request has one)."""
         has_slot = req.mamba_pool_idx is not None
-        rs, need = self._lc.cow_foreign(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
+        rs, need = self._lc.cow(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
         if need:
             # the matched node stays while a state is evicted for its copy
             dst = self._alloc_mamba_slot(protect=(nid, ngen))
             req.mamba_pool_idx = dst[0]
-            rs, _ = self._lc.cow_foreign(rs, nid, ngen, _RS_SLOT[0])
+            rs, _ = self._lc.cow(rs, nid, ngen, _RS_SLOT[0])
         if rs.cow_src < 0:
             return
         if _owns_record(req):

@@ -773,10 +773,10 @@ class _Replay(Scheduler):
         rs.branching_seqlen = -1 if br is None else br
         rs.protected_len = r.prefix_len
         # the copy-on-write step (the lifecycle's rule; the slot is ours)
-        if self.lc.cow_foreign(rs, node.id, node.gen)[1]:
+        if self.lc.cow(rs, node.id, node.gen)[1]:
             if not self._alloc_slot(protect=(node.id, node.gen)):
                 raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-            self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
+            self.lc.cow(rs, node.id, node.gen, self._sid())
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:

@@ -161,23 +161,23 @@ def _sglang_cow(running: int, node_state: int, fresh: int) -> tuple:
 
 
 @pytest.mark.parametrize("running", [-1, 3])
-def test_cow_foreign_is_sglangs_copy_on_write(running: int) -> None:
+def test_cow_is_sglangs_copy_on_write(running: int) -> None:
     lc = _C.Lifecycle(chunk_size=4)
     lc.cache_finished(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
     m = lc.tree_view().match_prefix(np.array([1, 2, 3, 4, 8], np.int32))
     node = m.node
     rs = _C.ReqState(_rs(running))
     rs.needs_clear = 1   # as admission leaves a fresh slot: the copy makes the clear moot
-    rs, need = lc.cow_foreign(rs, node.id, node.gen)
+    rs, need = lc.cow(rs, node.id, node.gen)
     if running < 0:
         # the rule wants a slot the caller must allocate: nothing changed yet
         assert need and (rs.running, rs.cow_src) == (-1, -1)
         with pytest.raises(ValueError, match="fresh"):   # not a slot id
-            lc.cow_foreign(rs, node.id, node.gen, -2)
-        rs, need = lc.cow_foreign(rs, node.id, node.gen, 7)
+            lc.cow(rs, node.id, node.gen, -2)
+        rs, need = lc.cow(rs, node.id, node.gen, 7)
     else:
         with pytest.raises(ValueError, match="does not take"):
-            lc.cow_foreign(rs, node.id, node.gen, 7)
+            lc.cow(rs, node.id, node.gen, 7)
     want_run, want_src, want_clear = _sglang_cow(running, m.state, 7)
     assert not need and (rs.running, rs.cow_src, bool(rs.needs_clear)) == (want_run, want_src, want_clear)
     assert lc.stats()["cow"] == 1
@@ -185,24 +185,24 @@ def test_cow_foreign_is_sglangs_copy_on_write(running: int) -> None:
     root = lc.tree_view().match_prefix(np.array([9], np.int32)).node
     blank = _C.ReqState(_rs(-1))
     blank.needs_clear = 1
-    out, need = lc.cow_foreign(blank, root.id, root.gen)
+    out, need = lc.cow(blank, root.id, root.gen)
     assert not need and (out.running, out.cow_src, bool(out.needs_clear)) == (-1, -1, True)
     with pytest.raises(ValueError, match="does not take"):
-        lc.cow_foreign(blank, root.id, root.gen, 7)
+        lc.cow(blank, root.id, root.gen, 7)
     lc.check()
 
 
-def test_cow_foreign_refuses_pools_and_stale_nodes() -> None:
+def test_cow_refuses_pools_and_stale_nodes() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
     with pytest.raises(RuntimeError, match="own pools"):
-        own.cow_foreign(_rs(-1), 0, 0)
+        own.cow(_rs(-1), 0, 0)
     lc = _C.Lifecycle(chunk_size=4)
     lc.cache_finished(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
     node = lc.tree_view().match_prefix(np.array([1, 2, 3, 4], np.int32)).node
     nid, ngen = node.id, node.gen
     assert lc.tree_view().evict_full(4).tokens_evicted == 4
     with pytest.raises(Exception, match="node"):
-        lc.cow_foreign(_rs(-1), nid, ngen)
+        lc.cow(_rs(-1), nid, ngen)
 
 
 # SGLang v0.5.15's HybridReqToTokenPool.alloc, written out as the reference:

@@ -291,7 +291,7 @@ def test_admit_reads_the_record_after_the_fresh_slots() -> None:
     assert got[1][0] == 7 and got[0][0][0] == "ValueError"
 
 
-def test_cow_foreign_resolves_the_node_after_its_other_arguments() -> None:
+def test_cow_resolves_the_node_after_its_other_arguments() -> None:
     # `fresh`'s reading evicts the matched node; the call used to go on with
     # the freed node (a use after free; here a stale slot as cow_src)
     lc = _C.Lifecycle(chunk_size=4)
@@ -306,7 +306,7 @@ def test_cow_foreign_resolves_the_node_after_its_other_arguments() -> None:
 
     rec = _C.ReqState()
     with pytest.raises(_C.StaleNodeError):
-        lc.cow_foreign(rec, nid, ngen, _Calls(7, evict))
+        lc.cow(rec, nid, ngen, _Calls(7, evict))
     assert rec.cow_src == -1 and rec.running == -1
     lc.check()
 
