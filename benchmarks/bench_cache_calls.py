@@ -7,7 +7,7 @@
                 tokens, the others free 2048 duplicates and store 128)
   insert/tree   the same on a tree-only Lifecycle (SGLang's pools own the
                 indices), duplicates=False
-  finish/tree   cache_finished_foreign of 200 requests of 14,000 tokens
+  finish/tree   cache_finished of 200 requests of 14,000 tokens
                 (array('q') keys) with int32 KV rows, as SGLang's
                 req_to_token table holds them
 
@@ -71,7 +71,7 @@ def finish_pass(keys, rows) -> float:
     for k, kv in zip(keys, rows):
         rs = _C.ReqState((5, -1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0))
         t0 = time.perf_counter_ns()
-        lc.cache_finished_foreign(rs, k, kv)
+        lc.cache_finished(rs, k, kv)
         ts.append(time.perf_counter_ns() - t0)
     return statistics.median(ts) / 1e3
 

@@ -6,7 +6,7 @@ results are numpy int64 arrays.  Node handles stay safe after the node is
 split or evicted: a removed node raises StaleNodeError when used.
 """
 
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -346,7 +346,7 @@ class ReqPool:
     def check(self) -> None: ...
 
 class UnfinishedResult(tuple):
-    """Result of Lifecycle.cache_unfinished_foreign: unpacks to (rs,
+    """Result of Lifecycle.cache_unfinished: unpacks to (rs,
     prefix_indices, fork_src, fork_dst, kv_to_free, slots_to_free,
     table_end); cache_len and kv_free_ends by name."""
 
@@ -362,7 +362,7 @@ class UnfinishedResult(tuple):
     kv_free_ends: npt.NDArray[np.int64]
 
 class FinishedResult(tuple):
-    """Result of Lifecycle.cache_finished_foreign: unpacks to (rs,
+    """Result of Lifecycle.cache_finished: unpacks to (rs,
     kv_to_free, slots_to_free); cache_len and kv_free_ends by name."""
 
     rs: _Rs
@@ -395,8 +395,8 @@ class Lifecycle:
         semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
         values: bool = True,
     ) -> None:
-        """values=False (no pools): the tree keeps keys only; the _foreign
-        cache calls take kv as a count and hand out KV indices that are 0."""
+        """values=False (no pools): the tree keeps keys only; the cache
+        calls take kv as a count and hand out KV indices that are 0."""
     page_size: int
     chunk_size: int
     has_pools: bool
@@ -435,25 +435,35 @@ class Lifecycle:
         """The extra_key of a namespace id (None: 0 or an id never assigned)."""
     def tree_view(self) -> RadixTree:
         """A RadixTree over this (tree-only) Lifecycle's tree; keeps it alive."""
-    # per request
+    # per request; with pools (row, rs, ...), without pools (rs, ...): what the caller's
+    # allocators must free comes back per call (kv: the request's KV indices, or their
+    # number with values=False)
     def alloc_state(self, *, owner: int = -2) -> int: ...
+    @overload
     def admit(self, rows: Sequence[int], rs_list: Sequence[_Rs], *, headroom: bool = False) -> Optional[tuple[list[int], list[_Rs]]]: ...
-    def prepare_extend(self, row: int, rs: _Rs, prefix_len: int, extend_len: int, /) -> tuple[_Rs, int, bool, int]: ...
-    def decode_prepare(self, row: int, rs: _Rs, seq_len: int, /) -> tuple[_Rs, int, bool]: ...
-    def decode_finish(self, row: int, rs: _Rs, committed_len: int, finished: bool, /) -> tuple[_Rs, bool]: ...
-    def cache_unfinished(self, row: int, rs: _Rs, tokens: _Key, fill_len: int, /, *, ns: int = 0) -> tuple[_Rs, npt.NDArray[np.int64], int, int]: ...
-    def cache_finished(self, row: int, rs: _Rs, tokens: _Key, committed_len: int, /, *, ns: int = 0, is_insert: bool = True) -> _Rs: ...
-    def free_states(self, rs: _Rs, /, *, keep: int = -1) -> _Rs: ...
-    # tree-only (no pools): what the caller's allocators must free comes back per call
-    # (kv: the request's KV indices, or their number with values=False)
-    def cache_unfinished_foreign(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], fresh: int, /, *, ns: int = 0, prefix: bool = True) -> UnfinishedResult: ...
-    def cache_finished_foreign(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], /, *, ns: int = 0, is_insert: bool = True, state_available: int = -1) -> FinishedResult: ...
-    def decode_finish_foreign(self, rs: _Rs, committed_len: int, finished: bool, /) -> tuple[_Rs, bool, npt.NDArray[np.int64]]: ...
-    def decode_prepare_foreign(self, rs: _Rs, seq_len: int, fresh: int = -1, /) -> tuple[_Rs, int, bool, bool]: ...
-    def cow_foreign(self, rs: _Rs, node_id: int, node_gen: int, fresh: int = -1, /) -> tuple[_Rs, bool]: ...
-    def admit_foreign(self, rs: _Rs, fresh: Union[Sequence[int], int] = (), /) -> tuple[_Rs, int]:
+    @overload
+    def admit(self, rs: _Rs, fresh: Union[Sequence[int], int] = (), /) -> tuple[_Rs, int]:
         """fresh a sequence: need (none given) or 0; fresh an int (a slot
         counter): the slots taken are fresh, fresh + 1, ...; returns how many."""
+    def prepare_extend(self, row: int, rs: _Rs, prefix_len: int, extend_len: int, /) -> tuple[_Rs, int, bool, int]: ...
+    @overload
+    def decode_prepare(self, row: int, rs: _Rs, seq_len: int, /) -> tuple[_Rs, int, bool]: ...
+    @overload
+    def decode_prepare(self, rs: _Rs, seq_len: int, fresh: int = -1, /) -> tuple[_Rs, int, bool, bool]: ...
+    @overload
+    def decode_finish(self, row: int, rs: _Rs, committed_len: int, finished: bool, /) -> tuple[_Rs, bool]: ...
+    @overload
+    def decode_finish(self, rs: _Rs, committed_len: int, finished: bool, /) -> tuple[_Rs, bool, npt.NDArray[np.int64]]: ...
+    @overload
+    def cache_unfinished(self, row: int, rs: _Rs, tokens: _Key, fill_len: int, /, *, ns: int = 0) -> tuple[_Rs, npt.NDArray[np.int64], int, int]: ...
+    @overload
+    def cache_unfinished(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], fresh: int, /, *, ns: int = 0, prefix: bool = True) -> UnfinishedResult: ...
+    @overload
+    def cache_finished(self, row: int, rs: _Rs, tokens: _Key, committed_len: int, /, *, ns: int = 0, is_insert: bool = True) -> _Rs: ...
+    @overload
+    def cache_finished(self, rs: _Rs, tokens: _Key, kv: Union[_Values, int], /, *, ns: int = 0, is_insert: bool = True, state_available: int = -1) -> FinishedResult: ...
+    def free_states(self, rs: _Rs, /, *, keep: int = -1) -> _Rs: ...
+    def cow(self, rs: _Rs, node_id: int, node_gen: int, fresh: int = -1, /) -> tuple[_Rs, bool]: ...
     # one call per batch; a refused call (None, or an exception) changes nothing:
     # whether it fits is decided, counting what eviction could free, before anything is evicted
     def prefill_batch(self, keys: Sequence[_Key], /, *, ns: Optional[Sequence[int]] = None) -> Optional[dict[str, npt.NDArray[Any]]]: ...

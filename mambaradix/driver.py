@@ -26,7 +26,7 @@ What is modelled (and how it maps to SGLang's scheduler):
 - the track points of prefill (``P + (E // C) * C``, or the branching point)
   and decode (every ``track_interval`` tokens), the ping-pong index flips, the
   lazy mode's second slot at decode boundaries: the C lifecycle's calls
-  (``prepare_extend``, ``decode_prepare_foreign``, ``decode_finish_foreign``
+  (``prepare_extend``, ``decode_prepare``, ``decode_finish``
   of a tree-only ``_C.Lifecycle`` of the driver's mode) on each request's
   fields, so they are the same over our pools and over SGLang's;
 - the overlap scheduler (pp2 and lazy): batch N+1 is prepared and launched
@@ -774,7 +774,7 @@ class SchedulerDriver(Scheduler):
         borrows the second track slot, from the allocator (one cached state
         evicted when none is free; without a slot it goes on unborrowed)."""
         rs, before = self._record(info)
-        _, slot, mask, need = self._rules.decode_prepare_foreign(rs, seq_len)
+        _, slot, mask, need = self._rules.decode_prepare(rs, seq_len)
         if need:
             alloc = self.req_to_token_pool.mamba_allocator
             fresh = alloc.alloc(1)
@@ -782,13 +782,13 @@ class SchedulerDriver(Scheduler):
                 self.tree_cache.evict(self.api.EvictParams(num_tokens=0, mamba_num=1))
                 fresh = alloc.alloc(1)
             if fresh is not None:
-                _, slot, mask, _ = self._rules.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
+                _, slot, mask, _ = self._rules.decode_prepare(rs, seq_len, int(fresh[0]))
         self._apply_record(info, rs, before)
         return int(slot) if mask else None
 
     def _decode_finish(self, info: _Info, seq: int, done: bool) -> None:
         rs, before = self._record(info)
-        _, _, st_free = self._rules.decode_finish_foreign(rs, seq, done)
+        _, _, st_free = self._rules.decode_finish(rs, seq, done)
         if st_free.size:
             # the lazy buffer's older slot: freed as the buffer held it
             buf = info.req.mamba_ping_pong_track_buffer

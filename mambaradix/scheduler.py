@@ -12,8 +12,8 @@ supplies the primitives (match, lock, release, cache a request, allocate for a
 batch, evict) and the bookkeeping of a request.  No lifecycle transition is
 written here: the prefill and decode track points, the ping-pong index flips
 and the lazy mode's second track slot at decode boundaries are the C
-lifecycle's calls (``Lifecycle.prepare_extend``, ``decode_prepare_foreign``,
-``decode_finish_foreign``), which each backend makes on a request's record.
+lifecycle's calls (``Lifecycle.prepare_extend``, ``decode_prepare``,
+``decode_finish``), which each backend makes on a request's record.
 
 Two backends:
 

@@ -297,6 +297,78 @@ mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
     return (PyObject *)o;
 }
 
+/* One field of the record: its offset and C type.  The table is the
+ * 13-tuple's order; ReqState's attributes are its entries. */
+typedef struct {
+    const char *name;
+    size_t off;
+    char kind;   /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32,
+                  * 'n' last_node's id (-1: no node; setting -1 drops the lock too) */
+} rs_field;
+
+#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
+
+static const rs_field rs_fields[RS_LEN] = {
+    RS_FIELD("running", running, 'q'),
+    RS_FIELD("track0", track[0], 'q'),
+    RS_FIELD("track1", track[1], 'q'),
+    RS_FIELD("next_track", next_track, 'i'),
+    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
+    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
+    RS_FIELD("cow_src", cow_src, 'q'),
+    RS_FIELD("needs_clear", needs_clear, 'b'),
+    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
+    RS_FIELD("protected_len", protected_len, 'q'),
+    RS_FIELD("node_id", last_node.id, 'n'),
+    RS_FIELD("node_gen", last_node.gen, 'I'),
+    RS_FIELD("locked", locked, 'b'),
+};
+
+/* Field f of a record, as a Python int. */
+static PyObject *
+rs_field_get(const mr_req *rec, const rs_field *f)
+{
+    const char *p = (const char *)rec + f->off;
+    switch (f->kind) {
+    case 'q':
+        return PyLong_FromLongLong((long long)*(const int64_t *)p);
+    case 'i':
+        return PyLong_FromLong((long)*(const int32_t *)p);
+    case 'I':
+        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
+    case 'n':
+        return PyLong_FromLongLong(rec->has_node ? (long long)rec->last_node.id : -1);
+    default:
+        return PyLong_FromLong((long)*(const uint8_t *)p);
+    }
+}
+
+/* Field f of a record set to x (narrowed to its C type). */
+static void
+rs_field_set(mr_req *rec, const rs_field *f, int64_t x)
+{
+    char *p = (char *)rec + f->off;
+    switch (f->kind) {
+    case 'q':
+        *(int64_t *)p = x;
+        break;
+    case 'i':
+        *(int32_t *)p = (int32_t)x;
+        break;
+    case 'I':
+        *(uint32_t *)p = (uint32_t)x;
+        break;
+    case 'n':
+        rec->has_node = x >= 0;
+        rec->last_node.id = (uint32_t)(x >= 0 ? x : 0);
+        rec->locked = rec->locked && x >= 0;
+        break;
+    default:
+        *(uint8_t *)p = x != 0;
+        break;
+    }
+}
+
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
 {
@@ -309,44 +381,33 @@ tuple_to_req(PyObject *obj, mr_req *st)
         PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
         return -1;
     }
-    int64_t v[RS_LEN];
+    mr_req_reset(st);
     for (int i = 0; i < RS_LEN; i++) {
-        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-        long long x = PyLong_AsLongLong(it);
+        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
         if (x == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             return -1;
         }
-        v[i] = x;
+        rs_field_set(st, &rs_fields[i], x);
     }
     Py_DECREF(seq);
-    mr_req_reset(st);
-    st->running = v[0];
-    st->track[0] = v[1];
-    st->track[1] = v[2];
-    st->next_track = (int32_t)v[3];
-    st->last_track_seqlen = v[4];
-    st->branching_seqlen = v[5];
-    st->cow_src = v[6];
-    st->needs_clear = v[7] != 0;
-    st->lazy_is_insert = v[8] != 0;
-    st->protected_len = v[9];
-    st->has_node = v[10] >= 0;
-    st->last_node.id = (uint32_t)(v[10] >= 0 ? v[10] : 0);
-    st->last_node.gen = (uint32_t)v[11];
-    st->locked = v[12] != 0 && st->has_node;
+    st->locked = st->locked && st->has_node;   /* locked only with a node */
     return 0;
 }
 
 static PyObject *
 req_to_tuple(const mr_req *st)
 {
-    return Py_BuildValue("(LLLiLLLiiLLLi)", (long long)st->running, (long long)st->track[0],
-                         (long long)st->track[1], (int)st->next_track, (long long)st->last_track_seqlen,
-                         (long long)st->branching_seqlen, (long long)st->cow_src, (int)st->needs_clear,
-                         (int)st->lazy_is_insert, (long long)st->protected_len,
-                         (long long)(st->has_node ? (int64_t)st->last_node.id : -1),
-                         (long long)st->last_node.gen, (int)st->locked);
+    PyObject *t = PyTuple_New(RS_LEN);
+    for (int i = 0; t != NULL && i < RS_LEN; i++) {
+        PyObject *v = rs_field_get(st, &rs_fields[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
 }
 
 /* A tuple holding obj's items (obj itself when it is a tuple): the
@@ -505,7 +566,7 @@ static const mr_status_override cache_finished_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: %srow %lld is not allocated or committed_len is too long"},
     MR_STATUS_END(lifecycle_overrides),
 };
-static const mr_status_override unfinished_foreign_overrides[] = {
+static const mr_status_override unfinished_tree_overrides[] = {
     {MR_EINVAL, MR_EXC_VALUE, "%s: the tracked length is not page aligned or beyond len(kv)"},
     {MR_EBUSY, MR_EXC_OWNERSHIP, "%s: fresh is one of the request's own state slots (running or track buffer); "
                                  "the tree's node and the request would share it"},
@@ -1313,6 +1374,14 @@ Lifecycle_stats(LifecycleObject *self, PyObject *unused)
 /* ------------------------------------------------------------------------
  * Per-request calls (rs tuples) */
 
+/* The same calls on a Lifecycle without pools (below): the record first
+ * (there is no row), the caller's slot ids in, its frees out. */
+static PyObject *tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+static PyObject *tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames);
+static PyObject *tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames);
+
 PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 "alloc_state($self, /, owner=-2)\n"
 "--\n"
@@ -1354,14 +1423,27 @@ PyDoc_STRVAR(Lifecycle_admit__doc__,
 "request a running slot (and its track buffer with extra_buffer) if it has\n"
 "none.  headroom: first evict states short of n * (lazy ? 2 : 3), as the\n"
 "scheduler does.  Returns (rows, rs_list), or None when rows or slots are\n"
-"short (nothing taken).");
+"short (nothing taken).\n"
+"\n"
+"Without pools: admit(rs, fresh=(), /), the state slots for one request.\n"
+"Returns\n"
+"(rs, need): with no fresh slots, need = how many the request wants (a\n"
+"running slot if it has none; with extra_buffer, its track buffer if it has\n"
+"none) and nothing changed; allocate that many and call again with them\n"
+"(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
+"track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
+"wrong count or a bad slot (nothing changes).  fresh an int (a slot\n"
+"counter): one call, the slots wanted are fresh, fresh + 1, ...; returns\n"
+"(rs, used), used = how many it took (0: none wanted, nothing changed).");
 
 static PyObject *
 Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "admit", 2, 2, 2, "rows", "rs_list", "headroom");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "admit") < 0) {
+    if (self->rp_obj == NULL) {
+        return tree_admit(self, args, nargs, kwnames);
+    }
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int headroom = 0;
@@ -1520,63 +1602,6 @@ Lifecycle_prepare_extend(LifecycleObject *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(NLOL)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False, (long long)seqlen);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
-"decode_prepare($self, row, rs, seq_len, /)\n"
-"--\n"
-"\n"
-"Before a decode forward (seq_len includes the new token): lazy mode\n"
-"borrows a second track slot at a boundary.  Returns (rs, track_slot,\n"
-"track_mask).");
-
-static PyObject *
-Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
-    int64_t row = 0, sl = 0;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_prepare") < 0
-        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0
-        || mr_as_int64(args[2], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0
-        || parse_rs_row(self, args[1], row, "decode_prepare", &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int64_t slot = -1;
-    uint8_t mask = 0;
-    int rc = mr_lc_decode_prepare(self->lc, row, &st, sl, &slot, &mask);
-    if (rc != MR_OK) {
-        return lc_raise(self, rc, "decode_prepare()");
-    }
-    return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
-}
-
-PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
-"decode_finish($self, row, rs, committed_len, finished, /)\n"
-"--\n"
-"\n"
-"After a decode result: at a boundary (committed_len % interval == 0) record\n"
-"the tracked length and flip the ping-pong index (lazy: give the borrowed\n"
-"slot back).  Returns (rs, at_boundary).");
-
-static PyObject *
-Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
-    int64_t row = 0, c = 0;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_pools(self, "decode_finish") < 0
-        || mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0
-        || mr_as_int64(args[2], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0) {
-        return NULL;
-    }
-    int fin = 0;
-    if (mr_arg_bool(args[3], "decode_finish", "finished", &fin) < 0
-        || parse_rs_row(self, args[1], row, "decode_finish", &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
-    return Py_BuildValue("(NO)", build_rs(self, args[1], &st), at ? Py_True : Py_False);
-}
-
 PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 "cache_unfinished($self, row, rs, tokens, fill_len, /, ns=0)\n"
 "--\n"
@@ -1585,16 +1610,33 @@ PyDoc_STRVAR(Lifecycle_cache_unfinished__doc__,
 "fork_src, fork_dst): fork_* is the no_buffer state copy to do now (-1:\n"
 "none).  C-contiguous int64 tokens (array('q'), numpy) are read in place;\n"
 "they must begin with the tokens the request's locked node was matched\n"
-"from (its insert starts there and reads none of them).");
+"from (its insert starts there and reads none of them).\n"
+"\n"
+"Without pools (the pools are someone else's): cache_unfinished(rs, tokens,\n"
+"kv, fresh, /, ns=0, prefix=True), no row; kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
+"state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
+"fork_src, fork_dst, kv_to_free, slots_to_free, table_end): the caller's\n"
+"table must hold prefix_indices[:new protected_len], and differs from it\n"
+"only on [old protected_len, table_end) (the duplicates the tree replaced\n"
+"with its own indices; past them the tree took kv's), so the caller writes\n"
+"prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
+"not past it), frees the slots with one call and the KV in the calls\n"
+"kv_free_ends gives (fresh is among the slots when it was not needed).\n"
+"prefix=False: prefix_indices is None (not built).  The result is an\n"
+"UnfinishedResult: those seven items, and by name cache_len (the tokens\n"
+"the call inserted, 0: none) and kv_free_ends.  A Lifecycle with\n"
+"values=False takes kv as a count (its KV indices carry no value).");
 
 static PyObject *
 Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
+    if (self->rp_obj == NULL) {
+        return tree_cache_unfinished(self, args, nargs, kwnames);
+    }
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "cache_unfinished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_unfinished(): row", &row) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_unfinished(): fill_len", &fill) < 0
         || row_and_len(self, "cache_unfinished", row, "fill_len", fill) < 0) {
@@ -1665,17 +1707,29 @@ PyDoc_STRVAR(Lifecycle_cache_finished__doc__,
 "the tail KV and every state slot the tree does not keep, drop the lock.\n"
 "tail: more tokens after `tokens` (the key is tokens + tail, not built).\n"
 "Returns rs.  OwnershipError when the request was already finished or its\n"
-"slot donated (nothing changes).");
+"slot donated (nothing changes).\n"
+"\n"
+"Without pools: cache_finished(rs, tokens, kv, /, ns=0, is_insert=True,\n"
+"state_available=-1), no row; kv holds the request's committed KV indices.  Returns (rs, kv_to_free, slots_to_free): the slots\n"
+"for one free call of the caller's allocator, the KV for the calls\n"
+"kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
+"caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
+"-1: unknown, no end-of-turn state.  The result is a FinishedResult: those\n"
+"three items, and by name cache_len (the tokens the call inserted, 0:\n"
+"none) and kv_free_ends.  A Lifecycle with values=False takes kv as a\n"
+"count.");
 
 static PyObject *
 Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert", "tail");
+    if (self->rp_obj == NULL) {
+        return tree_cache_finished(self, args, nargs, kwnames);
+    }
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "cache_finished") < 0
         || mr_as_int64(args[0], 1, INT64_MAX, "cache_finished(): row", &row) < 0
         || mr_as_int64(args[3], 0, INT64_MAX, "cache_finished(): committed_len", &c) < 0
         || row_and_len(self, "cache_finished", row, "committed_len", c) < 0) {
@@ -1723,7 +1777,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 }
 
 /* ------------------------------------------------------------------------
- * Tree-only: the same two calls over someone else's pools */
+ * Tree-only: the calls above over someone else's pools */
 
 /* The collected frees as two int64 arrays (then forgotten). */
 static int
@@ -1772,11 +1826,6 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
              PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf, mr_buf *tokbuf)
 {
     char arg[96];
-    if (self->rp_obj != NULL) {
-        PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle has its own pools; use the call without _foreign",
-                     fname);
-        return -1;
-    }
     snprintf(arg, sizeof(arg), "%s(): ns", fname);
     if (ns_obj != NULL && mr_as_int64(ns_obj, 0, INT32_MAX, arg, ns) < 0) {
         return -1;
@@ -1827,7 +1876,7 @@ fail:
     return -1;
 }
 
-/* The result of a _foreign cache call: rs and the call's own outputs
+/* The result of a cache call without pools: rs and the call's own outputs
  * (items, new references), then the frees (kv, slots), and the named
  * fields past the unpacked ones: cache_len, kv_free_ends (and for
  * cache_unfinished table_end, unpacked).  Steals every reference, also on
@@ -1848,42 +1897,24 @@ cache_result(LifecycleObject *self, PyObject *type, PyObject *const *items, Py_s
     return r.res;
 }
 
-PyDoc_STRVAR(Lifecycle_cache_unfinished_foreign__doc__,
-"cache_unfinished_foreign($self, rs, tokens, kv, fresh, /, ns=0, prefix=True)\n"
-"--\n"
-"\n"
-"cache_unfinished_req on a Lifecycle without pools (the pools are someone\n"
-"else's): kv holds the request's KV indices (fill_len = len(kv)), fresh the\n"
-"state slot the caller allocated for it.  Returns (rs, prefix_indices,\n"
-"fork_src, fork_dst, kv_to_free, slots_to_free, table_end): the caller's\n"
-"table must hold prefix_indices[:new protected_len], and differs from it\n"
-"only on [old protected_len, table_end) (the duplicates the tree replaced\n"
-"with its own indices; past them the tree took kv's), so the caller writes\n"
-"prefix_indices[old protected_len : table_end] (nothing when table_end is\n"
-"not past it), frees the slots with one call and the KV in the calls\n"
-"kv_free_ends gives (fresh is among the slots when it was not needed).\n"
-"prefix=False: prefix_indices is None (not built).  The result is an\n"
-"UnfinishedResult: those seven items, and by name cache_len (the tokens\n"
-"the call inserted, 0: none) and kv_free_ends.  A Lifecycle with\n"
-"values=False takes kv as a count (its KV indices carry no value).");
 
 static PyObject *
-Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_unfinished_foreign", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
+    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
     int64_t ns = 0, fresh = 0;
     npy_intp n = 0;
     int want_prefix = 1;
     mr_req st;
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished_foreign(): fresh", &fresh) < 0
-        || mr_arg_bool(pa[5], "cache_unfinished_foreign", "prefix", &want_prefix) < 0) {
+        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0
+        || mr_arg_bool(pa[5], "cache_unfinished", "prefix", &want_prefix) < 0) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_unfinished_foreign", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
+    if (foreign_args(self, "cache_unfinished", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
                      &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
@@ -1904,7 +1935,7 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished_foreign()", unfinished_foreign_overrides, 0)
+        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished()", unfinished_tree_overrides, 0)
                            : NULL;
     }
     PyObject *items[7] = {build_rs(self, args[0], &st), prefix, PyLong_FromLongLong((long long)fs),
@@ -1912,25 +1943,12 @@ Lifecycle_cache_unfinished_foreign(LifecycleObject *self, PyObject *const *args,
     return cache_result(self, lc_state(self)->UnfinishedResult, items, 7);
 }
 
-PyDoc_STRVAR(Lifecycle_cache_finished_foreign__doc__,
-"cache_finished_foreign($self, rs, tokens, kv, /, ns=0, is_insert=True, state_available=-1)\n"
-"--\n"
-"\n"
-"cache_finished_req on a Lifecycle without pools: kv holds the request's\n"
-"committed KV indices.  Returns (rs, kv_to_free, slots_to_free): the slots\n"
-"for one free call of the caller's allocator, the KV for the calls\n"
-"kv_free_ends gives (the tail, then the duplicates node by node).  state_available: the\n"
-"caller's free state slots, for the end-of-turn rule (end_of_turn_states);\n"
-"-1: unknown, no end-of-turn state.  The result is a FinishedResult: those\n"
-"three items, and by name cache_len (the tokens the call inserted, 0:\n"
-"none) and kv_free_ends.  A Lifecycle with values=False takes kv as a\n"
-"count.");
 
 static PyObject *
-Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
+tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "cache_finished_foreign", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
+    MR_ARGS(spec, pa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
             "state_available");
     int64_t ns = 0, avail = -1;
     int ins = 1;
@@ -1938,16 +1956,16 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    if (mr_arg_bool(pa[4], "cache_finished_foreign", "is_insert", &ins) < 0) {
+    if (mr_arg_bool(pa[4], "cache_finished", "is_insert", &ins) < 0) {
         return NULL;
     }
     PyObject *o = pa[5];
-    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished_foreign(): state_available", &avail) < 0) {
+    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_finished_foreign", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
+    if (foreign_args(self, "cache_finished", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
                      &kvbuf, &tokbuf) < 0) {
         return NULL;
     }
@@ -1960,81 +1978,31 @@ Lifecycle_cache_finished_foreign(LifecycleObject *self, PyObject *const *args, P
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise(self, rc, "cache_finished_foreign()") : NULL;
+        return rc != MR_OK ? lc_raise(self, rc, "cache_finished()") : NULL;
     }
     PyObject *items[3] = {build_rs(self, args[0], &st), kvf, stf};
     return cache_result(self, lc_state(self)->FinishedResult, items, 3);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_prepare_foreign__doc__,
-"decode_prepare_foreign($self, rs, seq_len, fresh=-1, /)\n"
-"--\n"
-"\n"
-"decode_prepare on a Lifecycle without pools.  Returns (rs, track_slot,\n"
-"track_mask, need_slot): need_slot when lazy mode wants to borrow a slot at\n"
-"this boundary and fresh gave none (call again with one; nothing changed).");
 
 static PyObject *
-Lifecycle_decode_prepare_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    MR_ARGS(spec, pa, "decode_prepare_foreign", 3, 3, 2, "rs", "seq_len", "fresh");
-    int64_t sl = 0, fresh = -1;
+    MR_ARGS(spec, pa, "admit", 2, 2, 1, "rs", "fresh");
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
-        || mr_as_int64(args[1], 0, INT64_MAX, "decode_prepare_foreign(): seq_len", &sl) < 0
-        || (nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare_foreign(): fresh", &fresh) < 0)
-        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
-        return NULL;
-    }
-    int64_t slot = -1;
-    uint8_t mask = 0;
-    int need = 0;
-    int rc = mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
-    if (rc != MR_OK) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "decode_prepare_foreign(): this Lifecycle has its own pools; use decode_prepare");
-        return NULL;
-    }
-    return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
-                         need ? Py_True : Py_False);
-}
-
-PyDoc_STRVAR(Lifecycle_admit_foreign__doc__,
-"admit_foreign($self, rs, fresh=(), /)\n"
-"--\n"
-"\n"
-"admit's state slots for one request on a Lifecycle without pools.  Returns\n"
-"(rs, need): with no fresh slots, need = how many the request wants (a\n"
-"running slot if it has none; with extra_buffer, its track buffer if it has\n"
-"none) and nothing changed; allocate that many and call again with them\n"
-"(distinct ints >= 1): they become the running slot (needs_clear set) and the\n"
-"track slots (next_track 0), in that order, and need is 0.  ValueError for a\n"
-"wrong count or a bad slot (nothing changes).  fresh an int (a slot\n"
-"counter): one call, the slots wanted are fresh, fresh + 1, ...; returns\n"
-"(rs, used), used = how many it took (0: none wanted, nothing changed).");
-
-static PyObject *
-Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    MR_ARGS(spec, pa, "admit_foreign", 2, 2, 1, "rs", "fresh");
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0) {
-        return NULL;
-    }
-    if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "admit_foreign(): this Lifecycle has its own pools; use admit");
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
     int64_t fresh[3] = {-1, -1, -1};
     size_t nfresh = 0;
     if (nargs > 1 && PyIndex_Check(args[1])) {
         int64_t first = 0, used = 0;
-        if (mr_as_int64(args[1], 1, INT64_MAX, "admit_foreign(): fresh", &first) < 0
+        if (mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0
             || parse_rs(self, args[0], &st) < 0) {   /* the record last */
             return NULL;
         }
         if (mr_lc_admit_ids(self->lc, &st, first, &used) != MR_OK) {
-            PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh = %lld: the slot ids from it would include one "
+            PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
                          "the request holds", (long long)first);
             return NULL;
         }
@@ -2042,18 +2010,18 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     if (nargs > 1) {
         /* a tuple of its own: an item's __index__ may change the caller's list */
-        PyObject *seq = own_tuple(args[1], "admit_foreign(): fresh must be a sequence of slot ids");
+        PyObject *seq = own_tuple(args[1], "admit(): fresh must be a sequence of slot ids");
         if (seq == NULL) {
             return NULL;
         }
         Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
         if (m > 3) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "admit_foreign(): fresh has more slots than a request takes");
+            PyErr_SetString(PyExc_ValueError, "admit(): fresh has more slots than a request takes");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < m; i++) {
-            if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, "admit_foreign(): fresh",
+            if (mr_as_int64(PySequence_Fast_GET_ITEM(seq, i), INT64_MIN, INT64_MAX, "admit(): fresh",
                             &fresh[i]) < 0) {
                 Py_DECREF(seq);
                 return NULL;
@@ -2067,15 +2035,15 @@ Lifecycle_admit_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     int64_t need = 0;
     if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
-        PyErr_Format(PyExc_ValueError, "admit_foreign(): fresh must be %lld distinct new slot ids >= 1",
+        PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
                      (long long)need);
         return NULL;
     }
     return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)need);
 }
 
-PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
-"cow_foreign($self, rs, node_id, node_gen, fresh=-1, /)\n"
+PyDoc_STRVAR(Lifecycle_cow__doc__,
+"cow($self, rs, node_id, node_gen, fresh=-1, /)\n"
 "--\n"
 "\n"
 "match's copy-on-write step on a Lifecycle without pools, for the node a\n"
@@ -2086,9 +2054,9 @@ PyDoc_STRVAR(Lifecycle_cow_foreign__doc__,
 "changed).  ValueError for a fresh slot it does not take.");
 
 static PyObject *
-Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+Lifecycle_cow(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    MR_ARGS(spec, pa, "cow_foreign", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
+    MR_ARGS(spec, pa, "cow", 4, 4, 3, "rs", "node_id", "node_gen", "fresh");
     int64_t fresh = -1, id = 0, gen = 0;
     mr_req st;
     mr_node *node = NULL;
@@ -2097,51 +2065,94 @@ Lifecycle_cow_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     if (mr_parse(&spec, args, nargs, NULL, pa) < 0
         || mr_as_int64(args[1], 0, UINT32_MAX, "node id", &id) < 0
         || mr_as_int64(args[2], 0, UINT32_MAX, "node generation", &gen) < 0
-        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow_foreign(): fresh", &fresh) < 0)
+        || (nargs > 3 && mr_as_int64(args[3], -1, INT64_MAX, "cow(): fresh", &fresh) < 0)
         || parse_rs(self, args[0], &st) < 0
         || resolve_handle(self, id, gen, "node", &node) < 0) {
         return NULL;
     }
     if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "cow_foreign(): this Lifecycle has its own pools; use match(cow=True)");
+        PyErr_SetString(PyExc_RuntimeError, "cow(): this Lifecycle has its own pools; use match(cow=True)");
         return NULL;
     }
     int need = 0;
     if (mr_lc_cow_ext(self->lc, &st, node, fresh, &need) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "cow_foreign(): fresh is a slot the request does not take "
+        PyErr_SetString(PyExc_ValueError, "cow(): fresh is a slot the request does not take "
                                           "(it already has a running slot, or the node holds no state)");
         return NULL;
     }
     return Py_BuildValue("(NO)", build_rs(self, args[0], &st), need ? Py_True : Py_False);
 }
 
-PyDoc_STRVAR(Lifecycle_decode_finish_foreign__doc__,
-"decode_finish_foreign($self, rs, committed_len, finished, /)\n"
+PyDoc_STRVAR(Lifecycle_decode_prepare__doc__,
+"decode_prepare($self, row, rs, seq_len, /)\n"
 "--\n"
 "\n"
-"decode_finish on a Lifecycle without pools: the decode boundary's\n"
-"bookkeeping (lazy: the borrowed slot given back).  Returns (rs, at_boundary,\n"
-"slots_to_free).");
+"Before a decode forward (seq_len includes the new token): lazy mode\n"
+"borrows a second track slot at a boundary.  Returns (rs, track_slot,\n"
+"track_mask).  Without pools: decode_prepare(rs, seq_len, fresh=-1), no\n"
+"row, returns (rs, track_slot, track_mask, need_slot): need_slot when lazy\n"
+"mode wants to borrow a slot at this boundary and fresh gave none (call\n"
+"again with one; nothing changed).");
 
 static PyObject *
-Lifecycle_decode_finish_foreign(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    MR_ARGS(spec, pa, "decode_finish_foreign", 3, 3, 3, "rs", "committed_len", "finished");
-    int64_t c = 0;
+    /* with pools the row comes first; without, fresh comes last; the record
+     * is read last (a record without pools may sit in any ReqPool's row) */
+    MR_ARGS(pspec, ppa, "decode_prepare", 3, 3, 3, "row", "rs", "seq_len");
+    MR_ARGS(tspec, tpa, "decode_prepare", 3, 3, 2, "rs", "seq_len", "fresh");
+    int pools = self->rp_obj != NULL;
+    int64_t row = -1, sl = 0, fresh = -1;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
-        || mr_as_int64(args[1], 0, INT64_MAX, "decode_finish_foreign(): committed_len", &c) < 0) {
+    if (mr_parse(pools ? &pspec : &tspec, args, nargs, NULL, pools ? ppa : tpa) < 0
+        || (pools && mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_prepare(): row", &row) < 0)
+        || mr_as_int64(args[pools + 1], 0, INT64_MAX, "decode_prepare(): seq_len", &sl) < 0
+        || (!pools && nargs > 2 && mr_as_int64(args[2], -1, INT64_MAX, "decode_prepare(): fresh", &fresh) < 0)
+        || (pools ? parse_rs_row(self, args[1], row, "decode_prepare", &st) : parse_rs(self, args[0], &st)) < 0) {
         return NULL;
     }
-    if (self->rp_obj != NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "decode_finish_foreign(): this Lifecycle has its own pools; use decode_finish");
-        return NULL;
+    int64_t slot = -1;
+    uint8_t mask = 0;
+    int need = 0;
+    if (pools) {
+        (void)mr_lc_decode_prepare(self->lc, row, &st, sl, &slot, &mask);
+        return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
     }
+    (void)mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
+    return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
+                         need ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(Lifecycle_decode_finish__doc__,
+"decode_finish($self, row, rs, committed_len, finished, /)\n"
+"--\n"
+"\n"
+"After a decode result: at a boundary (committed_len % interval == 0) record\n"
+"the tracked length and flip the ping-pong index (lazy: give the borrowed\n"
+"slot back).  Returns (rs, at_boundary).  Without pools:\n"
+"decode_finish(rs, committed_len, finished), no row, returns (rs,\n"
+"at_boundary, slots_to_free).");
+
+static PyObject *
+Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* with pools the row comes first; the record is read last */
+    MR_ARGS(pspec, ppa, "decode_finish", 4, 4, 4, "row", "rs", "committed_len", "finished");
+    MR_ARGS(tspec, tpa, "decode_finish", 3, 3, 3, "rs", "committed_len", "finished");
+    int pools = self->rp_obj != NULL;
+    int64_t row = -1, c = 0;
     int fin = 0;
-    if (mr_arg_bool(args[2], "decode_finish_foreign", "finished", &fin) < 0
-        || parse_rs(self, args[0], &st) < 0) {   /* the record last */
+    mr_req st;
+    if (mr_parse(pools ? &pspec : &tspec, args, nargs, NULL, pools ? ppa : tpa) < 0
+        || (pools && mr_as_int64(args[0], INT64_MIN, INT64_MAX, "decode_finish(): row", &row) < 0)
+        || mr_as_int64(args[pools + 1], 0, INT64_MAX, "decode_finish(): committed_len", &c) < 0
+        || mr_arg_bool(args[pools + 2], "decode_finish", "finished", &fin) < 0
+        || (pools ? parse_rs_row(self, args[1], row, "decode_finish", &st) : parse_rs(self, args[0], &st)) < 0) {
         return NULL;
+    }
+    if (pools) {
+        int at = mr_lc_decode_finish(self->lc, row, &st, c, fin);
+        return Py_BuildValue("(NO)", build_rs(self, args[1], &st), at ? Py_True : Py_False);
     }
     mr_lc_clear_released(self->lc);
     int at = mr_lc_decode_finish(self->lc, -1, &st, c, fin);
@@ -2752,17 +2763,7 @@ static PyMethodDef Lifecycle_methods[] = {
     {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
-    {"cache_unfinished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished_foreign,
-     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished_foreign__doc__},
-    {"cache_finished_foreign", (PyCFunction)(void (*)(void))Lifecycle_cache_finished_foreign,
-     METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished_foreign__doc__},
-    {"decode_finish_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_finish_foreign, METH_FASTCALL,
-     Lifecycle_decode_finish_foreign__doc__},
-    {"decode_prepare_foreign", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare_foreign, METH_FASTCALL,
-     Lifecycle_decode_prepare_foreign__doc__},
-    {"cow_foreign", (PyCFunction)(void (*)(void))Lifecycle_cow_foreign, METH_FASTCALL, Lifecycle_cow_foreign__doc__},
-    {"admit_foreign", (PyCFunction)(void (*)(void))Lifecycle_admit_foreign, METH_FASTCALL,
-     Lifecycle_admit_foreign__doc__},
+    {"cow", (PyCFunction)(void (*)(void))Lifecycle_cow, METH_FASTCALL, Lifecycle_cow__doc__},
     {"free_states", (PyCFunction)(void (*)(void))Lifecycle_free_states, METH_FASTCALL | METH_KEYWORDS, Lifecycle_free_states__doc__},
     {"prefill_batch", (PyCFunction)(void (*)(void))Lifecycle_prefill_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_prefill_batch__doc__},
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},
@@ -2799,7 +2800,7 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "whole pages leaves the state at its exact end in the tree (its running\n"
 "slot, no copy) instead of the last track snapshot.\n"
 "values=False (no pools): the tree keeps keys only, for a caller whose KV\n"
-"pool is a count; the _foreign cache calls take kv as the number of the\n"
+"pool is a count; the cache calls without pools take kv as the number of the\n"
 "request's KV indices, and every KV index they hand out is 0 (only how\n"
 "many counts).");
 
@@ -2872,38 +2873,6 @@ ReqState_reset(ReqStateObject *self, PyObject *unused)
 }
 
 static PyObject *
-ReqState_get_node_id(ReqStateObject *self, void *c)
-{
-    mr_req rec;
-    if (rs_get(self, "ReqState.node_id", &rec) < 0) {
-        return NULL;
-    }
-    return PyLong_FromLongLong(rec.has_node ? (long long)rec.last_node.id : -1);
-}
-
-static int
-ReqState_set_node_id(ReqStateObject *self, PyObject *v, void *c)
-{
-    int64_t id = -1;
-    if (v == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "node_id cannot be deleted");
-        return -1;
-    }
-    mr_req rec;
-    /* the value first: its __index__ may change the record (parse_rs) */
-    if (mr_as_int64(v, -1, UINT32_MAX, "ReqState.node_id", &id) < 0 || rs_get(self, "ReqState.node_id", &rec) < 0) {
-        return -1;
-    }
-    rec.has_node = id >= 0;
-    rec.last_node.id = (uint32_t)(id >= 0 ? id : 0);
-    if (id < 0) {
-        rec.locked = 0;
-    }
-    rs_put(self, &rec);
-    return 0;
-}
-
-static PyObject *
 ReqState_get_row(ReqStateObject *self, void *c)
 {
     if (rs_live(self, "ReqState.row") < 0) {
@@ -2931,57 +2900,12 @@ ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
     return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
 }
 
-/* One field of the record: its offset, C type and range. */
-typedef struct {
-    const char *name;
-    size_t off;
-    char kind;             /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32 */
-} rs_field;
-
-#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
-
-static const rs_field rs_fields[] = {
-    RS_FIELD("running", running, 'q'),
-    RS_FIELD("track0", track[0], 'q'),
-    RS_FIELD("track1", track[1], 'q'),
-    RS_FIELD("next_track", next_track, 'i'),
-    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
-    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
-    RS_FIELD("cow_src", cow_src, 'q'),
-    RS_FIELD("needs_clear", needs_clear, 'b'),
-    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
-    RS_FIELD("protected_len", protected_len, 'q'),
-    RS_FIELD("node_gen", last_node.gen, 'I'),
-    RS_FIELD("locked", locked, 'b'),
-};
-
 static PyObject *
 ReqState_get_field(ReqStateObject *self, void *c)
 {
     const rs_field *f = c;
-    if (rs_live(self, f->name) < 0) {
-        return NULL;
-    }
-    /* the field where it lives: the object, the row, or (a row's track
-     * entry) the row's track map */
-    const char *p = (const char *)(self->pool == NULL ? &self->st : &self->rp->req[self->row]) + f->off;
-    if (self->pool != NULL && (f->off == offsetof(mr_req, track[0]) || f->off == offsetof(mr_req, track[1]))
-        && (self->rp->bound[self->row] & MR_ROW_BOUND)) {
-        int32_t j = f->off == offsetof(mr_req, track[0]) ? 0 : 1;
-        if (j < self->rp->pp) {
-            p = (const char *)&self->rp->track_map[(size_t)self->row * (size_t)self->rp->pp + (size_t)j];
-        }
-    }
-    switch (f->kind) {
-    case 'q':
-        return PyLong_FromLongLong((long long)*(const int64_t *)p);
-    case 'i':
-        return PyLong_FromLong((long)*(const int32_t *)p);
-    case 'I':
-        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
-    default:
-        return PyLong_FromLong((long)*(const uint8_t *)p);
-    }
+    mr_req rec;
+    return rs_get(self, f->name, &rec) < 0 ? NULL : rs_field_get(&rec, f);
 }
 
 static int
@@ -2992,29 +2916,16 @@ ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
         PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", f->name);
         return -1;
     }
-    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN};
-    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX};
+    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN, ['n'] = -1};
+    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX,
+                                 ['n'] = UINT32_MAX};
     int64_t x = 0;
     mr_req rec;
     /* the value first: its __index__ may change the record (parse_rs) */
     if (mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0 || rs_get(self, f->name, &rec) < 0) {
         return -1;
     }
-    char *p = (char *)&rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        *(int64_t *)p = x;
-        break;
-    case 'i':
-        *(int32_t *)p = (int32_t)x;
-        break;
-    case 'I':
-        *(uint32_t *)p = (uint32_t)x;
-        break;
-    default:
-        *(uint8_t *)p = x != 0;
-        break;
-    }
+    rs_field_set(&rec, f, x);
     rs_put(self, &rec);
     return 0;
 }
@@ -3033,9 +2944,9 @@ static PyGetSetDef ReqState_getset[] = {
     RS_GETSET(7, "needs_clear", "mamba_needs_clear."),
     RS_GETSET(8, "lazy_is_insert", "mamba_lazy_is_insert."),
     RS_GETSET(9, "protected_len", "cache_protected_len."),
-    RS_GETSET(10, "node_gen", "last_node's generation."),
-    RS_GETSET(11, "locked", "last_node holds a lock of this request."),
-    {"node_id", (getter)ReqState_get_node_id, (setter)ReqState_set_node_id, "last_node's id (-1 = None).", NULL},
+    RS_GETSET(10, "node_id", "last_node's id (-1 = None)."),
+    RS_GETSET(11, "node_gen", "last_node's generation."),
+    RS_GETSET(12, "locked", "last_node holds a lock of this request."),
     {"row", (getter)ReqState_get_row, NULL,
      "The ReqPool row the record lives in (-1: it lives in this object, not admitted or done).  ReferenceError "
      "when that row was freed behind this handle's back.",
@@ -3087,7 +2998,7 @@ static PyStructSequence_Field UnfinishedResult_fields[] = {
     {NULL, NULL},
 };
 static PyStructSequence_Desc UnfinishedResult_desc = {
-    "mambaradix._C.UnfinishedResult", "Result of Lifecycle.cache_unfinished_foreign.", UnfinishedResult_fields, 7};
+    "mambaradix._C.UnfinishedResult", "Result of Lifecycle.cache_unfinished without pools.", UnfinishedResult_fields, 7};
 
 static PyStructSequence_Field FinishedResult_fields[] = {
     {"rs", "the request's record"},
@@ -3098,7 +3009,7 @@ static PyStructSequence_Field FinishedResult_fields[] = {
     {NULL, NULL},
 };
 static PyStructSequence_Desc FinishedResult_desc = {
-    "mambaradix._C.FinishedResult", "Result of Lifecycle.cache_finished_foreign.", FinishedResult_fields, 3};
+    "mambaradix._C.FinishedResult", "Result of Lifecycle.cache_finished without pools.", FinishedResult_fields, 3};
 
 int
 mr_py_lifecycle_init(PyObject *m, mr_state *st)

@@ -85,7 +85,7 @@ except Exception:  # pragma: no cover - depends on the environment
     _SGLangBase = None
 
 
-# Records for cow_foreign over pools that are not ours: the request has a
+# Records for Lifecycle.cow over pools that are not ours: the request has a
 # running slot (any id >= 1 stands for the allocator's tensor) or none.
 _RS_NONE = (-1, -1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)
 _RS_SLOT = (1,) + _RS_NONE[1:]
@@ -596,16 +596,16 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
 
     def _foreign_cow(self, req: Req, nid: int, ngen: int) -> None:
         """match_prefix's copy-on-write over pools that are not ours: the
-        lifecycle decides (cow_foreign); a running slot it asks for comes from
+        lifecycle decides (Lifecycle.cow); a running slot it asks for comes from
         the pool's allocator and stays the tensor the allocator gave (the
         lifecycle only learns that the request has one)."""
         has_slot = req.mamba_pool_idx is not None
-        rs, need = self._lc.cow_foreign(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
+        rs, need = self._lc.cow(_C.ReqState(_RS_SLOT if has_slot else _RS_NONE), nid, ngen)
         if need:
             # the matched node stays while a state is evicted for its copy
             dst = self._alloc_mamba_slot(protect=(nid, ngen))
             req.mamba_pool_idx = dst[0]
-            rs, _ = self._lc.cow_foreign(rs, nid, ngen, _RS_SLOT[0])
+            rs, _ = self._lc.cow(rs, nid, ngen, _RS_SLOT[0])
         if rs.cow_src < 0:
             return
         if _owns_record(req):
@@ -828,7 +828,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed], True)
         rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
-        _, kv_free, st_free = self._lc.cache_finished_foreign(
+        _, kv_free, st_free = self._lc.cache_finished(
             rs, req.origin_input_ids + req.output_ids, kv, ns=ns, is_insert=bool(is_insert)
         )
         self._free_foreign(kv_free, st_free)
@@ -854,7 +854,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         rs = _rs_of(req, with_node=True, cache=self)
         p = rs.protected_len
         try:
-            _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished_foreign(
+            _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished(
                 rs, token_ids, kv, int(fresh[0]), ns=ns
             )
         except BaseException:
@@ -913,11 +913,11 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return -1, False
         rs = _rs_of(req)
         tracks = rs.track0, rs.track1
-        _, slot, mask, need = self._lc.decode_prepare_foreign(rs, seq_len)
+        _, slot, mask, need = self._lc.decode_prepare(rs, seq_len)
         if need:  # lazy mode borrows a slot at this boundary: one from SGLang's allocator
             fresh = self._take_mamba_slot()
             if fresh is not None:
-                _, slot, mask, _ = self._lc.decode_prepare_foreign(rs, seq_len, int(fresh[0]))
+                _, slot, mask, _ = self._lc.decode_prepare(rs, seq_len, int(fresh[0]))
         self._set_foreign_tracks(req, rs, tracks)
         req.mamba_next_track_idx = rs.next_track
         return int(slot), bool(mask)
@@ -940,7 +940,7 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if not self._native:
             rs = _rs_of(req)
             tracks = rs.track0, rs.track1
-            _, at, st_free = self._lc.decode_finish_foreign(rs, int(req.kv_committed_len), bool(finished))
+            _, at, st_free = self._lc.decode_finish(rs, int(req.kv_committed_len), bool(finished))
             self._free_foreign(st_free[:0], st_free)
             self._set_foreign_tracks(req, rs, tracks)  # lazy: the borrowed slot given back
             if at:

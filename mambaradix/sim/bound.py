@@ -101,7 +101,7 @@ def held_slots(mode: str) -> int:
     d = DriverConfig(mode=mode)
     lc = _C.Lifecycle(page_size=1, chunk_size=64, extra_buffer=d.extra_buffer, lazy=d.lazy,
                       track_buffer_size=2 if d.overlap else 1, track_interval=256)
-    return int(lc.admit_foreign(_C.ReqState())[1])
+    return int(lc.admit(_C.ReqState())[1])
 
 
 def _request_tokens(requests: Sequence[SimRequest]) -> list:

@@ -667,7 +667,7 @@ class _Replay(Scheduler):
                                "state pool exhausted forking a state: raise state_slots")
         mine = self._slot_ids(rs)
         t0 = time.perf_counter()
-        res = self.lc.cache_unfinished_foreign(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
+        res = self.lc.cache_unfinished(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
         self._seen(r, res.cache_len)
         self.t_cache += time.perf_counter() - t0
         stf = res[5]
@@ -686,7 +686,7 @@ class _Replay(Scheduler):
         rs = r.rs
         mine = self._slot_ids(rs)
         t0 = time.perf_counter()
-        res = self.lc.cache_finished_foreign(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
+        res = self.lc.cache_finished(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
                                              state_available=self.slots_free)
         _, kvf, stf = res
         if is_insert:
@@ -773,10 +773,10 @@ class _Replay(Scheduler):
         rs.branching_seqlen = -1 if br is None else br
         rs.protected_len = r.prefix_len
         # the copy-on-write step (the lifecycle's rule; the slot is ours)
-        if self.lc.cow_foreign(rs, node.id, node.gen)[1]:
+        if self.lc.cow(rs, node.id, node.gen)[1]:
             if not self._alloc_slot(protect=(node.id, node.gen)):
                 raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-            self.lc.cow_foreign(rs, node.id, node.gen, self._sid())
+            self.lc.cow(rs, node.id, node.gen, self._sid())
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:
@@ -946,12 +946,12 @@ class _Replay(Scheduler):
     def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
         # HybridReqToTokenPool.alloc: the slots each request wants are the
-        # lifecycle's rule (admit_foreign), which numbers them from the
+        # lifecycle's rule (admit), which numbers them from the
         # counted pool's slot counter; the state headroom is evicted for them
         need_rows = sum(1 for r in rs if not r.row)
         if need_rows > self.rows_free:
             raise RuntimeError("request rows exhausted")
-        admit = self.lc.admit_foreign
+        admit = self.lc.admit
         free0 = self.slots_free
         need_slots = 0
         ext_total = 0
@@ -1137,11 +1137,11 @@ class _Replay(Scheduler):
         boundary in lazy mode: the second track slot it borrows comes from
         the counted pool (a state evicted when none is free)."""
         rec = r.rs
-        if self.lc.decode_prepare_foreign(rec, seq_len)[3] and self._alloc_slot():
-            self.lc.decode_prepare_foreign(rec, seq_len, self._sid())
+        if self.lc.decode_prepare(rec, seq_len)[3] and self._alloc_slot():
+            self.lc.decode_prepare(rec, seq_len, self._sid())
 
     def _decode_finish(self, r: _R, seq: int, done: bool) -> None:
-        self.slots_free += len(self.lc.decode_finish_foreign(r.rs, seq, done)[2])
+        self.slots_free += len(self.lc.decode_finish(r.rs, seq, done)[2])
 
     def _process_decode(self, batch: Batch) -> None:
         """The requests this decode result changes: those it finishes and

@@ -77,20 +77,20 @@ def test_alloc_state_owner_must_be_a_row_of_the_pool() -> None:
     assert lc.alloc_state(owner=4) == 1 and sa.owner(1) == 4
 
 
-def test_cache_unfinished_foreign_refuses_the_running_slot_as_fresh() -> None:
+def test_cache_unfinished_refuses_the_running_slot_as_fresh() -> None:
     lc = _C.Lifecycle(chunk_size=1)
     with pytest.raises(_C.OwnershipError, match=r"fresh is one of the request's own state slots"):
-        lc.cache_unfinished_foreign(_rs(), [1, 2, 3], [5, 6, 7], 1)
+        lc.cache_unfinished(_rs(), [1, 2, 3], [5, 6, 7], 1)
     assert lc.sizes()[:2] == (0, 0)   # the tree took nothing
     # a slot of its own is taken
-    out = lc.cache_unfinished_foreign(_rs(), [1, 2, 3], [5, 6, 7], 2)
+    out = lc.cache_unfinished(_rs(), [1, 2, 3], [5, 6, 7], 2)
     assert out[0].running == 1 and lc.match([1, 2, 3])[0].tolist() == [5, 6, 7]
 
 
-@pytest.mark.parametrize("name", ["cache_finished_foreign", "cache_unfinished_foreign"])
+@pytest.mark.parametrize("name", ["cache_finished", "cache_unfinished"])
 def test_foreign_calls_refuse_negative_kv(name: str) -> None:
     lc = _C.Lifecycle(chunk_size=1)
-    args = (_rs(), [1, 2, 3], [5, 6, -7]) + ((2,) if name == "cache_unfinished_foreign" else ())
+    args = (_rs(), [1, 2, 3], [5, 6, -7]) + ((2,) if name == "cache_unfinished" else ())
     with pytest.raises(ValueError, match=rf"{name}\(\): kv\[2\] = -7 is out of range \[0, "):
         getattr(lc, name)(*args)
     assert lc.match([1, 2, 3])[0].tolist() == []

@@ -43,7 +43,7 @@ def _foreign(call):
     def run(v):
         lc = _C.Lifecycle(None, None, None, page_size=1, chunk_size=4)
         rec = _C.ReqState()
-        lc.admit_foreign(rec, [1])
+        lc.admit(rec, [1])
         call(lc, rec, v)
     return run
 
@@ -87,11 +87,11 @@ CASES = [
     ("cache_finished", "is_insert",
      _lc_case(lambda lc, row, rec, v: lc.cache_finished(row, rec, [1, 2, 3, 4], 4, is_insert=v))),
     ("finish_batch", "is_insert", lambda v: _finish_batch(v)),
-    ("cache_unfinished_foreign", "prefix",
-     _foreign(lambda lc, rec, v: lc.cache_unfinished_foreign(rec, [1, 2], [7, 8], 2, prefix=v))),
-    ("cache_finished_foreign", "is_insert",
-     _foreign(lambda lc, rec, v: lc.cache_finished_foreign(rec, [1, 2], [7, 8], is_insert=v))),
-    ("decode_finish_foreign", "finished", _foreign(lambda lc, rec, v: lc.decode_finish_foreign(rec, 2, v))),
+    ("cache_unfinished", "prefix",
+     _foreign(lambda lc, rec, v: lc.cache_unfinished(rec, [1, 2], [7, 8], 2, prefix=v))),
+    ("cache_finished", "is_insert",
+     _foreign(lambda lc, rec, v: lc.cache_finished(rec, [1, 2], [7, 8], is_insert=v))),
+    ("decode_finish", "finished", _foreign(lambda lc, rec, v: lc.decode_finish(rec, 2, v))),
     ("match_key_limit", "match_cap", lambda v: _C.match_key_limit(5, v)),
     ("state_headroom", "lazy", lambda v: _C.state_headroom(1, 2, v)),
     ("slots_per_req", "lazy", lambda v: _C.slots_per_req(v)),

@@ -23,9 +23,9 @@ def _finish(kv) -> tuple:
     out = []
     # one cached request, then one that shares its first 4 tokens: its
     # duplicates and its tail come back to be freed
-    rs, kvf, stf = lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4, 9, 9, 9, 9], kv[:8])
+    rs, kvf, stf = lc.cache_finished(_rs(5), [1, 2, 3, 4, 9, 9, 9, 9], kv[:8])
     out.append((kvf.tolist(), stf.tolist()))
-    rs, kvf, stf = lc.cache_finished_foreign(_rs(6), [1, 2, 3, 4, 7, 7, 7, 7, 8, 8], kv[8:18])
+    rs, kvf, stf = lc.cache_finished(_rs(6), [1, 2, 3, 4, 7, 7, 7, 7, 8, 8], kv[8:18])
     out.append((kvf.tolist(), stf.tolist()))
     m = lc.match(np.array([1, 2, 3, 4, 7, 7, 7, 7, 8, 8], np.int64))
     return out, m[0].tolist()
@@ -71,7 +71,7 @@ def test_int32_kv_row_survives_a_reentrant_call_while_the_tokens_are_read() -> N
 
     kv = np.arange(500, 500 + n, dtype=np.int32)
     tokens = [Token(i + 1, i == 0) for i in range(n)]
-    rs, kvf, stf = lc.cache_finished_foreign(_rs(5), tokens, kv)
+    rs, kvf, stf = lc.cache_finished(_rs(5), tokens, kv)
     assert kvf.tolist() == [] and stf.tolist() == []
     m = lc.match(np.arange(1, n + 1, dtype=np.int64))
     assert m[0].tolist() == kv.tolist()

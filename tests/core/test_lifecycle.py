@@ -662,29 +662,29 @@ def test_tree_only_calls_hand_back_what_to_free() -> None:
     """Tree-only mode (the cache over SGLang's own pools): what the caller's
     allocators must free comes back from each call, per kind."""
     lc = _C.Lifecycle(chunk_size=4)                      # no_buffer, page size 1
-    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(5), [1, 2, 3], np.array([10, 11, 12]))
+    rs, kv_free, st_free = lc.cache_finished(_rs(5), [1, 2, 3], np.array([10, 11, 12]))
     assert rs[0] == -1 and kv_free.size == 0 and st_free.size == 0   # the tree took slot 5 and the KV
     # a longer request over the same prefix: its first three KV indices are
     # duplicates; its slot ends the new node
-    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(6), [1, 2, 3, 4], np.array([20, 21, 22, 23]))
+    rs, kv_free, st_free = lc.cache_finished(_rs(6), [1, 2, 3, 4], np.array([20, 21, 22, 23]))
     assert sorted(kv_free.tolist()) == [20, 21, 22] and st_free.size == 0
     # the same prefix again: all duplicates, and the state exists: its slot comes back
-    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(8), [1, 2, 3], np.array([30, 31, 32]))
+    rs, kv_free, st_free = lc.cache_finished(_rs(8), [1, 2, 3], np.array([30, 31, 32]))
     assert sorted(kv_free.tolist()) == [30, 31, 32] and st_free.tolist() == [8]
     # not inserted: everything past the protected prefix goes back
-    rs, kv_free, st_free = lc.cache_finished_foreign(_rs(7), [9, 9], np.array([40, 41]), is_insert=False)
+    rs, kv_free, st_free = lc.cache_finished(_rs(7), [9, 9], np.array([40, 41]), is_insert=False)
     assert sorted(kv_free.tolist()) == [40, 41] and st_free.tolist() == [7]
     assert lc.sizes()[2] + lc.sizes()[3] == 2                        # states 5 and 6 cached
     # extra_buffer: the newest snapshot (track[keep]) is donated; the fresh slot replaces it
     lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
-    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
+    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished(
         _rs(1, track=(2, 3), nxt=0, last_track=4), [1, 2, 3, 4, 5], np.array([11, 12, 13, 14, 15]), 9)
     assert rs[1:3] == (2, 9)        # keep = other(next) = 1: slot 3 went to the tree, 9 took its place
     assert prefix.tolist() == [11, 12, 13, 14, 15] and rs[9] == 4 and (fs, fd) == (-1, -1)
     assert kv_free.size == 0 and st_free.size == 0
     assert end == 0                 # the tree took the caller's indices: its table needs no write
     # nothing tracked: the fresh slot comes back unused
-    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
+    rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished(
         _rs(4, track=(5, 6), nxt=0), [7, 7], np.array([50, 51]), 8)
     assert st_free.tolist() == [8] and prefix.tolist() == [50, 51] and end == 0
     lc.check()
@@ -696,30 +696,31 @@ def test_tree_only_lazy_decode_borrows_a_caller_slot() -> None:
     it, and after the step hands the old one back to be freed."""
     lc = _C.Lifecycle(extra_buffer=True, lazy=True, track_interval=4)
     rs = _rs(1, track=(2, -1), nxt=0)
-    assert lc.decode_prepare_foreign(rs, 7) == (rs, 2, False, False)       # no boundary
-    assert lc.decode_prepare_foreign(rs, 8) == (rs, 2, True, True)         # wants a slot
-    rs2, slot, mask, need = lc.decode_prepare_foreign(rs, 8, 9)
+    assert lc.decode_prepare(rs, 7) == (rs, 2, False, False)       # no boundary
+    assert lc.decode_prepare(rs, 8) == (rs, 2, True, True)         # wants a slot
+    rs2, slot, mask, need = lc.decode_prepare(rs, 8, 9)
     assert rs2[1:4] == (2, 9, 1) and (slot, mask, need) == (9, True, False)
-    rs3, at, st_free = lc.decode_finish_foreign(rs2, 8, False)
+    rs3, at, st_free = lc.decode_finish(rs2, 8, False)
     assert at and rs3[1:5] == (-1, 9, 1, 8) and st_free.tolist() == [2]
     # no slot to be had: the step goes on in the slot it has
-    rs4, at, st_free = lc.decode_finish_foreign(rs, 8, True)
+    rs4, at, st_free = lc.decode_finish(rs, 8, True)
     assert at and rs4[1:5] == (2, -1, 0, 8) and rs4[8] == 0 and st_free.size == 0   # not insertable
 
 
 def test_tree_only_calls_bad_input() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
-    with pytest.raises(RuntimeError, match="own pools"):
-        own.cache_finished_foreign(_rs(1), [1], np.array([1]))
+    # with pools the call takes the request's row first: the record-first form is not it
+    with pytest.raises(TypeError, match="committed_len"):
+        own.cache_finished(_rs(1), [1], np.array([1]))
     lc = _C.Lifecycle(extra_buffer=True)
     with pytest.raises(ValueError, match="fresh"):
-        lc.cache_unfinished_foreign(_rs(1, track=(2, 3), nxt=0, last_track=1), [1], np.array([1]), 0)
+        lc.cache_unfinished(_rs(1, track=(2, 3), nxt=0, last_track=1), [1], np.array([1]), 0)
     with pytest.raises(ValueError, match="tokens"):
-        lc.cache_finished_foreign(_rs(1, track=(2, 3), nxt=0), [1], np.array([1, 2]))
+        lc.cache_finished(_rs(1, track=(2, 3), nxt=0), [1], np.array([1, 2]))
     with pytest.raises(ValueError):
-        lc.cache_finished_foreign(_rs(1), [1, 2], np.array([-1, 2]))
+        lc.cache_finished(_rs(1), [1, 2], np.array([-1, 2]))
     with pytest.raises(_C.OwnershipError):
-        lc.cache_finished_foreign(_rs(-1), [1], np.array([1]))   # no running slot: finished twice
+        lc.cache_finished(_rs(-1), [1], np.array([1]))   # no running slot: finished twice
     lc.check()
 
 

@@ -1,11 +1,11 @@
 """What the tree-only Lifecycle's per-request calls hand back, as the
 simulator's replay uses them: the cache calls' results (``cache_len``,
 ``kv_free_ends`` by name, the old items unpacked), a keys-only Lifecycle
-(``values=False``, KV as a count) and ``admit_foreign`` with a slot counter.
+(``values=False``, KV as a count) and ``admit`` with a slot counter.
 
 References: the tree itself (a first insert into an empty tree adds exactly
 the tokens a call cached), a Lifecycle that keeps KV values (the same calls
-with real indices), and the two-call form of ``admit_foreign``."""
+with real indices), and the two-call form of ``admit``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_cache_len_is_what_the_tree_took(seed: int) -> None:
         lc = _lc(mode, page, eot=eot)
         view = lc.tree_view()
         rs = _C.ReqState()
-        assert lc.admit_foreign(rs, 1)[1] == (1 if mode == "no_buffer" else 2 if mode == "lazy" else
+        assert lc.admit(rs, 1)[1] == (1 if mode == "no_buffer" else 2 if mode == "lazy" else
                                               2 if mode == "pp1" else 3)
         n = rng.randint(1, 12) * page
         tokens = np.array([rng.randint(1, 50) for _ in range(n + 2 * page)], np.int32)
@@ -45,12 +45,12 @@ def test_cache_len_is_what_the_tree_took(seed: int) -> None:
         if rng.random() < 0.5:
             # an unfinished request: its tracked length (extra_buffer), or all of it
             lc.prepare_extend(0, rs, 0, n)
-            res = lc.cache_unfinished_foreign(rs, tokens[:n], kv[:n], 100, prefix=False)
+            res = lc.cache_unfinished(rs, tokens[:n], kv[:n], 100, prefix=False)
             assert len(res) == 7 and res[0] is rs and res.table_end == res[6]
         else:
             if mode != "no_buffer" and rng.random() < 0.7:
                 rs.last_track_seqlen = rng.randint(0, n // page) * page
-            res = lc.cache_finished_foreign(rs, tokens[:n], kv[:n], is_insert=rng.random() < 0.8,
+            res = lc.cache_finished(rs, tokens[:n], kv[:n], is_insert=rng.random() < 0.8,
                                             state_available=rng.choice((-1, 0, 3)))
             assert len(res) == 3 and res[0] is rs
         assert res.cache_len == view.total_size()[0]
@@ -72,7 +72,7 @@ def _run(lc: _C.Lifecycle, values: bool, seed: int, mode: str) -> list:
         if not live or (len(live) < 4 and rng.random() < 0.4):
             toks = rng.choice(stems) + [rng.randint(1, 9) for _ in range(rng.randint(1, 30))]
             rs = _C.ReqState()
-            n = lc.admit_foreign(rs, sid)[1]
+            n = lc.admit(rs, sid)[1]
             sid += n
             live.append([rs, np.array(toks, np.int32), np.arange(kv_next, kv_next + len(toks) + 40), 0])
             kv_next += len(toks) + 40
@@ -84,15 +84,15 @@ def _run(lc: _C.Lifecycle, values: bool, seed: int, mode: str) -> list:
             step_len = min(len(toks) - done, rng.randint(1, 24))
             _, slot, mask, seqlen = lc.prepare_extend(0, rs, done, step_len)
             done += step_len
-            res = lc.cache_unfinished_foreign(rs, toks, kv[:done] if values else done, sid, prefix=False)
+            res = lc.cache_unfinished(rs, toks, kv[:done] if values else done, sid, prefix=False)
             sid += 1
             out.append(("unfinished", slot, mask, seqlen, res.cache_len, res.table_end, len(res.kv_to_free),
                         res.slots_to_free.tolist(), res.kv_free_ends.tolist(), res.fork_src, res.fork_dst))
             live[i][3] = done
         else:
             c = max(done, 1)
-            fin = lc.decode_finish_foreign(rs, c, True)
-            res = lc.cache_finished_foreign(rs, np.concatenate([toks, toks])[:c], kv[:c] if values else c,
+            fin = lc.decode_finish(rs, c, True)
+            res = lc.cache_finished(rs, np.concatenate([toks, toks])[:c], kv[:c] if values else c,
                                             is_insert=what < 0.9, state_available=rng.choice((-1, 3)))
             out.append(("finished", fin[1], fin[2].tolist(), res.cache_len, len(res.kv_to_free),
                         res.slots_to_free.tolist(), res.kv_free_ends.tolist()))
@@ -120,44 +120,44 @@ def test_values_false_is_for_a_lifecycle_without_pools_and_takes_a_count() -> No
     lc = _lc("pp2", 1, values=False)
     rs = _C.ReqState((1, 2, 3, 0, 4, -1, -1, 0, 1, 0, -1, 0, 0))
     before = rs.astuple()
-    with pytest.raises(TypeError, match=r"cache_finished_foreign\(\): kv"):
-        lc.cache_finished_foreign(rs, [1, 2, 3, 4], np.arange(4))
-    with pytest.raises(ValueError, match=r"cache_unfinished_foreign\(\): kv"):
-        lc.cache_unfinished_foreign(rs, [1, 2, 3, 4], -1, 9)
+    with pytest.raises(TypeError, match=r"cache_finished\(\): kv"):
+        lc.cache_finished(rs, [1, 2, 3, 4], np.arange(4))
+    with pytest.raises(ValueError, match=r"cache_unfinished\(\): kv"):
+        lc.cache_unfinished(rs, [1, 2, 3, 4], -1, 9)
     with pytest.raises(ValueError, match="tokens for"):
-        lc.cache_finished_foreign(rs, [1, 2, 3], 4)
+        lc.cache_finished(rs, [1, 2, 3], 4)
     assert rs.astuple() == before and lc.sizes()[0] == 0
-    res = lc.cache_finished_foreign(rs, [1, 2, 3, 4, 5], 5)
+    res = lc.cache_finished(rs, [1, 2, 3, 4, 5], 5)
     assert res.cache_len == 4 and res.kv_to_free.tolist() == [0] and lc.tree_view().total_size() == (4, 1)
 
 
 @pytest.mark.parametrize("mode", ["pp2", "pp1", "lazy", "no_buffer"])
 @pytest.mark.parametrize("running", [-1, 5])
 @pytest.mark.parametrize("has_track", [False, True])
-def test_admit_foreign_with_a_counter_is_the_two_call_form(mode: str, running: int, has_track: bool) -> None:
+def test_admit_with_a_counter_is_the_two_call_form(mode: str, running: int, has_track: bool) -> None:
     lc = _lc(mode, 1)
     track = (6, 7 if mode in ("pp2",) else -1) if has_track and mode != "no_buffer" else (-1, -1)
     nxt = 0 if track[0] >= 0 else -1
     rec = (running, track[0], track[1], nxt, -1, -1, -1, 0, 1, 0, -1, 0, 0)
     two = _C.ReqState(rec)
-    _, need = lc.admit_foreign(two)
+    _, need = lc.admit(two)
     if need:
-        lc.admit_foreign(two, list(range(20, 20 + need)))
+        lc.admit(two, list(range(20, 20 + need)))
     one = _C.ReqState(rec)
-    assert lc.admit_foreign(one, 20) == (one, need)
+    assert lc.admit(one, 20) == (one, need)
     assert one.astuple() == two.astuple()
 
 
-def test_admit_foreign_counter_refuses_ids_the_request_holds() -> None:
+def test_admit_counter_refuses_ids_the_request_holds() -> None:
     lc = _lc("pp2", 1)
     rs = _C.ReqState((-1, 6, 7, 0, -1, -1, -1, 0, 1, 0, -1, 0, 0))   # wants a running slot
     before = rs.astuple()
-    with pytest.raises(ValueError, match="admit_foreign"):
-        lc.admit_foreign(rs, 7)
+    with pytest.raises(ValueError, match="admit"):
+        lc.admit(rs, 7)
     assert rs.astuple() == before
-    with pytest.raises(ValueError, match=r"admit_foreign\(\): fresh"):
-        lc.admit_foreign(rs, 0)
+    with pytest.raises(ValueError, match=r"admit\(\): fresh"):
+        lc.admit(rs, 0)
     assert rs.astuple() == before
-    assert lc.admit_foreign(rs, 8)[1] == 1 and rs.running == 8
+    assert lc.admit(rs, 8)[1] == 1 and rs.running == 8
     # it wants nothing now: no id is taken, whatever the counter says
-    assert lc.admit_foreign(rs, 6)[1] == 0 and rs.running == 8
+    assert lc.admit(rs, 6)[1] == 0 and rs.running == 8

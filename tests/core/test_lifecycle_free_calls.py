@@ -67,11 +67,11 @@ def test_finished_request_tail_before_its_duplicates() -> None:
     # 14 committed tokens, the last snapshot at 12: the tail 12..13 goes
     # first (SGLang frees it before the insert), then the duplicates of
     # the cached 8 tokens, one call per node
-    _, kv_free, _ = lc.cache_finished_foreign(_rs(9, track=(5, 6), nxt=0, last_track=12), KEY[:14],
+    _, kv_free, _ = lc.cache_finished(_rs(9, track=(5, 6), nxt=0, last_track=12), KEY[:14],
                                               np.arange(500, 514))
     assert _calls(kv_free, lc.kv_free_ends) == [[512, 513], [500, 501, 502, 503], [504, 505, 506, 507]]
     # nothing cached (is_insert=False): one call, from the protected length
-    _, kv_free, _ = lc.cache_finished_foreign(_rs(7, track=(3, 4), nxt=0, last_track=12), KEY[:6],
+    _, kv_free, _ = lc.cache_finished(_rs(7, track=(3, 4), nxt=0, last_track=12), KEY[:6],
                                               np.arange(600, 606), is_insert=False)
     assert _calls(kv_free, lc.kv_free_ends) == [list(range(600, 606))]
     lc.check()

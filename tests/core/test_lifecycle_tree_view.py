@@ -1,6 +1,6 @@
 """A tree-only Lifecycle's tree as a RadixTree (``tree_view``), the
 end-of-turn rule in tree-only mode (``state_available``), and
-``cache_unfinished_foreign(prefix=False)``: what the simulator's replay
+``cache_unfinished(prefix=False)``: what the simulator's replay
 uses to run its cache steps through the C lifecycle over counted pools."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_the_view_is_the_lifecycles_tree() -> None:
     ns = view.namespace("lora-a")
     assert ns >= 1 and view.namespace("lora-a") == ns and view.namespace(None) == 0
     # a request cached through the lifecycle in namespace "lora-a" ...
-    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4, 9], np.arange(10, 15), ns=ns)
+    lc.cache_finished(_rs(5), [1, 2, 3, 4, 9], np.arange(10, 15), ns=ns)
     # ... is what the view matches there, and nowhere else
     m = view.match_prefix(np.array([1, 2, 3, 4, 9, 7], np.int32), extra_key="lora-a")
     assert m.node.prefix_len == 5 and m.state == 5 and m.indices.tolist() == [10, 11, 12, 13, 14]
@@ -34,7 +34,7 @@ def test_the_view_is_the_lifecycles_tree() -> None:
     node = m.node
     view.inc_lock_ref(node)
     assert lc.node_info(node.id, node.gen)[5] == 1
-    rs, kv_free, st_free = lc.cache_finished_foreign(
+    rs, kv_free, st_free = lc.cache_finished(
         _rs(6, protected=5, node=(node.id, node.gen), locked=1), [1, 2, 3, 4, 9], np.arange(10, 15),
         ns=ns, is_insert=False)
     assert node.full_lock_ref == 0 and st_free.tolist() == [6] and kv_free.size == 0
@@ -65,7 +65,7 @@ def test_one_namespace_table_for_the_lifecycle_and_its_views() -> None:
     assert lc.namespace_name(0) is None and lc.namespace_name(len(model) + 1) is None
     assert lc.namespace_name(-3) is None
     # a node of a namespace names its extra_key
-    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4], np.arange(10, 14), ns=model["lora-b"])
+    lc.cache_finished(_rs(5), [1, 2, 3, 4], np.arange(10, 14), ns=model["lora-b"])
     assert [c.extra_key for c in views[0].root.children] == ["lora-b"]
     for bad in (3, b"a", ["a"]):
         with pytest.raises(TypeError, match="extra_key must be a str or None, not"):
@@ -76,7 +76,7 @@ def test_one_namespace_table_for_the_lifecycle_and_its_views() -> None:
 
 def test_the_view_keeps_its_lifecycle_alive() -> None:
     lc = _C.Lifecycle(chunk_size=4)
-    lc.cache_finished_foreign(_rs(3), [4, 5, 6], np.array([7, 8, 9]))
+    lc.cache_finished(_rs(3), [4, 5, 6], np.array([7, 8, 9]))
     view = lc.tree_view()
     del lc
     gc.collect()
@@ -103,7 +103,7 @@ def test_end_of_turn_in_tree_only_mode_follows_the_free_slots(lazy: bool) -> Non
     for avail, eot in ((need, True), (need - 1, False), (-1, False)):
         lc = _C.Lifecycle(page_size=4, chunk_size=4, extra_buffer=True, lazy=lazy, end_of_turn_states=True)
         view = lc.tree_view()
-        rs, kv_free, st_free = lc.cache_finished_foreign(
+        rs, kv_free, st_free = lc.cache_finished(
             _rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=avail)
         keep = 0 if lazy else 1          # lazy keeps next, two buffers other(next)
         if eot:
@@ -121,10 +121,10 @@ def test_end_of_turn_in_tree_only_mode_follows_the_free_slots(lazy: bool) -> Non
         lc.check()
     # without the option, the free slots change nothing
     lc = _C.Lifecycle(page_size=4, chunk_size=4, extra_buffer=True, lazy=lazy)
-    lc.cache_finished_foreign(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=99)
+    lc.cache_finished(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=99)
     assert lc.tree_view().total_size() == (4, 1)
     with pytest.raises(ValueError, match="state_available"):
-        lc.cache_finished_foreign(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=-2)
+        lc.cache_finished(_rs(1, track=track, nxt=0, last_track=4), tokens, kv, state_available=-2)
 
 
 def test_unfinished_without_the_prefix_array() -> None:
@@ -132,8 +132,8 @@ def test_unfinished_without_the_prefix_array() -> None:
     got = []
     for want in (True, False):
         lc = _C.Lifecycle(chunk_size=4, extra_buffer=True)
-        lc.cache_finished_foreign(_rs(7, track=(5, 6), nxt=0, last_track=4), [1, 2, 3, 4], np.arange(30, 34))
-        rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished_foreign(
+        lc.cache_finished(_rs(7, track=(5, 6), nxt=0, last_track=4), [1, 2, 3, 4], np.arange(30, 34))
+        rs, prefix, fs, fd, kv_free, st_free, end = lc.cache_unfinished(
             _rs(1, track=(2, 3), nxt=0, last_track=8), list(range(1, 11)), np.arange(40, 50), 9,
             prefix=want)
         assert (prefix is None) == (not want)
@@ -161,23 +161,23 @@ def _sglang_cow(running: int, node_state: int, fresh: int) -> tuple:
 
 
 @pytest.mark.parametrize("running", [-1, 3])
-def test_cow_foreign_is_sglangs_copy_on_write(running: int) -> None:
+def test_cow_is_sglangs_copy_on_write(running: int) -> None:
     lc = _C.Lifecycle(chunk_size=4)
-    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
+    lc.cache_finished(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
     m = lc.tree_view().match_prefix(np.array([1, 2, 3, 4, 8], np.int32))
     node = m.node
     rs = _C.ReqState(_rs(running))
     rs.needs_clear = 1   # as admission leaves a fresh slot: the copy makes the clear moot
-    rs, need = lc.cow_foreign(rs, node.id, node.gen)
+    rs, need = lc.cow(rs, node.id, node.gen)
     if running < 0:
         # the rule wants a slot the caller must allocate: nothing changed yet
         assert need and (rs.running, rs.cow_src) == (-1, -1)
         with pytest.raises(ValueError, match="fresh"):   # not a slot id
-            lc.cow_foreign(rs, node.id, node.gen, -2)
-        rs, need = lc.cow_foreign(rs, node.id, node.gen, 7)
+            lc.cow(rs, node.id, node.gen, -2)
+        rs, need = lc.cow(rs, node.id, node.gen, 7)
     else:
         with pytest.raises(ValueError, match="does not take"):
-            lc.cow_foreign(rs, node.id, node.gen, 7)
+            lc.cow(rs, node.id, node.gen, 7)
     want_run, want_src, want_clear = _sglang_cow(running, m.state, 7)
     assert not need and (rs.running, rs.cow_src, bool(rs.needs_clear)) == (want_run, want_src, want_clear)
     assert lc.stats()["cow"] == 1
@@ -185,24 +185,24 @@ def test_cow_foreign_is_sglangs_copy_on_write(running: int) -> None:
     root = lc.tree_view().match_prefix(np.array([9], np.int32)).node
     blank = _C.ReqState(_rs(-1))
     blank.needs_clear = 1
-    out, need = lc.cow_foreign(blank, root.id, root.gen)
+    out, need = lc.cow(blank, root.id, root.gen)
     assert not need and (out.running, out.cow_src, bool(out.needs_clear)) == (-1, -1, True)
     with pytest.raises(ValueError, match="does not take"):
-        lc.cow_foreign(blank, root.id, root.gen, 7)
+        lc.cow(blank, root.id, root.gen, 7)
     lc.check()
 
 
-def test_cow_foreign_refuses_pools_and_stale_nodes() -> None:
+def test_cow_refuses_pools_and_stale_nodes() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
     with pytest.raises(RuntimeError, match="own pools"):
-        own.cow_foreign(_rs(-1), 0, 0)
+        own.cow(_rs(-1), 0, 0)
     lc = _C.Lifecycle(chunk_size=4)
-    lc.cache_finished_foreign(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
+    lc.cache_finished(_rs(5), [1, 2, 3, 4], np.arange(10, 14))
     node = lc.tree_view().match_prefix(np.array([1, 2, 3, 4], np.int32)).node
     nid, ngen = node.id, node.gen
     assert lc.tree_view().evict_full(4).tokens_evicted == 4
     with pytest.raises(Exception, match="node"):
-        lc.cow_foreign(_rs(-1), nid, ngen)
+        lc.cow(_rs(-1), nid, ngen)
 
 
 # SGLang v0.5.15's HybridReqToTokenPool.alloc, written out as the reference:
@@ -230,37 +230,37 @@ def _sglang_alloc(running: int, track, extra: bool, lazy: bool, pp: int, fresh: 
 @pytest.mark.parametrize("mode,has_track", [("no_buffer", False)] + [(m, t) for m in ("pp1", "pp2", "lazy")
                                                                       for t in (False, True)])
 @pytest.mark.parametrize("running", [-1, 4])
-def test_admit_foreign_is_sglangs_alloc(mode: str, running: int, has_track: bool) -> None:
+def test_admit_is_sglangs_alloc(mode: str, running: int, has_track: bool) -> None:
     extra, lazy, pp = mode != "no_buffer", mode == "lazy", 1 if mode == "pp1" else 2
     lc = _C.Lifecycle(chunk_size=4, extra_buffer=extra, lazy=lazy, track_buffer_size=pp)
     track = (5, 6 if pp == 2 and not lazy else -1) if has_track else None
     rs = _C.ReqState(_rs(running, track=track or (-1, -1), nxt=1 if has_track else -1))
-    rs, need = lc.admit_foreign(rs)
+    rs, need = lc.admit(rs)
     want = (running < 0) + (0 if (not extra or has_track) else (1 if lazy else pp))
     assert need == want and rs.running == running     # nothing taken yet
     fresh = [11, 12, 13][:want]
     if want:
         with pytest.raises(ValueError, match="fresh"):
-            lc.admit_foreign(rs, fresh + [14])         # one too many
+            lc.admit(rs, fresh + [14])         # one too many
         if want > 1:
             with pytest.raises(ValueError, match="distinct"):
-                lc.admit_foreign(rs, fresh[:-1])       # one too few
+                lc.admit(rs, fresh[:-1])       # one too few
         with pytest.raises(ValueError, match="distinct"):
-            lc.admit_foreign(rs, [0] + fresh[1:])      # not a slot id
+            lc.admit(rs, [0] + fresh[1:])      # not a slot id
         if want > 1:
             with pytest.raises(ValueError, match="distinct"):
-                lc.admit_foreign(rs, [fresh[0]] * want)
+                lc.admit(rs, [fresh[0]] * want)
         assert rs.running == running
-    rs, need = lc.admit_foreign(rs, fresh)
+    rs, need = lc.admit(rs, fresh)
     got = (rs.running, (rs.track0, rs.track1), rs.next_track, bool(rs.needs_clear))
     assert need == 0 and got == _sglang_alloc(running, track, extra, lazy, pp, fresh)
-    assert lc.admit_foreign(rs)[1] == 0   # nothing more wanted
+    assert lc.admit(rs)[1] == 0   # nothing more wanted
 
 
-def test_admit_foreign_refuses_pools() -> None:
+def test_admit_with_pools_takes_rows_and_records() -> None:
     own = _C.Lifecycle(_C.SlotAllocator(4), _C.SlotAllocator(16), _C.ReqPool(2, 8, 2))
-    with pytest.raises(RuntimeError, match="own pools"):
-        own.admit_foreign(_rs(-1))
+    with pytest.raises(TypeError, match="rs_list"):
+        own.admit(_rs(-1))
 
 
 # --------------------------------------------------------------------------

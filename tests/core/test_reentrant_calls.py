@@ -127,9 +127,9 @@ def _rs(running: int) -> tuple:
     return (running, -1, -1, -1, -1, -1, -1, 0, 1, 0, -1, 0, 0)
 
 
-def test_cache_finished_foreign_reads_the_record_after_its_arrays() -> None:
+def test_cache_finished_reads_the_record_after_its_arrays() -> None:
     # over someone else's pools: reading the finishing request's tokens ends
-    # its first chunk (cache_unfinished_foreign, which locks the node it
+    # its first chunk (cache_unfinished, which locks the node it
     # caches); the finish must unlock that node, not the record it saw
     # before
     tokens = list(range(1, 13))
@@ -141,7 +141,7 @@ def test_cache_finished_foreign_reads_the_record_after_its_arrays() -> None:
         frees = []
 
         def first_chunk():
-            out = lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6)
+            out = lc.cache_unfinished(rec, tokens[:8], kv[:8], 6)
             frees.append((out[4].tolist(), out[5].tolist()))
 
         if reenter:
@@ -149,7 +149,7 @@ def test_cache_finished_foreign_reads_the_record_after_its_arrays() -> None:
         else:
             first_chunk()
             key = list(tokens)
-        out = lc.cache_finished_foreign(rec, key, kv)
+        out = lc.cache_finished(rec, key, kv)
         frees.append((out[1].tolist(), out[2].tolist()))
         lc.check()
         return frees, rec.astuple(), _tree(lc, [tokens]), lc.sizes()
@@ -246,16 +246,16 @@ def test_per_request_calls_read_the_record_after_their_other_arguments(case) -> 
 
 
 _FOREIGN_CASES = {
-    "decode_prepare_foreign(seq_len)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, a(9)),
-    "decode_prepare_foreign(fresh)": lambda lc, rec, a: lc.decode_prepare_foreign(rec, 9, a(-1)),
-    "decode_finish_foreign(committed_len)": lambda lc, rec, a: lc.decode_finish_foreign(rec, a(9), False),
+    "decode_prepare(seq_len)": lambda lc, rec, a: lc.decode_prepare(rec, a(9)),
+    "decode_prepare(fresh)": lambda lc, rec, a: lc.decode_prepare(rec, 9, a(-1)),
+    "decode_finish(committed_len)": lambda lc, rec, a: lc.decode_finish(rec, a(9), False),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_FOREIGN_CASES))
 def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None:
     # over someone else's pools: an argument's reading ends the request's
-    # first chunk (cache_unfinished_foreign locks the node it caches and
+    # first chunk (cache_unfinished locks the node it caches and
     # notes the lock in the record); the call used to write its earlier
     # copy back, losing the lock for good
     tokens = list(range(1, 13))
@@ -264,7 +264,7 @@ def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None
     def run(reenter: bool):
         lc = _C.Lifecycle(chunk_size=4)
         rec = _C.ReqState(_rs(5))
-        a = _hooked(reenter, lambda: lc.cache_unfinished_foreign(rec, tokens[:8], kv[:8], 6))
+        a = _hooked(reenter, lambda: lc.cache_unfinished(rec, tokens[:8], kv[:8], 6))
         out = _outcome(lambda: _FOREIGN_CASES[case](lc, rec, a) and None, lc)
         return out, rec.astuple(), lc.sizes()
 
@@ -273,17 +273,17 @@ def test_foreign_calls_read_the_record_after_their_other_arguments(case) -> None
     assert got[1][12] == 1   # the record still holds its lock on the cached node (locked)
 
 
-def test_admit_foreign_reads_the_record_after_the_fresh_slots() -> None:
+def test_admit_reads_the_record_after_the_fresh_slots() -> None:
     # reading the fresh slot admits the request with another slot; the call
     # used to take the slot from its earlier copy (no running slot) and drop
     # the other from the record; as after the inner call, it must refuse
     def run(reenter: bool):
         lc = _C.Lifecycle(chunk_size=4)
         rec = _C.ReqState()
-        inner = lambda: lc.admit_foreign(rec, [7])  # noqa: E731
+        inner = lambda: lc.admit(rec, [7])  # noqa: E731
         if not reenter:
             inner()
-        out = _outcome(lambda: lc.admit_foreign(rec, [_Calls(9, inner) if reenter else 9]) and None, lc)
+        out = _outcome(lambda: lc.admit(rec, [_Calls(9, inner) if reenter else 9]) and None, lc)
         return out, rec.astuple()
 
     got = run(True)
@@ -291,7 +291,7 @@ def test_admit_foreign_reads_the_record_after_the_fresh_slots() -> None:
     assert got[1][0] == 7 and got[0][0][0] == "ValueError"
 
 
-def test_cow_foreign_resolves_the_node_after_its_other_arguments() -> None:
+def test_cow_resolves_the_node_after_its_other_arguments() -> None:
     # `fresh`'s reading evicts the matched node; the call used to go on with
     # the freed node (a use after free; here a stale slot as cow_src)
     lc = _C.Lifecycle(chunk_size=4)
@@ -306,7 +306,7 @@ def test_cow_foreign_resolves_the_node_after_its_other_arguments() -> None:
 
     rec = _C.ReqState()
     with pytest.raises(_C.StaleNodeError):
-        lc.cow_foreign(rec, nid, ngen, _Calls(7, evict))
+        lc.cow(rec, nid, ngen, _Calls(7, evict))
     assert rec.cow_src == -1 and rec.running == -1
     lc.check()
 

@@ -594,7 +594,7 @@ MUTANTS: List[Mutant] = [
            "alloc_state gives a slot to a row past the pool's last (owned by a row that does not exist)"),
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
-           "cache_unfinished_foreign takes the request's running slot as the node's: one slot, two owners"),
+           "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
 ]
 
 

@@ -42,8 +42,8 @@ def test_no_tracking_transition_is_written_in_python():
         for name in TRANSITIONS:
             assert not hasattr(cls, name), f"{cls.__name__}.{name}"
     # each backend's tracking goes through the lifecycle's calls
-    for cls, calls in ((SchedulerDriver, ("prepare_extend", "decode_prepare_foreign", "decode_finish_foreign")),
-                       (_Replay, ("prepare_extend", "decode_prepare_foreign", "decode_finish_foreign"))):
+    for cls, calls in ((SchedulerDriver, ("prepare_extend", "decode_prepare", "decode_finish")),
+                       (_Replay, ("prepare_extend", "decode_prepare", "decode_finish"))):
         names = set()
         for f in vars(cls).values():
             names.update(getattr(getattr(f, "__code__", None), "co_names", ()))

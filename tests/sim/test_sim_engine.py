@@ -363,8 +363,8 @@ def test_the_cache_steps_are_the_c_lifecycles(mode):
     rp._release = lambda r, ins: (finishes.append(r.rid), release(r, ins))
     rp.run()
     rp.check()
-    assert rp.lc.calls["cache_finished_foreign"] == len(finishes) >= len(reqs)
-    assert rp.lc.calls["cache_unfinished_foreign"] > 0
+    assert rp.lc.calls["cache_finished"] == len(finishes) >= len(reqs)
+    assert rp.lc.calls["cache_unfinished"] > 0
     lc.check()
     assert lc.sizes()[:4] == (rp.tree.full_evictable_size(), rp.tree.full_protected_size(),
                               rp.tree.mamba_evictable_size(), rp.tree.mamba_protected_size())
