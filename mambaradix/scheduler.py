@@ -215,7 +215,8 @@ class Scheduler:
     def __init__(self, config: DriverConfig) -> None:
         self.config = config
         self.page = int(config.page_size)
-        self.pp_size = 2 if config.overlap else 1
+        self.overlap = bool(config.overlap)
+        self.pp_size = 2 if self.overlap else 1
         self.waiting: list = []
         self.running: list = []
         self.chunked: Any = None
@@ -226,7 +227,7 @@ class Scheduler:
         # SGLang 0.5.23 skips the decode a finishing request would run under
         # the overlap scheduler (enable_skip_finishing_decode)
         self.v0523 = config.semantics == "v0.5.23"
-        self.skip_finishing = bool(config.overlap) and self.v0523
+        self.skip_finishing = self.overlap and self.v0523
         self.touch_calls = 0          # admission passes that reached calc_priority (0.5.23)
 
     # ------------------------------------------------------------- the loop
@@ -240,7 +241,7 @@ class Scheduler:
         overlap scheduler the new batch is launched before the previous
         batch's results are processed."""
         batch = self._get_next_batch()
-        if self.config.overlap:
+        if self.overlap:
             if batch is not None:
                 self._forward(batch)
                 self.result_queue.append(batch)
@@ -356,9 +357,8 @@ class Scheduler:
         self._admission_begin(len(self.waiting))
         try:
             for x in self.waiting:
-                if len(can_run) >= self._num_allocatable():
+                if self.batch_is_full or len(can_run) >= self._num_allocatable():
                     self.batch_is_full = True
-                if self.batch_is_full:
                     break
                 self._match(x)
                 # PrefillAdder.add_one_req

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 import time
 from collections import deque
 from typing import Any, Callable, Optional, Tuple
@@ -125,6 +126,9 @@ def tree_options(config: SimConfig) -> dict:
             "mru": int(getattr(config, "utility_order", "lru") == "mru"),
         }
     return kw
+
+
+_by_seq = operator.attrgetter("seq")
 
 
 def _distance_bucket(d: int) -> int:
@@ -472,6 +476,7 @@ class _Replay(Scheduler):
         self.lazy = self.dcfg.lazy
         self.interval = int(self.dcfg.track_interval)
         self.overlap = self.dcfg.overlap
+        self.max_running = int(self.dcfg.max_running)
         self.batch_mode = self.dcfg.decode_boundary == "batch"
         # _fast_forward: a span may end with a batch that finishes requests
         self.fin_last = not self.skip_finishing and not self.lazy
@@ -589,21 +594,27 @@ class _Replay(Scheduler):
         evict = kv_evict(self.kv_free, n if evict_below is None else evict_below, self.v0523)
         if evict:
             self._evict(num_tokens=evict)
-        if self.kv_free < n:
+        free = self.kv_free - n
+        if free < 0:
             raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
                                f"(free {self.kv_free}): raise kv_tokens")
-        self.kv_free -= n
-        self._note_peaks()
+        self.kv_free = free
+        # (every fall of a free count notes its peak at once, so the other
+        # count's peak is current)
+        if self.kv_total - free > self.m.peak_kv_tokens:
+            self.m.peak_kv_tokens = self.kv_total - free
 
     def _alloc_slot(self, protect: Optional[Tuple[int, int]] = None) -> bool:
         """One slot of the counted pool; when none is free, one cached
         state is evicted first, keeping ``protect`` (a node handle)."""
         if self.slots_free <= 0:
             self._evict(num_states=1, protect=protect)
-        if self.slots_free <= 0:
+        free = self.slots_free - 1
+        if free < 0:
             return False
-        self.slots_free -= 1
-        self._note_peaks()
+        self.slots_free = free
+        if self.slots_total - free > self.m.peak_state_slots:
+            self.m.peak_state_slots = self.slots_total - free
         return True
 
     def _sid(self) -> int:
@@ -617,13 +628,19 @@ class _Replay(Scheduler):
         """The state slots a record holds."""
         return [x for x in (rs.running, rs.track0, rs.track1) if x > 0]
 
-    def _donated(self, before: list, rs: Optional[Any], freed: np.ndarray) -> bool:
+    @staticmethod
+    def _donated(before: tuple, rs: Optional[Any], freed: np.ndarray) -> bool:
         """A cache call took one of the slots the request held before it
-        (before): neither freed nor in its record rs now."""
-        gone = set(before).difference(freed.tolist())
-        if rs is not None:
-            gone.difference_update(self._slot_ids(rs))
-        return bool(gone)
+        (before: its record's running, track0 and track1 then, ids > 0 are
+        slots): neither freed nor in its record rs now."""
+        freed_ids = None
+        for x in before:
+            if x > 0:
+                if freed_ids is None:
+                    freed_ids = freed.tolist()
+                if x not in freed_ids and (rs is None or x not in (rs.running, rs.track0, rs.track1)):
+                    return True
+        return False
 
     def _seen(self, r: _R, n: int) -> None:
         """The shadow tree holds every key ever inserted (it never evicts).
@@ -665,7 +682,7 @@ class _Replay(Scheduler):
                                "state is locked): raise state_slots or lower "
                                "max_running (SGLang sizes about 5 slots per request)" if extra else
                                "state pool exhausted forking a state: raise state_slots")
-        mine = self._slot_ids(rs)
+        mine = (rs.running, rs.track0, rs.track1)
         t0 = time.perf_counter()
         res = self.lc.cache_unfinished_foreign(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
         self._seen(r, res.cache_len)
@@ -684,7 +701,7 @@ class _Replay(Scheduler):
         the counted pools (KV in whole pages); a slot of r's that is not
         freed is the tree's (donated)."""
         rs = r.rs
-        mine = self._slot_ids(rs)
+        mine = (rs.running, rs.track0, rs.track1)
         t0 = time.perf_counter()
         res = self.lc.cache_finished_foreign(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
                                              state_available=self.slots_free)
@@ -790,9 +807,11 @@ class _Replay(Scheduler):
         pending = self.pending
         fast_forward = self._fast_forward
         step = self._step
+        submit = self._submit
+        max_steps = self.max_steps
         while True:
             while pending and pending[0].arrival <= self.clock:
-                self._submit(pending.popleft())
+                submit(pending.popleft())
             if (not self.waiting and not self.running and self.chunked is None
                     and not self.result_queue and self.last_batch is None):     # idle
                 if pending:
@@ -800,7 +819,7 @@ class _Replay(Scheduler):
                     continue
                 break
             self.steps += 1
-            if self.steps > self.max_steps:
+            if self.steps > max_steps:
                 raise RuntimeError(
                     f"the replay made no progress: {self.n_total - self.n_done} of "
                     f"{self.n_total} requests unfinished after {self.max_steps:,} scheduler steps "
@@ -846,6 +865,24 @@ class _Replay(Scheduler):
 
     def _kv_evictable(self) -> int:
         return self.tree.full_evictable_size()
+
+    # the scheduler's budget reads, over the counters directly
+    def _num_allocatable(self) -> int:
+        n = self.max_running - len(self.running)
+        return n if n < self.rows_free else self.rows_free
+
+    def _rem_total_tokens(self, offset: float) -> float:
+        return self.kv_free + self.tree.full_evictable_size() - offset
+
+    def _locked_short(self, r: _R, total: int, total_off: float) -> bool:
+        tree = self.tree
+        t0 = time.perf_counter()
+        tree.inc_lock_ref(r.node)
+        try:
+            return total >= self.kv_free + tree.full_evictable_size() - total_off
+        finally:
+            tree.dec_lock_ref(r.node)
+            self.t_cache += time.perf_counter() - t0
 
     def _evict_kv(self, n: int) -> None:
         self._evict(num_tokens=n)
@@ -1149,12 +1186,14 @@ class _Replay(Scheduler):
         b = batch.bid
         self.res_id = b
         affected: dict = {}
-        for r, j0, o_base in self.fin_at.pop(b, ()):
-            if r.in_run and r.j0 == j0 and r.o_base == o_base:
-                affected[id(r)] = r
-        boundary = None
-        batch_mode = self.dcfg.decode_boundary == "batch"
-        if self.extra_buffer:
+        fins = self.fin_at.pop(b, None)
+        if fins is not None:
+            for r, j0, o_base in fins:
+                if r.in_run and r.j0 == j0 and r.o_base == o_base:
+                    affected[id(r)] = r
+        batch_mode = self.batch_mode
+        extra = self.extra_buffer
+        if extra:
             boundary = self.bucket.get((b if batch_mode else self.prep_id) % self.interval)
             if boundary:
                 for r in boundary:
@@ -1162,13 +1201,13 @@ class _Replay(Scheduler):
                         affected[id(r)] = r
         if not affected:
             return
-        for r in sorted(affected.values(), key=lambda x: x.seq):
+        todo = affected.values() if len(affected) == 1 else sorted(affected.values(), key=_by_seq)
+        for r in todo:
             if not r.in_run:
                 continue
             self._sync(r)
             seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
-            self._decode_result(r, seq, r.n_out >= r.output_len,
-                                self.extra_buffer and r.j0 <= b)
+            self._decode_result(r, seq, r.n_out >= r.output_len, extra and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
         """Apply k decode steps at once when nothing but counters, track
