@@ -44,6 +44,7 @@ rule has one home.
 from __future__ import annotations
 
 import numbers
+import operator
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -53,6 +54,8 @@ from ._C import (chunk_continuation, decode_kv_need, decode_track_due, end_of_tu
                  prefill_track_point, request_kv_need, slots_per_req, state_headroom)
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
+
+_in_run = operator.attrgetter("in_run")
 
 
 
@@ -278,7 +281,7 @@ class Scheduler:
             # every step, before admission (v0.5.15: in the decode update)
             if self.need_filter:
                 before = len(self.running)
-                self.running = [x for x in self.running if x.in_run]
+                self.running = list(filter(_in_run, self.running))
                 self.need_filter = False
                 if len(self.running) < before:
                     self.batch_is_full = False
@@ -453,7 +456,7 @@ class Scheduler:
     def _update_running_batch(self) -> Optional[Batch]:
         before = len(self.running)
         if self.need_filter:
-            self.running = [x for x in self.running if x.in_run]
+            self.running = list(filter(_in_run, self.running))
             self.need_filter = False
             if len(self.running) < before:
                 self.batch_is_full = False

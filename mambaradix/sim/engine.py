@@ -275,13 +275,21 @@ def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
     np.cumsum(counts, out=starts[1:])
     # splitmix64 over the positions (uint64 array arithmetic wraps silently):
     # (i - start) * golden + h is i * golden + (h - start * golden)
-    x = np.arange(int(starts[-1]), dtype=np.uint64) * _GOLDEN
+    # (in place, with one scratch array: no temporary per operation)
+    x = np.arange(int(starts[-1]), dtype=np.uint64)
+    x *= _GOLDEN
     x += np.repeat(hs - starts[:-1].astype(np.uint64) * _GOLDEN, counts)
-    x = (x ^ (x >> _S30)) * _MIX1
-    x = (x ^ (x >> _S27)) * _MIX2
-    x = x ^ (x >> _S31)
-    flat = (x % _NTOK + _ONE).astype(np.int32)
-    return flat, starts
+    t = x >> _S30
+    x ^= t
+    x *= _MIX1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _MIX2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    np.remainder(x, _NTOK, out=x)
+    x += _ONE
+    return x.astype(np.int32), starts
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -476,7 +484,6 @@ class _Replay(Scheduler):
         self.lazy = self.dcfg.lazy
         self.interval = int(self.dcfg.track_interval)
         self.overlap = self.dcfg.overlap
-        self.max_running = int(self.dcfg.max_running)
         self.batch_mode = self.dcfg.decode_boundary == "batch"
         # _fast_forward: a span may end with a batch that finishes requests
         self.fin_last = not self.skip_finishing and not self.lazy
@@ -503,7 +510,7 @@ class _Replay(Scheduler):
 
     #: Pseudo output tokens made at once (_outputs): enough requests to pass
     #: it, so that the arrays stay small whatever the workload's outputs.
-    OUTPUT_BLOCK = 1 << 20
+    OUTPUT_BLOCK = 1 << 16
 
     def _outputs(self, k: int) -> np.ndarray:
         """The pseudo outputs (and two spare tokens) of the k-th request in
@@ -865,24 +872,6 @@ class _Replay(Scheduler):
 
     def _kv_evictable(self) -> int:
         return self.tree.full_evictable_size()
-
-    # the scheduler's budget reads, over the counters directly
-    def _num_allocatable(self) -> int:
-        n = self.max_running - len(self.running)
-        return n if n < self.rows_free else self.rows_free
-
-    def _rem_total_tokens(self, offset: float) -> float:
-        return self.kv_free + self.tree.full_evictable_size() - offset
-
-    def _locked_short(self, r: _R, total: int, total_off: float) -> bool:
-        tree = self.tree
-        t0 = time.perf_counter()
-        tree.inc_lock_ref(r.node)
-        try:
-            return total >= self.kv_free + tree.full_evictable_size() - total_off
-        finally:
-            tree.dec_lock_ref(r.node)
-            self.t_cache += time.perf_counter() - t0
 
     def _evict_kv(self, n: int) -> None:
         self._evict(num_tokens=n)
