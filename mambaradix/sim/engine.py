@@ -974,7 +974,10 @@ class _Replay(Scheduler):
         # HybridReqToTokenPool.alloc: the slots each request wants are the
         # lifecycle's rule (admit_foreign), which numbers them from the
         # counted pool's slot counter; the state headroom is evicted for them
-        need_rows = sum(1 for r in rs if not r.row)
+        need_rows = 0
+        for r in rs:
+            if not r.row:
+                need_rows += 1
         if need_rows > self.rows_free:
             raise RuntimeError("request rows exhausted")
         admit = self.lc.admit_foreign
@@ -1000,7 +1003,8 @@ class _Replay(Scheduler):
                                f"(need {need_slots}, free {self.slots_free}): "
                                f"raise state_slots")
         self.slots_free -= need_slots
-        self._note_peaks()
+        if self.slots_total - self.slots_free > self.m.peak_state_slots:
+            self.m.peak_state_slots = self.slots_total - self.slots_free
         if self.page == 1:
             self._alloc_kv(ext_total)
         else:
@@ -1008,14 +1012,15 @@ class _Replay(Scheduler):
             # pages; eviction first for the tokens plus a page per request
             pages = sum(self._ceil_page(r.ext_end) - self._ceil_page(r.prefix_len) for r in rs)
             self._alloc_kv(pages, evict_below=extend_kv_need(ext_total, len(rs), self.page))
+        prepare = self.lc.prepare_extend if d.extra_buffer else None
         for r in rs:
             P = r.prefix_len
-            E = r.ext_end - P
-            r.committed = r.ext_end
-            r.allocated = r.ext_end
+            end = r.ext_end
+            r.committed = end
+            r.allocated = end
             rec = r.rs
-            if d.extra_buffer:
-                self.lc.prepare_extend(0, rec, P, E)
+            if prepare is not None:
+                prepare(0, rec, P, end - P)
             # the forward runs the copy-on-write (or clears the fresh slot)
             if rec.cow_src >= 0:
                 self.copies += 1
