@@ -296,7 +296,9 @@ class Scheduler:
 
     # ------------------------------------------------------------- admission
     def _num_allocatable(self) -> int:
-        return min(self.config.max_running - len(self.running), self._free_rows())
+        n = self.config.max_running - len(self.running)
+        rows = self._free_rows()
+        return n if n < rows else rows
 
     def _rem_total_tokens(self, offset: float) -> float:
         return self._kv_available() + self._kv_evictable() - offset

@@ -1094,13 +1094,15 @@ class _Replay(Scheduler):
     def _sync(self, r: _R) -> None:
         """Materialise a running request's committed KV length and outputs
         (with skip_finishing, no decode past the batch that finishes it)."""
-        if r.in_run and r.j0 is not None:
+        j0 = r.j0
+        if j0 is not None and r.in_run:
             last = self.prep_id
             if self.skip_finishing:
-                last = min(last, r.j0 + r.output_len - r.o_base - 1)
-            r.committed = r.c_base + max(0, last - r.j0 + 1)
-            r.allocated = r.committed
-            r.n_out = r.o_base + max(0, self.res_id - r.j0 + 1)
+                last = min(last, j0 + r.output_len - r.o_base - 1)
+            done = last - j0 + 1        # decode steps it ran (none yet: <= 0)
+            r.committed = r.allocated = r.c_base + done if done > 0 else r.c_base
+            done = self.res_id - j0 + 1
+            r.n_out = r.o_base + done if done > 0 else r.o_base
 
     def _leave(self, r: _R) -> None:
         self._sync(r)
