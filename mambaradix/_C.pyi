@@ -24,6 +24,13 @@ cuda_compiled: bool
 def cuda_device_count() -> int:
     """Number of CUDA devices visible; 0 without a GPU, a driver, or a CUDA build."""
 
+def hash_blocks_write(keys: npt.NDArray[np.uint32], mults: npt.NDArray[np.uint32], first: int,
+                      vocab_size: int, out: npt.NDArray[np.int32]) -> None:
+    """The simulator's hash-block tokens into ``out`` (1-D C-contiguous
+    int32): token j of block b is ``(keys[b] * mults[j] mod 2**32) *
+    vocab_size >> 32``, from block ``first`` on (``len(mults)`` is the block
+    size)."""
+
 class Error(Exception):
     """Base class of mambaradix's own errors."""
 

@@ -44,6 +44,7 @@ rule has one home.
 from __future__ import annotations
 
 import numbers
+import operator
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -53,6 +54,8 @@ from ._C import (chunk_continuation, decode_kv_need, decode_track_due, end_of_tu
                  prefill_track_point, request_kv_need, slots_per_req, state_headroom)
 
 MODES = ("pp2", "pp1", "lazy", "no_buffer")
+
+_in_run = operator.attrgetter("in_run")
 
 
 
@@ -215,7 +218,8 @@ class Scheduler:
     def __init__(self, config: DriverConfig) -> None:
         self.config = config
         self.page = int(config.page_size)
-        self.pp_size = 2 if config.overlap else 1
+        self.overlap = bool(config.overlap)
+        self.pp_size = 2 if self.overlap else 1
         self.waiting: list = []
         self.running: list = []
         self.chunked: Any = None
@@ -226,7 +230,7 @@ class Scheduler:
         # SGLang 0.5.23 skips the decode a finishing request would run under
         # the overlap scheduler (enable_skip_finishing_decode)
         self.v0523 = config.semantics == "v0.5.23"
-        self.skip_finishing = bool(config.overlap) and self.v0523
+        self.skip_finishing = self.overlap and self.v0523
         self.touch_calls = 0          # admission passes that reached calc_priority (0.5.23)
 
     # ------------------------------------------------------------- the loop
@@ -240,7 +244,7 @@ class Scheduler:
         overlap scheduler the new batch is launched before the previous
         batch's results are processed."""
         batch = self._get_next_batch()
-        if self.config.overlap:
+        if self.overlap:
             if batch is not None:
                 self._forward(batch)
                 self.result_queue.append(batch)
@@ -277,7 +281,7 @@ class Scheduler:
             # every step, before admission (v0.5.15: in the decode update)
             if self.need_filter:
                 before = len(self.running)
-                self.running = [x for x in self.running if x.in_run]
+                self.running = list(filter(_in_run, self.running))
                 self.need_filter = False
                 if len(self.running) < before:
                     self.batch_is_full = False
@@ -292,7 +296,9 @@ class Scheduler:
 
     # ------------------------------------------------------------- admission
     def _num_allocatable(self) -> int:
-        return min(self.config.max_running - len(self.running), self._free_rows())
+        n = self.config.max_running - len(self.running)
+        rows = self._free_rows()
+        return n if n < rows else rows
 
     def _rem_total_tokens(self, offset: float) -> float:
         return self._kv_available() + self._kv_evictable() - offset
@@ -356,9 +362,8 @@ class Scheduler:
         self._admission_begin(len(self.waiting))
         try:
             for x in self.waiting:
-                if len(can_run) >= self._num_allocatable():
+                if self.batch_is_full or len(can_run) >= self._num_allocatable():
                     self.batch_is_full = True
-                if self.batch_is_full:
                     break
                 self._match(x)
                 # PrefillAdder.add_one_req
@@ -453,7 +458,7 @@ class Scheduler:
     def _update_running_batch(self) -> Optional[Batch]:
         before = len(self.running)
         if self.need_filter:
-            self.running = [x for x in self.running if x.in_run]
+            self.running = list(filter(_in_run, self.running))
             self.need_filter = False
             if len(self.running) < before:
                 self.batch_is_full = False

@@ -260,7 +260,7 @@ mr_exec(PyObject *m)
         return -1;
     }
     if (mr_py_radix_init(m, st) < 0 || mr_py_tensor_init(m, st) < 0 || mr_py_pools_init(m, st) < 0
-        || mr_py_rules_init(m, st) < 0
+        || mr_py_rules_init(m, st) < 0 || mr_py_sim_init(m, st) < 0
         || mr_py_unified_init(m, st) < 0) {
         return -1;
     }

@@ -132,6 +132,7 @@ int mr_py_radix_init(PyObject *m, mr_state *st);
 int mr_py_tensor_init(PyObject *m, mr_state *st);
 int mr_py_pools_init(PyObject *m, mr_state *st);
 int mr_py_rules_init(PyObject *m, mr_state *st);
+int mr_py_sim_init(PyObject *m, mr_state *st);
 int mr_py_unified_init(PyObject *m, mr_state *st);
 
 /* py_radix.c's RadixTree for py_unified.c: its tree (NULL with TypeError when

@@ -19,7 +19,7 @@ import numpy as np
 _INT64_MAX = 2**63 - 1
 
 from .. import scheduler as _rules
-from ..driver import DriverConfig
+from ..scheduler import DriverConfig
 from .presets import format_bytes
 from .types import SimConfig, SimRequest
 
@@ -169,7 +169,8 @@ def validate_config(config: SimConfig, where: str = "") -> None:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    return type(value) is int or (isinstance(value, numbers.Integral)
+                                  and not isinstance(value, (bool, np.bool_)))
 
 
 def _check_token_ids(where: str, ids: Any) -> None:
@@ -218,7 +219,8 @@ def check_requests(requests: Any) -> None:
         if r.output_len < 1:
             raise ValueError(f"{where}.output_len must be >= 1, got {r.output_len!r}")
         a = r.arrival
-        if (not isinstance(a, numbers.Real) or isinstance(a, (bool, np.bool_))
+        if (type(a) is not float or not 0.0 <= a < math.inf) and (
+                not isinstance(a, numbers.Real) or isinstance(a, (bool, np.bool_))
                 or not math.isfinite(a) or a < 0):
             raise (ValueError if isinstance(a, numbers.Real) else TypeError)(
                 f"{where}.arrival must be a finite number >= 0 (seconds), got {a!r}")

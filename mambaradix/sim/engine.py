@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 import time
 from collections import deque
 from typing import Any, Callable, Optional, Tuple
@@ -125,6 +126,9 @@ def tree_options(config: SimConfig) -> dict:
             "mru": int(getattr(config, "utility_order", "lru") == "mru"),
         }
     return kw
+
+
+_by_seq = operator.attrgetter("seq")
 
 
 def _distance_bucket(d: int) -> int:
@@ -271,13 +275,21 @@ def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
     np.cumsum(counts, out=starts[1:])
     # splitmix64 over the positions (uint64 array arithmetic wraps silently):
     # (i - start) * golden + h is i * golden + (h - start * golden)
-    x = np.arange(int(starts[-1]), dtype=np.uint64) * _GOLDEN
+    # (in place, with one scratch array: no temporary per operation)
+    x = np.arange(int(starts[-1]), dtype=np.uint64)
+    x *= _GOLDEN
     x += np.repeat(hs - starts[:-1].astype(np.uint64) * _GOLDEN, counts)
-    x = (x ^ (x >> _S30)) * _MIX1
-    x = (x ^ (x >> _S27)) * _MIX2
-    x = x ^ (x >> _S31)
-    flat = (x % _NTOK + _ONE).astype(np.int32)
-    return flat, starts
+    t = x >> _S30
+    x ^= t
+    x *= _MIX1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _MIX2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    np.remainder(x, _NTOK, out=x)
+    x += _ONE
+    return x.astype(np.int32), starts
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -498,7 +510,7 @@ class _Replay(Scheduler):
 
     #: Pseudo output tokens made at once (_outputs): enough requests to pass
     #: it, so that the arrays stay small whatever the workload's outputs.
-    OUTPUT_BLOCK = 1 << 20
+    OUTPUT_BLOCK = 1 << 16
 
     def _outputs(self, k: int) -> np.ndarray:
         """The pseudo outputs (and two spare tokens) of the k-th request in
@@ -589,21 +601,27 @@ class _Replay(Scheduler):
         evict = kv_evict(self.kv_free, n if evict_below is None else evict_below, self.v0523)
         if evict:
             self._evict(num_tokens=evict)
-        if self.kv_free < n:
+        free = self.kv_free - n
+        if free < 0:
             raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
                                f"(free {self.kv_free}): raise kv_tokens")
-        self.kv_free -= n
-        self._note_peaks()
+        self.kv_free = free
+        # (every fall of a free count notes its peak at once, so the other
+        # count's peak is current)
+        if self.kv_total - free > self.m.peak_kv_tokens:
+            self.m.peak_kv_tokens = self.kv_total - free
 
     def _alloc_slot(self, protect: Optional[Tuple[int, int]] = None) -> bool:
         """One slot of the counted pool; when none is free, one cached
         state is evicted first, keeping ``protect`` (a node handle)."""
         if self.slots_free <= 0:
             self._evict(num_states=1, protect=protect)
-        if self.slots_free <= 0:
+        free = self.slots_free - 1
+        if free < 0:
             return False
-        self.slots_free -= 1
-        self._note_peaks()
+        self.slots_free = free
+        if self.slots_total - free > self.m.peak_state_slots:
+            self.m.peak_state_slots = self.slots_total - free
         return True
 
     def _sid(self) -> int:
@@ -617,13 +635,19 @@ class _Replay(Scheduler):
         """The state slots a record holds."""
         return [x for x in (rs.running, rs.track0, rs.track1) if x > 0]
 
-    def _donated(self, before: list, rs: Optional[Any], freed: np.ndarray) -> bool:
+    @staticmethod
+    def _donated(before: tuple, rs: Optional[Any], freed: np.ndarray) -> bool:
         """A cache call took one of the slots the request held before it
-        (before): neither freed nor in its record rs now."""
-        gone = set(before).difference(freed.tolist())
-        if rs is not None:
-            gone.difference_update(self._slot_ids(rs))
-        return bool(gone)
+        (before: its record's running, track0 and track1 then, ids > 0 are
+        slots): neither freed nor in its record rs now."""
+        freed_ids = None
+        for x in before:
+            if x > 0:
+                if freed_ids is None:
+                    freed_ids = freed.tolist()
+                if x not in freed_ids and (rs is None or x not in (rs.running, rs.track0, rs.track1)):
+                    return True
+        return False
 
     def _seen(self, r: _R, n: int) -> None:
         """The shadow tree holds every key ever inserted (it never evicts).
@@ -665,7 +689,7 @@ class _Replay(Scheduler):
                                "state is locked): raise state_slots or lower "
                                "max_running (SGLang sizes about 5 slots per request)" if extra else
                                "state pool exhausted forking a state: raise state_slots")
-        mine = self._slot_ids(rs)
+        mine = (rs.running, rs.track0, rs.track1)
         t0 = time.perf_counter()
         res = self.lc.cache_unfinished(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
         self._seen(r, res.cache_len)
@@ -684,7 +708,7 @@ class _Replay(Scheduler):
         the counted pools (KV in whole pages); a slot of r's that is not
         freed is the tree's (donated)."""
         rs = r.rs
-        mine = self._slot_ids(rs)
+        mine = (rs.running, rs.track0, rs.track1)
         t0 = time.perf_counter()
         res = self.lc.cache_finished(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
                                              state_available=self.slots_free)
@@ -790,9 +814,11 @@ class _Replay(Scheduler):
         pending = self.pending
         fast_forward = self._fast_forward
         step = self._step
+        submit = self._submit
+        max_steps = self.max_steps
         while True:
             while pending and pending[0].arrival <= self.clock:
-                self._submit(pending.popleft())
+                submit(pending.popleft())
             if (not self.waiting and not self.running and self.chunked is None
                     and not self.result_queue and self.last_batch is None):     # idle
                 if pending:
@@ -800,7 +826,7 @@ class _Replay(Scheduler):
                     continue
                 break
             self.steps += 1
-            if self.steps > self.max_steps:
+            if self.steps > max_steps:
                 raise RuntimeError(
                     f"the replay made no progress: {self.n_total - self.n_done} of "
                     f"{self.n_total} requests unfinished after {self.max_steps:,} scheduler steps "
@@ -948,7 +974,10 @@ class _Replay(Scheduler):
         # HybridReqToTokenPool.alloc: the slots each request wants are the
         # lifecycle's rule (admit), which numbers them from the
         # counted pool's slot counter; the state headroom is evicted for them
-        need_rows = sum(1 for r in rs if not r.row)
+        need_rows = 0
+        for r in rs:
+            if not r.row:
+                need_rows += 1
         if need_rows > self.rows_free:
             raise RuntimeError("request rows exhausted")
         admit = self.lc.admit
@@ -974,7 +1003,8 @@ class _Replay(Scheduler):
                                f"(need {need_slots}, free {self.slots_free}): "
                                f"raise state_slots")
         self.slots_free -= need_slots
-        self._note_peaks()
+        if self.slots_total - self.slots_free > self.m.peak_state_slots:
+            self.m.peak_state_slots = self.slots_total - self.slots_free
         if self.page == 1:
             self._alloc_kv(ext_total)
         else:
@@ -982,14 +1012,15 @@ class _Replay(Scheduler):
             # pages; eviction first for the tokens plus a page per request
             pages = sum(self._ceil_page(r.ext_end) - self._ceil_page(r.prefix_len) for r in rs)
             self._alloc_kv(pages, evict_below=extend_kv_need(ext_total, len(rs), self.page))
+        prepare = self.lc.prepare_extend if d.extra_buffer else None
         for r in rs:
             P = r.prefix_len
-            E = r.ext_end - P
-            r.committed = r.ext_end
-            r.allocated = r.ext_end
+            end = r.ext_end
+            r.committed = end
+            r.allocated = end
             rec = r.rs
-            if d.extra_buffer:
-                self.lc.prepare_extend(0, rec, P, E)
+            if prepare is not None:
+                prepare(0, rec, P, end - P)
             # the forward runs the copy-on-write (or clears the fresh slot)
             if rec.cow_src >= 0:
                 self.copies += 1
@@ -1063,13 +1094,15 @@ class _Replay(Scheduler):
     def _sync(self, r: _R) -> None:
         """Materialise a running request's committed KV length and outputs
         (with skip_finishing, no decode past the batch that finishes it)."""
-        if r.in_run and r.j0 is not None:
+        j0 = r.j0
+        if j0 is not None and r.in_run:
             last = self.prep_id
             if self.skip_finishing:
-                last = min(last, r.j0 + r.output_len - r.o_base - 1)
-            r.committed = r.c_base + max(0, last - r.j0 + 1)
-            r.allocated = r.committed
-            r.n_out = r.o_base + max(0, self.res_id - r.j0 + 1)
+                last = min(last, j0 + r.output_len - r.o_base - 1)
+            done = last - j0 + 1        # decode steps it ran (none yet: <= 0)
+            r.committed = r.allocated = r.c_base + done if done > 0 else r.c_base
+            done = self.res_id - j0 + 1
+            r.n_out = r.o_base + done if done > 0 else r.o_base
 
     def _leave(self, r: _R) -> None:
         self._sync(r)
@@ -1149,12 +1182,14 @@ class _Replay(Scheduler):
         b = batch.bid
         self.res_id = b
         affected: dict = {}
-        for r, j0, o_base in self.fin_at.pop(b, ()):
-            if r.in_run and r.j0 == j0 and r.o_base == o_base:
-                affected[id(r)] = r
-        boundary = None
-        batch_mode = self.dcfg.decode_boundary == "batch"
-        if self.extra_buffer:
+        fins = self.fin_at.pop(b, None)
+        if fins is not None:
+            for r, j0, o_base in fins:
+                if r.in_run and r.j0 == j0 and r.o_base == o_base:
+                    affected[id(r)] = r
+        batch_mode = self.batch_mode
+        extra = self.extra_buffer
+        if extra:
             boundary = self.bucket.get((b if batch_mode else self.prep_id) % self.interval)
             if boundary:
                 for r in boundary:
@@ -1162,13 +1197,13 @@ class _Replay(Scheduler):
                         affected[id(r)] = r
         if not affected:
             return
-        for r in sorted(affected.values(), key=lambda x: x.seq):
+        todo = affected.values() if len(affected) == 1 else sorted(affected.values(), key=_by_seq)
+        for r in todo:
             if not r.in_run:
                 continue
             self._sync(r)
             seq = r.c_base + (b - r.j0 + 1) if batch_mode else r.committed
-            self._decode_result(r, seq, r.n_out >= r.output_len,
-                                self.extra_buffer and r.j0 <= b)
+            self._decode_result(r, seq, r.n_out >= r.output_len, extra and r.j0 <= b)
 
     def _fast_forward(self) -> bool:
         """Apply k decode steps at once when nothing but counters, track

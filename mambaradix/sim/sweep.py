@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from .presets import ModelPreset, apply_preset
-from .report import wall_total
 from .types import SimConfig, SimMetrics, SimRequest
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,6 +150,8 @@ def sweep(
 def points_to_rows(points: Sequence[SweepPoint]) -> list[dict[str, Any]]:
     """Flat dicts (swept parameters, then rates and counters) for tables and
     data frames; a failed point's row has its error instead."""
+    from .report import wall_total     # (imported on use: importing the package stays light)
+
     rows = []
     for p in points:
         m = p.metrics

@@ -16,6 +16,44 @@ from mambaradix.sim.checks import check_requests
 from mambaradix.sim.engine import replay
 
 
+@pytest.mark.parametrize("vocab", [2, 1000, 131072, 151936, 2**31 - 1, 2**31])
+@pytest.mark.parametrize("block", [1, 5, 16])
+def test_block_tokens_are_the_multiply_high(vocab, block):
+    # the rule in Python integers: token j of block b is the top bits of the
+    # 32-bit product key(b) * mult(j), scaled into [0, vocab)
+    rng = np.random.default_rng(vocab + block)
+    blocks = wl.HashBlocks(rng.integers(0, 2**63, 12), block, vocab, 3)
+    keys, mults = [int(k) for k in blocks.keys], [int(m) for m in blocks.mults]
+    for first, n in ((0, 12 * block), (3, 4 * block + 1), (11, block), (5, 0), (2, 2 * block - 1)):
+        want = [(keys[first + i // block] * mults[i % block] % 2**32 * vocab) >> 32 for i in range(n)]
+        out = np.full(n, -7, dtype=np.int32)
+        blocks.write(first, out)
+        assert out.view(np.uint32).tolist() == want
+        strided = np.full(2 * n, -7, dtype=np.int32)
+        blocks.write(first, strided[::2])       # (not contiguous: written through a copy)
+        assert strided[::2].view(np.uint32).tolist() == want and (strided[1::2] == -7).all()
+
+
+def test_block_tokens_refuse_bad_arguments():
+    from mambaradix import _C
+    keys = np.arange(4, dtype=np.uint32)
+    mults = np.ones(2, dtype=np.uint32)
+    out = np.zeros(3, dtype=np.int32)
+    with pytest.raises(ValueError, match="keys has 4"):
+        _C.hash_blocks_write(keys, mults, 3, 10, out)     # blocks 3 and 4: one past the end
+    with pytest.raises(TypeError, match="keys"):
+        _C.hash_blocks_write(keys.astype(np.int64), mults, 0, 10, out)
+    with pytest.raises(TypeError, match="out"):
+        _C.hash_blocks_write(keys, mults, 0, 10, out.astype(np.int64))
+    with pytest.raises(TypeError, match="out"):
+        _C.hash_blocks_write(keys, mults, 0, 10, np.zeros(6, dtype=np.int32)[::2])
+    with pytest.raises(ValueError, match="vocab_size"):
+        _C.hash_blocks_write(keys, mults, 0, 0, out)
+    with pytest.raises(ValueError, match="mults is empty"):
+        _C.hash_blocks_write(keys, mults[:0], 0, 10, out)
+    assert (out == 0).all()
+
+
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
