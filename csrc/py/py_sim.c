@@ -69,28 +69,14 @@ sim_hash_blocks_write(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyOb
         return NULL;
     }
     keys += first;
-    int shift = -1;     /* a power-of-two vocabulary keeps the top bits */
-    for (int b = 0; b <= 32; b++) {
-        if ((uint64_t)vocab == (uint64_t)1 << b) {
-            shift = 32 - b;
-        }
-    }
+    /* one rule for every vocabulary: with vocab_size = 2**b the product
+     * shifted right by 32 is the top b bits, as a shift would give */
     for (size_t i = 0, b = 0; i < n; b++) {
         uint32_t key = keys[b];
         size_t len = n - i < bs ? n - i : bs;
         int32_t *o = out + i;
-        if (shift == 32) {
-            memset(o, 0, len * sizeof(int32_t));
-        }
-        else if (shift >= 0) {
-            for (size_t j = 0; j < len; j++) {
-                o[j] = (int32_t)((uint32_t)(key * mults[j]) >> shift);
-            }
-        }
-        else {
-            for (size_t j = 0; j < len; j++) {
-                o[j] = (int32_t)(((uint64_t)(uint32_t)(key * mults[j]) * (uint64_t)vocab) >> 32);
-            }
+        for (size_t j = 0; j < len; j++) {
+            o[j] = (int32_t)(((uint64_t)(uint32_t)(key * mults[j]) * (uint64_t)vocab) >> 32);
         }
         i += len;
     }

@@ -1082,7 +1082,7 @@ class HashBlocks:
     def write(self, first: int, out: np.ndarray) -> None:
         """The tokens of blocks ``first``, ``first + 1``, ... into the int32
         array ``out`` (its length need not be a whole number of blocks): the
-        multiply-high of :func:`expand_hash_blocks`, in one pass of the C core
+        multiply-high of :func:`expand_hash_blocks`, in one C pass
         (``_C.hash_blocks_write``)."""
         if out.flags.c_contiguous and out.dtype == np.int32 and out.ndim == 1:
             _C.hash_blocks_write(self.keys, self.mults, first, self.vocab_size, out)
