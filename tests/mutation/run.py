@@ -185,7 +185,7 @@ MUTANTS: List[Mutant] = [
            "copy_slots copies dst -> src (swapped)", fast=True),
     # (the C twin's own mask test, kernels_cpu.c, runs only for device-resident
     # index arrays, which a CPU pool refuses: host calls apply the mask in
-    # mr_index_select, state_pool.c)
+    # index_select, state_pool.c)
     Mutant("K_TRACK", "csrc/tensor/state_pool.c", "        if (mask[i]) {", "        if (!mask[i]) {",
            T_KERN, "track_decode on host indices inverts the mask"),
     Mutant("K_MASK_BOOL", "csrc/py/py_args.c", "        *v = o == Py_True;", "        *v = o != Py_True;",
