@@ -76,7 +76,11 @@ enum {
     MR_TP_DTYPE,       /* unknown dtype or lanes != 1 */
     MR_TP_DEVICE,      /* neither CPU nor CUDA */
     MR_TP_LAYOUT,      /* strides not compact row-major, or negative extent */
-    MR_TP_NULL         /* data NULL for a non-empty tensor */
+    MR_TP_NULL,        /* data NULL for a non-empty tensor */
+    MR_TP_VERSION,     /* a versioned tensor of another major version than MR_DLPACK_MAJOR */
+    MR_TP_READONLY,    /* flagged read-only, but the caller writes to it */
+    MR_TP_NO_CUDA,     /* CUDA memory, but this build has no CUDA */
+    MR_TP_CUDA_ID      /* a CUDA device this machine does not show */
 };
 
 /* True when strides (in elements; NULL means compact) describe a compact
@@ -93,6 +97,21 @@ int mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t
 /* Fills *out from a DLTensor without taking ownership.  Returns MR_OK, or
  * MR_EINVAL with *problem set to one of MR_TP_*; *out is then unusable. */
 int mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem);
+
+/* Whether this build and machine reach memory on a device: MR_TP_OK,
+ * MR_TP_NO_CUDA or MR_TP_CUDA_ID. */
+int mr_device_reachable(int32_t device_type, int32_t device_id);
+
+/* Everything a consumer checks of a producer's managed tensor before it
+ * takes it (versioned: an mr_dl_managed_versioned, else an mr_dl_managed),
+ * in this order: the version, the DLTensor (mr_tensor_from_dl), the
+ * read-only flag when writable, the device's reachability.  Fills *out
+ * without taking ownership (mr_tensor_adopt does).  Returns MR_OK, or
+ * MR_EINVAL with *problem (MR_TP_*); *out is then unusable. */
+int mr_tensor_take_dl(void *managed, int versioned, int writable, mr_tensor *out, int *problem);
+
+/* Calls a managed tensor's deleter, when it has one. */
+void mr_dl_delete(void *managed, int versioned);
 
 /* ---- ownership ------------------------------------------------------- */
 
