@@ -250,6 +250,25 @@ mr_index_to_host(const mr_tensor *t, int64_t *out)
     }
 }
 
+int
+mr_index_view(const mr_tensor *t, int mask, int32_t dev_type, int32_t dev_id, mr_index *out, int *problem)
+{
+    int dev = t->device_type == MR_DL_CUDA;
+    *problem = MR_IX_OK;
+    if (!mr_index_dtype_ok(t->dtype, mask)) {
+        *problem = MR_IX_DTYPE;
+    }
+    else if (t->ndim > 1) {
+        *problem = MR_IX_NDIM;
+    }
+    else if (dev && (dev_type != MR_DL_CUDA || dev_id != t->device_id)) {
+        /* kernels read device indices where they run */
+        *problem = MR_IX_DEVICE;
+    }
+    *out = (mr_index){dev ? t->data : NULL, t->numel, dev ? (int)mr_dtype_size(t->dtype) * 8 : 64, dev};
+    return *problem == MR_IX_OK ? MR_OK : MR_EINVAL;
+}
+
 /* ------------------------------------------------------------------------
  * Devices */
 

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "dlpack_abi.h"
+#include "kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -145,6 +146,21 @@ int mr_index_dtype_ok(int dtype, int mask);
 /* Host data of an index tensor (a dtype mr_index_dtype_ok accepts) into
  * out as numel int64 values. */
 void mr_index_to_host(const mr_tensor *t, int64_t *out);
+
+/* Reasons mr_index_view() refuses an index tensor. */
+enum {
+    MR_IX_OK = 0,
+    MR_IX_DTYPE,       /* not a dtype mr_index_dtype_ok accepts */
+    MR_IX_NDIM,        /* more than one dimension */
+    MR_IX_DEVICE       /* CUDA data on another device than the kernel's */
+};
+
+/* An index (mask 0) or mask (mask 1) tensor for a kernel on (dev_type,
+ * dev_id): 0-d or 1-d, of an accepted dtype, and CUDA data only on that
+ * very device.  Returns MR_OK with *out the tensor's data in place for
+ * CUDA data, or with out->on_device 0 and out->ptr NULL for host data
+ * (mr_index_to_host copies it); or MR_EINVAL with *problem (MR_IX_*). */
+int mr_index_view(const mr_tensor *t, int mask, int32_t dev_type, int32_t dev_id, mr_index *out, int *problem);
 
 /* ---- devices ---------------------------------------------------------- */
 

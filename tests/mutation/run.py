@@ -595,6 +595,11 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
+    Mutant("K_RANGE_END", "csrc/tensor/state_pool.c", "        if (x[i] < 0 || x[i] >= end) {",
+           "        if (x[i] < 0 || x[i] > end) {", T_KERN + ["tests/c/test_c_core.py"],
+           "clear_slots takes slot num_slots + 1 and snapshot_ssm_from_h the chunk past h's last"),
+    Mutant("K_AGREE_LEN", "csrc/tensor/state_pool.c", "    if (a->n != b->n) {", "    if (0) {",
+           T_KERN + ["tests/c/test_c_core.py"], "a kernel's index arguments of different lengths are read as one"),
 ]
 
 
