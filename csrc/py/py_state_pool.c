@@ -56,11 +56,10 @@ statepool_make(mr_state *st, PyObject *tensors, const char *fname)
 {
     PyTypeObject *tp = (PyTypeObject *)st->StatePool;
     int n = (int)PyTuple_GET_SIZE(tensors);
-    const mr_tensor *conv[MR_MAX_STATE_TENSORS];
-    for (int i = 0; i < n - 1 && i < MR_MAX_STATE_TENSORS; i++) {
-        conv[i] = &((TensorObject *)PyTuple_GET_ITEM(tensors, i))->t;
+    const mr_tensor *t[MR_MAX_STATE_TENSORS];
+    for (int i = 0; i < n && i < MR_MAX_STATE_TENSORS; i++) {
+        t[i] = &((TensorObject *)PyTuple_GET_ITEM(tensors, i))->t;
     }
-    const mr_tensor *temporal = &((TensorObject *)PyTuple_GET_ITEM(tensors, n - 1))->t;
     allocfunc alloc = PyType_GetSlot(tp, Py_tp_alloc);
     StatePoolObject *o = (StatePoolObject *)alloc(tp, 0);
     if (o == NULL) {
@@ -68,13 +67,11 @@ statepool_make(mr_state *st, PyObject *tensors, const char *fname)
         return NULL;
     }
     o->tensors = tensors;
-    int reason, which;
-    char role[32];
-    if (mr_state_pool_init(&o->pool, conv, n - 1, temporal, &reason, &which) != MR_OK) {
-        char role2[32];
-        tensor_role(which >> 8, n - 1, role2, sizeof(role2));
-        which &= 0xff;
+    int reason, which, other;
+    if (mr_state_pool_init(&o->pool, t, n, &reason, &which, &other) != MR_OK) {
+        char role[32], role2[32];
         tensor_role(which, n - 1, role, sizeof(role));
+        tensor_role(other, n - 1, role2, sizeof(role2));
         switch (reason) {
         case MR_SP_COUNT:
             PyErr_Format(PyExc_ValueError, "%s: conv must hold 1 to %d tensors (got %d)", fname,
@@ -85,14 +82,12 @@ statepool_make(mr_state *st, PyObject *tensors, const char *fname)
             break;
         case MR_SP_LAYERS:
             PyErr_Format(PyExc_ValueError, "%s: %s has %lld layers (dim 0), conv[0] has %lld (layers >= 1)", fname,
-                         role, (long long)((which < n - 1 ? conv[which] : temporal)->shape[0]),
-                         (long long)conv[0]->shape[0]);
+                         role, (long long)t[which]->shape[0], (long long)t[0]->shape[0]);
             break;
         case MR_SP_ROWS:
             PyErr_Format(PyExc_ValueError, "%s: %s has %lld slot rows (dim 1), conv[0] has %lld (rows >= 2: row 0 is "
                          "padding, so at least one usable slot)",
-                         fname, role, (long long)((which < n - 1 ? conv[which] : temporal)->shape[1]),
-                         (long long)conv[0]->shape[1]);
+                         fname, role, (long long)t[which]->shape[1], (long long)t[0]->shape[1]);
             break;
         case MR_SP_OVERLAP:
             PyErr_Format(PyExc_ValueError, "%s: %s and %s share memory (each state tensor needs its own)", fname,

@@ -6,22 +6,18 @@
 #include "state_pool.h"
 
 int
-mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
-                   const mr_tensor *temporal, int *reason, int *which)
+mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *tensors, int n, int *reason, int *which, int *other)
 {
     memset(p, 0, sizeof(*p));
     *reason = MR_SP_OK;
-    *which = 0;
-    if (nconv < 1 || nconv > MR_MAX_STATE_TENSORS - 1) {
+    *which = *other = 0;
+    if (n < 2 || n > MR_MAX_STATE_TENSORS) {
         *reason = MR_SP_COUNT;
         return MR_EINVAL;
     }
-    for (int i = 0; i < nconv; i++) {
-        p->t[i] = conv[i];
-    }
-    p->t[nconv] = temporal;
-    p->nconv = nconv;
-    p->ntensors = nconv + 1;
+    memcpy(p->t, tensors, (size_t)n * sizeof(tensors[0]));
+    p->nconv = n - 1;
+    p->ntensors = n;
     const mr_tensor *first = p->t[0];
     for (int i = 0; i < p->ntensors; i++) {
         const mr_tensor *t = p->t[i];
@@ -49,7 +45,7 @@ mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
             uintptr_t ulo = (uintptr_t)u->data, uhi = ulo + (uintptr_t)u->numel * mr_dtype_size(u->dtype);
             if (lo < uhi && ulo < hi) {
                 *reason = MR_SP_OVERLAP;
-                *which = i | (j << 8);
+                *other = j;
                 return MR_EINVAL;
             }
         }

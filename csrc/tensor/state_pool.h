@@ -36,15 +36,14 @@ enum {
     MR_SP_LAYERS,     /* dim 0 differs from the first tensor's, or is < 1 */
     MR_SP_ROWS,       /* dim 1 differs from the first tensor's, or is < 2 (no slot past padding row 0) */
     MR_SP_DEVICE,     /* device differs from the first tensor's */
-    MR_SP_OVERLAP     /* memory overlaps an earlier tensor's (*which2 that one) */
+    MR_SP_OVERLAP     /* memory overlaps an earlier tensor's (*other that one) */
 };
 
-/* Builds the pool over conv[0..nconv) and temporal (compact tensors).
- * Returns MR_OK, or MR_EINVAL with *reason (MR_SP_*) and *which (the
- * tensor's position: 0..nconv-1 for conv, nconv for temporal) set; for
- * MR_SP_OVERLAP the earlier tensor it overlaps is *which >> 8. */
-int mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
-                       const mr_tensor *temporal, int *reason, int *which);
+/* Builds the pool over t[0..n): the conv tensors, then the temporal one
+ * (compact tensors).  Returns MR_OK, or MR_EINVAL with *reason (MR_SP_*)
+ * and *which (the tensor's position: 0..n-2 for conv, n-1 for temporal)
+ * set, and for MR_SP_OVERLAP *other, the earlier tensor it overlaps. */
+int mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *t, int n, int *reason, int *which, int *other);
 
 /* Why mr_state_pool_run() (or mr_index_agree()) refuses a call's index
  * arguments.  Arguments are counted from 0 in the call's order of index

@@ -640,10 +640,10 @@ test_run_checks(long ops)
     CHECK_RC(mr_tensor_alloc(&temporal, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 3, tshape), MR_OK, "temporal tensor");
     fill(conv.data, mr_tensor_nbytes(&conv));
     fill(temporal.data, mr_tensor_nbytes(&temporal));
-    const mr_tensor *convs[1] = {&conv};
+    const mr_tensor *tensors[2] = {&conv, &temporal};
     mr_state_pool sp;
-    int reason, which;
-    CHECK_RC(mr_state_pool_init(&sp, convs, 1, &temporal, &reason, &which), MR_OK, "the pool");
+    int reason, which, other;
+    CHECK_RC(mr_state_pool_init(&sp, tensors, 2, &reason, &which, &other), MR_OK, "the pool");
     int64_t x_shape[2] = {4, 3}, h_shape[2] = {3, 5};
     mr_tensor x, h;
     CHECK_RC(mr_tensor_alloc(&x, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 2, x_shape), MR_OK, "x");
