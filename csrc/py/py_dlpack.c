@@ -151,7 +151,7 @@ Tensor_dealloc(PyObject *self)
 }
 
 /* A new, empty Tensor object.  Returns NULL with an exception set. */
-TensorObject *
+static TensorObject *
 mr_tensor_new_empty(mr_state *st)
 {
     PyTypeObject *tp = (PyTypeObject *)st->Tensor;
@@ -522,11 +522,22 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     return (PyObject *)mr_tensor_import(st, a[0], stream, writable, "from_dlpack(): obj");
 }
 
-/* A failed tensor allocation, with the tensor's shape and size: MemoryError
- * when the memory is not there, ValueError when the size overflows. */
-void
-mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape)
+/* A new zero-filled tensor (mr_tensor_alloc), or NULL with the failure
+ * naming what, the shape and the size: MemoryError when the memory is not
+ * there, ValueError when the size overflows. */
+TensorObject *
+mr_tensor_zeros(mr_state *st, int32_t dev_type, int32_t dev_id, int dtype, int ndim, const int64_t *shape,
+                const char *what)
 {
+    TensorObject *o = mr_tensor_new_empty(st);
+    if (o == NULL) {
+        return NULL;
+    }
+    int rc = mr_tensor_alloc(&o->t, dev_type, dev_id, dtype, ndim, shape);
+    if (rc == MR_OK) {
+        return o;
+    }
+    Py_DECREF(o);
     char dims[MR_TENSOR_MAX_NDIM * 24 + 4], size[32];
     mr_shape_format(dims, sizeof(dims), size, sizeof(size), dtype, ndim, shape);
     if (rc == MR_ENOMEM) {
@@ -538,6 +549,7 @@ mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndi
     else {
         mr_raise(st, rc, what);
     }
+    return NULL;
 }
 
 PyDoc_STRVAR(Tensor_zeros__doc__,
@@ -566,17 +578,7 @@ Tensor_zeros(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         || mr_check_cuda_reachable(dev_type, dev_id, "zeros(): device") < 0) {
         return NULL;
     }
-    TensorObject *o = mr_tensor_new_empty(st);
-    if (o == NULL) {
-        return NULL;
-    }
-    int rc = mr_tensor_alloc(&o->t, dev_type, dev_id, dtype, ndim, shape);
-    if (rc != MR_OK) {
-        Py_DECREF(o);
-        mr_raise_alloc_failed(st, rc, "zeros(): tensor", dtype, ndim, shape);
-        return NULL;
-    }
-    return (PyObject *)o;
+    return (PyObject *)mr_tensor_zeros(st, dev_type, dev_id, dtype, ndim, shape, "zeros(): tensor");
 }
 
 static PyObject *

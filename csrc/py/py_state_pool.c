@@ -244,17 +244,12 @@ StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
                 goto error;
             }
         }
-        TensorObject *t = mr_tensor_new_empty(st);
+        TensorObject *t = mr_tensor_zeros(st, dev_type, dev_id, dtype, ndim + 2, shape,
+                                          i < nconv ? "allocate(): conv tensor" : "allocate(): temporal tensor");
         if (t == NULL) {
             goto error;
         }
         PyTuple_SET_ITEM(tensors, i, (PyObject *)t);
-        int rc = mr_tensor_alloc(&t->t, dev_type, dev_id, dtype, ndim + 2, shape);
-        if (rc != MR_OK) {
-            mr_raise_alloc_failed(st, rc, i < nconv ? "allocate(): conv tensor" : "allocate(): temporal tensor",
-                               dtype, ndim + 2, shape);
-            goto error;
-        }
     }
     Py_DECREF(shapes);
     Py_XDECREF(dtypes);

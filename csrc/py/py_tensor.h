@@ -36,14 +36,14 @@ int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
 /* ------------------------------------------------------------------------
  * Tensors (py_dlpack.c) */
 
-/* A new, empty Tensor object, or NULL with an exception. */
-TensorObject *mr_tensor_new_empty(mr_state *st);
 /* Imports obj (a DLPack producer or capsule) as a Tensor naming arg in errors. */
 TensorObject *mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, const char *arg);
 /* Refuses CUDA memory when this build or machine cannot reach it. */
 int mr_check_cuda_reachable(int32_t device_type, int32_t device_id, const char *arg);
-/* MemoryError / ValueError for a failed allocation, with shape and size. */
-void mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape);
+/* A new zero-filled tensor, or NULL with MemoryError / ValueError naming
+ * what, the shape and the size. */
+TensorObject *mr_tensor_zeros(mr_state *st, int32_t dev_type, int32_t dev_id, int dtype, int ndim,
+                              const int64_t *shape, const char *what);
 void export_capsule_destructor(PyObject *cap);
 
 /* ------------------------------------------------------------------------
