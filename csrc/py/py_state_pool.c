@@ -145,15 +145,10 @@ StatePool_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_DECREF(seq);
         return NULL;
     }
-    char arg[64];
+    char arg[64], role[32];
     for (Py_ssize_t i = 0; i <= nconv; i++) {
         PyObject *src = i < nconv ? PySequence_Fast_GET_ITEM(seq, i) : temporal;
-        if (i < nconv) {
-            snprintf(arg, sizeof(arg), "StatePool(): conv[%zd]", i);
-        }
-        else {
-            snprintf(arg, sizeof(arg), "StatePool(): temporal");
-        }
+        snprintf(arg, sizeof(arg), "StatePool(): %s", tensor_role((int)i, (int)nconv, role, sizeof(role)));
         TensorObject *t = mr_tensor_import(st, src, stream, 1, arg);
         if (t == NULL) {
             Py_DECREF(tensors);
