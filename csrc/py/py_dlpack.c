@@ -600,37 +600,27 @@ Tensor_get_shape(PyObject *self, void *closure)
     return t;
 }
 
-static PyObject *
-Tensor_get_dtype(PyObject *self, void *closure)
-{
-    return PyUnicode_FromString(mr_dtype_name(((TensorObject *)self)->t.dtype));
-}
+/* The other properties, one per closure value (Tensor_getset). */
+enum { TP_DTYPE, TP_DEVICE, TP_DATA_PTR, TP_NBYTES, TP_OWNED };
 
 static PyObject *
-Tensor_get_device(PyObject *self, void *closure)
+Tensor_get(PyObject *self, void *closure)
 {
-    TensorObject *o = (TensorObject *)self;
-    char buf[64];
-    mr_device_format(buf, sizeof(buf), o->t.device_type, o->t.device_id);
-    return PyUnicode_FromString(buf);
-}
-
-static PyObject *
-Tensor_get_data_ptr(PyObject *self, void *closure)
-{
-    return PyLong_FromVoidPtr(((TensorObject *)self)->t.data);
-}
-
-static PyObject *
-Tensor_get_nbytes(PyObject *self, void *closure)
-{
-    return PyLong_FromSize_t(mr_tensor_nbytes(&((TensorObject *)self)->t));
-}
-
-static PyObject *
-Tensor_get_owned(PyObject *self, void *closure)
-{
-    return PyBool_FromLong(((TensorObject *)self)->t.own != NULL);
+    const mr_tensor *t = &((TensorObject *)self)->t;
+    char dev[64];
+    switch ((int)(intptr_t)closure) {
+    case TP_DTYPE:
+        return PyUnicode_FromString(mr_dtype_name(t->dtype));
+    case TP_DEVICE:
+        mr_device_format(dev, sizeof(dev), t->device_type, t->device_id);
+        return PyUnicode_FromString(dev);
+    case TP_DATA_PTR:
+        return PyLong_FromVoidPtr(t->data);
+    case TP_NBYTES:
+        return PyLong_FromSize_t(mr_tensor_nbytes(t));
+    default:
+        return PyBool_FromLong(t->own != NULL);
+    }
 }
 
 static PyObject *
@@ -651,11 +641,11 @@ Tensor_repr(PyObject *self)
 
 static PyGetSetDef Tensor_getset[] = {
     {"shape", Tensor_get_shape, NULL, "Extents, a tuple of ints.", NULL},
-    {"dtype", Tensor_get_dtype, NULL, "Element type name ('bfloat16', 'float32', ...).", NULL},
-    {"device", Tensor_get_device, NULL, "'cpu' or 'cuda:N'.", NULL},
-    {"data_ptr", Tensor_get_data_ptr, NULL, "Address of the first element.", NULL},
-    {"nbytes", Tensor_get_nbytes, NULL, "Bytes of data.", NULL},
-    {"owned", Tensor_get_owned, NULL, "True when mambaradix allocated the memory.", NULL},
+    {"dtype", Tensor_get, NULL, "Element type name ('bfloat16', 'float32', ...).", (void *)TP_DTYPE},
+    {"device", Tensor_get, NULL, "'cpu' or 'cuda:N'.", (void *)TP_DEVICE},
+    {"data_ptr", Tensor_get, NULL, "Address of the first element.", (void *)TP_DATA_PTR},
+    {"nbytes", Tensor_get, NULL, "Bytes of data.", (void *)TP_NBYTES},
+    {"owned", Tensor_get, NULL, "True when mambaradix allocated the memory.", (void *)TP_OWNED},
     {NULL},
 };
 
