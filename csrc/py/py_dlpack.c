@@ -151,7 +151,7 @@ Tensor_dealloc(PyObject *self)
 }
 
 /* A new, empty Tensor object.  Returns NULL with an exception set. */
-TensorObject *
+static TensorObject *
 mr_tensor_new_empty(mr_state *st)
 {
     PyTypeObject *tp = (PyTypeObject *)st->Tensor;
@@ -163,26 +163,70 @@ mr_tensor_new_empty(mr_state *st)
     return o;
 }
 
-/* Refuses CUDA memory when this build or machine cannot reach it. */
-int
-mr_check_cuda_reachable(int32_t device_type, int32_t device_id, const char *arg)
+/* Words an unreachable device (mr_device_reachable) of arg: -1 with a
+ * RuntimeError, or 0 for MR_TP_OK. */
+static int
+raise_unreachable(int problem, int32_t device_id, const char *arg)
 {
-    if (device_type != MR_DL_CUDA) {
-        return 0;
-    }
-    if (!mr_k_have_cuda()) {
+    if (problem == MR_TP_NO_CUDA) {
         PyErr_Format(PyExc_RuntimeError,
                      "%s is a CUDA tensor, but mambaradix was built without CUDA "
                      "(rebuild with nvcc available, MAMBARADIX_CUDA=1)", arg);
         return -1;
     }
-    int n = mr_cuda_device_count();
-    if (device_id < 0 || device_id >= n) {
+    if (problem == MR_TP_CUDA_ID) {
         PyErr_Format(PyExc_RuntimeError, "%s is on cuda:%d, but %d CUDA device(s) are visible", arg,
-                     (int)device_id, n);
+                     (int)device_id, mr_cuda_device_count());
         return -1;
     }
     return 0;
+}
+
+int
+mr_check_cuda_reachable(int32_t device_type, int32_t device_id, const char *arg)
+{
+    return raise_unreachable(mr_device_reachable(device_type, device_id), device_id, arg);
+}
+
+/* Words a refusal (MR_TP_*, mr_tensor_take_dl) of the producer's tensor
+ * managed, passed as arg. */
+static void
+raise_dl_problem(int problem, void *managed, int versioned, const char *arg)
+{
+    const mr_dl_tensor *dl;
+    uint64_t flags;
+    (void)mr_dl_unwrap(managed, versioned, &dl, &flags);
+    switch (problem) {
+    case MR_TP_VERSION:
+        PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)", arg,
+                     ((mr_dl_managed_versioned *)managed)->version.major,
+                     ((mr_dl_managed_versioned *)managed)->version.minor);
+        break;
+    case MR_TP_NDIM:
+        PyErr_Format(PyExc_ValueError, "%s: bad DLPack tensor (ndim %d, at most %d)", arg, (int)dl->ndim,
+                     MR_TENSOR_MAX_NDIM);
+        break;
+    case MR_TP_DTYPE:
+        PyErr_Format(PyExc_TypeError, "%s: unsupported dtype (DLPack code %u, bits %u, lanes %u)", arg,
+                     dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
+        break;
+    case MR_TP_DEVICE:
+        PyErr_Format(PyExc_ValueError, "%s: unsupported device type %d (only CPU and CUDA)", arg,
+                     (int)dl->device.device_type);
+        break;
+    case MR_TP_LAYOUT:
+        PyErr_Format(PyExc_BufferError, "%s: the tensor is not compact row-major (call .contiguous() first)", arg);
+        break;
+    case MR_TP_NULL:
+        PyErr_Format(PyExc_BufferError, "%s: NULL data pointer", arg);
+        break;
+    case MR_TP_READONLY:
+        PyErr_Format(PyExc_BufferError, "%s is read-only, but mambaradix writes to it", arg);
+        break;
+    default:
+        raise_unreachable(problem, dl->device.device_id, arg);
+        break;
+    }
 }
 
 /* Calls obj.__dlpack__ with (stream, max_version), retrying for older
@@ -283,14 +327,8 @@ mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, co
         }
     }
 
-    int versioned;
-    if (PyCapsule_IsValid(cap, CAP_VERSIONED)) {
-        versioned = 1;
-    }
-    else if (PyCapsule_IsValid(cap, CAP_LEGACY)) {
-        versioned = 0;
-    }
-    else {
+    int versioned = PyCapsule_IsValid(cap, CAP_VERSIONED);
+    if (!versioned && !PyCapsule_IsValid(cap, CAP_LEGACY)) {
         const char *name = PyCapsule_GetName(cap);
         PyErr_Clear();
         if (name != NULL && strncmp(name, "used_", 5) == 0) {
@@ -305,49 +343,13 @@ mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, co
     if (managed == NULL) {
         goto error;
     }
-    const mr_dl_tensor *dl;
-    uint64_t flags;
-    if (mr_dl_unwrap(managed, versioned, &dl, &flags) != MR_OK) {
-        const mr_dl_managed_versioned *m = managed;
-        PyErr_Format(PyExc_BufferError, "%s: unsupported DLPack version %u.%u (this build reads 1.x)", arg,
-                     m->version.major, m->version.minor);
-        goto error;
-    }
-
     out = mr_tensor_new_empty(st);
     if (out == NULL) {
         goto error;
     }
     int problem;
-    if (mr_tensor_from_dl(dl, &out->t, &problem) != MR_OK) {
-        switch (problem) {
-        case MR_TP_NDIM:
-            PyErr_Format(PyExc_ValueError, "%s: bad DLPack tensor (ndim %d, at most %d)", arg,
-                         (int)dl->ndim, MR_TENSOR_MAX_NDIM);
-            break;
-        case MR_TP_DTYPE:
-            PyErr_Format(PyExc_TypeError, "%s: unsupported dtype (DLPack code %u, bits %u, lanes %u)", arg,
-                         dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
-            break;
-        case MR_TP_DEVICE:
-            PyErr_Format(PyExc_ValueError, "%s: unsupported device type %d (only CPU and CUDA)", arg,
-                         (int)dl->device.device_type);
-            break;
-        case MR_TP_LAYOUT:
-            PyErr_Format(PyExc_BufferError,
-                         "%s: the tensor is not compact row-major (call .contiguous() first)", arg);
-            break;
-        default:
-            PyErr_Format(PyExc_BufferError, "%s: NULL data pointer", arg);
-            break;
-        }
-        goto error;
-    }
-    if (writable && (flags & MR_DL_FLAG_READ_ONLY)) {
-        PyErr_Format(PyExc_BufferError, "%s is read-only, but mambaradix writes to it", arg);
-        goto error;
-    }
-    if (mr_check_cuda_reachable(out->t.device_type, out->t.device_id, arg) < 0) {
+    if (mr_tensor_take_dl(managed, versioned, writable, &out->t, &problem) != MR_OK) {
+        raise_dl_problem(problem, managed, versioned, arg);
         goto error;
     }
     /* Last fallible step: take ownership. */
@@ -386,13 +388,9 @@ export_release(void *ctx)
 void
 export_capsule_destructor(PyObject *cap)
 {
-    if (PyCapsule_IsValid(cap, CAP_VERSIONED)) {
-        mr_dl_managed_versioned *m = PyCapsule_GetPointer(cap, CAP_VERSIONED);
-        m->deleter(m);
-    }
-    else if (PyCapsule_IsValid(cap, CAP_LEGACY)) {
-        mr_dl_managed *m = PyCapsule_GetPointer(cap, CAP_LEGACY);
-        m->deleter(m);
+    int versioned = PyCapsule_IsValid(cap, CAP_VERSIONED);
+    if (versioned || PyCapsule_IsValid(cap, CAP_LEGACY)) {
+        mr_dl_delete(PyCapsule_GetPointer(cap, versioned ? CAP_VERSIONED : CAP_LEGACY), versioned);
     }
 }
 
@@ -474,13 +472,7 @@ Tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     }
     PyObject *cap = PyCapsule_New(managed, versioned ? CAP_VERSIONED : CAP_LEGACY, export_capsule_destructor);
     if (cap == NULL) {
-        if (versioned) {
-            ((mr_dl_managed_versioned *)managed)->deleter(managed);
-        }
-        else {
-            ((mr_dl_managed *)managed)->deleter(managed);
-        }
-        return NULL;
+        mr_dl_delete(managed, versioned);
     }
     return cap;
 }
@@ -530,11 +522,22 @@ Tensor_from_dlpack(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     return (PyObject *)mr_tensor_import(st, a[0], stream, writable, "from_dlpack(): obj");
 }
 
-/* A failed tensor allocation, with the tensor's shape and size: MemoryError
- * when the memory is not there, ValueError when the size overflows. */
-void
-mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape)
+/* A new zero-filled tensor (mr_tensor_alloc), or NULL with the failure
+ * naming what, the shape and the size: MemoryError when the memory is not
+ * there, ValueError when the size overflows. */
+TensorObject *
+mr_tensor_zeros(mr_state *st, int32_t dev_type, int32_t dev_id, int dtype, int ndim, const int64_t *shape,
+                const char *what)
 {
+    TensorObject *o = mr_tensor_new_empty(st);
+    if (o == NULL) {
+        return NULL;
+    }
+    int rc = mr_tensor_alloc(&o->t, dev_type, dev_id, dtype, ndim, shape);
+    if (rc == MR_OK) {
+        return o;
+    }
+    Py_DECREF(o);
     char dims[MR_TENSOR_MAX_NDIM * 24 + 4], size[32];
     mr_shape_format(dims, sizeof(dims), size, sizeof(size), dtype, ndim, shape);
     if (rc == MR_ENOMEM) {
@@ -546,6 +549,7 @@ mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndi
     else {
         mr_raise(st, rc, what);
     }
+    return NULL;
 }
 
 PyDoc_STRVAR(Tensor_zeros__doc__,
@@ -574,17 +578,7 @@ Tensor_zeros(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         || mr_check_cuda_reachable(dev_type, dev_id, "zeros(): device") < 0) {
         return NULL;
     }
-    TensorObject *o = mr_tensor_new_empty(st);
-    if (o == NULL) {
-        return NULL;
-    }
-    int rc = mr_tensor_alloc(&o->t, dev_type, dev_id, dtype, ndim, shape);
-    if (rc != MR_OK) {
-        Py_DECREF(o);
-        mr_raise_alloc_failed(st, rc, "zeros(): tensor", dtype, ndim, shape);
-        return NULL;
-    }
-    return (PyObject *)o;
+    return (PyObject *)mr_tensor_zeros(st, dev_type, dev_id, dtype, ndim, shape, "zeros(): tensor");
 }
 
 static PyObject *
@@ -606,37 +600,27 @@ Tensor_get_shape(PyObject *self, void *closure)
     return t;
 }
 
-static PyObject *
-Tensor_get_dtype(PyObject *self, void *closure)
-{
-    return PyUnicode_FromString(mr_dtype_name(((TensorObject *)self)->t.dtype));
-}
+/* The other properties, one per closure value (Tensor_getset). */
+enum { TP_DTYPE, TP_DEVICE, TP_DATA_PTR, TP_NBYTES, TP_OWNED };
 
 static PyObject *
-Tensor_get_device(PyObject *self, void *closure)
+Tensor_get(PyObject *self, void *closure)
 {
-    TensorObject *o = (TensorObject *)self;
-    char buf[64];
-    mr_device_format(buf, sizeof(buf), o->t.device_type, o->t.device_id);
-    return PyUnicode_FromString(buf);
-}
-
-static PyObject *
-Tensor_get_data_ptr(PyObject *self, void *closure)
-{
-    return PyLong_FromVoidPtr(((TensorObject *)self)->t.data);
-}
-
-static PyObject *
-Tensor_get_nbytes(PyObject *self, void *closure)
-{
-    return PyLong_FromSize_t(mr_tensor_nbytes(&((TensorObject *)self)->t));
-}
-
-static PyObject *
-Tensor_get_owned(PyObject *self, void *closure)
-{
-    return PyBool_FromLong(((TensorObject *)self)->t.own != NULL);
+    const mr_tensor *t = &((TensorObject *)self)->t;
+    char dev[64];
+    switch ((int)(intptr_t)closure) {
+    case TP_DTYPE:
+        return PyUnicode_FromString(mr_dtype_name(t->dtype));
+    case TP_DEVICE:
+        mr_device_format(dev, sizeof(dev), t->device_type, t->device_id);
+        return PyUnicode_FromString(dev);
+    case TP_DATA_PTR:
+        return PyLong_FromVoidPtr(t->data);
+    case TP_NBYTES:
+        return PyLong_FromSize_t(mr_tensor_nbytes(t));
+    default:
+        return PyBool_FromLong(t->own != NULL);
+    }
 }
 
 static PyObject *
@@ -657,11 +641,11 @@ Tensor_repr(PyObject *self)
 
 static PyGetSetDef Tensor_getset[] = {
     {"shape", Tensor_get_shape, NULL, "Extents, a tuple of ints.", NULL},
-    {"dtype", Tensor_get_dtype, NULL, "Element type name ('bfloat16', 'float32', ...).", NULL},
-    {"device", Tensor_get_device, NULL, "'cpu' or 'cuda:N'.", NULL},
-    {"data_ptr", Tensor_get_data_ptr, NULL, "Address of the first element.", NULL},
-    {"nbytes", Tensor_get_nbytes, NULL, "Bytes of data.", NULL},
-    {"owned", Tensor_get_owned, NULL, "True when mambaradix allocated the memory.", NULL},
+    {"dtype", Tensor_get, NULL, "Element type name ('bfloat16', 'float32', ...).", (void *)TP_DTYPE},
+    {"device", Tensor_get, NULL, "'cpu' or 'cuda:N'.", (void *)TP_DEVICE},
+    {"data_ptr", Tensor_get, NULL, "Address of the first element.", (void *)TP_DATA_PTR},
+    {"nbytes", Tensor_get, NULL, "Bytes of data.", (void *)TP_NBYTES},
+    {"owned", Tensor_get, NULL, "True when mambaradix allocated the memory.", (void *)TP_OWNED},
     {NULL},
 };
 

@@ -1,8 +1,8 @@
 /* py_tensor.h - what the tensor binding files share: py_dlpack.c (the
  * Tensor type, DLPack in and out, the argument converters, a test-only
- * producer), py_state_pool.c (the StatePool type), py_kernels.c (index
- * arguments and the state kernels' entry points, StatePool's methods) and
- * py_req_to_token.c (write_req_to_token). */
+ * producer), py_state_pool.c (the StatePool type and its kernel methods),
+ * py_kernels.c (the kernels' index arguments) and py_req_to_token.c
+ * (write_req_to_token). */
 #ifndef MR_PY_TENSOR_H
 #define MR_PY_TENSOR_H
 
@@ -36,14 +36,14 @@ int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
 /* ------------------------------------------------------------------------
  * Tensors (py_dlpack.c) */
 
-/* A new, empty Tensor object, or NULL with an exception. */
-TensorObject *mr_tensor_new_empty(mr_state *st);
 /* Imports obj (a DLPack producer or capsule) as a Tensor naming arg in errors. */
 TensorObject *mr_tensor_import(mr_state *st, PyObject *obj, uintptr_t stream, int writable, const char *arg);
 /* Refuses CUDA memory when this build or machine cannot reach it. */
 int mr_check_cuda_reachable(int32_t device_type, int32_t device_id, const char *arg);
-/* MemoryError / ValueError for a failed allocation, with shape and size. */
-void mr_raise_alloc_failed(mr_state *st, int rc, const char *what, int dtype, int ndim, const int64_t *shape);
+/* A new zero-filled tensor, or NULL with MemoryError / ValueError naming
+ * what, the shape and the size. */
+TensorObject *mr_tensor_zeros(mr_state *st, int32_t dev_type, int32_t dev_id, int dtype, int ndim,
+                              const int64_t *shape, const char *what);
 void export_capsule_destructor(PyObject *cap);
 
 /* ------------------------------------------------------------------------
@@ -61,7 +61,8 @@ typedef struct {
 int mr_idx_get(mr_state *st, PyObject *obj, int mask, int32_t dev_type, int32_t dev_id,
                uintptr_t stream, const char *arg, mr_idx_arg *out);
 void mr_idx_release(mr_idx_arg *a);
-/* Both host or both device, and the same length; ValueError otherwise. */
+/* Both host or both device, and the same length; ValueError otherwise
+ * (py_state_pool.c). */
 int mr_same_placement(const mr_idx_arg *a, const mr_idx_arg *b, const char *fname, const char *an, const char *bn);
 
 /* The end of a kernel entry point: None, or NULL with the kernel's error
@@ -75,19 +76,6 @@ PyObject *mr_kernel_done(mr_state *st, int rc, const char *what);
         rc = (call);              \
         Py_END_ALLOW_THREADS      \
     } while (0)
-
-PyObject *StatePool_copy_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-extern const char StatePool_copy_slots__doc__[];
-PyObject *StatePool_clear_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-extern const char StatePool_clear_slots__doc__[];
-PyObject *StatePool_track_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-extern const char StatePool_track_decode__doc__[];
-PyObject *StatePool_snapshot_ssm_from_h(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                        PyObject *kwnames);
-extern const char StatePool_snapshot_ssm_from_h__doc__[];
-PyObject *StatePool_snapshot_conv_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                         PyObject *kwnames);
-extern const char StatePool_snapshot_conv_window__doc__[];
 
 /* Registration hooks, called by mr_py_tensor_init (py_dlpack.c). */
 int mr_py_state_pool_init(PyObject *m, mr_state *st);

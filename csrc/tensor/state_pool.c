@@ -6,22 +6,18 @@
 #include "state_pool.h"
 
 int
-mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
-                   const mr_tensor *temporal, int *reason, int *which)
+mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *tensors, int n, int *reason, int *which, int *other)
 {
     memset(p, 0, sizeof(*p));
     *reason = MR_SP_OK;
-    *which = 0;
-    if (nconv < 1 || nconv > MR_MAX_STATE_TENSORS - 1) {
+    *which = *other = 0;
+    if (n < 2 || n > MR_MAX_STATE_TENSORS) {
         *reason = MR_SP_COUNT;
         return MR_EINVAL;
     }
-    for (int i = 0; i < nconv; i++) {
-        p->t[i] = conv[i];
-    }
-    p->t[nconv] = temporal;
-    p->nconv = nconv;
-    p->ntensors = nconv + 1;
+    memcpy(p->t, tensors, (size_t)n * sizeof(tensors[0]));
+    p->nconv = n - 1;
+    p->ntensors = n;
     const mr_tensor *first = p->t[0];
     for (int i = 0; i < p->ntensors; i++) {
         const mr_tensor *t = p->t[i];
@@ -49,7 +45,7 @@ mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
             uintptr_t ulo = (uintptr_t)u->data, uhi = ulo + (uintptr_t)u->numel * mr_dtype_size(u->dtype);
             if (lo < uhi && ulo < hi) {
                 *reason = MR_SP_OVERLAP;
-                *which = i | (j << 8);
+                *other = j;
                 return MR_EINVAL;
             }
         }
@@ -79,42 +75,68 @@ mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
     return MR_OK;
 }
 
-int
-mr_state_pool_check_slots(const mr_state_pool *p, const int64_t *idx, int64_t n, int64_t *bad)
+/* Sets *why and returns MR_EINVAL (MR_ENOMEM for MR_PAIR_NOMEM). */
+static int
+refuse_at(mr_refusal *why, int reason, int arg, int arg2, int64_t pos, int64_t value, int64_t limit)
 {
-    for (int64_t i = 0; i < n; i++) {
-        if (idx[i] < 0 || idx[i] > p->slots) {
-            *bad = i;
-            return MR_EINVAL;
-        }
+    *why = (mr_refusal){reason, arg, arg2, pos, value, limit};
+    return reason == MR_PAIR_NOMEM ? MR_ENOMEM : MR_EINVAL;
+}
+
+/* Arguments 0 (a) and bi (b) agree in placement and length. */
+static int
+agree(const mr_index *a, const mr_index *b, int bi, mr_refusal *why)
+{
+    if (a->on_device != b->on_device) {
+        return refuse_at(why, MR_PAIR_PLACEMENT, 0, bi, 0, 0, 0);
+    }
+    if (a->n != b->n) {
+        return refuse_at(why, MR_PAIR_LENGTH, 0, bi, a->n, b->n, 0);
     }
     return MR_OK;
 }
 
 int
-mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int64_t *dst,
-                          int64_t n, int *reason, int64_t *bad)
+mr_index_agree(const mr_index *a, const mr_index *b, mr_refusal *why)
 {
-    *reason = MR_PAIR_OK;
+    why->reason = MR_PAIR_OK;
+    return agree(a, b, 1, why);
+}
+
+/* The first position i with x[i] outside [0, end), or -1. */
+static int64_t
+first_outside(const int64_t *x, int64_t n, int64_t end)
+{
     for (int64_t i = 0; i < n; i++) {
-        *bad = i;
+        if (x[i] < 0 || x[i] >= end) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* A host copy plan (arguments sa and da): indices in range, destinations
+ * distinct and never a source.  With src NULL (sa -1) the destinations
+ * alone are checked (a snapshot's: in range and distinct). */
+static int
+check_pairs(const mr_state_pool *p, const int64_t *src, const int64_t *dst, int64_t n, int sa, int da,
+            mr_refusal *why)
+{
+    for (int64_t i = 0; i < n; i++) {
         if (src != NULL && (src[i] < 0 || src[i] > p->slots)) {
-            *reason = MR_PAIR_RANGE_SRC;
-            return MR_EINVAL;
+            return refuse_at(why, MR_PAIR_RANGE, sa, da, i, src[i], p->slots);
         }
         if (dst[i] < 0 || dst[i] > p->slots) {
-            *reason = MR_PAIR_RANGE_DST;
-            return MR_EINVAL;
+            return refuse_at(why, MR_PAIR_RANGE, da, sa, i, dst[i], p->slots);
         }
         if (src != NULL && src[i] == dst[i]) {
-            *reason = MR_PAIR_SAME;
-            return MR_EINVAL;
+            return refuse_at(why, MR_PAIR_SAME, sa, da, i, src[i], p->slots);
         }
     }
     /* One byte per slot: bit 0 = is a source, bit 1 = is a destination. */
     uint8_t *role = MR_CALLOC((size_t)p->slots + 1, 1);
     if (role == NULL) {
-        return MR_ENOMEM;
+        return refuse_at(why, MR_PAIR_NOMEM, da, sa, 0, 0, 0);
     }
     for (int64_t i = 0; src != NULL && i < n; i++) {
         role[src[i]] |= 1;
@@ -122,15 +144,11 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
     int rc = MR_OK;
     for (int64_t i = 0; i < n; i++) {
         if (role[dst[i]] & 2) {
-            *reason = MR_PAIR_DST_TWICE;
-            *bad = i;
-            rc = MR_EINVAL;
+            rc = refuse_at(why, MR_PAIR_DST_TWICE, da, sa, i, dst[i], p->slots);
             break;
         }
         if (role[dst[i]] & 1) {
-            *reason = MR_PAIR_DST_IS_SRC;
-            *bad = i;
-            rc = MR_EINVAL;
+            rc = refuse_at(why, MR_PAIR_DST_IS_SRC, da, sa, i, dst[i], p->slots);
             break;
         }
         role[dst[i]] |= 2;
@@ -139,20 +157,10 @@ mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int6
     return rc;
 }
 
-int
-mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad)
-{
-    for (int64_t i = 0; i < n; i++) {
-        if (x[i] < 0 || x[i] >= end) {
-            *bad = i;
-            return MR_EINVAL;
-        }
-    }
-    return MR_OK;
-}
-
-int64_t
-mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa, int64_t *ob)
+/* Keeps the pairs (a[i], b[i]) whose mask[i] is nonzero, in order, in
+ * oa[] and ob[]; returns how many. */
+static int64_t
+index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa, int64_t *ob)
 {
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -172,8 +180,8 @@ refuse(int *reason, int why)
     return MR_EINVAL;
 }
 
-int
-mr_state_pool_ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s, int *reason)
+static int
+ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s, int *reason)
 {
     const mr_tensor *tt = p->t[p->nconv];
     const mr_state_desc *td = &p->layout.t[p->nconv];
@@ -209,8 +217,8 @@ mr_state_pool_ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h
     return MR_OK;
 }
 
-int
-mr_state_pool_conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x, mr_conv_snap *s,
+static int
+conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x, mr_conv_snap *s,
                         int *reason)
 {
     const mr_tensor *ct = p->t[ci];
@@ -244,21 +252,85 @@ mr_state_pool_conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const
 }
 
 int
-mr_state_pool_copy(const mr_state_pool *p, mr_index src, mr_index dst, void *stream)
+mr_state_pool_snap_plan(const mr_state_pool *p, int conv, int64_t layer, int64_t ci, const mr_tensor *src,
+                        mr_snap_plan *s, int *reason)
 {
+    s->conv = conv;
+    return conv ? conv_plan(p, layer, ci, src, &s->cs, reason) : ssm_plan(p, layer, src, &s->ssm, reason);
+}
+
+/* track_decode on host indices: the mask applied here, then the selected
+ * pairs checked and copied. */
+static int
+track_host(const mr_state_pool *p, const mr_index *ix, void *stream, mr_refusal *why)
+{
+    int64_t n = ix[0].n;
+    int64_t *fs = MR_MALLOC((size_t)(2 * n + 1) * sizeof(int64_t));
+    if (fs == NULL) {
+        return refuse_at(why, MR_PAIR_NOMEM, 0, -1, 0, 0, 0);
+    }
+    int64_t *fd = fs + n;
+    int64_t m = index_select(ix[0].ptr, ix[1].ptr, ix[2].ptr, n, fs, fd);
+    int rc = check_pairs(p, fs, fd, m, MR_ARG_MASKED + 0, MR_ARG_MASKED + 1, why);
+    if (rc == MR_OK) {
+        mr_index s = {fs, m, 64, 0}, d = {fd, m, 64, 0}, none = {NULL, 0, 0, 0};
+        rc = mr_k_copy_slots(p->device_type, p->device_id, &p->layout, s, d, none, stream);
+    }
+    MR_FREE(fs);
+    return rc;
+}
+
+/* A snapshot: the destinations checked like a copy's (without sources),
+ * then the source indices against the plan. */
+static int
+snapshot(const mr_state_pool *p, const mr_snap_plan *s, const mr_index *ix, void *stream, mr_refusal *why)
+{
+    int rc = ix[1].on_device ? MR_OK : check_pairs(p, NULL, ix[1].ptr, ix[1].n, -1, 1, why);
+    if (rc != MR_OK) {
+        return rc;
+    }
+    if (s->conv && s->cs.tokens == 0 && ix[0].n > 0) {
+        return refuse_at(why, MR_PAIR_NO_TOKENS, 0, -1, 0, 0, 0);
+    }
+    const int64_t *chunk = ix[0].ptr;
+    int64_t bad = s->conv || ix[0].on_device ? -1 : first_outside(chunk, ix[0].n, s->ssm.h_chunks);
+    if (bad >= 0) {
+        return refuse_at(why, MR_PAIR_BELOW, 0, -1, bad, chunk[bad], s->ssm.h_chunks);
+    }
+    int32_t dt = p->device_type, di = p->device_id;
+    return s->conv ? mr_k_snapshot_conv(dt, di, &s->cs, ix[0], ix[1], stream)
+                   : mr_k_snapshot_ssm(dt, di, &s->ssm, ix[0], ix[1], stream);
+}
+
+int
+mr_state_pool_run(const mr_state_pool *p, int op, const mr_index *ix, const mr_snap_plan *plan,
+                  void *stream, mr_refusal *why)
+{
+    static const int nargs[] = {2, 1, 3, 2};
+    why->reason = MR_PAIR_OK;
+    for (int i = 1; i < nargs[op]; i++) {
+        if (agree(&ix[0], &ix[i], i, why) != MR_OK) {
+            return MR_EINVAL;
+        }
+    }
+    int host = !ix[0].on_device;
+    int32_t dt = p->device_type, di = p->device_id;
     mr_index none = {NULL, 0, 0, 0};
-    return mr_k_copy_slots(p->device_type, p->device_id, &p->layout, src, dst, none, stream);
-}
-
-int
-mr_state_pool_clear(const mr_state_pool *p, mr_index idx, void *stream)
-{
-    return mr_k_clear_slots(p->device_type, p->device_id, &p->layout, idx, stream);
-}
-
-int
-mr_state_pool_track(const mr_state_pool *p, mr_index running, mr_index track, mr_index mask,
-                    void *stream)
-{
-    return mr_k_copy_slots(p->device_type, p->device_id, &p->layout, running, track, mask, stream);
+    int64_t bad;
+    int rc;
+    switch (op) {
+    case MR_POOL_COPY:
+        rc = host ? check_pairs(p, ix[0].ptr, ix[1].ptr, ix[0].n, 0, 1, why) : MR_OK;
+        return rc != MR_OK ? rc : mr_k_copy_slots(dt, di, &p->layout, ix[0], ix[1], none, stream);
+    case MR_POOL_CLEAR:
+        bad = host ? first_outside(ix[0].ptr, ix[0].n, p->slots + 1) : -1;
+        if (bad >= 0) {
+            return refuse_at(why, MR_PAIR_RANGE, 0, -1, bad, ((const int64_t *)ix[0].ptr)[bad], p->slots);
+        }
+        return mr_k_clear_slots(dt, di, &p->layout, ix[0], stream);
+    case MR_POOL_TRACK:
+        return host ? track_host(p, ix, stream, why) : mr_k_copy_slots(dt, di, &p->layout, ix[0], ix[1], ix[2], stream);
+    default:
+        return snapshot(p, plan, ix, stream, why);
+    }
 }

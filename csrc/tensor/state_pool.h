@@ -8,8 +8,8 @@
  *
  * The pool borrows its mr_tensor structs: their owner (the Python
  * StatePool object) keeps them alive for the pool's lifetime.  Every
- * operation takes host-side indices already checked with the functions
- * below, or device-side indices that the kernels bounds-check. */
+ * operation checks its host-side indices before it writes anything, and
+ * leaves device-side indices to the kernels, which bounds-check them. */
 #ifndef MR_STATE_POOL_H
 #define MR_STATE_POOL_H
 
@@ -36,44 +36,45 @@ enum {
     MR_SP_LAYERS,     /* dim 0 differs from the first tensor's, or is < 1 */
     MR_SP_ROWS,       /* dim 1 differs from the first tensor's, or is < 2 (no slot past padding row 0) */
     MR_SP_DEVICE,     /* device differs from the first tensor's */
-    MR_SP_OVERLAP     /* memory overlaps an earlier tensor's (*which2 that one) */
+    MR_SP_OVERLAP     /* memory overlaps an earlier tensor's (*other that one) */
 };
 
-/* Builds the pool over conv[0..nconv) and temporal (compact tensors).
- * Returns MR_OK, or MR_EINVAL with *reason (MR_SP_*) and *which (the
- * tensor's position: 0..nconv-1 for conv, nconv for temporal) set; for
- * MR_SP_OVERLAP the earlier tensor it overlaps is *which >> 8. */
-int mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *conv, int nconv,
-                       const mr_tensor *temporal, int *reason, int *which);
+/* Builds the pool over t[0..n): the conv tensors, then the temporal one
+ * (compact tensors).  Returns MR_OK, or MR_EINVAL with *reason (MR_SP_*)
+ * and *which (the tensor's position: 0..n-2 for conv, n-1 for temporal)
+ * set, and for MR_SP_OVERLAP *other, the earlier tensor it overlaps. */
+int mr_state_pool_init(mr_state_pool *p, const mr_tensor *const *t, int n, int *reason, int *which, int *other);
 
-/* Checks host slot indices: each in [0, slots].  Returns MR_OK, or
- * MR_EINVAL with *bad the first offending position. */
-int mr_state_pool_check_slots(const mr_state_pool *p, const int64_t *idx, int64_t n, int64_t *bad);
-
-/* Reasons mr_state_pool_check_pairs() refuses a copy. */
+/* Why mr_state_pool_run() (or mr_index_agree()) refuses a call's index
+ * arguments.  Arguments are counted from 0 in the call's order of index
+ * arguments; MR_ARG_MASKED + i is argument i after track_decode's mask
+ * kept its selected entries. */
 enum {
     MR_PAIR_OK = 0,
-    MR_PAIR_RANGE_SRC,    /* src[i] out of [0, slots] */
-    MR_PAIR_RANGE_DST,    /* dst[i] out of [0, slots] */
-    MR_PAIR_SAME,         /* src[i] == dst[i] */
-    MR_PAIR_DST_TWICE,    /* dst[i] appears earlier in dst */
-    MR_PAIR_DST_IS_SRC    /* dst[i] is also a source (order would matter) */
+    MR_PAIR_PLACEMENT,    /* arg and arg2: one host data, the other device data */
+    MR_PAIR_LENGTH,       /* arg has pos entries, arg2 has value */
+    MR_PAIR_RANGE,        /* arg[pos] = value is out of [0, limit] (limit: slots) */
+    MR_PAIR_SAME,         /* arg[pos] == arg2[pos] == value (source == destination) */
+    MR_PAIR_DST_TWICE,    /* arg[pos] = value appears earlier in arg; arg2 the sources, -1 when none */
+    MR_PAIR_DST_IS_SRC,   /* arg[pos] = value is also a source (order would matter) */
+    MR_PAIR_BELOW,        /* arg[pos] = value is out of [0, limit) (limit: h's chunks) */
+    MR_PAIR_NO_TOKENS,    /* the conv window's x has no tokens, but positions were given */
+    MR_PAIR_NOMEM         /* no memory for the checks themselves */
 };
 
-/* Checks a host copy plan: indices in range, destinations distinct and
- * never a source.  Returns MR_OK; MR_EINVAL with *reason (MR_PAIR_*) and
- * *bad (position) set; or MR_ENOMEM.  With src NULL it checks the
- * destinations alone (a snapshot's: in range and distinct). */
-int mr_state_pool_check_pairs(const mr_state_pool *p, const int64_t *src, const int64_t *dst,
-                              int64_t n, int *reason, int64_t *bad);
+#define MR_ARG_MASKED 8
 
-/* Host index vectors: every x[i] in [0, end)?  MR_OK, or MR_EINVAL with
- * *bad the first position that is not. */
-int mr_index_check_below(const int64_t *x, int64_t n, int64_t end, int64_t *bad);
-/* Keeps the pairs (a[i], b[i]) whose mask[i] is nonzero, in order, in
- * oa[] and ob[]; returns how many. */
-int64_t mr_index_select(const int64_t *a, const int64_t *b, const int64_t *mask, int64_t n, int64_t *oa,
-                        int64_t *ob);
+typedef struct {
+    int reason;           /* MR_PAIR_* */
+    int arg, arg2;        /* the argument at fault, the other one involved (-1: none) */
+    int64_t pos;          /* the entry */
+    int64_t value;        /* its value */
+    int64_t limit;        /* the bound it broke */
+} mr_refusal;
+
+/* Both host data or both device data, and of one length: MR_OK, or
+ * MR_EINVAL with *why (arguments 0 and 1). */
+int mr_index_agree(const mr_index *a, const mr_index *b, mr_refusal *why);
 
 /* Reasons the source tensor of a snapshot is refused. */
 enum {
@@ -84,23 +85,40 @@ enum {
     MR_SNAP_DEVICE       /* not on the pool's device */
 };
 
-/* The plan of snapshot_ssm_from_h for layer (in range) and the per-chunk
- * states h.  Returns MR_OK with *s filled, or MR_EINVAL with *reason
- * (shape, device, dtype: checked in that order). */
-int mr_state_pool_ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s,
-                           int *reason);
-/* The plan of snapshot_conv_window for layer and conv tensor ci (both in
- * range) and the pre-conv input x: conv[ci]'s rank first, then x's shape,
- * dtype and device.  With x NULL only conv[ci] is checked.  Returns MR_OK
- * with *s filled (when x is given), or MR_EINVAL with *reason. */
-int mr_state_pool_conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x,
-                            mr_conv_snap *s, int *reason);
+/* A snapshot's plan: snapshot_conv_window's (conv) or snapshot_ssm_from_h's. */
+typedef struct {
+    int conv;
+    mr_ssm_snap ssm;
+    mr_conv_snap cs;
+} mr_snap_plan;
 
-/* The kernels over the whole pool (see kernels.h for index vectors).
- * Return MR_OK or the kernel's status. */
-int mr_state_pool_copy(const mr_state_pool *p, mr_index src, mr_index dst, void *stream);
-int mr_state_pool_clear(const mr_state_pool *p, mr_index idx, void *stream);
-int mr_state_pool_track(const mr_state_pool *p, mr_index running, mr_index track, mr_index mask,
-                        void *stream);
+/* The plan of a snapshot into layer (in range) from src: for the SSM
+ * snapshot src is h, the per-chunk states (its shape, device and dtype are
+ * checked in that order); for the conv window src is the pre-conv input x
+ * and ci the conv tensor (in range): conv[ci]'s rank first, then x's
+ * shape, dtype and device, and with src NULL only conv[ci].  Returns MR_OK
+ * with *s filled (when src is given), or MR_EINVAL with *reason. */
+int mr_state_pool_snap_plan(const mr_state_pool *p, int conv, int64_t layer, int64_t ci, const mr_tensor *src,
+                            mr_snap_plan *s, int *reason);
+
+/* The kernels over the whole pool, and the index arguments of each. */
+enum {
+    MR_POOL_COPY,        /* src, dst: slot src[i] to slot dst[i] */
+    MR_POOL_CLEAR,       /* idx: zero slot idx[i] */
+    MR_POOL_TRACK,       /* running, track, mask: copy running[i] to track[i] where mask[i] */
+    MR_POOL_SNAPSHOT     /* chunk indices or positions, dst slots (see plan) */
+};
+
+/* Checks op's index arguments ix (plan: the snapshot's, else NULL), then
+ * runs its kernel on stream.  All arguments must be host data or all
+ * device data, of one length.  Host indices are checked here: slots in
+ * [0, slots], a copy's destinations distinct and never a source (after
+ * the mask, for track), a snapshot's destinations distinct and its chunk
+ * indices below h's chunk count; device indices are left to the kernels,
+ * which skip entries out of range.  Returns the kernel's status, or
+ * MR_EINVAL (MR_ENOMEM for MR_PAIR_NOMEM) with why->reason set; why->reason
+ * is MR_PAIR_OK whenever the kernel ran. */
+int mr_state_pool_run(const mr_state_pool *p, int op, const mr_index *ix, const mr_snap_plan *plan,
+                      void *stream, mr_refusal *why);
 
 #endif /* MR_STATE_POOL_H */

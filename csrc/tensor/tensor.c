@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cuda_api.h"
 #include "kernels.h"
 #include "tensor.h"
 
@@ -180,6 +181,53 @@ mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem)
     return MR_OK;
 }
 
+int
+mr_device_reachable(int32_t device_type, int32_t device_id)
+{
+    if (device_type != MR_DL_CUDA) {
+        return MR_TP_OK;
+    }
+    if (!mr_k_have_cuda()) {
+        return MR_TP_NO_CUDA;
+    }
+    return device_id >= 0 && device_id < mr_cuda_device_count() ? MR_TP_OK : MR_TP_CUDA_ID;
+}
+
+int
+mr_tensor_take_dl(void *managed, int versioned, int writable, mr_tensor *out, int *problem)
+{
+    const mr_dl_tensor *dl;
+    uint64_t flags;
+    memset(out, 0, sizeof(*out));
+    if (mr_dl_unwrap(managed, versioned, &dl, &flags) != MR_OK) {
+        *problem = MR_TP_VERSION;
+        return MR_EINVAL;
+    }
+    if (mr_tensor_from_dl(dl, out, problem) != MR_OK) {
+        return MR_EINVAL;
+    }
+    *problem = writable && (flags & MR_DL_FLAG_READ_ONLY) ? MR_TP_READONLY
+                                                          : mr_device_reachable(out->device_type, out->device_id);
+    return *problem == MR_TP_OK ? MR_OK : MR_EINVAL;
+}
+
+void
+mr_dl_delete(void *managed, int versioned)
+{
+    if (versioned) {
+        mr_dl_managed_versioned *m = managed;
+        if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+    else {
+        mr_dl_managed *m = managed;
+        if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------
  * Index tensors */
 
@@ -200,6 +248,25 @@ mr_index_to_host(const mr_tensor *t, int64_t *out)
         default: out[i] = ((const int64_t *)t->data)[i]; break;
         }
     }
+}
+
+int
+mr_index_view(const mr_tensor *t, int mask, int32_t dev_type, int32_t dev_id, mr_index *out, int *problem)
+{
+    int dev = t->device_type == MR_DL_CUDA;
+    *problem = MR_IX_OK;
+    if (!mr_index_dtype_ok(t->dtype, mask)) {
+        *problem = MR_IX_DTYPE;
+    }
+    else if (t->ndim > 1) {
+        *problem = MR_IX_NDIM;
+    }
+    else if (dev && (dev_type != MR_DL_CUDA || dev_id != t->device_id)) {
+        /* kernels read device indices where they run */
+        *problem = MR_IX_DEVICE;
+    }
+    *out = (mr_index){dev ? t->data : NULL, t->numel, dev ? (int)mr_dtype_size(t->dtype) * 8 : 64, dev};
+    return *problem == MR_IX_OK ? MR_OK : MR_EINVAL;
 }
 
 /* ------------------------------------------------------------------------
@@ -302,18 +369,7 @@ void
 mr_tensor_release(mr_tensor *t)
 {
     if (t->managed != NULL) {
-        if (t->versioned) {
-            mr_dl_managed_versioned *m = t->managed;
-            if (m->deleter != NULL) {
-                m->deleter(m);
-            }
-        }
-        else {
-            mr_dl_managed *m = t->managed;
-            if (m->deleter != NULL) {
-                m->deleter(m);
-            }
-        }
+        mr_dl_delete(t->managed, t->versioned);
     }
     else if (t->own != NULL) {
         mr_k_free(t->device_type, t->device_id, t->own);

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "dlpack_abi.h"
+#include "kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,7 +77,11 @@ enum {
     MR_TP_DTYPE,       /* unknown dtype or lanes != 1 */
     MR_TP_DEVICE,      /* neither CPU nor CUDA */
     MR_TP_LAYOUT,      /* strides not compact row-major, or negative extent */
-    MR_TP_NULL         /* data NULL for a non-empty tensor */
+    MR_TP_NULL,        /* data NULL for a non-empty tensor */
+    MR_TP_VERSION,     /* a versioned tensor of another major version than MR_DLPACK_MAJOR */
+    MR_TP_READONLY,    /* flagged read-only, but the caller writes to it */
+    MR_TP_NO_CUDA,     /* CUDA memory, but this build has no CUDA */
+    MR_TP_CUDA_ID      /* a CUDA device this machine does not show */
 };
 
 /* True when strides (in elements; NULL means compact) describe a compact
@@ -93,6 +98,21 @@ int mr_dl_unwrap(void *managed, int versioned, const mr_dl_tensor **dl, uint64_t
 /* Fills *out from a DLTensor without taking ownership.  Returns MR_OK, or
  * MR_EINVAL with *problem set to one of MR_TP_*; *out is then unusable. */
 int mr_tensor_from_dl(const mr_dl_tensor *dl, mr_tensor *out, int *problem);
+
+/* Whether this build and machine reach memory on a device: MR_TP_OK,
+ * MR_TP_NO_CUDA or MR_TP_CUDA_ID. */
+int mr_device_reachable(int32_t device_type, int32_t device_id);
+
+/* Everything a consumer checks of a producer's managed tensor before it
+ * takes it (versioned: an mr_dl_managed_versioned, else an mr_dl_managed),
+ * in this order: the version, the DLTensor (mr_tensor_from_dl), the
+ * read-only flag when writable, the device's reachability.  Fills *out
+ * without taking ownership (mr_tensor_adopt does).  Returns MR_OK, or
+ * MR_EINVAL with *problem (MR_TP_*); *out is then unusable. */
+int mr_tensor_take_dl(void *managed, int versioned, int writable, mr_tensor *out, int *problem);
+
+/* Calls a managed tensor's deleter, when it has one. */
+void mr_dl_delete(void *managed, int versioned);
 
 /* ---- ownership ------------------------------------------------------- */
 
@@ -126,6 +146,21 @@ int mr_index_dtype_ok(int dtype, int mask);
 /* Host data of an index tensor (a dtype mr_index_dtype_ok accepts) into
  * out as numel int64 values. */
 void mr_index_to_host(const mr_tensor *t, int64_t *out);
+
+/* Reasons mr_index_view() refuses an index tensor. */
+enum {
+    MR_IX_OK = 0,
+    MR_IX_DTYPE,       /* not a dtype mr_index_dtype_ok accepts */
+    MR_IX_NDIM,        /* more than one dimension */
+    MR_IX_DEVICE       /* CUDA data on another device than the kernel's */
+};
+
+/* An index (mask 0) or mask (mask 1) tensor for a kernel on (dev_type,
+ * dev_id): 0-d or 1-d, of an accepted dtype, and CUDA data only on that
+ * very device.  Returns MR_OK with *out the tensor's data in place for
+ * CUDA data, or with out->on_device 0 and out->ptr NULL for host data
+ * (mr_index_to_host copies it); or MR_EINVAL with *problem (MR_IX_*). */
+int mr_index_view(const mr_tensor *t, int mask, int32_t dev_type, int32_t dev_id, mr_index *out, int *problem);
 
 /* ---- devices ---------------------------------------------------------- */
 

@@ -20,6 +20,15 @@
  *             CUDA device leaves host memory alone; mr_k_alloc_zeroed on the
  *             host: 64-byte aligned, zeroed, a distinct pointer for 0 bytes,
  *             MR_ENOMEM for a size that overflows its rounding;
+ *   --checks  the checks before a launch (state_pool.c, tensor.c):
+ *             mr_state_pool_run on random host index sets against a
+ *             brute-force reading of its rules (placement and length, slot
+ *             range, source == destination, a destination twice or also a
+ *             source, after the mask for track, a snapshot's destinations
+ *             and chunk range, x without tokens): the same reason, argument,
+ *             entry and value, and nothing written when refused;
+ *             mr_tensor_take_dl on test producers' tensors (version, layout,
+ *             NULL data, device, read-only, reachability);
  *   --oom     (a build with -DMR_FAULT_INJECT) the kernels allocate nothing:
  *             with the next allocation set to fail, every kernel call of a
  *             fuzz run succeeds and the allocation counter stays at 0.
@@ -34,6 +43,7 @@
 #include "cuda_api.h"
 #include "dlpack_abi.h"
 #include "kernels.h"
+#include "state_pool.h"
 #include "tensor.h"
 #include "unit.h"
 
@@ -557,18 +567,243 @@ test_dispatch_errors(void)
     printf("errors: dispatch without CUDA, host allocations\n");
 }
 
+/* ------------------------------------------------------------------------
+ * --checks: what a launch refuses */
+
+/* The refusal the rules give (brute force), in the order they are checked. */
+static mr_refusal
+expect_none(void)
+{
+    mr_refusal r = {MR_PAIR_OK, 0, -1, 0, 0, 0};
+    return r;
+}
+
+static mr_refusal
+expect(int reason, int arg, int arg2, int64_t pos, int64_t value, int64_t limit)
+{
+    mr_refusal r = {reason, arg, arg2, pos, value, limit};
+    return r;
+}
+
+/* A copy of src[i] to dst[i] for a pool of slots (src NULL: destinations
+ * alone), arguments sa and da. */
+static mr_refusal
+expect_pairs(const int64_t *src, const int64_t *dst, int64_t n, int64_t slots, int sa, int da)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (src != NULL && (src[i] < 0 || src[i] > slots)) {
+            return expect(MR_PAIR_RANGE, sa, da, i, src[i], slots);
+        }
+        if (dst[i] < 0 || dst[i] > slots) {
+            return expect(MR_PAIR_RANGE, da, sa, i, dst[i], slots);
+        }
+        if (src != NULL && src[i] == dst[i]) {
+            return expect(MR_PAIR_SAME, sa, da, i, src[i], slots);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t j = 0; j < i; j++) {
+            if (dst[j] == dst[i]) {
+                return expect(MR_PAIR_DST_TWICE, da, sa, i, dst[i], slots);
+            }
+        }
+        for (int64_t j = 0; src != NULL && j < n; j++) {
+            if (src[j] == dst[i]) {
+                return expect(MR_PAIR_DST_IS_SRC, da, sa, i, dst[i], slots);
+            }
+        }
+    }
+    return expect_none();
+}
+
+static void
+same_refusal(int rc, const mr_refusal *got, const mr_refusal *want, const char *what)
+{
+    CHECK_RC(rc, want->reason == MR_PAIR_OK ? MR_OK : MR_EINVAL, what);
+    CHECK(got->reason == want->reason, "%s: reason %d, expected %d", what, got->reason, want->reason);
+    if (want->reason != MR_PAIR_OK && got->reason == want->reason) {
+        CHECK(got->arg == want->arg && got->arg2 == want->arg2 && got->pos == want->pos
+                  && got->value == want->value && (want->reason == MR_PAIR_LENGTH || got->limit == want->limit),
+              "%s: refused (arg %d, arg2 %d, pos %lld, value %lld, limit %lld), expected (%d, %d, %lld, %lld, %lld)",
+              what, got->arg, got->arg2, (long long)got->pos, (long long)got->value, (long long)got->limit,
+              want->arg, want->arg2, (long long)want->pos, (long long)want->value, (long long)want->limit);
+    }
+}
+
+static void
+test_run_checks(long ops)
+{
+    enum { SLOTS = 6 };
+    int64_t cshape[4] = {2, SLOTS + 1, 3, 2}, tshape[3] = {2, SLOTS + 1, 5};
+    mr_tensor conv, temporal;
+    CHECK_RC(mr_tensor_alloc(&conv, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 4, cshape), MR_OK, "conv tensor");
+    CHECK_RC(mr_tensor_alloc(&temporal, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 3, tshape), MR_OK, "temporal tensor");
+    fill(conv.data, mr_tensor_nbytes(&conv));
+    fill(temporal.data, mr_tensor_nbytes(&temporal));
+    const mr_tensor *tensors[2] = {&conv, &temporal};
+    mr_state_pool sp;
+    int reason, which, other;
+    CHECK_RC(mr_state_pool_init(&sp, tensors, 2, &reason, &which, &other), MR_OK, "the pool");
+    int64_t x_shape[2] = {4, 3}, h_shape[2] = {3, 5};
+    mr_tensor x, h;
+    CHECK_RC(mr_tensor_alloc(&x, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 2, x_shape), MR_OK, "x");
+    CHECK_RC(mr_tensor_alloc(&h, MR_DL_CPU, 0, MR_DTYPE_FLOAT32, 2, h_shape), MR_OK, "h");
+    size_t cb = mr_tensor_nbytes(&conv), tb = mr_tensor_nbytes(&temporal);
+    char *cbefore = malloc(cb), *tbefore = malloc(tb);
+    long refused = 0;
+    for (long op = 0; op < ops; op++) {
+        int64_t a[MAXIDX], b[MAXIDX], m[MAXIDX];
+        int64_t n = unit_rnd(7), nb = unit_rnd(8) == 0 ? unit_rnd(7) : n;
+        /* mostly in range, sometimes just outside it */
+        for (int64_t i = 0; i < MAXIDX; i++) {
+            a[i] = (int64_t)unit_rnd(SLOTS + 3) - 1;
+            b[i] = (int64_t)unit_rnd(SLOTS + 3) - 1;
+            m[i] = unit_rnd(2);
+        }
+        mr_index ix[3] = {host_index(a, n, 64), host_index(b, nb, 64), host_index(m, n, 64)};
+        int kind = (int)unit_rnd(5), conv_window = kind == 4;
+        kind = conv_window ? MR_POOL_SNAPSHOT : kind;
+        mr_snap_plan plan;
+        mr_refusal want = expect_none(), got;
+        if (nb != n && kind != MR_POOL_CLEAR) {
+            want = expect(MR_PAIR_LENGTH, 0, 1, n, nb, 0);
+        }
+        else if (kind == MR_POOL_COPY) {
+            want = expect_pairs(a, b, n, SLOTS, 0, 1);
+        }
+        else if (kind == MR_POOL_CLEAR) {
+            for (int64_t i = n - 1; i >= 0; i--) {
+                want = a[i] < 0 || a[i] > SLOTS ? expect(MR_PAIR_RANGE, 0, -1, i, a[i], SLOTS) : want;
+            }
+        }
+        else if (kind == MR_POOL_TRACK) {
+            int64_t fa[MAXIDX], fb[MAXIDX], k = 0;
+            for (int64_t i = 0; i < n; i++) {
+                if (m[i]) {
+                    fa[k] = a[i];
+                    fb[k++] = b[i];
+                }
+            }
+            want = expect_pairs(fa, fb, k, SLOTS, MR_ARG_MASKED, MR_ARG_MASKED + 1);
+        }
+        else {
+            CHECK_RC(mr_state_pool_snap_plan(&sp, conv_window, 1, 0, conv_window ? &x : &h, &plan, &reason), MR_OK,
+                     "a snapshot's plan");
+            x.shape[0] = unit_rnd(4) == 0 ? 0 : 4;
+            plan.cs.tokens = x.shape[0];
+            want = expect_pairs(NULL, b, n, SLOTS, -1, 1);
+            if (want.reason == MR_PAIR_OK && conv_window && x.shape[0] == 0 && n > 0) {
+                want = expect(MR_PAIR_NO_TOKENS, 0, -1, 0, 0, 0);
+            }
+            /* h has 3 chunks */
+            for (int64_t i = 0; want.reason == MR_PAIR_OK && !conv_window && i < n; i++) {
+                want = a[i] < 0 || a[i] >= 3 ? expect(MR_PAIR_BELOW, 0, -1, i, a[i], 3) : want;
+            }
+        }
+        memcpy(cbefore, conv.data, cb);
+        memcpy(tbefore, temporal.data, tb);
+        int rc = mr_state_pool_run(&sp, kind, ix, &plan, NULL, &got);
+        char what[64];
+        snprintf(what, sizeof(what), "op %ld (kernel %d, n %lld)", op, kind, (long long)n);
+        same_refusal(rc, &got, &want, what);
+        if (want.reason != MR_PAIR_OK) {
+            refused++;
+            same_bytes(conv.data, cbefore, cb, "a refused call writes no conv state");
+            same_bytes(temporal.data, tbefore, tb, "a refused call writes no temporal state");
+        }
+    }
+    /* host data against device data, for each argument */
+    int64_t one = 1;
+    mr_index dev = {&one, 1, 64, 1}, host = host_index(&one, 1, 64);
+    mr_index pl[3] = {host, dev, host};
+    mr_refusal got, want = expect(MR_PAIR_PLACEMENT, 0, 1, 0, 0, 0);
+    same_refusal(mr_state_pool_run(&sp, MR_POOL_COPY, pl, NULL, NULL, &got), &got, &want, "copy host/device");
+    pl[1] = host;
+    pl[2] = dev;
+    want = expect(MR_PAIR_PLACEMENT, 0, 2, 0, 0, 0);
+    same_refusal(mr_state_pool_run(&sp, MR_POOL_TRACK, pl, NULL, NULL, &got), &got, &want, "track host mask");
+    same_refusal(mr_index_agree(&pl[0], &pl[2], &got), &got, &(mr_refusal){MR_PAIR_PLACEMENT, 0, 1, 0, 0, 0},
+                 "mr_index_agree");
+    free(cbefore);
+    free(tbefore);
+    x.shape[0] = 4;
+    mr_tensor_release(&conv);
+    mr_tensor_release(&temporal);
+    mr_tensor_release(&x);
+    mr_tensor_release(&h);
+    printf("checks: %ld pool kernel calls (%ld refused)\n", ops, refused);
+}
+
+/* mr_tensor_take_dl on a test producer's tensor built from spec. */
+static void
+take_case(mr_dl_testing_spec spec, int writable, int want, const char *what)
+{
+    void *m = mr_dl_testing_make(&spec);
+    mr_tensor t;
+    int problem = -1;
+    int rc = mr_tensor_take_dl(m, spec.versioned, writable, &t, &problem);
+    CHECK_RC(rc, want == MR_TP_OK ? MR_OK : MR_EINVAL, what);
+    CHECK(problem == want, "%s: problem %d, expected %d", what, problem, want);
+    if (rc == MR_OK) {
+        const unsigned char *d = (const unsigned char *)t.data;
+        CHECK(t.ndim == spec.ndim && t.dtype == spec.dtype && (t.numel == 0 || d[0] == 11),
+              "%s: the tensor read (ndim %d, first byte %d)", what, t.ndim, t.numel ? d[0] : -1);
+    }
+    long before = mr_dl_testing_deleted();
+    mr_dl_delete(m, spec.versioned);
+    CHECK(mr_dl_testing_deleted() == before + 1, "%s: mr_dl_delete runs the deleter once", what);
+}
+
+static void
+test_take_checks(void)
+{
+    int64_t shape[2] = {2, 3}, strided[2] = {1, 2}, empty[2] = {0, 3};
+    /* each case: a compact float32 [2, 3] CPU tensor, version 1.1, but for */
+    static const struct {
+        int legacy, offset, major, strided, null_data, empty, device_type, readonly, writable, want;
+        const char *what;
+    } cases[] = {
+        {0, 0, 1, 0, 0, 0, MR_DL_CPU, 0, 1, MR_TP_OK, "a compact versioned tensor"},
+        {1, 0, 1, 0, 0, 0, MR_DL_CPU, 0, 1, MR_TP_OK, "a legacy tensor"},
+        {0, 8, 1, 0, 0, 0, MR_DL_CPU, 0, 0, MR_TP_OK, "a byte offset"},
+        {0, 0, 2, 0, 0, 0, MR_DL_CPU, 0, 0, MR_TP_VERSION, "version 2.1"},
+        {0, 0, 0, 0, 0, 0, MR_DL_CPU, 0, 0, MR_TP_VERSION, "version 0.1"},
+        {0, 0, 1, 1, 0, 0, MR_DL_CPU, 0, 0, MR_TP_LAYOUT, "column-major strides"},
+        {0, 0, 1, 0, 1, 0, MR_DL_CPU, 0, 0, MR_TP_NULL, "NULL data"},
+        {0, 0, 1, 0, 1, 1, MR_DL_CPU, 0, 0, MR_TP_OK, "NULL data of no elements"},
+        {0, 0, 1, 0, 0, 0, 4, 0, 0, MR_TP_DEVICE, "an OpenCL device"},
+        {0, 0, 1, 0, 0, 0, MR_DL_CPU, 1, 1, MR_TP_READONLY, "read-only, written"},
+        {0, 0, 1, 0, 0, 0, MR_DL_CPU, 1, 0, MR_TP_OK, "read-only, read"},
+        {0, 0, 1, 0, 0, 0, MR_DL_CUDA, 0, 0, MR_TP_NO_CUDA, "a CUDA tensor without a device"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mr_dl_testing_spec s = {2, cases[i].empty ? empty : shape, cases[i].strided ? strided : NULL,
+                                MR_DTYPE_FLOAT32, cases[i].offset, cases[i].device_type, 0, cases[i].null_data,
+                                !cases[i].legacy, (unsigned)cases[i].major, 1, cases[i].readonly};
+        /* a CUDA build without a device: the device id is the problem */
+        int want = cases[i].want == MR_TP_NO_CUDA && mr_k_have_cuda() ? MR_TP_CUDA_ID : cases[i].want;
+        take_case(s, cases[i].writable, want, cases[i].what);
+    }
+    CHECK(mr_device_reachable(MR_DL_CPU, 7) == MR_TP_OK, "the host is always reachable");
+    printf("checks: mr_tensor_take_dl\n");
+}
+
 int
 main(int argc, char **argv)
 {
-    static const char *const groups[3] = {"fuzz", "errors", "oom"};
-    int on[3];
+    static const char *const groups[4] = {"fuzz", "errors", "oom", "checks"};
+    int on[4];
     long ops = 20000;
-    unit_start(argc, argv, groups, on, 3, &ops);
+    unit_start(argc, argv, groups, on, 4, &ops);
     if (on[1]) {
         test_dispatch_errors();
     }
     if (on[0]) {
         test_fuzz(ops);
+    }
+    if (on[3]) {
+        test_run_checks(ops);
+        test_take_checks();
     }
     if (on[2]) {
 #ifdef MR_FAULT_INJECT

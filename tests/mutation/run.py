@@ -185,7 +185,7 @@ MUTANTS: List[Mutant] = [
            "copy_slots copies dst -> src (swapped)", fast=True),
     # (the C twin's own mask test, kernels_cpu.c, runs only for device-resident
     # index arrays, which a CPU pool refuses: host calls apply the mask in
-    # mr_index_select, state_pool.c)
+    # index_select, state_pool.c)
     Mutant("K_TRACK", "csrc/tensor/state_pool.c", "        if (mask[i]) {", "        if (!mask[i]) {",
            T_KERN, "track_decode on host indices inverts the mask"),
     Mutant("K_MASK_BOOL", "csrc/py/py_args.c", "        *v = o == Py_True;", "        *v = o != Py_True;",
@@ -595,6 +595,11 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
+    Mutant("K_RANGE_END", "csrc/tensor/state_pool.c", "        if (x[i] < 0 || x[i] >= end) {",
+           "        if (x[i] < 0 || x[i] > end) {", T_KERN + ["tests/c/test_c_core.py"],
+           "clear_slots takes slot num_slots + 1 and snapshot_ssm_from_h the chunk past h's last"),
+    Mutant("K_AGREE_LEN", "csrc/tensor/state_pool.c", "    if (a->n != b->n) {", "    if (0) {",
+           T_KERN + ["tests/c/test_c_core.py"], "a kernel's index arguments of different lengths are read as one"),
 ]
 
 
