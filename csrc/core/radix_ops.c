@@ -181,6 +181,28 @@ mr_evict_out_free(mr_evict_out *out)
 /* ------------------------------------------------------------------------
  * Names and ids */
 
+int64_t
+mr_radix_node_attr(const mr_radix *t, const mr_node *n, mr_node_attr attr)
+{
+    switch (attr) {
+    case MR_NODE_IS_ROOT:
+        return n == mr_radix_root(t);
+    case MR_NODE_STATE:
+        return mr_node_state(n);
+    case MR_NODE_FULL_LOCK:
+        return mr_node_full_lock(n);
+    case MR_NODE_STATE_LOCK:
+        return mr_node_state_lock(n);
+    case MR_NODE_CAN_EVICT_STATE:
+        return mr_radix_can_evict_state(t, n);
+    case MR_NODE_HITS:
+        return mr_node_hits(n);
+    case MR_NODE_PREFIX_LEN:
+        return (int64_t)mr_radix_path_len(t, n);
+    }
+    return 0;
+}
+
 uint64_t
 mr_node_nodeid(const mr_node *node)
 {

@@ -87,6 +87,20 @@ void mr_evict_out_free(mr_evict_out *out);
 /* ------------------------------------------------------------------------
  * Names and ids */
 
+/* The integer attributes of a node that the front ends show. */
+typedef enum {
+    MR_NODE_IS_ROOT = 0,       /* 1 for the root, else 0 */
+    MR_NODE_STATE,             /* the state slot, -1 for none (a tombstone, the root) */
+    MR_NODE_FULL_LOCK,         /* mr_node_full_lock */
+    MR_NODE_STATE_LOCK,        /* mr_node_state_lock */
+    MR_NODE_CAN_EVICT_STATE,   /* mr_radix_can_evict_state: 1 or 0 */
+    MR_NODE_HITS,              /* mr_node_hits */
+    MR_NODE_PREFIX_LEN,        /* mr_radix_path_len: tokens root..node */
+} mr_node_attr;
+
+/* Attribute attr of node n (a live node of t); 0 for an unknown attr. */
+int64_t mr_radix_node_attr(const mr_radix *t, const mr_node *n, mr_node_attr attr);
+
 /* SGLang 0.5.23's NodeId of node: generation << 32 | node id, so that a
  * NodeId kept past an eviction that reused the id names no node. */
 uint64_t mr_node_nodeid(const mr_node *node);

@@ -1199,11 +1199,22 @@ Node_get_valid(Node *self, void *c)
     return PyBool_FromLong(mr_radix_resolve(self->owner->tree, self->h, &n) == MR_OK);
 }
 
+/* The integer attributes (mr_radix_node_attr; the getset closure names
+ * it): is_root and can_evict_state read as a bool, state as None when
+ * negative, the others as an int. */
 static PyObject *
-Node_get_is_root(Node *self, void *c)
+Node_get_attr(Node *self, void *closure)
 {
+    mr_node_attr attr = (mr_node_attr)(intptr_t)closure;
     mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyBool_FromLong(n == mr_radix_root(self->owner->tree));
+    if (n == NULL) {
+        return NULL;
+    }
+    int64_t v = mr_radix_node_attr(self->owner->tree, n, attr);
+    if (attr == MR_NODE_IS_ROOT || attr == MR_NODE_CAN_EVICT_STATE) {
+        return PyBool_FromLong(v != 0);
+    }
+    return attr == MR_NODE_STATE ? state_or_none(v) : PyLong_FromLongLong(v);
 }
 
 static PyObject *
@@ -1218,13 +1229,6 @@ Node_get_value(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
     return n == NULL ? NULL : mr_py_node_values(n);
-}
-
-static PyObject *
-Node_get_state(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : state_or_none(mr_node_state(n));
 }
 
 static PyObject *
@@ -1246,41 +1250,6 @@ Node_get_children(Node *self, void *c)
 {
     mr_node *n = Node_get(self);
     return n == NULL ? NULL : mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0);
-}
-
-static PyObject *
-Node_get_full_lock_ref(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromLong(mr_node_full_lock(n));
-}
-
-static PyObject *
-Node_get_state_lock_ref(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromLong(mr_node_state_lock(n));
-}
-
-static PyObject *
-Node_get_can_evict_state(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyBool_FromLong(mr_radix_can_evict_state(self->owner->tree, n));
-}
-
-static PyObject *
-Node_get_hits(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromUnsignedLong(mr_node_hits(n));
-}
-
-static PyObject *
-Node_get_prefix_len(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromSize_t(mr_radix_path_len(self->owner->tree, n));
 }
 
 static PyObject *
@@ -1341,22 +1310,24 @@ static PyGetSetDef Node_getset[] = {
     {"id", (getter)Node_get_id, NULL, "Node id (reused after removal; equality also checks the generation).", NULL},
     {"gen", (getter)Node_get_gen, NULL, "The id's generation: a reused id gets a new one.", NULL},
     {"valid", (getter)Node_get_valid, NULL, "False once the node was removed.", NULL},
-    {"is_root", (getter)Node_get_is_root, NULL, "True for the root.", NULL},
+    {"is_root", (getter)Node_get_attr, NULL, "True for the root.", (void *)MR_NODE_IS_ROOT},
     {"key", (getter)Node_get_key, NULL, "Copy of the edge tokens (int32).", NULL},
     {"value", (getter)Node_get_value, NULL,
      "Copy of the edge's KV indices (int64); None in a tree made with values=False.", NULL},
-    {"state", (getter)Node_get_state, NULL, "State slot at the node's end, or None.", NULL},
+    {"state", (getter)Node_get_attr, NULL, "State slot at the node's end, or None.", (void *)MR_NODE_STATE},
     {"parent", (getter)Node_get_parent, NULL, "Parent node (None for the root).", NULL},
     {"children", (getter)Node_get_children, NULL, "Child nodes.", NULL},
-    {"full_lock_ref", (getter)Node_get_full_lock_ref, NULL, "KV lock count.", NULL},
-    {"state_lock_ref", (getter)Node_get_state_lock_ref, NULL, "State lock count.", NULL},
-    {"can_evict_state", (getter)Node_get_can_evict_state, NULL,
+    {"full_lock_ref", (getter)Node_get_attr, NULL, "KV lock count.", (void *)MR_NODE_FULL_LOCK},
+    {"state_lock_ref", (getter)Node_get_attr, NULL, "State lock count.", (void *)MR_NODE_STATE_LOCK},
+    {"can_evict_state", (getter)Node_get_attr, NULL,
      "True when a state eviction may take the node's state now (the tree's own rule, which evict_mamba's "
      "victims and evict_node_state follow): it has an unlocked state and is not a leaf whose KV is locked "
-     "(v0.5.23 semantics take that leaf's state too).", NULL},
-    {"prefix_len", (getter)Node_get_prefix_len, NULL, "Tokens from the root to the node's end.", NULL},
-    {"hits", (getter)Node_get_hits, NULL,
-     "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).", NULL},
+     "(v0.5.23 semantics take that leaf's state too).", (void *)MR_NODE_CAN_EVICT_STATE},
+    {"prefix_len", (getter)Node_get_attr, NULL, "Tokens from the root to the node's end.",
+     (void *)MR_NODE_PREFIX_LEN},
+    {"hits", (getter)Node_get_attr, NULL,
+     "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).",
+     (void *)MR_NODE_HITS},
     {"extra_key", (getter)Node_get_extra_key, NULL, "The node's extra_key namespace, or None.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

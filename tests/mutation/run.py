@@ -483,7 +483,7 @@ MUTANTS: List[Mutant] = [
            "out->why = o == MR_OWNER_PENDING ? MR_KV_WHY_PENDING : MR_KV_WHY_FREE;", "out->why = MR_KV_WHY_FREE;",
            ["tests/c/test_c_core.py", "tests/core/test_pools.py"],
            "a refused free of a unit freed in the open free group is explained as already free"),
-    Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
+    Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "mr_i64_array(out.kv, want ? out.nkv : 0)", "mr_i64_array(out.kv, out.nkv)",
            ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
     # the SGLang front ends' argument checks (mambaradix/sglang/_check.py, unified.py)
@@ -595,6 +595,22 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
+    # the tree's calls as the front ends make them (csrc/core/radix_ops.c)
+    Mutant("OPS_COUNT_ONLY", "csrc/core/radix_ops.c", "    out->count_only = !want_kv && owned == NULL;",
+           "    out->count_only = !want_kv;",
+           ["tests/core/test_tree_differential.py", "tests/core/test_ownership_checks.py",
+            "tests/core/test_tree_keys_only.py"],
+           "an eviction with indices=False on a check_ownership tree keeps no indices, so the check never forgets them"),
+    Mutant("OPS_LOCK_OTHER", "csrc/core/radix_ops.c",
+           "*other = op == MR_UNLOCK ? mr_node_kv_lock(node) : op == MR_UNLOCK_KV ? mr_node_full_lock(node) : 0;",
+           "*other = op == MR_UNLOCK ? mr_node_full_lock(node) : op == MR_UNLOCK_KV ? mr_node_kv_lock(node) : 0;",
+           ["tests/core/test_tree_lock_kinds.py", "tests/core/test_binding_refusals.py"],
+           "a refused unlock names the wrong kind of lock the node holds"),
+    Mutant("OPS_NODEID_GEN", "csrc/core/radix_ops.c",
+           "    if (n != NULL && (uint64_t)mr_node_handle(n).gen != ((uint64_t)nodeid >> 32)) {",
+           "    if (0) {",
+           ["tests/dropin/test_sglang_unified.py", "tests/dropin/test_unified_treecore.py"],
+           "a NodeId kept past an eviction that reused its node id names the new node"),
 ]
 
 
