@@ -38,6 +38,12 @@ mr_radix_lock_op(mr_radix *t, mr_node *node, mr_lock_op op, int32_t *other)
 }
 
 int
+mr_skip_bit(long component)
+{
+    return component == 0 ? MR_SKIP_FULL : component == 2 ? MR_SKIP_MAMBA : 0;
+}
+
+int
 mr_radix_release_components(mr_radix *t, mr_node *node, int skipped)
 {
     switch (skipped & (MR_SKIP_FULL | MR_SKIP_MAMBA)) {
@@ -180,6 +186,15 @@ mr_evict_out_free(mr_evict_out *out)
 
 /* ------------------------------------------------------------------------
  * Names and ids */
+
+int
+mr_radix_page_chunk(int64_t page, int64_t *chunk)
+{
+    if (*chunk == 0) {
+        *chunk = page > 64 ? page : 64;
+    }
+    return page % *chunk != 0 && *chunk % page != 0 ? MR_EINVAL : MR_OK;
+}
 
 int64_t
 mr_radix_node_attr(const mr_radix *t, const mr_node *n, mr_node_attr attr)

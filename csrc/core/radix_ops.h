@@ -38,6 +38,10 @@ int mr_radix_lock_op(mr_radix *t, mr_node *node, mr_lock_op op, int32_t *other);
 #define MR_SKIP_FULL 1
 #define MR_SKIP_MAMBA 2
 
+/* The mask bit of SGLang's ComponentType value `component` (an int enum:
+ * FULL 0, MAMBA 2), or 0 for any other value. */
+int mr_skip_bit(long component);
+
 /* Releases the components of one lock on node that `skipped` does not name,
  * as SGLang's cores do per component: none skipped, the whole lock
  * (mr_radix_unlock); FULL skipped, the MAMBA part alone (mr_radix_unlock_state:
@@ -86,6 +90,11 @@ void mr_evict_out_free(mr_evict_out *out);
 
 /* ------------------------------------------------------------------------
  * Names and ids */
+
+/* RadixTree's page and chunk sizes: chunk 0 asks for the default,
+ * max(64, page).  MR_EINVAL, with *chunk set, when neither divides the
+ * other. */
+int mr_radix_page_chunk(int64_t page, int64_t *chunk);
 
 /* The integer attributes of a node that the front ends show. */
 typedef enum {

@@ -246,17 +246,12 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     PyObject *page_obj = a[0], *chunk_obj = a[1] ? a[1] : Py_None, *opts = a[4] ? a[4] : Py_None,
              *budget = a[5] ? a[5] : Py_None;
-    int64_t page = 1, chunk;
-    if (page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0) {
+    int64_t page = 1, chunk = 0;
+    if ((page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0)
+        || (chunk_obj != Py_None && mr_as_int64(chunk_obj, 1, 1 << 24, "chunk_size", &chunk) < 0)) {
         return NULL;
     }
-    if (chunk_obj == Py_None) {
-        chunk = page > 64 ? page : 64;
-    }
-    else if (mr_as_int64(chunk_obj, 1, 1 << 24, "chunk_size", &chunk) < 0) {
-        return NULL;
-    }
-    if (page % chunk != 0 && chunk % page != 0) {
+    if (mr_radix_page_chunk(page, &chunk) != MR_OK) {
         PyErr_Format(PyExc_ValueError, "chunk_size (%lld) and page_size (%lld): one must divide the other",
                      (long long)chunk, (long long)page);
         return NULL;

@@ -783,18 +783,10 @@ new_insert_result(UnifiedCore *self, size_t prefix_len, PyObject *node_id, int m
  * skipped (a lock that skips the Mamba component takes the Python path), and
  * dec_lock_ref(node_id, params, skip_swa=False), which releases the
  * components the receipt's skipped_lock_components does not name, as
- * SGLang's cores do per component: both (mr_radix_unlock), MAMBA alone
- * (mr_radix_unlock_state: SGLang's lazy slot allocation releases a
- * request's MAMBA lock first, keeping its KV lock), FULL alone
- * (mr_radix_unlock_kv: the KV of a lock that skipped MAMBA, or whose MAMBA
- * part was released), or none. */
-
-/* ComponentType values (an int enum in SGLang). */
-#define COMP_FULL 0
-#define COMP_MAMBA 2
+ * SGLang's cores do per component (mr_radix_release_components). */
 
 /* The components a receipt's skipped_lock_components names, as a mask
- * (1: FULL, 2: MAMBA), or -1 when it is not a tuple of those (the Python
+ * (mr_skip_bit's), or -1 when it is not a tuple of those (the Python
  * path names the problem).  Reads exact ints and int enums only: no Python
  * code runs. */
 static int
@@ -811,11 +803,12 @@ skipped_mask(PyObject *sk)
         }
         int overflow = 0;
         long v = PyLong_AsLongAndOverflow(c, &overflow);
-        if (overflow || (v != COMP_FULL && v != COMP_MAMBA)) {
+        int bit = overflow ? 0 : mr_skip_bit(v);
+        if (bit == 0) {
             PyErr_Clear();
             return -1;
         }
-        mask |= v == COMP_FULL ? MR_SKIP_FULL : MR_SKIP_MAMBA;
+        mask |= bit;
     }
     return mask;
 }

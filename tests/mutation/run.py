@@ -484,7 +484,8 @@ MUTANTS: List[Mutant] = [
            ["tests/c/test_c_core.py", "tests/core/test_pools.py"],
            "a refused free of a unit freed in the open free group is explained as already free"),
     Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "mr_i64_array(out.kv, want ? out.nkv : 0)", "mr_i64_array(out.kv, out.nkv)",
-           ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
+           ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py",
+            "tests/core/test_ownership_checks.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
     # the SGLang front ends' argument checks (mambaradix/sglang/_check.py, unified.py)
     Mutant("PY_IDX_DTYPE", "mambaradix/sglang/_check.py",
@@ -604,12 +605,12 @@ MUTANTS: List[Mutant] = [
     Mutant("OPS_LOCK_OTHER", "csrc/core/radix_ops.c",
            "*other = op == MR_UNLOCK ? mr_node_kv_lock(node) : op == MR_UNLOCK_KV ? mr_node_full_lock(node) : 0;",
            "*other = op == MR_UNLOCK ? mr_node_full_lock(node) : op == MR_UNLOCK_KV ? mr_node_kv_lock(node) : 0;",
-           ["tests/core/test_tree_lock_kinds.py", "tests/core/test_binding_refusals.py"],
+           ["tests/core/test_tree_lock_kinds.py", "tests/core/test_tree_bad_input.py"],
            "a refused unlock names the wrong kind of lock the node holds"),
     Mutant("OPS_NODEID_GEN", "csrc/core/radix_ops.c",
            "    if (n != NULL && (uint64_t)mr_node_handle(n).gen != ((uint64_t)nodeid >> 32)) {",
            "    if (0) {",
-           ["tests/dropin/test_sglang_unified.py", "tests/dropin/test_unified_treecore.py"],
+           ["tests/dropin/sglang_0523/test_unified_core.py", "tests/dropin/test_reentrant_unified.py"],
            "a NodeId kept past an eviction that reused its node id names the new node"),
 ]
 
