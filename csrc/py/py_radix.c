@@ -1212,50 +1212,24 @@ Node_get_attr(Node *self, void *closure)
     return attr == MR_NODE_STATE ? state_or_none(v) : PyLong_FromLongLong(v);
 }
 
-static PyObject *
-Node_get_key(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_tokens(n, 0);
-}
-
-static PyObject *
-Node_get_value(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_values(n);
-}
-
-static PyObject *
-Node_get_parent(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
+/* The other attributes of the live node n (StaleNodeError once removed). */
+#define NODE_GETTER(name, expr)                   \
+    static PyObject *                             \
+    Node_get_##name(Node *self, void *c)          \
+    {                                             \
+        mr_node *n = Node_get(self);              \
+        return n == NULL ? NULL : (expr);         \
     }
-    mr_node *p = mr_node_parent(n);
-    if (p == NULL) {
-        Py_RETURN_NONE;
-    }
-    return node_new_handle(tree_state((PyObject *)self), self->owner, p);
-}
 
-static PyObject *
-Node_get_children(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0);
-}
+NODE_GETTER(key, mr_py_node_tokens(n, 0))
+NODE_GETTER(value, mr_py_node_values(n))
+NODE_GETTER(parent, mr_node_parent(n) == NULL ? Py_NewRef(Py_None)
+                                              : node_new_handle(tree_state((PyObject *)self), self->owner,
+                                                                mr_node_parent(n)))
+NODE_GETTER(children, mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0))
+NODE_GETTER(extra_key, mr_py_namespace_name(self->owner->tree, mr_node_namespace(n)))
 
-static PyObject *
-Node_get_extra_key(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
-    }
-    return mr_py_namespace_name(self->owner->tree, mr_node_namespace(n));
-}
+#undef NODE_GETTER
 
 static Py_ssize_t
 Node_len(Node *self)
