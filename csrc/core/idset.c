@@ -215,6 +215,22 @@ mr_owned_inserted(mr_owned *o, const int64_t *val, size_t prefix_len, size_t len
     }
 }
 
+int
+mr_owned_insert(mr_owned *o, mr_radix *t, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+                int64_t state, size_t prev, const mr_insert_opts *opts, mr_owned_why *why, size_t *bad,
+                mr_insert_result *out)
+{
+    *why = MR_OWNED_OK;
+    int rc = o != NULL ? mr_owned_check_insert(o, t, key, val, len, ns, state, prev, why, bad) : MR_OK;
+    if (rc == MR_OK) {
+        rc = mr_radix_insert_ex(t, key, val, len, ns, state, prev, opts, NULL, out);
+    }
+    if (rc == MR_OK && o != NULL) {
+        mr_owned_inserted(o, val, out->prefix_len, len, state, out->state_existed);
+    }
+    return rc;
+}
+
 void
 mr_owned_released(mr_owned *o, const int64_t *kv, size_t nkv, const int64_t *st, size_t nst)
 {

@@ -70,6 +70,13 @@ int mr_owned_check_insert(mr_owned *o, const mr_radix *t, const int32_t *key, co
  * the end node had one (state_existed) or there is none (negative). */
 void mr_owned_inserted(mr_owned *o, const int64_t *val, size_t prefix_len, size_t len, int64_t state,
                        int state_existed);
+/* mr_radix_insert_ex behind the check: with o (NULL: no check), first
+ * mr_owned_check_insert (its refusal returned as is, nothing changed), then
+ * the insert (dup_out NULL), then mr_owned_inserted.  *why is MR_OWNED_OK
+ * unless the check refused. */
+int mr_owned_insert(mr_owned *o, mr_radix *t, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
+                    int64_t state, size_t prev, const mr_insert_opts *opts, mr_owned_why *why, size_t *bad,
+                    mr_insert_result *out);
 /* After an eviction: the tree no longer holds kv[0:nkv) and st[0:nst). */
 void mr_owned_released(mr_owned *o, const int64_t *kv, size_t nkv, const int64_t *st, size_t nst);
 

@@ -11,6 +11,8 @@
 #include "py_ints.h"
 #include "idset.h"
 #include "radix.h"
+#include "radix_ops.h"
+#include "py_radix.h"
 
 #include <string.h>
 
@@ -244,17 +246,12 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     PyObject *page_obj = a[0], *chunk_obj = a[1] ? a[1] : Py_None, *opts = a[4] ? a[4] : Py_None,
              *budget = a[5] ? a[5] : Py_None;
-    int64_t page = 1, chunk;
-    if (page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0) {
+    int64_t page = 1, chunk = 0;
+    if ((page_obj != NULL && mr_as_int64(page_obj, 1, 1 << 20, "page_size", &page) < 0)
+        || (chunk_obj != Py_None && mr_as_int64(chunk_obj, 1, 1 << 24, "chunk_size", &chunk) < 0)) {
         return NULL;
     }
-    if (chunk_obj == Py_None) {
-        chunk = page > 64 ? page : 64;
-    }
-    else if (mr_as_int64(chunk_obj, 1, 1 << 24, "chunk_size", &chunk) < 0) {
-        return NULL;
-    }
-    if (page % chunk != 0 && chunk % page != 0) {
+    if (mr_radix_page_chunk(page, &chunk) != MR_OK) {
         PyErr_Format(PyExc_ValueError, "chunk_size (%lld) and page_size (%lld): one must divide the other",
                      (long long)chunk, (long long)page);
         return NULL;
@@ -267,10 +264,7 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     cfg.kv_only = kv_only;
     cfg.no_values = !values;
-    if (strcmp(semantics, "v0.5.23") == 0) {
-        cfg.semantics = MR_SEMANTICS_V0523;
-    }
-    else if (strcmp(semantics, "v0.5.15") != 0) {
+    if (mr_radix_semantics_by_name(semantics, &cfg.semantics) != MR_OK) {
         PyErr_Format(PyExc_ValueError, "semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
         return NULL;
     }
@@ -280,21 +274,13 @@ RadixTree_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->check_ownership = check_ownership;
     mr_owned_init(&self->owned);
-    int rc = mr_radix_new(&cfg, &self->tree);
-    if (rc == MR_OK) {
-        rc = mr_radix_set_options(self->tree, &opt);
-    }
-    if (rc == MR_OK) {
-        rc = mr_radix_set_policy(self->tree, cfg.policy, &order);
-    }
+    int rc = mr_radix_create(&cfg, &opt, &order, &self->tree);
     if (rc != MR_OK) {
         mr_raise(mr_state_from_type(type), rc, "RadixTree()");
-        goto error;
+        Py_DECREF(self);
+        return NULL;
     }
     return (PyObject *)self;
-error:
-    Py_DECREF(self);
-    return NULL;
 }
 
 static void
@@ -313,17 +299,15 @@ RadixTree_dealloc(RadixTree *self)
     mr_type_free((PyObject *)self);
 }
 
-/* The KV indices from the root to n (len of them), as an int64 array; None
- * in a tree without values. */
-static PyObject *
-path_indices(RadixTree *self, const mr_node *n, size_t len)
+PyObject *
+mr_py_path_indices(const mr_radix *t, const mr_node *n, size_t len)
 {
-    if (mr_radix_config_of(self->tree)->no_values) {
+    if (mr_radix_config_of(t)->no_values) {
         return Py_NewRef(Py_None);
     }
     PyObject *idx = mr_i64_array(NULL, len);
     if (idx != NULL) {
-        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
+        mr_radix_path_values(t, n, PyArray_DATA((PyArrayObject *)idx));
     }
     return idx;
 }
@@ -387,7 +371,7 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
         return mr_raise(st, rc, "match_prefix()");
     }
     mr_seq r = mr_seq_new(st->MatchResult);
-    MR_SEQ_ADD(r, want ? path_indices(self, m.node, m.prefix_len) : Py_NewRef(Py_None));
+    MR_SEQ_ADD(r, want ? mr_py_path_indices(self->tree, m.node, m.prefix_len) : Py_NewRef(Py_None));
     MR_SEQ_ADD(r, node_new_handle(st, self, m.node));
     MR_SEQ_ADD(r, state_or_none(m.state));
     MR_SEQ_ADD(r, PyLong_FromSize_t(m.kv_matched_len));
@@ -396,18 +380,17 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     return r.res;
 }
 
-/* RadixTree(check_ownership=True): the core's check before an insert
- * (mr_owned_check_insert), raised as ValueError naming the argument. */
-static int
-check_owned(RadixTree *self, const int32_t *key, const int64_t *val, size_t klen, int32_t ns, int64_t state,
-            int64_t prev)
+/* An insert the tree refused (mr_owned_insert: rc, and why the ownership
+ * check of RadixTree(check_ownership=True) refused it), raised: the check's
+ * refusals as ValueError naming the argument. */
+static void
+insert_refused(mr_state *st, int rc, mr_owned_why why, size_t i, const int64_t *val, size_t klen, int64_t state,
+               int64_t prev)
 {
-    mr_owned_why why;
-    size_t i = 0;
-    int rc = mr_owned_check_insert(&self->owned, self->tree, key, val, klen, ns, state, (size_t)prev, &why, &i);
-    switch (why) {   /* MR_OWNED_OK: rc is MR_OK or MR_ENOMEM */
+    switch (why) {
     case MR_OWNED_OK:
-        return rc == MR_OK ? 0 : (mr_raise(NULL, rc, "insert()"), -1);
+        mr_raise(st, rc, "insert()");
+        break;
     case MR_OWNED_PREV_PAST_KEY:
         PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
                      (long long)prev, klen);
@@ -427,7 +410,6 @@ check_owned(RadixTree *self, const int32_t *key, const int64_t *val, size_t klen
         PyErr_Format(PyExc_ValueError, "insert(): value[%zu] = %lld is listed twice", i, (long long)val[i]);
         break;
     }
-    return -1;
 }
 
 PyDoc_STRVAR(RadixTree_insert__doc__,
@@ -504,17 +486,14 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
-    if (self->check_ownership && check_owned(self, key, val, klen, ns, state, prev) < 0) {
-        goto done;
-    }
     mr_insert_result ir;
-    int rc = mr_radix_insert_ex(self->tree, key, val, klen, ns, state, (size_t)prev, &io, NULL, &ir);
+    mr_owned_why why;
+    size_t bad = 0;
+    int rc = mr_owned_insert(self->check_ownership ? &self->owned : NULL, self->tree, key, val, klen, ns, state,
+                             (size_t)prev, &io, &why, &bad, &ir);
     if (rc != MR_OK) {
-        mr_raise(st, rc, "insert()");
+        insert_refused(st, rc, why, bad, val, klen, state, prev);
         goto done;
-    }
-    if (self->check_ownership) {
-        mr_owned_inserted(&self->owned, val, ir.prefix_len, klen, state, ir.state_existed);
     }
     /* Past this point the tree changed: build the result, and on a
      * (memory) failure still report it as an exception. */
@@ -532,98 +511,48 @@ done:
     return res;
 }
 
-/* Eviction output: growable int64 vectors filled by the release callbacks. */
-typedef struct {
-    mr_buf kv;
-    size_t nkv;
-    mr_buf st;
-    size_t nst;
-    int count_only;   /* the caller wants no KV indices back: count them */
-    int hide_kv;      /* ... and they were collected anyway (check_ownership) */
-} evict_sink;
-
-static int
-sink_free_kv(void *ctx, const int64_t *idx, size_t n)
+/* Runs one eviction of `kind` (mr_radix_evict_into) and builds its result:
+ * the EvictResult (want 0: kv_indices empty, the tokens only counted), or
+ * for MR_EVICT_PATH_STATES the dropped state slots.  A partial eviction
+ * still returns what was released: the caller must free it. */
+static PyObject *
+evict_call(RadixTree *self, mr_evict_kind kind, mr_node *node, size_t n, int want, const char *fname)
 {
-    evict_sink *s = ctx;
-    /* Reserve one state slot too: free_state must not fail after this. */
-    /* idx NULL: a tree without values (the core counts its tokens) */
-    if (s->count_only) {
-        idx = NULL;
+    mr_state *st = tree_state((PyObject *)self);
+    mr_evict_out out = {0};
+    size_t tokens, nstates;
+    int rc = mr_radix_evict_into(self->tree, kind, node, n, want, self->check_ownership ? &self->owned : NULL,
+                                 &out, &tokens, &nstates);
+    PyObject *res = NULL;
+    if (rc != MR_OK) {
+        mr_raise(st, rc, fname);
     }
-    if ((idx != NULL && mr_buf_reserve(&s->kv, s->nkv + n, sizeof(int64_t)) < 0)
-        || mr_buf_reserve(&s->st, s->nst + 1, sizeof(int64_t)) < 0) {
-        PyErr_Clear();
-        return MR_ENOMEM;
+    else if (kind == MR_EVICT_PATH_STATES) {
+        res = mr_i64_array(out.st, out.nst);
     }
-    if (idx != NULL) {
-        memcpy((int64_t *)s->kv.p + s->nkv, idx, n * sizeof(int64_t));
-        s->nkv += n;
+    else {
+        mr_seq r = mr_seq_new(st->EvictResult);
+        MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
+        MR_SEQ_ADD(r, PyLong_FromSize_t(nstates));
+        MR_SEQ_ADD(r, mr_i64_array(out.kv, want ? out.nkv : 0));
+        MR_SEQ_ADD(r, mr_i64_array(out.st, out.nst));
+        res = r.res;
     }
-    return 0;
+    mr_evict_out_free(&out);
+    return res;
 }
 
-static int
-sink_free_state(void *ctx, int64_t slot)
-{
-    evict_sink *s = ctx;
-    if (mr_buf_push_i64(&s->st, &s->nst, slot) < 0) {
-        PyErr_Clear();
-        return MR_ENOMEM;
-    }
-    return 0;
-}
-
-static PyObject *evict_result(RadixTree *self, mr_state *st, evict_sink *sink, int rc, size_t tokens,
-                              size_t nstates, const char *fname);
-
+/* evict_full / evict_mamba: the count, then the eviction. */
 static PyObject *
 do_evict(RadixTree *self, PyObject *arg, PyObject *indices, int states, const char *fname)
 {
-    mr_state *st = tree_state((PyObject *)self);
     int64_t n;
     int want = 1;
     if (mr_as_int64(arg, 0, INT64_MAX, states ? "num_states" : "num_tokens", &n) < 0
         || mr_arg_bool(indices, states ? "evict_mamba" : "evict_full", "indices", &want) < 0) {
         return NULL;
     }
-    evict_sink sink = {0};
-    /* check_ownership needs the indices to forget them */
-    sink.count_only = !want && !self->check_ownership;
-    sink.hide_kv = !want;
-    mr_release rel = {sink_free_kv, sink_free_state, &sink};
-    size_t tokens = 0, nstates = 0;
-    int rc = states ? mr_radix_evict_state(self->tree, (size_t)n, &rel, &tokens, &nstates)
-                    : mr_radix_evict_full(self->tree, (size_t)n, &rel, &tokens, &nstates);
-    return evict_result(self, st, &sink, rc, tokens, nstates, fname);
-}
-
-/* The EvictResult of what the sink collected (freeing the sink). */
-static PyObject *
-evict_result(RadixTree *self, mr_state *st, evict_sink *s, int rc, size_t tokens, size_t nstates,
-             const char *fname)
-{
-    evict_sink sink = *s;
-    PyObject *res = NULL;
-    if (self->check_ownership) {
-        mr_owned_released(&self->owned, sink.kv.p, sink.nkv, sink.st.p, sink.nst);
-    }
-    if (rc != MR_OK && sink.nkv == 0 && sink.nst == 0 && tokens == 0) {
-        mr_raise(st, rc, fname);
-        goto done;
-    }
-    /* A partial eviction still returns what was released: the caller must
-     * free it.  (Only an out-of-memory failure can stop one early.) */
-    mr_seq r = mr_seq_new(st->EvictResult);
-    MR_SEQ_ADD(r, PyLong_FromSize_t(tokens));
-    MR_SEQ_ADD(r, PyLong_FromSize_t(nstates));
-    MR_SEQ_ADD(r, sink.hide_kv ? mr_i64_array(NULL, 0) : mr_i64_array_owned(mr_buf_take(&sink.kv).p, sink.nkv));
-    MR_SEQ_ADD(r, mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst));
-    res = r.res;
-done:
-    mr_buf_free(&sink.kv);
-    mr_buf_free(&sink.st);
-    return res;
+    return evict_call(self, states ? MR_EVICT_STATE : MR_EVICT_FULL, NULL, (size_t)n, want, fname);
 }
 
 PyDoc_STRVAR(RadixTree_evict_full__doc__,
@@ -681,39 +610,55 @@ PyDoc_STRVAR(RadixTree_dec_kv_lock__doc__,
 "Undo one inc_kv_lock(node).  ValueError if node holds none (a lock of\n"
 "inc_lock_ref is undone by dec_lock_ref).");
 
+/* The lock calls on a node, one mr_radix_lock_op each.  A refused unlock
+ * says which kind of lock the node holds instead, when it holds one. */
 static PyObject *
-kv_lock_call(RadixTree *self, PyObject *arg, int lock)
+lock_call(RadixTree *self, PyObject *arg, mr_lock_op op)
 {
+    static const struct {
+        const char *fname;        /* a lock the core refused */
+        const char *not_locked;   /* an unlock without a lock of its kind */
+        const char *other;        /* ... when the node holds `other` locks of the other kind */
+    } words[] = {
+        [MR_LOCK] = {"inc_lock_ref(): node", NULL, NULL},
+        [MR_UNLOCK] = {NULL, "dec_lock_ref(): node is not locked",
+                       "dec_lock_ref(): node holds no lock of inc_lock_ref, only %d of inc_kv_lock (undo those "
+                       "with dec_kv_lock)"},
+        [MR_LOCK_KV] = {"inc_kv_lock(): node", NULL, NULL},
+        [MR_UNLOCK_KV] = {NULL, "dec_kv_lock(): node is not locked",
+                          "dec_kv_lock(): node holds no lock of inc_kv_lock (a lock of inc_lock_ref is undone by "
+                          "dec_lock_ref)"},
+        [MR_UNLOCK_STATE] = {NULL, "dec_state_lock(): node holds no lock of inc_lock_ref", NULL},
+    };
     mr_state *st = tree_state((PyObject *)self);
     mr_node *n;
     if (resolve_node(st, self, arg, "node", &n) < 0) {
         return NULL;
     }
-    int rc = lock ? mr_radix_lock_kv(self->tree, n) : mr_radix_unlock_kv(self->tree, n);
+    int32_t other = 0;
+    int rc = mr_radix_lock_op(self->tree, n, op, &other);
     if (rc != MR_OK) {
-        if (!lock) {
-            PyErr_SetString(PyExc_ValueError, mr_node_full_lock(n) > 0
-                                                  ? "dec_kv_lock(): node holds no lock of inc_kv_lock (a lock of "
-                                                    "inc_lock_ref is undone by dec_lock_ref)"
-                                                  : "dec_kv_lock(): node is not locked");
-            return NULL;
+        if (words[op].fname != NULL) {
+            return mr_raise(st, rc, words[op].fname);
         }
-        return mr_raise(st, rc, "inc_kv_lock(): node");
+        if (other > 0 && words[op].other != NULL) {
+            return PyErr_Format(PyExc_ValueError, words[op].other, (int)other);
+        }
+        PyErr_SetString(PyExc_ValueError, words[op].not_locked);
+        return NULL;
     }
     Py_RETURN_NONE;
 }
 
-static PyObject *
-RadixTree_inc_kv_lock(RadixTree *self, PyObject *arg)
-{
-    return kv_lock_call(self, arg, 1);
-}
+#define LOCK_METHOD(name, op)                                 \
+    static PyObject *                                         \
+    RadixTree_##name(RadixTree *self, PyObject *arg)          \
+    {                                                         \
+        return lock_call(self, arg, op);                      \
+    }
 
-static PyObject *
-RadixTree_dec_kv_lock(RadixTree *self, PyObject *arg)
-{
-    return kv_lock_call(self, arg, 0);
-}
+LOCK_METHOD(inc_kv_lock, MR_LOCK_KV)
+LOCK_METHOD(dec_kv_lock, MR_UNLOCK_KV)
 
 PyDoc_STRVAR(RadixTree_dec_state_lock__doc__,
 "dec_state_lock($self, node, /)\n"
@@ -724,20 +669,7 @@ PyDoc_STRVAR(RadixTree_dec_state_lock__doc__,
 "component first; dec_kv_lock releases the rest).  ValueError if node holds\n"
 "no lock of inc_lock_ref.");
 
-static PyObject *
-RadixTree_dec_state_lock(RadixTree *self, PyObject *arg)
-{
-    mr_state *st = tree_state((PyObject *)self);
-    mr_node *n;
-    if (resolve_node(st, self, arg, "node", &n) < 0) {
-        return NULL;
-    }
-    if (mr_radix_unlock_state(self->tree, n) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "dec_state_lock(): node holds no lock of inc_lock_ref");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
+LOCK_METHOD(dec_state_lock, MR_UNLOCK_STATE)
 
 PyDoc_STRVAR(RadixTree_path_indices__doc__,
 "path_indices($self, node, /)\n"
@@ -758,12 +690,7 @@ RadixTree_path_indices(RadixTree *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "path_indices(): a tree made with values=False holds no KV indices");
         return NULL;
     }
-    npy_intp dims[1] = {(npy_intp)mr_radix_path_len(self->tree, n)};
-    PyObject *idx = PyArray_SimpleNew(1, dims, NPY_INT64);
-    if (idx != NULL) {
-        mr_radix_path_values(self->tree, n, PyArray_DATA((PyArrayObject *)idx));
-    }
-    return idx;
+    return mr_py_path_indices(self->tree, n, mr_radix_path_len(self->tree, n));
 }
 
 PyDoc_STRVAR(RadixTree_evict_path_states__doc__,
@@ -788,23 +715,7 @@ RadixTree_evict_path_states(RadixTree *self, PyObject *const *args, Py_ssize_t n
         || resolve_node(st, self, args[0], "node", &n) < 0) {
         return NULL;
     }
-    evict_sink sink = {0};
-    mr_release rel = {sink_free_kv, sink_free_state, &sink};
-    size_t dropped = 0;
-    int rc = mr_radix_evict_path_states(self->tree, n, (size_t)cap, &rel, &dropped);
-    if (self->check_ownership) {
-        mr_owned_released(&self->owned, NULL, 0, sink.st.p, sink.nst);
-    }
-    PyObject *res = NULL;
-    if (rc != MR_OK && sink.nst == 0) {
-        mr_raise(st, rc, "evict_path_states()");
-    }
-    else {
-        res = mr_i64_array_owned(mr_buf_take(&sink.st).p, sink.nst);
-    }
-    mr_buf_free(&sink.kv);
-    mr_buf_free(&sink.st);
-    return res;
+    return evict_call(self, MR_EVICT_PATH_STATES, n, (size_t)cap, 1, "evict_path_states()");
 }
 
 PyDoc_STRVAR(RadixTree_trim_path__doc__,
@@ -826,11 +737,7 @@ RadixTree_trim_path(RadixTree *self, PyObject *arg)
     if (resolve_node(st, self, arg, "node", &n) < 0) {
         return NULL;
     }
-    evict_sink sink = {0};
-    mr_release rel = {sink_free_kv, sink_free_state, &sink};
-    size_t nstates = 0;
-    int rc = mr_radix_trim_path(self->tree, n, &rel, &nstates);
-    return evict_result(self, st, &sink, rc, 0, nstates, "trim_path()");
+    return evict_call(self, MR_EVICT_TRIM, n, 0, 1, "trim_path()");
 }
 
 PyDoc_STRVAR(RadixTree_evict_node_state__doc__,
@@ -855,11 +762,7 @@ RadixTree_evict_node_state(RadixTree *self, PyObject *arg)
                         "evict_node_state(): node must have an unlocked state (and, for a leaf, unlocked KV under v0.5.15 rules)");
         return NULL;
     }
-    evict_sink sink = {0};
-    mr_release rel = {sink_free_kv, sink_free_state, &sink};
-    size_t tokens = 0, nstates = 0;
-    int rc = mr_radix_evict_node_state(self->tree, n, &rel, &tokens, &nstates);
-    return evict_result(self, st, &sink, rc, tokens, nstates, "evict_node_state()");
+    return evict_call(self, MR_EVICT_NODE_STATE, n, 0, 1, "evict_node_state()");
 }
 
 PyDoc_STRVAR(RadixTree_policy_stats__doc__,
@@ -900,20 +803,7 @@ PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
 "Protect node's state (if it has one) and the KV of its whole path from\n"
 "eviction.  Locking the root does nothing.");
 
-static PyObject *
-RadixTree_inc_lock_ref(RadixTree *self, PyObject *arg)
-{
-    mr_state *st = tree_state((PyObject *)self);
-    mr_node *n;
-    if (resolve_node(st, self, arg, "node", &n) < 0) {
-        return NULL;
-    }
-    int rc = mr_radix_lock(self->tree, n);
-    if (rc != MR_OK) {
-        return mr_raise(st, rc, "inc_lock_ref(): node");
-    }
-    Py_RETURN_NONE;
-}
+LOCK_METHOD(inc_lock_ref, MR_LOCK)
 
 PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
 "dec_lock_ref($self, node, /)\n"
@@ -922,27 +812,9 @@ PyDoc_STRVAR(RadixTree_dec_lock_ref__doc__,
 "Undo one inc_lock_ref(node).  ValueError if node holds no such lock (a\n"
 "lock of inc_kv_lock is undone by dec_kv_lock).");
 
-static PyObject *
-RadixTree_dec_lock_ref(RadixTree *self, PyObject *arg)
-{
-    mr_state *st = tree_state((PyObject *)self);
-    mr_node *n;
-    if (resolve_node(st, self, arg, "node", &n) < 0) {
-        return NULL;
-    }
-    if (mr_radix_unlock(self->tree, n) != MR_OK) {
-        int32_t kv = mr_node_kv_lock(n);
-        if (kv > 0) {
-            PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node holds no lock of inc_lock_ref, only %d of "
-                         "inc_kv_lock (undo those with dec_kv_lock)", (int)kv);
-        }
-        else {
-            PyErr_SetString(PyExc_ValueError, "dec_lock_ref(): node is not locked");
-        }
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
+LOCK_METHOD(dec_lock_ref, MR_UNLOCK)
+
+#undef LOCK_METHOD
 
 PyDoc_STRVAR(RadixTree_match_node__doc__,
 "match_node($self, node, /)\n"
@@ -1322,99 +1194,42 @@ Node_get_valid(Node *self, void *c)
     return PyBool_FromLong(mr_radix_resolve(self->owner->tree, self->h, &n) == MR_OK);
 }
 
+/* The integer attributes (mr_radix_node_attr; the getset closure names
+ * it): is_root and can_evict_state read as a bool, state as None when
+ * negative, the others as an int. */
 static PyObject *
-Node_get_is_root(Node *self, void *c)
+Node_get_attr(Node *self, void *closure)
 {
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyBool_FromLong(n == mr_radix_root(self->owner->tree));
-}
-
-static PyObject *
-Node_get_key(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_tokens(n, 0);
-}
-
-static PyObject *
-Node_get_value(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_values(n);
-}
-
-static PyObject *
-Node_get_state(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : state_or_none(mr_node_state(n));
-}
-
-static PyObject *
-Node_get_parent(Node *self, void *c)
-{
+    mr_node_attr attr = (mr_node_attr)(intptr_t)closure;
     mr_node *n = Node_get(self);
     if (n == NULL) {
         return NULL;
     }
-    mr_node *p = mr_node_parent(n);
-    if (p == NULL) {
-        Py_RETURN_NONE;
+    int64_t v = mr_radix_node_attr(self->owner->tree, n, attr);
+    if (attr == MR_NODE_IS_ROOT || attr == MR_NODE_CAN_EVICT_STATE) {
+        return PyBool_FromLong(v != 0);
     }
-    return node_new_handle(tree_state((PyObject *)self), self->owner, p);
+    return attr == MR_NODE_STATE ? state_or_none(v) : PyLong_FromLongLong(v);
 }
 
-static PyObject *
-Node_get_children(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0);
-}
-
-static PyObject *
-Node_get_full_lock_ref(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromLong(mr_node_full_lock(n));
-}
-
-static PyObject *
-Node_get_state_lock_ref(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromLong(mr_node_state_lock(n));
-}
-
-static PyObject *
-Node_get_can_evict_state(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyBool_FromLong(mr_radix_can_evict_state(self->owner->tree, n));
-}
-
-static PyObject *
-Node_get_hits(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromUnsignedLong(mr_node_hits(n));
-}
-
-static PyObject *
-Node_get_prefix_len(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    return n == NULL ? NULL : PyLong_FromSize_t(mr_radix_path_len(self->owner->tree, n));
-}
-
-static PyObject *
-Node_get_extra_key(Node *self, void *c)
-{
-    mr_node *n = Node_get(self);
-    if (n == NULL) {
-        return NULL;
+/* The other attributes of the live node n (StaleNodeError once removed). */
+#define NODE_GETTER(name, expr)                   \
+    static PyObject *                             \
+    Node_get_##name(Node *self, void *c)          \
+    {                                             \
+        mr_node *n = Node_get(self);              \
+        return n == NULL ? NULL : (expr);         \
     }
-    return mr_py_namespace_name(self->owner->tree, mr_node_namespace(n));
-}
+
+NODE_GETTER(key, mr_py_node_tokens(n, 0))
+NODE_GETTER(value, mr_py_node_values(n))
+NODE_GETTER(parent, mr_node_parent(n) == NULL ? Py_NewRef(Py_None)
+                                              : node_new_handle(tree_state((PyObject *)self), self->owner,
+                                                                mr_node_parent(n)))
+NODE_GETTER(children, mr_py_node_list((PyObject *)self->owner, self->owner->tree, n, 0))
+NODE_GETTER(extra_key, mr_py_namespace_name(self->owner->tree, mr_node_namespace(n)))
+
+#undef NODE_GETTER
 
 static Py_ssize_t
 Node_len(Node *self)
@@ -1464,22 +1279,24 @@ static PyGetSetDef Node_getset[] = {
     {"id", (getter)Node_get_id, NULL, "Node id (reused after removal; equality also checks the generation).", NULL},
     {"gen", (getter)Node_get_gen, NULL, "The id's generation: a reused id gets a new one.", NULL},
     {"valid", (getter)Node_get_valid, NULL, "False once the node was removed.", NULL},
-    {"is_root", (getter)Node_get_is_root, NULL, "True for the root.", NULL},
+    {"is_root", (getter)Node_get_attr, NULL, "True for the root.", (void *)MR_NODE_IS_ROOT},
     {"key", (getter)Node_get_key, NULL, "Copy of the edge tokens (int32).", NULL},
     {"value", (getter)Node_get_value, NULL,
      "Copy of the edge's KV indices (int64); None in a tree made with values=False.", NULL},
-    {"state", (getter)Node_get_state, NULL, "State slot at the node's end, or None.", NULL},
+    {"state", (getter)Node_get_attr, NULL, "State slot at the node's end, or None.", (void *)MR_NODE_STATE},
     {"parent", (getter)Node_get_parent, NULL, "Parent node (None for the root).", NULL},
     {"children", (getter)Node_get_children, NULL, "Child nodes.", NULL},
-    {"full_lock_ref", (getter)Node_get_full_lock_ref, NULL, "KV lock count.", NULL},
-    {"state_lock_ref", (getter)Node_get_state_lock_ref, NULL, "State lock count.", NULL},
-    {"can_evict_state", (getter)Node_get_can_evict_state, NULL,
+    {"full_lock_ref", (getter)Node_get_attr, NULL, "KV lock count.", (void *)MR_NODE_FULL_LOCK},
+    {"state_lock_ref", (getter)Node_get_attr, NULL, "State lock count.", (void *)MR_NODE_STATE_LOCK},
+    {"can_evict_state", (getter)Node_get_attr, NULL,
      "True when a state eviction may take the node's state now (the tree's own rule, which evict_mamba's "
      "victims and evict_node_state follow): it has an unlocked state and is not a leaf whose KV is locked "
-     "(v0.5.23 semantics take that leaf's state too).", NULL},
-    {"prefix_len", (getter)Node_get_prefix_len, NULL, "Tokens from the root to the node's end.", NULL},
-    {"hits", (getter)Node_get_hits, NULL,
-     "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).", NULL},
+     "(v0.5.23 semantics take that leaf's state too).", (void *)MR_NODE_CAN_EVICT_STATE},
+    {"prefix_len", (getter)Node_get_attr, NULL, "Tokens from the root to the node's end.",
+     (void *)MR_NODE_PREFIX_LEN},
+    {"hits", (getter)Node_get_attr, NULL,
+     "Inserts that walked through or created the node (SGLang 0.5.23's hit_count; the lfu / slru key).",
+     (void *)MR_NODE_HITS},
     {"extra_key", (getter)Node_get_extra_key, NULL, "The node's extra_key namespace, or None.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

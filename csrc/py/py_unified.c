@@ -20,27 +20,42 @@
 #include "py_args.h"
 #include "py_ints.h"
 #include "radix.h"
+#include "radix_ops.h"
+#include "py_radix.h"
 
 #include <string.h>
 
+/* The object references a UnifiedCore holds, by name and as one array (for
+ * traverse and clear). */
+#define UC_NOBJS 17
+
 typedef struct {
     PyObject_HEAD
-    PyObject *tree_obj;          /* the RadixTree */
-    mr_radix *tree;
-    PyObject *core;              /* the Python TreeCore (fallbacks, namespaces, events) */
-    /* SGLang's classes */
-    PyObject *RadixKey, *Tensor, *MatchResult, *InsertStepResult, *InsertResult, *FreeDeviceKV,
-        *EvictExcess;
-    PyObject *insert_template;   /* InsertResult(prefix_len=0).__dict__ */
-    PyObject *IncLockRefResult, *DecLockRefResult, *inc_template, *dec_template;
-    PyObject *to_tensor;         /* numpy int64 array -> device tensor */
-    PyObject *int64;             /* torch.int64 */
-    PyObject *empty_tensor;
+    mr_radix *tree;              /* tree_obj's tree */
+    union {
+        struct {
+            PyObject *tree_obj;          /* the RadixTree */
+            PyObject *core;              /* the Python TreeCore (fallbacks, namespaces, events) */
+            /* SGLang's classes */
+            PyObject *RadixKey, *Tensor, *MatchResult, *InsertStepResult, *InsertResult, *FreeDeviceKV,
+                *EvictExcess;
+            PyObject *insert_template;   /* InsertResult(prefix_len=0).__dict__ */
+            PyObject *IncLockRefResult, *DecLockRefResult, *inc_template, *dec_template;
+            PyObject *to_tensor;         /* numpy int64 array -> device tensor */
+            PyObject *int64;             /* torch.int64 */
+            PyObject *empty_tensor;
+        };
+        PyObject *objs[UC_NOBJS];
+    };
     /* configuration */
     int has_mamba, events;
     int64_t page_size, chunk, path_cap;
     mr_buf keybuf;               /* scratch for narrowed keys, taken for a call (mr_buf_take) */
 } UnifiedCore;
+
+_Static_assert(offsetof(UnifiedCore, empty_tensor)
+                   == offsetof(UnifiedCore, objs) + (UC_NOBJS - 1) * sizeof(PyObject *),
+               "UC_NOBJS counts the named references");
 
 /* interned attribute names */
 static PyObject *s_key, *s_token_ids, *s_extra_key, *s_cache_salt, *s_is_bigram, *s_limit, *s_value,
@@ -98,47 +113,19 @@ static int
 UnifiedCore_traverse(UnifiedCore *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->tree_obj);
-    Py_VISIT(self->core);
-    Py_VISIT(self->RadixKey);
-    Py_VISIT(self->Tensor);
-    Py_VISIT(self->MatchResult);
-    Py_VISIT(self->InsertStepResult);
-    Py_VISIT(self->InsertResult);
-    Py_VISIT(self->FreeDeviceKV);
-    Py_VISIT(self->EvictExcess);
-    Py_VISIT(self->insert_template);
-    Py_VISIT(self->IncLockRefResult);
-    Py_VISIT(self->DecLockRefResult);
-    Py_VISIT(self->inc_template);
-    Py_VISIT(self->dec_template);
-    Py_VISIT(self->to_tensor);
-    Py_VISIT(self->int64);
-    Py_VISIT(self->empty_tensor);
+    for (int i = 0; i < UC_NOBJS; i++) {
+        Py_VISIT(self->objs[i]);
+    }
     return 0;
 }
 
 static int
 UnifiedCore_clear(UnifiedCore *self)
 {
-    Py_CLEAR(self->tree_obj);
     self->tree = NULL;
-    Py_CLEAR(self->core);
-    Py_CLEAR(self->RadixKey);
-    Py_CLEAR(self->Tensor);
-    Py_CLEAR(self->MatchResult);
-    Py_CLEAR(self->InsertStepResult);
-    Py_CLEAR(self->InsertResult);
-    Py_CLEAR(self->FreeDeviceKV);
-    Py_CLEAR(self->EvictExcess);
-    Py_CLEAR(self->insert_template);
-    Py_CLEAR(self->IncLockRefResult);
-    Py_CLEAR(self->DecLockRefResult);
-    Py_CLEAR(self->inc_template);
-    Py_CLEAR(self->dec_template);
-    Py_CLEAR(self->to_tensor);
-    Py_CLEAR(self->int64);
-    Py_CLEAR(self->empty_tensor);
+    for (int i = 0; i < UC_NOBJS; i++) {
+        Py_CLEAR(self->objs[i]);
+    }
     return 0;
 }
 
@@ -204,25 +191,8 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             order[i] = x;
         }
     }
-    /* SGLang 0.5.23's --radix-eviction-policy names; lru is the consumed-state policy. */
-    static const struct {
-        const char *name;
-        mr_lru_policy policy;
-    } names[] = {{"lru", MR_POLICY_CONSUMED}, {"lfu", MR_POLICY_LFU},           {"fifo", MR_POLICY_FIFO},
-                 {"mru", MR_POLICY_MRU},      {"filo", MR_POLICY_FILO},         {"priority", MR_POLICY_PRIORITY},
-                 {"slru", MR_POLICY_SLRU},    {"tlru", MR_POLICY_TLRU},         {"adaptive", MR_POLICY_ADAPTIVE}};
-    int which = -1;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcmp(policy, names[i].name) == 0) {
-            which = (int)i;
-        }
-    }
     mr_lru_policy chosen = MR_POLICY_CONSUMED;
-    if (which >= 0) {
-        chosen = names[which].policy;
-    }
-    else if (mr_radix_policy_by_name(policy, &chosen) != MR_OK) {
-        /* any other name of the tree's policy table passes through (the state policies) */
+    if (mr_radix_policy_by_0523_name(policy, &chosen) != MR_OK) {
         PyErr_Format(PyExc_ValueError,
                      "policy must be one of lru, lfu, fifo, mru, filo, priority, slru, tlru or a name of the "
                      "tree's policy table (mambaradix.RadixTree's lru_policy), not '%s'",
@@ -294,13 +264,13 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 /* Calls the adapter's Python method `name` with the original arguments. */
 static PyObject *
-fallback(UnifiedCore *self, PyObject *name, PyObject *const *args, size_t nargs)
+fallback(UnifiedCore *self, PyObject *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *fn = PyObject_GetAttr(self->core, name);
     if (fn == NULL) {
         return NULL;
     }
-    PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+    PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
     Py_DECREF(fn);
     return r;
 }
@@ -433,8 +403,7 @@ read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
 static PyObject *
 node_id_obj(const mr_node *n)
 {
-    mr_handle h = mr_node_handle(n);
-    return PyLong_FromUnsignedLongLong(((unsigned long long)h.gen << 32) | h.id);
+    return PyLong_FromUnsignedLongLong(mr_node_nodeid(n));
 }
 
 /* Resolves a NodeId: 1 found, 0 not an exact int (the caller falls back),
@@ -450,12 +419,7 @@ resolve_id(UnifiedCore *self, PyObject *obj, const char *arg, mr_node **out)
     if (id == -1 && PyErr_Occurred()) {
         return -1;
     }
-    /* NodeId = generation << 32 | C node id: an id reused after an eviction
-     * gets a new generation, so a stale NodeId names no node. */
-    mr_node *n = (overflow || id < 0) ? NULL : mr_radix_node_by_id(self->tree, (uint32_t)(id & 0xffffffff));
-    if (n != NULL && (uint64_t)mr_node_handle(n).gen != ((uint64_t)id >> 32)) {
-        n = NULL;
-    }
+    mr_node *n = overflow ? NULL : mr_radix_node_by_nodeid(self->tree, id);
     if (n == NULL) {
         PyObject *r = PyObject_Repr(obj);
         if (r != NULL) {
@@ -497,7 +461,7 @@ UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
     Py_DECREF(key);
     if (rc < 0 || !kr.fast) {
         mr_buf_give(&self->keybuf, &kb);
-        return rc < 0 ? NULL : fallback(self, s_fb_match, &params, 1);
+        return rc < 0 ? NULL : fallback(self, s_fb_match, &params, 1, NULL);
     }
     mr_radix *t = self->tree;
     mr_match m;
@@ -515,18 +479,12 @@ UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
         return NULL;
     }
     size_t dev_len, kv_len = m.kv_matched_len;
-    PyObject *branching = Py_None;
-    if (self->has_mamba) {
-        dev_len = m.prefix_len;
-        size_t aligned = kv_len / (size_t)self->chunk * (size_t)self->chunk;
-        if (aligned > dev_len && (branching = PyLong_FromSize_t(aligned)) == NULL) {
-            return NULL;
-        }
+    int64_t blen;
+    mr_match_device(&m, self->has_mamba, (size_t)self->chunk, &dev_len, &blen);
+    PyObject *branching = blen < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(blen);
+    if (branching == NULL) {
+        return NULL;
     }
-    else {
-        dev_len = kv_len;
-    }
-    Py_INCREF(branching);
     mr_node *root = mr_radix_root(t);
     PyObject *bid = node_id_obj(m.node);
     PyObject *vis = m.kv_node == root ? Py_NewRef(Py_None) : node_id_obj(m.kv_node);
@@ -573,12 +531,10 @@ path_tensor(UnifiedCore *self, const mr_node *node)
     if (n == 0) {
         return Py_NewRef(self->empty_tensor);
     }
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *arr = PyArray_SimpleNew(1, dims, NPY_INT64);
+    PyObject *arr = mr_py_path_indices(self->tree, node, n);
     if (arr == NULL) {
         return NULL;
     }
-    mr_radix_path_values(self->tree, node, PyArray_DATA((PyArrayObject *)arr));
     PyObject *t = PyObject_CallOneArg(self->to_tensor, arr);
     Py_DECREF(arr);
     return t;
@@ -600,7 +556,7 @@ UnifiedCore_collect_full_device_indices(UnifiedCore *self, PyObject *const *args
         return NULL;
     }
     if (rc == 0 || until != mr_radix_root(self->tree)) {
-        return fallback(self, s_fb_collect, args, 2);
+        return fallback(self, s_fb_collect, args, 2, NULL);
     }
     return path_tensor(self, from);
 }
@@ -827,18 +783,10 @@ new_insert_result(UnifiedCore *self, size_t prefix_len, PyObject *node_id, int m
  * skipped (a lock that skips the Mamba component takes the Python path), and
  * dec_lock_ref(node_id, params, skip_swa=False), which releases the
  * components the receipt's skipped_lock_components does not name, as
- * SGLang's cores do per component: both (mr_radix_unlock), MAMBA alone
- * (mr_radix_unlock_state: SGLang's lazy slot allocation releases a
- * request's MAMBA lock first, keeping its KV lock), FULL alone
- * (mr_radix_unlock_kv: the KV of a lock that skipped MAMBA, or whose MAMBA
- * part was released), or none. */
-
-/* ComponentType values (an int enum in SGLang). */
-#define COMP_FULL 0
-#define COMP_MAMBA 2
+ * SGLang's cores do per component (mr_radix_release_components). */
 
 /* The components a receipt's skipped_lock_components names, as a mask
- * (1: FULL, 2: MAMBA), or -1 when it is not a tuple of those (the Python
+ * (mr_skip_bit's), or -1 when it is not a tuple of those (the Python
  * path names the problem).  Reads exact ints and int enums only: no Python
  * code runs. */
 static int
@@ -855,11 +803,12 @@ skipped_mask(PyObject *sk)
         }
         int overflow = 0;
         long v = PyLong_AsLongAndOverflow(c, &overflow);
-        if (overflow || (v != COMP_FULL && v != COMP_MAMBA)) {
+        int bit = overflow ? 0 : mr_skip_bit(v);
+        if (bit == 0) {
             PyErr_Clear();
             return -1;
         }
-        mask |= v == COMP_FULL ? 1 : 2;
+        mask |= bit;
     }
     return mask;
 }
@@ -884,13 +833,7 @@ UnifiedCore_inc_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
     int empty = skip == NULL || (PyTuple_CheckExact(skip) && PyTuple_GET_SIZE(skip) == 0)
                 || (PyList_CheckExact(skip) && PyList_GET_SIZE(skip) == 0);
     if (rc == 0 || !empty) {
-        PyObject *fn = PyObject_GetAttr(self->core, s_fb_inc_lock);
-        if (fn == NULL) {
-            return NULL;
-        }
-        PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-        Py_DECREF(fn);
-        return r;
+        return fallback(self, s_fb_inc_lock, args, nargsf, kwnames);
     }
     mr_radix_lock(self->tree, n);   /* cannot fail */
     PyObject *keys[1] = {s_node_id};
@@ -930,20 +873,10 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
         return NULL;
     }
     if (rc == 0 || !fast) {
-        PyObject *fn = PyObject_GetAttr(self->core, s_fb_dec_lock);
-        if (fn == NULL) {
-            return NULL;
-        }
-        PyObject *r = PyObject_Vectorcall(fn, args, nargsf, kwnames);
-        Py_DECREF(fn);
-        return r;
+        return fallback(self, s_fb_dec_lock, args, nargsf, kwnames);
     }
-    /* mask: the components left held (1: FULL skipped, 2: MAMBA skipped) */
-    int ok = mask == 0   ? mr_radix_unlock(self->tree, n) == MR_OK
-             : mask == 1 ? mr_radix_unlock_state(self->tree, n) == MR_OK
-             : mask == 2 ? mr_radix_unlock_kv(self->tree, n) == MR_OK
-                         : 1;
-    if (!ok) {
+    /* mask: the components left held (MR_SKIP_FULL, MR_SKIP_MAMBA) */
+    if (mr_radix_release_components(self->tree, n, mask) != MR_OK) {
         PyErr_Format(PyExc_ValueError, "dec_lock_ref(): node %u holds no lock %s", mr_node_handle(n).id,
                      mask == 0   ? "to release"
                      : mask == 1 ? "whose MAMBA component is held"
@@ -952,18 +885,7 @@ UnifiedCore_dec_lock_ref(UnifiedCore *self, PyObject *const *args, size_t nargsf
     }
     PyObject *r = from_template(self->DecLockRefResult, self->dec_template, 0, NULL, NULL);
     if (r == NULL) {
-        /* undo: the released components are taken back */
-        if (mask == 0) {
-            mr_radix_lock(self->tree, n);
-        }
-        else if (mask == 2) {
-            mr_radix_lock_kv(self->tree, n);
-        }
-        else if (mask == 1) {
-            /* the state part again: the KV lock it became goes back into a full lock */
-            mr_radix_unlock_kv(self->tree, n);
-            mr_radix_lock(self->tree, n);
-        }
+        mr_radix_retake_components(self->tree, n, mask);   /* undo */
     }
     return r;
 }
@@ -992,19 +914,16 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         goto done;
     }
     if (!kr.fast || kr.len == 0) {
-        mr_buf_give(&self->keybuf, &kb);   /* the Python path's tree_insert reuses it */
-        res = fallback(self, s_fb_begin_insert, &params, 1);
-        goto done;
+        goto python_path;
     }
     value = PyObject_GetAttr(params, s_value);
     if (value == NULL) {
         goto done;
     }
-    if (value == Py_None || (rc = value_kind(self, value)) <= 0) {
-        if (value == Py_None || rc == 0) {
-            mr_buf_give(&self->keybuf, &kb);
-            res = fallback(self, s_fb_begin_insert, &params, 1);
-        }
+    if (value == Py_None || (rc = value_kind(self, value)) == 0) {
+        goto python_path;
+    }
+    if (rc < 0) {
         goto done;
     }
     int64_t state = MR_NO_STATE;
@@ -1030,9 +949,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
             Py_DECREF(mdt);
             if (mdt != self->int64) {
                 Py_DECREF(mv);
-                mr_buf_give(&self->keybuf, &kb);
-                res = fallback(self, s_fb_begin_insert, &params, 1);
-                goto done;
+                goto python_path;
             }
         }
         /* Tensor.item() refuses anything but one element. */
@@ -1060,9 +977,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         goto done;
     }
     if (rc == 0) {
-        mr_buf_give(&self->keybuf, &kb);
-        res = fallback(self, s_fb_begin_insert, &params, 1);
-        goto done;
+        goto python_path;
     }
     if (value_data(value, kr.len, &vals) < 0) {
         goto done;
@@ -1144,6 +1059,10 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     PyObject *a[2] = {actions, ires};
     res = PyObject_Vectorcall(self->InsertStepResult, a, 2, NULL);
     Py_DECREF(ires);
+    goto done;
+python_path:
+    mr_buf_give(&self->keybuf, &kb);   /* the Python path's tree_insert reuses it */
+    res = fallback(self, s_fb_begin_insert, &params, 1, NULL);
 done:
     mr_buf_give(&self->keybuf, &kb);   /* a no-op when given back already */
     Py_XDECREF(key);

@@ -24,6 +24,7 @@
 #include "common.h"
 #include "naive_model.h"
 #include "idset.h"
+#include "radix_ops.h"
 #include "radix.h"
 
 /* ------------------------------------------------------------------------
@@ -1218,6 +1219,109 @@ unit_locks(void)
     fx_done(&f);
 }
 
+/* radix_ops.c, the calls as the front ends make them: names, the insert
+ * behind the ownership check, lock kinds and what a refused unlock
+ * reports, SGLang's lock components and their undo, NodeIds, and the
+ * eviction collector (an eviction that keeps no indices still makes the
+ * check forget them). */
+static void
+unit_radix_ops(void)
+{
+    mr_radix_config cfg = {0};
+    mr_radix_options opt = {0};
+    int64_t chunk = 0;
+    cur_test = "radix_ops";
+    CHECK_RC(mr_radix_page_chunk(16, &chunk), MR_OK);
+    CHECK_EQ(chunk, 64);
+    chunk = 0;
+    CHECK_RC(mr_radix_page_chunk(128, &chunk), MR_OK);
+    CHECK_EQ(chunk, 128);
+    chunk = 24;
+    CHECK_RC(mr_radix_page_chunk(16, &chunk), MR_EINVAL);
+    CHECK_RC(mr_radix_policy_by_0523_name("lru", &cfg.policy), MR_OK);
+    CHECK_EQ(cfg.policy, MR_POLICY_CONSUMED);
+    CHECK_RC(mr_radix_policy_by_0523_name("sglang", &cfg.policy), MR_OK);
+    CHECK_EQ(cfg.policy, MR_POLICY_SGLANG);
+    CHECK_RC(mr_radix_policy_by_0523_name("lru2", &cfg.policy), MR_EINVAL);
+    CHECK_RC(mr_radix_semantics_by_name("v0.5.23", &cfg.semantics), MR_OK);
+    CHECK_EQ(cfg.semantics, MR_SEMANTICS_V0523);
+    CHECK_RC(mr_radix_semantics_by_name("v0.5.2", &cfg.semantics), MR_EINVAL);
+    CHECK_EQ(mr_skip_bit(0), MR_SKIP_FULL);
+    CHECK_EQ(mr_skip_bit(2), MR_SKIP_MAMBA);
+    CHECK_EQ(mr_skip_bit(1), 0);
+
+    cfg.page_size = 1;
+    cfg.chunk_size = 1;
+    cfg.policy = MR_POLICY_CONSUMED;
+    cfg.semantics = MR_SEMANTICS_V0515;
+    mr_radix *t = NULL;
+    CHECK_RC(mr_radix_create(&cfg, &opt, NULL, &t), MR_OK);
+    if (t == NULL) {
+        return;
+    }
+    mr_owned own;
+    mr_owned_init(&own);
+    int32_t key[4] = {1, 2, 3, 4};
+    int64_t val[4] = {10, 11, 12, 13};
+    mr_insert_result ra, rb;
+    mr_owned_why why;
+    size_t bad = 0;
+    CHECK_RC(mr_owned_insert(&own, t, key, val, 2, 0, 1, 0, NULL, &why, &bad, &ra), MR_OK);
+    CHECK_RC(mr_owned_insert(&own, t, key, val, 4, 0, 1, 2, NULL, &why, &bad, &rb), MR_EINVAL);
+    CHECK_EQ(why, MR_OWNED_STATE_HELD);
+    CHECK_RC(mr_owned_insert(&own, t, key, val, 4, 0, 2, 2, NULL, &why, &bad, &rb), MR_OK);
+    CHECK(why == MR_OWNED_OK && rb.prefix_len == 2);
+    mr_node *a = ra.node, *b = rb.node;
+    CHECK(mr_node_parent(b) == a);
+
+    /* Lock kinds; a refused unlock counts the locks of the other kind. */
+    int32_t other = -1;
+    CHECK_RC(mr_radix_lock_op(t, b, MR_LOCK, NULL), MR_OK);
+    CHECK_RC(mr_radix_lock_op(t, a, MR_UNLOCK, &other), MR_EINVAL);
+    CHECK_EQ(other, 0);
+    CHECK_RC(mr_radix_lock_op(t, a, MR_UNLOCK_KV, &other), MR_EINVAL);
+    CHECK_EQ(other, 1);
+    CHECK_RC(mr_radix_lock_op(t, a, MR_LOCK_KV, NULL), MR_OK);
+    CHECK_RC(mr_radix_lock_op(t, a, MR_UNLOCK, &other), MR_EINVAL);
+    CHECK_EQ(other, 1);
+    CHECK_RC(mr_radix_lock_op(t, a, MR_UNLOCK_KV, NULL), MR_OK);
+
+    /* Components: FULL skipped releases the MAMBA part and leaves a KV
+     * lock; its undo makes that a full lock again. */
+    CHECK_RC(mr_radix_release_components(t, b, MR_SKIP_FULL), MR_OK);
+    CHECK(mr_node_state_lock(b) == 0 && mr_node_kv_lock(b) == 1 && mr_node_full_lock(b) == 1);
+    mr_radix_retake_components(t, b, MR_SKIP_FULL);
+    CHECK(mr_node_state_lock(b) == 1 && mr_node_kv_lock(b) == 0 && mr_node_full_lock(b) == 1);
+    CHECK_RC(mr_radix_release_components(t, b, MR_SKIP_FULL | MR_SKIP_MAMBA), MR_OK);
+    CHECK_RC(mr_radix_release_components(t, b, MR_SKIP_MAMBA), MR_EINVAL);
+    CHECK_EQ(mr_node_full_lock(b), 1);
+    CHECK_RC(mr_radix_release_components(t, b, 0), MR_OK);
+    CHECK(mr_node_full_lock(b) == 0 && mr_node_full_lock(a) == 0);
+    CHECK_EQ(mr_radix_node_attr(t, b, MR_NODE_PREFIX_LEN), 4);
+    CHECK_EQ(mr_radix_node_attr(t, b, MR_NODE_STATE), 2);
+    CHECK_EQ(mr_radix_node_attr(t, mr_radix_root(t), MR_NODE_IS_ROOT), 1);
+    CHECK_TREE(t);
+
+    /* NodeIds; evictions into the collector. */
+    int64_t bid = (int64_t)mr_node_nodeid(b);
+    CHECK(mr_radix_node_by_nodeid(t, bid) == b);
+    CHECK(mr_radix_node_by_nodeid(t, -1) == NULL);
+    mr_evict_out out = {0};
+    size_t tok = 0, sts = 0;
+    CHECK_RC(mr_radix_evict_into(t, MR_EVICT_FULL, NULL, 100, 0, &own, &out, &tok, &sts), MR_OK);
+    CHECK(tok == 4 && sts == 2 && out.nkv == 4 && out.nst == 2);
+    mr_evict_out_free(&out);
+    CHECK(mr_radix_node_by_nodeid(t, bid) == NULL);
+    CHECK_RC(mr_owned_insert(&own, t, key, val, 4, 0, 2, 0, NULL, &why, &bad, &rb), MR_OK);
+    CHECK(mr_radix_node_by_nodeid(t, bid) == NULL);
+    CHECK_RC(mr_radix_evict_into(t, MR_EVICT_FULL, NULL, 100, 0, NULL, &out, &tok, &sts), MR_OK);
+    CHECK(tok == 4 && sts == 1 && out.nkv == 0 && out.nst == 1 && out.st[0] == 2);
+    mr_evict_out_free(&out);
+    CHECK_TREE(t);
+    mr_owned_free(&own);
+    mr_radix_free(t);
+}
+
 /* Handles: stale after eviction and reset, never dereferenced. */
 static void
 unit_handles(void)
@@ -1984,6 +2088,7 @@ run_units(void)
     unit_owned();
     unit_locks();
     unit_handles();
+    unit_radix_ops();
     unit_lru_policies(MR_POLICY_SGLANG);
     unit_lru_policies(MR_POLICY_CONSUMED);
     unit_dump();

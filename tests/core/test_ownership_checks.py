@@ -164,3 +164,38 @@ def test_lifecycle_refuses_tree_owned_kv_past_the_locked_prefix():
     pl, existed, *_ = lc.insert([1, 2, 3, 4, 9, 9], np.concatenate([idx, more]), s2, prev_prefix_len=4)
     assert pl == 4 and not existed
     lc.check()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_counting_evictions_forget_what_they_released(seed):
+    """evict_full / evict_mamba with indices=False hand back no KV indices,
+    yet the check forgets every index they released: one that left the
+    tree's nodes (walked before and after) goes in again under a new key,
+    while one still in a node is refused."""
+    rng = random.Random(seed)
+    t = mambaradix.RadixTree(chunk_size=4, check_ownership=True)
+    next_kv, next_state, reinserted = 0, 0, 0
+    for step in range(200):
+        if rng.random() < 0.3:
+            before, _ = held_by_walk(t)
+            if rng.random() < 0.5:
+                ev = t.evict_full(rng.randrange(1, 6), indices=False)
+            else:
+                ev = t.evict_mamba(1, indices=False)
+            after, _ = held_by_walk(t)
+            assert ev.kv_indices.tolist() == [] and ev.tokens_evicted == len(before) - len(after)
+            gone = sorted(set(before) - set(after))
+            if gone:
+                t.insert([1000 + step], [gone[0]], 10_000 + step)
+                reinserted += 1
+            if after:
+                with pytest.raises(ValueError, match="already in the tree"):
+                    t.insert([5000 + step], [after[0]], 20_000 + step)
+        else:
+            n = rng.randrange(1, 4)
+            key = [rng.randrange(3) for _ in range(n)]
+            t.insert(key, list(range(next_kv, next_kv + n)), next_state)
+            next_kv += n
+            next_state += 1
+        t.sanity_check()
+    assert reinserted > 10

@@ -521,3 +521,32 @@ def test_failed_calls_do_not_leak_references():
     gc.collect()
     assert [sys.getrefcount(o) for o in objs] == r0
     t.sanity_check()
+
+
+@pytest.mark.parametrize("semantics", ["v0.5.15", "v0.5.23"])
+def test_unlock_refusals_name_what_the_node_holds(semantics):
+    """A refused unlock says which kind of lock the node holds instead.  The
+    parent of a locked node has no lock of its own: dec_lock_ref says it is
+    not locked, while dec_kv_lock says the KV it protects is held by a lock
+    of inc_lock_ref.  Two inc_kv_lock locks on a node are counted by
+    dec_lock_ref.  Nothing changes on a refusal."""
+    t = RadixTree(chunk_size=4, semantics=semantics)
+    t.insert([1, 2, 3, 4], [10, 11, 12, 13], 1)
+    child = t.insert([1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15], 2).node
+    parent = child.parent
+    assert list(parent.key) == [1, 2, 3, 4]
+    t.inc_lock_ref(child)
+    before = tree_snapshot(t)
+    with pytest.raises(ValueError, match=r"^dec_lock_ref\(\): node is not locked$"):
+        t.dec_lock_ref(parent)
+    with pytest.raises(ValueError, match=r"^dec_kv_lock\(\): node holds no lock of inc_kv_lock \(a lock of "
+                                         r"inc_lock_ref is undone by dec_lock_ref\)$"):
+        t.dec_kv_lock(parent)
+    assert tree_snapshot(t) == before
+    t.dec_lock_ref(child)
+    t.inc_kv_lock(parent)
+    t.inc_kv_lock(parent)
+    with pytest.raises(ValueError, match=r"^dec_lock_ref\(\): node holds no lock of inc_lock_ref, only 2 of "
+                                         r"inc_kv_lock \(undo those with dec_kv_lock\)$"):
+        t.dec_lock_ref(parent)
+    t.sanity_check()

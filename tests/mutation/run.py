@@ -483,8 +483,9 @@ MUTANTS: List[Mutant] = [
            "out->why = o == MR_OWNER_PENDING ? MR_KV_WHY_PENDING : MR_KV_WHY_FREE;", "out->why = MR_KV_WHY_FREE;",
            ["tests/c/test_c_core.py", "tests/core/test_pools.py"],
            "a refused free of a unit freed in the open free group is explained as already free"),
-    Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "    sink.hide_kv = !want;", "    sink.hide_kv = 0;",
-           ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py"],
+    Mutant("PY_HIDE_KV", "csrc/py/py_radix.c", "mr_i64_array(out.kv, want ? out.nkv : 0)", "mr_i64_array(out.kv, out.nkv)",
+           ["tests/core/test_tree_differential.py", "tests/core/test_tree_keys_only.py",
+            "tests/core/test_ownership_checks.py"],
            "evict_full(indices=False) on a check_ownership tree returns the indices"),
     # the SGLang front ends' argument checks (mambaradix/sglang/_check.py, unified.py)
     Mutant("PY_IDX_DTYPE", "mambaradix/sglang/_check.py",
@@ -600,6 +601,22 @@ MUTANTS: List[Mutant] = [
            "clear_slots takes slot num_slots + 1 and snapshot_ssm_from_h the chunk past h's last"),
     Mutant("K_AGREE_LEN", "csrc/tensor/state_pool.c", "    if (a->n != b->n) {", "    if (0) {",
            T_KERN + ["tests/c/test_c_core.py"], "a kernel's index arguments of different lengths are read as one"),
+    # the tree's calls as the front ends make them (csrc/core/radix_ops.c)
+    Mutant("OPS_COUNT_ONLY", "csrc/core/radix_ops.c", "    out->count_only = !want_kv && owned == NULL;",
+           "    out->count_only = !want_kv;",
+           ["tests/core/test_tree_differential.py", "tests/core/test_ownership_checks.py",
+            "tests/core/test_tree_keys_only.py"],
+           "an eviction with indices=False on a check_ownership tree keeps no indices, so the check never forgets them"),
+    Mutant("OPS_LOCK_OTHER", "csrc/core/radix_ops.c",
+           "*other = op == MR_UNLOCK ? mr_node_kv_lock(node) : op == MR_UNLOCK_KV ? mr_node_full_lock(node) : 0;",
+           "*other = op == MR_UNLOCK ? mr_node_full_lock(node) : op == MR_UNLOCK_KV ? mr_node_kv_lock(node) : 0;",
+           ["tests/core/test_tree_lock_kinds.py", "tests/core/test_tree_bad_input.py"],
+           "a refused unlock names the wrong kind of lock the node holds"),
+    Mutant("OPS_NODEID_GEN", "csrc/core/radix_ops.c",
+           "    if (n != NULL && (uint64_t)mr_node_handle(n).gen != ((uint64_t)nodeid >> 32)) {",
+           "    if (0) {",
+           ["tests/dropin/sglang_0523/test_unified_core.py", "tests/dropin/test_reentrant_unified.py"],
+           "a NodeId kept past an eviction that reused its node id names the new node"),
 ]
 
 
