@@ -340,6 +340,36 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
 }
 
 int
+mr_reqpool_overlaps(const mr_reqpool *p, const void *vals, int width, int64_t nv, int64_t vstride)
+{
+    if (nv <= 0) {
+        return 0;
+    }
+    const char *lo = vals, *hi = vals;
+    if (vstride >= 0) {
+        hi += (nv - 1) * vstride + width;
+    }
+    else {
+        lo += (nv - 1) * vstride;
+        hi += width;
+    }
+    const char *t = (const char *)p->table;
+    size_t tb = (size_t)(p->size + 1) * (size_t)p->max_ctx * sizeof(int32_t);
+    return lo < t + tb && t < hi;
+}
+
+int
+mr_reqpool_row_index(const mr_reqpool *p, int64_t r, int64_t *out)
+{
+    const int64_t rows = p->size + 1;
+    if (r < -rows || r >= rows) {
+        return MR_EINVAL;
+    }
+    *out = r < 0 ? r + rows : r;
+    return MR_OK;
+}
+
+int
 mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out)
 {
     if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {

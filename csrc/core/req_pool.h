@@ -153,6 +153,13 @@ int32_t *mr_reqpool_span(mr_reqpool *p, int64_t r, int64_t start, int64_t n);
  * value i does not fit int32 (*bad = i); nothing changes then. */
 int mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals,
                           int width, int64_t vstride, int64_t *bad);
+/* 1 when nv values of width bytes, vstride bytes apart from vals (vstride
+ * may be negative), share memory with the table: a copy between them is
+ * not element by element then. */
+int mr_reqpool_overlaps(const mr_reqpool *p, const void *vals, int width, int64_t nv, int64_t vstride);
+/* Row r of the table, counted from the end when negative (a Python index
+ * of its size + 1 rows) into *out.  MR_EINVAL when it leaves the table. */
+int mr_reqpool_row_index(const mr_reqpool *p, int64_t r, int64_t *out);
 /* Reads row r, columns [start, start + n) into out (int64). */
 int mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out);
 /* Records columns [start, end) of row r as dirty (for writes made through

@@ -749,6 +749,32 @@ mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out)
 }
 
 int
+mr_kv_alloc_check(const mr_kv *kv, int64_t ntok)
+{
+    const mr_slots *s = &kv->pages;
+    if (ntok < 0 || ntok % kv->page_size != 0) {
+        return MR_EINVAL;
+    }
+    if (ntok > mr_kv_available(kv) && !(ntok == 1 && s->group_active && s->group_pos < s->group_len)) {
+        return MR_ENOSPC;
+    }
+    return MR_OK;
+}
+
+const char *
+mr_owner_name(int32_t owner)
+{
+    switch (owner) {
+    case MR_OWNER_FREE: return "free";
+    case MR_OWNER_TREE: return "tree";
+    case MR_OWNER_HELD: return "held";
+    case MR_OWNER_RESERVED: return "reserved";
+    case MR_OWNER_PENDING: return "pending";
+    default: return NULL;
+    }
+}
+
+int
 mr_kv_reserve(mr_kv *kv, int64_t ntok)
 {
     if (ntok < 0) {

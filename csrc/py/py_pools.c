@@ -101,20 +101,20 @@ SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t
     if (o != NULL && o != Py_None && mr_as_int64(o, 1, INT32_MAX, "alloc(): owner", &owner) < 0) {
         return NULL;
     }
-    if (n % self->kv.page_size != 0) {
+    int rc = mr_kv_alloc_check(&self->kv, n);
+    if (rc == MR_EINVAL) {
         PyErr_Format(PyExc_ValueError, "alloc(): n=%lld is not a multiple of page_size=%lld",
                      (long long)n, (long long)self->kv.page_size);
         return NULL;
     }
-    if (n > mr_kv_available(&self->kv)
-        && !(n == 1 && self->kv.pages.group_active && self->kv.pages.group_pos < self->kv.pages.group_len)) {
+    if (rc == MR_ENOSPC) {
         Py_RETURN_NONE;
     }
     PyObject *out = mr_i64_array(NULL, (npy_intp)n);
     if (out == NULL) {
         return NULL;
     }
-    int rc = mr_kv_alloc(&self->kv, n, (int32_t)owner, (int64_t *)PyArray_DATA((PyArrayObject *)out));
+    rc = mr_kv_alloc(&self->kv, n, (int32_t)owner, (int64_t *)PyArray_DATA((PyArrayObject *)out));
     if (rc == MR_ENOSPC) {
         Py_DECREF(out);
         Py_RETURN_NONE;
@@ -289,14 +289,8 @@ SlotAllocator_owner(SlotAllocatorObject *self, PyObject *arg)
         PyErr_Format(PyExc_ValueError, "owner(): index %lld is out of range", (long long)i);
         return NULL;
     }
-    switch (o) {
-    case MR_OWNER_FREE: return PyUnicode_FromString("free");
-    case MR_OWNER_TREE: return PyUnicode_FromString("tree");
-    case MR_OWNER_HELD: return PyUnicode_FromString("held");
-    case MR_OWNER_RESERVED: return PyUnicode_FromString("reserved");
-    case MR_OWNER_PENDING: return PyUnicode_FromString("pending");
-    default: return PyLong_FromLong(o);
-    }
+    const char *name = mr_owner_name(o);
+    return name != NULL ? PyUnicode_FromString(name) : PyLong_FromLong(o);
 }
 
 PyDoc_STRVAR(SlotAllocator_counts__doc__,
@@ -733,15 +727,6 @@ PyDoc_STRVAR(ReqPool_write_index__doc__,
 "is not the slice's, OverflowError when a value does not fit int32: the\n"
 "table is unchanged then.");
 
-/* 1 when [p, p + bytes) and the table's memory overlap. */
-static int
-overlaps_table(const mr_reqpool *rp, const char *p, Py_ssize_t bytes)
-{
-    const char *t = (const char *)rp->table;
-    size_t tb = (size_t)(rp->size + 1) * (size_t)rp->max_ctx * sizeof(int32_t);
-    return p < t + tb && t < p + bytes;
-}
-
 static PyObject *
 ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -755,7 +740,6 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_FALSE;
     }
     mr_reqpool *rp = &self->pool;
-    const int64_t rows = rp->size + 1;
     /* the values: an int, or an int32/int64 numpy array of at most one
      * dimension not sharing memory with the table */
     const void *data = NULL;
@@ -784,32 +768,20 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
             Py_RETURN_FALSE;
         }
         data = PyArray_DATA(a);
-        if (nv > 0) {
-            const char *lo = data, *hi = data;
-            if (vstride >= 0) {
-                hi += (nv - 1) * vstride + width;
-            }
-            else {
-                lo += (nv - 1) * vstride;
-                hi += width;
-            }
-            if (overlaps_table(rp, lo, hi - lo)) {
-                Py_RETURN_FALSE;   /* torch decides what an overlapping copy does */
-            }
+        if (mr_reqpool_overlaps(rp, data, width, nv, vstride)) {
+            Py_RETURN_FALSE;   /* torch decides what an overlapping copy does */
         }
     }
     else {
         Py_RETURN_FALSE;
     }
     int ovf = 0;
-    long long r = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(ix, 0), &ovf);
-    if (ovf != 0 || r < -rows || r >= rows) {
+    int64_t r = 0;
+    long long ri = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(ix, 0), &ovf);
+    if (ovf != 0 || mr_reqpool_row_index(rp, ri, &r) != MR_OK) {
         PyErr_Format(PyExc_IndexError, "write(): row %R of indices is out of the table's %lld rows",
-                     PyTuple_GET_ITEM(ix, 0), (long long)rows);
+                     PyTuple_GET_ITEM(ix, 0), (long long)(rp->size + 1));
         return NULL;
-    }
-    if (r < 0) {
-        r += rows;
     }
     Py_ssize_t start, stop, step;
     if (PySlice_Unpack(PyTuple_GET_ITEM(ix, 1), &start, &stop, &step) < 0 || step < 1) {
@@ -820,7 +792,7 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
     if (nv != n && nv != 1) {
         PyErr_Format(PyExc_RuntimeError,
                      "write(): %lld values for the %zd columns of slice %R (max_context_len %lld) of row %lld",
-                     (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, r);
+                     (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, (long long)r);
         return NULL;
     }
     int64_t bad = -1;
@@ -831,7 +803,7 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
                          (long long)(nv == 1 ? 0 : bad), (long long)x);
         }
         else {
-            PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", r,
+            PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", (long long)r,
                          PyTuple_GET_ITEM(ix, 1));
         }
         return NULL;
