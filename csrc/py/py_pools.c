@@ -55,11 +55,6 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_int64(a[1], "SlotAllocator", "page_size", 1, INT64_MAX, &page_size) < 0) {
         return NULL;
     }
-    if (size / page_size > MR_SLOTS_MAX) {
-        PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
-                     "indices are int32", (long long)(size / page_size), (long long)MR_SLOTS_MAX);
-        return NULL;
-    }
     SlotAllocatorObject *self = (SlotAllocatorObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
@@ -67,6 +62,13 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     int rc = mr_kv_init(&self->kv, size, page_size);
     if (rc != MR_OK) {
         Py_DECREF(self);
+    }
+    if (rc == MR_EINVAL) {   /* with size and page_size >= 1: too many units */
+        PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
+                     "indices are int32", (long long)(size / page_size), (long long)MR_SLOTS_MAX);
+        return NULL;
+    }
+    if (rc != MR_OK) {
         return mr_raise(mr_state_from_type(tp), rc, "SlotAllocator()");
     }
     return (PyObject *)self;
@@ -522,11 +524,6 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_int64(a[2], "ReqPool", "track_buffer_size", 1, 2, &pp) < 0) {
         return NULL;
     }
-    if ((uint64_t)max_ctx > SIZE_MAX / sizeof(int32_t) / (uint64_t)(size + 1)) {
-        PyErr_Format(PyExc_ValueError, "ReqPool(): the table of (size + 1) x max_context_len = %lld x %lld int32 "
-                     "entries exceeds the address space", (long long)(size + 1), (long long)max_ctx);
-        return NULL;
-    }
     ReqPoolObject *self = (ReqPoolObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
@@ -534,6 +531,13 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     int rc = mr_reqpool_init(&self->pool, size, max_ctx, (int32_t)pp);
     if (rc != MR_OK) {
         Py_DECREF(self);
+    }
+    if (rc == MR_EINVAL) {   /* with the arguments in their ranges: the table is too large */
+        PyErr_Format(PyExc_ValueError, "ReqPool(): the table of (size + 1) x max_context_len = %lld x %lld int32 "
+                     "entries exceeds the address space", (long long)(size + 1), (long long)max_ctx);
+        return NULL;
+    }
+    if (rc != MR_OK) {
         return mr_raise(mr_state_from_type(tp), rc, "ReqPool()");
     }
     self->holders = PyMem_Calloc((size_t)size + 1, sizeof(PyObject *));
@@ -553,40 +557,21 @@ ReqPool_dealloc(ReqPoolObject *self)
     mr_type_free((PyObject *)self);
 }
 
-/* A numpy view of memory owned by self. */
+/* The getter of the table (closure "t"), state_map ("s") or track_map
+ * ("k"): a numpy view of the pool's memory that keeps the pool alive. */
 static PyObject *
-view_of(PyObject *self, int nd, npy_intp *dims, int typenum, void *data)
+ReqPool_get_view(ReqPoolObject *self, void *closure)
 {
-    PyObject *arr = PyArray_SimpleNewFromData(nd, dims, typenum, data);
-    if (arr == NULL) {
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
-        Py_DECREF(arr);
-        return NULL;
+    const mr_reqpool *p = &self->pool;
+    char which = *(const char *)closure;
+    npy_intp dims[2] = {(npy_intp)p->size + 1, which == 't' ? (npy_intp)p->max_ctx : (npy_intp)p->pp};
+    void *data = which == 't' ? (void *)p->table : which == 's' ? (void *)p->state_map : (void *)p->track_map;
+    PyObject *arr = PyArray_SimpleNewFromData(which == 's' ? 1 : 2, dims, which == 'k' ? NPY_INT64 : NPY_INT32,
+                                              data);
+    if (arr != NULL && PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
+        Py_CLEAR(arr);
     }
     return arr;
-}
-
-static PyObject *
-ReqPool_get_table(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.max_ctx};
-    return view_of((PyObject *)self, 2, dims, NPY_INT32, self->pool.table);
-}
-
-static PyObject *
-ReqPool_get_state_map(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[1] = {(npy_intp)self->pool.size + 1};
-    return view_of((PyObject *)self, 1, dims, NPY_INT32, self->pool.state_map);
-}
-
-static PyObject *
-ReqPool_get_track_map(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.pp};
-    return view_of((PyObject *)self, 2, dims, NPY_INT64, self->pool.track_map);
 }
 
 PyDoc_STRVAR(ReqPool_alloc__doc__,
@@ -924,9 +909,9 @@ static PyMethodDef ReqPool_methods[] = {
 };
 
 static PyGetSetDef ReqPool_getset[] = {
-    {"table", (getter)ReqPool_get_table, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", NULL},
-    {"state_map", (getter)ReqPool_get_state_map, NULL, "Row -> running state slot, int32 [size + 1] (a view).", NULL},
-    {"track_map", (getter)ReqPool_get_track_map, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", NULL},
+    {"table", (getter)ReqPool_get_view, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", "t"},
+    {"state_map", (getter)ReqPool_get_view, NULL, "Row -> running state slot, int32 [size + 1] (a view).", "s"},
+    {"track_map", (getter)ReqPool_get_view, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", "k"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -595,6 +595,14 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
+    # ---- the integer reader's conversions and the policy option keys (csrc/core/ints.c, policy_opts.c)
+    Mutant("INTS_STRIDE", "csrc/core/ints.c", "(const char *)src + (ptrdiff_t)i * stride",
+           "(const char *)src + (ptrdiff_t)i * itemsize", T_POOLS + ["tests/core/test_int_reader_forms.py"],
+           "integer reader: a strided buffer read as if contiguous"),
+    Mutant("INTS_WIDEN", "csrc/core/ints.c", "        if (n == 0 || (mn >= lo && mx <= hi)) {", "        if (n == 0 || mx <= hi) {",
+           ["tests/core/test_int_reader_forms.py", "tests/core/test_int_arrays.py"], "integer reader: int32 widened to int64 without the lower bound"),
+    Mutant("POLICY_WINDOW", "csrc/core/policy_opts.c", '{"evict_window", MR_KEY_WINDOW, 1024,', '{"evict_window", MR_KEY_WINDOW, 1023,',
+           ["tests/core/test_policy_options.py", "tests/core/test_tree_adaptive.py"], "policy_options: evict_window's largest value off by one"),
 ]
 
 
