@@ -340,6 +340,32 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
 }
 
 int
+mr_reqpool_assign(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals, int width,
+                  int64_t nv, int64_t vstride, int *why, int64_t *bad, int64_t *val)
+{
+    *why = 0;
+    *bad = -1;
+    *val = 0;
+    if (nv != n && nv != 1) {
+        *why = MR_RP_ASSIGN_COUNT;
+        return MR_EINVAL;
+    }
+    int64_t i = -1;
+    if (mr_reqpool_write_cols(p, r, start, step, n, vals, width, nv == 1 ? 0 : vstride, &i) == MR_OK) {
+        return MR_OK;
+    }
+    if (i < 0) {
+        *why = MR_RP_ASSIGN_COLS;
+        return MR_EINVAL;
+    }
+    /* only int64 values can fail to fit; a broadcast one is values[0] */
+    *why = MR_RP_ASSIGN_VALUE;
+    *bad = nv == 1 ? 0 : i;
+    *val = *(const int64_t *)((const char *)vals + *bad * vstride);
+    return MR_EINVAL;
+}
+
+int
 mr_reqpool_overlaps(const mr_reqpool *p, const void *vals, int width, int64_t nv, int64_t vstride)
 {
     if (nv <= 0) {

@@ -964,12 +964,12 @@ unit_of(const mr_kv *kv, int64_t x)
 /* The core names the refused unit (by a token of its page); the first
  * entry naming it is the one (the checks run in order and stop at the
  * first problem), except a token listed twice: its second entry. */
-void
-mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
+static void
+explain_entry(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
 {
     const int64_t ps = kv->page_size, u = unit_of(kv, bad);
     int64_t at = 0;
-    *out = (mr_kv_refusal){MR_KV_WHY_STATUS, -1, -1, MR_OWNER_FREE};
+    *out = (mr_kv_refusal){MR_KV_WHY_STATUS, -1, -1, MR_OWNER_FREE, 0, -1, 0, 0};
     while (at < k && unit_of(kv, tok[at]) != u) {
         at++;
     }
@@ -982,7 +982,7 @@ mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t ba
         while (++at < k && tok[at] != tok[first]) {
         }
         if (at < k) {
-            *out = (mr_kv_refusal){MR_KV_WHY_TWICE, at, first, MR_OWNER_FREE};
+            *out = (mr_kv_refusal){MR_KV_WHY_TWICE, at, first, MR_OWNER_FREE, 0, -1, 0, 0};
         }
         else {
             out->at = -1;
@@ -1008,4 +1008,15 @@ mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t ba
     else {
         out->why = o >= 1 ? MR_KV_WHY_ROW : MR_KV_WHY_HELD;
     }
+}
+
+void
+mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
+{
+    explain_entry(kv, rc, tok, k, bad, out);
+    const int64_t ps = kv->page_size;
+    out->value = out->at >= 0 ? tok[out->at] : 0;
+    out->page = ps > 1 && out->at >= 0 ? out->value / ps : -1;
+    out->lo = ps;
+    out->hi = (kv->pages.n + 1) * ps;
 }

@@ -289,6 +289,9 @@ typedef struct {
     mr_kv_why why;
     int64_t at, first;   /* entries of tok (first: MR_KV_WHY_TWICE only) */
     int32_t owner;       /* the unit's owner (MR_OWNER_*, or a request row) */
+    int64_t value;       /* tok[at] (0 when at < 0) */
+    int64_t page;        /* its page with page_size > 1, else -1 */
+    int64_t lo, hi;      /* the token indices in range: [lo, hi) */
 } mr_kv_refusal;
 
 void mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out);

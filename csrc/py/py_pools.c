@@ -136,11 +136,10 @@ move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_fr
 {
     mr_kv_refusal r;
     mr_kv_explain(kv, rc, idx, k, bad, &r);
-    const int64_t ps = kv->page_size;
-    long long i = (long long)r.at, v = r.at >= 0 ? (long long)idx[r.at] : 0;
+    long long i = (long long)r.at, v = (long long)r.value;
     char unit[48] = "";
-    if (ps > 1 && r.at >= 0) {
-        (void)snprintf(unit, sizeof(unit), " (page %lld)", v / ps);
+    if (r.page >= 0) {
+        (void)snprintf(unit, sizeof(unit), " (page %lld)", (long long)r.page);
     }
     PyObject *own = st->OwnershipError;
     switch (r.why) {
@@ -149,7 +148,7 @@ move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_fr
                             fname, i, v, (long long)r.first);
     case MR_KV_WHY_RANGE:
         return PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is out of range [%lld, %lld)", fname, i,
-                            v, (long long)ps, (long long)((kv->pages.n + 1) * ps));
+                            v, (long long)r.lo, (long long)r.hi);
     case MR_KV_WHY_FREE:
     case MR_KV_WHY_PENDING:
         return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not allocated (%s%s)", fname, i, v, unit,
@@ -774,26 +773,25 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_FALSE;   /* torch refuses a step below 1: its own error */
     }
     Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)rp->max_ctx, &start, &stop, step);
-    if (nv != n && nv != 1) {
+    int why;
+    int64_t bad, x;
+    if (mr_reqpool_assign(rp, r, start, step, n, data, width, nv, vstride, &why, &bad, &x) == MR_OK) {
+        Py_RETURN_TRUE;
+    }
+    if (why == MR_RP_ASSIGN_COUNT) {
         PyErr_Format(PyExc_RuntimeError,
                      "write(): %lld values for the %zd columns of slice %R (max_context_len %lld) of row %lld",
                      (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, (long long)r);
-        return NULL;
     }
-    int64_t bad = -1;
-    if (mr_reqpool_write_cols(rp, r, start, step, n, data, width, nv == 1 ? 0 : vstride, &bad) != MR_OK) {
-        if (bad >= 0) {
-            int64_t x = width == 4 ? 0 : *(const int64_t *)((const char *)data + (nv == 1 ? 0 : bad * vstride));
-            PyErr_Format(PyExc_OverflowError, "write(): values[%lld] = %lld does not fit the int32 table",
-                         (long long)(nv == 1 ? 0 : bad), (long long)x);
-        }
-        else {
-            PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", (long long)r,
-                         PyTuple_GET_ITEM(ix, 1));
-        }
-        return NULL;
+    else if (why == MR_RP_ASSIGN_VALUE) {
+        PyErr_Format(PyExc_OverflowError, "write(): values[%lld] = %lld does not fit the int32 table",
+                     (long long)bad, (long long)x);
     }
-    Py_RETURN_TRUE;
+    else {
+        PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", (long long)r,
+                     PyTuple_GET_ITEM(ix, 1));
+    }
+    return NULL;
 }
 
 PyDoc_STRVAR(ReqPool_mark_dirty__doc__,
