@@ -172,7 +172,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
         if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, flags, &x) < 0) {
             return -1;
         }
-        mr_ints_put(scratch->p, width, (size_t)0, x);
+        mr_ints_put(scratch->p, width, 0, x);
         out->data = scratch->p;
         out->len = 1;
         return 0;
