@@ -340,6 +340,62 @@ mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int
 }
 
 int
+mr_reqpool_assign(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals, int width,
+                  int64_t nv, int64_t vstride, int *why, int64_t *bad, int64_t *val)
+{
+    *why = 0;
+    *bad = -1;
+    *val = 0;
+    if (nv != n && nv != 1) {
+        *why = MR_RP_ASSIGN_COUNT;
+        return MR_EINVAL;
+    }
+    int64_t i = -1;
+    if (mr_reqpool_write_cols(p, r, start, step, n, vals, width, nv == 1 ? 0 : vstride, &i) == MR_OK) {
+        return MR_OK;
+    }
+    if (i < 0) {
+        *why = MR_RP_ASSIGN_COLS;
+        return MR_EINVAL;
+    }
+    /* only int64 values can fail to fit; a broadcast one is values[0] */
+    *why = MR_RP_ASSIGN_VALUE;
+    *bad = nv == 1 ? 0 : i;
+    *val = *(const int64_t *)((const char *)vals + *bad * vstride);
+    return MR_EINVAL;
+}
+
+int
+mr_reqpool_overlaps(const mr_reqpool *p, const void *vals, int width, int64_t nv, int64_t vstride)
+{
+    if (nv <= 0) {
+        return 0;
+    }
+    const char *lo = vals, *hi = vals;
+    if (vstride >= 0) {
+        hi += (nv - 1) * vstride + width;
+    }
+    else {
+        lo += (nv - 1) * vstride;
+        hi += width;
+    }
+    const char *t = (const char *)p->table;
+    size_t tb = (size_t)(p->size + 1) * (size_t)p->max_ctx * sizeof(int32_t);
+    return lo < t + tb && t < hi;
+}
+
+int
+mr_reqpool_row_index(const mr_reqpool *p, int64_t r, int64_t *out)
+{
+    const int64_t rows = p->size + 1;
+    if (r < -rows || r >= rows) {
+        return MR_EINVAL;
+    }
+    *out = r < 0 ? r + rows : r;
+    return MR_OK;
+}
+
+int
 mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out)
 {
     if (r < 0 || r > p->size || start < 0 || n < 0 || start > p->max_ctx || n > p->max_ctx - start) {

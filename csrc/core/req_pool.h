@@ -153,6 +153,27 @@ int32_t *mr_reqpool_span(mr_reqpool *p, int64_t r, int64_t start, int64_t n);
  * value i does not fit int32 (*bad = i); nothing changes then. */
 int mr_reqpool_write_cols(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals,
                           int width, int64_t vstride, int64_t *bad);
+/* Why mr_reqpool_assign refused. */
+typedef enum {
+    MR_RP_ASSIGN_COUNT = 1,   /* nv values for n columns: neither n nor 1 */
+    MR_RP_ASSIGN_COLS,        /* row r or a column leaves the table */
+    MR_RP_ASSIGN_VALUE,       /* values[*bad] = *val does not fit int32 */
+} mr_rp_assign_why;
+
+/* table[r, columns start + i * step for i in [0, n)] = nv values, as torch
+ * assigns them: nv is n, or 1 (the one value broadcast); width and vstride
+ * as mr_reqpool_write_cols's.  MR_OK, or MR_EINVAL with *why (for
+ * MR_RP_ASSIGN_VALUE the value's index in *bad and the value in *val);
+ * nothing changes then. */
+int mr_reqpool_assign(mr_reqpool *p, int64_t r, int64_t start, int64_t step, int64_t n, const void *vals, int width,
+                      int64_t nv, int64_t vstride, int *why, int64_t *bad, int64_t *val);
+/* 1 when nv values of width bytes, vstride bytes apart from vals (vstride
+ * may be negative), share memory with the table: a copy between them is
+ * not element by element then. */
+int mr_reqpool_overlaps(const mr_reqpool *p, const void *vals, int width, int64_t nv, int64_t vstride);
+/* Row r of the table, counted from the end when negative (a Python index
+ * of its size + 1 rows) into *out.  MR_EINVAL when it leaves the table. */
+int mr_reqpool_row_index(const mr_reqpool *p, int64_t r, int64_t *out);
 /* Reads row r, columns [start, start + n) into out (int64). */
 int mr_reqpool_read(const mr_reqpool *p, int64_t r, int64_t start, int64_t n, int64_t *out);
 /* Records columns [start, end) of row r as dirty (for writes made through

@@ -153,12 +153,27 @@ mr_rule_extend_kv_need(int64_t extend_total, int64_t num_reqs, int64_t page)
     return page == 1 ? extend_total : extend_total + num_reqs * page;
 }
 
+/* 1 when mr_rule_extend_kv_need's extend_total + num_reqs * page does not
+ * fit int64 (for any page size: the caller refuses such a count). */
+static inline int
+mr_rule_extend_kv_overflows(int64_t extend_total, int64_t num_reqs, int64_t page)
+{
+    return num_reqs > 0 && num_reqs > (INT64_MAX - extend_total) / page;
+}
+
 /* KV tokens a decode step of num_reqs requests makes room for (SGLang's
  * alloc_for_decode): one token each, or with pages a page each. */
 static inline int64_t
 mr_rule_decode_kv_need(int64_t num_reqs, int64_t page)
 {
     return num_reqs * page;
+}
+
+/* 1 when mr_rule_decode_kv_need's num_reqs * page does not fit int64. */
+static inline int
+mr_rule_decode_kv_overflows(int64_t num_reqs, int64_t page)
+{
+    return num_reqs > INT64_MAX / page;
 }
 
 /* KV tokens to evict from the tree when `need` are wanted and `available`

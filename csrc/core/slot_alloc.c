@@ -749,6 +749,32 @@ mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out)
 }
 
 int
+mr_kv_alloc_check(const mr_kv *kv, int64_t ntok)
+{
+    const mr_slots *s = &kv->pages;
+    if (ntok < 0 || ntok % kv->page_size != 0) {
+        return MR_EINVAL;
+    }
+    if (ntok > mr_kv_available(kv) && !(ntok == 1 && s->group_active && s->group_pos < s->group_len)) {
+        return MR_ENOSPC;
+    }
+    return MR_OK;
+}
+
+const char *
+mr_owner_name(int32_t owner)
+{
+    switch (owner) {
+    case MR_OWNER_FREE: return "free";
+    case MR_OWNER_TREE: return "tree";
+    case MR_OWNER_HELD: return "held";
+    case MR_OWNER_RESERVED: return "reserved";
+    case MR_OWNER_PENDING: return "pending";
+    default: return NULL;
+    }
+}
+
+int
 mr_kv_reserve(mr_kv *kv, int64_t ntok)
 {
     if (ntok < 0) {
@@ -938,12 +964,12 @@ unit_of(const mr_kv *kv, int64_t x)
 /* The core names the refused unit (by a token of its page); the first
  * entry naming it is the one (the checks run in order and stop at the
  * first problem), except a token listed twice: its second entry. */
-void
-mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
+static void
+explain_entry(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
 {
     const int64_t ps = kv->page_size, u = unit_of(kv, bad);
     int64_t at = 0;
-    *out = (mr_kv_refusal){MR_KV_WHY_STATUS, -1, -1, MR_OWNER_FREE};
+    *out = (mr_kv_refusal){MR_KV_WHY_STATUS, -1, -1, MR_OWNER_FREE, 0, -1, 0, 0};
     while (at < k && unit_of(kv, tok[at]) != u) {
         at++;
     }
@@ -956,7 +982,7 @@ mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t ba
         while (++at < k && tok[at] != tok[first]) {
         }
         if (at < k) {
-            *out = (mr_kv_refusal){MR_KV_WHY_TWICE, at, first, MR_OWNER_FREE};
+            *out = (mr_kv_refusal){MR_KV_WHY_TWICE, at, first, MR_OWNER_FREE, 0, -1, 0, 0};
         }
         else {
             out->at = -1;
@@ -982,4 +1008,15 @@ mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t ba
     else {
         out->why = o >= 1 ? MR_KV_WHY_ROW : MR_KV_WHY_HELD;
     }
+}
+
+void
+mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out)
+{
+    explain_entry(kv, rc, tok, k, bad, out);
+    const int64_t ps = kv->page_size;
+    out->value = out->at >= 0 ? tok[out->at] : 0;
+    out->page = ps > 1 && out->at >= 0 ? out->value / ps : -1;
+    out->lo = ps;
+    out->hi = (kv->pages.n + 1) * ps;
 }

@@ -207,6 +207,14 @@ static inline int mr_kv_fits_table(const mr_kv *kv)
  * == 0) owned by `owner`; out receives ntok token indices, page by page.
  * MR_ENOSPC when too few pages are free (nothing taken). */
 int mr_kv_alloc(mr_kv *kv, int64_t ntok, int32_t owner, int64_t *out);
+/* Whether mr_kv_alloc(kv, ntok, ...) can succeed, before the caller makes
+ * room for its output: MR_EINVAL when ntok is not whole pages, MR_ENOSPC
+ * when too few are free (a lone token the open alloc group still holds
+ * counts as free), MR_OK otherwise. */
+int mr_kv_alloc_check(const mr_kv *kv, int64_t ntok);
+/* The name of an owner class ("free", "tree", "held", "reserved",
+ * "pending"), or NULL for a request row. */
+const char *mr_owner_name(int32_t owner);
 /* Frees the pages of tokens tok[0:k) (every page listed once or more in
  * paged mode; each token once with page_size 1).  Errors as mr_slots_free
  * (*bad is a token index); MR_ENOMEM when the scratch cannot grow.  Inside
@@ -281,6 +289,9 @@ typedef struct {
     mr_kv_why why;
     int64_t at, first;   /* entries of tok (first: MR_KV_WHY_TWICE only) */
     int32_t owner;       /* the unit's owner (MR_OWNER_*, or a request row) */
+    int64_t value;       /* tok[at] (0 when at < 0) */
+    int64_t page;        /* its page with page_size > 1, else -1 */
+    int64_t lo, hi;      /* the token indices in range: [lo, hi) */
 } mr_kv_refusal;
 
 void mr_kv_explain(const mr_kv *kv, int rc, const int64_t *tok, int64_t k, int64_t bad, mr_kv_refusal *out);

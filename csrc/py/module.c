@@ -9,6 +9,7 @@
  * mr_py_pools_init). */
 #include "py_common.h"
 #include "cuda_api.h"
+#include "policy_opts.h"
 #include "radix.h"
 
 #define MR_NUMPY_IMPORT
@@ -83,39 +84,49 @@ options_given(const char *fname, PyObject *options)
     return 1;
 }
 
-/* Reads those of the int keys names[0..n) that options holds into vals
- * (each in 0..hi[i]), counting them in *seen. */
+/* Reads options[k->name] (present: v) into opt or order. */
 static int
-read_int_keys(PyObject *options, const char *const *names, size_t n, const int64_t *hi, int64_t *vals,
-              Py_ssize_t *seen)
+read_key(const char *fname, const mr_policy_key *k, PyObject *v, mr_radix_options *opt, mr_leaf_order *order)
 {
-    for (size_t i = 0; i < n; i++) {
-        PyObject *v = PyMapping_GetItemString(options, names[i]);
-        if (v == NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        ++*seen;
-        char arg[64];
-        snprintf(arg, sizeof(arg), "policy_options['%s']", names[i]);
-        int r = mr_as_int64(v, 0, hi[i], arg, &vals[i]);
-        Py_DECREF(v);
-        if (r < 0) {
+    double d = 0.0;
+    int64_t iv = 0;
+    if (k->type == MR_KEY_REAL) {
+        d = PyFloat_AsDouble(v);
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_TypeError, "%s: policy_options['%s'] must be a number", fname, k->name);
             return -1;
         }
+    }
+    else {
+        char arg[64];
+        snprintf(arg, sizeof(arg), "policy_options['%s']", k->name);
+        if (mr_as_int64(v, 0, k->max, arg, &iv) < 0) {
+            return -1;
+        }
+    }
+    if (mr_policy_key_set(k, d, iv, opt, order) != MR_OK) {
+        PyErr_Format(PyExc_ValueError, "%s: policy_options['%s'] must be finite and >= 0", fname, k->name);
+        return -1;
     }
     return 0;
 }
 
-/* ValueError unless options holds only the seen keys. */
+/* ValueError unless options holds only the seen keys, naming the n
+ * known ones. */
 static int
-no_other_keys(const char *fname, PyObject *options, Py_ssize_t seen, const char *policy, const char *known)
+no_other_keys(const char *fname, PyObject *options, Py_ssize_t seen, const char *policy, const mr_policy_key *keys,
+              size_t n)
 {
-    Py_ssize_t n = PyMapping_Size(options);
-    if (n < 0) {
+    Py_ssize_t size = PyMapping_Size(options);
+    if (size < 0) {
         return -1;
     }
-    if (n != seen) {
+    if (size != seen) {
+        char known[256] = "none";
+        size_t at = 0;
+        for (size_t i = 0; i < n && at < sizeof(known); i++) {
+            at += (size_t)snprintf(known + at, sizeof(known) - at, "%s%s", i == 0 ? "" : ", ", keys[i].name);
+        }
         PyErr_Format(PyExc_ValueError, "%s: policy_options has unknown keys for lru_policy '%s' (known: %s)", fname,
                      policy, known);
         return -1;
@@ -129,32 +140,21 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
 {
     mr_radix_config *pcfg = cfgp;
     mr_radix_options *cfg = optp;
-    static const char *const dnames[] = {"alpha", "flops_per_token", "attn_flops_per_pos", "state_bytes",
-                                         "kv_bytes_per_token"};
-    double *dvals[] = {&cfg->alpha, &cfg->flops_per_token, &cfg->attn_flops_per_pos, &cfg->state_bytes,
-                       &cfg->kv_bytes_per_token};
-    static const char *const inames[] = {"evict_window", "tune_window", "mru"};
-    uint32_t *ivals[] = {&cfg->evict_window, &cfg->tune_window, &cfg->mru};
-    static const int64_t imax[] = {1024, 1 << 20, 1};
-    /* the leaf orders' keys, as SGLang's eviction_policy_config names them */
-    static const char *const onames[] = {"protected_threshold", "threshold", "next_prompt_estimate"};
-    static const int64_t omax[] = {(int64_t)1 << 60, (int64_t)1 << 60, (int64_t)1 << 60};
+    mr_leaf_order *order = orderp;
     mr_lru_policy p;
     int known = mr_radix_policy_by_name(policy, &p) == MR_OK;
-    int classic = known && (p == MR_POLICY_SGLANG || p == MR_POLICY_CONSUMED || p == MR_POLICY_UTILITY
-                            || p == MR_POLICY_ADAPTIVE);
-    if (!classic && (orderp == NULL || !known)) {
+    int classic = known && mr_policy_is_classic(p);
+    if (!classic && (order == NULL || !known)) {
         PyErr_Format(PyExc_ValueError, "%s: lru_policy must be %s, not '%s'", fname,
-                     orderp == NULL ? "'sglang', 'consumed', 'utility' or 'adaptive'"
-                                    : "'sglang', 'consumed', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', "
-                                      "'filo', 'priority', 'slru' or 'tlru'",
+                     order == NULL ? "'sglang', 'consumed', 'utility' or 'adaptive'"
+                                   : "'sglang', 'consumed', 'utility', 'adaptive', 'lfu', 'fifo', 'mru', "
+                                     "'filo', 'priority', 'slru' or 'tlru'",
                      policy);
         return -1;
     }
     pcfg->policy = p;
-    mr_leaf_order *order = orderp;
     if (order != NULL) {
-        *order = (mr_leaf_order){2, 0, 0};
+        *order = mr_policy_default_order();
     }
     if (budget != NULL && budget != Py_None) {
         int64_t b;
@@ -167,49 +167,23 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     if (given <= 0) {
         return given;
     }
+    size_t n;
+    const mr_policy_key *keys = mr_policy_keys(p, &n);
     Py_ssize_t seen = 0;
-    if (!classic) {
-        int64_t o[3] = {order->slru_protected_threshold, order->tlru_threshold, order->tlru_next_prompt_estimate};
-        size_t first = p == MR_POLICY_SLRU ? 0 : 1, count = p == MR_POLICY_SLRU ? 1 : p == MR_POLICY_TLRU ? 2 : 0;
-        if (read_int_keys(options, onames + first, count, omax, o + first, &seen) < 0) {
-            return -1;
-        }
-        *order = (mr_leaf_order){o[0], o[1], o[2]};
-        return no_other_keys(fname, options, seen, policy,
-                             p == MR_POLICY_SLRU   ? "protected_threshold"
-                             : p == MR_POLICY_TLRU ? "threshold, next_prompt_estimate"
-                                                   : "none");
-    }
-    for (size_t i = 0; i < sizeof(dnames) / sizeof(dnames[0]); i++) {
-        PyObject *v = PyMapping_GetItemString(options, dnames[i]);
+    for (size_t i = 0; i < n; i++) {
+        PyObject *v = PyMapping_GetItemString(options, keys[i].name);
         if (v == NULL) {
             PyErr_Clear();
             continue;
         }
         seen++;
-        double d = PyFloat_AsDouble(v);
+        int r = read_key(fname, &keys[i], v, cfg, order);
         Py_DECREF(v);
-        if (d == -1.0 && PyErr_Occurred()) {
-            PyErr_Format(PyExc_TypeError, "%s: policy_options['%s'] must be a number", fname, dnames[i]);
+        if (r < 0) {
             return -1;
         }
-        if (!(d >= 0.0) || d == Py_HUGE_VAL) {
-            PyErr_Format(PyExc_ValueError, "%s: policy_options['%s'] must be finite and >= 0", fname,
-                         dnames[i]);
-            return -1;
-        }
-        *dvals[i] = d;
     }
-    int64_t iv[3] = {*ivals[0], *ivals[1], *ivals[2]};
-    if (read_int_keys(options, inames, 3, imax, iv, &seen) < 0) {
-        return -1;
-    }
-    for (size_t i = 0; i < 3; i++) {
-        *ivals[i] = (uint32_t)iv[i];
-    }
-    return no_other_keys(fname, options, seen, policy,
-                         "alpha, flops_per_token, attn_flops_per_pos, state_bytes, kv_bytes_per_token, "
-                         "evict_window, tune_window, mru");
+    return no_other_keys(fname, options, seen, policy, keys, n);
 }
 
 /* ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include "py_common.h"
 #include "py_numpy.h"
 #include "py_ints.h"
+#include "ints.h"
 
 #include <string.h>
 
@@ -30,91 +31,6 @@ int_kind(const char *fmt, int flags)
     default:
         return 0;
     }
-}
-
-/* Reads element i of a 1-D integer buffer as int64 (unsigned values above
- * INT64_MAX are reported through *overflow). */
-static int64_t
-buf_item(const Py_buffer *v, char kind, Py_ssize_t i, int *overflow)
-{
-    Py_ssize_t step = v->ndim == 0 ? 0 : (v->strides ? v->strides[0] : v->itemsize);   /* 0-d: one item */
-    const char *p = (const char *)v->buf + i * step;
-    switch (v->itemsize) {
-    case 1: return kind == 's' ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
-    case 2: { int16_t s; uint16_t u; if (kind == 's') { memcpy(&s, p, 2); return s; } memcpy(&u, p, 2); return u; }
-    case 4: { int32_t s; uint32_t u; if (kind == 's') { memcpy(&s, p, 4); return s; } memcpy(&u, p, 4); return u; }
-    default: {
-        int64_t s;
-        uint64_t u;
-        if (kind == 's') {
-            memcpy(&s, p, 8);
-            return s;
-        }
-        memcpy(&u, p, 8);
-        if (u > (uint64_t)INT64_MAX) {
-            *overflow = 1;
-        }
-        return (int64_t)u;
-    }
-    }
-}
-
-/* Checks that every element of a contiguous int32 (width 4) or int64
- * (width 8) array lies in [lo, hi]; raises ValueError naming arg and the
- * first offending index.  The min/max scan has no early exit, so the
- * compiler vectorises it. */
-static int
-check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
-{
-    int64_t mn = INT64_MAX, mx = INT64_MIN;
-    if (width == 8 && lo == INT64_MIN && hi == INT64_MAX) {
-        return 0;   /* every int64 is in range: no pass */
-    }
-    if (width == 8 && lo == 0 && hi == INT64_MAX) {
-        /* Only the sign bits matter: one OR over the array (vectorised
-         * without 64-bit compares, which baseline x86-64 lacks). */
-        const uint64_t *a = p;
-        uint64_t any = 0;
-        for (size_t i = 0; i < n; i++) {
-            any |= a[i];
-        }
-        if ((any >> 63) == 0) {
-            return 0;
-        }
-        mn = -1;   /* some element is negative: the loop below names it */
-    }
-    else if (width == 8) {
-        const int64_t *a = p;
-        for (size_t i = 0; i < n; i++) {
-            mn = a[i] < mn ? a[i] : mn;
-            mx = a[i] > mx ? a[i] : mx;
-        }
-    }
-    else {
-        if (lo <= INT32_MIN && hi >= INT32_MAX) {
-            return 0;
-        }
-        const int32_t *a = p;
-        int32_t mn32 = INT32_MAX, mx32 = INT32_MIN;
-        for (size_t i = 0; i < n; i++) {
-            mn32 = a[i] < mn32 ? a[i] : mn32;
-            mx32 = a[i] > mx32 ? a[i] : mx32;
-        }
-        mn = mn32;
-        mx = mx32;
-    }
-    if (n == 0 || (mn >= lo && mx <= hi)) {
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int64_t x = width == 8 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
-        if (x < lo || x > hi) {
-            PyErr_Format(PyExc_ValueError, "%s[%zu] = %lld is out of range [%lld, %lld]",
-                         arg, i, (long long)x, (long long)lo, (long long)hi);
-            return -1;
-        }
-    }
-    return 0;
 }
 
 static void
@@ -147,15 +63,18 @@ out_of_range(const char *arg, Py_ssize_t i, int overflow, int64_t x, int64_t lo,
     return -1;
 }
 
-static void
-put(void *dst, int width, Py_ssize_t i, int64_t x)
+/* Checks that every element of a contiguous int32 (width 4) or int64
+ * (width 8) array lies in [lo, hi] (mr_ints_first_out); raises ValueError
+ * naming arg and the first offending index. */
+static int
+check_range(const void *p, int width, size_t n, int64_t lo, int64_t hi, const char *arg)
 {
-    if (width == 4) {
-        ((int32_t *)dst)[i] = (int32_t)x;
+    int64_t i = mr_ints_first_out(p, width, n, lo, hi);
+    if (i < 0) {
+        return 0;
     }
-    else {
-        ((int64_t *)dst)[i] = x;
-    }
+    int64_t x = width == 8 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+    return out_of_range(arg, (Py_ssize_t)i, 0, x, lo, hi);
 }
 
 /* One Python int (mr_int_value; a bool too with MR_INTS_BOOL), element i,
@@ -189,11 +108,9 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
                      v->format ? v->format : "B");
         return -1;
     }
-    Py_ssize_t n;
-    int contiguous;
+    Py_ssize_t n, step = v->itemsize;   /* the bytes between elements */
     if (v->ndim == 0 && (flags & MR_INTS_SCALAR)) {
         n = 1;
-        contiguous = 1;
     }
     else if (v->ndim != 1) {
         PyErr_Format(PyExc_ValueError, "%s must be 1-dimensional, not %d-dimensional", arg, v->ndim);
@@ -201,9 +118,9 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
     }
     else {
         n = v->shape[0];
-        contiguous = v->strides == NULL || v->strides[0] == v->itemsize;
+        step = v->strides != NULL ? v->strides[0] : v->itemsize;
     }
-    if (kind == 's' && v->itemsize == width && contiguous) {
+    if (kind == 's' && v->itemsize == width && step == v->itemsize) {
         if (check_range(v->buf, width, (size_t)n, lo, hi, arg) < 0) {
             return -1;
         }
@@ -214,55 +131,12 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
     if (mr_buf_reserve(scratch, (size_t)n, (size_t)width) < 0) {
         return -1;
     }
-    if (kind == 's' && v->itemsize == 8 && width == 4 && contiguous) {
-        /* int64 keys (SGLang's array('q') tokens): one narrowing pass. */
-        const int64_t *src = v->buf;
-        int32_t *dst = scratch->p;
-        if (lo <= INT32_MIN && hi >= INT32_MAX) {
-            if (!mr_narrow_i32(src, (size_t)n, dst)) {
-                goto done;
-            }
-        }
-        else {
-            int64_t mn = 0, mx = 0;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t x = src[i];
-                mn = x < mn ? x : mn;
-                mx = x > mx ? x : mx;
-                dst[i] = (int32_t)x;
-            }
-            if (mn >= lo && mx <= hi) {
-                goto done;
-            }
-        }
-        /* Out of range somewhere: the loop below names the first index. */
+    int overflow = 0;
+    int64_t x = 0, bad = mr_ints_convert(v->buf, (int)v->itemsize, kind == 's', step, (size_t)n, scratch->p, width,
+                                         lo, hi, &x, &overflow);
+    if (bad >= 0) {
+        return out_of_range(arg, (Py_ssize_t)bad, overflow, x, lo, hi);
     }
-    else if (kind == 's' && v->itemsize == 4 && width == 8 && contiguous) {
-        /* int32 indices (SGLang's req_to_token rows): one widening pass,
-         * the range checked by its min and max */
-        const int32_t *src = v->buf;
-        int64_t *dst = scratch->p;
-        int32_t mn = INT32_MAX, mx = INT32_MIN;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int32_t x = src[i];
-            mn = x < mn ? x : mn;
-            mx = x > mx ? x : mx;
-            dst[i] = x;
-        }
-        if (n == 0 || (mn >= lo && mx <= hi)) {
-            goto done;
-        }
-        /* Out of range somewhere: the loop below names the first index. */
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int overflow = 0;
-        int64_t x = buf_item(v, kind, i, &overflow);
-        if (overflow || x < lo || x > hi) {
-            return out_of_range(arg, i, overflow, x, lo, hi);
-        }
-        put(scratch->p, width, i, x);
-    }
-done:
     view_release(out);
     out->data = scratch->p;
     out->len = (size_t)n;
@@ -298,7 +172,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
         if (mr_buf_reserve(scratch, 1, (size_t)width) < 0 || one_int(obj, arg, 0, lo, hi, flags, &x) < 0) {
             return -1;
         }
-        put(scratch->p, width, 0, x);
+        mr_ints_put(scratch->p, width, 0, x);
         out->data = scratch->p;
         out->len = 1;
         return 0;
@@ -352,7 +226,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
         if (r < 0) {
             goto fail;
         }
-        put(scratch->p, width, i, x);
+        mr_ints_put(scratch->p, width, (size_t)i, x);
     }
     Py_DECREF(seq);
     mr_ints_release(out);

@@ -55,11 +55,6 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_int64(a[1], "SlotAllocator", "page_size", 1, INT64_MAX, &page_size) < 0) {
         return NULL;
     }
-    if (size / page_size > MR_SLOTS_MAX) {
-        PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
-                     "indices are int32", (long long)(size / page_size), (long long)MR_SLOTS_MAX);
-        return NULL;
-    }
     SlotAllocatorObject *self = (SlotAllocatorObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
@@ -67,6 +62,13 @@ SlotAllocator_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     int rc = mr_kv_init(&self->kv, size, page_size);
     if (rc != MR_OK) {
         Py_DECREF(self);
+    }
+    if (rc == MR_EINVAL) {   /* with size and page_size >= 1: too many units */
+        PyErr_Format(PyExc_ValueError, "SlotAllocator(): %lld units (size / page_size) exceed %lld: slot and KV "
+                     "indices are int32", (long long)(size / page_size), (long long)MR_SLOTS_MAX);
+        return NULL;
+    }
+    if (rc != MR_OK) {
         return mr_raise(mr_state_from_type(tp), rc, "SlotAllocator()");
     }
     return (PyObject *)self;
@@ -101,20 +103,20 @@ SlotAllocator_alloc(SlotAllocatorObject *self, PyObject *const *args, Py_ssize_t
     if (o != NULL && o != Py_None && mr_as_int64(o, 1, INT32_MAX, "alloc(): owner", &owner) < 0) {
         return NULL;
     }
-    if (n % self->kv.page_size != 0) {
+    int rc = mr_kv_alloc_check(&self->kv, n);
+    if (rc == MR_EINVAL) {
         PyErr_Format(PyExc_ValueError, "alloc(): n=%lld is not a multiple of page_size=%lld",
                      (long long)n, (long long)self->kv.page_size);
         return NULL;
     }
-    if (n > mr_kv_available(&self->kv)
-        && !(n == 1 && self->kv.pages.group_active && self->kv.pages.group_pos < self->kv.pages.group_len)) {
+    if (rc == MR_ENOSPC) {
         Py_RETURN_NONE;
     }
     PyObject *out = mr_i64_array(NULL, (npy_intp)n);
     if (out == NULL) {
         return NULL;
     }
-    int rc = mr_kv_alloc(&self->kv, n, (int32_t)owner, (int64_t *)PyArray_DATA((PyArrayObject *)out));
+    rc = mr_kv_alloc(&self->kv, n, (int32_t)owner, (int64_t *)PyArray_DATA((PyArrayObject *)out));
     if (rc == MR_ENOSPC) {
         Py_DECREF(out);
         Py_RETURN_NONE;
@@ -134,11 +136,10 @@ move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_fr
 {
     mr_kv_refusal r;
     mr_kv_explain(kv, rc, idx, k, bad, &r);
-    const int64_t ps = kv->page_size;
-    long long i = (long long)r.at, v = r.at >= 0 ? (long long)idx[r.at] : 0;
+    long long i = (long long)r.at, v = (long long)r.value;
     char unit[48] = "";
-    if (ps > 1 && r.at >= 0) {
-        (void)snprintf(unit, sizeof(unit), " (page %lld)", v / ps);
+    if (r.page >= 0) {
+        (void)snprintf(unit, sizeof(unit), " (page %lld)", (long long)r.page);
     }
     PyObject *own = st->OwnershipError;
     switch (r.why) {
@@ -147,7 +148,7 @@ move_refused(mr_state *st, const mr_kv *kv, int rc, const char *fname, int is_fr
                             fname, i, v, (long long)r.first);
     case MR_KV_WHY_RANGE:
         return PyErr_Format(PyExc_ValueError, "%s(): indices[%lld] = %lld is out of range [%lld, %lld)", fname, i,
-                            v, (long long)ps, (long long)((kv->pages.n + 1) * ps));
+                            v, (long long)r.lo, (long long)r.hi);
     case MR_KV_WHY_FREE:
     case MR_KV_WHY_PENDING:
         return PyErr_Format(own, "%s(): indices[%lld] = %lld%s is not allocated (%s%s)", fname, i, v, unit,
@@ -289,14 +290,8 @@ SlotAllocator_owner(SlotAllocatorObject *self, PyObject *arg)
         PyErr_Format(PyExc_ValueError, "owner(): index %lld is out of range", (long long)i);
         return NULL;
     }
-    switch (o) {
-    case MR_OWNER_FREE: return PyUnicode_FromString("free");
-    case MR_OWNER_TREE: return PyUnicode_FromString("tree");
-    case MR_OWNER_HELD: return PyUnicode_FromString("held");
-    case MR_OWNER_RESERVED: return PyUnicode_FromString("reserved");
-    case MR_OWNER_PENDING: return PyUnicode_FromString("pending");
-    default: return PyLong_FromLong(o);
-    }
+    const char *name = mr_owner_name(o);
+    return name != NULL ? PyUnicode_FromString(name) : PyLong_FromLong(o);
 }
 
 PyDoc_STRVAR(SlotAllocator_counts__doc__,
@@ -528,11 +523,6 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         || mr_arg_int64(a[2], "ReqPool", "track_buffer_size", 1, 2, &pp) < 0) {
         return NULL;
     }
-    if ((uint64_t)max_ctx > SIZE_MAX / sizeof(int32_t) / (uint64_t)(size + 1)) {
-        PyErr_Format(PyExc_ValueError, "ReqPool(): the table of (size + 1) x max_context_len = %lld x %lld int32 "
-                     "entries exceeds the address space", (long long)(size + 1), (long long)max_ctx);
-        return NULL;
-    }
     ReqPoolObject *self = (ReqPoolObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
@@ -540,6 +530,13 @@ ReqPool_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     int rc = mr_reqpool_init(&self->pool, size, max_ctx, (int32_t)pp);
     if (rc != MR_OK) {
         Py_DECREF(self);
+    }
+    if (rc == MR_EINVAL) {   /* with the arguments in their ranges: the table is too large */
+        PyErr_Format(PyExc_ValueError, "ReqPool(): the table of (size + 1) x max_context_len = %lld x %lld int32 "
+                     "entries exceeds the address space", (long long)(size + 1), (long long)max_ctx);
+        return NULL;
+    }
+    if (rc != MR_OK) {
         return mr_raise(mr_state_from_type(tp), rc, "ReqPool()");
     }
     self->holders = PyMem_Calloc((size_t)size + 1, sizeof(PyObject *));
@@ -559,40 +556,21 @@ ReqPool_dealloc(ReqPoolObject *self)
     mr_type_free((PyObject *)self);
 }
 
-/* A numpy view of memory owned by self. */
+/* The getter of the table (closure "t"), state_map ("s") or track_map
+ * ("k"): a numpy view of the pool's memory that keeps the pool alive. */
 static PyObject *
-view_of(PyObject *self, int nd, npy_intp *dims, int typenum, void *data)
+ReqPool_get_view(ReqPoolObject *self, void *closure)
 {
-    PyObject *arr = PyArray_SimpleNewFromData(nd, dims, typenum, data);
-    if (arr == NULL) {
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
-        Py_DECREF(arr);
-        return NULL;
+    const mr_reqpool *p = &self->pool;
+    char which = *(const char *)closure;
+    npy_intp dims[2] = {(npy_intp)p->size + 1, which == 't' ? (npy_intp)p->max_ctx : (npy_intp)p->pp};
+    void *data = which == 't' ? (void *)p->table : which == 's' ? (void *)p->state_map : (void *)p->track_map;
+    PyObject *arr = PyArray_SimpleNewFromData(which == 's' ? 1 : 2, dims, which == 'k' ? NPY_INT64 : NPY_INT32,
+                                              data);
+    if (arr != NULL && PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
+        Py_CLEAR(arr);
     }
     return arr;
-}
-
-static PyObject *
-ReqPool_get_table(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.max_ctx};
-    return view_of((PyObject *)self, 2, dims, NPY_INT32, self->pool.table);
-}
-
-static PyObject *
-ReqPool_get_state_map(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[1] = {(npy_intp)self->pool.size + 1};
-    return view_of((PyObject *)self, 1, dims, NPY_INT32, self->pool.state_map);
-}
-
-static PyObject *
-ReqPool_get_track_map(ReqPoolObject *self, void *c)
-{
-    npy_intp dims[2] = {(npy_intp)self->pool.size + 1, (npy_intp)self->pool.pp};
-    return view_of((PyObject *)self, 2, dims, NPY_INT64, self->pool.track_map);
 }
 
 PyDoc_STRVAR(ReqPool_alloc__doc__,
@@ -733,15 +711,6 @@ PyDoc_STRVAR(ReqPool_write_index__doc__,
 "is not the slice's, OverflowError when a value does not fit int32: the\n"
 "table is unchanged then.");
 
-/* 1 when [p, p + bytes) and the table's memory overlap. */
-static int
-overlaps_table(const mr_reqpool *rp, const char *p, Py_ssize_t bytes)
-{
-    const char *t = (const char *)rp->table;
-    size_t tb = (size_t)(rp->size + 1) * (size_t)rp->max_ctx * sizeof(int32_t);
-    return p < t + tb && t < p + bytes;
-}
-
 static PyObject *
 ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -755,7 +724,6 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_FALSE;
     }
     mr_reqpool *rp = &self->pool;
-    const int64_t rows = rp->size + 1;
     /* the values: an int, or an int32/int64 numpy array of at most one
      * dimension not sharing memory with the table */
     const void *data = NULL;
@@ -784,32 +752,20 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
             Py_RETURN_FALSE;
         }
         data = PyArray_DATA(a);
-        if (nv > 0) {
-            const char *lo = data, *hi = data;
-            if (vstride >= 0) {
-                hi += (nv - 1) * vstride + width;
-            }
-            else {
-                lo += (nv - 1) * vstride;
-                hi += width;
-            }
-            if (overlaps_table(rp, lo, hi - lo)) {
-                Py_RETURN_FALSE;   /* torch decides what an overlapping copy does */
-            }
+        if (mr_reqpool_overlaps(rp, data, width, nv, vstride)) {
+            Py_RETURN_FALSE;   /* torch decides what an overlapping copy does */
         }
     }
     else {
         Py_RETURN_FALSE;
     }
     int ovf = 0;
-    long long r = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(ix, 0), &ovf);
-    if (ovf != 0 || r < -rows || r >= rows) {
+    int64_t r = 0;
+    long long ri = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(ix, 0), &ovf);
+    if (ovf != 0 || mr_reqpool_row_index(rp, ri, &r) != MR_OK) {
         PyErr_Format(PyExc_IndexError, "write(): row %R of indices is out of the table's %lld rows",
-                     PyTuple_GET_ITEM(ix, 0), (long long)rows);
+                     PyTuple_GET_ITEM(ix, 0), (long long)(rp->size + 1));
         return NULL;
-    }
-    if (r < 0) {
-        r += rows;
     }
     Py_ssize_t start, stop, step;
     if (PySlice_Unpack(PyTuple_GET_ITEM(ix, 1), &start, &stop, &step) < 0 || step < 1) {
@@ -817,26 +773,25 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_FALSE;   /* torch refuses a step below 1: its own error */
     }
     Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)rp->max_ctx, &start, &stop, step);
-    if (nv != n && nv != 1) {
+    int why;
+    int64_t bad, x;
+    if (mr_reqpool_assign(rp, r, start, step, n, data, width, nv, vstride, &why, &bad, &x) == MR_OK) {
+        Py_RETURN_TRUE;
+    }
+    if (why == MR_RP_ASSIGN_COUNT) {
         PyErr_Format(PyExc_RuntimeError,
                      "write(): %lld values for the %zd columns of slice %R (max_context_len %lld) of row %lld",
-                     (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, r);
-        return NULL;
+                     (long long)nv, n, PyTuple_GET_ITEM(ix, 1), (long long)rp->max_ctx, (long long)r);
     }
-    int64_t bad = -1;
-    if (mr_reqpool_write_cols(rp, r, start, step, n, data, width, nv == 1 ? 0 : vstride, &bad) != MR_OK) {
-        if (bad >= 0) {
-            int64_t x = width == 4 ? 0 : *(const int64_t *)((const char *)data + (nv == 1 ? 0 : bad * vstride));
-            PyErr_Format(PyExc_OverflowError, "write(): values[%lld] = %lld does not fit the int32 table",
-                         (long long)(nv == 1 ? 0 : bad), (long long)x);
-        }
-        else {
-            PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", r,
-                         PyTuple_GET_ITEM(ix, 1));
-        }
-        return NULL;
+    else if (why == MR_RP_ASSIGN_VALUE) {
+        PyErr_Format(PyExc_OverflowError, "write(): values[%lld] = %lld does not fit the int32 table",
+                     (long long)bad, (long long)x);
     }
-    Py_RETURN_TRUE;
+    else {
+        PyErr_Format(PyExc_IndexError, "write(): indices (%lld, %R) leave the table", (long long)r,
+                     PyTuple_GET_ITEM(ix, 1));
+    }
+    return NULL;
 }
 
 PyDoc_STRVAR(ReqPool_mark_dirty__doc__,
@@ -952,9 +907,9 @@ static PyMethodDef ReqPool_methods[] = {
 };
 
 static PyGetSetDef ReqPool_getset[] = {
-    {"table", (getter)ReqPool_get_table, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", NULL},
-    {"state_map", (getter)ReqPool_get_state_map, NULL, "Row -> running state slot, int32 [size + 1] (a view).", NULL},
-    {"track_map", (getter)ReqPool_get_track_map, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", NULL},
+    {"table", (getter)ReqPool_get_view, NULL, "The req-to-token table, int32 [size + 1, max_context_len] (a view).", "t"},
+    {"state_map", (getter)ReqPool_get_view, NULL, "Row -> running state slot, int32 [size + 1] (a view).", "s"},
+    {"track_map", (getter)ReqPool_get_view, NULL, "Row -> track slots, int64 [size + 1, track_buffer_size] (a view).", "k"},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -223,7 +223,7 @@ PyDoc_STRVAR(extend_kv_need__doc__,
 RULE_FN(extend_kv_need)
 {
     RULE_ARGS("extend_kv_need", 3, "nnP", "extend_total", "num_reqs", "page_size");
-    if (v[1] > 0 && v[1] > (INT64_MAX - v[0]) / v[2]) {
+    if (mr_rule_extend_kv_overflows(v[0], v[1], v[2])) {
         PyErr_SetString(PyExc_OverflowError, "extend_kv_need(): num_reqs * page_size overflows");
         return NULL;
     }
@@ -240,7 +240,7 @@ PyDoc_STRVAR(decode_kv_need__doc__,
 RULE_FN(decode_kv_need)
 {
     RULE_ARGS("decode_kv_need", 2, "nP", "num_reqs", "page_size");
-    if (v[0] > INT64_MAX / v[1]) {
+    if (mr_rule_decode_kv_overflows(v[0], v[1])) {
         PyErr_SetString(PyExc_OverflowError, "decode_kv_need(): num_reqs * page_size overflows");
         return NULL;
     }

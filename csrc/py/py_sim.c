@@ -1,14 +1,9 @@
-/* py_sim.c - the simulator's token expansion of hash blocks, in one pass.
- *
- * mambaradix.sim.workloads.HashBlocks keeps a Mooncake prompt as one mixed
- * 32-bit id per block; the replay expands each prompt into tokens when it
- * first matches it.  Token j of a block with id a is the multiply-high
- * (a * m(j) mod 2**32) * vocab_size >> 32, the rule that workloads.py
- * documents; this loop writes it without numpy's two passes and uint64
- * temporaries. */
+/* py_sim.c - the simulator's token expansion of hash blocks
+ * (csrc/core/hash_blocks.h) as hash_blocks_write(). */
 #include "py_common.h"
 #include "py_args.h"
 #include "py_numpy.h"
+#include "hash_blocks.h"
 
 /* arr as a 1-D C-contiguous array of type `type` (writable when `writable`),
  * or a TypeError naming the argument. */
@@ -61,24 +56,12 @@ sim_hash_blocks_write(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyOb
         PyErr_SetString(PyExc_ValueError, "hash_blocks_write(): mults is empty (the block size must be >= 1)");
         return NULL;
     }
-    size_t blocks = n / bs + (n % bs != 0);
-    if ((uint64_t)first > nkeys || blocks > nkeys - (size_t)first) {
+    size_t blocks;
+    if (mr_hash_blocks_write(keys, nkeys, mults, bs, first, (uint64_t)vocab, out, n, &blocks) != MR_OK) {
         PyErr_Format(PyExc_ValueError,
                      "hash_blocks_write(): out holds %zu tokens, %zu blocks from block %lld, but keys has %zu",
                      n, blocks, (long long)first, nkeys);
         return NULL;
-    }
-    keys += first;
-    /* one rule for every vocabulary: with vocab_size = 2**b the product
-     * shifted right by 32 is the top b bits, as a shift would give */
-    for (size_t i = 0, b = 0; i < n; b++) {
-        uint32_t key = keys[b];
-        size_t len = n - i < bs ? n - i : bs;
-        int32_t *o = out + i;
-        for (size_t j = 0; j < len; j++) {
-            o[j] = (int32_t)(((uint64_t)(uint32_t)(key * mults[j]) * (uint64_t)vocab) >> 32);
-        }
-        i += len;
     }
     Py_RETURN_NONE;
 }

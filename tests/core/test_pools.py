@@ -391,3 +391,27 @@ def test_free_group_defers_and_catches_a_double_free_at_once() -> None:
     a.clear()
     assert not a.in_free_group and a.counts()["pending"] == 0
     a.check()
+
+
+
+@pytest.mark.parametrize("dtype", ["i4", "i8", "u2"])
+def test_free_takes_strided_index_arrays(dtype):
+    """free() and transfer() read index arrays of any integer type and
+    stride (SGLang slices its index tensors): exactly the listed units
+    change owner, and page_size 1 frees to the tail in the order listed."""
+    a = _C.SlotAllocator(12)
+    got = a.alloc(12).astype(dtype)
+    a.free(got[::-3])                   # units 12, 9, 6, 3
+    owners = ["held"] * 12
+    for u in (12, 9, 6, 3):
+        owners[u - 1] = "free"
+    assert [a.owner(u) for u in range(1, 13)] == owners
+    with pytest.raises(_C.OwnershipError) as e:
+        a.transfer(got[1::4], "tree")   # units 2, 6, 10: 6 is free
+    assert str(e.value) == "transfer(): indices[1] = 6 is not allocated (already free)"
+    a.transfer(got[1:9:3][::-1], "tree")   # units 8, 5, 2
+    for u in (8, 5, 2):
+        owners[u - 1] = "tree"
+    assert [a.owner(u) for u in range(1, 13)] == owners
+    assert a.alloc(4).tolist() == [12, 9, 6, 3]
+    a.check()

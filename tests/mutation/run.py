@@ -275,11 +275,11 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_ROW_FROM", "csrc/core/lifecycle.c", "size_t first = check_from(lc, mine);",
            "size_t first = check_from(lc, mine) + 1;", T_LIFE + T_INS + T_DROPIN,
            "cache_unfinished reads the table from one past the insert's first used index (a stale KV index)"),
-    Mutant("PY_I32_RANGE", "csrc/py/py_ints.c", "        if (n == 0 || (mn >= lo && mx <= hi)) {\n            goto done;",
-           "        if (1) {\n            goto done;", ["tests/core/test_tree_bad_input.py", "tests/core/test_int_arrays.py"],
+    Mutant("PY_I32_RANGE", "csrc/core/ints.c", "        if (n == 0 || (mn >= lo && mx <= hi)) {\n            return -1;",
+           "        if (1) {\n            return -1;", ["tests/core/test_tree_bad_input.py", "tests/core/test_int_arrays.py"],
            "int32 indices widened without their range check"),
-    Mutant("PY_I32_WIDEN", "csrc/py/py_ints.c", "            dst[i] = x;\n        }\n        if (n == 0 ||",
-           "            dst[i] = mn;\n        }\n        if (n == 0 ||", ["tests/core/test_int_arrays.py"] + T_TONLY[:1] + T_TAKE[:2],
+    Mutant("PY_I32_WIDEN", "csrc/core/ints.c", "            d[i] = x;\n        }\n        if (n == 0 ||",
+           "            d[i] = mn;\n        }\n        if (n == 0 ||", ["tests/core/test_int_arrays.py"] + T_TONLY[:1] + T_TAKE[:2],
            "int32 indices widened to the wrong values"),
     Mutant("SA_SET_OWNERS", "csrc/core/slot_alloc.c", "        count_add(s, owner[idx[i]], -1);\n        owner[idx[i]] = to;",
            "        owner[idx[i]] = to;", T_FG + T_INS + T_LIFE,
@@ -617,6 +617,12 @@ MUTANTS: List[Mutant] = [
            "    if (0) {",
            ["tests/dropin/sglang_0523/test_unified_core.py", "tests/dropin/test_reentrant_unified.py"],
            "a NodeId kept past an eviction that reused its node id names the new node"),
+    # ---- the integer reader's conversions and the policy option keys (csrc/core/ints.c, policy_opts.c)
+    Mutant("INTS_STRIDE", "csrc/core/ints.c", "(const char *)src + (ptrdiff_t)i * stride",
+           "(const char *)src + (ptrdiff_t)i * itemsize", T_POOLS + ["tests/core/test_int_reader_forms.py"],
+           "integer reader: a strided buffer read as if contiguous"),
+    Mutant("POLICY_WINDOW", "csrc/core/policy_opts.c", '{"evict_window", MR_KEY_WINDOW, 1024,', '{"evict_window", MR_KEY_WINDOW, 1023,',
+           ["tests/core/test_policy_options.py", "tests/core/test_tree_adaptive.py"], "policy_options: evict_window's largest value off by one"),
 ]
 
 
