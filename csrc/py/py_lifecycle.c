@@ -21,6 +21,7 @@
 #include "py_ints.h"
 #include "py_numpy.h"
 #include "lifecycle.h"
+#include "lc_check.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -47,70 +48,10 @@ lc_state(LifecycleObject *self)
     return mr_state_from_type(Py_TYPE(self));
 }
 
-/* Reads obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
- * tensors) as int32 tokens into kb; *len gets their number.  The first
- * `limit` tokens only when limit >= 0.  Reading may run Python code (an
- * item's __index__, __array__) that calls this Lifecycle again: a call
- * that runs more Python code after the key is read reads it into the
- * Lifecycle's keybuf taken for the call (mr_buf_take), so that a
- * re-entrant call cannot change the tokens under it. */
-static int
-read_key(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
-{
-    mr_ints v;
-    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, kb, &v) < 0) {
-        return -1;
-    }
-    size_t n = limit >= 0 && (size_t)limit < v.len ? (size_t)limit : v.len;
-    int rc = 0;
-    if (v.data != kb->p) {
-        rc = mr_buf_reserve(kb, n, sizeof(int32_t));
-        if (rc == 0 && n > 0) {
-            memcpy(kb->p, v.data, n * sizeof(int32_t));
-        }
-    }
-    mr_ints_release(&v);
-    *len = n;
-    return rc;
-}
-
-/* read_key, then, when fewer than `limit` tokens were read and tail is
- * given (not None), the tokens of tail after them (up to limit in all):
- * SGLang's origin_input_ids + output_ids without building the sum. */
-static int
-read_key_tail(mr_buf *kb, PyObject *obj, PyObject *tail, Py_ssize_t limit, const char *arg, const char *tail_arg,
-              size_t *len)
-{
-    if (read_key(kb, obj, limit, arg, len) < 0) {
-        return -1;
-    }
-    if (tail == NULL || tail == Py_None || (limit >= 0 && (size_t)limit <= *len)) {
-        return 0;
-    }
-    mr_buf tmp = {0};
-    mr_ints v;
-    if (mr_ints_read(tail, 4, INT32_MIN, INT32_MAX, tail_arg, MR_INTS_SCALAR, &tmp, &v) < 0) {
-        mr_buf_free(&tmp);
-        return -1;
-    }
-    size_t m = v.len;
-    if (limit >= 0 && m > (size_t)limit - *len) {
-        m = (size_t)limit - *len;
-    }
-    int rc = mr_buf_reserve(kb, *len + m, sizeof(int32_t));
-    if (rc == 0 && m > 0) {
-        memcpy((int32_t *)kb->p + *len, v.data, m * sizeof(int32_t));
-        *len += m;
-    }
-    mr_ints_release(&v);
-    mr_buf_free(&tmp);
-    return rc;
-}
-
 /* An int64 key that a match can read in place: a 1-D C-contiguous int64
  * numpy array or buffer (SGLang's array('q') tokens).  Returns 1 with *p and
  * *n set (release *view with PyBuffer_Release when *have_view), or 0 when
- * obj is not one (then read_key converts it). */
+ * obj is not one (then key_read converts it). */
 static int
 key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, size_t *n)
 {
@@ -129,7 +70,7 @@ key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, si
         return 0;
     }
     if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();   /* read_key reads it, or names the problem */
+        PyErr_Clear();   /* key_read reads it, or names the problem */
         return 0;
     }
     const char *f = view->format != NULL ? view->format : "B";
@@ -143,6 +84,92 @@ key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, si
         return 1;
     }
     PyBuffer_Release(view);
+    return 0;
+}
+
+/* A key argument read once into a view (mr_key, lc_check.h).  An int64
+ * key that key64_view accepts is read where it is when the call can read it
+ * in place (in_place); any other (ints; int64 or int32 arrays, array('q'),
+ * lists, CPU torch tensors) is narrowed to int32 into the Lifecycle's
+ * keybuf taken for the call (mr_buf_take): reading may run Python code (an
+ * item's __index__, __array__) that calls this Lifecycle again, which then
+ * cannot change the tokens under the call.  The caller hands k to
+ * key_release. */
+typedef struct {
+    mr_key key;
+    mr_buf kb;
+    Py_buffer view;
+    int have_view;
+    int took;
+} key_arg;
+
+static void
+key_release(LifecycleObject *self, key_arg *k)
+{
+    if (k->have_view) {
+        PyBuffer_Release(&k->view);
+        k->have_view = 0;
+    }
+    if (k->took) {
+        mr_buf_give(&self->keybuf, &k->kb);
+        k->took = 0;
+    }
+}
+
+/* Appends obj's tokens (the argument arg) to the *len tokens in kb, up to
+ * `limit` in all when limit >= 0. */
+static int
+key_append(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
+{
+    mr_buf tmp = {0};
+    mr_ints v;
+    /* the first part converts in kb itself (no copy when it is narrowed) */
+    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, *len == 0 ? kb : &tmp, &v) < 0) {
+        mr_buf_free(&tmp);
+        return -1;
+    }
+    size_t m = v.len;
+    if (limit >= 0 && m > (size_t)limit - *len) {
+        m = (size_t)limit - *len;
+    }
+    int rc = 0;
+    if (v.data != kb->p) {
+        rc = mr_buf_reserve(kb, *len + m, sizeof(int32_t));
+        if (rc == 0 && m > 0) {
+            memcpy((int32_t *)kb->p + *len, v.data, m * sizeof(int32_t));
+        }
+    }
+    *len += m;
+    mr_ints_release(&v);
+    mr_buf_free(&tmp);
+    return rc;
+}
+
+/* Reads obj into k (the first `limit` tokens only when limit >= 0), then,
+ * when fewer than `limit` tokens were read and tail is given (not NULL or
+ * None), the tokens of tail after them (up to limit in all): SGLang's
+ * origin_input_ids + output_ids without building the sum.  A tail makes
+ * the key a copy. */
+static int
+key_read(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t limit, int in_place, const char *arg,
+         const char *tail_arg, key_arg *k)
+{
+    const int64_t *p64 = NULL;
+    size_t n = 0;
+    memset(k, 0, sizeof(*k));
+    if (in_place && key64_view(obj, &k->view, &k->have_view, &p64, &n)) {
+        k->key = (mr_key){p64, limit >= 0 && (size_t)limit < n ? (size_t)limit : n, 8};
+        return 0;
+    }
+    k->kb = mr_buf_take(&self->keybuf);
+    k->took = 1;
+    if (key_append(&k->kb, obj, limit, arg, &n) < 0
+        || (tail != NULL && tail != Py_None && (limit < 0 || (size_t)limit > n)
+            && key_append(&k->kb, tail, limit, tail_arg, &n) < 0)) {
+        key_release(self, k);
+        return -1;
+    }
+    k->key = (mr_key){k->kb.p, n, 4};
     return 0;
 }
 
@@ -297,77 +324,23 @@ mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
     return (PyObject *)o;
 }
 
-/* One field of the record: its offset and C type.  The table is the
- * 13-tuple's order; ReqState's attributes are its entries. */
-typedef struct {
-    const char *name;
-    size_t off;
-    char kind;   /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32,
-                  * 'n' last_node's id (-1: no node; setting -1 drops the lock too) */
-} rs_field;
-
-#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
-
-static const rs_field rs_fields[RS_LEN] = {
-    RS_FIELD("running", running, 'q'),
-    RS_FIELD("track0", track[0], 'q'),
-    RS_FIELD("track1", track[1], 'q'),
-    RS_FIELD("next_track", next_track, 'i'),
-    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
-    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
-    RS_FIELD("cow_src", cow_src, 'q'),
-    RS_FIELD("needs_clear", needs_clear, 'b'),
-    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
-    RS_FIELD("protected_len", protected_len, 'q'),
-    RS_FIELD("node_id", last_node.id, 'n'),
-    RS_FIELD("node_gen", last_node.gen, 'I'),
-    RS_FIELD("locked", locked, 'b'),
+/* The record's fields by number (lc_check.h), in the 13-tuple's order;
+ * ReqState's attributes are its entries, named so in messages. */
+static const char *const rs_names[RS_LEN] = {
+    "ReqState.running",
+    "ReqState.track0",
+    "ReqState.track1",
+    "ReqState.next_track",
+    "ReqState.last_track_seqlen",
+    "ReqState.branching_seqlen",
+    "ReqState.cow_src",
+    "ReqState.needs_clear",
+    "ReqState.lazy_is_insert",
+    "ReqState.protected_len",
+    "ReqState.node_id",
+    "ReqState.node_gen",
+    "ReqState.locked",
 };
-
-/* Field f of a record, as a Python int. */
-static PyObject *
-rs_field_get(const mr_req *rec, const rs_field *f)
-{
-    const char *p = (const char *)rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        return PyLong_FromLongLong((long long)*(const int64_t *)p);
-    case 'i':
-        return PyLong_FromLong((long)*(const int32_t *)p);
-    case 'I':
-        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
-    case 'n':
-        return PyLong_FromLongLong(rec->has_node ? (long long)rec->last_node.id : -1);
-    default:
-        return PyLong_FromLong((long)*(const uint8_t *)p);
-    }
-}
-
-/* Field f of a record set to x (narrowed to its C type). */
-static void
-rs_field_set(mr_req *rec, const rs_field *f, int64_t x)
-{
-    char *p = (char *)rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        *(int64_t *)p = x;
-        break;
-    case 'i':
-        *(int32_t *)p = (int32_t)x;
-        break;
-    case 'I':
-        *(uint32_t *)p = (uint32_t)x;
-        break;
-    case 'n':
-        rec->has_node = x >= 0;
-        rec->last_node.id = (uint32_t)(x >= 0 ? x : 0);
-        rec->locked = rec->locked && x >= 0;
-        break;
-    default:
-        *(uint8_t *)p = x != 0;
-        break;
-    }
-}
 
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
@@ -381,17 +354,17 @@ tuple_to_req(PyObject *obj, mr_req *st)
         PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
         return -1;
     }
-    mr_req_reset(st);
+    int64_t v[RS_LEN];
     for (int i = 0; i < RS_LEN; i++) {
         long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
         if (x == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             return -1;
         }
-        rs_field_set(st, &rs_fields[i], x);
+        v[i] = (int64_t)x;
     }
     Py_DECREF(seq);
-    st->locked = st->locked && st->has_node;   /* locked only with a node */
+    mr_req_from_fields(st, v);
     return 0;
 }
 
@@ -400,7 +373,7 @@ req_to_tuple(const mr_req *st)
 {
     PyObject *t = PyTuple_New(RS_LEN);
     for (int i = 0; t != NULL && i < RS_LEN; i++) {
-        PyObject *v = rs_field_get(st, &rs_fields[i]);
+        PyObject *v = PyLong_FromLongLong((long long)mr_req_field(st, i));
         if (v == NULL) {
             Py_CLEAR(t);
             break;
@@ -589,6 +562,45 @@ static const mr_status_override decode_batch_overrides[] = {
 /* ------------------------------------------------------------------------
  * Lifetime */
 
+/* Words a refused configuration (mr_lc_config_check). */
+static PyObject *
+config_raise(const mr_lc_why *why, int64_t page, int64_t pp)
+{
+    switch (why->why) {
+    case MR_LC_WHY_CHUNK_PAGE:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide "
+                            "the other", (long long)why->value, (long long)page);
+    case MR_LC_WHY_LAZY:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
+        return NULL;
+    case MR_LC_WHY_NO_VALUES_POOLS:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): values=False is for a Lifecycle without pools (its pools "
+                        "own KV indices, which the tree must keep)");
+        return NULL;
+    case MR_LC_WHY_POOL_TYPE:
+        PyErr_SetString(PyExc_TypeError,
+                        "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
+                        "ReqPool (or all three None)");
+        return NULL;
+    case MR_LC_WHY_SAME_POOL:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): state_allocator and kv_allocator must be different "
+                        "SlotAllocator objects (one pool cannot hold both state slots and KV indices)");
+        return NULL;
+    case MR_LC_WHY_STATE_PAGE:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): the state allocator must have page_size 1");
+        return NULL;
+    case MR_LC_WHY_KV_PAGE:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator page_size %lld != page_size %lld",
+                            (long long)why->value, (long long)page);
+    case MR_LC_WHY_TRACK_WIDTH:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): req_pool track_buffer_size %d != track_buffer_size %d",
+                            (int)why->value, (int)pp);
+    default:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator's %lld tokens exceed the req-to-token "
+                            "table's int32 indices", (long long)why->value);
+    }
+}
+
 static PyObject *
 Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
@@ -616,10 +628,21 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
              *opts = a[11] ? a[11] : Py_None, *budget = a[12] ? a[12] : Py_None;
     mr_lc_config cfg = {0};
     cfg.end_of_turn = eot;
-    if (page % chunk != 0 && chunk % page != 0) {
-        PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide the other",
-                     (long long)chunk, (long long)page);
-        return NULL;
+    cfg.page_size = (uint32_t)page;
+    cfg.chunk_size = (uint32_t)chunk;
+    cfg.extra_buffer = extra;
+    cfg.lazy = lazy;
+    cfg.track_buffer_size = (int32_t)pp;
+    cfg.track_interval = interval;
+    cfg.no_values = !values;
+    int none = so == Py_None && ko == Py_None && ro == Py_None;
+    mr_kv *state_kv = mr_pools_slot_allocator_kv(so, st), *kv = mr_pools_slot_allocator_kv(ko, st);
+    mr_reqpool *rp = mr_pools_req_pool(ro, st);
+    mr_lc_why why;
+    /* the configuration's first problem, worded in the order of the
+     * arguments: chunk_size before the policy's, the rest after */
+    if (mr_lc_config_check(&cfg, !none, state_kv, kv, rp, &why) == MR_LC_WHY_CHUNK_PAGE) {
+        return config_raise(&why, page, pp);
     }
     mr_radix_config pc = {1, 1, MR_POLICY_SGLANG};
     if (mr_read_policy("Lifecycle()", policy, opts, budget, &pc, &cfg.tree, NULL) < 0) {
@@ -633,67 +656,14 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "Lifecycle(): semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
         return NULL;
     }
-    if (lazy && (!extra || pp != 2)) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
-        return NULL;
-    }
-    cfg.page_size = (uint32_t)page;
-    cfg.chunk_size = (uint32_t)chunk;
-    cfg.extra_buffer = extra;
-    cfg.lazy = lazy;
-    cfg.track_buffer_size = (int32_t)pp;
-    cfg.track_interval = interval;
-    cfg.no_values = !values;
-    mr_slots *sp = NULL;
-    mr_kv *state_kv = NULL, *kv = NULL;
-    mr_reqpool *rp = NULL;
-    int none = so == Py_None && ko == Py_None && ro == Py_None;
-    if (!none && !values) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): values=False is for a Lifecycle without pools (its pools "
-                        "own KV indices, which the tree must keep)");
-        return NULL;
-    }
-    if (!none) {
-        state_kv = mr_pools_slot_allocator_kv(so, st);
-        kv = mr_pools_slot_allocator_kv(ko, st);
-        rp = mr_pools_req_pool(ro, st);
-        if (state_kv == NULL || kv == NULL || rp == NULL) {
-            PyErr_SetString(PyExc_TypeError,
-                            "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
-                            "ReqPool (or all three None)");
-            return NULL;
-        }
-        if (state_kv == kv) {
-            PyErr_SetString(PyExc_ValueError, "Lifecycle(): state_allocator and kv_allocator must be different "
-                            "SlotAllocator objects (one pool cannot hold both state slots and KV indices)");
-            return NULL;
-        }
-        if (state_kv->page_size != 1) {
-            PyErr_SetString(PyExc_ValueError, "Lifecycle(): the state allocator must have page_size 1");
-            return NULL;
-        }
-        if (kv->page_size != page) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator page_size %lld != page_size %lld",
-                         (long long)kv->page_size, page);
-            return NULL;
-        }
-        if (rp->pp != pp) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): req_pool track_buffer_size %d != track_buffer_size %d",
-                         (int)rp->pp, pp);
-            return NULL;
-        }
-        if (!mr_kv_fits_table(kv)) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator's %lld tokens exceed the req-to-token table's "
-                         "int32 indices", (long long)(kv->pages.n + 1) * (long long)kv->page_size);
-            return NULL;
-        }
-        sp = &state_kv->pages;
+    if (why.why != MR_LC_WHY_NONE) {
+        return config_raise(&why, page, pp);
     }
     LifecycleObject *self = (LifecycleObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
     }
-    int rc = mr_lc_new(&cfg, sp, kv, rp, &self->lc);
+    int rc = mr_lc_new(&cfg, none ? NULL : &state_kv->pages, kv, rp, &self->lc);
     if (rc != MR_OK) {
         Py_DECREF(self);
         return mr_raise(st, rc, "Lifecycle()");
@@ -827,24 +797,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     /* the key first: converting it may run Python code that calls this
      * Lifecycle again, so a converted key lives in keybuf taken for the
      * call, and the row and the record are read after it */
-    size_t len = 0;
-    Py_buffer view;
-    int have_view = 0;
-    const int64_t *key64 = NULL;
-    mr_buf kb = {NULL, 0};
-    int took = 0;
-    if (key64_view(args[0], &view, &have_view, &key64, &len)) {
-        if (limit >= 0 && (size_t)limit < len) {
-            len = (size_t)limit;
-        }
-    }
-    else {
-        kb = mr_buf_take(&self->keybuf);
-        took = 1;
-        if (read_key(&kb, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
-            mr_buf_give(&self->keybuf, &kb);
-            return NULL;
-        }
+    key_arg k;
+    if (key_read(self, args[0], NULL, (Py_ssize_t)limit, 1, "match(): key", NULL, &k) < 0) {
+        return NULL;
     }
     mr_req st;
     int ok = !(cow && owner >= 1 && match_row_record(self, (ReqStateObject *)rs, owner) < 0);
@@ -857,15 +812,8 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     mr_match m;
     /* the indices go straight into the result array (below) */
-    int rc = ok ? mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)kb.p, key64, len, (int32_t)ns,
-                                  cow, &st, (int32_t)owner, &m, NULL)
-                : MR_OK;
-    if (have_view) {
-        PyBuffer_Release(&view);
-    }
-    if (took) {
-        mr_buf_give(&self->keybuf, &kb);
-    }
+    int rc = ok ? mr_lc_match_view(self->lc, &k.key, (int32_t)ns, cow, &st, (int32_t)owner, &m) : MR_OK;
+    key_release(self, &k);
     if (!ok) {
         return NULL;
     }
@@ -916,11 +864,12 @@ insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int
         return;
     }
     long long i = (long long)bad, x = (long long)val[bad];
-    const mr_kv *kv = mr_pools_slot_allocator_kv(self->kv_obj, st);
+    mr_lc_why why;
     switch (rc) {
     case MR_EINVAL:
         PyErr_Format(PyExc_ValueError, "insert(): value[%lld] = %lld is %s", i, x,
-                     x >= 0 && kv != NULL && x / kv->page_size <= kv->pages.n
+                     mr_lc_insert_why(mr_pools_slot_allocator_kv(self->kv_obj, st), rc, val, bad, &why)
+                             == MR_LC_WHY_KV_TWICE
                          ? "listed twice past the tree's own prefix (an index the insert would store or free twice)"
                          : "out of range");
         break;
@@ -1002,13 +951,13 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (mr_as_int64(args[2], 0, INT64_MAX, "insert(): state", &state) < 0) {
         return NULL;
     }
-    size_t len = 0;
     PyObject *val = NULL, *dups = NULL, *res = NULL;
-    /* reading the value may run Python code: the key stays in kb */
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    if (read_key(&kb, args[0], -1, "insert(): key", &len) < 0) {
-        goto error;
+    /* reading the value may run Python code: the key is a copy */
+    key_arg k;
+    if (key_read(self, args[0], NULL, -1, 0, "insert(): key", NULL, &k) < 0) {
+        return NULL;
     }
+    size_t len = k.key.len;
     val = mr_ints_array(args[1], "insert(): value");
     if (val == NULL) {
         goto error;
@@ -1037,7 +986,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     mr_insert_result r;
     int64_t bad = -1;
     const int64_t *v = (const int64_t *)PyArray_DATA((PyArrayObject *)val);
-    int rc = mr_lc_insert(self->lc, (const int32_t *)kb.p, v, len, (int32_t)ns, state, (size_t)prev,
+    int rc = mr_lc_insert(self->lc, k.key.p, v, len, (int32_t)ns, state, (size_t)prev,
                           copy_dups ? (int64_t *)self->buf.p : NULL, &r, &bad);
     if (rc != MR_OK) {
         insert_raise(self, rc, v, bad, state);
@@ -1064,7 +1013,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     res = Py_BuildValue("(nOkkO)", (Py_ssize_t)r.prefix_len, r.state_existed ? Py_True : Py_False,
                         (unsigned long)h.id, (unsigned long)h.gen, dups);
 error:
-    mr_buf_give(&self->keybuf, &kb);
+    key_release(self, &k);
     Py_XDECREF(dups);
     Py_XDECREF(val);
     return res;
@@ -1485,19 +1434,16 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             goto error;
         }
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (rows[i] >= 1 && !mr_reqpool_in_use(rp, rows[i])) {
-            PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is not a request row in use (-1 takes a new "
-                         "row)", i, (long long)rows[i]);
-            goto error;
-        }
-        for (Py_ssize_t j = 0; rows[i] >= 1 && j < i; j++) {
-            if (rows[j] == rows[i]) {
-                PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is rows[%zd] too (one row per request)", i,
-                             (long long)rows[i], j);
-                goto error;
-            }
-        }
+    mr_lc_why why;
+    if (mr_lc_admit_rows_check(rp, rows, (size_t)n, &why) == MR_LC_WHY_ROW_FREE) {
+        PyErr_Format(PyExc_ValueError, "admit(): rows[%lld] = %lld is not a request row in use (-1 takes a new "
+                     "row)", (long long)why.at, (long long)why.value);
+        goto error;
+    }
+    if (why.why == MR_LC_WHY_ROW_TWICE) {
+        PyErr_Format(PyExc_ValueError, "admit(): rows[%lld] = %lld is rows[%lld] too (one row per request)",
+                     (long long)why.at, (long long)why.value, (long long)why.other);
+        goto error;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
@@ -1650,20 +1596,13 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
      * Lifecycle again; the row's record is read after it, and the key
      * stays in kb, or is read in place (int64: SGLang's array('q'), whose
      * insert narrows only what it reads) */
-    size_t len = 0;
     PyObject *prefix = NULL, *res = NULL;
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    Py_buffer view;
-    int have_view = 0;
-    const int64_t *k64 = NULL;
-    if (key64_view(args[2], &view, &have_view, &k64, &len)) {
-        len = len < (size_t)fill ? len : (size_t)fill;
+    key_arg k;
+    if (key_read(self, args[2], NULL, (Py_ssize_t)fill, 1, "cache_unfinished(): tokens", NULL, &k) < 0) {
+        return NULL;
     }
-    else if (read_key(&kb, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
-        goto done;
-    }
-    if ((int64_t)len < fill) {
-        PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", len, (long long)fill);
+    if ((int64_t)k.key.len < fill) {
+        PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", k.key.len, (long long)fill);
         goto done;
     }
     if (parse_rs_row(self, args[1], row, "cache_unfinished", &st) < 0) {
@@ -1674,13 +1613,12 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto done;
     }
     int64_t fs = -1, fd = -1, bad = -1;
-    int rc = mr_lc_cache_unfinished_key(self->lc, row, &st, k64 != NULL ? NULL : (const int32_t *)kb.p, k64,
-                                        (size_t)fill, (int32_t)ns, (int64_t *)PyArray_DATA((PyArrayObject *)prefix),
-                                        &fs, &fd, &bad);
-    if (rc == MR_EINVAL && k64 != NULL && bad >= 0) {
+    int rc = mr_lc_cache_unfinished_view(self->lc, row, &st, &k.key, (size_t)fill, (int32_t)ns,
+                                         (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd, &bad);
+    if (rc == MR_EINVAL && k.key.width == 8 && bad >= 0) {
         Py_CLEAR(prefix);   /* as the narrowing of a copied key names it */
         PyErr_Format(PyExc_ValueError, "cache_unfinished(): tokens[%lld] = %lld is out of range [%d, %d]",
-                     (long long)bad, (long long)k64[bad], INT32_MIN, INT32_MAX);
+                     (long long)bad, (long long)mr_key_at(&k.key, (size_t)bad), INT32_MIN, INT32_MAX);
         goto done;
     }
     if (rc != MR_OK) {
@@ -1691,10 +1629,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     res = Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
     prefix = NULL;   /* stolen by "N" */
 done:
-    if (have_view) {
-        PyBuffer_Release(&view);
-    }
-    mr_buf_give(&self->keybuf, &kb);
+    key_release(self, &k);
     Py_XDECREF(prefix);
     return res;
 }
@@ -1743,17 +1678,19 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     /* the tokens first (cache_unfinished says why), into kb */
-    size_t len = 0;
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    int ok = read_key_tail(&kb, args[2], pa[6], (Py_ssize_t)c, "cache_finished(): tokens", "cache_finished(): tail",
-                           &len) == 0;
-    if (ok && (int64_t)len < c) {
-        PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", len, (long long)c);
+    key_arg k;
+    if (key_read(self, args[2], pa[6], (Py_ssize_t)c, 0, "cache_finished(): tokens", "cache_finished(): tail",
+                 &k) < 0) {
+        return NULL;
+    }
+    int ok = 1;
+    if ((int64_t)k.key.len < c) {
+        PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", k.key.len, (long long)c);
         ok = 0;
     }
     ok = ok && parse_rs_row(self, args[1], row, "cache_finished", &st) == 0;
-    int rc = ok ? mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)kb.p, (size_t)c, (int32_t)ns, ins) : MR_OK;
-    mr_buf_give(&self->keybuf, &kb);
+    int rc = ok ? mr_lc_cache_finished(self->lc, row, &st, k.key.p, (size_t)c, (int32_t)ns, ins) : MR_OK;
+    key_release(self, &k);
     if (!ok) {
         return NULL;
     }
@@ -2336,37 +2273,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
     return 0;
 }
 
-/* A refused token of an in-place key, bad = {key, position} (the batch
- * calls' report): ValueError naming it as the narrowing of a copied key
- * does, 1; 0 (nothing set) when bad names none. */
-static int
-keyset_bad_token(const keyset *k, const int64_t *bad, const char *fname)
-{
-    if (bad[0] < 0 || bad[1] < 0 || k->ptrs64 == NULL || (size_t)bad[0] >= k->n || k->ptrs64[bad[0]] == NULL) {
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError, "%s(): keys[%lld][%lld] = %lld is out of range [%d, %d]", fname,
-                 (long long)bad[0], (long long)bad[1], (long long)k->ptrs64[bad[0]][bad[1]], INT32_MIN, INT32_MAX);
-    return 1;
-}
-
-/* keyset_bad_token where the request's sequence is keys[i] followed by
- * outputs[i] (o, or NULL): a position past the key names the output. */
-static int
-keyset_bad_joined(const keyset *k, const keyset *o, const int64_t *bad, const char *fname)
-{
-    if (o == NULL || bad[0] < 0 || bad[1] < 0 || (size_t)bad[0] >= k->n || (size_t)bad[1] < k->lens[bad[0]]) {
-        return keyset_bad_token(k, bad, fname);
-    }
-    int64_t at[2] = {bad[0], bad[1] - (int64_t)k->lens[bad[0]]};
-    if (o->ptrs64 == NULL || o->ptrs64[at[0]] == NULL) {
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError, "%s(): outputs[%lld][%lld] = %lld is out of range [%d, %d]", fname,
-                 (long long)at[0], (long long)at[1], (long long)o->ptrs64[at[0]][at[1]], INT32_MIN, INT32_MAX);
-    return 1;
-}
-
 /* The core's view of a batch's keys, and of their outputs (o, or NULL). */
 static mr_lc_batch_keys
 batch_keys(const keyset *k, const keyset *o)
@@ -2380,23 +2286,45 @@ batch_keys(const keyset *k, const keyset *o)
     return b;
 }
 
-/* After a refusal of in-place keys: 1 with ValueError set, naming the
- * first token outside int32 (as the narrowing of a copied key names it),
- * or 0 when every token fits. */
+/* Words a refusal of a batch call's rows or keys that the core's checks
+ * found (lc_check.h); rows: the call's rows, for the messages that show
+ * one.  Returns -1. */
 static int
-keyset_out_of_range(const keyset *k, const char *fname)
+batch_raise(LifecycleObject *self, const char *fname, const mr_lc_why *w, const int64_t *rows)
 {
-    for (size_t i = 0; k->ptrs64 != NULL && i < k->n; i++) {
-        const int64_t *p = k->ptrs64[i];
-        for (size_t j = 0; p != NULL && j < k->lens[i]; j++) {
-            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
-                PyErr_Format(PyExc_ValueError, "%s(): keys[%zu][%zu] = %lld is out of range [%d, %d]", fname, i, j,
-                             (long long)p[j], INT32_MIN, INT32_MAX);
-                return 1;
-            }
-        }
+    long long at = (long long)w->at, other = (long long)w->other, v = (long long)w->value;
+    const char *what = w->in_outputs ? "outputs" : "keys";
+    switch (w->why) {
+    case MR_LC_WHY_KEY_COUNT:
+        PyErr_Format(PyExc_ValueError, "%s(): rows has %lld entries, %s %lld", fname, at, what, v);
+        break;
+    case MR_LC_WHY_ROW_FREE:
+        PyErr_Format(lc_state(self)->OwnershipError,
+                     "%s(): rows[%lld] = %lld is not a request row in use (finished twice?)", fname, at, v);
+        break;
+    case MR_LC_WHY_ROW_TWICE:
+        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is listed twice (also at rows[%lld])", fname, at, v,
+                     other);
+        break;
+    case MR_LC_WHY_ROW_SHORT:
+        PyErr_Format(PyExc_ValueError, "%s(): keys[%lld]%s has %lld tokens, fewer than the %lld that rows[%lld] = "
+                     "%lld has committed", fname, at, w->in_outputs ? " with its outputs" : "", v, other, at,
+                     (long long)rows[w->at]);
+        break;
+    case MR_LC_WHY_ROW_FULL:
+        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is full: its %lld tokens fill max_context_len",
+                     fname, at, v, other);
+        break;
+    case MR_LC_WHY_KEY_LONG:
+        PyErr_Format(PyExc_ValueError, "%s(): keys[%lld] has %lld tokens, more than max_context_len = %lld", fname,
+                     at, v, other);
+        break;
+    default:   /* as the narrowing of a copied key names it */
+        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld][%lld] = %lld is out of range [%d, %d]", fname, what, at,
+                     other, v, INT32_MIN, INT32_MAX);
+        break;
     }
-    return 0;
+    return -1;
 }
 
 static PyObject *
@@ -2435,14 +2363,11 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
-    int64_t max_ctx = mr_pools_req_pool(self->rp_obj, lc_state(self))->max_ctx;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if ((int64_t)k.lens[i] > max_ctx) {
-            PyErr_Format(PyExc_ValueError, "prefill_batch(): keys[%zd] has %zu tokens, more than max_context_len = "
-                         "%lld", i, k.lens[i], (long long)max_ctx);
-            keyset_free(&k);
-            return NULL;
-        }
+    mr_lc_why why;
+    if (mr_lc_keys_fit(k.lens, k.n, mr_pools_req_pool(self->rp_obj, lc_state(self))->max_ctx, &why)) {
+        batch_raise(self, "prefill_batch", &why, NULL);
+        keyset_free(&k);
+        return NULL;
     }
     PyObject *a[8] = {NULL};
     PyObject *res = NULL;
@@ -2462,7 +2387,9 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL && keyset_out_of_range(&k, "prefill_batch")) {
+    const mr_lc_batch_keys bk = batch_keys(&k, NULL);
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, NULL, &why)) {
+        batch_raise(self, "prefill_batch", &why, NULL);
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2489,53 +2416,19 @@ rows_read(PyObject *obj, PyObject **arr, const char *fname)
 
 /* The rows of a batch call, and their keys when k is given (followed by
  * their outputs when o is given), checked before the call with messages
- * that name the entry: each a row in use, listed once
- * (mr_reqpool_rows_check, which the call applies too), each key (with its
- * outputs) at least its row's committed length; a decode step's rows
- * (step) with room for one more token. */
+ * that name the entry (mr_lc_batch_rows_check: each a row in use, listed
+ * once, each key with its outputs at least its row's committed length; a
+ * decode step's rows with room for one more token). */
 static int
 batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n, const keyset *k,
                  const keyset *o, int step)
 {
     mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
-    if (k != NULL && (size_t)n != k->n) {
-        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, keys %zu", fname, n, k->n);
-        return -1;
-    }
-    if (o != NULL && (size_t)n != o->n) {
-        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, outputs %zu", fname, n, o->n);
-        return -1;
-    }
-    int64_t at = 0;
-    if (mr_reqpool_rows_check(rp, rows, (size_t)n, &at) != MR_OK) {
-        long long r = (long long)rows[at];
-        if (!mr_reqpool_in_use(rp, rows[at])) {
-            PyErr_Format(lc_state(self)->OwnershipError,
-                         "%s(): rows[%lld] = %lld is not a request row in use (finished twice?)", fname,
-                         (long long)at, r);
-            return -1;
-        }
-        Py_ssize_t j = 0;
-        while (rows[j] != rows[at]) {
-            j++;
-        }
-        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is listed twice (also at rows[%zd])", fname,
-                     (long long)at, r, j);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t c = rp->req[rows[i]].committed;
-        if (k != NULL && (int64_t)(k->lens[i] + (o != NULL ? o->lens[i] : 0)) < c) {
-            PyErr_Format(PyExc_ValueError, "%s(): keys[%zd]%s has %zu tokens, fewer than the %lld that rows[%zd] = "
-                         "%lld has committed", fname, i, o != NULL ? " with its outputs" : "",
-                         k->lens[i] + (o != NULL ? o->lens[i] : 0), (long long)c, i, (long long)rows[i]);
-            return -1;
-        }
-        if (step && c + 1 > rp->max_ctx) {
-            PyErr_Format(PyExc_ValueError, "%s(): rows[%zd] = %lld is full: its %lld tokens fill max_context_len",
-                         fname, i, (long long)rows[i], (long long)c);
-            return -1;
-        }
+    const mr_lc_batch_keys bk = k != NULL ? batch_keys(k, o) : (mr_lc_batch_keys){0};
+    mr_lc_why why;
+    if (mr_lc_batch_rows_check(rp, rows, (size_t)n, k != NULL ? &bk : NULL, k != NULL ? k->n : 0,
+                               o != NULL ? o->n : 0, step, &why)) {
+        return batch_raise(self, fname, &why, rows);
     }
     return 0;
 }
@@ -2589,9 +2482,11 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto error;
     }
     int64_t bad[2];
+    mr_lc_why why;
     const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
     int rc = mr_lc_unfinished_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, I64(fs), I64(fd), bad);
-    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "unfinished_batch")) {
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, bad, &why)) {
+        batch_raise(self, "unfinished_batch", &why, NULL);
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2697,9 +2592,11 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         goto error;
     }
     int64_t bad[2];
+    mr_lc_why why;
     const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
     int rc = mr_lc_finish_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, ins, bad);
-    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "finish_batch")) {
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, bad, &why)) {
+        batch_raise(self, "finish_batch", &why, NULL);
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2903,35 +2800,37 @@ ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
 static PyObject *
 ReqState_get_field(ReqStateObject *self, void *c)
 {
-    const rs_field *f = c;
+    const char *const *name = c;
     mr_req rec;
-    return rs_get(self, f->name, &rec) < 0 ? NULL : rs_field_get(&rec, f);
+    if (rs_get(self, *name, &rec) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)mr_req_field(&rec, (int)(name - rs_names)));
 }
 
 static int
 ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
 {
-    const rs_field *f = c;
+    const char *const *name = c;
+    int i = (int)(name - rs_names);
     if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", f->name);
+        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", *name);
         return -1;
     }
-    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN, ['n'] = -1};
-    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX,
-                                 ['n'] = UINT32_MAX};
-    int64_t x = 0;
+    int64_t x = 0, lo = 0, hi = 0;
     mr_req rec;
+    mr_req_field_range(i, &lo, &hi);
     /* the value first: its __index__ may change the record (parse_rs) */
-    if (mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0 || rs_get(self, f->name, &rec) < 0) {
+    if (mr_as_int64(v, lo, hi, *name, &x) < 0 || rs_get(self, *name, &rec) < 0) {
         return -1;
     }
-    rs_field_set(&rec, f, x);
+    mr_req_set_field(&rec, i, x);
     rs_put(self, &rec);
     return 0;
 }
 
 #define RS_GETSET(i, name, doc) \
-    {name, (getter)ReqState_get_field, (setter)ReqState_set_field, doc, (void *)&rs_fields[i]}
+    {name, (getter)ReqState_get_field, (setter)ReqState_set_field, doc, (void *)&rs_names[i]}
 
 static PyGetSetDef ReqState_getset[] = {
     RS_GETSET(0, "running", "mamba_pool_idx (-1 = None)."),
