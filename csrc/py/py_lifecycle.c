@@ -28,6 +28,9 @@
 
 #define RS_LEN 13
 
+/* an int64 array's data */
+#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
+
 typedef struct {
     PyObject_HEAD
     mr_lifecycle *lc;
@@ -910,6 +913,27 @@ keep_kv_ends(LifecycleObject *self)
     return set_kv_ends(self, ends, n);
 }
 
+/* The collected frees as two int64 arrays (then forgotten). */
+static int
+take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
+{
+    const int64_t *kvp, *stp;
+    size_t nkv, nst;
+    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
+    *kv = mr_i64_array(kvp, nkv);
+    *states = mr_i64_array(stp, nst);
+    if (keep_kv_ends(self) < 0) {
+        Py_CLEAR(*kv);
+    }
+    mr_lc_clear_released(self->lc);
+    if (*kv == NULL || *states == NULL) {
+        Py_CLEAR(*kv);
+        Py_CLEAR(*states);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(Lifecycle_insert__doc__,
 "insert($self, key, value, state, /, ns=0, prev_prefix_len=0, duplicates=True)\n"
 "--\n"
@@ -1060,24 +1084,11 @@ Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     mr_lc_clear_released(self->lc);
     size_t t = 0, s = 0;
     int rc = mr_lc_evict_protected(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s);
-    const int64_t *kvp, *stp;
-    size_t nkv, nst;
-    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    PyObject *a = mr_i64_array(kvp, nkv);
-    PyObject *b = mr_i64_array(stp, nst);
-    if (keep_kv_ends(self) < 0) {
-        Py_CLEAR(a);
-    }
-    mr_lc_clear_released(self->lc);
-    if (rc != MR_OK) {
+    PyObject *a = NULL, *b = NULL;
+    if (take_frees(self, &a, &b) < 0 || rc != MR_OK) {
         Py_XDECREF(a);
         Py_XDECREF(b);
-        return lc_raise(self, rc, "evict()");
-    }
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
+        return rc != MR_OK ? lc_raise(self, rc, "evict()") : NULL;
     }
     return Py_BuildValue("(nnNN)", (Py_ssize_t)t, (Py_ssize_t)s, a, b);
 }
@@ -1326,10 +1337,8 @@ Lifecycle_stats(LifecycleObject *self, PyObject *unused)
 /* The same calls on a Lifecycle without pools (below): the record first
  * (there is no row), the caller's slot ids in, its frees out. */
 static PyObject *tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-static PyObject *tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                       PyObject *kwnames);
-static PyObject *tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames);
+static PyObject *tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                            int finished);
 
 PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 "alloc_state($self, /, owner=-2)\n"
@@ -1578,7 +1587,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
 {
     MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
     if (self->rp_obj == NULL) {
-        return tree_cache_unfinished(self, args, nargs, kwnames);
+        return tree_cache(self, args, nargs, kwnames, 0);
     }
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
@@ -1659,7 +1668,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 {
     MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert", "tail");
     if (self->rp_obj == NULL) {
-        return tree_cache_finished(self, args, nargs, kwnames);
+        return tree_cache(self, args, nargs, kwnames, 1);
     }
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
@@ -1715,27 +1724,6 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 
 /* ------------------------------------------------------------------------
  * Tree-only: the calls above over someone else's pools */
-
-/* The collected frees as two int64 arrays (then forgotten). */
-static int
-take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
-{
-    const int64_t *kvp, *stp;
-    size_t nkv, nst;
-    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    *kv = mr_i64_array(kvp, nkv);
-    *states = mr_i64_array(stp, nst);
-    if (keep_kv_ends(self) < 0) {
-        Py_CLEAR(*kv);
-    }
-    mr_lc_clear_released(self->lc);
-    if (*kv == NULL || *states == NULL) {
-        Py_CLEAR(*kv);
-        Py_CLEAR(*states);
-        return -1;
-    }
-    return 0;
-}
 
 /* What foreign_args took: both arrays released, both buffers given back. */
 static void
@@ -1835,92 +1823,59 @@ cache_result(LifecycleObject *self, PyObject *type, PyObject *const *items, Py_s
 }
 
 
+/* cache_unfinished (finished 0) and cache_finished (1) without pools. */
 static PyObject *
-tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                   PyObject *kwnames)
+tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int finished)
 {
-    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
-    int64_t ns = 0, fresh = 0;
-    npy_intp n = 0;
-    int want_prefix = 1;
+    MR_ARGS(uspec, upa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
+    MR_ARGS(fspec, fpa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert", "state_available");
+    const char *fname = finished ? "cache_finished" : "cache_unfinished";
+    PyObject **pa = finished ? fpa : upa;
+    int64_t ns = 0, fresh = 0, avail = -1;
+    int flag = 1;   /* cache_unfinished's prefix, cache_finished's is_insert */
     mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0
-        || mr_arg_bool(pa[5], "cache_unfinished", "prefix", &want_prefix) < 0) {
+    if (mr_parse(finished ? &fspec : &uspec, args, nargs, kwnames, pa) < 0
+        || (!finished && mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0)
+        || mr_arg_bool(pa[finished ? 4 : 5], fname, finished ? "is_insert" : "prefix", &flag) < 0
+        || (finished && pa[5] != NULL
+            && mr_as_int64(pa[5], -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0)) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_unfinished", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
-                     &kvbuf, &tokbuf) < 0) {
+    if (foreign_args(self, fname, args[0], args[1], args[2], pa[finished ? 3 : 4], &st, &ns, &kv, &tok, &kvbuf,
+                     &tokbuf) < 0) {
         return NULL;
     }
-    n = (npy_intp)kv.len;
-    PyObject *prefix = want_prefix ? mr_i64_array(NULL, (Py_ssize_t)n) : Py_NewRef(Py_None);
+    PyObject *prefix = finished || !flag ? Py_NewRef(Py_None) : mr_i64_array(NULL, (Py_ssize_t)kv.len);
     if (prefix == NULL) {
         foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1, table_end = 0;
-    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
-                                        (size_t)n, (int32_t)ns, fresh,
-                                        want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd,
-                                        &table_end);
+    int rc = mr_lc_cache_ext(self->lc, finished, &st, (const int32_t *)tok.data, (const int64_t *)kv.data, kv.len,
+                             (int32_t)ns, finished ? flag : fresh, avail, prefix != Py_None ? I64(prefix) : NULL,
+                             &fs, &fd, &table_end);
     foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished()", unfinished_tree_overrides, 0)
+        return rc != MR_OK ? lc_raise_row(self, rc, finished ? "cache_finished()" : "cache_unfinished()",
+                                          finished ? lifecycle_overrides : unfinished_tree_overrides, 0)
                            : NULL;
     }
-    PyObject *items[7] = {build_rs(self, args[0], &st), prefix, PyLong_FromLongLong((long long)fs),
-                          PyLong_FromLongLong((long long)fd), kvf, stf, PyLong_FromLongLong((long long)table_end)};
+    PyObject *rs = build_rs(self, args[0], &st);
+    if (finished) {
+        Py_DECREF(prefix);
+        PyObject *items[3] = {rs, kvf, stf};
+        return cache_result(self, lc_state(self)->FinishedResult, items, 3);
+    }
+    PyObject *items[7] = {rs, prefix, PyLong_FromLongLong((long long)fs), PyLong_FromLongLong((long long)fd), kvf,
+                          stf, PyLong_FromLongLong((long long)table_end)};
     return cache_result(self, lc_state(self)->UnfinishedResult, items, 7);
 }
-
-
-static PyObject *
-tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    MR_ARGS(spec, pa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
-            "state_available");
-    int64_t ns = 0, avail = -1;
-    int ins = 1;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
-        return NULL;
-    }
-    if (mr_arg_bool(pa[4], "cache_finished", "is_insert", &ins) < 0) {
-        return NULL;
-    }
-    PyObject *o = pa[5];
-    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0) {
-        return NULL;
-    }
-    mr_ints tok, kv;
-    mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_finished", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
-                     &kvbuf, &tokbuf) < 0) {
-        return NULL;
-    }
-    mr_lc_set_state_available(self->lc, avail);
-    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
-                                      kv.len, (int32_t)ns, ins);
-    mr_lc_set_state_available(self->lc, -1);
-    foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
-    PyObject *kvf = NULL, *stf = NULL;
-    if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
-        Py_XDECREF(kvf);
-        Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise(self, rc, "cache_finished()") : NULL;
-    }
-    PyObject *items[3] = {build_rs(self, args[0], &st), kvf, stf};
-    return cache_result(self, lc_state(self)->FinishedResult, items, 3);
-}
-
 
 static PyObject *
 tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -2334,7 +2289,6 @@ new_u8(Py_ssize_t n)
     return PyArray_SimpleNew(1, dims, NPY_BOOL);
 }
 
-#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
 
 PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 "prefill_batch($self, keys, /, ns=None)\n"
@@ -2407,30 +2361,75 @@ error:
     return res;
 }
 
+/* The rows of a batch call (n of them), checked before the call with
+ * messages that name the entry (mr_lc_batch_rows_check: each a row in use,
+ * listed once; with keys, each key with its outputs at least its row's
+ * committed length; a decode step's rows with room for one more token). */
 static int
-rows_read(PyObject *obj, PyObject **arr, const char *fname)
-{
-    *arr = mr_ints_array(obj, "rows");
-    return *arr == NULL ? -1 : 0;
-}
-
-/* The rows of a batch call, and their keys when k is given (followed by
- * their outputs when o is given), checked before the call with messages
- * that name the entry (mr_lc_batch_rows_check: each a row in use, listed
- * once, each key with its outputs at least its row's committed length; a
- * decode step's rows with room for one more token). */
-static int
-batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n, const keyset *k,
-                 const keyset *o, int step)
+batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n,
+                 const mr_lc_batch_keys *keys, size_t nk, size_t no, int step)
 {
     mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
-    const mr_lc_batch_keys bk = k != NULL ? batch_keys(k, o) : (mr_lc_batch_keys){0};
     mr_lc_why why;
-    if (mr_lc_batch_rows_check(rp, rows, (size_t)n, k != NULL ? &bk : NULL, k != NULL ? k->n : 0,
-                               o != NULL ? o->n : 0, step, &why)) {
+    if (mr_lc_batch_rows_check(rp, rows, (size_t)n, keys, nk, no, step, &why)) {
         return batch_raise(self, fname, &why, rows);
     }
     return 0;
+}
+
+/* A cache batch call's arguments: its rows (an int64 array), keys (with
+ * ns) and outputs (None: none), read and checked (batch_rows_check); the
+ * caller hands them to batch_args_free. */
+typedef struct {
+    PyObject *rows;
+    Py_ssize_t n;
+    keyset k, o;
+    mr_lc_batch_keys bk;
+} batch_args;
+
+static void
+batch_args_free(batch_args *b)
+{
+    Py_CLEAR(b->rows);
+    keyset_free(&b->k);
+    keyset_free(&b->o);
+}
+
+static int
+batch_args_read(LifecycleObject *self, const char *fname, PyObject *rows, PyObject *keys, PyObject *ns,
+                PyObject *outputs, batch_args *b)
+{
+    memset(b, 0, sizeof(*b));
+    const int outs = outputs != NULL && outputs != Py_None;
+    b->rows = mr_ints_array(rows, "rows");
+    if (b->rows == NULL || keyset_read(keys, ns, &b->k, fname, "keys", 1) < 0
+        || (outs && keyset_read(outputs, NULL, &b->o, fname, "outputs", 1) < 0)) {
+        batch_args_free(b);
+        return -1;
+    }
+    b->n = PyArray_SIZE((PyArrayObject *)b->rows);
+    b->bk = batch_keys(&b->k, outs ? &b->o : NULL);
+    if (batch_rows_check(self, fname, I64(b->rows), b->n, &b->bk, b->k.n, b->o.n, 0) < 0) {
+        batch_args_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* A cache batch call refused (rc): the in-place token that bad names, or
+ * the refusal's own message (overrides).  Returns -1. */
+static int
+batch_refused(LifecycleObject *self, const char *fname, const batch_args *b, int rc, const int64_t *bad,
+              const mr_status_override *overrides)
+{
+    char what[48];
+    mr_lc_why why;
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&b->bk, b->k.n, bad, &why)) {
+        return batch_raise(self, fname, &why, NULL);   /* an in-place key held a token outside int32 */
+    }
+    (void)snprintf(what, sizeof(what), "%s()", fname);
+    mr_raise_detail(lc_state(self), rc, what, overrides, NULL, 0);
+    return -1;
 }
 
 PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
@@ -2453,53 +2452,26 @@ static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns", "outputs");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0) {
+    batch_args b;
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0
+        || batch_args_read(self, "unfinished_batch", args[0], args[1], pa[2], pa[3], &b) < 0) {
         return NULL;
     }
-    PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
-    keyset k, o;
-    const int outs = pa[3] != NULL && pa[3] != Py_None;
-    memset(&o, 0, sizeof(o));
-    if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
-        return NULL;
-    }
-    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", "keys", 1) < 0) {
-        Py_DECREF(rows);
-        return NULL;
-    }
-    if (outs && keyset_read(pa[3], NULL, &o, "unfinished_batch", "outputs", 1) < 0) {
-        keyset_free(&k);
-        Py_DECREF(rows);
-        return NULL;
-    }
-    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "unfinished_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
-        goto error;
-    }
-    fs = mr_i64_array(NULL, n);
-    fd = mr_i64_array(NULL, n);
+    PyObject *fs = mr_i64_array(NULL, b.n), *fd = mr_i64_array(NULL, b.n), *res = NULL;
     if (fs == NULL || fd == NULL) {
         goto error;
     }
     int64_t bad[2];
-    mr_lc_why why;
-    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
-    int rc = mr_lc_unfinished_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, I64(fs), I64(fd), bad);
-    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, bad, &why)) {
-        batch_raise(self, "unfinished_batch", &why, NULL);
-        goto error;   /* an in-place key held a token outside int32 */
-    }
+    int rc = mr_lc_unfinished_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, I64(fs), I64(fd), bad);
     if (rc != MR_OK) {
-        mr_raise_detail(lc_state(self), rc, "unfinished_batch()", unfinished_batch_overrides, NULL, 0);
+        batch_refused(self, "unfinished_batch", &b, rc, bad, unfinished_batch_overrides);
         goto error;
     }
     res = PyTuple_Pack(2, fs, fd);
 error:
-    Py_XDECREF(rows);
     Py_XDECREF(fs);
     Py_XDECREF(fd);
-    keyset_free(&k);
-    keyset_free(&o);
+    batch_args_free(&b);
     return res;
 }
 
@@ -2521,11 +2493,11 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *rows = NULL, *ts = NULL, *tm = NULL, *res = NULL;
-    if (rows_read(args[0], &rows, "decode_batch") < 0) {
+    if ((rows = mr_ints_array(args[0], "rows")) == NULL) {
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, NULL, 1) < 0) {
+    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, 0, 0, 1) < 0) {
         goto error;
     }
     ts = mr_i64_array(NULL, n);
@@ -2563,52 +2535,20 @@ static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert", "outputs");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "finish_batch") < 0) {
-        return NULL;
-    }
     int ins = 1;
-    if (mr_arg_bool(pa[3], "finish_batch", "is_insert", &ins) < 0) {
+    batch_args b;
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "finish_batch") < 0
+        || mr_arg_bool(pa[3], "finish_batch", "is_insert", &ins) < 0
+        || batch_args_read(self, "finish_batch", args[0], args[1], pa[2], pa[4], &b) < 0) {
         return NULL;
-    }
-    PyObject *rows = NULL, *res = NULL;
-    keyset k, o;
-    const int outs = pa[4] != NULL && pa[4] != Py_None;
-    memset(&o, 0, sizeof(o));
-    if (rows_read(args[0], &rows, "finish_batch") < 0) {
-        return NULL;
-    }
-    if (keyset_read(args[1], pa[2], &k, "finish_batch", "keys", 1) < 0) {
-        Py_DECREF(rows);
-        return NULL;
-    }
-    if (outs && keyset_read(pa[4], NULL, &o, "finish_batch", "outputs", 1) < 0) {
-        keyset_free(&k);
-        Py_DECREF(rows);
-        return NULL;
-    }
-    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "finish_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
-        goto error;
     }
     int64_t bad[2];
-    mr_lc_why why;
-    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
-    int rc = mr_lc_finish_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, ins, bad);
-    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, bad, &why)) {
-        batch_raise(self, "finish_batch", &why, NULL);
-        goto error;   /* an in-place key held a token outside int32 */
-    }
+    int rc = mr_lc_finish_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, ins, bad);
     if (rc != MR_OK) {
-        lc_raise(self, rc, "finish_batch()");
-        goto error;
+        batch_refused(self, "finish_batch", &b, rc, bad, lifecycle_overrides);
     }
-    res = Py_NewRef(Py_None);
-error:
-    Py_XDECREF(rows);
-    keyset_free(&k);
-    keyset_free(&o);
-    return res;
+    batch_args_free(&b);
+    return rc != MR_OK ? NULL : Py_NewRef(Py_None);
 }
 
 /* ------------------------------------------------------------------------
