@@ -595,6 +595,13 @@ MUTANTS: List[Mutant] = [
     Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
+    Mutant("LCC_OUT_POS", "csrc/core/lc_check.c", "    j -= keys->lens[i];\n", "",
+           ["tests/core/test_batch_refusal_entries.py", "tests/core/test_batch_outputs.py"],
+           "a refused output token is named at its position in the joined sequence, not in the output"),
+    Mutant("LCC_TWICE_AT", "csrc/core/lc_check.c", "return say(why, MR_LC_WHY_ROW_TWICE, at, j, rows[at]);",
+           "return say(why, MR_LC_WHY_ROW_TWICE, at, at, rows[at]);",
+           ["tests/core/test_batch_refusal_entries.py", "tests/core/test_error_entries.py"],
+           "a row listed twice names itself as the earlier entry"),
 ]
 
 
