@@ -242,6 +242,34 @@ mr_lc_batch_rows_check(mr_reqpool *rp, const int64_t *rows, size_t n, const mr_l
 }
 
 int
+mr_lc_row_len_check(const mr_reqpool *rp, int64_t row, int64_t len, mr_lc_why *why)
+{
+    if (!mr_reqpool_in_use(rp, row)) {
+        return say(why, MR_LC_WHY_ROW_FREE, 0, rp->size, row);
+    }
+    if (len > rp->max_ctx) {
+        return say(why, MR_LC_WHY_LEN_LONG, 0, rp->max_ctx, len);
+    }
+    return say(why, MR_LC_WHY_NONE, 0, 0, 0);
+}
+
+int
+mr_lc_insert_check(const mr_lifecycle *lc, size_t len, size_t nval, int64_t prev_prefix_len, mr_lc_why *why)
+{
+    uint32_t page = mr_lc_config_of(lc)->page_size;
+    if (nval != len) {
+        return say(why, MR_LC_WHY_VALUE_COUNT, (int64_t)len, 0, (int64_t)nval);
+    }
+    if (len % page != 0) {
+        return say(why, MR_LC_WHY_KEY_PAGES, (int64_t)len, page, 0);
+    }
+    if (prev_prefix_len < 0 || (uint64_t)prev_prefix_len > len) {
+        return say(why, MR_LC_WHY_PREV_LONG, (int64_t)len, 0, prev_prefix_len);
+    }
+    return say(why, MR_LC_WHY_NONE, 0, 0, 0);
+}
+
+int
 mr_lc_keys_fit(const size_t *lens, size_t n, int64_t max_ctx, mr_lc_why *why)
 {
     for (size_t i = 0; i < n; i++) {

@@ -79,6 +79,11 @@ enum {
     MR_LC_WHY_ROW_FULL,         /* rows[at] has other tokens, max_context_len */
     MR_LC_WHY_KEY_COUNT,        /* keys (or outputs, in_outputs) have value entries, rows at */
     MR_LC_WHY_KEY_LONG,         /* keys[at] has value tokens, more than max_context_len */
+    MR_LC_WHY_LEN_LONG,         /* a request's length value is more than max_context_len other */
+    /* an insert's arguments (mr_lc_insert_check), for a key of at tokens */
+    MR_LC_WHY_VALUE_COUNT,      /* value KV indices */
+    MR_LC_WHY_KEY_PAGES,        /* not whole pages of other tokens */
+    MR_LC_WHY_PREV_LONG,        /* prev_prefix_len value is longer than the key */
     /* a token of an int64 key outside int32: keys[at][other] (or
      * outputs[at][other], in_outputs) = value */
     MR_LC_WHY_TOKEN,
@@ -113,6 +118,15 @@ int mr_lc_admit_rows_check(const mr_reqpool *rp, const int64_t *rows, size_t n, 
  * MR_LC_WHY_NONE. */
 int mr_lc_batch_rows_check(mr_reqpool *rp, const int64_t *rows, size_t n, const mr_lc_batch_keys *keys,
                            size_t nk, size_t no, int step, mr_lc_why *why);
+
+/* A per-request call's row and length: the row in use (MR_LC_WHY_ROW_FREE,
+ * value the row, other the pool's size), the length within the table's
+ * max_context_len (MR_LC_WHY_LEN_LONG). */
+int mr_lc_row_len_check(const mr_reqpool *rp, int64_t row, int64_t len, mr_lc_why *why);
+
+/* mr_lc_insert's shape: nval KV indices for len tokens, whole pages,
+ * prev_prefix_len at most len. */
+int mr_lc_insert_check(const mr_lifecycle *lc, size_t len, size_t nval, int64_t prev_prefix_len, mr_lc_why *why);
 
 /* prefill_batch's keys: each at most max_ctx tokens (MR_LC_WHY_KEY_LONG). */
 int mr_lc_keys_fit(const size_t *lens, size_t n, int64_t max_ctx, mr_lc_why *why);

@@ -192,18 +192,19 @@ need_pools(LifecycleObject *self, const char *fname)
 static int
 row_and_len(LifecycleObject *self, const char *fname, int64_t row, const char *len_arg, int64_t len)
 {
-    const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
-    if (!mr_reqpool_in_use(rp, row)) {
+    mr_lc_why why;
+    switch (mr_lc_row_len_check(mr_pools_req_pool(self->rp_obj, lc_state(self)), row, len, &why)) {
+    case MR_LC_WHY_ROW_FREE:
         PyErr_Format(PyExc_ValueError, "%s(): row %lld is not a request row in use (the ReqPool has rows 1..%lld)",
-                     fname, (long long)row, (long long)rp->size);
+                     fname, (long long)why.value, (long long)why.other);
         return -1;
-    }
-    if (len > rp->max_ctx) {
+    case MR_LC_WHY_LEN_LONG:
         PyErr_Format(PyExc_ValueError, "%s(): %s = %lld is more than max_context_len = %lld", fname, len_arg,
-                     (long long)len, (long long)rp->max_ctx);
+                     (long long)why.value, (long long)why.other);
         return -1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -986,20 +987,21 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (val == NULL) {
         goto error;
     }
-    if ((size_t)PyArray_SIZE((PyArrayObject *)val) != len) {
-        PyErr_Format(PyExc_ValueError, "insert(): value has %zd indices for %zu tokens",
-                     (Py_ssize_t)PyArray_SIZE((PyArrayObject *)val), len);
+    mr_lc_why why;
+    switch (mr_lc_insert_check(self->lc, len, (size_t)PyArray_SIZE((PyArrayObject *)val), prev, &why)) {
+    case MR_LC_WHY_VALUE_COUNT:
+        PyErr_Format(PyExc_ValueError, "insert(): value has %lld indices for %zu tokens", (long long)why.value, len);
         goto error;
-    }
-    uint32_t ps = mr_lc_config_of(self->lc)->page_size;
-    if (len % ps != 0) {
-        PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %u", len, ps);
+    case MR_LC_WHY_KEY_PAGES:
+        PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %lld", len,
+                     (long long)why.other);
         goto error;
-    }
-    if ((uint64_t)prev > len) {
+    case MR_LC_WHY_PREV_LONG:
         PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
                      (long long)prev, len);
         goto error;
+    default:
+        break;
     }
     /* with pools the lifecycle frees the duplicates; without, they are
      * copied out only for a caller that wants the array */
