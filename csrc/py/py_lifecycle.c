@@ -1887,22 +1887,13 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    int64_t fresh[3] = {-1, -1, -1};
+    int64_t fresh[3] = {-1, -1, -1}, first = 0, out = 0;
     size_t nfresh = 0;
-    if (nargs > 1 && PyIndex_Check(args[1])) {
-        int64_t first = 0, used = 0;
-        if (mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0
-            || parse_rs(self, args[0], &st) < 0) {   /* the record last */
-            return NULL;
-        }
-        if (mr_lc_admit_ids(self->lc, &st, first, &used) != MR_OK) {
-            PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
-                         "the request holds", (long long)first);
-            return NULL;
-        }
-        return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)used);
+    int ids = nargs > 1 && PyIndex_Check(args[1]);   /* fresh a slot counter (mr_lc_admit_ids) */
+    if (ids && mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0) {
+        return NULL;
     }
-    if (nargs > 1) {
+    if (!ids && nargs > 1) {
         /* a tuple of its own: an item's __index__ may change the caller's list */
         PyObject *seq = own_tuple(args[1], "admit(): fresh must be a sequence of slot ids");
         if (seq == NULL) {
@@ -1927,13 +1918,17 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
-    int64_t need = 0;
-    if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
-        PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
-                     (long long)need);
-        return NULL;
+    /* out: the slots used (a counter), or wanted (none given) */
+    int rc = ids ? mr_lc_admit_ids(self->lc, &st, first, &out) : mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &out);
+    if (rc != MR_OK && ids) {
+        return PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
+                            "the request holds", (long long)first);
     }
-    return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)need);
+    if (rc != MR_OK) {
+        return PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
+                            (long long)out);
+    }
+    return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)out);
 }
 
 PyDoc_STRVAR(Lifecycle_cow__doc__,
