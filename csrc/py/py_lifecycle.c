@@ -151,8 +151,9 @@ key_append(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t 
 /* Reads obj into k (the first `limit` tokens only when limit >= 0), then,
  * when fewer than `limit` tokens were read and tail is given (not NULL or
  * None), the tokens of tail after them (up to limit in all): SGLang's
- * origin_input_ids + output_ids without building the sum.  A tail makes
- * the key a copy. */
+ * origin_input_ids + output_ids without building the sum.  A call with a
+ * tail reads its key as a copy (in_place 0): a key read in place has no
+ * tail. */
 static int
 key_read(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t limit, int in_place, const char *arg,
          const char *tail_arg, key_arg *k)
