@@ -22,6 +22,7 @@
 #include "py_numpy.h"
 #include "lifecycle.h"
 #include "lc_check.h"
+#include "lc_record.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -212,20 +213,16 @@ row_and_len(LifecycleObject *self, const char *fname, int64_t row, const char *l
  * ReqState: one request's record */
 
 /* A request's record lives in the object until admission; from then on in
- * its ReqPool row (rp->req[row], which the object points at: pool, row and
- * the row's generation), until the row is freed (ReqPool.free moves it
- * back) or the request is finished (cache_finished moves it back).  A
- * view (ReqPool.record(row)) points at a row without ever holding the
- * record.  A row freed behind the object's back (a batched call, or a
- * view's row) changes the row's generation: then any use raises. */
+ * its ReqPool row, until the row is freed (ReqPool.free moves it back) or
+ * the request is finished (cache_finished moves it back): the object's
+ * handle (mr_rec, lc_record.h) says where.  A view (ReqPool.record(row))
+ * points at a row without ever holding the record.  A row freed behind the
+ * object's back (a batched call, or a view's row) changes the row's
+ * generation: then any use raises. */
 typedef struct {
     PyObject_HEAD
-    mr_req st;             /* the record while it is not in a row */
+    mr_rec h;              /* where the record lives */
     PyObject *pool;        /* the ReqPool whose row holds it (a reference), or NULL */
-    mr_reqpool *rp;
-    int64_t row;
-    uint32_t gen;          /* the row's generation when the record moved in */
-    uint8_t view;          /* ReqPool.record(): never takes the record */
 } ReqStateObject;
 
 static PyTypeObject *
@@ -240,43 +237,26 @@ req_state_type(LifecycleObject *self)
 static int
 rs_live(ReqStateObject *o, const char *what)
 {
-    if (o->pool != NULL && mr_reqpool_gen(o->rp, o->row) != o->gen) {
+    if (!mr_rec_live(&o->h)) {
         PyErr_Format(PyExc_ReferenceError,
                      "%s: this ReqState's record lived in request row %lld, which was freed since "
                      "(a stale handle: the record is gone)",
-                     what, (long long)o->row);
+                     what, (long long)o->h.row);
         return -1;
     }
     return 0;
 }
 
-/* Copies the record out (a row's through mr_reqpool_load: its track entries
- * are the row's track map). */
+/* Copies the record out (mr_rec_get); writing it back is mr_rec_put, once
+ * rs_get succeeded. */
 static int
 rs_get(ReqStateObject *o, const char *what, mr_req *out)
 {
     if (rs_live(o, what) < 0) {
         return -1;
     }
-    if (o->pool == NULL) {
-        *out = o->st;
-    }
-    else {
-        mr_reqpool_load(o->rp, o->row, out);
-    }
+    mr_rec_get(&o->h, out);
     return 0;
-}
-
-/* Writes the record back (rs_get succeeded on o since). */
-static void
-rs_put(ReqStateObject *o, const mr_req *st)
-{
-    if (o->pool == NULL) {
-        o->st = *st;
-    }
-    else {
-        mr_reqpool_store(o->rp, o->row, st);
-    }
 }
 
 /* Moves the record of o (not in a row; rec: its new value) into row `row`
@@ -284,31 +264,17 @@ rs_put(ReqStateObject *o, const mr_req *st)
 static void
 rs_bind(ReqStateObject *o, const mr_req *rec, PyObject *pool, mr_reqpool *rp, PyObject **holders, int64_t row)
 {
-    (void)mr_reqpool_bind(rp, row, rec);
-    mr_req_reset(&o->st);
+    mr_rec_bind(&o->h, rec, rp, row);
     o->pool = Py_NewRef(pool);
-    o->rp = rp;
-    o->row = row;
-    o->gen = mr_reqpool_gen(rp, row);
     holders[row] = (PyObject *)o;
-}
-
-/* The record leaves its row (rec: what the row held) and lives in o again. */
-static void
-rs_unbind(ReqStateObject *o, const mr_req *rec)
-{
-    o->st = *rec;
-    o->row = -1;
-    o->rp = NULL;
-    Py_CLEAR(o->pool);
 }
 
 void
 mr_py_req_state_take_back(PyObject *rs, uint32_t gen, const mr_req *rec)
 {
     ReqStateObject *o = (ReqStateObject *)rs;
-    if (o->pool != NULL && !o->view && o->gen == gen) {
-        rs_unbind(o, rec);
+    if (mr_rec_take_back(&o->h, gen, rec)) {
+        Py_CLEAR(o->pool);
     }
 }
 
@@ -320,12 +286,8 @@ mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
     if (o == NULL) {
         return NULL;
     }
-    mr_req_reset(&o->st);
+    mr_rec_init_view(&o->h, rp, row);
     o->pool = Py_NewRef(pool);
-    o->rp = rp;
-    o->row = row;
-    o->gen = mr_reqpool_gen(rp, row);
-    o->view = 1;
     return (PyObject *)o;
 }
 
@@ -429,9 +391,9 @@ parse_rs_row(LifecycleObject *self, PyObject *obj, int64_t row, const char *fnam
     }
     ReqStateObject *o = (ReqStateObject *)obj;
     if (Py_IS_TYPE(obj, req_state_type(self)) && o->pool != NULL
-        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->row != row)) {
+        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->h.row != row)) {
         PyErr_Format(PyExc_ValueError, "%s(): rs is the record of request row %lld%s, not of row %lld", fname,
-                     (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
+                     (long long)o->h.row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
         return -1;
     }
     return 0;
@@ -444,7 +406,7 @@ static PyObject *
 build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
 {
     if (Py_IS_TYPE(obj, req_state_type(self))) {
-        rs_put((ReqStateObject *)obj, st);
+        mr_rec_put(&((ReqStateObject *)obj)->h, st);
         return Py_NewRef(obj);
     }
     return req_to_tuple(st);
@@ -741,9 +703,9 @@ match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
                      (long long)owner, (long long)rp->size);
         return -1;
     }
-    if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->row != owner)) {
+    if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->h.row != owner)) {
         PyErr_Format(PyExc_ValueError, "match(): rs is the record of request row %lld%s, not of owner=%lld",
-                     (long long)rs->row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
+                     (long long)rs->h.row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
         return -1;
     }
     if (rs->pool == NULL && (rp->bound[owner] & MR_ROW_BOUND)) {
@@ -1468,14 +1430,14 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         /* a record in a row is admitted in that row; one that is not moves
          * into the row it gets, which must not hold another's */
         ReqStateObject *o = (ReqStateObject *)obj;
-        if (o->pool != NULL && (o->pool != self->rp_obj || o->row != rows[i])) {
+        if (o->pool != NULL && (o->pool != self->rp_obj || o->h.row != rows[i])) {
             PyErr_Format(PyExc_ValueError, "admit(): rs_list[%zd] is the record of request row %lld%s, not of row %lld",
-                         i, (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "",
+                         i, (long long)o->h.row, o->pool != self->rp_obj ? " of another ReqPool" : "",
                          (long long)rows[i]);
             goto error;
         }
         if (o->pool == NULL && rows[i] >= 1 && rows[i] <= rp->size && holders[rows[i]] != NULL
-            && ((ReqStateObject *)holders[rows[i]])->gen == mr_reqpool_gen(rp, rows[i])) {
+            && ((ReqStateObject *)holders[rows[i]])->h.gen == mr_reqpool_gen(rp, rows[i])) {
             PyErr_Format(PyExc_ValueError, "admit(): request row %lld holds another request's record", (long long)rows[i]);
             goto error;
         }
@@ -1503,7 +1465,7 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             rs_bind(o, &sts[i], self->rp_obj, rp, holders, rows[i]);
         }
         else if (Py_IS_TYPE((PyObject *)o, rs_type)) {
-            rs_put(o, &sts[i]);
+            mr_rec_put(&o->h, &sts[i]);
         }
     }
     out_rows = PyList_New(n);
@@ -1713,13 +1675,15 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
      * the scheduler frees next) and stays with the request, as SGLang's
      * Req keeps its fields */
     ReqStateObject *ro = (ReqStateObject *)args[1];
-    if (Py_IS_TYPE(args[1], req_state_type(self)) && ro->pool != NULL && !ro->view) {
-        PyObject **holders = mr_pools_req_holders(ro->pool, lc_state(self));
-        (void)mr_reqpool_unbind(ro->rp, ro->row, NULL);
-        if (holders[ro->row] == args[1]) {
-            holders[ro->row] = NULL;
+    if (Py_IS_TYPE(args[1], req_state_type(self))) {
+        PyObject **holders = ro->pool != NULL ? mr_pools_req_holders(ro->pool, lc_state(self)) : NULL;
+        int64_t left = mr_rec_finish(&ro->h, &st);
+        if (left >= 0) {
+            if (holders[left] == args[1]) {
+                holders[left] = NULL;
+            }
+            Py_CLEAR(ro->pool);
         }
-        rs_unbind(ro, &st);
         return Py_NewRef(args[1]);
     }
     return build_rs(self, args[1], &st);
@@ -2665,9 +2629,8 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
-    mr_req_reset(&self->st);
-    self->row = -1;
-    if (init != NULL && init != Py_None && tuple_to_req(init, &self->st) < 0) {
+    mr_rec_init(&self->h);
+    if (init != NULL && init != Py_None && tuple_to_req(init, &self->h.own) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2678,10 +2641,10 @@ static void
 ReqState_dealloc(ReqStateObject *self)
 {
     /* a record left in its row stays there (the row is freed later) */
-    if (self->pool != NULL && !self->view) {
+    if (self->pool != NULL && !self->h.view) {
         PyObject **holders = mr_pools_req_holders(self->pool, mr_state_from_type(Py_TYPE(self)));
-        if (holders != NULL && holders[self->row] == (PyObject *)self) {
-            holders[self->row] = NULL;
+        if (holders != NULL && holders[self->h.row] == (PyObject *)self) {
+            holders[self->h.row] = NULL;
         }
     }
     Py_CLEAR(self->pool);
@@ -2703,7 +2666,7 @@ ReqState_reset(ReqStateObject *self, PyObject *unused)
         return NULL;
     }
     mr_req_reset(&rec);
-    rs_put(self, &rec);
+    mr_rec_put(&self->h, &rec);
     Py_RETURN_NONE;
 }
 
@@ -2713,7 +2676,7 @@ ReqState_get_row(ReqStateObject *self, void *c)
     if (rs_live(self, "ReqState.row") < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(self->pool != NULL ? (long long)self->row : -1);
+    return PyLong_FromLongLong((long long)self->h.row);   /* -1: in no row */
 }
 
 /* The track buffer's two int64 entries of a record that lives in this
@@ -2728,11 +2691,12 @@ ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
         PyErr_Format(PyExc_BufferError,
                      "ReqState: the record lives in request row %lld; its track buffer is that row of the "
                      "pool's track map",
-                     (long long)self->row);
+                     (long long)self->h.row);
         view->obj = NULL;
         return -1;
     }
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->h.own.track, (Py_ssize_t)sizeof(self->h.own.track), 0,
+                             flags);
 }
 
 static PyObject *
@@ -2763,7 +2727,7 @@ ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
         return -1;
     }
     mr_req_set_field(&rec, i, x);
-    rs_put(self, &rec);
+    mr_rec_put(&self->h, &rec);
     return 0;
 }
 

@@ -602,6 +602,9 @@ MUTANTS: List[Mutant] = [
            "return say(why, MR_LC_WHY_ROW_TWICE, at, at, rows[at]);",
            ["tests/core/test_batch_refusal_entries.py", "tests/core/test_error_entries.py"],
            "a row listed twice names itself as the earlier entry"),
+    Mutant("LCR_STALE", "csrc/core/lc_record.c", "return h->rp == NULL || mr_reqpool_gen(h->rp, h->row) == h->gen;",
+           "return 1;", T_RECORD,
+           "a ReqState whose row was freed behind its back still reads and writes that row (a stale handle)"),
 ]
 
 
