@@ -1698,6 +1698,23 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
                             table_end, &bad);
 }
 
+int
+mr_lc_cache_ext(mr_lifecycle *lc, int finished, mr_req *st, const int32_t *tokens, const int64_t *kv, size_t len,
+                int32_t ns, int64_t flag, int64_t available, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst,
+                int64_t *table_end)
+{
+    if (!finished) {
+        return mr_lc_cache_unfinished_ext(lc, st, tokens, kv, len, ns, flag, prefix_out, fork_src, fork_dst,
+                                          table_end);
+    }
+    *fork_src = *fork_dst = -1;
+    *table_end = 0;
+    mr_lc_set_state_available(lc, available);
+    int rc = mr_lc_cache_finished_ext(lc, st, tokens, kv, len, ns, flag != 0);
+    mr_lc_set_state_available(lc, -1);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------
  * Check */
 

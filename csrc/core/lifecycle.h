@@ -332,6 +332,14 @@ int mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *toke
                                int64_t *fork_src, int64_t *fork_dst, int64_t *table_end);
 int mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, const int64_t *kv,
                              size_t committed_len, int32_t ns, int is_insert);
+/* Either call in tree-only mode, for a front end with one path for both:
+ * finished picks mr_lc_cache_finished_ext (is_insert = flag, with the
+ * caller's free state slots `available` for this call only: see
+ * mr_lc_set_state_available), else mr_lc_cache_unfinished_ext (fresh =
+ * flag; fork_*, table_end as there). */
+int mr_lc_cache_ext(mr_lifecycle *lc, int finished, mr_req *st, const int32_t *tokens, const int64_t *kv, size_t len,
+                    int32_t ns, int64_t flag, int64_t available, int64_t *prefix_out, int64_t *fork_src,
+                    int64_t *fork_dst, int64_t *table_end);
 /* The tokens the last cache call (cache_unfinished / cache_finished, any
  * form) inserted into the tree: its cache_len (the tracked length, the
  * fill length, or at finish mr_rule_finish_cache_len's), 0 when it

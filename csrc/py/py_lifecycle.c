@@ -21,11 +21,16 @@
 #include "py_ints.h"
 #include "py_numpy.h"
 #include "lifecycle.h"
+#include "lc_check.h"
+#include "lc_record.h"
 
 #include <stddef.h>
 #include <string.h>
 
 #define RS_LEN 13
+
+/* an int64 array's data */
+#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
 
 typedef struct {
     PyObject_HEAD
@@ -47,70 +52,10 @@ lc_state(LifecycleObject *self)
     return mr_state_from_type(Py_TYPE(self));
 }
 
-/* Reads obj (ints; int64 or int32 arrays, array('q'), lists, CPU torch
- * tensors) as int32 tokens into kb; *len gets their number.  The first
- * `limit` tokens only when limit >= 0.  Reading may run Python code (an
- * item's __index__, __array__) that calls this Lifecycle again: a call
- * that runs more Python code after the key is read reads it into the
- * Lifecycle's keybuf taken for the call (mr_buf_take), so that a
- * re-entrant call cannot change the tokens under it. */
-static int
-read_key(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
-{
-    mr_ints v;
-    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, kb, &v) < 0) {
-        return -1;
-    }
-    size_t n = limit >= 0 && (size_t)limit < v.len ? (size_t)limit : v.len;
-    int rc = 0;
-    if (v.data != kb->p) {
-        rc = mr_buf_reserve(kb, n, sizeof(int32_t));
-        if (rc == 0 && n > 0) {
-            memcpy(kb->p, v.data, n * sizeof(int32_t));
-        }
-    }
-    mr_ints_release(&v);
-    *len = n;
-    return rc;
-}
-
-/* read_key, then, when fewer than `limit` tokens were read and tail is
- * given (not None), the tokens of tail after them (up to limit in all):
- * SGLang's origin_input_ids + output_ids without building the sum. */
-static int
-read_key_tail(mr_buf *kb, PyObject *obj, PyObject *tail, Py_ssize_t limit, const char *arg, const char *tail_arg,
-              size_t *len)
-{
-    if (read_key(kb, obj, limit, arg, len) < 0) {
-        return -1;
-    }
-    if (tail == NULL || tail == Py_None || (limit >= 0 && (size_t)limit <= *len)) {
-        return 0;
-    }
-    mr_buf tmp = {0};
-    mr_ints v;
-    if (mr_ints_read(tail, 4, INT32_MIN, INT32_MAX, tail_arg, MR_INTS_SCALAR, &tmp, &v) < 0) {
-        mr_buf_free(&tmp);
-        return -1;
-    }
-    size_t m = v.len;
-    if (limit >= 0 && m > (size_t)limit - *len) {
-        m = (size_t)limit - *len;
-    }
-    int rc = mr_buf_reserve(kb, *len + m, sizeof(int32_t));
-    if (rc == 0 && m > 0) {
-        memcpy((int32_t *)kb->p + *len, v.data, m * sizeof(int32_t));
-        *len += m;
-    }
-    mr_ints_release(&v);
-    mr_buf_free(&tmp);
-    return rc;
-}
-
 /* An int64 key that a match can read in place: a 1-D C-contiguous int64
  * numpy array or buffer (SGLang's array('q') tokens).  Returns 1 with *p and
  * *n set (release *view with PyBuffer_Release when *have_view), or 0 when
- * obj is not one (then read_key converts it). */
+ * obj is not one (then key_read converts it). */
 static int
 key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, size_t *n)
 {
@@ -129,7 +74,7 @@ key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, si
         return 0;
     }
     if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();   /* read_key reads it, or names the problem */
+        PyErr_Clear();   /* key_read reads it, or names the problem */
         return 0;
     }
     const char *f = view->format != NULL ? view->format : "B";
@@ -143,6 +88,93 @@ key64_view(PyObject *obj, Py_buffer *view, int *have_view, const int64_t **p, si
         return 1;
     }
     PyBuffer_Release(view);
+    return 0;
+}
+
+/* A key argument read once into a view (mr_key, lc_check.h).  An int64
+ * key that key64_view accepts is read where it is when the call can read it
+ * in place (in_place); any other (ints; int64 or int32 arrays, array('q'),
+ * lists, CPU torch tensors) is narrowed to int32 into the Lifecycle's
+ * keybuf taken for the call (mr_buf_take): reading may run Python code (an
+ * item's __index__, __array__) that calls this Lifecycle again, which then
+ * cannot change the tokens under the call.  The caller hands k to
+ * key_release. */
+typedef struct {
+    mr_key key;
+    mr_buf kb;
+    Py_buffer view;
+    int have_view;
+    int took;
+} key_arg;
+
+static void
+key_release(LifecycleObject *self, key_arg *k)
+{
+    if (k->have_view) {
+        PyBuffer_Release(&k->view);
+        k->have_view = 0;
+    }
+    if (k->took) {
+        mr_buf_give(&self->keybuf, &k->kb);
+        k->took = 0;
+    }
+}
+
+/* Appends obj's tokens (the argument arg) to the *len tokens in kb, up to
+ * `limit` in all when limit >= 0. */
+static int
+key_append(mr_buf *kb, PyObject *obj, Py_ssize_t limit, const char *arg, size_t *len)
+{
+    mr_buf tmp = {0};
+    mr_ints v;
+    /* the first part converts in kb itself (no copy when it is narrowed) */
+    if (mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, *len == 0 ? kb : &tmp, &v) < 0) {
+        mr_buf_free(&tmp);
+        return -1;
+    }
+    size_t m = v.len;
+    if (limit >= 0 && m > (size_t)limit - *len) {
+        m = (size_t)limit - *len;
+    }
+    int rc = 0;
+    if (v.data != kb->p) {
+        rc = mr_buf_reserve(kb, *len + m, sizeof(int32_t));
+        if (rc == 0 && m > 0) {
+            memcpy((int32_t *)kb->p + *len, v.data, m * sizeof(int32_t));
+        }
+    }
+    *len += m;
+    mr_ints_release(&v);
+    mr_buf_free(&tmp);
+    return rc;
+}
+
+/* Reads obj into k (the first `limit` tokens only when limit >= 0), then,
+ * when fewer than `limit` tokens were read and tail is given (not NULL or
+ * None), the tokens of tail after them (up to limit in all): SGLang's
+ * origin_input_ids + output_ids without building the sum.  A call with a
+ * tail reads its key as a copy (in_place 0): a key read in place has no
+ * tail. */
+static int
+key_read(LifecycleObject *self, PyObject *obj, PyObject *tail, Py_ssize_t limit, int in_place, const char *arg,
+         const char *tail_arg, key_arg *k)
+{
+    const int64_t *p64 = NULL;
+    size_t n = 0;
+    memset(k, 0, sizeof(*k));
+    if (in_place && key64_view(obj, &k->view, &k->have_view, &p64, &n)) {
+        k->key = (mr_key){p64, limit >= 0 && (size_t)limit < n ? (size_t)limit : n, 8};
+        return 0;
+    }
+    k->kb = mr_buf_take(&self->keybuf);
+    k->took = 1;
+    if (key_append(&k->kb, obj, limit, arg, &n) < 0
+        || (tail != NULL && tail != Py_None && (limit < 0 || (size_t)limit > n)
+            && key_append(&k->kb, tail, limit, tail_arg, &n) < 0)) {
+        key_release(self, k);
+        return -1;
+    }
+    k->key = (mr_key){k->kb.p, n, 4};
     return 0;
 }
 
@@ -162,38 +194,35 @@ need_pools(LifecycleObject *self, const char *fname)
 static int
 row_and_len(LifecycleObject *self, const char *fname, int64_t row, const char *len_arg, int64_t len)
 {
-    const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
-    if (!mr_reqpool_in_use(rp, row)) {
+    mr_lc_why why;
+    switch (mr_lc_row_len_check(mr_pools_req_pool(self->rp_obj, lc_state(self)), row, len, &why)) {
+    case MR_LC_WHY_ROW_FREE:
         PyErr_Format(PyExc_ValueError, "%s(): row %lld is not a request row in use (the ReqPool has rows 1..%lld)",
-                     fname, (long long)row, (long long)rp->size);
+                     fname, (long long)why.value, (long long)why.other);
         return -1;
-    }
-    if (len > rp->max_ctx) {
+    case MR_LC_WHY_LEN_LONG:
         PyErr_Format(PyExc_ValueError, "%s(): %s = %lld is more than max_context_len = %lld", fname, len_arg,
-                     (long long)len, (long long)rp->max_ctx);
+                     (long long)why.value, (long long)why.other);
         return -1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 /* ------------------------------------------------------------------------
  * ReqState: one request's record */
 
 /* A request's record lives in the object until admission; from then on in
- * its ReqPool row (rp->req[row], which the object points at: pool, row and
- * the row's generation), until the row is freed (ReqPool.free moves it
- * back) or the request is finished (cache_finished moves it back).  A
- * view (ReqPool.record(row)) points at a row without ever holding the
- * record.  A row freed behind the object's back (a batched call, or a
- * view's row) changes the row's generation: then any use raises. */
+ * its ReqPool row, until the row is freed (ReqPool.free moves it back) or
+ * the request is finished (cache_finished moves it back): the object's
+ * handle (mr_rec, lc_record.h) says where.  A view (ReqPool.record(row))
+ * points at a row without ever holding the record.  A row freed behind the
+ * object's back (a batched call, or a view's row) changes the row's
+ * generation: then any use raises. */
 typedef struct {
     PyObject_HEAD
-    mr_req st;             /* the record while it is not in a row */
+    mr_rec h;              /* where the record lives */
     PyObject *pool;        /* the ReqPool whose row holds it (a reference), or NULL */
-    mr_reqpool *rp;
-    int64_t row;
-    uint32_t gen;          /* the row's generation when the record moved in */
-    uint8_t view;          /* ReqPool.record(): never takes the record */
 } ReqStateObject;
 
 static PyTypeObject *
@@ -208,43 +237,26 @@ req_state_type(LifecycleObject *self)
 static int
 rs_live(ReqStateObject *o, const char *what)
 {
-    if (o->pool != NULL && mr_reqpool_gen(o->rp, o->row) != o->gen) {
+    if (!mr_rec_live(&o->h)) {
         PyErr_Format(PyExc_ReferenceError,
                      "%s: this ReqState's record lived in request row %lld, which was freed since "
                      "(a stale handle: the record is gone)",
-                     what, (long long)o->row);
+                     what, (long long)o->h.row);
         return -1;
     }
     return 0;
 }
 
-/* Copies the record out (a row's through mr_reqpool_load: its track entries
- * are the row's track map). */
+/* Copies the record out (mr_rec_get); writing it back is mr_rec_put, once
+ * rs_get succeeded. */
 static int
 rs_get(ReqStateObject *o, const char *what, mr_req *out)
 {
     if (rs_live(o, what) < 0) {
         return -1;
     }
-    if (o->pool == NULL) {
-        *out = o->st;
-    }
-    else {
-        mr_reqpool_load(o->rp, o->row, out);
-    }
+    mr_rec_get(&o->h, out);
     return 0;
-}
-
-/* Writes the record back (rs_get succeeded on o since). */
-static void
-rs_put(ReqStateObject *o, const mr_req *st)
-{
-    if (o->pool == NULL) {
-        o->st = *st;
-    }
-    else {
-        mr_reqpool_store(o->rp, o->row, st);
-    }
 }
 
 /* Moves the record of o (not in a row; rec: its new value) into row `row`
@@ -252,31 +264,17 @@ rs_put(ReqStateObject *o, const mr_req *st)
 static void
 rs_bind(ReqStateObject *o, const mr_req *rec, PyObject *pool, mr_reqpool *rp, PyObject **holders, int64_t row)
 {
-    (void)mr_reqpool_bind(rp, row, rec);
-    mr_req_reset(&o->st);
+    mr_rec_bind(&o->h, rec, rp, row);
     o->pool = Py_NewRef(pool);
-    o->rp = rp;
-    o->row = row;
-    o->gen = mr_reqpool_gen(rp, row);
     holders[row] = (PyObject *)o;
-}
-
-/* The record leaves its row (rec: what the row held) and lives in o again. */
-static void
-rs_unbind(ReqStateObject *o, const mr_req *rec)
-{
-    o->st = *rec;
-    o->row = -1;
-    o->rp = NULL;
-    Py_CLEAR(o->pool);
 }
 
 void
 mr_py_req_state_take_back(PyObject *rs, uint32_t gen, const mr_req *rec)
 {
     ReqStateObject *o = (ReqStateObject *)rs;
-    if (o->pool != NULL && !o->view && o->gen == gen) {
-        rs_unbind(o, rec);
+    if (mr_rec_take_back(&o->h, gen, rec)) {
+        Py_CLEAR(o->pool);
     }
 }
 
@@ -288,86 +286,28 @@ mr_py_req_state_view(PyObject *pool, mr_reqpool *rp, int64_t row, mr_state *st)
     if (o == NULL) {
         return NULL;
     }
-    mr_req_reset(&o->st);
+    mr_rec_init_view(&o->h, rp, row);
     o->pool = Py_NewRef(pool);
-    o->rp = rp;
-    o->row = row;
-    o->gen = mr_reqpool_gen(rp, row);
-    o->view = 1;
     return (PyObject *)o;
 }
 
-/* One field of the record: its offset and C type.  The table is the
- * 13-tuple's order; ReqState's attributes are its entries. */
-typedef struct {
-    const char *name;
-    size_t off;
-    char kind;   /* 'q' int64, 'i' int32, 'b' uint8 (0/1 flags take any int), 'I' uint32,
-                  * 'n' last_node's id (-1: no node; setting -1 drops the lock too) */
-} rs_field;
-
-#define RS_FIELD(pyname, field, kind) {"ReqState." pyname, offsetof(mr_req, field), kind}
-
-static const rs_field rs_fields[RS_LEN] = {
-    RS_FIELD("running", running, 'q'),
-    RS_FIELD("track0", track[0], 'q'),
-    RS_FIELD("track1", track[1], 'q'),
-    RS_FIELD("next_track", next_track, 'i'),
-    RS_FIELD("last_track_seqlen", last_track_seqlen, 'q'),
-    RS_FIELD("branching_seqlen", branching_seqlen, 'q'),
-    RS_FIELD("cow_src", cow_src, 'q'),
-    RS_FIELD("needs_clear", needs_clear, 'b'),
-    RS_FIELD("lazy_is_insert", lazy_is_insert, 'b'),
-    RS_FIELD("protected_len", protected_len, 'q'),
-    RS_FIELD("node_id", last_node.id, 'n'),
-    RS_FIELD("node_gen", last_node.gen, 'I'),
-    RS_FIELD("locked", locked, 'b'),
+/* The record's fields by number (lc_check.h), in the 13-tuple's order;
+ * ReqState's attributes are its entries, named so in messages. */
+static const char *const rs_names[RS_LEN] = {
+    "ReqState.running",
+    "ReqState.track0",
+    "ReqState.track1",
+    "ReqState.next_track",
+    "ReqState.last_track_seqlen",
+    "ReqState.branching_seqlen",
+    "ReqState.cow_src",
+    "ReqState.needs_clear",
+    "ReqState.lazy_is_insert",
+    "ReqState.protected_len",
+    "ReqState.node_id",
+    "ReqState.node_gen",
+    "ReqState.locked",
 };
-
-/* Field f of a record, as a Python int. */
-static PyObject *
-rs_field_get(const mr_req *rec, const rs_field *f)
-{
-    const char *p = (const char *)rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        return PyLong_FromLongLong((long long)*(const int64_t *)p);
-    case 'i':
-        return PyLong_FromLong((long)*(const int32_t *)p);
-    case 'I':
-        return PyLong_FromUnsignedLong((unsigned long)*(const uint32_t *)p);
-    case 'n':
-        return PyLong_FromLongLong(rec->has_node ? (long long)rec->last_node.id : -1);
-    default:
-        return PyLong_FromLong((long)*(const uint8_t *)p);
-    }
-}
-
-/* Field f of a record set to x (narrowed to its C type). */
-static void
-rs_field_set(mr_req *rec, const rs_field *f, int64_t x)
-{
-    char *p = (char *)rec + f->off;
-    switch (f->kind) {
-    case 'q':
-        *(int64_t *)p = x;
-        break;
-    case 'i':
-        *(int32_t *)p = (int32_t)x;
-        break;
-    case 'I':
-        *(uint32_t *)p = (uint32_t)x;
-        break;
-    case 'n':
-        rec->has_node = x >= 0;
-        rec->last_node.id = (uint32_t)(x >= 0 ? x : 0);
-        rec->locked = rec->locked && x >= 0;
-        break;
-    default:
-        *(uint8_t *)p = x != 0;
-        break;
-    }
-}
 
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
@@ -381,17 +321,17 @@ tuple_to_req(PyObject *obj, mr_req *st)
         PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
         return -1;
     }
-    mr_req_reset(st);
+    int64_t v[RS_LEN];
     for (int i = 0; i < RS_LEN; i++) {
         long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
         if (x == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             return -1;
         }
-        rs_field_set(st, &rs_fields[i], x);
+        v[i] = (int64_t)x;
     }
     Py_DECREF(seq);
-    st->locked = st->locked && st->has_node;   /* locked only with a node */
+    mr_req_from_fields(st, v);
     return 0;
 }
 
@@ -400,7 +340,7 @@ req_to_tuple(const mr_req *st)
 {
     PyObject *t = PyTuple_New(RS_LEN);
     for (int i = 0; t != NULL && i < RS_LEN; i++) {
-        PyObject *v = rs_field_get(st, &rs_fields[i]);
+        PyObject *v = PyLong_FromLongLong((long long)mr_req_field(st, i));
         if (v == NULL) {
             Py_CLEAR(t);
             break;
@@ -451,9 +391,9 @@ parse_rs_row(LifecycleObject *self, PyObject *obj, int64_t row, const char *fnam
     }
     ReqStateObject *o = (ReqStateObject *)obj;
     if (Py_IS_TYPE(obj, req_state_type(self)) && o->pool != NULL
-        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->row != row)) {
+        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->h.row != row)) {
         PyErr_Format(PyExc_ValueError, "%s(): rs is the record of request row %lld%s, not of row %lld", fname,
-                     (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
+                     (long long)o->h.row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
         return -1;
     }
     return 0;
@@ -466,7 +406,7 @@ static PyObject *
 build_rs(LifecycleObject *self, PyObject *obj, const mr_req *st)
 {
     if (Py_IS_TYPE(obj, req_state_type(self))) {
-        rs_put((ReqStateObject *)obj, st);
+        mr_rec_put(&((ReqStateObject *)obj)->h, st);
         return Py_NewRef(obj);
     }
     return req_to_tuple(st);
@@ -589,6 +529,45 @@ static const mr_status_override decode_batch_overrides[] = {
 /* ------------------------------------------------------------------------
  * Lifetime */
 
+/* Words a refused configuration (mr_lc_config_check). */
+static PyObject *
+config_raise(const mr_lc_why *why, int64_t page, int64_t pp)
+{
+    switch (why->why) {
+    case MR_LC_WHY_CHUNK_PAGE:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide "
+                            "the other", (long long)why->value, (long long)page);
+    case MR_LC_WHY_LAZY:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
+        return NULL;
+    case MR_LC_WHY_NO_VALUES_POOLS:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): values=False is for a Lifecycle without pools (its pools "
+                        "own KV indices, which the tree must keep)");
+        return NULL;
+    case MR_LC_WHY_POOL_TYPE:
+        PyErr_SetString(PyExc_TypeError,
+                        "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
+                        "ReqPool (or all three None)");
+        return NULL;
+    case MR_LC_WHY_SAME_POOL:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): state_allocator and kv_allocator must be different "
+                        "SlotAllocator objects (one pool cannot hold both state slots and KV indices)");
+        return NULL;
+    case MR_LC_WHY_STATE_PAGE:
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): the state allocator must have page_size 1");
+        return NULL;
+    case MR_LC_WHY_KV_PAGE:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator page_size %lld != page_size %lld",
+                            (long long)why->value, (long long)page);
+    case MR_LC_WHY_TRACK_WIDTH:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): req_pool track_buffer_size %d != track_buffer_size %d",
+                            (int)why->value, (int)pp);
+    default:
+        return PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator's %lld tokens exceed the req-to-token "
+                            "table's int32 indices", (long long)why->value);
+    }
+}
+
 static PyObject *
 Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
@@ -616,10 +595,21 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
              *opts = a[11] ? a[11] : Py_None, *budget = a[12] ? a[12] : Py_None;
     mr_lc_config cfg = {0};
     cfg.end_of_turn = eot;
-    if (page % chunk != 0 && chunk % page != 0) {
-        PyErr_Format(PyExc_ValueError, "Lifecycle(): chunk_size (%lld) and page_size (%lld): one must divide the other",
-                     (long long)chunk, (long long)page);
-        return NULL;
+    cfg.page_size = (uint32_t)page;
+    cfg.chunk_size = (uint32_t)chunk;
+    cfg.extra_buffer = extra;
+    cfg.lazy = lazy;
+    cfg.track_buffer_size = (int32_t)pp;
+    cfg.track_interval = interval;
+    cfg.no_values = !values;
+    int none = so == Py_None && ko == Py_None && ro == Py_None;
+    mr_kv *state_kv = mr_pools_slot_allocator_kv(so, st), *kv = mr_pools_slot_allocator_kv(ko, st);
+    mr_reqpool *rp = mr_pools_req_pool(ro, st);
+    mr_lc_why why;
+    /* the configuration's first problem, worded in the order of the
+     * arguments: chunk_size before the policy's, the rest after */
+    if (mr_lc_config_check(&cfg, !none, state_kv, kv, rp, &why) == MR_LC_WHY_CHUNK_PAGE) {
+        return config_raise(&why, page, pp);
     }
     mr_radix_config pc = {1, 1, MR_POLICY_SGLANG};
     if (mr_read_policy("Lifecycle()", policy, opts, budget, &pc, &cfg.tree, NULL) < 0) {
@@ -633,67 +623,14 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         PyErr_Format(PyExc_ValueError, "Lifecycle(): semantics must be 'v0.5.15' or 'v0.5.23', not '%s'", semantics);
         return NULL;
     }
-    if (lazy && (!extra || pp != 2)) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): lazy needs extra_buffer and track_buffer_size 2");
-        return NULL;
-    }
-    cfg.page_size = (uint32_t)page;
-    cfg.chunk_size = (uint32_t)chunk;
-    cfg.extra_buffer = extra;
-    cfg.lazy = lazy;
-    cfg.track_buffer_size = (int32_t)pp;
-    cfg.track_interval = interval;
-    cfg.no_values = !values;
-    mr_slots *sp = NULL;
-    mr_kv *state_kv = NULL, *kv = NULL;
-    mr_reqpool *rp = NULL;
-    int none = so == Py_None && ko == Py_None && ro == Py_None;
-    if (!none && !values) {
-        PyErr_SetString(PyExc_ValueError, "Lifecycle(): values=False is for a Lifecycle without pools (its pools "
-                        "own KV indices, which the tree must keep)");
-        return NULL;
-    }
-    if (!none) {
-        state_kv = mr_pools_slot_allocator_kv(so, st);
-        kv = mr_pools_slot_allocator_kv(ko, st);
-        rp = mr_pools_req_pool(ro, st);
-        if (state_kv == NULL || kv == NULL || rp == NULL) {
-            PyErr_SetString(PyExc_TypeError,
-                            "Lifecycle(): state_allocator and kv_allocator must be SlotAllocator and req_pool a "
-                            "ReqPool (or all three None)");
-            return NULL;
-        }
-        if (state_kv == kv) {
-            PyErr_SetString(PyExc_ValueError, "Lifecycle(): state_allocator and kv_allocator must be different "
-                            "SlotAllocator objects (one pool cannot hold both state slots and KV indices)");
-            return NULL;
-        }
-        if (state_kv->page_size != 1) {
-            PyErr_SetString(PyExc_ValueError, "Lifecycle(): the state allocator must have page_size 1");
-            return NULL;
-        }
-        if (kv->page_size != page) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator page_size %lld != page_size %lld",
-                         (long long)kv->page_size, page);
-            return NULL;
-        }
-        if (rp->pp != pp) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): req_pool track_buffer_size %d != track_buffer_size %d",
-                         (int)rp->pp, pp);
-            return NULL;
-        }
-        if (!mr_kv_fits_table(kv)) {
-            PyErr_Format(PyExc_ValueError, "Lifecycle(): kv_allocator's %lld tokens exceed the req-to-token table's "
-                         "int32 indices", (long long)(kv->pages.n + 1) * (long long)kv->page_size);
-            return NULL;
-        }
-        sp = &state_kv->pages;
+    if (why.why != MR_LC_WHY_NONE) {
+        return config_raise(&why, page, pp);
     }
     LifecycleObject *self = (LifecycleObject *)tp->tp_alloc(tp, 0);
     if (self == NULL) {
         return NULL;
     }
-    int rc = mr_lc_new(&cfg, sp, kv, rp, &self->lc);
+    int rc = mr_lc_new(&cfg, none ? NULL : &state_kv->pages, kv, rp, &self->lc);
     if (rc != MR_OK) {
         Py_DECREF(self);
         return mr_raise(st, rc, "Lifecycle()");
@@ -766,9 +703,9 @@ match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
                      (long long)owner, (long long)rp->size);
         return -1;
     }
-    if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->row != owner)) {
+    if (rs->pool != NULL && (rs->pool != self->rp_obj || rs->h.row != owner)) {
         PyErr_Format(PyExc_ValueError, "match(): rs is the record of request row %lld%s, not of owner=%lld",
-                     (long long)rs->row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
+                     (long long)rs->h.row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
         return -1;
     }
     if (rs->pool == NULL && (rp->bound[owner] & MR_ROW_BOUND)) {
@@ -827,24 +764,9 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     /* the key first: converting it may run Python code that calls this
      * Lifecycle again, so a converted key lives in keybuf taken for the
      * call, and the row and the record are read after it */
-    size_t len = 0;
-    Py_buffer view;
-    int have_view = 0;
-    const int64_t *key64 = NULL;
-    mr_buf kb = {NULL, 0};
-    int took = 0;
-    if (key64_view(args[0], &view, &have_view, &key64, &len)) {
-        if (limit >= 0 && (size_t)limit < len) {
-            len = (size_t)limit;
-        }
-    }
-    else {
-        kb = mr_buf_take(&self->keybuf);
-        took = 1;
-        if (read_key(&kb, args[0], (Py_ssize_t)limit, "match(): key", &len) < 0) {
-            mr_buf_give(&self->keybuf, &kb);
-            return NULL;
-        }
+    key_arg k;
+    if (key_read(self, args[0], NULL, (Py_ssize_t)limit, 1, "match(): key", NULL, &k) < 0) {
+        return NULL;
     }
     mr_req st;
     int ok = !(cow && owner >= 1 && match_row_record(self, (ReqStateObject *)rs, owner) < 0);
@@ -857,15 +779,8 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     mr_match m;
     /* the indices go straight into the result array (below) */
-    int rc = ok ? mr_lc_match_key(self->lc, key64 != NULL ? NULL : (const int32_t *)kb.p, key64, len, (int32_t)ns,
-                                  cow, &st, (int32_t)owner, &m, NULL)
-                : MR_OK;
-    if (have_view) {
-        PyBuffer_Release(&view);
-    }
-    if (took) {
-        mr_buf_give(&self->keybuf, &kb);
-    }
+    int rc = ok ? mr_lc_match_view(self->lc, &k.key, (int32_t)ns, cow, &st, (int32_t)owner, &m) : MR_OK;
+    key_release(self, &k);
     if (!ok) {
         return NULL;
     }
@@ -916,11 +831,12 @@ insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int
         return;
     }
     long long i = (long long)bad, x = (long long)val[bad];
-    const mr_kv *kv = mr_pools_slot_allocator_kv(self->kv_obj, st);
+    mr_lc_why why;
     switch (rc) {
     case MR_EINVAL:
         PyErr_Format(PyExc_ValueError, "insert(): value[%lld] = %lld is %s", i, x,
-                     x >= 0 && kv != NULL && x / kv->page_size <= kv->pages.n
+                     mr_lc_insert_why(mr_pools_slot_allocator_kv(self->kv_obj, st), rc, val, bad, &why)
+                             == MR_LC_WHY_KV_TWICE
                          ? "listed twice past the tree's own prefix (an index the insert would store or free twice)"
                          : "out of range");
         break;
@@ -959,6 +875,27 @@ keep_kv_ends(LifecycleObject *self)
     size_t n;
     mr_lc_take_released_calls(self->lc, &ends, &n);
     return set_kv_ends(self, ends, n);
+}
+
+/* The collected frees as two int64 arrays (then forgotten). */
+static int
+take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
+{
+    const int64_t *kvp, *stp;
+    size_t nkv, nst;
+    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
+    *kv = mr_i64_array(kvp, nkv);
+    *states = mr_i64_array(stp, nst);
+    if (keep_kv_ends(self) < 0) {
+        Py_CLEAR(*kv);
+    }
+    mr_lc_clear_released(self->lc);
+    if (*kv == NULL || *states == NULL) {
+        Py_CLEAR(*kv);
+        Py_CLEAR(*states);
+        return -1;
+    }
+    return 0;
 }
 
 PyDoc_STRVAR(Lifecycle_insert__doc__,
@@ -1002,31 +939,32 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     if (mr_as_int64(args[2], 0, INT64_MAX, "insert(): state", &state) < 0) {
         return NULL;
     }
-    size_t len = 0;
     PyObject *val = NULL, *dups = NULL, *res = NULL;
-    /* reading the value may run Python code: the key stays in kb */
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    if (read_key(&kb, args[0], -1, "insert(): key", &len) < 0) {
-        goto error;
+    /* reading the value may run Python code: the key is a copy */
+    key_arg k;
+    if (key_read(self, args[0], NULL, -1, 0, "insert(): key", NULL, &k) < 0) {
+        return NULL;
     }
+    size_t len = k.key.len;
     val = mr_ints_array(args[1], "insert(): value");
     if (val == NULL) {
         goto error;
     }
-    if ((size_t)PyArray_SIZE((PyArrayObject *)val) != len) {
-        PyErr_Format(PyExc_ValueError, "insert(): value has %zd indices for %zu tokens",
-                     (Py_ssize_t)PyArray_SIZE((PyArrayObject *)val), len);
+    mr_lc_why why;
+    switch (mr_lc_insert_check(self->lc, len, (size_t)PyArray_SIZE((PyArrayObject *)val), prev, &why)) {
+    case MR_LC_WHY_VALUE_COUNT:
+        PyErr_Format(PyExc_ValueError, "insert(): value has %lld indices for %zu tokens", (long long)why.value, len);
         goto error;
-    }
-    uint32_t ps = mr_lc_config_of(self->lc)->page_size;
-    if (len % ps != 0) {
-        PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %u", len, ps);
+    case MR_LC_WHY_KEY_PAGES:
+        PyErr_Format(PyExc_ValueError, "insert(): key length %zu is not a multiple of page_size %lld", len,
+                     (long long)why.other);
         goto error;
-    }
-    if ((uint64_t)prev > len) {
+    case MR_LC_WHY_PREV_LONG:
         PyErr_Format(PyExc_ValueError, "insert(): prev_prefix_len %lld exceeds the key's %zu tokens",
                      (long long)prev, len);
         goto error;
+    default:
+        break;
     }
     /* with pools the lifecycle frees the duplicates; without, they are
      * copied out only for a caller that wants the array */
@@ -1037,7 +975,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     mr_insert_result r;
     int64_t bad = -1;
     const int64_t *v = (const int64_t *)PyArray_DATA((PyArrayObject *)val);
-    int rc = mr_lc_insert(self->lc, (const int32_t *)kb.p, v, len, (int32_t)ns, state, (size_t)prev,
+    int rc = mr_lc_insert(self->lc, k.key.p, v, len, (int32_t)ns, state, (size_t)prev,
                           copy_dups ? (int64_t *)self->buf.p : NULL, &r, &bad);
     if (rc != MR_OK) {
         insert_raise(self, rc, v, bad, state);
@@ -1064,7 +1002,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     res = Py_BuildValue("(nOkkO)", (Py_ssize_t)r.prefix_len, r.state_existed ? Py_True : Py_False,
                         (unsigned long)h.id, (unsigned long)h.gen, dups);
 error:
-    mr_buf_give(&self->keybuf, &kb);
+    key_release(self, &k);
     Py_XDECREF(dups);
     Py_XDECREF(val);
     return res;
@@ -1111,24 +1049,11 @@ Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     mr_lc_clear_released(self->lc);
     size_t t = 0, s = 0;
     int rc = mr_lc_evict_protected(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s);
-    const int64_t *kvp, *stp;
-    size_t nkv, nst;
-    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    PyObject *a = mr_i64_array(kvp, nkv);
-    PyObject *b = mr_i64_array(stp, nst);
-    if (keep_kv_ends(self) < 0) {
-        Py_CLEAR(a);
-    }
-    mr_lc_clear_released(self->lc);
-    if (rc != MR_OK) {
+    PyObject *a = NULL, *b = NULL;
+    if (take_frees(self, &a, &b) < 0 || rc != MR_OK) {
         Py_XDECREF(a);
         Py_XDECREF(b);
-        return lc_raise(self, rc, "evict()");
-    }
-    if (a == NULL || b == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        return NULL;
+        return rc != MR_OK ? lc_raise(self, rc, "evict()") : NULL;
     }
     return Py_BuildValue("(nnNN)", (Py_ssize_t)t, (Py_ssize_t)s, a, b);
 }
@@ -1377,10 +1302,8 @@ Lifecycle_stats(LifecycleObject *self, PyObject *unused)
 /* The same calls on a Lifecycle without pools (below): the record first
  * (there is no row), the caller's slot ids in, its frees out. */
 static PyObject *tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-static PyObject *tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                       PyObject *kwnames);
-static PyObject *tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                     PyObject *kwnames);
+static PyObject *tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                            int finished);
 
 PyDoc_STRVAR(Lifecycle_alloc_state__doc__,
 "alloc_state($self, /, owner=-2)\n"
@@ -1485,19 +1408,16 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             goto error;
         }
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (rows[i] >= 1 && !mr_reqpool_in_use(rp, rows[i])) {
-            PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is not a request row in use (-1 takes a new "
-                         "row)", i, (long long)rows[i]);
-            goto error;
-        }
-        for (Py_ssize_t j = 0; rows[i] >= 1 && j < i; j++) {
-            if (rows[j] == rows[i]) {
-                PyErr_Format(PyExc_ValueError, "admit(): rows[%zd] = %lld is rows[%zd] too (one row per request)", i,
-                             (long long)rows[i], j);
-                goto error;
-            }
-        }
+    mr_lc_why why;
+    if (mr_lc_admit_rows_check(rp, rows, (size_t)n, &why) == MR_LC_WHY_ROW_FREE) {
+        PyErr_Format(PyExc_ValueError, "admit(): rows[%lld] = %lld is not a request row in use (-1 takes a new "
+                     "row)", (long long)why.at, (long long)why.value);
+        goto error;
+    }
+    if (why.why == MR_LC_WHY_ROW_TWICE) {
+        PyErr_Format(PyExc_ValueError, "admit(): rows[%lld] = %lld is rows[%lld] too (one row per request)",
+                     (long long)why.at, (long long)why.value, (long long)why.other);
+        goto error;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *obj = PySequence_Fast_GET_ITEM(rs_seq, i);
@@ -1510,14 +1430,14 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
         /* a record in a row is admitted in that row; one that is not moves
          * into the row it gets, which must not hold another's */
         ReqStateObject *o = (ReqStateObject *)obj;
-        if (o->pool != NULL && (o->pool != self->rp_obj || o->row != rows[i])) {
+        if (o->pool != NULL && (o->pool != self->rp_obj || o->h.row != rows[i])) {
             PyErr_Format(PyExc_ValueError, "admit(): rs_list[%zd] is the record of request row %lld%s, not of row %lld",
-                         i, (long long)o->row, o->pool != self->rp_obj ? " of another ReqPool" : "",
+                         i, (long long)o->h.row, o->pool != self->rp_obj ? " of another ReqPool" : "",
                          (long long)rows[i]);
             goto error;
         }
         if (o->pool == NULL && rows[i] >= 1 && rows[i] <= rp->size && holders[rows[i]] != NULL
-            && ((ReqStateObject *)holders[rows[i]])->gen == mr_reqpool_gen(rp, rows[i])) {
+            && ((ReqStateObject *)holders[rows[i]])->h.gen == mr_reqpool_gen(rp, rows[i])) {
             PyErr_Format(PyExc_ValueError, "admit(): request row %lld holds another request's record", (long long)rows[i]);
             goto error;
         }
@@ -1545,7 +1465,7 @@ Lifecycle_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
             rs_bind(o, &sts[i], self->rp_obj, rp, holders, rows[i]);
         }
         else if (Py_IS_TYPE((PyObject *)o, rs_type)) {
-            rs_put(o, &sts[i]);
+            mr_rec_put(&o->h, &sts[i]);
         }
     }
     out_rows = PyList_New(n);
@@ -1632,7 +1552,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
 {
     MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "row", "rs", "tokens", "fill_len", "ns");
     if (self->rp_obj == NULL) {
-        return tree_cache_unfinished(self, args, nargs, kwnames);
+        return tree_cache(self, args, nargs, kwnames, 0);
     }
     int64_t row = 0, fill = 0, ns = 0;
     mr_req st;
@@ -1650,20 +1570,13 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
      * Lifecycle again; the row's record is read after it, and the key
      * stays in kb, or is read in place (int64: SGLang's array('q'), whose
      * insert narrows only what it reads) */
-    size_t len = 0;
     PyObject *prefix = NULL, *res = NULL;
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    Py_buffer view;
-    int have_view = 0;
-    const int64_t *k64 = NULL;
-    if (key64_view(args[2], &view, &have_view, &k64, &len)) {
-        len = len < (size_t)fill ? len : (size_t)fill;
+    key_arg k;
+    if (key_read(self, args[2], NULL, (Py_ssize_t)fill, 1, "cache_unfinished(): tokens", NULL, &k) < 0) {
+        return NULL;
     }
-    else if (read_key(&kb, args[2], (Py_ssize_t)fill, "cache_unfinished(): tokens", &len) < 0) {
-        goto done;
-    }
-    if ((int64_t)len < fill) {
-        PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", len, (long long)fill);
+    if ((int64_t)k.key.len < fill) {
+        PyErr_Format(PyExc_ValueError, "cache_unfinished(): %zu tokens for fill_len %lld", k.key.len, (long long)fill);
         goto done;
     }
     if (parse_rs_row(self, args[1], row, "cache_unfinished", &st) < 0) {
@@ -1674,13 +1587,12 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto done;
     }
     int64_t fs = -1, fd = -1, bad = -1;
-    int rc = mr_lc_cache_unfinished_key(self->lc, row, &st, k64 != NULL ? NULL : (const int32_t *)kb.p, k64,
-                                        (size_t)fill, (int32_t)ns, (int64_t *)PyArray_DATA((PyArrayObject *)prefix),
-                                        &fs, &fd, &bad);
-    if (rc == MR_EINVAL && k64 != NULL && bad >= 0) {
+    int rc = mr_lc_cache_unfinished_view(self->lc, row, &st, &k.key, (size_t)fill, (int32_t)ns,
+                                         (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd, &bad);
+    if (rc == MR_EINVAL && k.key.width == 8 && bad >= 0) {
         Py_CLEAR(prefix);   /* as the narrowing of a copied key names it */
         PyErr_Format(PyExc_ValueError, "cache_unfinished(): tokens[%lld] = %lld is out of range [%d, %d]",
-                     (long long)bad, (long long)k64[bad], INT32_MIN, INT32_MAX);
+                     (long long)bad, (long long)mr_key_at(&k.key, (size_t)bad), INT32_MIN, INT32_MAX);
         goto done;
     }
     if (rc != MR_OK) {
@@ -1691,10 +1603,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     res = Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
     prefix = NULL;   /* stolen by "N" */
 done:
-    if (have_view) {
-        PyBuffer_Release(&view);
-    }
-    mr_buf_give(&self->keybuf, &kb);
+    key_release(self, &k);
     Py_XDECREF(prefix);
     return res;
 }
@@ -1724,7 +1633,7 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 {
     MR_ARGS(spec, pa, "cache_finished", 4, 4, 4, "row", "rs", "tokens", "committed_len", "ns", "is_insert", "tail");
     if (self->rp_obj == NULL) {
-        return tree_cache_finished(self, args, nargs, kwnames);
+        return tree_cache(self, args, nargs, kwnames, 1);
     }
     int64_t row = 0, c = 0, ns = 0;
     int ins = 1;
@@ -1743,17 +1652,19 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     /* the tokens first (cache_unfinished says why), into kb */
-    size_t len = 0;
-    mr_buf kb = mr_buf_take(&self->keybuf);
-    int ok = read_key_tail(&kb, args[2], pa[6], (Py_ssize_t)c, "cache_finished(): tokens", "cache_finished(): tail",
-                           &len) == 0;
-    if (ok && (int64_t)len < c) {
-        PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", len, (long long)c);
+    key_arg k;
+    if (key_read(self, args[2], pa[6], (Py_ssize_t)c, 0, "cache_finished(): tokens", "cache_finished(): tail",
+                 &k) < 0) {
+        return NULL;
+    }
+    int ok = 1;
+    if ((int64_t)k.key.len < c) {
+        PyErr_Format(PyExc_ValueError, "cache_finished(): %zu tokens for committed_len %lld", k.key.len, (long long)c);
         ok = 0;
     }
     ok = ok && parse_rs_row(self, args[1], row, "cache_finished", &st) == 0;
-    int rc = ok ? mr_lc_cache_finished(self->lc, row, &st, (const int32_t *)kb.p, (size_t)c, (int32_t)ns, ins) : MR_OK;
-    mr_buf_give(&self->keybuf, &kb);
+    int rc = ok ? mr_lc_cache_finished(self->lc, row, &st, k.key.p, (size_t)c, (int32_t)ns, ins) : MR_OK;
+    key_release(self, &k);
     if (!ok) {
         return NULL;
     }
@@ -1764,13 +1675,15 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
      * the scheduler frees next) and stays with the request, as SGLang's
      * Req keeps its fields */
     ReqStateObject *ro = (ReqStateObject *)args[1];
-    if (Py_IS_TYPE(args[1], req_state_type(self)) && ro->pool != NULL && !ro->view) {
-        PyObject **holders = mr_pools_req_holders(ro->pool, lc_state(self));
-        (void)mr_reqpool_unbind(ro->rp, ro->row, NULL);
-        if (holders[ro->row] == args[1]) {
-            holders[ro->row] = NULL;
+    if (Py_IS_TYPE(args[1], req_state_type(self))) {
+        PyObject **holders = ro->pool != NULL ? mr_pools_req_holders(ro->pool, lc_state(self)) : NULL;
+        int64_t left = mr_rec_finish(&ro->h, &st);
+        if (left >= 0) {
+            if (holders[left] == args[1]) {
+                holders[left] = NULL;
+            }
+            Py_CLEAR(ro->pool);
         }
-        rs_unbind(ro, &st);
         return Py_NewRef(args[1]);
     }
     return build_rs(self, args[1], &st);
@@ -1778,27 +1691,6 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
 
 /* ------------------------------------------------------------------------
  * Tree-only: the calls above over someone else's pools */
-
-/* The collected frees as two int64 arrays (then forgotten). */
-static int
-take_frees(LifecycleObject *self, PyObject **kv, PyObject **states)
-{
-    const int64_t *kvp, *stp;
-    size_t nkv, nst;
-    mr_lc_take_released(self->lc, &kvp, &nkv, &stp, &nst);
-    *kv = mr_i64_array(kvp, nkv);
-    *states = mr_i64_array(stp, nst);
-    if (keep_kv_ends(self) < 0) {
-        Py_CLEAR(*kv);
-    }
-    mr_lc_clear_released(self->lc);
-    if (*kv == NULL || *states == NULL) {
-        Py_CLEAR(*kv);
-        Py_CLEAR(*states);
-        return -1;
-    }
-    return 0;
-}
 
 /* What foreign_args took: both arrays released, both buffers given back. */
 static void
@@ -1898,92 +1790,59 @@ cache_result(LifecycleObject *self, PyObject *type, PyObject *const *items, Py_s
 }
 
 
+/* cache_unfinished (finished 0) and cache_finished (1) without pools. */
 static PyObject *
-tree_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                   PyObject *kwnames)
+tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int finished)
 {
-    MR_ARGS(spec, pa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
-    int64_t ns = 0, fresh = 0;
-    npy_intp n = 0;
-    int want_prefix = 1;
+    MR_ARGS(uspec, upa, "cache_unfinished", 4, 4, 4, "rs", "tokens", "kv", "fresh", "ns", "prefix");
+    MR_ARGS(fspec, fpa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert", "state_available");
+    const char *fname = finished ? "cache_finished" : "cache_unfinished";
+    PyObject **pa = finished ? fpa : upa;
+    int64_t ns = 0, fresh = 0, avail = -1;
+    int flag = 1;   /* cache_unfinished's prefix, cache_finished's is_insert */
     mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0
-        || mr_arg_bool(pa[5], "cache_unfinished", "prefix", &want_prefix) < 0) {
+    if (mr_parse(finished ? &fspec : &uspec, args, nargs, kwnames, pa) < 0
+        || (!finished && mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0)
+        || mr_arg_bool(pa[finished ? 4 : 5], fname, finished ? "is_insert" : "prefix", &flag) < 0
+        || (finished && pa[5] != NULL
+            && mr_as_int64(pa[5], -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0)) {
         return NULL;
     }
     mr_ints tok, kv;
     mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_unfinished", args[0], args[1], args[2], pa[4], &st, &ns, &kv, &tok,
-                     &kvbuf, &tokbuf) < 0) {
+    if (foreign_args(self, fname, args[0], args[1], args[2], pa[finished ? 3 : 4], &st, &ns, &kv, &tok, &kvbuf,
+                     &tokbuf) < 0) {
         return NULL;
     }
-    n = (npy_intp)kv.len;
-    PyObject *prefix = want_prefix ? mr_i64_array(NULL, (Py_ssize_t)n) : Py_NewRef(Py_None);
+    PyObject *prefix = finished || !flag ? Py_NewRef(Py_None) : mr_i64_array(NULL, (Py_ssize_t)kv.len);
     if (prefix == NULL) {
         foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
         return NULL;
     }
     int64_t fs = -1, fd = -1, table_end = 0;
-    int rc = mr_lc_cache_unfinished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
-                                        (size_t)n, (int32_t)ns, fresh,
-                                        want_prefix ? (int64_t *)PyArray_DATA((PyArrayObject *)prefix) : NULL, &fs, &fd,
-                                        &table_end);
+    int rc = mr_lc_cache_ext(self->lc, finished, &st, (const int32_t *)tok.data, (const int64_t *)kv.data, kv.len,
+                             (int32_t)ns, finished ? flag : fresh, avail, prefix != Py_None ? I64(prefix) : NULL,
+                             &fs, &fd, &table_end);
     foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise_row(self, rc, "cache_unfinished()", unfinished_tree_overrides, 0)
+        return rc != MR_OK ? lc_raise_row(self, rc, finished ? "cache_finished()" : "cache_unfinished()",
+                                          finished ? lifecycle_overrides : unfinished_tree_overrides, 0)
                            : NULL;
     }
-    PyObject *items[7] = {build_rs(self, args[0], &st), prefix, PyLong_FromLongLong((long long)fs),
-                          PyLong_FromLongLong((long long)fd), kvf, stf, PyLong_FromLongLong((long long)table_end)};
+    PyObject *rs = build_rs(self, args[0], &st);
+    if (finished) {
+        Py_DECREF(prefix);
+        PyObject *items[3] = {rs, kvf, stf};
+        return cache_result(self, lc_state(self)->FinishedResult, items, 3);
+    }
+    PyObject *items[7] = {rs, prefix, PyLong_FromLongLong((long long)fs), PyLong_FromLongLong((long long)fd), kvf,
+                          stf, PyLong_FromLongLong((long long)table_end)};
     return cache_result(self, lc_state(self)->UnfinishedResult, items, 7);
 }
-
-
-static PyObject *
-tree_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                 PyObject *kwnames)
-{
-    MR_ARGS(spec, pa, "cache_finished", 3, 3, 3, "rs", "tokens", "kv", "ns", "is_insert",
-            "state_available");
-    int64_t ns = 0, avail = -1;
-    int ins = 1;
-    mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
-        return NULL;
-    }
-    if (mr_arg_bool(pa[4], "cache_finished", "is_insert", &ins) < 0) {
-        return NULL;
-    }
-    PyObject *o = pa[5];
-    if (o != NULL && mr_as_int64(o, -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0) {
-        return NULL;
-    }
-    mr_ints tok, kv;
-    mr_buf kvbuf, tokbuf;
-    if (foreign_args(self, "cache_finished", args[0], args[1], args[2], pa[3], &st, &ns, &kv, &tok,
-                     &kvbuf, &tokbuf) < 0) {
-        return NULL;
-    }
-    mr_lc_set_state_available(self->lc, avail);
-    int rc = mr_lc_cache_finished_ext(self->lc, &st, (const int32_t *)tok.data, (const int64_t *)kv.data,
-                                      kv.len, (int32_t)ns, ins);
-    mr_lc_set_state_available(self->lc, -1);
-    foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
-    PyObject *kvf = NULL, *stf = NULL;
-    if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
-        Py_XDECREF(kvf);
-        Py_XDECREF(stf);
-        return rc != MR_OK ? lc_raise(self, rc, "cache_finished()") : NULL;
-    }
-    PyObject *items[3] = {build_rs(self, args[0], &st), kvf, stf};
-    return cache_result(self, lc_state(self)->FinishedResult, items, 3);
-}
-
 
 static PyObject *
 tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -1993,22 +1852,13 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (mr_parse(&spec, args, nargs, kwnames, pa) < 0) {
         return NULL;
     }
-    int64_t fresh[3] = {-1, -1, -1};
+    int64_t fresh[3] = {-1, -1, -1}, first = 0, out = 0;
     size_t nfresh = 0;
-    if (nargs > 1 && PyIndex_Check(args[1])) {
-        int64_t first = 0, used = 0;
-        if (mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0
-            || parse_rs(self, args[0], &st) < 0) {   /* the record last */
-            return NULL;
-        }
-        if (mr_lc_admit_ids(self->lc, &st, first, &used) != MR_OK) {
-            PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
-                         "the request holds", (long long)first);
-            return NULL;
-        }
-        return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)used);
+    int ids = nargs > 1 && PyIndex_Check(args[1]);   /* fresh a slot counter (mr_lc_admit_ids) */
+    if (ids && mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0) {
+        return NULL;
     }
-    if (nargs > 1) {
+    if (!ids && nargs > 1) {
         /* a tuple of its own: an item's __index__ may change the caller's list */
         PyObject *seq = own_tuple(args[1], "admit(): fresh must be a sequence of slot ids");
         if (seq == NULL) {
@@ -2033,13 +1883,17 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (parse_rs(self, args[0], &st) < 0) {   /* the record last */
         return NULL;
     }
-    int64_t need = 0;
-    if (mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &need) != MR_OK) {
-        PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
-                     (long long)need);
-        return NULL;
+    /* out: the slots used (a counter), or wanted (none given) */
+    int rc = ids ? mr_lc_admit_ids(self->lc, &st, first, &out) : mr_lc_admit_ext(self->lc, &st, fresh, nfresh, &out);
+    if (rc != MR_OK && ids) {
+        return PyErr_Format(PyExc_ValueError, "admit(): fresh = %lld: the slot ids from it would include one "
+                            "the request holds", (long long)first);
     }
-    return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)need);
+    if (rc != MR_OK) {
+        return PyErr_Format(PyExc_ValueError, "admit(): fresh must be %lld distinct new slot ids >= 1",
+                            (long long)out);
+    }
+    return Py_BuildValue("(NL)", build_rs(self, args[0], &st), (long long)out);
 }
 
 PyDoc_STRVAR(Lifecycle_cow__doc__,
@@ -2336,37 +2190,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
     return 0;
 }
 
-/* A refused token of an in-place key, bad = {key, position} (the batch
- * calls' report): ValueError naming it as the narrowing of a copied key
- * does, 1; 0 (nothing set) when bad names none. */
-static int
-keyset_bad_token(const keyset *k, const int64_t *bad, const char *fname)
-{
-    if (bad[0] < 0 || bad[1] < 0 || k->ptrs64 == NULL || (size_t)bad[0] >= k->n || k->ptrs64[bad[0]] == NULL) {
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError, "%s(): keys[%lld][%lld] = %lld is out of range [%d, %d]", fname,
-                 (long long)bad[0], (long long)bad[1], (long long)k->ptrs64[bad[0]][bad[1]], INT32_MIN, INT32_MAX);
-    return 1;
-}
-
-/* keyset_bad_token where the request's sequence is keys[i] followed by
- * outputs[i] (o, or NULL): a position past the key names the output. */
-static int
-keyset_bad_joined(const keyset *k, const keyset *o, const int64_t *bad, const char *fname)
-{
-    if (o == NULL || bad[0] < 0 || bad[1] < 0 || (size_t)bad[0] >= k->n || (size_t)bad[1] < k->lens[bad[0]]) {
-        return keyset_bad_token(k, bad, fname);
-    }
-    int64_t at[2] = {bad[0], bad[1] - (int64_t)k->lens[bad[0]]};
-    if (o->ptrs64 == NULL || o->ptrs64[at[0]] == NULL) {
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError, "%s(): outputs[%lld][%lld] = %lld is out of range [%d, %d]", fname,
-                 (long long)at[0], (long long)at[1], (long long)o->ptrs64[at[0]][at[1]], INT32_MIN, INT32_MAX);
-    return 1;
-}
-
 /* The core's view of a batch's keys, and of their outputs (o, or NULL). */
 static mr_lc_batch_keys
 batch_keys(const keyset *k, const keyset *o)
@@ -2380,23 +2203,45 @@ batch_keys(const keyset *k, const keyset *o)
     return b;
 }
 
-/* After a refusal of in-place keys: 1 with ValueError set, naming the
- * first token outside int32 (as the narrowing of a copied key names it),
- * or 0 when every token fits. */
+/* Words a refusal of a batch call's rows or keys that the core's checks
+ * found (lc_check.h); rows: the call's rows, for the messages that show
+ * one.  Returns -1. */
 static int
-keyset_out_of_range(const keyset *k, const char *fname)
+batch_raise(LifecycleObject *self, const char *fname, const mr_lc_why *w, const int64_t *rows)
 {
-    for (size_t i = 0; k->ptrs64 != NULL && i < k->n; i++) {
-        const int64_t *p = k->ptrs64[i];
-        for (size_t j = 0; p != NULL && j < k->lens[i]; j++) {
-            if (p[j] < INT32_MIN || p[j] > INT32_MAX) {
-                PyErr_Format(PyExc_ValueError, "%s(): keys[%zu][%zu] = %lld is out of range [%d, %d]", fname, i, j,
-                             (long long)p[j], INT32_MIN, INT32_MAX);
-                return 1;
-            }
-        }
+    long long at = (long long)w->at, other = (long long)w->other, v = (long long)w->value;
+    const char *what = w->in_outputs ? "outputs" : "keys";
+    switch (w->why) {
+    case MR_LC_WHY_KEY_COUNT:
+        PyErr_Format(PyExc_ValueError, "%s(): rows has %lld entries, %s %lld", fname, at, what, v);
+        break;
+    case MR_LC_WHY_ROW_FREE:
+        PyErr_Format(lc_state(self)->OwnershipError,
+                     "%s(): rows[%lld] = %lld is not a request row in use (finished twice?)", fname, at, v);
+        break;
+    case MR_LC_WHY_ROW_TWICE:
+        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is listed twice (also at rows[%lld])", fname, at, v,
+                     other);
+        break;
+    case MR_LC_WHY_ROW_SHORT:
+        PyErr_Format(PyExc_ValueError, "%s(): keys[%lld]%s has %lld tokens, fewer than the %lld that rows[%lld] = "
+                     "%lld has committed", fname, at, w->in_outputs ? " with its outputs" : "", v, other, at,
+                     (long long)rows[w->at]);
+        break;
+    case MR_LC_WHY_ROW_FULL:
+        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is full: its %lld tokens fill max_context_len",
+                     fname, at, v, other);
+        break;
+    case MR_LC_WHY_KEY_LONG:
+        PyErr_Format(PyExc_ValueError, "%s(): keys[%lld] has %lld tokens, more than max_context_len = %lld", fname,
+                     at, v, other);
+        break;
+    default:   /* as the narrowing of a copied key names it */
+        PyErr_Format(PyExc_ValueError, "%s(): %s[%lld][%lld] = %lld is out of range [%d, %d]", fname, what, at,
+                     other, v, INT32_MIN, INT32_MAX);
+        break;
     }
-    return 0;
+    return -1;
 }
 
 static PyObject *
@@ -2406,7 +2251,6 @@ new_u8(Py_ssize_t n)
     return PyArray_SimpleNew(1, dims, NPY_BOOL);
 }
 
-#define I64(a) ((int64_t *)PyArray_DATA((PyArrayObject *)(a)))
 
 PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 "prefill_batch($self, keys, /, ns=None)\n"
@@ -2435,14 +2279,11 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)k.n;
-    int64_t max_ctx = mr_pools_req_pool(self->rp_obj, lc_state(self))->max_ctx;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if ((int64_t)k.lens[i] > max_ctx) {
-            PyErr_Format(PyExc_ValueError, "prefill_batch(): keys[%zd] has %zu tokens, more than max_context_len = "
-                         "%lld", i, k.lens[i], (long long)max_ctx);
-            keyset_free(&k);
-            return NULL;
-        }
+    mr_lc_why why;
+    if (mr_lc_keys_fit(k.lens, k.n, mr_pools_req_pool(self->rp_obj, lc_state(self))->max_ctx, &why)) {
+        batch_raise(self, "prefill_batch", &why, NULL);
+        keyset_free(&k);
+        return NULL;
     }
     PyObject *a[8] = {NULL};
     PyObject *res = NULL;
@@ -2462,7 +2303,9 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         res = Py_NewRef(Py_None);
         goto error;
     }
-    if (rc == MR_EINVAL && keyset_out_of_range(&k, "prefill_batch")) {
+    const mr_lc_batch_keys bk = batch_keys(&k, NULL);
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, NULL, &why)) {
+        batch_raise(self, "prefill_batch", &why, NULL);
         goto error;   /* an in-place key held a token outside int32 */
     }
     if (rc != MR_OK) {
@@ -2480,64 +2323,75 @@ error:
     return res;
 }
 
+/* The rows of a batch call (n of them), checked before the call with
+ * messages that name the entry (mr_lc_batch_rows_check: each a row in use,
+ * listed once; with keys, each key with its outputs at least its row's
+ * committed length; a decode step's rows with room for one more token). */
 static int
-rows_read(PyObject *obj, PyObject **arr, const char *fname)
-{
-    *arr = mr_ints_array(obj, "rows");
-    return *arr == NULL ? -1 : 0;
-}
-
-/* The rows of a batch call, and their keys when k is given (followed by
- * their outputs when o is given), checked before the call with messages
- * that name the entry: each a row in use, listed once
- * (mr_reqpool_rows_check, which the call applies too), each key (with its
- * outputs) at least its row's committed length; a decode step's rows
- * (step) with room for one more token. */
-static int
-batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n, const keyset *k,
-                 const keyset *o, int step)
+batch_rows_check(LifecycleObject *self, const char *fname, const int64_t *rows, Py_ssize_t n,
+                 const mr_lc_batch_keys *keys, size_t nk, size_t no, int step)
 {
     mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
-    if (k != NULL && (size_t)n != k->n) {
-        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, keys %zu", fname, n, k->n);
-        return -1;
-    }
-    if (o != NULL && (size_t)n != o->n) {
-        PyErr_Format(PyExc_ValueError, "%s(): rows has %zd entries, outputs %zu", fname, n, o->n);
-        return -1;
-    }
-    int64_t at = 0;
-    if (mr_reqpool_rows_check(rp, rows, (size_t)n, &at) != MR_OK) {
-        long long r = (long long)rows[at];
-        if (!mr_reqpool_in_use(rp, rows[at])) {
-            PyErr_Format(lc_state(self)->OwnershipError,
-                         "%s(): rows[%lld] = %lld is not a request row in use (finished twice?)", fname,
-                         (long long)at, r);
-            return -1;
-        }
-        Py_ssize_t j = 0;
-        while (rows[j] != rows[at]) {
-            j++;
-        }
-        PyErr_Format(PyExc_ValueError, "%s(): rows[%lld] = %lld is listed twice (also at rows[%zd])", fname,
-                     (long long)at, r, j);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t c = rp->req[rows[i]].committed;
-        if (k != NULL && (int64_t)(k->lens[i] + (o != NULL ? o->lens[i] : 0)) < c) {
-            PyErr_Format(PyExc_ValueError, "%s(): keys[%zd]%s has %zu tokens, fewer than the %lld that rows[%zd] = "
-                         "%lld has committed", fname, i, o != NULL ? " with its outputs" : "",
-                         k->lens[i] + (o != NULL ? o->lens[i] : 0), (long long)c, i, (long long)rows[i]);
-            return -1;
-        }
-        if (step && c + 1 > rp->max_ctx) {
-            PyErr_Format(PyExc_ValueError, "%s(): rows[%zd] = %lld is full: its %lld tokens fill max_context_len",
-                         fname, i, (long long)rows[i], (long long)c);
-            return -1;
-        }
+    mr_lc_why why;
+    if (mr_lc_batch_rows_check(rp, rows, (size_t)n, keys, nk, no, step, &why)) {
+        return batch_raise(self, fname, &why, rows);
     }
     return 0;
+}
+
+/* A cache batch call's arguments: its rows (an int64 array), keys (with
+ * ns) and outputs (None: none), read and checked (batch_rows_check); the
+ * caller hands them to batch_args_free. */
+typedef struct {
+    PyObject *rows;
+    Py_ssize_t n;
+    keyset k, o;
+    mr_lc_batch_keys bk;
+} batch_args;
+
+static void
+batch_args_free(batch_args *b)
+{
+    Py_CLEAR(b->rows);
+    keyset_free(&b->k);
+    keyset_free(&b->o);
+}
+
+static int
+batch_args_read(LifecycleObject *self, const char *fname, PyObject *rows, PyObject *keys, PyObject *ns,
+                PyObject *outputs, batch_args *b)
+{
+    memset(b, 0, sizeof(*b));
+    const int outs = outputs != NULL && outputs != Py_None;
+    b->rows = mr_ints_array(rows, "rows");
+    if (b->rows == NULL || keyset_read(keys, ns, &b->k, fname, "keys", 1) < 0
+        || (outs && keyset_read(outputs, NULL, &b->o, fname, "outputs", 1) < 0)) {
+        batch_args_free(b);
+        return -1;
+    }
+    b->n = PyArray_SIZE((PyArrayObject *)b->rows);
+    b->bk = batch_keys(&b->k, outs ? &b->o : NULL);
+    if (batch_rows_check(self, fname, I64(b->rows), b->n, &b->bk, b->k.n, b->o.n, 0) < 0) {
+        batch_args_free(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* A cache batch call refused (rc): the in-place token that bad names, or
+ * the refusal's own message (overrides).  Returns -1. */
+static int
+batch_refused(LifecycleObject *self, const char *fname, const batch_args *b, int rc, const int64_t *bad,
+              const mr_status_override *overrides)
+{
+    char what[48];
+    mr_lc_why why;
+    if (rc == MR_EINVAL && mr_lc_batch_bad_token(&b->bk, b->k.n, bad, &why)) {
+        return batch_raise(self, fname, &why, NULL);   /* an in-place key held a token outside int32 */
+    }
+    (void)snprintf(what, sizeof(what), "%s()", fname);
+    mr_raise_detail(lc_state(self), rc, what, overrides, NULL, 0);
+    return -1;
 }
 
 PyDoc_STRVAR(Lifecycle_unfinished_batch__doc__,
@@ -2560,51 +2414,26 @@ static PyObject *
 Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "unfinished_batch", 2, 2, 2, "rows", "keys", "ns", "outputs");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0) {
+    batch_args b;
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "unfinished_batch") < 0
+        || batch_args_read(self, "unfinished_batch", args[0], args[1], pa[2], pa[3], &b) < 0) {
         return NULL;
     }
-    PyObject *rows = NULL, *fs = NULL, *fd = NULL, *res = NULL;
-    keyset k, o;
-    const int outs = pa[3] != NULL && pa[3] != Py_None;
-    memset(&o, 0, sizeof(o));
-    if (rows_read(args[0], &rows, "unfinished_batch") < 0) {
-        return NULL;
-    }
-    if (keyset_read(args[1], pa[2], &k, "unfinished_batch", "keys", 1) < 0) {
-        Py_DECREF(rows);
-        return NULL;
-    }
-    if (outs && keyset_read(pa[3], NULL, &o, "unfinished_batch", "outputs", 1) < 0) {
-        keyset_free(&k);
-        Py_DECREF(rows);
-        return NULL;
-    }
-    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "unfinished_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
-        goto error;
-    }
-    fs = mr_i64_array(NULL, n);
-    fd = mr_i64_array(NULL, n);
+    PyObject *fs = mr_i64_array(NULL, b.n), *fd = mr_i64_array(NULL, b.n), *res = NULL;
     if (fs == NULL || fd == NULL) {
         goto error;
     }
     int64_t bad[2];
-    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
-    int rc = mr_lc_unfinished_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, I64(fs), I64(fd), bad);
-    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "unfinished_batch")) {
-        goto error;   /* an in-place key held a token outside int32 */
-    }
+    int rc = mr_lc_unfinished_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, I64(fs), I64(fd), bad);
     if (rc != MR_OK) {
-        mr_raise_detail(lc_state(self), rc, "unfinished_batch()", unfinished_batch_overrides, NULL, 0);
+        batch_refused(self, "unfinished_batch", &b, rc, bad, unfinished_batch_overrides);
         goto error;
     }
     res = PyTuple_Pack(2, fs, fd);
 error:
-    Py_XDECREF(rows);
     Py_XDECREF(fs);
     Py_XDECREF(fd);
-    keyset_free(&k);
-    keyset_free(&o);
+    batch_args_free(&b);
     return res;
 }
 
@@ -2626,11 +2455,11 @@ Lifecycle_decode_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     PyObject *rows = NULL, *ts = NULL, *tm = NULL, *res = NULL;
-    if (rows_read(args[0], &rows, "decode_batch") < 0) {
+    if ((rows = mr_ints_array(args[0], "rows")) == NULL) {
         return NULL;
     }
     Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, NULL, 1) < 0) {
+    if (batch_rows_check(self, "decode_batch", I64(rows), n, NULL, 0, 0, 1) < 0) {
         goto error;
     }
     ts = mr_i64_array(NULL, n);
@@ -2668,50 +2497,20 @@ static PyObject *
 Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     MR_ARGS(spec, pa, "finish_batch", 2, 2, 2, "rows", "keys", "ns", "is_insert", "outputs");
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
-        || need_pools(self, "finish_batch") < 0) {
-        return NULL;
-    }
     int ins = 1;
-    if (mr_arg_bool(pa[3], "finish_batch", "is_insert", &ins) < 0) {
+    batch_args b;
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "finish_batch") < 0
+        || mr_arg_bool(pa[3], "finish_batch", "is_insert", &ins) < 0
+        || batch_args_read(self, "finish_batch", args[0], args[1], pa[2], pa[4], &b) < 0) {
         return NULL;
-    }
-    PyObject *rows = NULL, *res = NULL;
-    keyset k, o;
-    const int outs = pa[4] != NULL && pa[4] != Py_None;
-    memset(&o, 0, sizeof(o));
-    if (rows_read(args[0], &rows, "finish_batch") < 0) {
-        return NULL;
-    }
-    if (keyset_read(args[1], pa[2], &k, "finish_batch", "keys", 1) < 0) {
-        Py_DECREF(rows);
-        return NULL;
-    }
-    if (outs && keyset_read(pa[4], NULL, &o, "finish_batch", "outputs", 1) < 0) {
-        keyset_free(&k);
-        Py_DECREF(rows);
-        return NULL;
-    }
-    Py_ssize_t n = PyArray_SIZE((PyArrayObject *)rows);
-    if (batch_rows_check(self, "finish_batch", I64(rows), n, &k, outs ? &o : NULL, 0) < 0) {
-        goto error;
     }
     int64_t bad[2];
-    const mr_lc_batch_keys bk = batch_keys(&k, outs ? &o : NULL);
-    int rc = mr_lc_finish_batch_seq(self->lc, k.n, I64(rows), &bk, k.ns, ins, bad);
-    if (rc == MR_EINVAL && keyset_bad_joined(&k, outs ? &o : NULL, bad, "finish_batch")) {
-        goto error;   /* an in-place key held a token outside int32 */
-    }
+    int rc = mr_lc_finish_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, ins, bad);
     if (rc != MR_OK) {
-        lc_raise(self, rc, "finish_batch()");
-        goto error;
+        batch_refused(self, "finish_batch", &b, rc, bad, lifecycle_overrides);
     }
-    res = Py_NewRef(Py_None);
-error:
-    Py_XDECREF(rows);
-    keyset_free(&k);
-    keyset_free(&o);
-    return res;
+    batch_args_free(&b);
+    return rc != MR_OK ? NULL : Py_NewRef(Py_None);
 }
 
 /* ------------------------------------------------------------------------
@@ -2830,9 +2629,8 @@ ReqState_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
-    mr_req_reset(&self->st);
-    self->row = -1;
-    if (init != NULL && init != Py_None && tuple_to_req(init, &self->st) < 0) {
+    mr_rec_init(&self->h);
+    if (init != NULL && init != Py_None && tuple_to_req(init, &self->h.own) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -2843,10 +2641,10 @@ static void
 ReqState_dealloc(ReqStateObject *self)
 {
     /* a record left in its row stays there (the row is freed later) */
-    if (self->pool != NULL && !self->view) {
+    if (self->pool != NULL && !self->h.view) {
         PyObject **holders = mr_pools_req_holders(self->pool, mr_state_from_type(Py_TYPE(self)));
-        if (holders != NULL && holders[self->row] == (PyObject *)self) {
-            holders[self->row] = NULL;
+        if (holders != NULL && holders[self->h.row] == (PyObject *)self) {
+            holders[self->h.row] = NULL;
         }
     }
     Py_CLEAR(self->pool);
@@ -2868,7 +2666,7 @@ ReqState_reset(ReqStateObject *self, PyObject *unused)
         return NULL;
     }
     mr_req_reset(&rec);
-    rs_put(self, &rec);
+    mr_rec_put(&self->h, &rec);
     Py_RETURN_NONE;
 }
 
@@ -2878,7 +2676,7 @@ ReqState_get_row(ReqStateObject *self, void *c)
     if (rs_live(self, "ReqState.row") < 0) {
         return NULL;
     }
-    return PyLong_FromLongLong(self->pool != NULL ? (long long)self->row : -1);
+    return PyLong_FromLongLong((long long)self->h.row);   /* -1: in no row */
 }
 
 /* The track buffer's two int64 entries of a record that lives in this
@@ -2893,45 +2691,48 @@ ReqState_getbuffer(ReqStateObject *self, Py_buffer *view, int flags)
         PyErr_Format(PyExc_BufferError,
                      "ReqState: the record lives in request row %lld; its track buffer is that row of the "
                      "pool's track map",
-                     (long long)self->row);
+                     (long long)self->h.row);
         view->obj = NULL;
         return -1;
     }
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->st.track, (Py_ssize_t)sizeof(self->st.track), 0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->h.own.track, (Py_ssize_t)sizeof(self->h.own.track), 0,
+                             flags);
 }
 
 static PyObject *
 ReqState_get_field(ReqStateObject *self, void *c)
 {
-    const rs_field *f = c;
+    const char *const *name = c;
     mr_req rec;
-    return rs_get(self, f->name, &rec) < 0 ? NULL : rs_field_get(&rec, f);
+    if (rs_get(self, *name, &rec) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)mr_req_field(&rec, (int)(name - rs_names)));
 }
 
 static int
 ReqState_set_field(ReqStateObject *self, PyObject *v, void *c)
 {
-    const rs_field *f = c;
+    const char *const *name = c;
+    int i = (int)(name - rs_names);
     if (v == NULL) {
-        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", f->name);
+        PyErr_Format(PyExc_AttributeError, "%s cannot be deleted", *name);
         return -1;
     }
-    static const int64_t lo[] = {['q'] = INT64_MIN, ['i'] = INT32_MIN, ['I'] = 0, ['b'] = INT64_MIN, ['n'] = -1};
-    static const int64_t hi[] = {['q'] = INT64_MAX, ['i'] = INT32_MAX, ['I'] = UINT32_MAX, ['b'] = INT64_MAX,
-                                 ['n'] = UINT32_MAX};
-    int64_t x = 0;
+    int64_t x = 0, lo = 0, hi = 0;
     mr_req rec;
+    mr_req_field_range(i, &lo, &hi);
     /* the value first: its __index__ may change the record (parse_rs) */
-    if (mr_as_int64(v, lo[(int)f->kind], hi[(int)f->kind], f->name, &x) < 0 || rs_get(self, f->name, &rec) < 0) {
+    if (mr_as_int64(v, lo, hi, *name, &x) < 0 || rs_get(self, *name, &rec) < 0) {
         return -1;
     }
-    rs_field_set(&rec, f, x);
-    rs_put(self, &rec);
+    mr_req_set_field(&rec, i, x);
+    mr_rec_put(&self->h, &rec);
     return 0;
 }
 
 #define RS_GETSET(i, name, doc) \
-    {name, (getter)ReqState_get_field, (setter)ReqState_set_field, doc, (void *)&rs_fields[i]}
+    {name, (getter)ReqState_get_field, (setter)ReqState_set_field, doc, (void *)&rs_names[i]}
 
 static PyGetSetDef ReqState_getset[] = {
     RS_GETSET(0, "running", "mamba_pool_idx (-1 = None)."),

@@ -623,6 +623,16 @@ MUTANTS: List[Mutant] = [
            "integer reader: a strided buffer read as if contiguous"),
     Mutant("POLICY_WINDOW", "csrc/core/policy_opts.c", '{"evict_window", MR_KEY_WINDOW, 1024,', '{"evict_window", MR_KEY_WINDOW, 1023,',
            ["tests/core/test_policy_options.py", "tests/core/test_tree_adaptive.py"], "policy_options: evict_window's largest value off by one"),
+    Mutant("LCC_OUT_POS", "csrc/core/lc_check.c", "    j -= keys->lens[i];\n", "",
+           ["tests/core/test_batch_refusal_entries.py", "tests/core/test_batch_outputs.py"],
+           "a refused output token is named at its position in the joined sequence, not in the output"),
+    Mutant("LCC_TWICE_AT", "csrc/core/lc_check.c", "return say(why, MR_LC_WHY_ROW_TWICE, at, j, rows[at]);",
+           "return say(why, MR_LC_WHY_ROW_TWICE, at, at, rows[at]);",
+           ["tests/core/test_batch_refusal_entries.py", "tests/core/test_error_entries.py"],
+           "a row listed twice names itself as the earlier entry"),
+    Mutant("LCR_STALE", "csrc/core/lc_record.c", "return h->rp == NULL || mr_reqpool_gen(h->rp, h->row) == h->gen;",
+           "return 1;", T_RECORD,
+           "a ReqState whose row was freed behind its back still reads and writes that row (a stale handle)"),
 ]
 
 
