@@ -136,9 +136,6 @@ MUTANTS: List[Mutant] = [
            "    *out = p->req[r];\n    if (0) {", T_RECORD, "a bound row's track entries not read from its track map"),
     Mutant("PY_TAKE_BACK", "csrc/py/py_pools.c", "        mr_py_req_state_take_back(h, gen, &rec);\n", "",
            T_RECORD, "ReqPool.free: the record never goes back to its ReqState"),
-    Mutant("PY_STALE", "csrc/py/py_lifecycle.c",
-           "    if (o->pool != NULL && mr_reqpool_gen(o->rp, o->row) != o->gen) {", "    if (0) {",
-           T_RECORD, "a handle to a freed row reads the row"),
     # ---- tree (csrc/core/radix.c)
     Mutant("TR_BRANCH", "csrc/core/radix.c", "    if (pos > best_len) {\n        size_t aligned",
            "    if (pos >= best_len) {\n        size_t aligned", T_TREE + T_DECIDE, "branching point also at the state",
