@@ -12,7 +12,9 @@
  *     refused in-place key means: each returns a reason (MR_LC_WHY_*) with
  *     the entries it names, never a message.
  *
- * Nothing here changes a lifecycle or a pool. */
+ * Apart from the two calls over a key view (mr_lc_match_view and
+ * mr_lc_cache_unfinished_view, which are the lifecycle's match and cache
+ * calls), nothing here changes a lifecycle or a pool. */
 #ifndef MR_LC_CHECK_H
 #define MR_LC_CHECK_H
 

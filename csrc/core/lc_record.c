@@ -22,12 +22,6 @@ mr_rec_init_view(mr_rec *h, mr_reqpool *rp, int64_t r)
 }
 
 int
-mr_rec_in_row(const mr_rec *h)
-{
-    return h->rp != NULL;
-}
-
-int
 mr_rec_live(const mr_rec *h)
 {
     return h->rp == NULL || mr_reqpool_gen(h->rp, h->row) == h->gen;

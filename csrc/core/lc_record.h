@@ -46,8 +46,5 @@ int mr_rec_take_back(mr_rec *h, uint32_t gen, const mr_req *rec);
  * handle again, as SGLang's Req keeps its fields; else it is written back.
  * Returns the row it left, or -1. */
 int64_t mr_rec_finish(mr_rec *h, const mr_req *st);
-/* The record lives in a row (not the handle's own), or the handle is a
- * view of one. */
-int mr_rec_in_row(const mr_rec *h);
 
 #endif /* MR_LC_RECORD_H */

@@ -1332,7 +1332,9 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (rc != MR_OK) {
         return rc;
     }
-    int64_t protected_len = st->protected_len;
+    /* a negative protected_len (a record's field takes any int64) protects
+     * nothing: kv is never read before its first entry */
+    int64_t protected_len = st->protected_len > 0 ? st->protected_len : 0;
     int keep = -1;
     int existed = 1;
     mr_handle inserted = {0, 0};

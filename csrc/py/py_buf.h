@@ -42,17 +42,6 @@ mr_buf_reserve(mr_buf *b, size_t n, size_t itemsize)
     return 0;
 }
 
-/* Appends v at item *len (growing as needed) and counts it. */
-static inline int
-mr_buf_push_i64(mr_buf *b, size_t *len, int64_t v)
-{
-    if (mr_buf_reserve(b, *len + 1, sizeof(int64_t)) < 0) {
-        return -1;
-    }
-    ((int64_t *)b->p)[(*len)++] = v;
-    return 0;
-}
-
 static inline void
 mr_buf_free(mr_buf *b)
 {

@@ -309,34 +309,3 @@ mr_i64_array(const int64_t *src, size_t n)
     }
     return a;
 }
-
-static void
-free_capsule_buffer(PyObject *cap)
-{
-    PyMem_Free(PyCapsule_GetPointer(cap, "mambaradix.buffer"));
-}
-
-PyObject *
-mr_i64_array_owned(int64_t *buf, size_t n)
-{
-    if (buf == NULL || n == 0) {
-        PyMem_Free(buf);
-        return mr_i64_array(NULL, 0);
-    }
-    PyObject *cap = PyCapsule_New(buf, "mambaradix.buffer", free_capsule_buffer);
-    if (cap == NULL) {
-        PyMem_Free(buf);
-        return NULL;
-    }
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *a = PyArray_SimpleNewFromData(1, dims, NPY_INT64, buf);
-    if (a == NULL) {
-        Py_DECREF(cap);
-        return NULL;
-    }
-    if (PyArray_SetBaseObject((PyArrayObject *)a, cap) < 0) {   /* steals cap */
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
-}

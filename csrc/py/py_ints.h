@@ -54,8 +54,5 @@ PyObject *mr_ints_array(PyObject *obj, const char *arg);
 /* A new 1-D int64 numpy array of n elements: a copy of src, or
  * uninitialised when src is NULL. */
 PyObject *mr_i64_array(const int64_t *src, size_t n);
-/* A 1-D int64 numpy array that takes over buf (PyMem_Malloc'd, n
- * elements) without a copy; buf is freed on failure. */
-PyObject *mr_i64_array_owned(int64_t *buf, size_t n);
 
 #endif /* MR_PY_INTS_H */

@@ -13,12 +13,13 @@
  *     base + layer * layer_stride + slot * slot_stride.
  *
  * Index vectors (mr_index) are either host arrays of int64 (the binding
- * converts every host array to int64 first, and checks each value) or
- * device arrays of int32/int64 (masks: 8/32/64-bit, nonzero = true) that
- * stay on the device and are never read by the host.  Kernels skip an
- * entry whose device-side index is out of range (negative included)
- * instead of writing out of bounds; host-side indices are checked by the
- * binding before any launch. */
+ * converts every host array to int64 first) or device arrays of
+ * int32/int64 (masks: 8/32/64-bit, nonzero = true) that stay on the device
+ * and are never read by the host.  Kernels skip an entry whose device-side
+ * index is out of range (negative included) instead of writing out of
+ * bounds; host-side indices are checked before any launch
+ * (mr_state_pool_run for the state kernels, mr_rtt_check for a
+ * req-to-token write). */
 #ifndef MR_KERNELS_H
 #define MR_KERNELS_H
 

@@ -2,7 +2,7 @@
  *
  * They are the reference the CUDA kernels are tested against: the same
  * arguments, the same results, bit for bit.  Index arguments are host int64
- * arrays the binding has already checked. */
+ * arrays already checked (mr_state_pool_run, mr_rtt_check). */
 #include <string.h>
 
 #include "kernels.h"

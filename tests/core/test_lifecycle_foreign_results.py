@@ -161,3 +161,25 @@ def test_admit_counter_refuses_ids_the_request_holds() -> None:
     assert lc.admit(rs, 8)[1] == 1 and rs.running == 8
     # it wants nothing now: no id is taken, whatever the counter says
     assert lc.admit(rs, 6)[1] == 0 and rs.running == 8
+
+
+@pytest.mark.parametrize("protected", (-1, -3, -40))
+@pytest.mark.parametrize("is_insert", (False, True))
+def test_cache_finished_never_hands_back_an_index_outside_kv(protected: int, is_insert: bool) -> None:
+    """A record whose protected_len is negative (ReqState.protected_len
+    takes any int64) protects nothing: what cache_finished hands back to
+    free is drawn from the caller's kv only, as SGLang frees
+    kv[cache_protected_len:] of the request's own indices, and with
+    is_insert=False it is all of kv.  Before, the tree-only call read kv
+    from protected_len on, before the array's first entry."""
+    lc = _lc("pp2", 1)
+    rec = list(_C.ReqState().astuple())
+    rec[9] = protected
+    rs = _C.ReqState(tuple(rec))
+    lc.admit(rs, 1)
+    kv = np.arange(1000, 1009, dtype=np.int64)
+    res = lc.cache_finished(rs, list(range(9)), kv, is_insert=is_insert)
+    freed = res[1].tolist()
+    assert set(freed) <= set(kv.tolist()), freed
+    if not is_insert:
+        assert freed == kv.tolist()
