@@ -1,5 +1,5 @@
-/* hash_blocks.c - the token expansion of hash blocks (hash_blocks.h), in
- * one pass without numpy's two passes and uint64 temporaries. */
+/* hash_blocks.c - the simulator's synthetic tokens (hash_blocks.h), each in
+ * one pass without numpy's passes and uint64 temporaries. */
 #include "hash_blocks.h"
 
 int
@@ -26,4 +26,28 @@ mr_hash_blocks_write(const uint32_t *keys, size_t nkeys, const uint32_t *mults, 
         i += len;
     }
     return MR_OK;
+}
+
+uint64_t
+mr_fnv1a64(const void *data, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * UINT64_C(1099511628211);
+    }
+    return h;
+}
+
+void
+mr_pseudo_tokens_write(uint64_t seed, uint64_t vocab, int32_t *out, size_t n)
+{
+    uint64_t x = seed;
+    for (size_t j = 0; j < n; j++, x += UINT64_C(0x9E3779B97F4A7C15)) {
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        z ^= z >> 31;
+        out[j] = (int32_t)(z % vocab + 1);
+    }
 }

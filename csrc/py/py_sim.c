@@ -1,8 +1,9 @@
-/* py_sim.c - the simulator's token expansion of hash blocks
- * (csrc/core/hash_blocks.h) as hash_blocks_write(). */
+/* py_sim.c - the simulator's synthetic tokens (csrc/core/hash_blocks.h) as
+ * hash_blocks_write() and pseudo_tokens(). */
 #include "py_common.h"
 #include "py_args.h"
 #include "py_numpy.h"
+#include "py_ints.h"
 #include "hash_blocks.h"
 
 /* arr as a 1-D C-contiguous array of type `type` (writable when `writable`),
@@ -66,7 +67,97 @@ sim_hash_blocks_write(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyOb
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(pseudo_tokens__doc__,
+"pseudo_tokens(rids, counts, vocab_size)\n"
+"--\n"
+"\n"
+"The pseudo output tokens of requests rids[i] (str), counts[i] (>= 0) of\n"
+"each, as (tokens, starts): an int32 array with request i's tokens at\n"
+"tokens[starts[i]:starts[i + 1]], and the int64 offsets (len(rids) + 1).\n"
+"Token j of a request is splitmix64's mix of h + j * 0x9E3779B97F4A7C15,\n"
+"mod vocab_size, plus 1, where h is the FNV-1a 64-bit hash of the rid's\n"
+"UTF-8 bytes; vocab_size lies in [1, 2**31 - 1].");
+
+static PyObject *
+sim_pseudo_tokens(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)m;
+    MR_ARGS(spec, a, "pseudo_tokens", 0, 3, 3, "rids", "counts", "vocab_size");
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    int64_t vocab;
+    if (mr_arg_int64(a[2], "pseudo_tokens", "vocab_size", 1, INT32_MAX, &vocab) < 0) {
+        return NULL;
+    }
+    PyObject *rids = PySequence_Fast(a[0], "pseudo_tokens(): rids must be a sequence of str");
+    if (rids == NULL) {
+        return NULL;
+    }
+    Py_ssize_t nr = PySequence_Fast_GET_SIZE(rids);
+    PyObject *const *items = PySequence_Fast_ITEMS(rids);
+    mr_buf scratch = {0};
+    mr_ints counts;
+    PyObject *tokens = NULL, *starts = NULL;
+    if (mr_ints_read(a[1], 8, 0, INT32_MAX, "counts", 0, &scratch, &counts) < 0) {
+        goto done;
+    }
+    const int64_t *c = (const int64_t *)counts.data;
+    if ((size_t)nr != counts.len) {
+        PyErr_Format(PyExc_ValueError, "pseudo_tokens(): rids has %zd items but counts has %zu", nr,
+                     counts.len);
+        goto release;
+    }
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        if (!PyUnicode_Check(items[i])) {
+            PyErr_Format(PyExc_TypeError, "pseudo_tokens(): rids[%zd] must be a str, not %.100s", i,
+                         Py_TYPE(items[i])->tp_name);
+            goto release;
+        }
+    }
+    starts = mr_i64_array(NULL, (size_t)nr + 1);
+    if (starts == NULL) {
+        goto release;
+    }
+    int64_t *at = (int64_t *)PyArray_DATA((PyArrayObject *)starts);
+    at[0] = 0;
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        at[i + 1] = at[i] + c[i];     /* counts <= 2**31 - 1 each: no overflow */
+    }
+    npy_intp total = (npy_intp)at[nr];
+    tokens = PyArray_SimpleNew(1, &total, NPY_INT32);
+    if (tokens == NULL) {
+        Py_CLEAR(starts);
+        goto release;
+    }
+    int32_t *out = (int32_t *)PyArray_DATA((PyArrayObject *)tokens);
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        Py_ssize_t len;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(items[i], &len);
+        if (utf8 == NULL) {      /* a lone surrogate */
+            Py_CLEAR(tokens);
+            Py_CLEAR(starts);
+            goto release;
+        }
+        mr_pseudo_tokens_write(mr_fnv1a64(utf8, (size_t)len), (uint64_t)vocab, out + at[i], (size_t)c[i]);
+    }
+release:
+    mr_ints_release(&counts);
+done:
+    mr_buf_free(&scratch);
+    Py_DECREF(rids);
+    if (tokens == NULL) {
+        return NULL;
+    }
+    PyObject *res = PyTuple_Pack(2, tokens, starts);
+    Py_DECREF(tokens);
+    Py_DECREF(starts);
+    return res;
+}
+
 static PyMethodDef sim_methods[] = {
+    {"pseudo_tokens", (PyCFunction)(void (*)(void))sim_pseudo_tokens, METH_FASTCALL | METH_KEYWORDS,
+     pseudo_tokens__doc__},
     {"hash_blocks_write", (PyCFunction)(void (*)(void))sim_hash_blocks_write, METH_FASTCALL | METH_KEYWORDS,
      hash_blocks_write__doc__},
     {NULL, NULL, 0, NULL},

@@ -263,40 +263,14 @@ def _pseudo_outputs(rid: str, n: int) -> np.ndarray:
 
 def _pseudo_outputs_many(rids: list, ns: list) -> tuple:
     """``_pseudo_outputs(rids[i], ns[i])`` for every i in one pass: (the
-    concatenation, start offsets)."""
-    hs = np.empty(len(rids), dtype=np.uint64)
-    for i, rid in enumerate(rids):
-        h = 1469598103934665603
-        for ch in rid.encode():
-            h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-        hs[i] = h
-    counts = np.asarray(ns, dtype=np.int64)
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    # splitmix64 over the positions (uint64 array arithmetic wraps silently):
-    # (i - start) * golden + h is i * golden + (h - start * golden)
-    # (in place, with one scratch array: no temporary per operation)
-    x = np.arange(int(starts[-1]), dtype=np.uint64)
-    x *= _GOLDEN
-    x += np.repeat(hs - starts[:-1].astype(np.uint64) * _GOLDEN, counts)
-    t = x >> _S30
-    x ^= t
-    x *= _MIX1
-    np.right_shift(x, _S27, out=t)
-    x ^= t
-    x *= _MIX2
-    np.right_shift(x, _S31, out=t)
-    x ^= t
-    np.remainder(x, _NTOK, out=x)
-    x += _ONE
-    return x.astype(np.int32), starts
+    concatenation, start offsets).  Token j of request rid is splitmix64's
+    mix of ``fnv1a64(rid) + j * 0x9E3779B97F4A7C15`` mod 150000, plus 1
+    (``mambaradix._C.pseudo_tokens``)."""
+    return _C.pseudo_tokens(rids, ns, PSEUDO_VOCAB)
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
-_NTOK, _ONE = np.uint64(150000), np.uint64(1)
+#: pseudo output tokens lie in [1, PSEUDO_VOCAB]
+PSEUDO_VOCAB = 150000
 
 
 def _validate(requests: list, config: SimConfig) -> None:

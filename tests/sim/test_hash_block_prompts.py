@@ -1,6 +1,8 @@
-"""Mooncake prompts kept as hash blocks: what a read of ``input_ids`` makes
-(against expand_hash_blocks), and ``prefix_bounds`` (against brute-force
-longest common prefixes over every pair of requests)."""
+"""The simulator's synthetic tokens.  Mooncake prompts kept as hash blocks:
+what a read of ``input_ids`` makes (against expand_hash_blocks), and
+``prefix_bounds`` (against brute-force longest common prefixes over every
+pair of requests).  Pseudo output tokens (against the rule in Python
+integers)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,58 @@ def test_block_tokens_refuse_bad_arguments():
     with pytest.raises(ValueError, match="mults is empty"):
         _C.hash_blocks_write(keys, mults[:0], 0, 10, out)
     assert (out == 0).all()
+
+
+M64 = 2**64 - 1
+
+
+def _pseudo_reference(rid: str, n: int, vocab: int) -> list:
+    """The documented rule in Python integers: FNV-1a 64 of the rid's UTF-8
+    bytes, then splitmix64's mix of h + j * golden, mod vocab, plus 1."""
+    h = 1469598103934665603
+    for byte in rid.encode():
+        h = ((h ^ byte) * 1099511628211) & M64
+    out = []
+    for j in range(n):
+        z = (h + j * 0x9E3779B97F4A7C15) & M64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        z ^= z >> 31
+        out.append(z % vocab + 1)
+    return out
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 150000, 2**31 - 1])
+def test_pseudo_outputs_follow_the_rule(vocab):
+    from mambaradix import _C
+    rids = ["a", "", "req-17#spare", "é✓", "r" * 300, "a"]
+    counts = [5, 3, 2, 4, 0, 9]
+    tokens, starts = _C.pseudo_tokens(rids, counts, vocab)
+    assert tokens.dtype == np.int32 and starts.dtype == np.int64
+    assert starts.tolist() == [0, 5, 8, 10, 14, 14, 23]
+    for i, (rid, n) in enumerate(zip(rids, counts)):
+        assert tokens[starts[i]:starts[i + 1]].tolist() == _pseudo_reference(rid, n, vocab), rid
+    # the engine's rule: vocabulary 150000, one request's alone or with others alike
+    from mambaradix.sim.engine import _pseudo_outputs
+    assert _pseudo_outputs("req-3", 40).tolist() == _pseudo_reference("req-3", 40, 150000)
+
+
+def test_pseudo_outputs_refuse_bad_arguments():
+    from mambaradix import _C
+    with pytest.raises(ValueError, match="rids has 2 items but counts has 1"):
+        _C.pseudo_tokens(["a", "b"], [1], 10)
+    with pytest.raises(TypeError, match=r"rids\[1\] must be a str, not int"):
+        _C.pseudo_tokens(["a", 3], [1, 1], 10)
+    with pytest.raises(TypeError, match="rids must be a sequence"):
+        _C.pseudo_tokens(5, [1], 10)
+    with pytest.raises(ValueError, match=r"counts\[0\] = -1 is out of range"):
+        _C.pseudo_tokens(["a"], [-1], 10)
+    with pytest.raises(ValueError, match="vocab_size"):
+        _C.pseudo_tokens(["a"], [1], 0)
+    with pytest.raises(ValueError, match="vocab_size"):
+        _C.pseudo_tokens(["a"], [1], 2**31)
+    with pytest.raises(UnicodeEncodeError):
+        _C.pseudo_tokens(["\ud800"], [1], 10)
 
 
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:

@@ -221,6 +221,20 @@ def test_replay_outputs_are_made_in_blocks(monkeypatch):
     assert max(calls) <= 1000 + 302 and len(calls) == 3
 
 
+def test_a_next_turn_that_quotes_pseudo_outputs_hits_them():
+    # a trace that gives only output lengths: the engine decodes the pseudo
+    # tokens the documented rule makes (here in Python integers), so a next
+    # turn whose prompt quotes them hits the finished turn's whole KV (its
+    # exact final state kept: end-of-turn states), all but its last token
+    from test_hash_block_prompts import _pseudo_reference
+    prompt = np.arange(1, 65, dtype=np.int32)
+    quoted = np.asarray(_pseudo_reference("turn-1", 40, 150000), dtype=np.int32)
+    follow = np.concatenate([prompt, quoted, np.arange(500, 510, dtype=np.int32)])
+    reqs = [SimRequest("turn-1", prompt, 40, arrival=0.0), SimRequest("turn-2", follow, 5, arrival=1000.0)]
+    m = run(reqs, SimConfig(kv_tokens=8192, state_slots=16, end_of_turn_states=True))
+    assert (m.kv_matched_tokens, m.state_usable_tokens) == (64 + 39, 64 + 39)
+
+
 # --- item 3: --plot for every sweep parameter -----------------------------------------------
 
 SWEEPS = [
