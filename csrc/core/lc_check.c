@@ -1,5 +1,6 @@
-/* lc_check.c - key views, the request record by field number, and the
- * checks a front end of the lifecycle makes (lc_check.h). */
+/* lc_check.c - the token a refused key view names, the request record by
+ * field number, and the checks a front end of the lifecycle makes
+ * (lc_check.h). */
 #include "lc_check.h"
 
 #include <stddef.h>
@@ -7,23 +8,6 @@
 
 /* ------------------------------------------------------------------------
  * Key views */
-
-int
-mr_lc_match_view(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m)
-{
-    const int32_t *k32 = key->width == 4 ? key->p : NULL;
-    const int64_t *k64 = key->width == 8 ? key->p : NULL;
-    return mr_lc_match_key(lc, k32, k64, key->len, ns, cow, st, owner, m, NULL);
-}
-
-int
-mr_lc_cache_unfinished_view(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *key, size_t fill_len,
-                            int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
-{
-    const int32_t *k32 = key->width == 4 ? key->p : NULL;
-    const int64_t *k64 = key->width == 8 ? key->p : NULL;
-    return mr_lc_cache_unfinished_key(lc, row, st, k32, k64, fill_len, ns, prefix_out, fork_src, fork_dst, bad);
-}
 
 int64_t
 mr_key_at(const mr_key *key, size_t i)

@@ -2,9 +2,7 @@
  * before and after a call, so that each front end only converts its
  * arguments and words the answer:
  *
- *   - a key as one view {pointer, width, length}, int32 tokens or int64
- *     tokens read where they are, which the lifecycle's match and cache
- *     calls take;
+ *   - the token a refusal of a key view (mr_key, lifecycle.h) names;
  *   - the request record's fields in the order of the 13-tuple a front end
  *     exchanges (mr_req, req_pool.h), read and set by number;
  *   - the checks of a Lifecycle's configuration and pools, of admit's rows,
@@ -12,9 +10,7 @@
  *     refused in-place key means: each returns a reason (MR_LC_WHY_*) with
  *     the entries it names, never a message.
  *
- * Apart from the two calls over a key view (mr_lc_match_view and
- * mr_lc_cache_unfinished_view, which are the lifecycle's match and cache
- * calls), nothing here changes a lifecycle or a pool. */
+ * Nothing here changes a lifecycle or a pool. */
 #ifndef MR_LC_CHECK_H
 #define MR_LC_CHECK_H
 
@@ -23,21 +19,6 @@
 
 #include "lifecycle.h"
 
-/* A key: len tokens at p, int32 (width 4) or int64 (width 8, read in place:
- * only what a call reads is narrowed). */
-typedef struct {
-    const void *p;
-    size_t len;
-    uint8_t width;
-} mr_key;
-
-/* mr_lc_match_key over a key view. */
-int mr_lc_match_view(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner,
-                     mr_match *m);
-/* mr_lc_cache_unfinished_key over a key view (its first fill_len tokens). */
-int mr_lc_cache_unfinished_view(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *key, size_t fill_len,
-                                int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst,
-                                int64_t *bad);
 /* The token at position i of an int64 key (the one a refusal names). */
 int64_t mr_key_at(const mr_key *key, size_t i);
 

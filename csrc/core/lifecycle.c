@@ -875,17 +875,12 @@ record_cow(mr_lifecycle *lc, mr_req *st, int64_t state)
 }
 
 int
-mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
-            int32_t owner, mr_match *m, int64_t *indices)
+mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
+            int64_t *indices)
 {
-    return mr_lc_match_key(lc, key, NULL, len, ns, cow, st, owner, m, indices);
-}
-
-int
-mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int cow,
-                mr_req *st, int32_t owner, mr_match *m, int64_t *indices)
-{
-    int rc = mr_radix_match_key(lc->tree, key, key64, len, ns, m);
+    const int32_t *k32 = key->width == 4 ? key->p : NULL;
+    const int64_t *k64 = key->width == 8 ? key->p : NULL;
+    int rc = mr_radix_match_key(lc->tree, k32, k64, key->len, ns, m);
     if (rc != MR_OK && rc != MR_ENOMEM) {
         return rc;
     }
@@ -1651,18 +1646,8 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
 }
 
 int
-mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, size_t fill_len,
-                       int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst)
-{
-    int64_t bad;
-    return mr_lc_cache_unfinished_key(lc, row, st, tokens, NULL, fill_len, ns, prefix_out, fork_src, fork_dst,
-                                      &bad);
-}
-
-int
-mr_lc_cache_unfinished_key(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
-                           const int64_t *tokens64, size_t fill_len, int32_t ns, int64_t *prefix_out,
-                           int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
+mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *tokens, size_t fill_len, int32_t ns,
+                       int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
 {
     *fork_src = *fork_dst = -1;
     *bad = -1;
@@ -1673,8 +1658,8 @@ mr_lc_cache_unfinished_key(mr_lifecycle *lc, int64_t row, mr_req *st, const int3
         return MR_EINVAL;
     }
     int64_t table_end;
-    return cache_unfinished(lc, row, st, tokens, tokens64, NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst,
-                            &table_end, bad);
+    return cache_unfinished(lc, row, st, tokens->width == 4 ? tokens->p : NULL, tokens->width == 8 ? tokens->p : NULL,
+                            NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst, &table_end, bad);
 }
 
 int
@@ -1913,19 +1898,16 @@ undo_prefill(mr_lifecycle *lc, mr_req *sts, size_t n, const int64_t *rows, int a
 }
 
 int
-mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
-                    const int32_t *ns, mr_lc_prefill_out *out)
-{
-    return mr_lc_prefill_batch_key(lc, n, keys, NULL, lens, ns, out);
-}
-
-int
-mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const int64_t *const *keys64,
-                        const size_t *lens, const int32_t *ns, mr_lc_prefill_out *out)
+mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, const int32_t *ns,
+                    mr_lc_prefill_out *out)
 {
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
+    if (keys->lens == NULL) {
+        return MR_EINVAL;
+    }
+    const size_t *lens = keys->lens;
     const int64_t ps = lc->kv->page_size;
     size_t maxlen = 1;
     for (size_t i = 0; i < n; i++) {
@@ -1957,8 +1939,8 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         mr_req *st = &sts[i];
         size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = mr_radix_peek_key(lc->tree, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, &m);
+        const int64_t *k64 = keys->keys64 != NULL ? keys->keys64[i] : NULL;
+        rc = mr_radix_peek_key(lc->tree, k64 != NULL ? NULL : keys->keys[i], k64, cap, ns ? ns[i] : 0, &m);
         if (rc != MR_OK) {
             break;
         }
@@ -2003,9 +1985,9 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
         mr_req *st = &sts[i];
         size_t cap = (size_t)mr_rule_match_limit((int64_t)lens[i], 1);
         mr_match m;
-        const int64_t *k64 = keys64 != NULL ? keys64[i] : NULL;
-        rc = mr_lc_match_key(lc, k64 != NULL ? NULL : keys[i], k64, cap, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m,
-                             NULL);
+        const int64_t *k64 = keys->keys64 != NULL ? keys->keys64[i] : NULL;
+        const mr_key key = {k64 != NULL ? (const void *)k64 : (const void *)keys->keys[i], cap, k64 != NULL ? 8 : 4};
+        rc = mr_lc_match(lc, &key, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
         if (rc != MR_OK) {
             break;
         }
@@ -2125,14 +2107,6 @@ mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, 
     return MR_OK;
 }
 
-int
-mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst)
-{
-    int64_t bad[2];
-    return mr_lc_unfinished_batch_key(lc, n, rows, keys, NULL, ns, fork_src, fork_dst, bad);
-}
-
 /* Where a batch call reads a request's tokens, when its insert covers
  * cache_len of them: from its locked prefix when the insert can start at
  * its locked node (locked_path), else from 0. */
@@ -2248,17 +2222,8 @@ batch_tokens(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_
 }
 
 int
-mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                           const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src, int64_t *fork_dst,
-                           int64_t *bad)
-{
-    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
-    return mr_lc_unfinished_batch_seq(lc, n, rows, &k, ns, fork_src, fork_dst, bad);
-}
-
-int
-mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
+mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
 {
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {
@@ -2369,24 +2334,8 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
 }
 
 int
-mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
-                   int is_insert)
-{
-    int64_t bad[2];
-    return mr_lc_finish_batch_key(lc, n, rows, keys, NULL, ns, is_insert, bad);
-}
-
-int
-mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                       const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad)
-{
-    const mr_lc_batch_keys k = {keys, keys64, NULL, NULL, NULL, NULL};
-    return mr_lc_finish_batch_seq(lc, n, rows, &k, ns, is_insert, bad);
-}
-
-int
-mr_lc_finish_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                       const int32_t *ns, int is_insert, int64_t *bad)
+mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys, const int32_t *ns,
+                   int is_insert, int64_t *bad)
 {
     bad[0] = bad[1] = -1;
     if (!has_pools(lc)) {

@@ -130,6 +130,15 @@ typedef struct {
 
 typedef struct mr_lifecycle mr_lifecycle;
 
+/* A key: len tokens at p, int32 (width 4) or int64 (width 8, read in place:
+ * only what a call reads is narrowed, and a token outside int32 matches
+ * nothing, since no cached key holds one). */
+typedef struct {
+    const void *p;
+    size_t len;
+    uint8_t width;
+} mr_key;
+
 /* Creates a lifecycle and its tree over the given pools (borrowed: they
  * must outlive it), or a tree-only lifecycle when state, kv and rp are all
  * NULL.  MR_EINVAL for a bad config (page/chunk as mr_radix_new; lazy
@@ -197,20 +206,16 @@ int mr_lc_evict_protected(mr_lifecycle *lc, size_t num_tokens, size_t num_states
  * neither HELD nor a row of the pool (nothing changes). */
 int mr_lc_alloc_state(mr_lifecycle *lc, int32_t owner, mr_node *protect, int64_t *out);
 
-/* match_prefix: matches key[0:len) in namespace ns; writes the usable
- * prefix's KV indices to indices (capacity len) and *m.  With cow and a
+/* match_prefix: matches key in namespace ns; writes the usable prefix's KV
+ * indices to indices (capacity key->len; may be NULL: then the caller reads
+ * them with mr_radix_path_values(tree, m->node, ...)) and *m.  With cow and a
  * node that has a state: st->running gets a slot if it has none (owner
  * `owner`), st->cow_src = the node's state, st->needs_clear = 0.  With
  * owner a request row, st must be that row's request's record: the row's
  * maps are rewritten from st (Q3) when it gets the slot.
  * MR_ENOSPC if no slot could be had (the match itself stands). */
-int mr_lc_match(mr_lifecycle *lc, const int32_t *key, size_t len, int32_t ns, int cow, mr_req *st,
-                int32_t owner, mr_match *m, int64_t *indices);
-/* mr_lc_match over an int64 key read in place (key64 when key is NULL; see
- * mr_radix_match_key).  indices may be NULL (then the caller reads them
- * with mr_radix_path_values(tree, m->node, ...)). */
-int mr_lc_match_key(mr_lifecycle *lc, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int cow,
-                    mr_req *st, int32_t owner, mr_match *m, int64_t *indices);
+int mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
+                int64_t *indices);
 
 /* mr_lc_match's copy-on-write step on a lifecycle without pools (the
  * caller's allocators own the slots): with `node` (a match's result)
@@ -281,7 +286,10 @@ int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t commi
  * lock to the new node, rewrites the table with the tree's indices and
  * writes the request's prefix indices (fill_len of them) to prefix_out.
  * *fork_src / *fork_dst get the no_buffer state copy to do now (-1 when
- * none).  MR_ESTATE when the slot to donate is already gone.
+ * none).  MR_ESTATE when the slot to donate is already gone.  Only what
+ * the insert reads of an int64 key is narrowed (from the locked prefix on,
+ * see below); a token there outside int32 is MR_EINVAL with *bad its
+ * position, nothing changed.
  *
  * This call, cache_finished and their _ext and batch forms trust a
  * request's tokens to begin with its locked prefix: when the locked node's
@@ -290,17 +298,8 @@ int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t commi
  * that does not begin with it still leaves a valid tree, with the rest of
  * the key cached below the locked node).  Builds with MR_VERIFY_TRUSTED
  * compare them and abort. */
-int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
-                           size_t fill_len, int32_t ns, int64_t *prefix_out, int64_t *fork_src,
-                           int64_t *fork_dst);
-
-/* mr_lc_cache_unfinished with the tokens as int64, read in place when
- * tokens64 is not NULL (tokens is then ignored): only what the insert reads
- * is narrowed (from the locked prefix on, see above); a token there outside
- * int32 is MR_EINVAL with *bad its position, nothing changed. */
-int mr_lc_cache_unfinished_key(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
-                               const int64_t *tokens64, size_t fill_len, int32_t ns, int64_t *prefix_out,
-                               int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
+int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *tokens, size_t fill_len,
+                           int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
 
 /* cache_finished_req for row (committed_len KV indices in its table):
  * inserts the cacheable prefix (is_insert), frees the tail KV and every
@@ -371,43 +370,6 @@ typedef struct {
     int64_t *track_seqlen;
 } mr_lc_prefill_out;
 
-/* Schedules n new requests: match (keys[i][0:lens[i]), capped at
- * lens[i] - 1, with copy-on-write), admission with state headroom, the
- * request's lock, KV for its extend tokens (evicting when short) written to
- * its table row, and the tracking decision.  Whether the batch can be
- * admitted is decided first, from the matches as they stand (no split, no
- * LRU refresh) and what eviction could free around the batch's matched
- * prefixes: rows, a running slot and track buffer per request, KV pages for
- * the extends.  MR_ENOSPC when one is short: no request of the batch is
- * admitted, and nothing changed (nothing evicted); only an admitted batch
- * evicts (SGLang's PrefillAdder admits against available + evictable, and
- * only the admitted requests evict). */
-int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const size_t *lens,
-                        const int32_t *ns, mr_lc_prefill_out *out);
-/* mr_lc_prefill_batch where a key may be int64 tokens read in place
- * (keys64[i] non-NULL: keys[i] is ignored; keys64 NULL: every key is
- * keys[i]).  The batch only matches its keys, so no key is copied: a token
- * outside int32 matches nothing (no cached key holds one). */
-int mr_lc_prefill_batch_key(mr_lifecycle *lc, size_t n, const int32_t *const *keys, const int64_t *const *keys64,
-                            const size_t *lens, const int32_t *ns, mr_lc_prefill_out *out);
-/* End of prefill for requests that go on decoding: cache_unfinished_req on
- * each (keys: the request's tokens, fill_len = its committed length).
- * MR_ENOSPC, before any row changed, when the rows that cache (each takes a
- * state slot) are more than the free slots and the states eviction can
- * free. */
-int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst);
-/* The same where a key may be int64 tokens read in place (keys64[i]
- * non-NULL: keys[i] is ignored; keys64 NULL: every key is keys[i]).  A
- * request's insert starts at its locked node when that node's path is its
- * first protected_len tokens (it was matched from them): the tokens before
- * it are neither read nor compared, and only the rest of an int64 key is
- * narrowed.  A token the call reads outside int32: MR_EINVAL, bad = {key,
- * position}, before any row changed; a row not in use or listed twice
- * (mr_reqpool_rows_check): MR_EINVAL, bad = {entry, -1}, likewise. */
-int mr_lc_unfinished_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                               const int64_t *const *keys64, const int32_t *ns, int64_t *fork_src,
-                               int64_t *fork_dst, int64_t *bad);
 /* A batch's token sequences: request i's is keys[i] (int32; or int64,
  * read in place, where keys64 and keys64[i] are not NULL) of lens[i]
  * tokens followed by outs[i] (likewise outs64[i]) of olens[i] tokens, its
@@ -423,13 +385,35 @@ typedef struct {
     const size_t *olens;
 } mr_lc_batch_keys;
 
-/* mr_lc_unfinished_batch_key over such sequences: the tokens the call reads
- * (up to the committed length, from the locked prefix when the insert can
- * start there) are checked and narrowed once, before any row changed; one
- * outside int32: MR_EINVAL, bad = {request, position in its sequence}; a
- * sequence shorter than what is read: MR_EINVAL, bad = {request, -1}. */
-int mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                               const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
+/* Schedules n new requests: match (request i's key of keys->lens[i] tokens,
+ * capped at lens[i] - 1, with copy-on-write; outputs are not read; an int64
+ * key is read in place and never copied: a token outside int32 matches
+ * nothing), admission with state headroom, the
+ * request's lock, KV for its extend tokens (evicting when short) written to
+ * its table row, and the tracking decision.  Whether the batch can be
+ * admitted is decided first, from the matches as they stand (no split, no
+ * LRU refresh) and what eviction could free around the batch's matched
+ * prefixes: rows, a running slot and track buffer per request, KV pages for
+ * the extends.  MR_ENOSPC when one is short: no request of the batch is
+ * admitted, and nothing changed (nothing evicted); only an admitted batch
+ * evicts (SGLang's PrefillAdder admits against available + evictable, and
+ * only the admitted requests evict). */
+int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, const int32_t *ns,
+                        mr_lc_prefill_out *out);
+/* End of prefill for requests that go on decoding: cache_unfinished_req on
+ * each (its tokens: keys' sequence i, fill_len = its committed length).
+ * A request's insert starts at its locked node when that node's path is its
+ * first protected_len tokens (it was matched from them): the tokens before
+ * it are neither read nor compared.  The tokens the call reads are checked
+ * and narrowed once, before any row changed: one outside int32 is
+ * MR_EINVAL, bad = {request, position in its sequence}; a sequence shorter
+ * than what is read, MR_EINVAL, bad = {request, -1}; a row not in use or
+ * listed twice (mr_reqpool_rows_check), MR_EINVAL, bad = {entry, -1}.
+ * MR_ENOSPC, before any row changed, when the rows that cache (each takes a
+ * state slot) are more than the free slots and the states eviction can
+ * free. */
+int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
 /* One decode step for n rows: one KV token each (written to the table),
  * the tracking decision before the forward and the boundary bookkeeping
  * after it.  MR_ENOSPC when the step's KV is more than the free KV and what
@@ -437,19 +421,12 @@ int mr_lc_unfinished_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, 
  * changes nothing (the caller retracts a request and steps again). */
 int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *track_slot,
                        uint8_t *track_mask);
-/* Finishes n rows: cache_finished_req (keys: origin + output tokens, at
- * least the committed length) and frees the row. */
-int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                       const int32_t *ns, int is_insert);
-/* mr_lc_finish_batch with int64 keys read in place, as
- * mr_lc_unfinished_batch_key (its refusals too: every row is checked
- * before the first is finished). */
-int mr_lc_finish_batch_key(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys,
-                           const int64_t *const *keys64, const int32_t *ns, int is_insert, int64_t *bad);
-/* mr_lc_finish_batch_key over sequences of keys and output tokens
- * (mr_lc_batch_keys), read as mr_lc_unfinished_batch_seq reads them. */
-int mr_lc_finish_batch_seq(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                           const int32_t *ns, int is_insert, int64_t *bad);
+/* Finishes n rows: cache_finished_req (its tokens: keys' sequence i,
+ * origin + output tokens, at least the committed length) and frees the
+ * row.  The tokens are read and refused as mr_lc_unfinished_batch reads
+ * them: every row is checked before the first is finished. */
+int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
+                       const int32_t *ns, int is_insert, int64_t *bad);
 
 /* Verifies the tree (mr_radix_check), every pool, that the tree's KV
  * tokens and states equal the TREE-owned units of the pools, and every

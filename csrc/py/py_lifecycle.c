@@ -779,7 +779,7 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     mr_match m;
     /* the indices go straight into the result array (below) */
-    int rc = ok ? mr_lc_match_view(self->lc, &k.key, (int32_t)ns, cow, &st, (int32_t)owner, &m) : MR_OK;
+    int rc = ok ? mr_lc_match(self->lc, &k.key, (int32_t)ns, cow, &st, (int32_t)owner, &m, NULL) : MR_OK;
     key_release(self, &k);
     if (!ok) {
         return NULL;
@@ -1587,7 +1587,7 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto done;
     }
     int64_t fs = -1, fd = -1, bad = -1;
-    int rc = mr_lc_cache_unfinished_view(self->lc, row, &st, &k.key, (size_t)fill, (int32_t)ns,
+    int rc = mr_lc_cache_unfinished(self->lc, row, &st, &k.key, (size_t)fill, (int32_t)ns,
                                          (int64_t *)PyArray_DATA((PyArrayObject *)prefix), &fs, &fd, &bad);
     if (rc == MR_EINVAL && k.key.width == 8 && bad >= 0) {
         Py_CLEAR(prefix);   /* as the narrowing of a copied key names it */
@@ -2298,12 +2298,12 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     }
     mr_lc_prefill_out out = {I64(a[0]), I64(a[1]), I64(a[2]), I64(a[3]), I64(a[4]), I64(a[5]),
                              (uint8_t *)PyArray_DATA((PyArrayObject *)a[7]), I64(a[6])};
-    int rc = mr_lc_prefill_batch_key(self->lc, k.n, k.ptrs, k.ptrs64, k.lens, k.ns, &out);
+    const mr_lc_batch_keys bk = batch_keys(&k, NULL);
+    int rc = mr_lc_prefill_batch(self->lc, k.n, &bk, k.ns, &out);
     if (rc == MR_ENOSPC) {
         res = Py_NewRef(Py_None);
         goto error;
     }
-    const mr_lc_batch_keys bk = batch_keys(&k, NULL);
     if (rc == MR_EINVAL && mr_lc_batch_bad_token(&bk, k.n, NULL, &why)) {
         batch_raise(self, "prefill_batch", &why, NULL);
         goto error;   /* an in-place key held a token outside int32 */
@@ -2424,7 +2424,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
         goto error;
     }
     int64_t bad[2];
-    int rc = mr_lc_unfinished_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, I64(fs), I64(fd), bad);
+    int rc = mr_lc_unfinished_batch(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, I64(fs), I64(fd), bad);
     if (rc != MR_OK) {
         batch_refused(self, "unfinished_batch", &b, rc, bad, unfinished_batch_overrides);
         goto error;
@@ -2505,7 +2505,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     int64_t bad[2];
-    int rc = mr_lc_finish_batch_seq(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, ins, bad);
+    int rc = mr_lc_finish_batch(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, ins, bad);
     if (rc != MR_OK) {
         batch_refused(self, "finish_batch", &b, rc, bad, lifecycle_overrides);
     }

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "lifecycle.h"
+#include "lc_batch.h"
 
 enum { MAXB = 3, MAXCTX = 512, MAXPS = 16 };
 
@@ -569,8 +570,8 @@ op_prefill(model *m)
         }
         kp64[i] = keys64[i];
     }
-    int rc = wide ? mr_lc_prefill_batch_key(m->lc, n, kp, kp64, lens, NULL, &out)
-                  : mr_lc_prefill_batch(m->lc, n, kp, lens, NULL, &out);
+    int rc = wide ? prefill_batch_key(m->lc, n, kp, kp64, lens, NULL, &out)
+                  : prefill_batch32(m->lc, n, kp, lens, NULL, &out);
     m->n_prefill++;
     if (rc != MR_OK && rc != MR_ENOSPC) {
         fail(m, "prefill_batch: rc %d", rc);
@@ -726,7 +727,7 @@ op_unfinished(model *m)
     for (size_t i = 0; i < n; i++) {
         fs[i] = fd[i] = -2;  /* the call sets -1 or a fork on each row it reaches */
     }
-    int rc = mr_lc_unfinished_batch(m->lc, n, rows, kp, NULL, fs, fd);
+    int rc = unfinished_batch32(m->lc, n, rows, kp, NULL, fs, fd);
     m->n_unfinished++;
     if (rc != MR_OK && rc != MR_ENOSPC) {
         fail(m, "unfinished_batch: rc %d", rc);
@@ -919,7 +920,7 @@ op_finish(model *m)
     const mr_req *before = sn.before;
     int32_t(*tab)[MAXCTX] = sn.tab;
     const int32_t *const *kp = sn.kp;
-    int rc = mr_lc_finish_batch(m->lc, n, rows, kp, NULL, is_insert);
+    int rc = finish_batch32(m->lc, n, rows, kp, NULL, is_insert);
     m->n_finish++;
     if (rc != MR_OK) {
         fail(m, "finish_batch: rc %d", rc);
@@ -1034,7 +1035,7 @@ run(int64_t ps, int mode, long ops, uint64_t seed, long *done)
         for (size_t i = 0; i < n; i++) {
             kp[i] = m.rq[rows[i]].tok;
         }
-        if (mr_lc_finish_batch(m.lc, n, rows, kp, NULL, 1) != MR_OK || m.state.n_req != 0 || m.kv.pages.n_req != 0) {
+        if (finish_batch32(m.lc, n, rows, kp, NULL, 1) != MR_OK || m.state.n_req != 0 || m.kv.pages.n_req != 0) {
             fail(&m, "the final finish left units with requests");
         }
     }

@@ -28,6 +28,7 @@
 
 #include "alloc.h"
 #include "lifecycle.h"
+#include "lc_batch.h"
 
 static int errors = 0;
 
@@ -187,12 +188,12 @@ round_trip(world *w, int round)
     int64_t rows[3], pl[3], cs[3], cd[3], cl[3], ts[3], tl[3];
     uint8_t tm[3];
     mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
-    int rc = mr_lc_prefill_batch(w->lc, 3, kp, lens, NULL, &out);
+    int rc = prefill_batch32(w->lc, 3, kp, lens, NULL, &out);
     if (rc != MR_OK) {
         return rc;
     }
     int64_t fs[3], fd[3];
-    rc = mr_lc_unfinished_batch(w->lc, 3, rows, kp, NULL, fs, fd);
+    rc = unfinished_batch32(w->lc, 3, rows, kp, NULL, fs, fd);
     for (int s = 0; rc == MR_OK && s < 9; s++) {
         rc = mr_lc_decode_batch(w->lc, 3, rows, ts, tm);
     }
@@ -206,7 +207,7 @@ round_trip(world *w, int round)
         }
         fp[i] = full[i];
     }
-    int rc2 = mr_lc_finish_batch(w->lc, 3, rows, fp, NULL, 1);
+    int rc2 = finish_batch32(w->lc, 3, rows, fp, NULL, 1);
     return rc != MR_OK ? rc : rc2;
 }
 
@@ -338,25 +339,25 @@ test_batch_rows_checked_first(void)
     int64_t rows[3], pl[2], cs[2], cd[2], cl[2], ts[2], tl[2], fs[3], fd[3], bad[2];
     uint8_t tm[3];
     mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
-    CHECK(mr_lc_prefill_batch(w.lc, 2, kp, lens, NULL, &out) == MR_OK, "prefill");
+    CHECK(prefill_batch32(w.lc, 2, kp, lens, NULL, &out) == MR_OK, "prefill");
     rows[2] = rows[0];
     mr_req r0 = w.rp.req[rows[0]];
     held h = held_now(&w);
     mr_radix_stats t0, t1;
     mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
-    CHECK(mr_lc_finish_batch_key(w.lc, 3, rows, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 2 && bad[1] == -1,
+    CHECK(finish_batch_key(w.lc, 3, rows, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 2 && bad[1] == -1,
           "finish_batch of a row listed twice: bad {%lld, %lld}", (long long)bad[0], (long long)bad[1]);
-    CHECK(mr_lc_unfinished_batch_key(w.lc, 3, rows, kp, NULL, NULL, fs, fd, bad) == MR_EINVAL && bad[0] == 2,
+    CHECK(unfinished_batch_key(w.lc, 3, rows, kp, NULL, NULL, fs, fd, bad) == MR_EINVAL && bad[0] == 2,
           "unfinished_batch of a row listed twice");
     CHECK(mr_lc_decode_batch(w.lc, 3, rows, fs, tm) == MR_EINVAL, "decode_batch of a row listed twice");
     int64_t gone[2] = {rows[1], 5};
-    CHECK(mr_lc_finish_batch_key(w.lc, 2, gone, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 1,
+    CHECK(finish_batch_key(w.lc, 2, gone, kp, NULL, NULL, 1, bad) == MR_EINVAL && bad[0] == 1,
           "finish_batch of a row not in use");
     mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
     CHECK(same_held(h, held_now(&w)) && memcmp(&r0, &w.rp.req[rows[0]], sizeof(r0)) == 0
           && mr_reqpool_in_use(&w.rp, rows[0]) && t1.nodes == t0.nodes && t1.full_evictable == t0.full_evictable,
           "a refused batch call changed something");
-    CHECK(mr_lc_finish_batch(w.lc, 2, rows, kp, NULL, 1) == MR_OK, "finish");
+    CHECK(finish_batch32(w.lc, 2, rows, kp, NULL, 1) == MR_OK, "finish");
     check_world(&w, "after the refusals");
     world_free(&w);
 }
@@ -379,7 +380,7 @@ test_refused_decode_keeps_the_tree(void)
     int64_t rows[3], pl[3], cs[3], cd[3], cl[3], ts[3], tl[3];
     uint8_t tm[3];
     mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
-    CHECK(mr_lc_prefill_batch(w.lc, 3, kp, lens, NULL, &out) == MR_OK && mr_kv_available(&w.kv) == 1, "prefill");
+    CHECK(prefill_batch32(w.lc, 3, kp, lens, NULL, &out) == MR_OK && mr_kv_available(&w.kv) == 1, "prefill");
     mr_radix_stats t0, t1;
     mr_radix_get_stats(mr_lc_tree(w.lc), &t0);
     held h = held_now(&w);
@@ -387,7 +388,7 @@ test_refused_decode_keeps_the_tree(void)
     mr_radix_get_stats(mr_lc_tree(w.lc), &t1);
     CHECK(t1.full_evictable == 1 && t1.nodes == t0.nodes && mr_kv_available(&w.kv) == 1 && same_held(h, held_now(&w)),
           "a refused decode step evicted the cached key");
-    CHECK(mr_lc_finish_batch(w.lc, 3, rows, kp, NULL, 1) == MR_OK, "finish");
+    CHECK(finish_batch32(w.lc, 3, rows, kp, NULL, 1) == MR_OK, "finish");
     check_world(&w, "after the refused step");
     world_free(&w);
 }
@@ -435,8 +436,8 @@ test_batch_in_pages(void)
             const int32_t k0[5] = {9, 9, 9, 9, 9};
             const int32_t *kp0[1] = {k0};
             size_t len0[1] = {5};
-            CHECK(mr_lc_prefill_batch(w.lc, 1, kp0, len0, NULL, &out) == MR_OK, "warm prefill");
-            CHECK(mr_lc_finish_batch(w.lc, 1, rows, kp0, NULL, 1) == MR_OK, "warm finish");
+            CHECK(prefill_batch32(w.lc, 1, kp0, len0, NULL, &out) == MR_OK, "warm prefill");
+            CHECK(finish_batch32(w.lc, 1, rows, kp0, NULL, 1) == MR_OK, "warm finish");
             CHECK(w.kv.pages.n_tree == 1 && mr_kv_available(&w.kv) == 8, "warm: %lld tree pages, %lld free tokens",
                   (long long)w.kv.pages.n_tree, (long long)mr_kv_available(&w.kv));
             slots0 = mr_slots_available(&w.state);
@@ -444,7 +445,7 @@ test_batch_in_pages(void)
         int32_t k[3][2] = {{1, 2}, {3, 4}, {5, 6}};
         const int32_t *kp[3] = {k[0], k[1], k[2]};
         size_t lens[3] = {2, 2, 2};
-        int rc = mr_lc_prefill_batch(w.lc, 3, kp, lens, NULL, &out);
+        int rc = prefill_batch32(w.lc, 3, kp, lens, NULL, &out);
         if (c == 0) {
             CHECK(rc == MR_ENOSPC, "2 pages for 3 requests: rc %d", rc);
             CHECK(mr_slots_available(&w.state) == 32 && mr_kv_available(&w.kv) == 8
@@ -522,7 +523,7 @@ room_run(int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_pages, int64
         int64_t kv_free = mr_kv_available(&w.kv), st_free = mr_slots_available(&w.state);
         mr_radix_stats ts0;
         mr_radix_get_stats(mr_lc_tree(w.lc), &ts0);
-        int rc = mr_lc_prefill_batch(w.lc, n, kp, lens, NULL, &out);
+        int rc = prefill_batch32(w.lc, n, kp, lens, NULL, &out);
         check_world(&w, "prefill_batch");
         if (rc != MR_OK) {
             mr_radix_stats ts1;
@@ -547,7 +548,7 @@ room_run(int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_pages, int64
         }
         hits[R_ADMITTED]++;
         int64_t fs[NB], fd[NB];
-        rc = mr_lc_unfinished_batch(w.lc, n, rows, kp, NULL, fs, fd);
+        rc = unfinished_batch32(w.lc, n, rows, kp, NULL, fs, fd);
         check_world(&w, "unfinished_batch");
         if (rc != MR_OK) {
             CHECK(rc == MR_ENOSPC, "unfinished_batch: rc %d", rc);
@@ -571,7 +572,7 @@ room_run(int extra, int lazy, int64_t ps, int64_t slots, int64_t kv_pages, int64
                 break;
             }
         }
-        rc = mr_lc_finish_batch(w.lc, n, rows, kp, NULL, 1);
+        rc = finish_batch32(w.lc, n, rows, kp, NULL, 1);
         CHECK(rc == MR_OK, "finish_batch: rc %d", rc);
         check_world(&w, "finish_batch");
         CHECK(w.state.n_req == 0 && w.kv.pages.n_req == 0 && mr_slots_available(&w.rp.rows) == nrows,
@@ -660,7 +661,7 @@ test_bound_records(void)
     mr_req st;
     mr_req_reset(&st);
     mr_match m;
-    CHECK(mr_lc_match(w.lc, key, L, 0, 1, &st, MR_OWNER_HELD, &m, idx) == MR_OK && st.cow_src == s && st.running >= 1,
+    CHECK(match32(w.lc, key, L, 0, 1, &st, MR_OWNER_HELD, &m, idx) == MR_OK && st.cow_src == s && st.running >= 1,
           "match with copy-on-write");
     CHECK(mr_radix_lock(mr_lc_tree(w.lc), m.node) == MR_OK, "the scheduler's lock");
     /* 2. admission, then the record moves into the row */
