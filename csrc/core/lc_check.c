@@ -62,6 +62,11 @@ mr_req_field(const mr_req *rec, int i)
 void
 mr_req_field_range(int i, int64_t *lo, int64_t *hi)
 {
+    if (i == 3) {           /* next_track: an index into the two-entry track buffer, or -1 */
+        *lo = -1;
+        *hi = 1;
+        return;
+    }
     switch (req_fields[i].kind) {
     case 'i':
         *lo = INT32_MIN;

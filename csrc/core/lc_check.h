@@ -32,7 +32,8 @@ enum { MR_REQ_NFIELDS = 13 };
 /* Field i's value. */
 int64_t mr_req_field(const mr_req *rec, int i);
 /* The values field i takes: [*lo, *hi] (a flag takes any int64, nonzero
- * meaning 1). */
+ * meaning 1; next_track only -1, 0 and 1: the core indexes the record's
+ * two-entry track buffer with it). */
 void mr_req_field_range(int i, int64_t *lo, int64_t *hi);
 /* Sets field i to x (narrowed to its C type; a flag to x != 0; node_id -1
  * drops the node and its lock). */

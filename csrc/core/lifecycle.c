@@ -1476,11 +1476,8 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
     return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad);
 }
 
-/* What cache_unfinished caches of a request whose table holds fill_len
- * tokens: the tracked length with extra_buffer, all of them without; -1
- * when nothing was tracked (then it caches nothing and takes no slot). */
-static int64_t
-unfinished_cache_len(const mr_lifecycle *lc, const mr_req *st, size_t fill_len)
+int64_t
+mr_lc_unfinished_cache_len(const mr_lifecycle *lc, const mr_req *st, size_t fill_len)
 {
     return lc->cfg.extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
 }
@@ -1498,7 +1495,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     *fork_src = *fork_dst = -1;
     *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
     lc->cached_len = 0;
-    int64_t cache_len = unfinished_cache_len(lc, st, fill_len);
+    int64_t cache_len = mr_lc_unfinished_cache_len(lc, st, fill_len);
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
         if (prefix_out == NULL) {
@@ -2131,7 +2128,7 @@ static void
 read_range(mr_lifecycle *lc, const mr_req *st, int finish, int is_insert, size_t *lo, size_t *hi)
 {
     const mr_lc_config *c = &lc->cfg;
-    int64_t len[2] = {unfinished_cache_len(lc, st, (size_t)st->committed), -1};
+    int64_t len[2] = {mr_lc_unfinished_cache_len(lc, st, (size_t)st->committed), -1};
     if (finish) {
         len[0] = len[1] = -1;
         for (int eot = 0; eot < 2 && is_insert && st->lazy_is_insert; eot++) {
@@ -2249,7 +2246,7 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr
     int64_t want = 0, have = slots_to_hand(lc);
     for (size_t i = 0; i < n; i++) {
         const mr_req *st = &lc->rp->req[rows[i]];
-        want += unfinished_cache_len(lc, st, (size_t)st->committed) >= 0;
+        want += mr_lc_unfinished_cache_len(lc, st, (size_t)st->committed) >= 0;
     }
     size_t short_slots = want > have ? (size_t)(want - have) : 0;
     if (rc == MR_OK && short_slots > 0 && mr_radix_states_evictable_min(lc->tree, short_slots) < short_slots) {

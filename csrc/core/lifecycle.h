@@ -300,6 +300,12 @@ int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t commi
  * compare them and abort. */
 int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *tokens, size_t fill_len,
                            int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
+/* What cache_unfinished caches of a request whose table holds fill_len
+ * tokens: the tracked length with extra_buffer, all of them without; -1
+ * when nothing was tracked (then the call caches nothing, takes no slot and
+ * the request keeps all its KV: a front end whose slot pool is its own
+ * allocates the fresh slot only when this is >= 0). */
+int64_t mr_lc_unfinished_cache_len(const mr_lifecycle *lc, const mr_req *st, size_t fill_len);
 
 /* cache_finished_req for row (committed_len KV indices in its table):
  * inserts the cacheable prefix (is_insert), frees the tail KV and every

@@ -93,7 +93,10 @@ read_key(const char *fname, const mr_policy_key *k, PyObject *v, mr_radix_option
     if (k->type == MR_KEY_REAL) {
         d = PyFloat_AsDouble(v);
         if (d == -1.0 && PyErr_Occurred()) {
-            PyErr_Format(PyExc_TypeError, "%s: policy_options['%s'] must be a number", fname, k->name);
+            /* an int too large for a double is a number, only not a finite one */
+            int big = PyErr_ExceptionMatches(PyExc_OverflowError);
+            PyErr_Format(big ? PyExc_ValueError : PyExc_TypeError, "%s: policy_options['%s'] must be %s", fname,
+                         k->name, big ? "finite and >= 0" : "a number");
             return -1;
         }
     }

@@ -312,23 +312,30 @@ static const char *const rs_names[RS_LEN] = {
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
 {
-    PyObject *seq = PySequence_Fast(obj, "rs must be a ReqState or a sequence of 13 ints");
+    /* a tuple of our own: an item's __index__ may change the caller's list */
+    PyObject *seq = PySequence_Check(obj) ? PySequence_Tuple(obj) : NULL;
     if (seq == NULL) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_SetString(PyExc_TypeError, "rs must be a ReqState or a sequence of 13 ints");
+        }
         return -1;
     }
-    if (PySequence_Fast_GET_SIZE(seq) != RS_LEN) {
+    if (PyTuple_GET_SIZE(seq) != RS_LEN) {
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "rs must have 13 items");
         return -1;
     }
+    /* each item in its field's range, as the ReqState setters check it */
+    static const char *const names[RS_LEN] = {"rs[0]", "rs[1]", "rs[2]", "rs[3]", "rs[4]", "rs[5]", "rs[6]",
+                                              "rs[7]", "rs[8]", "rs[9]", "rs[10]", "rs[11]", "rs[12]"};
     int64_t v[RS_LEN];
     for (int i = 0; i < RS_LEN; i++) {
-        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (x == -1 && PyErr_Occurred()) {
+        int64_t lo, hi;
+        mr_req_field_range(i, &lo, &hi);
+        if (mr_as_int64(PyTuple_GET_ITEM(seq, i), lo, hi, names[i], &v[i]) < 0) {
             Py_DECREF(seq);
             return -1;
         }
-        v[i] = (int64_t)x;
     }
     Py_DECREF(seq);
     mr_req_from_fields(st, v);
@@ -2018,6 +2025,30 @@ Lifecycle_decode_finish(LifecycleObject *self, PyObject *const *args, Py_ssize_t
     return Py_BuildValue("(NON)", build_rs(self, args[0], &st), at ? Py_True : Py_False, stf);
 }
 
+PyDoc_STRVAR(Lifecycle_unfinished_cache_len__doc__,
+"unfinished_cache_len($self, rs, fill_len, /)\n"
+"--\n"
+"\n"
+"The tokens cache_unfinished would cache of a request with fill_len\n"
+"tokens: its tracked length (rs.last_track_seqlen) with extra_buffer,\n"
+"fill_len without; -1 when nothing was tracked: the call would cache\n"
+"nothing and take no slot, the request keeping all its KV (SGLang's\n"
+"cache_unfinished_req returns at once).  Changes nothing.");
+
+static PyObject *
+Lifecycle_unfinished_cache_len(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MR_ARGS(spec, pa, "unfinished_cache_len", 2, 2, 2, "rs", "fill_len");
+    int64_t fill = 0;
+    mr_req st;
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0
+        || mr_as_int64(args[1], 0, INT64_MAX, "unfinished_cache_len(): fill_len", &fill) < 0
+        || parse_rs(self, args[0], &st) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)mr_lc_unfinished_cache_len(self->lc, &st, (size_t)fill));
+}
+
 PyDoc_STRVAR(Lifecycle_free_states__doc__,
 "free_states($self, rs, /, keep=-1)\n"
 "--\n"
@@ -2076,6 +2107,7 @@ typedef struct {
     size_t *lens;
     int32_t *ns;
     size_t n;
+    PyObject *seq;         /* the keys, a tuple of our own: it keeps the arrays ptrs64 points into alive */
 } keyset;
 
 static void
@@ -2093,6 +2125,7 @@ keyset_free(keyset *k)
     PyMem_Free(k->ptrs);
     PyMem_Free(k->lens);
     PyMem_Free(k->ns);
+    Py_XDECREF(k->seq);
     memset(k, 0, sizeof(*k));
 }
 
@@ -2100,7 +2133,9 @@ keyset_free(keyset *k)
  * "outputs"); ns_obj: None or a list of ints.  in_place: a key key64_view
  * accepts (C-contiguous int64) is read where it is (ptrs64[i], its view
  * held until keyset_free), for a call that only matches; every other key
- * is narrowed into data. */
+ * is narrowed into data.  The keys' tuple is held until keyset_free, so a
+ * key read in place outlives any Python code the call runs after (an
+ * output's __index__ dropping the caller's last reference to it). */
 static int
 keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, const char *what, int in_place)
 {
@@ -2112,6 +2147,7 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
     if (seq == NULL) {
         return -1;
     }
+    k->seq = seq;    /* held until keyset_free: a key read in place lives as long */
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     k->n = (size_t)n;
     k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
@@ -2182,7 +2218,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
         }
         Py_XDECREF(nseq);
     }
-    Py_DECREF(seq);
     if (!ok) {
         keyset_free(k);
         return -1;
@@ -2560,6 +2595,8 @@ static PyMethodDef Lifecycle_methods[] = {
     {"prepare_extend", (PyCFunction)(void (*)(void))Lifecycle_prepare_extend, METH_FASTCALL, Lifecycle_prepare_extend__doc__},
     {"decode_prepare", (PyCFunction)(void (*)(void))Lifecycle_decode_prepare, METH_FASTCALL, Lifecycle_decode_prepare__doc__},
     {"decode_finish", (PyCFunction)(void (*)(void))Lifecycle_decode_finish, METH_FASTCALL, Lifecycle_decode_finish__doc__},
+    {"unfinished_cache_len", (PyCFunction)(void (*)(void))Lifecycle_unfinished_cache_len, METH_FASTCALL,
+     Lifecycle_unfinished_cache_len__doc__},
     {"cache_unfinished", (PyCFunction)(void (*)(void))Lifecycle_cache_unfinished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_unfinished__doc__},
     {"cache_finished", (PyCFunction)(void (*)(void))Lifecycle_cache_finished, METH_FASTCALL | METH_KEYWORDS, Lifecycle_cache_finished__doc__},
     {"cow", (PyCFunction)(void (*)(void))Lifecycle_cow, METH_FASTCALL, Lifecycle_cow__doc__},

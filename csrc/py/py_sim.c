@@ -90,12 +90,19 @@ sim_pseudo_tokens(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject
     if (mr_arg_int64(a[2], "pseudo_tokens", "vocab_size", 1, INT32_MAX, &vocab) < 0) {
         return NULL;
     }
-    PyObject *rids = PySequence_Fast(a[0], "pseudo_tokens(): rids must be a sequence of str");
+    /* a tuple of our own: reading counts may run Python code (__index__),
+     * which must not free the items under us by changing the caller's list */
+    if (!PyList_Check(a[0]) && !PyTuple_Check(a[0])) {
+        PyErr_Format(PyExc_TypeError, "pseudo_tokens(): rids must be a sequence of str (a list or tuple), not %.100s",
+                     Py_TYPE(a[0])->tp_name);
+        return NULL;
+    }
+    PyObject *rids = PySequence_Tuple(a[0]);
     if (rids == NULL) {
         return NULL;
     }
-    Py_ssize_t nr = PySequence_Fast_GET_SIZE(rids);
-    PyObject *const *items = PySequence_Fast_ITEMS(rids);
+    Py_ssize_t nr = PyTuple_GET_SIZE(rids);
+    PyObject *const *items = &PyTuple_GET_ITEM(rids, 0);
     mr_buf scratch = {0};
     mr_ints counts;
     PyObject *tokens = NULL, *starts = NULL;

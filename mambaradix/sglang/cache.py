@@ -801,9 +801,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         if not self._native:
             return self._foreign_cache_unfinished(req, chunked)
         token_ids, fill = _fill_ids(req)
-        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else fill
         row = int(req.req_pool_idx)
-        if self.disable or cache_len is None:
+        if self.disable or self._lc.unfinished_cache_len(_rs_of(req), fill) < 0:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
         ns = self._ns(req.extra_key, name="cache_unfinished_req(): req.extra_key")
@@ -842,9 +841,8 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     def _foreign_cache_unfinished(self, req: Req, chunked: bool) -> None:
         pool = self.req_to_token_pool
         token_ids = req.get_fill_ids()
-        cache_len = req.mamba_last_track_seqlen if self.enable_mamba_extra_buffer else len(token_ids)
         row = req.req_pool_idx
-        if self.disable or cache_len is None:
+        if self.disable or self._lc.unfinished_cache_len(_rs_of(req), len(token_ids)) < 0:
             req.prefix_indices = pool.req_to_token[row, : req.extend_range.end].to(torch.int64)
             return
         kv = _np_index(pool.req_to_token[row, : len(token_ids)], True)

@@ -655,8 +655,8 @@ class _Replay(Scheduler):
         fill_len = r.ext_end
         extra = self.extra_buffer
         rs = r.rs
-        if extra and rs.last_track_seqlen < 0:
-            r.prefix_len = fill_len
+        if self.lc.unfinished_cache_len(rs, fill_len) < 0:
+            r.prefix_len = fill_len       # nothing tracked: it keeps all its KV
             return
         if not self._alloc_slot():
             raise RuntimeError("state pool exhausted donating a track slot (every cached "

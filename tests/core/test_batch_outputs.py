@@ -12,6 +12,7 @@ in an output, or outputs shorter than the committed length, is refused
 before any row changed, naming the entry."""
 
 import random
+import weakref
 from array import array
 
 import numpy as np
@@ -117,3 +118,42 @@ def test_refusals_name_the_output_and_change_nothing() -> None:
     assert _state(lc, sa, ka, rp) == before
     lc.finish_batch(rows, origin, outputs=[[5], [6]])
     lc.check()
+
+
+def test_an_output_that_frees_the_callers_key_reads_the_key_given() -> None:
+    # keys as int64 numpy arrays are read in place; the first output token's
+    # __index__ drops the caller's only reference to its key and fills an
+    # array of the same size with other tokens (where freed memory may go
+    # next): the call must still cache the key it was given followed by the
+    # output.  Reference: the joined sequence, as int32, on a second
+    # lifecycle.
+    n = 1 << 16
+
+    def world():
+        sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(2 * n + 64), _C.ReqPool(4, n + 16, 2)
+        return _C.Lifecycle(sa, ka, rp, extra_buffer=True, chunk_size=4, track_interval=4), rp
+
+    key = np.arange(1, n + 1, dtype=np.int64)
+    lc, rp = world()
+    rows = lc.prefill_batch([key])["rows"].tolist()
+    keys, junk, alive = [key.copy()], [], []
+    del key
+    held = weakref.ref(keys[0])
+
+    class Frees:
+        def __index__(self):
+            keys.clear()
+            junk.append(np.full(n, 9, dtype=np.int64))
+            alive.append(held() is not None)     # the call still holds the key
+            return 77
+
+    lc.decode_batch(rows)
+    lc.finish_batch(rows, keys, outputs=[[Frees(), 78]])
+    lc.check()
+    assert alive == [True] and held() is None
+    ref, ref_rp = world()
+    joined = np.concatenate([np.arange(1, n + 1), [77, 78]]).astype(np.int32)
+    ref_rows = ref.prefill_batch([joined[:n]])["rows"].tolist()
+    ref.decode_batch(ref_rows)
+    ref.finish_batch(ref_rows, [joined])
+    assert lc.dump() == ref.dump() and lc.sizes() == ref.sizes()

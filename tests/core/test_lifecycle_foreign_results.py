@@ -183,3 +183,35 @@ def test_cache_finished_never_hands_back_an_index_outside_kv(protected: int, is_
     assert set(freed) <= set(kv.tolist()), freed
     if not is_insert:
         assert freed == kv.tolist()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_unfinished_cache_len_says_what_the_call_caches(seed: int) -> None:
+    """SGLang's cache_unfinished_req caches the tracked length with
+    extra_buffer (nothing at all, not even a fresh slot taken, when nothing
+    was tracked: mamba_last_track_seqlen is None) and every fill token
+    without: unfinished_cache_len says so before the call, and the call's
+    own cache_len (into an empty tree) agrees."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        mode = rng.choice(("pp2", "pp1", "lazy", "no_buffer"))
+        page = 1 if mode == "no_buffer" else rng.choice((1, 2, 4))
+        lc = _lc(mode, page)
+        rs = _C.ReqState()
+        lc.admit(rs, 1)
+        n = rng.randint(1, 12) * page
+        tracked = mode != "no_buffer" and rng.random() < 0.6
+        if tracked:
+            rs.last_track_seqlen = rng.randint(1, n // page) * page
+        want = n if mode == "no_buffer" else rs.last_track_seqlen if tracked else -1
+        before = rs.astuple()
+        assert lc.unfinished_cache_len(rs, n) == want
+        assert rs.astuple() == before          # a question, not a call
+        tokens = np.arange(1, n + 1, dtype=np.int32)
+        res = lc.cache_unfinished(rs, tokens, np.arange(1000, 1000 + n), 100, prefix=False)
+        assert res.cache_len == max(want, 0) == lc.tree_view().total_size()[0]
+        assert (100 in res[5].tolist()) == (want < 0)     # an untaken fresh slot comes back
+    with pytest.raises(ValueError, match="fill_len"):
+        lc.unfinished_cache_len(_C.ReqState(), -1)
+    with pytest.raises(ValueError, match="rs must have 13 items"):
+        lc.unfinished_cache_len((1, 2), 3)

@@ -88,3 +88,34 @@ def test_long_int64_keys_compare_block_by_block(ps: int) -> None:
         lc = _C.Lifecycle(page_size=ps, chunk_size=ps)
         lc.insert(np.asarray(base, dtype=np.int64), np.arange(n, dtype=np.int64), 1)
         assert lc.match(array("q", base))[0].tolist() == list(range(n))
+
+
+def test_prefill_batch_keeps_in_place_keys_alive() -> None:
+    # prefill_batch reads int64 keys where they are and its namespaces after
+    # them: a namespace's __index__ drops the caller's only reference to a
+    # key and fills a new array of its size (where the freed memory may go):
+    # the batch matches the key it was given.  Reference: the same batch
+    # with nothing dropped.
+    n = 1 << 16
+
+    class Drops:
+        def __init__(self, keys, junk):
+            self.keys, self.junk = keys, junk
+
+        def __index__(self):
+            self.keys.clear()
+            self.junk.append(np.full(n, 3, dtype=np.int64))
+            return 0
+
+    def run(drop: bool):
+        sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(2 * n + 64), _C.ReqPool(4, n + 16, 2)
+        lc = _C.Lifecycle(sa, ka, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+        first = lc.prefill_batch([np.arange(1, n + 1, dtype=np.int64)])["rows"].tolist()
+        lc.finish_batch(first, [np.arange(1, n + 3, dtype=np.int64)])
+        keys, junk = [np.arange(1, n + 9, dtype=np.int64)], []
+        out = lc.prefill_batch(keys, ns=[Drops(keys, junk) if drop else 0])
+        lc.check()
+        return out["prefix_len"].tolist(), lc.sizes()
+
+    got = run(True)
+    assert got == run(False) and got[0][0] > n // 2

@@ -25,7 +25,7 @@ def test_scoring_policies_take_the_utility_keys(cls, policy):
         with pytest.raises(ValueError) as e:
             cls(lru_policy=policy, policy_options={key: hi + 1})
         assert str(e.value) == f"policy_options['{key}'] must be in [0, {hi}]"
-    for bad in (-1.0, math.inf, -math.inf, math.nan):
+    for bad in (-1.0, math.inf, -math.inf, math.nan, 10**400):      # (an int past a double's range)
         with pytest.raises(ValueError) as e:
             cls(lru_policy=policy, policy_options={"state_bytes": bad})
         assert str(e.value) == f"{name}(): policy_options['state_bytes'] must be finite and >= 0"

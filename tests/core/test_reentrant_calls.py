@@ -7,6 +7,7 @@ it finishes first), on a second Lifecycle."""
 
 from __future__ import annotations
 
+import re
 from array import array
 
 import numpy as np
@@ -378,3 +379,63 @@ def test_batch_calls_hold_their_own_references_to_keys_and_namespaces(which) -> 
     got = run(True)
     assert got == run(False)
     assert len(got[1]) == 3
+
+
+@pytest.mark.parametrize("call", ["unfinished_batch", "finish_batch"])
+def test_batch_calls_keep_keys_read_in_place_alive(call) -> None:
+    # int64 keys are read where they are; an output token's __index__ drops
+    # the caller's only reference to such a key and fills a new array of the
+    # same size (the freed memory's likely next use): the call still reads
+    # the key it was given (it used to read freed memory)
+    n = 1 << 16
+
+    def run(reenter: bool):
+        sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(n + 64), _C.ReqPool(4, n + 8, 2)
+        lc = _C.Lifecycle(sa, ka, rp, extra_buffer=True, chunk_size=4, track_interval=4)
+        rows = lc.prefill_batch([np.arange(1, n + 1, dtype=np.int64)])["rows"].tolist()
+        keys = [np.arange(1, n + 1, dtype=np.int64)]
+        junk = []
+
+        def drop():
+            keys.clear()
+            junk.append(np.full(n, 7, dtype=np.int64))
+
+        out = [[_Calls(5, drop) if reenter else 5]]
+        if call == "unfinished_batch":
+            lc.decode_batch(rows)
+            getattr(lc, call)(rows, keys, outputs=out)
+        else:
+            getattr(lc, call)(rows, keys, outputs=out)
+        lc.check()
+        probe = array("q", range(1, n + 1))
+        return len(lc.match(probe)[0]), lc.sizes()
+
+    got = run(True)
+    assert got == run(False)
+    assert got[0] > n // 2          # the key went into the tree
+
+
+def test_tuple_records_are_range_checked_like_the_setters() -> None:
+    # a 13-tuple record (a request object that is not ours) is checked item
+    # by item as the ReqState setters check a field: next_track indexes the
+    # two-entry track buffer, an id or generation is 32-bit (they used to be
+    # narrowed silently, and next_track = 2 read past the buffer)
+    lc = _C.Lifecycle(extra_buffer=True, chunk_size=4, track_interval=4)
+    base = [-1, 5, 6, 0, -1, -1, -1, 0, 0, 0, -1, 0, 0]
+    for i, bad, where in ((3, 2, "rs[3] must be in [-1, 1]"), (3, 2**32 + 1, "rs[3] must be in [-1, 1]"),
+                          (11, 2**40, "rs[11] must be in [0, 4294967295]"), (10, -2, "rs[10] must be in")):
+        t = list(base)
+        t[i] = bad
+        with pytest.raises(ValueError, match=re.escape(where)):
+            lc.prepare_extend(0, tuple(t), 0, 8)
+        with pytest.raises(ValueError, match=re.escape(where)):
+            _C.ReqState(tuple(t))
+    rs = _C.ReqState(tuple(base))
+    for v in (2, -2, 100000):
+        with pytest.raises(ValueError, match=r"next_track must be in \[-1, 1\]"):
+            rs.next_track = v
+    assert rs.astuple() == tuple(base)
+    # an item's __index__ empties the caller's list while it is read
+    items = list(base)
+    items[1] = _Calls(5, items.clear)
+    assert _C.ReqState(items).astuple() == tuple(base)

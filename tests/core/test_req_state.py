@@ -40,6 +40,34 @@ def test_bad_input() -> None:
         _lc().match([1, 2, 3], rs=(1,) * 13)
 
 
+# SGLang's Req fields as the record holds them: mamba_next_track_idx picks one
+# of the two ping-pong slots (or None); ids and generations are 32-bit
+RANGES = {3: (-1, 1), 10: (-1, 2**32 - 1), 11: (0, 2**32 - 1)}
+NAMES = {3: "next_track", 10: "node_id", 11: "node_gen"}
+
+
+@pytest.mark.parametrize("i", sorted(RANGES))
+def test_fields_take_their_range_only(i) -> None:
+    lo, hi = RANGES[i]
+    base = [-1, 5, 6, 0, -1, -1, -1, 0, 0, 0, 3, 0, 0]
+    for v in (lo, hi):
+        t = list(base)
+        t[i] = v
+        assert _C.ReqState(tuple(t)).astuple()[i] == v
+        rs = _C.ReqState(tuple(base))
+        setattr(rs, NAMES[i], v)
+        assert rs.astuple()[i] == v
+    for v in (lo - 1, hi + 1, hi + 2**32):
+        t = list(base)
+        t[i] = v
+        with pytest.raises(ValueError, match=rf"rs\[{i}\] must be in"):
+            _C.ReqState(tuple(t))
+        rs = _C.ReqState(tuple(base))
+        with pytest.raises(ValueError, match=f"{NAMES[i]} must be in"):
+            setattr(rs, NAMES[i], v)
+        assert rs.astuple() == tuple(base)
+
+
 def test_calls_update_the_record_as_the_tuple_calls_do() -> None:
     a, b = _lc(), _lc()
     rows_a, (ta,) = a.admit([-1], [_C.ReqState().astuple()])

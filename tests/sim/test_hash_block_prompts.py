@@ -106,6 +106,18 @@ def test_pseudo_outputs_refuse_bad_arguments():
         _C.pseudo_tokens(["a"], [1], 2**31)
     with pytest.raises(UnicodeEncodeError):
         _C.pseudo_tokens(["\ud800"], [1], 10)
+    # reading counts runs Python code that empties the rids list: the call
+    # works on the rids it was given
+    rids = ["a", "b"]
+
+    class Count:
+        def __index__(self):
+            rids.clear()
+            return 3
+
+    tokens, starts = _C.pseudo_tokens(rids, [Count(), 2], 7)
+    assert rids == [] and starts.tolist() == [0, 3, 5]
+    assert tokens.tolist() == _pseudo_reference("a", 3, 7) + _pseudo_reference("b", 2, 7)
 
 
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:
