@@ -116,6 +116,20 @@ mr_ns_lookup(mr_nstable *t, const char *name, size_t len, int create, int32_t *i
     return MR_OK;
 }
 
+void
+mr_ns_forget_newest(mr_nstable *t, int32_t id)
+{
+    if (id < 1 || id != t->n) {
+        return;
+    }
+    /* the newest entry took the first free slot of its probe run, after
+     * every other entry was placed: clearing it breaks no other run */
+    mr_ns_entry *e = &t->ent[id - 1];
+    t->slot[find(t, e->name, e->len, e->hash)] = 0;
+    MR_FREE(e->name);
+    t->n--;
+}
+
 int
 mr_ns_name(const mr_nstable *t, int32_t id, const char **name, size_t *len)
 {

@@ -36,6 +36,11 @@ void mr_ns_free(mr_nstable *t);
  * failure. */
 int mr_ns_lookup(mr_nstable *t, const char *name, size_t len, int create, int32_t *id);
 
+/* Drops id again when it is the newest name (the table then is as before
+ * the lookup that created it): a caller whose operation was refused after
+ * it named a new namespace leaves no trace of it.  Any other id: nothing. */
+void mr_ns_forget_newest(mr_nstable *t, int32_t id);
+
 /* The name of id (*name stays valid for the table's life).  MR_OK, or
  * MR_ENOENT for 0, a negative id or one never handed out. */
 int mr_ns_name(const mr_nstable *t, int32_t id, const char **name, size_t *len);

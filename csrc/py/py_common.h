@@ -147,6 +147,10 @@ PyObject *mr_py_radix_node(PyObject *tree, const struct mr_node *n);
  * id), and the namespace() / namespace_name() methods of RadixTree and
  * Lifecycle with their docstrings. */
 int mr_py_namespace(struct mr_radix *t, PyObject *extra_key, int create, int32_t *ns);
+/* mr_py_namespace with create = 1 for an insert: *made is the id when the
+ * call added the name (else -1), which mr_ns_forget_newest drops again if
+ * the insert is refused (a refused insert leaves the table as it was). */
+int mr_py_namespace_new(struct mr_radix *t, PyObject *extra_key, int32_t *ns, int32_t *made);
 PyObject *mr_py_namespace_name(struct mr_radix *t, int32_t ns);
 PyObject *mr_py_namespace_call(struct mr_radix *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *mr_py_namespace_name_call(struct mr_radix *t, PyObject *arg);

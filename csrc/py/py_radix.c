@@ -50,6 +50,17 @@ read_key(PyObject *obj, mr_buf *scratch, mr_ints *v)
     return mr_ints_read(obj, 4, INT32_MIN, INT32_MAX, "key", 0, scratch, v);
 }
 
+int
+mr_py_namespace_new(mr_radix *t, PyObject *extra_key, int32_t *ns, int32_t *made)
+{
+    int32_t before = mr_radix_namespaces(t)->n;
+    if (mr_py_namespace(t, extra_key, 1, ns) < 0) {
+        return -1;
+    }
+    *made = mr_radix_namespaces(t)->n > before ? *ns : -1;
+    return 0;
+}
+
 /* extra_key (SGLang's namespace: a str or None) -> its id in the tree's
  * table (csrc/core/nstable.h).  None -> 0; an unknown name gets a new id when
  * `create`, else -1 (matches nothing).  The name is the str's UTF-8 bytes
@@ -460,8 +471,8 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     io.inserted_len = (size_t)inserted;
     mr_ints kb = {0}, vb = {0};
     PyObject *res = NULL;
-    int32_t ns;
-    if (mr_py_namespace(self->tree, extra, 1, &ns) < 0) {
+    int32_t ns, made = -1;
+    if (mr_py_namespace(self->tree, extra, 0, &ns) < 0) {   /* its type; a new name is made at the insert */
         return NULL;
     }
     const int novals = mr_radix_config_of(self->tree)->no_values;
@@ -486,12 +497,16 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                      klen, mr_radix_config_of(self->tree)->page_size);
         goto done;
     }
+    if (ns < 0 && mr_py_namespace_new(self->tree, extra, &ns, &made) < 0) {
+        goto done;
+    }
     mr_insert_result ir;
     mr_owned_why why;
     size_t bad = 0;
     int rc = mr_owned_insert(self->check_ownership ? &self->owned : NULL, self->tree, key, val, klen, ns, state,
                              (size_t)prev, &io, &why, &bad, &ir);
     if (rc != MR_OK) {
+        mr_ns_forget_newest(mr_radix_namespaces(self->tree), made);   /* a refused insert names nothing */
         insert_refused(st, rc, why, bad, val, klen, state, prev);
         goto done;
     }

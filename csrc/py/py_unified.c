@@ -1100,18 +1100,19 @@ UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nar
         goto out_key;
     }
     size_t n = key.len;
-    int32_t ns = 0;
+    int32_t ns = 0, made = -1;
     if (val.len != n) {
         PyErr_Format(PyExc_ValueError, "tree_insert(): %zu values for %zu tokens", val.len, n);
     }
     else if (n % (size_t)self->page_size != 0) {
         PyErr_Format(PyExc_ValueError, "tree_insert(): %zu tokens are not whole pages", n);
     }
-    else if (mr_py_namespace(self->tree, a[3], 1, &ns) == 0) {
+    else if (mr_py_namespace_new(self->tree, a[3], &ns, &made) == 0) {
         mr_insert_result ir;
         mr_insert_opts io = {(size_t)inserted, prio, NULL};
         int rc = mr_radix_insert_ex(self->tree, key.data, val.data, n, ns, state, (size_t)prev, &io, NULL, &ir);
         if (rc != MR_OK) {
+            mr_ns_forget_newest(mr_radix_namespaces(self->tree), made);   /* a refused insert names nothing */
             mr_raise(mr_state_from_type(Py_TYPE(self)), rc, "tree_insert()");
         }
         else {

@@ -1028,6 +1028,16 @@ unit_namespace_table(void)
         int32_t id = 0;
         CHECK_RC(mr_ns_lookup(ns, name, len, create && want < NAMES, &id), MR_OK);
         CHECK_EQ(id, want < nmodel ? (int32_t)want + 1 : -1);
+        /* a refused insert drops the name it brought: only the newest goes */
+        if ((rng >> 20) % 4 == 0 && nmodel > 0) {
+            int32_t newest = (int32_t)nmodel, other = (int32_t)((rng >> 24) % nmodel);   /* other < newest */
+            mr_ns_forget_newest(ns, other);
+            mr_ns_forget_newest(ns, -1);
+            if ((rng >> 28) % 2 == 0) {
+                mr_ns_forget_newest(ns, newest);
+                nmodel--;
+            }
+        }
         if (op == LOOKUPS / 2) {
             mr_radix_reset(t);
             ns = mr_radix_namespaces(t);

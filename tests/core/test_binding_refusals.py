@@ -109,3 +109,17 @@ def test_unordered_keys_are_refused(key) -> None:
         lc.match(key)
     # a sequence with the same tokens is a key
     assert t.match_prefix((1, 2, 3)).indices.tolist() == [10, 11, 12]
+
+
+def test_refused_inserts_leave_the_namespace_table_as_it_was() -> None:
+    # a tree hands out namespace ids 1, 2, ... as names first come; an
+    # insert refused for its KV (an index the tree already holds, with the
+    # ownership check on) must not have taken one for its new extra_key
+    t = _C.RadixTree(page_size=1, chunk_size=4, check_ownership=True)
+    t.insert([1, 2, 3], [7, 8, 9], 1)
+    for name in ("x", "y"):
+        with pytest.raises(Exception):
+            t.insert([4, 5], [9, 10], 2, extra_key=name)
+    assert t.namespace("z") == 1
+    t.insert([4, 5], [10, 11], 2, extra_key="x")
+    assert (t.namespace("x"), t.namespace_name(1), t.namespace_name(2)) == (2, "z", "x")

@@ -220,6 +220,26 @@ def test_unknown_extra_key_matches_nothing_and_creates_nothing():
     assert ints(m.indices) == [300, 301] and m.node.extra_key == "lora"
 
 
+def test_a_refused_insert_names_no_namespace():
+    # ids are handed out in the order names first come (1, 2, ...): a name
+    # that only a refused insert brought must not take one
+    t = RadixTree(page_size=2, chunk_size=4, check_ownership=True)
+    t.insert([1, 2], [10, 11], 1, extra_key="kept")
+    refusals = [
+        (ValueError, lambda: t.insert([1, 2, 3], [20, 21, 22], 2, extra_key="gone")),   # not whole pages
+        (ValueError, lambda: t.insert([5, 6], [20], 2, extra_key="gone")),              # value too short
+        (TypeError, lambda: t.insert([5, 6], [20, "x"], 2, extra_key="gone")),          # a bad index
+        (Exception, lambda: t.insert([5, 6], [10, 30], 2, extra_key="gone")),           # the tree's index 10
+    ]
+    for exc, call in refusals:
+        with pytest.raises(exc):
+            call()
+        assert t.namespace_name(2) is None
+    assert t.namespace("next") == 2 and t.namespace_name(1) == "kept"
+    t.insert([5, 6], [20, 21], 2, extra_key="gone")
+    assert t.namespace("gone") == 3 and t.match_prefix([5, 6], extra_key="gone").kv_matched_len == 2
+
+
 def test_bad_call_shapes():
     t = populated()
     expect_unchanged(t, TypeError, [], t.match_prefix)
