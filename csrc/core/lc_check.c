@@ -18,8 +18,9 @@ mr_key_at(const mr_key *key, size_t i)
 /* ------------------------------------------------------------------------
  * The request record by field number */
 
-/* Field i's place in mr_req and its C type: 'q' int64, 'i' int32, 'I'
- * uint32, 'b' a 0/1 flag, 'n' last_node's id (-1: no node). */
+/* Field i's place in mr_req and its C type: 'q' int64, 't' an int32 index
+ * into the two-entry track buffer or -1 (the core indexes the buffer with
+ * it), 'I' uint32, 'b' a 0/1 flag, 'n' last_node's id (-1: no node). */
 typedef struct {
     size_t off;
     char kind;
@@ -29,7 +30,7 @@ static const req_field req_fields[MR_REQ_NFIELDS] = {
     {offsetof(mr_req, running), 'q'},
     {offsetof(mr_req, track[0]), 'q'},
     {offsetof(mr_req, track[1]), 'q'},
-    {offsetof(mr_req, next_track), 'i'},
+    {offsetof(mr_req, next_track), 't'},
     {offsetof(mr_req, last_track_seqlen), 'q'},
     {offsetof(mr_req, branching_seqlen), 'q'},
     {offsetof(mr_req, cow_src), 'q'},
@@ -48,7 +49,7 @@ mr_req_field(const mr_req *rec, int i)
     switch (req_fields[i].kind) {
     case 'q':
         return *(const int64_t *)p;
-    case 'i':
+    case 't':
         return *(const int32_t *)p;
     case 'I':
         return *(const uint32_t *)p;
@@ -62,15 +63,10 @@ mr_req_field(const mr_req *rec, int i)
 void
 mr_req_field_range(int i, int64_t *lo, int64_t *hi)
 {
-    if (i == 3) {           /* next_track: an index into the two-entry track buffer, or -1 */
+    switch (req_fields[i].kind) {
+    case 't':
         *lo = -1;
         *hi = 1;
-        return;
-    }
-    switch (req_fields[i].kind) {
-    case 'i':
-        *lo = INT32_MIN;
-        *hi = INT32_MAX;
         break;
     case 'I':
         *lo = 0;
@@ -95,7 +91,7 @@ mr_req_set_field(mr_req *rec, int i, int64_t x)
     case 'q':
         *(int64_t *)p = x;
         break;
-    case 'i':
+    case 't':
         *(int32_t *)p = (int32_t)x;
         break;
     case 'I':

@@ -309,15 +309,26 @@ static const char *const rs_names[RS_LEN] = {
     "ReqState.locked",
 };
 
+/* A tuple holding obj's items (obj itself when it is a tuple): the
+ * binding's own references, which an item's __index__ changing the
+ * caller's list cannot take away.  TypeError `msg` when obj is not
+ * iterable. */
+static PyObject *
+own_tuple(PyObject *obj, const char *msg)
+{
+    PyObject *t = PySequence_Tuple(obj);
+    if (t == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_SetString(PyExc_TypeError, msg);
+    }
+    return t;
+}
+
 static int
 tuple_to_req(PyObject *obj, mr_req *st)
 {
     /* a tuple of our own: an item's __index__ may change the caller's list */
-    PyObject *seq = PySequence_Check(obj) ? PySequence_Tuple(obj) : NULL;
+    PyObject *seq = own_tuple(obj, "rs must be a ReqState or a sequence of 13 ints");
     if (seq == NULL) {
-        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_SetString(PyExc_TypeError, "rs must be a ReqState or a sequence of 13 ints");
-        }
         return -1;
     }
     if (PyTuple_GET_SIZE(seq) != RS_LEN) {
@@ -353,20 +364,6 @@ req_to_tuple(const mr_req *st)
             break;
         }
         PyTuple_SET_ITEM(t, i, v);
-    }
-    return t;
-}
-
-/* A tuple holding obj's items (obj itself when it is a tuple): the
- * binding's own references, which an item's __index__ changing the
- * caller's list cannot take away.  TypeError `msg` when obj is not
- * iterable. */
-static PyObject *
-own_tuple(PyObject *obj, const char *msg)
-{
-    PyObject *t = PySequence_Tuple(obj);
-    if (t == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyErr_SetString(PyExc_TypeError, msg);
     }
     return t;
 }
