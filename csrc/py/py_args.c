@@ -275,18 +275,27 @@ mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out)
 }
 
 int
-mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_t hi, int64_t *out)
+mr_exact_int64(PyObject *o, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (o == NULL) {
-        return 0;
-    }
-    if (PyLong_CheckExact(o)) {   /* the common case, without formatting a name */
+    if (PyLong_CheckExact(o)) {
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (!overflow && v >= lo && v <= hi) {
             *out = (int64_t)v;
             return 0;
         }
+    }
+    return -1;
+}
+
+int
+mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (o == NULL) {
+        return 0;
+    }
+    if (mr_exact_int64(o, lo, hi, out) == 0) {   /* the common case, without formatting a name */
+        return 0;
     }
     char what[128];
     snprintf(what, sizeof(what), "%s(): %s", fname, arg);

@@ -68,6 +68,9 @@ int mr_int_value(PyObject *o, int bool_ok, long long *v, int *overflow);
 
 /* An int (anything with __index__, not bool) within [lo, hi]. */
 int mr_as_int64(PyObject *o, int64_t lo, int64_t hi, const char *arg, int64_t *out);
+/* An exact int within [lo, hi] into *out: 0, or -1 with no exception set
+ * (anything else: the caller takes its slow path, which words the error). */
+int mr_exact_int64(PyObject *o, int64_t lo, int64_t hi, int64_t *out);
 int mr_arg_int64(PyObject *o, const char *fname, const char *arg, int64_t lo, int64_t hi, int64_t *out);
 /* A flag: True or False (or a numpy.bool_); anything else, truthy or not
  * (a str, an int, None), is TypeError naming fname and arg.  The one reader

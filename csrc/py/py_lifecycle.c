@@ -434,13 +434,15 @@ resolve_handle(LifecycleObject *self, int64_t id, int64_t gen, const char *what,
 static int
 parse_handle_named(LifecycleObject *self, PyObject *id_obj, PyObject *gen_obj, const char *what, mr_node **out)
 {
-    char id_name[96], gen_name[96];
-    (void)snprintf(id_name, sizeof(id_name), "%s id", what);
-    (void)snprintf(gen_name, sizeof(gen_name), "%s generation", what);
     int64_t id = 0, gen = 0;
-    if (mr_as_int64(id_obj, 0, UINT32_MAX, id_name, &id) < 0
-        || mr_as_int64(gen_obj, 0, UINT32_MAX, gen_name, &gen) < 0) {
-        return -1;
+    if (mr_exact_int64(id_obj, 0, UINT32_MAX, &id) < 0 || mr_exact_int64(gen_obj, 0, UINT32_MAX, &gen) < 0) {
+        char id_name[96], gen_name[96];   /* the names only for the slow path and its errors */
+        (void)snprintf(id_name, sizeof(id_name), "%s id", what);
+        (void)snprintf(gen_name, sizeof(gen_name), "%s generation", what);
+        if (mr_as_int64(id_obj, 0, UINT32_MAX, id_name, &id) < 0
+            || mr_as_int64(gen_obj, 0, UINT32_MAX, gen_name, &gen) < 0) {
+            return -1;
+        }
     }
     return resolve_handle(self, id, gen, what, out);
 }
@@ -1722,19 +1724,17 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
              PyObject *ns_obj, mr_req *st, int64_t *ns, mr_ints *kvv, mr_ints *tok, mr_buf *kvbuf, mr_buf *tokbuf)
 {
     char arg[96];
-    snprintf(arg, sizeof(arg), "%s(): ns", fname);
-    if (ns_obj != NULL && mr_as_int64(ns_obj, 0, INT32_MAX, arg, ns) < 0) {
+    if (mr_arg_int64(ns_obj, fname, "ns", 0, INT32_MAX, ns) < 0) {
         return -1;
     }
-    snprintf(arg, sizeof(arg), "%s(): kv", fname);
     int64_t nkv = 0;
     if (mr_lc_config_of(self->lc)->no_values) {   /* keys only: kv is a count */
         if (!PyLong_Check(kv) && !(PyIndex_Check(kv) && !PyObject_CheckBuffer(kv))) {
-            PyErr_Format(PyExc_TypeError, "%s must be an int (the number of KV indices: this Lifecycle keeps "
-                         "no values), not %.100s", arg, Py_TYPE(kv)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s(): kv must be an int (the number of KV indices: this Lifecycle "
+                         "keeps no values), not %.100s", fname, Py_TYPE(kv)->tp_name);
             return -1;
         }
-        if (mr_as_int64(kv, 0, INT64_MAX, arg, &nkv) < 0) {
+        if (mr_arg_int64(kv, fname, "kv", 0, INT64_MAX, &nkv) < 0) {
             return -1;
         }
     }
@@ -1744,8 +1744,11 @@ foreign_args(LifecycleObject *self, const char *fname, PyObject *rs, PyObject *t
         memset(kvv, 0, sizeof(*kvv));
         kvv->len = (size_t)nkv;
     }
-    else if (mr_ints_read(kv, 8, 0, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
-        goto fail;
+    else {
+        snprintf(arg, sizeof(arg), "%s(): kv", fname);
+        if (mr_ints_read(kv, 8, 0, INT64_MAX, arg, MR_INTS_SCALAR, kvbuf, kvv) < 0) {
+            goto fail;
+        }
     }
     snprintf(arg, sizeof(arg), "%s(): tokens", fname);
     if (mr_ints_read(tokens, 4, INT32_MIN, INT32_MAX, arg, MR_INTS_SCALAR, tokbuf, tok) < 0) {

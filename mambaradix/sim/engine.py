@@ -76,6 +76,7 @@ requests); ``wall_seconds`` split into "cache" (time in tree calls), "driver"
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import operator
 import time
@@ -1350,8 +1351,6 @@ class _Replay(Scheduler):
         return m
 
 
-
-
 def replay(requests: list, config: SimConfig, progress: Optional[Callable] = None,
            check_every_step: bool = False) -> ReplayResult:
     """The state-free replay; ``check_every_step`` verifies the pool
@@ -1364,7 +1363,15 @@ def replay(requests: list, config: SimConfig, progress: Optional[Callable] = Non
     check_feasible(requests, config)
     t0 = time.perf_counter()
     rp = _Replay(list(requests), config, progress, check_every_step)
-    rp.run()
+    # the replay makes no reference cycles: the cyclic collector, which
+    # would walk the trace's objects again and again, rests until it ends
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        rp.run()
+    finally:
+        if collecting:
+            gc.enable()
     if check_every_step:
         rp.check()
     m = rp.metrics()
