@@ -190,6 +190,10 @@ class RadixTree:
         Splits a partially matched node (the upper half has no state) and
         refreshes the LRU lists, as SGLang does.  indices=False: the result's
         indices are None (no copy)."""
+    def cached_len(self, key: _Key, extra_key: Optional[str] = None) -> int:
+        """How many leading tokens of key the tree holds under extra_key (whole
+        pages): match_prefix's kv_matched_len without its effects (no split,
+        no recency touched).  An extra_key never seen holds nothing."""
     def match_node(self, node: Node) -> int:
         """The effects of match_prefix on the key that ends exactly at node
         (which has a state), without reading the key; returns its prefix

@@ -391,6 +391,41 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     return r.res;
 }
 
+PyDoc_STRVAR(RadixTree_cached_len__doc__,
+"cached_len($self, key, /, extra_key=None)\n"
+"--\n"
+"\n"
+"How many leading tokens of key the tree holds under extra_key (whole\n"
+"pages): the kv_matched_len match_prefix would report, without its effects\n"
+"(no split, no recency touched, no result objects).  An extra_key the tree\n"
+"has never seen holds nothing.");
+
+static PyObject *
+RadixTree_cached_len(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, a, "cached_len", 1, 2, 1, "key", "extra_key");
+    int32_t ns;
+    if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
+        return NULL;
+    }
+    /* the key before the namespace id, as match_prefix reads them */
+    mr_ints key;
+    mr_buf ks = mr_buf_take(&self->keybuf);
+    if (read_key(a[0], &ks, &key) < 0) {
+        mr_buf_give(&self->keybuf, &ks);
+        return NULL;
+    }
+    if (mr_py_namespace(self->tree, a[1], 0, &ns) < 0) {
+        mr_ints_release(&key);
+        mr_buf_give(&self->keybuf, &ks);
+        return NULL;
+    }
+    size_t n = ns < 0 ? 0 : mr_radix_cached_len(self->tree, key.data, key.len, ns);
+    mr_ints_release(&key);
+    mr_buf_give(&self->keybuf, &ks);
+    return PyLong_FromSize_t(n);
+}
+
 /* An insert the tree refused (mr_owned_insert: rc, and why the ownership
  * check of RadixTree(check_ownership=True) refused it), raised: the check's
  * refusals as ValueError naming the argument. */
@@ -1055,6 +1090,8 @@ RadixTree_repr(RadixTree *self)
 static PyMethodDef RadixTree_methods[] = {
     {"match_prefix", (PyCFunction)(void (*)(void))RadixTree_match_prefix, METH_FASTCALL | METH_KEYWORDS,
      RadixTree_match_prefix__doc__},
+    {"cached_len", (PyCFunction)(void (*)(void))RadixTree_cached_len, METH_FASTCALL | METH_KEYWORDS,
+     RadixTree_cached_len__doc__},
     {"insert", (PyCFunction)(void (*)(void))RadixTree_insert, METH_FASTCALL | METH_KEYWORDS, RadixTree_insert__doc__},
     {"evict_full", (PyCFunction)(void (*)(void))RadixTree_evict_full, METH_FASTCALL | METH_KEYWORDS,
      RadixTree_evict_full__doc__},

@@ -760,8 +760,7 @@ class _Replay(Scheduler):
         if not r.admitted:
             if self.unseen:
                 self._flush_seen()
-            seen = self.shadow.match_prefix(tokens[:fill_len], extra_key=r.ns,
-                                            indices=False).kv_matched_len
+            seen = self.shadow.cached_len(tokens[:fill_len], r.ns)
             r.seen = max(r.seen, seen)
         self.t_cache += time.perf_counter() - t0
         node = m.node

@@ -114,3 +114,43 @@ def test_counting_eviction_with_check_ownership_forgets_what_it_released():
     e = t.evict_mamba(1, indices=False)
     assert (e.tokens_evicted, e.kv_indices.tolist(), e.state_slots.tolist()) == (4, [], [1])
     t.sanity_check()
+
+
+@pytest.mark.parametrize("page", [1, 4])
+@pytest.mark.parametrize("seed", seeds(2))
+def test_cached_len_is_the_longest_common_prefix_and_changes_nothing(page, seed):
+    """cached_len(key, extra_key) is the longest common prefix with any key
+    inserted under that extra_key, aligned down to a page (the brute force
+    over every key), also after evictions (then what match_prefix reports);
+    it splits nothing, touches no recency and makes no namespace."""
+    rng = random.Random(seed)
+    t = RadixTree(page_size=page, chunk_size=page, values=False)
+    keys: dict = {None: [], "a": []}
+    for step in range(200):
+        ns = rng.choice([None, "a"])
+        key = _key(rng, keys[ns], page)
+        t.insert(key, None, 1, extra_key=ns)
+        keys[ns].append(key)
+        for _ in range(3):
+            qns = rng.choice([None, "a"])
+            q = list(rng.choice(keys[qns] or keys[ns]))
+            if rng.random() < 0.5 and q:
+                q[rng.randrange(len(q))] = 7
+            q += [rng.randrange(3) for _ in range(rng.randrange(3))]
+            nodes, order = t.node_count(), [n.id for n in t.lru_order("full")]
+            got = t.cached_len(np.asarray(q, dtype=np.int64), qns)
+            want = max((_lcp(q, k) for k in keys[qns]), default=0) // page * page
+            assert got == want, (step, q, qns)
+            assert t.node_count() == nodes and [n.id for n in t.lru_order("full")] == order
+    assert t.cached_len([0, 1, 2], "never-seen") == 0
+    assert t.namespace_name(1) == "a" and t.cached_len([], None) == 0
+    assert t.namespace_name(2) is None and t.namespace("never-seen", create=False) == -1   # made no id
+    # after evictions the tree no longer holds every key: match_prefix's length
+    t.evict_full(t.total_size()[0] // 2)
+    for ns in (None, "a"):
+        for k in keys[ns][:50] + keys[None][:10]:
+            assert t.cached_len(k, extra_key=ns) == t.match_prefix(k, extra_key=ns).kv_matched_len
+    with pytest.raises(TypeError, match="extra_key"):
+        t.cached_len([1, 2], 5)
+    with pytest.raises((TypeError, ValueError), match="key"):
+        t.cached_len([1, "x"])
