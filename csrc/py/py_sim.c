@@ -40,10 +40,13 @@ sim_hash_blocks_write(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
+    /* the ints first: their __index__ may change an array (its dtype, its
+     * shape), so the arrays are checked and read with no Python code in
+     * between */
     int64_t first, vocab;
-    if (sim_array(a[0], "keys", NPY_UINT32, "uint32", 0) < 0 || sim_array(a[1], "mults", NPY_UINT32, "uint32", 0) < 0
-        || mr_arg_int64(a[2], "hash_blocks_write", "first", 0, INT64_MAX, &first) < 0
+    if (mr_arg_int64(a[2], "hash_blocks_write", "first", 0, INT64_MAX, &first) < 0
         || mr_arg_int64(a[3], "hash_blocks_write", "vocab_size", 1, (int64_t)1 << 32, &vocab) < 0
+        || sim_array(a[0], "keys", NPY_UINT32, "uint32", 0) < 0 || sim_array(a[1], "mults", NPY_UINT32, "uint32", 0) < 0
         || sim_array(a[4], "out", NPY_INT32, "int32", 1) < 0) {
         return NULL;
     }

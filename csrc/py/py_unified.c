@@ -281,11 +281,14 @@ typedef struct {
     size_t len;          /* page-aligned */
     int32_t ns;
     int fast;            /* 0: take the fallback */
+    PyObject *name;      /* a new name whose id the caller makes (new reference; NULL: none) */
 } keyread;
 
 /* Reads params.key (a RadixKey over an int64 buffer, limit honoured,
- * truncated to whole pages) into kb, with its namespace id (create: a new
- * namespace gets an id).  kb is the UnifiedCore's keybuf taken for the
+ * truncated to whole pages) into kb, with its namespace id: an unknown name
+ * gets -1, and kr->name holds the name for the caller to make its id at the
+ * step that inserts (keyread_name), which no refused argument precedes; the
+ * caller releases kr->name.  kb is the UnifiedCore's keybuf taken for the
  * call (mr_buf_take; the caller gives it back): reading the key's other
  * attributes, and the call's other arguments after it, may run Python code
  * (a property, __index__, the adapter's _namespace) that calls this
@@ -293,9 +296,10 @@ typedef struct {
  * with an exception, 0 with kr->fast = 0 when the key needs the Python
  * path (a token list, a narrower buffer), else 0. */
 static int
-read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
+read_key(UnifiedCore *self, PyObject *key, mr_buf *kb, keyread *kr)
 {
     kr->fast = 0;
+    kr->name = NULL;
     if (Py_TYPE(key) != (PyTypeObject *)self->RadixKey
         && !PyObject_TypeCheck(key, (PyTypeObject *)self->RadixKey)) {
         PyErr_Format(PyExc_TypeError, "params.key must be a RadixKey, not %.100s", Py_TYPE(key)->tp_name);
@@ -388,8 +392,13 @@ read_key(UnifiedCore *self, PyObject *key, int create, mr_buf *kb, keyread *kr)
         if (name == NULL) {
             return -1;
         }
-        int rc = mr_py_namespace(self->tree, name, create, &kr->ns);
-        Py_DECREF(name);
+        int rc = mr_py_namespace(self->tree, name, 0, &kr->ns);
+        if (rc < 0 || kr->ns >= 0) {
+            Py_DECREF(name);
+        }
+        else {
+            kr->name = name;
+        }
         if (rc < 0) {
             return -1;
         }
@@ -457,8 +466,9 @@ UnifiedCore_match_prefix(UnifiedCore *self, PyObject *params)
     }
     keyread kr;
     mr_buf kb = mr_buf_take(&self->keybuf);
-    int rc = read_key(self, key, 0, &kb, &kr);
+    int rc = read_key(self, key, &kb, &kr);
     Py_DECREF(key);
+    Py_CLEAR(kr.name);   /* a name the tree does not know matches nothing */
     if (rc < 0 || !kr.fast) {
         mr_buf_give(&self->keybuf, &kb);
         return rc < 0 ? NULL : fallback(self, s_fb_match, &params, 1, NULL);
@@ -907,7 +917,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     }
     keyread kr;
     mr_buf kb = mr_buf_take(&self->keybuf);
-    int rc = read_key(self, key, 1, &kb, &kr);
+    int rc = read_key(self, key, &kb, &kr);
     PyObject *value = NULL, *res = NULL, *actions = NULL, *nid = NULL, *node = NULL;
     const int64_t *vals = NULL;
     if (rc < 0) {
@@ -982,12 +992,19 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
     if (value_data(value, kr.len, &vals) < 0) {
         goto done;
     }
+    /* a new name gets its id now (no Python code runs: the name is a str),
+     * and loses it again if the tree refuses the insert */
+    int32_t made = -1;
+    if (kr.ns < 0 && mr_py_namespace_new(self->tree, kr.name, &kr.ns, &made) < 0) {
+        goto done;
+    }
     mr_insert_result ir;
     mr_insert_opts io = {(size_t)inserted, prio, NULL};
     rc = mr_radix_insert_ex(self->tree, kr.tok, vals, kr.len, kr.ns, state,
                             (size_t)prev, &io, NULL, &ir);
     mr_buf_give(&self->keybuf, &kb);
     if (rc != MR_OK) {
+        mr_ns_forget_newest(mr_radix_namespaces(self->tree), made);
         PyErr_Format(rc == MR_ENOMEM ? PyExc_MemoryError : PyExc_RuntimeError,
                      "begin_insert(): the tree refused the insert (status %d); nothing changed", rc);
         goto done;
@@ -1065,6 +1082,7 @@ python_path:
     res = fallback(self, s_fb_begin_insert, &params, 1, NULL);
 done:
     mr_buf_give(&self->keybuf, &kb);   /* a no-op when given back already */
+    Py_XDECREF(kr.name);
     Py_XDECREF(key);
     Py_XDECREF(value);
     Py_XDECREF(actions);

@@ -282,3 +282,31 @@ def test_dec_lock_ref_reads_the_receipt_before_the_node() -> None:
     got, want = run(True), run(False)
     assert got == want
     assert got == ([([], None), (list(range(400, 412)), None)], 0)
+
+
+@pytest.mark.parametrize("refusal", ["prev_prefix_len", "negative index", "no state", "negative state"])
+def test_refused_begin_insert_names_no_namespace(refusal) -> None:
+    # a new extra_key gets its id at the insert, not when the key is read:
+    # a begin_insert refused for a later argument leaves the table as it
+    # was, and the next accepted insert under that name gets the next id
+    has_mamba = refusal in ("no state", "negative state")
+    tree, uc, _ = _build(has_mamba=has_mamba)
+    good = dict(value=torch.arange(100, 108, dtype=torch.int64),
+                mamba_value=torch.tensor([3], dtype=torch.int64) if has_mamba else None)
+    bad = dict(good)
+    if refusal == "prev_prefix_len":
+        bad["prev_prefix_len"] = -1
+    elif refusal == "negative index":
+        bad["value"] = torch.full((8,), -5, dtype=torch.int64)
+    elif refusal == "no state":
+        bad["mamba_value"] = None
+    else:
+        bad["mamba_value"] = torch.tensor([-2], dtype=torch.int64)
+    with pytest.raises(ValueError):
+        uc.begin_insert(Params(key=RadixKey(OUTER, "tenant-a"), **bad))
+    assert tree.namespace("tenant-a", create=False) == -1 and tree.total_size() == (0, 0)
+    r = uc.begin_insert(Params(key=RadixKey(OUTER, "tenant-b"), **good))
+    assert r.result.prefix_len == 0
+    assert (tree.namespace("tenant-b", create=False), tree.namespace("tenant-a", create=False)) == (1, -1)
+    assert tree.match_prefix(OUTER, extra_key="tenant-b").kv_matched_len == 8
+    assert tree.match_prefix(OUTER).kv_matched_len == 0

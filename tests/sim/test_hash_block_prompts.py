@@ -56,6 +56,25 @@ def test_block_tokens_refuse_bad_arguments():
     assert (out == 0).all()
 
 
+@pytest.mark.parametrize("victim", ["keys", "mults"])
+def test_block_tokens_read_the_arrays_after_the_ints(victim):
+    """An int argument's __index__ that reinterprets an array (uint32 as
+    uint8: the same bytes, 4x the length) runs before the arrays are checked,
+    so the call refuses the array instead of reading past its end."""
+    from mambaradix import _C
+    arrays = {"keys": np.arange(1, 5, dtype=np.uint32), "mults": np.ones(2, dtype=np.uint32)}
+
+    class First:
+        def __index__(self):
+            arrays[victim].dtype = np.uint8
+            return 0
+
+    out = np.zeros(8, dtype=np.int32)
+    with pytest.raises(TypeError, match=f"{victim} must be a 1-D C-contiguous uint32"):
+        _C.hash_blocks_write(arrays["keys"], arrays["mults"], First(), 1 << 32, out)
+    assert (out == 0).all()
+
+
 M64 = 2**64 - 1
 
 
