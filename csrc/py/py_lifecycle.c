@@ -394,10 +394,28 @@ parse_rs_row(LifecycleObject *self, PyObject *obj, int64_t row, const char *fnam
         return -1;
     }
     ReqStateObject *o = (ReqStateObject *)obj;
-    if (Py_IS_TYPE(obj, req_state_type(self)) && o->pool != NULL
-        && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->h.row != row)) {
+    int in_row = Py_IS_TYPE(obj, req_state_type(self)) && o->pool != NULL;
+    if (in_row && ((self->rp_obj != NULL && o->pool != self->rp_obj) || o->h.row != row)) {
         PyErr_Format(PyExc_ValueError, "%s(): rs is the record of request row %lld%s, not of row %lld", fname,
                      (long long)o->h.row, o->pool != self->rp_obj ? " of another ReqPool" : "", (long long)row);
+        return -1;
+    }
+    if (self->rp_obj == NULL) {
+        return 0;
+    }
+    /* with pools the calls write the row's maps: a row in use, whose record
+     * (when one is bound to it) is rs (checked after rs was read: reading
+     * it may run Python code) */
+    const mr_reqpool *rp = mr_pools_req_pool(self->rp_obj, lc_state(self));
+    if (!mr_reqpool_in_use(rp, row)) {
+        PyErr_Format(PyExc_ValueError, "%s(): row %lld is not a request row in use (the ReqPool has rows 1..%lld)",
+                     fname, (long long)row, (long long)rp->size);
+        return -1;
+    }
+    if (!in_row && (rp->bound[row] & MR_ROW_BOUND)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): row %lld holds another request's record; rs (a record outside any row) is not it", fname,
+                     (long long)row);
         return -1;
     }
     return 0;

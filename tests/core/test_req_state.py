@@ -243,3 +243,30 @@ def test_a_copy_on_write_match_for_a_row_keeps_the_rows_record() -> None:
     lc.free_states(mine)
     lc.match(key, cow=True, owner=row3, rs=mine)
     assert (int(rp.state_map[row3]), rp.track_map[row3].tolist()) == (mine.running, [-1, -1])
+
+
+@pytest.mark.parametrize("call", ["prepare_extend", "decode_prepare", "decode_finish"])
+@pytest.mark.parametrize("rs_kind", ["tuple", "unbound ReqState"])
+def test_a_row_call_takes_only_a_row_in_use_and_its_own_record(call, rs_kind) -> None:
+    """With pools, the per-row calls write the row's maps from rs: a free row,
+    or a row whose bound record is another request's, is refused before
+    anything changes (the row's record, the slots, the checks all stay)."""
+    sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(256), _C.ReqPool(4, 64, 2)
+    lc = _C.Lifecycle(sa, ka, rp, page_size=1, chunk_size=4, extra_buffer=True, lazy=True, track_interval=4)
+    b = _C.ReqState()
+    rows, _ = lc.admit([-1], [b])
+    row = rows[0]
+    other = (-1, 9, -1, 0, -1, -1, -1, 0, 1, 0, -1, 0, 0)
+    rs = other if rs_kind == "tuple" else _C.ReqState(other)
+    args = {"prepare_extend": (rs, 0, 8), "decode_prepare": (rs, 8), "decode_finish": (rs, 8, False)}[call]
+    free_row = next(r for r in range(1, 5) if not rp.in_use(r))
+    before, avail = b.astuple(), sa.available_size()
+    with pytest.raises(ValueError, match=f"{call}\\(\\): row {row} holds another request's record"):
+        getattr(lc, call)(row, *args)
+    with pytest.raises(ValueError, match=f"{call}\\(\\): row {free_row} is not a request row in use"):
+        getattr(lc, call)(free_row, *args)
+    assert b.astuple() == before and sa.available_size() == avail
+    lc.check()
+    # the row's own record is taken
+    getattr(lc, call)(row, b, *args[1:])
+    lc.check()
