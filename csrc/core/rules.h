@@ -28,6 +28,14 @@ mr_rule_state_headroom(int64_t available, int64_t num_reqs, int lazy)
     return available < need ? need - available : 0;
 }
 
+/* 1 when mr_rule_state_headroom's num_reqs * slots_per_req does not fit
+ * int64 (the caller refuses such a count). */
+static inline int
+mr_rule_state_headroom_overflows(int64_t num_reqs, int lazy)
+{
+    return num_reqs > INT64_MAX / mr_rule_slots_per_req(lazy);
+}
+
 /* SGLang 0.5.23's rule (ensure_mamba_capacity): states to evict before
  * allocating request slots are exactly the slots the allocation takes
  * (`wants`: a running slot for each request without one, the initial track
@@ -75,6 +83,13 @@ mr_rule_prefill_track(int64_t prefix_len, int64_t extend_len, int64_t chunk, int
     return 1;
 }
 
+/* 1 when mr_rule_prefill_track's prefix_len + extend_len does not fit int64. */
+static inline int
+mr_rule_prefill_track_overflows(int64_t prefix_len, int64_t extend_len)
+{
+    return extend_len > 0 && prefix_len > INT64_MAX - extend_len;
+}
+
 /* A decode step that brings a request to seq_len tokens snapshots its state
  * when seq_len is a multiple of the track interval. */
 static inline int
@@ -117,6 +132,15 @@ mr_rule_chunk_continuation(int64_t prefix_len, int64_t cand, int64_t budget, int
     }
     *truncated = n < cand;
     return n;
+}
+
+/* 1 when mr_rule_chunk_continuation's cut (at most prefix_len + cand, or
+ * the page after prefix_len) does not fit int64 (cand, page >= 0). */
+static inline int
+mr_rule_chunk_continuation_overflows(int64_t prefix_len, int64_t cand, int64_t page)
+{
+    int64_t most = cand > page ? cand : page;
+    return prefix_len > INT64_MAX - most;
 }
 
 /* End-of-turn states: a finished request's running slot (the state at

@@ -84,6 +84,10 @@ PyDoc_STRVAR(prefill_track_point__doc__,
 RULE_FN(prefill_track_point)
 {
     RULE_ARGS("prefill_track_point", 4, "nnpN", "prefix_len", "extend_len", "chunk_size", "branching_seqlen");
+    if (mr_rule_prefill_track_overflows(v[0], v[1])) {
+        PyErr_SetString(PyExc_OverflowError, "prefill_track_point(): prefix_len + extend_len overflows");
+        return NULL;
+    }
     int64_t point, kernel;
     if (!mr_rule_prefill_track(v[0], v[1], v[2], v[3], &point, &kernel)) {
         Py_RETURN_NONE;
@@ -116,6 +120,10 @@ PyDoc_STRVAR(chunk_continuation__doc__,
 RULE_FN(chunk_continuation)
 {
     RULE_ARGS("chunk_continuation", 4, "nnnp", "prefix_len", "cand", "budget", "page_size");
+    if (mr_rule_chunk_continuation_overflows(v[0], v[1], v[3])) {
+        PyErr_SetString(PyExc_OverflowError, "chunk_continuation(): prefix_len + cand (or the next page) overflows");
+        return NULL;
+    }
     int truncated = 0;
     int64_t n = mr_rule_chunk_continuation(v[0], v[1], v[2], v[3], &truncated);
     return Py_BuildValue("(LN)", (long long)n, PyBool_FromLong(truncated));
@@ -136,6 +144,10 @@ RULE_FN(state_headroom)
     /* wants None or left out (-1): SGLang v0.5.15's rule */
     RULE_ARGS("state_headroom", 3, "nnbN", "available", "num_reqs", "lazy", "wants");
     int v0515 = v[3] < 0;
+    if (v0515 && mr_rule_state_headroom_overflows(v[1], (int)v[2])) {
+        PyErr_SetString(PyExc_OverflowError, "state_headroom(): num_reqs * slots_per_req(lazy) overflows");
+        return NULL;
+    }
     return PyLong_FromLongLong(mr_rule_state_shortfall(v0515, v[0], v[1], (int)v[2], v0515 ? 0 : v[3]));
 }
 

@@ -107,7 +107,33 @@ def test_scheduler_uses_the_core_rules():
     (lambda: _C.decode_kv_need(-1, 4), ValueError, "num_reqs"),
     (lambda: _C.kv_evict(-1, 4), ValueError, "available"),
     (lambda: _C.decode_kv_need(2**62, 2**20), OverflowError, "overflows"),
+    (lambda: _C.state_headroom(0, 2**62, False), OverflowError, "state_headroom.*overflows"),
+    (lambda: _C.prefill_track_point(2**63 - 1, 2**63 - 1, 1, None), OverflowError, "prefill_track_point.*overflows"),
+    (lambda: _C.chunk_continuation(2**63 - 1, 10, 5, 4), OverflowError, "chunk_continuation.*overflows"),
 ])
 def test_rule_arguments_are_named(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+I64 = 2**63 - 1
+
+
+def test_rules_at_the_edge_of_int64_answer_as_python_integers_do() -> None:
+    """The largest arguments that fit get the answer of the rule written in
+    Python integers; one more is refused (OverflowError) instead of wrapping."""
+    n = I64 // 3
+    assert _C.state_headroom(5, n, False) == n * 3 - 5
+    with pytest.raises(OverflowError):
+        _C.state_headroom(5, n + 1, False)
+    assert _C.state_headroom(0, I64 // 2, True) == I64 // 2 * 2
+    p = I64 - 10
+    assert _C.prefill_track_point(p, 10, 4, None) == p + 8
+    with pytest.raises(OverflowError):
+        _C.prefill_track_point(p + 1, 10, 4, None)
+    # a cut rounds down to a page, or up to the next one when that leaves nothing
+    q = I64 - 10
+    want = min((q // 4 + 1) * 4, q + 10) - q if (q + 5) // 4 * 4 <= q else (q + 5) // 4 * 4 - q
+    assert _C.chunk_continuation(q, 10, 5, 4) == (want, True)
+    with pytest.raises(OverflowError):
+        _C.chunk_continuation(q + 1, 10, 5, 4)
