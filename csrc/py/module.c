@@ -176,6 +176,9 @@ mr_read_policy(const char *fname, const char *policy, PyObject *options, PyObjec
     for (size_t i = 0; i < n; i++) {
         PyObject *v = PyMapping_GetItemString(options, keys[i].name);
         if (v == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                return -1;   /* the mapping's own failure, not an absent key */
+            }
             PyErr_Clear();
             continue;
         }

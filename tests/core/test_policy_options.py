@@ -62,3 +62,19 @@ def test_leaf_orders_take_their_own_keys(policy, known):
         _C.Lifecycle(lru_policy=policy)
     assert str(e.value) == ("Lifecycle(): lru_policy must be 'sglang', 'consumed', 'utility' or 'adaptive', "
                             f"not '{policy}'")
+
+
+@pytest.mark.parametrize("cls", [_C.RadixTree, _C.Lifecycle])
+def test_a_mapping_that_fails_raises_its_own_error(cls):
+    """A mapping whose lookup raises something other than KeyError: that
+    error, not "unknown keys" (the key is not absent, the mapping failed)."""
+    class Failing(dict):
+        def __getitem__(self, key):
+            if key == "evict_window" and key in self:
+                raise RuntimeError("the options store is unreachable")
+            return super().__getitem__(key)
+
+    with pytest.raises(RuntimeError, match="unreachable"):
+        cls(lru_policy="utility", policy_options=Failing(alpha=1.0, evict_window=8))
+    # absent keys (KeyError) are still simply absent
+    cls(lru_policy="utility", policy_options=Failing(alpha=1.0))
