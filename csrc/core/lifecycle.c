@@ -873,13 +873,16 @@ record_cow(mr_lifecycle *lc, mr_req *st, int64_t state)
     lc->stats.cow++;
 }
 
-int
-mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
-            int64_t *indices)
+/* mr_lc_match, its walk started at `from` (NULL: the root; else a node
+ * with a state whose path the caller vouches is the key's start:
+ * mr_radix_match_key_from). */
+static int
+lc_match_from(mr_lifecycle *lc, mr_node *from, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner,
+              mr_match *m, int64_t *indices)
 {
     const int32_t *k32 = key->width == 4 ? key->p : NULL;
     const int64_t *k64 = key->width == 8 ? key->p : NULL;
-    int rc = mr_radix_match_key(lc->tree, k32, k64, key->len, ns, m);
+    int rc = mr_radix_match_key_from(lc->tree, from, k32, k64, key->len, ns, m);
     if (rc != MR_OK && rc != MR_ENOMEM) {
         return rc;
     }
@@ -902,6 +905,13 @@ mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st
         record_cow(lc, st, m->state);
     }
     return MR_OK;
+}
+
+int
+mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
+            int64_t *indices)
+{
+    return lc_match_from(lc, NULL, key, ns, cow, st, owner, m, indices);
 }
 
 int
@@ -2005,7 +2015,13 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, co
         mr_match m;
         const int64_t *k64 = keys->keys64 != NULL ? keys->keys64[i] : NULL;
         const mr_key key = {k64 != NULL ? (const void *)k64 : (const void *)keys->keys[i], cap, k64 != NULL ? 8 : 4};
-        rc = mr_lc_match(lc, &key, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
+        /* the walk starts at the planned node, locked since the plan matched
+         * this key to it (its path unread again), while it keeps its state */
+        mr_node *from = NULL;
+        if (mr_radix_resolve(lc->tree, st->last_node, &from) != MR_OK || mr_node_state(from) < 0) {
+            from = NULL;
+        }
+        rc = lc_match_from(lc, from, &key, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
         if (rc != MR_OK) {
             break;
         }
