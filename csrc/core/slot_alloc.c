@@ -315,6 +315,23 @@ slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, 
         return MR_EINVAL;
     }
     const int defer = s->free_group && from == MR_FROM_CALLER;
+    if (!defer && k > 0 && from != MR_FROM_TREE && (uint64_t)idx[0] - 1 < (uint64_t)s->n) {
+        /* every unit one caller's (a request's, or HELD outside an alloc
+         * group): checked and freed in one pass over the owners, without
+         * marks (a unit listed twice is FREE at its second listing).
+         * Anything else is given back and takes validate(), which names
+         * the problem */
+        const int32_t o0 = s->owner[idx[0]];
+        const int grp = s->group_active && s->group_pos < s->group_len;
+        if (o0 >= 1 || (o0 == MR_OWNER_HELD && !grp)) {
+            int64_t got = mr_slots_claim(s, idx, k, o0, MR_OWNER_FREE);
+            if (got == k) {
+                ring_put(s, idx, k, front);
+                return MR_OK;
+            }
+            mr_slots_unclaim(s, idx, got, o0, MR_OWNER_FREE);
+        }
+    }
     int64_t d[3];
     int rc = validate(s, idx, k, from, defer && skip_pending, bad, d);
     if (rc != MR_OK) {
