@@ -625,9 +625,8 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     /* each index (page) listed once, checked in the same pass: each page is
      * stamped with this call's generation (mr_kv_stamp_begin) */
     uint16_t gen = 0;
-    rc = mr_kv_stamp_begin(lc->kv, &gen);
-    if (rc != MR_OK) {
-        return rc;
+    if (claimed < 0 && (rc = mr_kv_stamp_begin(lc->kv, &gen)) != MR_OK) {
+        return rc;   /* a claimed insert needs no stamps (nor their table) */
     }
     int64_t again = -1, held = 0;   /* held: HELD units in val[mine:len), ps == 1 */
     uint16_t *const stamp = lc->kv->stamp;
@@ -874,13 +873,16 @@ record_cow(mr_lifecycle *lc, mr_req *st, int64_t state)
     lc->stats.cow++;
 }
 
-int
-mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
-            int64_t *indices)
+/* mr_lc_match, its walk started at `from` (NULL: the root; else a node
+ * with a state whose path the caller vouches is the key's start:
+ * mr_radix_match_key_from). */
+static int
+lc_match_from(mr_lifecycle *lc, mr_node *from, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner,
+              mr_match *m, int64_t *indices)
 {
     const int32_t *k32 = key->width == 4 ? key->p : NULL;
     const int64_t *k64 = key->width == 8 ? key->p : NULL;
-    int rc = mr_radix_match_key(lc->tree, k32, k64, key->len, ns, m);
+    int rc = mr_radix_match_key_from(lc->tree, from, k32, k64, key->len, ns, m);
     if (rc != MR_OK && rc != MR_ENOMEM) {
         return rc;
     }
@@ -903,6 +905,13 @@ mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st
         record_cow(lc, st, m->state);
     }
     return MR_OK;
+}
+
+int
+mr_lc_match(mr_lifecycle *lc, const mr_key *key, int32_t ns, int cow, mr_req *st, int32_t owner, mr_match *m,
+            int64_t *indices)
+{
+    return lc_match_from(lc, NULL, key, ns, cow, st, owner, m, indices);
 }
 
 int
@@ -1482,6 +1491,23 @@ mr_lc_unfinished_cache_len(const mr_lifecycle *lc, const mr_req *st, size_t fill
     return lc->cfg.extra_buffer ? st->last_track_seqlen : (int64_t)fill_len;
 }
 
+/* Row `row` gets the tree's indices at positions [lo, hi) of the path that
+ * ends at node (hi past its length: to its end), node by node: the nodes
+ * before lo are not read. */
+static void
+row_from_path(mr_lifecycle *lc, int64_t row, const mr_node *node, int64_t lo, int64_t hi)
+{
+    int64_t end = (int64_t)mr_radix_path_len(lc->tree, node);
+    for (const mr_node *n = node; mr_node_parent(n) != NULL && end > lo; n = mr_node_parent(n)) {
+        int64_t start = end - (int64_t)mr_node_len(n);
+        int64_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+        if (b > a) {
+            (void)mr_reqpool_write_trusted(lc->rp, row, a, mr_node_values(n) + (a - start), b - a);
+        }
+        end = start;
+    }
+}
+
 /* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
  * allocated here) or, tree-only, over the caller's KV indices
  * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
@@ -1609,14 +1635,19 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     int64_t pl = st->protected_len;
     int64_t differ = res.prefix_len < nnew ? (int64_t)res.prefix_len : (int64_t)nnew;
     /* the tree's indices go straight into the caller's prefix (no copy
-     * through scratch), and from there into the row; read only when one of
-     * them wants them */
-    int64_t *newidx = prefix_out != NULL ? prefix_out : lc->b;
-    if (prefix_out != NULL || (has_pools(lc) && differ > pl)) {
-        (void)mr_radix_path_values(lc->tree, mnode, newidx);
+     * through scratch), and from there into the row; without a prefix to
+     * hand back, the row gets [pl, differ) from the path's nodes, the rest
+     * of the path unread */
+    if (prefix_out != NULL) {
+        (void)mr_radix_path_values(lc->tree, mnode, prefix_out);
     }
     if (differ > pl && has_pools(lc)) {
-        (void)mr_reqpool_write_trusted(lc->rp, row, pl, newidx + pl, differ - pl);
+        if (prefix_out != NULL) {
+            (void)mr_reqpool_write_trusted(lc->rp, row, pl, prefix_out + pl, differ - pl);
+        }
+        else {
+            row_from_path(lc, row, mnode, pl, differ);
+        }
     }
     if (differ > *table_end) {
         *table_end = differ;
@@ -1984,7 +2015,13 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, co
         mr_match m;
         const int64_t *k64 = keys->keys64 != NULL ? keys->keys64[i] : NULL;
         const mr_key key = {k64 != NULL ? (const void *)k64 : (const void *)keys->keys[i], cap, k64 != NULL ? 8 : 4};
-        rc = mr_lc_match(lc, &key, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
+        /* the walk starts at the planned node, locked since the plan matched
+         * this key to it (its path unread again), while it keeps its state */
+        mr_node *from = NULL;
+        if (mr_radix_resolve(lc->tree, st->last_node, &from) != MR_OK || mr_node_state(from) < 0) {
+            from = NULL;
+        }
+        rc = lc_match_from(lc, from, &key, ns ? ns[i] : 0, 1, st, MR_OWNER_HELD, &m, NULL);
         if (rc != MR_OK) {
             break;
         }
@@ -2073,11 +2110,7 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, co
         mr_node *node = NULL;
         (void)mr_radix_resolve(lc->tree, st->last_node, &node);
         /* the prefix's indices, node by node from the tree into the row */
-        int64_t end = (int64_t)mr_radix_path_len(lc->tree, node);
-        for (mr_node *n = node; mr_node_parent(n) != NULL; n = mr_node_parent(n)) {
-            end -= (int64_t)mr_node_len(n);
-            (void)mr_reqpool_write_trusted(lc->rp, row, end, mr_node_values(n), (int64_t)mr_node_len(n));
-        }
+        row_from_path(lc, row, node, 0, INT64_MAX);
         st->committed = (int64_t)lens[i];
         if (lc->cfg.extra_buffer) {
             mr_lc_prepare_extend(lc, row, st, P, E, &out->track_slot[i], &out->track_mask[i],

@@ -1444,17 +1444,44 @@ mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns, mr_match
     return mr_radix_match_key(t, key, NULL, len, ns, out);
 }
 
+static int match_walk_from(mr_radix *t, mr_node *from, size_t pos, const int32_t *key, const int64_t *key64,
+                           size_t len, int32_t ns, int peek, mr_match *out);
+
 /* The walk of a match.  peek: change nothing (no split: a partially
  * matched node stays whole, and kv_node is that node; no LRU refresh, no
  * counter), for mr_radix_peek_key; t is then only read. */
 static int
 match_walk(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, int peek, mr_match *out)
 {
+    return match_walk_from(t, t->root, 0, key, key64, len, ns, peek, out);
+}
+
+/* match_walk from node `from` (pos tokens from the root, at most len):
+ * the caller vouches that its path is the key's first pos tokens and that
+ * no node above it ends a longer match (from has a state, or is the root),
+ * so the walk from the root would pass through it; those tokens are not
+ * read (MR_VERIFY_TRUSTED builds compare them and abort on a mismatch). */
+static int
+match_walk_from(mr_radix *t, mr_node *from, size_t pos, const int32_t *key, const int64_t *key64, size_t len,
+                int32_t ns, int peek, mr_match *out)
+{
     const size_t page = t->cfg.page_size;
     int rc = MR_OK;
     len = len / page * page;
-    mr_node *node = t->root, *best = t->root;
-    size_t pos = 0, best_len = 0;
+    mr_node *node = from, *best = from;
+    size_t best_len = pos;
+#ifdef MR_VERIFY_TRUSTED
+    size_t at = pos;
+    for (const mr_node *n = from; n != t->root; n = n->parent) {
+        at -= n->len;
+        for (size_t i = 0; i < n->len; i++) {
+            int64_t k = key64 != NULL ? key64[at + i] : key[at + i];
+            if (n->ns != ns || k != node_key(n)[i]) {
+                abort();   /* the caller's path is not the key's */
+            }
+        }
+    }
+#endif
 
     while (pos < len) {
         int64_t idx = key64 != NULL ? child_find64(t, node, ns, key64 + pos) : child_find(t, node, ns, key + pos);
@@ -1526,6 +1553,20 @@ int
 mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns, mr_match *out)
 {
     return match_walk(t, key, key64, len, ns, 0, out);
+}
+
+int
+mr_radix_match_key_from(mr_radix *t, mr_node *from, const int32_t *key, const int64_t *key64, size_t len,
+                        int32_t ns, mr_match *out)
+{
+    if (from == NULL || from == t->root) {
+        return match_walk(t, key, key64, len, ns, 0, out);
+    }
+    size_t pos = mr_radix_path_len(t, from);
+    if (from->state < 0 || pos > len / t->cfg.page_size * t->cfg.page_size) {
+        return MR_EINVAL;
+    }
+    return match_walk_from(t, from, pos, key, key64, len, ns, 0, out);
 }
 
 int

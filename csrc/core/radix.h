@@ -265,6 +265,15 @@ int mr_radix_match(mr_radix *t, const int32_t *key, size_t len, int32_t ns,
  * one).  Exactly one of key and key64 is not NULL. */
 int mr_radix_match_key(mr_radix *t, const int32_t *key, const int64_t *key64, size_t len, int32_t ns,
                        mr_match *out);
+/* mr_radix_match_key for a key whose first mr_radix_path_len(from)
+ * tokens are the path to `from`, a node with a state (the caller vouches
+ * for the path: a lock held since a match of this key ended there); the
+ * walk starts at from, those tokens unread, with the same result and
+ * effects.  from NULL or the root: mr_radix_match_key.  MR_EINVAL, nothing
+ * changed, when from has no state or its path is longer than the key's
+ * whole pages. */
+int mr_radix_match_key_from(mr_radix *t, mr_node *from, const int32_t *key, const int64_t *key64, size_t len,
+                            int32_t ns, mr_match *out);
 /* What mr_radix_match_key would return now (node, prefix_len, state,
  * kv_matched_len, branching_seqlen), without changing anything: no split
  * (kv_node is the node the match enters last, whose end may lie past

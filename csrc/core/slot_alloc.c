@@ -130,6 +130,16 @@ validate(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int skip_pend
     return MR_OK;
 }
 
+/* The ring holds units as int32 (n <= MR_SLOTS_MAX): half the bytes an
+ * alloc reads and a free writes.  dst[0:k) = src[0:k), narrowed. */
+static void
+ring_copy_in(int32_t *dst, const int64_t *src, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++) {
+        dst[i] = (int32_t)src[i];
+    }
+}
+
 /* Puts FREE units u[0:k) (owner already FREE) into the ring: at the tail
  * in order, or at the head in reverse order (u[0] next out). */
 static void
@@ -147,8 +157,8 @@ ring_put(mr_slots *s, const int64_t *u, int64_t k, int front)
             tail -= s->n;
         }
         int64_t first = s->n - tail < k ? s->n - tail : k;   /* up to the ring's end, then from 0 */
-        memcpy(s->ring + tail, u, (size_t)first * sizeof(int64_t));
-        memcpy(s->ring, u + first, (size_t)(k - first) * sizeof(int64_t));
+        ring_copy_in(s->ring + tail, u, first);
+        ring_copy_in(s->ring, u + first, k - first);
     }
     s->count += k;
 }
@@ -164,7 +174,7 @@ mr_slots_init(mr_slots *s, int64_t n)
         return MR_EINVAL;
     }
     size_t cap = (size_t)n > 0 ? (size_t)n : 1;
-    s->ring = MR_MALLOC(cap * sizeof(int64_t));
+    s->ring = MR_MALLOC(cap * sizeof(int32_t));
     s->group = MR_MALLOC(cap * sizeof(int64_t));
     s->owner = MR_MALLOC(((size_t)n + 1) * sizeof(int32_t));
     s->mark = MR_MALLOC((size_t)n + 1);
@@ -194,7 +204,7 @@ void
 mr_slots_clear(mr_slots *s)
 {
     for (int64_t i = 0; i < s->n; i++) {
-        s->ring[i] = i + 1;
+        s->ring[i] = (int32_t)(i + 1);
     }
     s->head = 0;
     s->count = s->n;
@@ -220,8 +230,13 @@ ring_pop(mr_slots *s, int64_t k, int32_t owner, int64_t *out)
 {
     /* up to the ring's end, then from its start */
     int64_t first = s->n - s->head < k ? s->n - s->head : k;
-    memcpy(out, s->ring + s->head, (size_t)first * sizeof(int64_t));
-    memcpy(out + first, s->ring, (size_t)(k - first) * sizeof(int64_t));
+    const int32_t *r = s->ring + s->head;
+    for (int64_t i = 0; i < first; i++) {
+        out[i] = r[i];
+    }
+    for (int64_t i = first; i < k; i++) {
+        out[i] = s->ring[i - first];
+    }
     s->head = k > first ? k - first : (s->head + k == s->n ? 0 : s->head + k);
     int32_t *own = s->owner;
     for (int64_t i = 0; i < k; i++) {
@@ -272,19 +287,21 @@ mr_slots_alloc_i32(mr_slots *s, int64_t k, int32_t owner, int32_t *out)
     if (s->count < k) {
         return MR_ENOSPC;
     }
-    /* ring_pop's order, each unit read once: written out and marked */
-    const int64_t *ring = s->ring;
+    /* ring_pop's order, each unit read once: written out and marked (up to
+     * the ring's end, then from its start) */
     int32_t *own = s->owner;
-    int64_t h = s->head;
-    for (int64_t i = 0; i < k; i++) {
-        int64_t u = ring[h];
-        out[i] = (int32_t)u;
-        own[u] = owner;
-        if (++h == s->n) {
-            h = 0;
+    const int64_t first = s->n - s->head < k ? s->n - s->head : k;
+    for (int part = 0; part < 2; part++) {
+        const int32_t *ring = part == 0 ? s->ring + s->head : s->ring;
+        int32_t *o = part == 0 ? out : out + first;
+        const int64_t m = part == 0 ? first : k - first;
+        for (int64_t i = 0; i < m; i++) {
+            int32_t u = ring[i];
+            o[i] = u;
+            own[u] = owner;
         }
     }
-    s->head = h;
+    s->head = k > first ? k - first : (s->head + k == s->n ? 0 : s->head + k);
     s->count -= k;
     count_add(s, owner, k);
     return MR_OK;
@@ -298,6 +315,23 @@ slots_free(mr_slots *s, const int64_t *idx, int64_t k, mr_from from, int front, 
         return MR_EINVAL;
     }
     const int defer = s->free_group && from == MR_FROM_CALLER;
+    if (!defer && k > 0 && from != MR_FROM_TREE && (uint64_t)idx[0] - 1 < (uint64_t)s->n) {
+        /* every unit one caller's (a request's, or HELD outside an alloc
+         * group): checked and freed in one pass over the owners, without
+         * marks (a unit listed twice is FREE at its second listing).
+         * Anything else is given back and takes validate(), which names
+         * the problem */
+        const int32_t o0 = s->owner[idx[0]];
+        const int grp = s->group_active && s->group_pos < s->group_len;
+        if (o0 >= 1 || (o0 == MR_OWNER_HELD && !grp)) {
+            int64_t got = mr_slots_claim(s, idx, k, o0, MR_OWNER_FREE);
+            if (got == k) {
+                ring_put(s, idx, k, front);
+                return MR_OK;
+            }
+            mr_slots_unclaim(s, idx, got, o0, MR_OWNER_FREE);
+        }
+    }
     int64_t d[3];
     int rc = validate(s, idx, k, from, defer && skip_pending, bad, d);
     if (rc != MR_OK) {

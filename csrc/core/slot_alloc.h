@@ -56,7 +56,7 @@ typedef enum {
 
 typedef struct {
     int64_t n;          /* units 1..n */
-    int64_t *ring;      /* free list, capacity n */
+    int32_t *ring;      /* free list, capacity n (units fit int32: n <= MR_SLOTS_MAX) */
     int64_t head;       /* index of the oldest free unit in ring */
     int64_t count;      /* free units */
     int32_t *owner;     /* n + 1 entries */

@@ -2126,6 +2126,7 @@ typedef struct {
     int32_t *ns;
     size_t n;
     PyObject *seq;         /* the keys, a tuple of our own: it keeps the arrays ptrs64 points into alive */
+    void *block;           /* one allocation holding the arrays above (but data) */
 } keyset;
 
 static void
@@ -2136,13 +2137,8 @@ keyset_free(keyset *k)
             PyBuffer_Release(&k->views[i]);
         }
     }
-    PyMem_Free(k->ptrs64);
-    PyMem_Free(k->views);
-    PyMem_Free(k->have);
     mr_buf_free(&k->data);
-    PyMem_Free(k->ptrs);
-    PyMem_Free(k->lens);
-    PyMem_Free(k->ns);
+    PyMem_Free(k->block);
     Py_XDECREF(k->seq);
     memset(k, 0, sizeof(*k));
 }
@@ -2159,48 +2155,62 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
 {
     memset(k, 0, sizeof(*k));
     /* tuples of their own: an item's __index__ may change the caller's lists */
-    char must[80];
-    snprintf(must, sizeof(must), "%s must be a sequence of token sequences", what);
-    PyObject *seq = own_tuple(keys, must);
+    PyObject *seq = PySequence_Tuple(keys);
     if (seq == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Format(PyExc_TypeError, "%s must be a sequence of token sequences", what);
+        }
         return -1;
     }
     k->seq = seq;    /* held until keyset_free: a key read in place lives as long */
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     k->n = (size_t)n;
-    k->ptrs = PyMem_Calloc((size_t)n + 1, sizeof(int32_t *));
-    k->lens = PyMem_Calloc((size_t)n + 1, sizeof(size_t));
-    k->ns = PyMem_Calloc((size_t)n + 1, sizeof(int32_t));
-    int ok = k->ptrs != NULL && k->lens != NULL && k->ns != NULL;
-    if (ok && in_place) {
-        k->ptrs64 = PyMem_Calloc((size_t)n + 1, sizeof(int64_t *));
-        k->views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
-        k->have = PyMem_Calloc((size_t)n + 1, 1);
-        ok = k->ptrs64 != NULL && k->views != NULL && k->have != NULL;
+    /* every per-key array in one zeroed block: the 8-byte ones first (the
+     * views, pointers, lengths and offsets into data), then ns and have */
+    const size_t m = (size_t)n + 1;
+    const size_t views_b = in_place ? m * sizeof(Py_buffer) : 0, p64_b = in_place ? m * sizeof(int64_t *) : 0;
+    size_t *at = NULL;   /* offsets into data */
+    k->block = PyMem_Calloc(1, views_b + p64_b + m * (sizeof(int32_t *) + 2 * sizeof(size_t) + sizeof(int32_t))
+                                   + (in_place ? m : 0));
+    int ok = k->block != NULL;
+    if (ok) {
+        char *b = k->block;
+        k->views = in_place ? (Py_buffer *)b : NULL;
+        b += views_b;
+        k->ptrs64 = in_place ? (const int64_t **)b : NULL;
+        b += p64_b;
+        k->ptrs = (const int32_t **)b;
+        b += m * sizeof(int32_t *);
+        k->lens = (size_t *)b;
+        b += m * sizeof(size_t);
+        at = (size_t *)b;
+        b += m * sizeof(size_t);
+        k->ns = (int32_t *)b;
+        b += m * sizeof(int32_t);
+        k->have = in_place ? (uint8_t *)b : NULL;
     }
     size_t total = 0;
     if (!ok) {
         PyErr_NoMemory();
     }
     mr_buf scratch = {0};
-    /* the argument's name for errors: "<fname>(): keys[" once, the index
-     * written per key (no formatting call per key) */
+    /* the argument's name for errors: "<fname>(): keys[" once (at the
+     * first key not read in place), the index written per key (no
+     * formatting call per key) */
     char arg[96];
-    int plen = snprintf(arg, sizeof(arg), "%s(): %s[", fname, what);
-    if (plen < 0 || plen > (int)sizeof(arg) - 24) {
-        plen = 0;
-    }
-    size_t *at = ok ? PyMem_Calloc((size_t)n + 1, sizeof(size_t)) : NULL;   /* offsets into data */
-    if (ok && at == NULL) {
-        PyErr_NoMemory();
-        ok = 0;
-    }
+    int plen = -1;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         PyObject *key = PySequence_Fast_GET_ITEM(seq, i);
         int have = 0;
         if (in_place && key64_view(key, &k->views[i], &have, &k->ptrs64[i], &k->lens[i])) {
             k->have[i] = (uint8_t)have;
             continue;
+        }
+        if (plen < 0) {
+            plen = snprintf(arg, sizeof(arg), "%s(): %s[", fname, what);
+            if (plen < 0 || plen > (int)sizeof(arg) - 24) {
+                plen = 0;
+            }
         }
         put_index(arg + plen, (size_t)i);
         size_t len = 0;
@@ -2218,7 +2228,6 @@ keyset_read(PyObject *keys, PyObject *ns_obj, keyset *k, const char *fname, cons
             k->ptrs[i] = (const int32_t *)k->data.p + at[i];
         }
     }
-    PyMem_Free(at);
     if (ok && ns_obj != NULL && ns_obj != Py_None) {
         PyObject *nseq = own_tuple(ns_obj, "ns must be a sequence of ints");
         if (nseq == NULL || PySequence_Fast_GET_SIZE(nseq) != n) {
@@ -2305,6 +2314,24 @@ new_u8(Py_ssize_t n)
 }
 
 
+/* prefill_batch's result: a dict of the arrays a[0..7] under their names
+ * (interned once), in this order.  NULL with an exception. */
+static PyObject *
+prefill_result(PyObject *const a[8])
+{
+    static const char *const text[8] = {"rows", "prefix_len", "cow_src", "cow_dst", "clear", "track_slot",
+                                        "track_seqlen", "track_mask"};
+    static PyObject *names[8];
+    PyObject *d = PyDict_New();
+    for (int j = 0; d != NULL && j < 8; j++) {
+        if ((names[j] == NULL && (names[j] = PyUnicode_InternFromString(text[j])) == NULL)
+            || PyDict_SetItem(d, names[j], a[j]) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+    return d;
+}
+
 PyDoc_STRVAR(Lifecycle_prefill_batch__doc__,
 "prefill_batch($self, keys, /, ns=None)\n"
 "--\n"
@@ -2365,9 +2392,7 @@ Lifecycle_prefill_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t
         lc_raise_row(self, rc, "prefill_batch()", prefill_batch_overrides, 0);
         goto error;
     }
-    res = Py_BuildValue("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "rows", a[0], "prefix_len", a[1], "cow_src", a[2],
-                        "cow_dst", a[3], "clear", a[4], "track_slot", a[5], "track_seqlen", a[6], "track_mask",
-                        a[7]);
+    res = prefill_result(a);
 error:
     for (int j = 0; j < 8; j++) {
         Py_XDECREF(a[j]);
