@@ -719,8 +719,10 @@ leaf_order_key(const mr_radix *t, const mr_node *n)
     case MR_POLICY_TLRU: {
         /* Tokens past the branch's budget cannot improve its tail latency:
          * such a leaf is "infinitely old". */
-        int64_t budget = (int64_t)n->hist + t->order.tlru_next_prompt_estimate - t->order.tlru_threshold;
-        return (int64_t)(n->end - n->len) >= (budget > 0 ? budget : 0) ? -1 : 0;
+        /* (in 128 bits: any int64 threshold and estimate, as SGLang's
+         * Python ints take them, without overflow) */
+        __int128 budget = (__int128)n->hist + t->order.tlru_next_prompt_estimate - t->order.tlru_threshold;
+        return (__int128)(n->end - n->len) >= (budget > 0 ? budget : 0) ? -1 : 0;
     }
     default:
         return 0;

@@ -224,13 +224,15 @@ UnifiedCore_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "classes[2] (MatchResult) must be a NamedTuple");
         return NULL;
     }
-    mr_leaf_order lo = {order[0], order[1], order[2]};
-    if (mr_radix_set_policy(t, chosen, &lo) != MR_OK) {
-        PyErr_SetString(PyExc_ValueError, "tree must be empty (the policy is set before the first insert)");
-        return NULL;
-    }
+    /* the object first: a core that cannot be made leaves the tree's policy as it was */
     UnifiedCore *self = (UnifiedCore *)type->tp_alloc(type, 0);
     if (self == NULL) {
+        return NULL;
+    }
+    mr_leaf_order lo = {order[0], order[1], order[2]};
+    if (mr_radix_set_policy(t, chosen, &lo) != MR_OK) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_ValueError, "tree must be empty (the policy is set before the first insert)");
         return NULL;
     }
     self->tree_obj = Py_NewRef(tree);

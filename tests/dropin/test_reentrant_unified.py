@@ -310,3 +310,31 @@ def test_refused_begin_insert_names_no_namespace(refusal) -> None:
     assert (tree.namespace("tenant-b", create=False), tree.namespace("tenant-a", create=False)) == (1, -1)
     assert tree.match_prefix(OUTER, extra_key="tenant-b").kv_matched_len == 8
     assert tree.match_prefix(OUTER).kv_matched_len == 0
+
+
+@pytest.mark.parametrize("order", [(2, 2**63 - 1, -2**63), (2, -2**63, 2**63 - 1)])
+def test_tlru_takes_any_int64_threshold_without_wrapping(order) -> None:
+    # TLRU's budget, history + next_prompt_estimate - threshold, is computed
+    # as SGLang's Python ints compute it: here it is below 0 (every leaf past
+    # it) or far above any depth (none), so the leaves go in plain LRU order,
+    # as with thresholds that fit (a wrapped sum put some leaves first)
+    def evicted(order):
+        tree = mambaradix.RadixTree(page_size=1, chunk_size=1, lru_policy="consumed", semantics="v0.5.23",
+                                    kv_only=True)
+        classes = (RadixKey, torch.Tensor, MatchResult, InsertStepResult, Plain, Plain, Plain, torch.int64, Plain,
+                   Plain)
+        uc = _C.UnifiedCore(tree, Core(), classes, ({}, {}, {}), torch.from_numpy,
+                            torch.empty((0,), dtype=torch.int64), False, False, 1, 1, -1, "tlru", order)
+        keys = [[1, 2, 3, 4], [1, 2, 9], [5, 6, 7, 8, 9, 10], [5, 11]]
+        for i, k in enumerate(keys):
+            _tree_insert(uc, k, 100 * (i + 1))
+        for k in keys[::-1]:
+            tree.match_prefix(k)          # history and recency
+        got = []
+        while tree.total_size()[0]:
+            got.append(tree.evict_full(1).kv_indices.tolist())
+        return got
+
+    want_all_past = evicted((2, 2**60, 0))        # budget < 0: every leaf is past it
+    want_none_past = evicted((2, 0, 2**60))       # budget far above every depth
+    assert evicted(order) == (want_all_past if order[1] > 0 else want_none_past)
