@@ -1199,19 +1199,24 @@ def prefix_bounds(requests: Sequence[SimRequest]) -> Optional[list]:
         return None
     bs = blocks.block_size
     keys = blocks.keys
-    runs = [keys[p.first:p.first + p.length // bs] for p in srcs]
-    order = sorted(range(len(runs)), key=lambda i: runs[i].tobytes())
-    shared = [0] * len(runs)
-    for a, b in zip(order, order[1:]):
-        x, y = runs[a], runs[b]
-        n = min(len(x), len(y))
-        diff = np.flatnonzero(x[:n] != y[:n])
-        c = int(diff[0]) if len(diff) else n
-        if c > shared[a]:
-            shared[a] = c
-        if c > shared[b]:
-            shared[b] = c
-    return [bs * (c + 1) if c < len(run) else None for c, run in zip(shared, runs)]
+    firsts = np.fromiter((p.first for p in srcs), dtype=np.int64, count=len(srcs))
+    lens = np.fromiter((p.length // bs for p in srcs), dtype=np.int64, count=len(srcs))
+    order = np.array(sorted(range(len(srcs)), key=lambda i: keys[firsts[i]:firsts[i] + lens[i]].tobytes()),
+                     dtype=np.int64)
+    # each neighbour pair (a, b) in that order: its common run c, the first
+    # block where they differ (or the shorter length), all pairs in one pass
+    a, b = order[:-1], order[1:]
+    n = np.minimum(lens[a], lens[b])
+    pair = np.repeat(np.arange(len(a)), n)
+    at = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    differs = keys[firsts[a][pair] + at] != keys[firsts[b][pair] + at]
+    c = n.copy()
+    hit = pair[differs]
+    np.minimum.at(c, hit, at[differs])
+    shared = np.zeros(len(srcs), dtype=np.int64)
+    np.maximum.at(shared, a, c)
+    np.maximum.at(shared, b, c)
+    return [bs * (int(k) + 1) if k < m else None for k, m in zip(shared.tolist(), lens.tolist())]
 
 
 def load_mooncake(
