@@ -310,6 +310,37 @@ locked_path(mr_lifecycle *lc, const mr_req *st, size_t cache_len)
     return mr_radix_path_len(lc->tree, n) == (size_t)st->protected_len ? n : NULL;
 }
 
+int32_t
+mr_lc_locked_ns(const mr_lifecycle *lc, const mr_req *st)
+{
+    mr_node *n = NULL;
+    return st->locked && mr_radix_resolve(lc->tree, st->last_node, &n) == MR_OK ? mr_node_namespace(n) : -1;
+}
+
+/* 0 when the request holds a lock on a node of another namespace than ns:
+ * its cached prefix is that namespace's, so caching it under ns would give
+ * the tree's own KV to a second path.  1 otherwise. */
+static int
+lock_in_ns(const mr_lifecycle *lc, const mr_req *st, int32_t ns)
+{
+    int32_t at = mr_lc_locked_ns(lc, st);
+    return at < 0 || at == ns;
+}
+
+/* Each row's request is locked in its entry's namespace (ns NULL: 0), or
+ * MR_EINVAL with bad[0] = the entry. */
+static int
+batch_ns_check(const mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *ns, int64_t *bad)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!lock_in_ns(lc, &lc->rp->req[rows[i]], ns ? ns[i] : 0)) {
+            bad[0] = (int64_t)i;
+            return MR_EINVAL;
+        }
+    }
+    return MR_OK;
+}
+
 /* The first position in [from, len) of k64 outside int32, or -1 (one
  * branch-free pass when all fit). */
 static int64_t
@@ -1329,6 +1360,9 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (st->running < 0) {
         return MR_ESTATE;  /* finished twice, or its states were freed */
     }
+    if (!lock_in_ns(lc, st, ns)) {
+        return MR_EINVAL;  /* matched under another namespace */
+    }
     int rc = scratch(lc, committed_len + 1);
     if (rc == MR_OK) {
         rc = reserve_out(lc, 2 * committed_len, 3);
@@ -1521,6 +1555,9 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     *fork_src = *fork_dst = -1;
     *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
     lc->cached_len = 0;
+    if (!lock_in_ns(lc, st, ns)) {
+        return MR_EINVAL;  /* matched under another namespace */
+    }
     int64_t cache_len = mr_lc_unfinished_cache_len(lc, st, fill_len);
     if (cache_len < 0) {
         /* nothing tracked: the request keeps all its KV */
@@ -2132,6 +2169,7 @@ mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys, co
         st->cow_src = -1;
         st->needs_clear = 0;
         lc->rp->req[row] = *st;
+        lc->rp->bound[row] |= MR_ROW_BATCH;   /* its record is the row's own (no outside record is it) */
     }
     MR_FREE(sts);
     return MR_OK;
@@ -2268,6 +2306,9 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr
             return MR_EINVAL;
         }
     }
+    if (batch_ns_check(lc, n, rows, ns, bad) != MR_OK) {
+        return MR_EINVAL;   /* bad = {entry, -1}: matched under another namespace */
+    }
     const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
     if (tok == NULL) {
         return MR_ENOMEM;
@@ -2379,6 +2420,9 @@ mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_
             bad[0] = (int64_t)i;
             return MR_EINVAL;
         }
+    }
+    if (batch_ns_check(lc, n, rows, ns, bad) != MR_OK) {
+        return MR_EINVAL;   /* bad = {entry, -1}: matched under another namespace */
     }
     const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
     if (tok == NULL) {

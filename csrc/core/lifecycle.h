@@ -300,6 +300,12 @@ int mr_lc_decode_finish(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t commi
  * compare them and abort. */
 int mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *tokens, size_t fill_len,
                            int32_t ns, int64_t *prefix_out, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
+
+/* The namespace of the node the request's record holds locked, or -1 (no
+ * lock, or a stale one).  The cache calls refuse (MR_EINVAL, nothing
+ * changed) an ns other than it: the request was matched there. */
+int32_t mr_lc_locked_ns(const mr_lifecycle *lc, const mr_req *st);
+
 /* What cache_unfinished caches of a request whose table holds fill_len
  * tokens: the tracked length with extra_buffer, all of them without; -1
  * when nothing was tracked (then the call caches nothing, takes no slot and

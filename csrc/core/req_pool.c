@@ -165,7 +165,7 @@ mr_reqpool_load(const mr_reqpool *p, int64_t r, mr_req *out)
 void
 mr_reqpool_store(mr_reqpool *p, int64_t r, const mr_req *st)
 {
-    if (p->bound[r] & ~MR_ROW_BOUND) {
+    if (p->bound[r] & (MR_ROW_GAVE_RUNNING | MR_ROW_GAVE_TRACK0 | MR_ROW_GAVE_TRACK1)) {
         mr_req old;
         mr_reqpool_load(p, r, &old);
         p->bound[r] &= (uint8_t)~((old.running != st->running ? MR_ROW_GAVE_RUNNING : 0)

@@ -70,6 +70,9 @@ enum {
     MR_ROW_GAVE_RUNNING = 2,
     MR_ROW_GAVE_TRACK0 = 4,
     MR_ROW_GAVE_TRACK1 = 8,
+    MR_ROW_BATCH = 16,     /* admitted by prefill_batch: its record lives in the row (req[r]), and the
+                            * per-request calls take only that record (a view of the row), not an
+                            * outside one */
 };
 
 typedef struct {

@@ -120,7 +120,7 @@ read_view(mr_ints *out, int width, int64_t lo, int64_t hi, const char *arg, int 
         n = v->shape[0];
         step = v->strides != NULL ? v->strides[0] : v->itemsize;
     }
-    if (kind == 's' && v->itemsize == width && step == v->itemsize) {
+    if (kind == 's' && v->itemsize == width && step == v->itemsize && !(flags & MR_INTS_COPY)) {
         if (check_range(v->buf, width, (size_t)n, lo, hi, arg) < 0) {
             return -1;
         }
@@ -150,7 +150,7 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
     memset(out, 0, sizeof(*out));
     /* Fast path: a contiguous 1-D numpy array of exactly the wanted type
      * is read in place without building a Py_buffer. */
-    if (PyArray_CheckExact(obj)) {
+    if (PyArray_CheckExact(obj) && !(flags & MR_INTS_COPY)) {
         PyArrayObject *arr = (PyArrayObject *)obj;
         int want = width == 4 ? NPY_INT32 : NPY_INT64;
         if (PyArray_NDIM(arr) == 1 && PyArray_TYPE(arr) == want && PyArray_ISCARRAY_RO(arr)
@@ -159,6 +159,9 @@ mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, 
             if (check_range(PyArray_DATA(arr), width, (size_t)n, lo, hi, arg) < 0) {
                 return -1;
             }
+            /* held until released: a later argument's Python code cannot
+             * resize it away (numpy refuses while others hold it) */
+            out->arr = Py_NewRef(obj);
             out->data = PyArray_DATA(arr);
             out->len = (size_t)n;
             return 0;

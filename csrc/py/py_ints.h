@@ -22,6 +22,8 @@
 
 #define MR_INTS_SCALAR 1   /* a lone int is read as one element */
 #define MR_INTS_BOOL 2     /* bools (True, False, bool buffers) read as 1 and 0: a mask */
+#define MR_INTS_COPY 4     /* never in place: the ints are the reader's own copy (a kernel's host
+                            * indices, which the kernel may overwrite or another thread change) */
 
 typedef struct {
     const void *data;      /* len ints of the wanted width */
@@ -33,8 +35,8 @@ typedef struct {
 } mr_ints;
 
 /* Reads obj as ints of width 4 (int32) or 8 (int64) in [lo, hi].  Returns
- * 0 with *out filled (release it with mr_ints_release), or -1 with an
- * exception (nothing to release). */
+ * 0 with *out filled (release it with mr_ints_release: an array read in
+ * place is held until then), or -1 with an exception (nothing to release). */
 int mr_ints_read(PyObject *obj, int width, int64_t lo, int64_t hi, const char *arg, int flags, mr_buf *scratch,
                  mr_ints *out);
 void mr_ints_release(mr_ints *v);

@@ -19,9 +19,9 @@ mr_idx_release(mr_idx_arg *a)
 }
 
 /* Host data that is not a DLPack tensor, through the one integer reader
- * (py_ints.h): numpy arrays of the dtypes a tensor may hold (in place when
- * int64 and contiguous), sequences, ints.  A refusal reads as for a
- * tensor: TypeError for the type, ValueError for more than 1 dimension. */
+ * (py_ints.h): numpy arrays of the dtypes a tensor may hold, sequences,
+ * ints, always copied (MR_INTS_COPY).  A refusal reads as for a tensor:
+ * TypeError for the type, ValueError for more than 1 dimension. */
 static int
 idx_read(PyObject *obj, int mask, const char *arg, const char *kind, mr_idx_arg *out)
 {
@@ -37,7 +37,10 @@ idx_read(PyObject *obj, int mask, const char *arg, const char *kind, mr_idx_arg 
             return -1;
         }
     }
-    int flags = MR_INTS_SCALAR | (mask ? MR_INTS_BOOL : 0);
+    /* a copy: the indices are checked once and must not change under the
+     * kernel (an index array may alias the memory it writes, or another
+     * thread may write it while the kernel runs without the GIL) */
+    int flags = MR_INTS_SCALAR | MR_INTS_COPY | (mask ? MR_INTS_BOOL : 0);
     /* bytes are text to numpy, not uint8 indices */
     if (PyBytes_Check(obj) || mr_ints_read(obj, 8, INT64_MIN, INT64_MAX, arg, flags, &out->buf, &out->ints) < 0) {
         if (PyArray_Check(obj)

@@ -412,7 +412,7 @@ parse_rs_row(LifecycleObject *self, PyObject *obj, int64_t row, const char *fnam
                      fname, (long long)row, (long long)rp->size);
         return -1;
     }
-    if (!in_row && (rp->bound[row] & MR_ROW_BOUND)) {
+    if (!in_row && (rp->bound[row] & (MR_ROW_BOUND | MR_ROW_BATCH))) {
         PyErr_Format(PyExc_ValueError,
                      "%s(): row %lld holds another request's record; rs (a record outside any row) is not it", fname,
                      (long long)row);
@@ -445,6 +445,28 @@ resolve_handle(LifecycleObject *self, int64_t id, int64_t gen, const char *what,
         return -1;
     }
     return 0;
+}
+
+/* A cache call refused with MR_EINVAL because the request was matched (and
+ * is locked) under another namespace than ns: raised, 1; else 0.  `entry`
+ * >= 0 names a batch entry. */
+static int
+ns_refused(LifecycleObject *self, const char *fname, const mr_req *st, int64_t ns, int64_t entry)
+{
+    int32_t at = mr_lc_locked_ns(self->lc, st);
+    if (at < 0 || at == ns) {
+        return 0;
+    }
+    if (entry >= 0) {
+        PyErr_Format(PyExc_ValueError, "%s(): ns[%lld] = %lld, but rows[%lld]'s request was matched under "
+                     "namespace %d (its lock is there)", fname, (long long)entry, (long long)ns, (long long)entry,
+                     (int)at);
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "%s(): ns = %lld, but the request was matched under namespace %d (its lock "
+                     "is there)", fname, (long long)ns, (int)at);
+    }
+    return 1;
 }
 
 /* A (node_id, node_gen) handle, resolved; errors name it `what` ("node":
@@ -732,7 +754,7 @@ match_row_record(LifecycleObject *self, ReqStateObject *rs, int64_t owner)
                      (long long)rs->h.row, rs->pool != self->rp_obj ? " of another ReqPool" : "", (long long)owner);
         return -1;
     }
-    if (rs->pool == NULL && (rp->bound[owner] & MR_ROW_BOUND)) {
+    if (rs->pool == NULL && (rp->bound[owner] & (MR_ROW_BOUND | MR_ROW_BATCH))) {
         PyErr_Format(PyExc_ValueError,
                      "match(): owner=%lld holds another request's record; rs (a record outside any row) is not it",
                      (long long)owner);
@@ -1621,7 +1643,9 @@ Lifecycle_cache_unfinished(LifecycleObject *self, PyObject *const *args, Py_ssiz
     }
     if (rc != MR_OK) {
         Py_CLEAR(prefix);
-        lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
+        if (!(rc == MR_EINVAL && ns_refused(self, "cache_unfinished", &st, ns, -1))) {
+            lc_raise_row(self, rc, "cache_unfinished()", cache_unfinished_overrides, row);
+        }
         goto done;
     }
     res = Py_BuildValue("(NNLL)", build_rs(self, args[1], &st), prefix, (long long)fs, (long long)fd);
@@ -1693,7 +1717,9 @@ Lifecycle_cache_finished(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     if (rc != MR_OK) {
-        return lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
+        return rc == MR_EINVAL && ns_refused(self, "cache_finished", &st, ns, -1)
+                   ? NULL
+                   : lc_raise_row(self, rc, "cache_finished()", cache_finished_overrides, row);
     }
     /* the request is done with the cache: its record leaves the row (which
      * the scheduler frees next) and stays with the request, as SGLang's
@@ -1854,6 +1880,9 @@ tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         Py_DECREF(prefix);
         Py_XDECREF(kvf);
         Py_XDECREF(stf);
+        if (rc == MR_EINVAL && ns_refused(self, fname, &st, ns, -1)) {
+            return NULL;
+        }
         return rc != MR_OK ? lc_raise_row(self, rc, finished ? "cache_finished()" : "cache_unfinished()",
                                           finished ? lifecycle_overrides : unfinished_tree_overrides, 0)
                            : NULL;
@@ -2466,6 +2495,11 @@ batch_refused(LifecycleObject *self, const char *fname, const batch_args *b, int
     mr_lc_why why;
     if (rc == MR_EINVAL && mr_lc_batch_bad_token(&b->bk, b->k.n, bad, &why)) {
         return batch_raise(self, fname, &why, NULL);   /* an in-place key held a token outside int32 */
+    }
+    if (rc == MR_EINVAL && bad[0] >= 0 && bad[1] < 0 && bad[0] < (int64_t)b->n
+        && ns_refused(self, fname, &mr_pools_req_pool(self->rp_obj, lc_state(self))->req[I64(b->rows)[bad[0]]],
+                      b->k.ns != NULL ? b->k.ns[bad[0]] : 0, bad[0])) {
+        return -1;
     }
     (void)snprintf(what, sizeof(what), "%s()", fname);
     mr_raise_detail(lc_state(self), rc, what, overrides, NULL, 0);

@@ -270,3 +270,55 @@ def test_a_row_call_takes_only_a_row_in_use_and_its_own_record(call, rs_kind) ->
     # the row's own record is taken
     getattr(lc, call)(row, b, *args[1:])
     lc.check()
+
+
+def _batch_row(keys_ns=None):
+    sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(256), _C.ReqPool(2, 64)
+    lc = _C.Lifecycle(sa, ka, rp, page_size=1, chunk_size=4)
+    lc.insert([1, 2, 3, 4], ka.alloc(4), lc.alloc_state())       # cached in namespace 0
+    key = [1, 2, 3, 4, 5, 6, 7, 8]
+    row = int(lc.prefill_batch([key])["rows"][0])                  # matched and locked there
+    return lc, sa, rp, row, key
+
+
+@pytest.mark.parametrize("rs_kind", ["tuple of its record", "unbound ReqState"])
+def test_a_batch_row_takes_only_its_own_record(rs_kind) -> None:
+    """A row that prefill_batch admitted keeps its record itself: match(cow,
+    owner=row) and the per-row calls refuse a record from outside the row
+    (even a copy of the row's own), and change nothing; the row's view is
+    taken."""
+    lc, sa, rp, row, key = _batch_row()
+    own = rp.record(row)
+    outside = own.astuple() if rs_kind.startswith("tuple") else _C.ReqState(own.astuple())
+    before, avail, smap = own.astuple(), sa.available_size(), rp.state_map[row]
+    with pytest.raises(ValueError, match=f"owner={row} holds another request's record"):
+        lc.match([1, 2, 3, 4, 5], cow=True, owner=row, rs=_C.ReqState())
+    with pytest.raises(ValueError, match=f"cache_unfinished\\(\\): row {row} holds another request's record"):
+        lc.cache_unfinished(row, outside, key, 8)
+    with pytest.raises(ValueError, match=f"decode_finish\\(\\): row {row} holds another request's record"):
+        lc.decode_finish(row, outside, 8, False)
+    assert (own.astuple(), sa.available_size(), rp.state_map[row]) == (before, avail, smap)
+    lc.check()
+    lc.cache_unfinished(row, own, key, 8)       # the row's own record (its view)
+    lc.check()
+
+
+@pytest.mark.parametrize("call", ["unfinished_batch", "finish_batch", "cache_unfinished", "cache_finished"])
+def test_cache_calls_refuse_another_namespace_than_the_match(call) -> None:
+    """A request matched (and locked) in namespace 0 cannot be cached under
+    another: the tree's KV of its prefix would go to a second path.  Refused
+    before anything changes, naming both namespaces."""
+    lc, sa, rp, row, key = _batch_row()
+    ns1 = lc.namespace("x")
+    dump, avail = lc.dump(), sa.available_size()
+    with pytest.raises(ValueError, match="but .*matched under namespace 0"):
+        if call.endswith("_batch"):
+            getattr(lc, call)([row], [key], ns=[ns1])
+        elif call == "cache_unfinished":
+            lc.cache_unfinished(row, rp.record(row), key, 8, ns=ns1)
+        else:
+            lc.cache_finished(row, rp.record(row), key, 8, ns=ns1)
+    assert (lc.dump(), sa.available_size()) == (dump, avail)
+    lc.check()
+    getattr(lc, call)([row], [key], ns=[0]) if call.endswith("_batch") else None
+    lc.check()

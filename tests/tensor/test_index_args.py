@@ -92,3 +92,43 @@ def test_snapshot_of_an_h_the_pool_cannot_take_writes_nothing(dtype):
     assert np.array_equal(temporal, before)
     pool.snapshot_ssm_from_h(0, torch.ones(3, 2, 3, 4).to(torch.bfloat16), [2], [1])   # converted
     assert np.array_equal(temporal[0, 1], np.ones((2, 3, 4), np.float32))
+
+
+def test_indices_that_alias_the_pool_are_read_once_before_the_copy():
+    """A host index array that is a view of the memory the copy writes: the
+    kernel takes the indices as they were checked (a copy), not as the copy
+    rewrites them, so every pair lands where the check allowed."""
+    pool = mambaradix.StatePool.allocate(1, 3, [[2]], "int64", [1], "float32")   # conv: [1, 4, 2] int64
+    conv = np.from_dlpack(pool.conv[0])
+    conv[0, 1] = [0, 10**6]            # slot 1's state: what the first copy writes into dst's memory
+    conv[0, 2] = [5, 6]
+    dst = conv.reshape(-1)[6:8]        # slot 3's memory, as the dst indices [3, 0]
+    dst[:] = [3, 0]
+    src = np.array([1, 2], dtype=np.int64)
+    want = conv.copy()
+    want[0, 3] = want[0, 1]
+    want[0, 0] = want[0, 2]
+    pool.copy_slots(src, dst)
+    assert np.array_equal(conv, want)
+
+
+def test_an_index_array_cannot_be_resized_away_during_the_call():
+    """copy_slots holds the index arrays it reads: a later argument's
+    __index__ that resizes src is refused by numpy, so the call fails
+    cleanly with nothing copied."""
+    pool, conv, temporal = make_pool(3)
+    before = conv.copy()
+    held = [np.arange(1, 9, dtype=np.int64)]
+
+    class Dst:
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            if held:
+                np.ndarray.resize(held.pop(), (1,))
+            return self.v
+
+    with pytest.raises((TypeError, ValueError)):
+        pool.copy_slots(held[0], [Dst(0)] + [0] * 7)
+    assert np.array_equal(conv, before)
