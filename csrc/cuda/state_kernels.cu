@@ -527,20 +527,26 @@ rtt_kernel(const __grid_constant__ RttParams p)
         __syncthreads();
         unsigned long long part = 0;
         for (int64_t j = threadIdx.x; j < i; j += THREADS) {
-            const int64_t l = load_index(p.ends, j) - load_index(p.starts, j);
-            part += l > 0 ? (unsigned long long)l : 0ull;
+            // (an entry's length only when it is one: no signed overflow)
+            const int64_t sj = load_index(p.starts, j), ej = load_index(p.ends, j);
+            part += sj >= 0 && ej > sj ? (unsigned long long)ej - (unsigned long long)sj : 0ull;
         }
         atomicAdd(&total, part);
         __syncthreads();
+        const int64_t end = load_index(p.ends, i);
+        if (total > (unsigned long long)INT64_MAX || start < 0 || end < start) {
+            return;
+        }
         off = (int64_t)total;
-        len = load_index(p.ends, i) - start;
+        len = end - start;   // start >= 0, end >= start: no overflow
     }
     else {
         len = p.w.width;
         off = i * p.w.width;
     }
-    if (row < 0 || row >= p.w.nrows || start < 0 || len < 0 || start + len > p.w.ncols
-        || off + len > p.w.nvalues) {
+    // each bound compared without a sum that could overflow
+    if (row < 0 || row >= p.w.nrows || start < 0 || start > p.w.ncols || len < 0 || len > p.w.ncols - start
+        || len > p.w.nvalues || off > p.w.nvalues - len) {
         return;
     }
     for (int64_t k = threadIdx.x; k < len; k += THREADS) {

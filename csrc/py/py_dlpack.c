@@ -50,6 +50,19 @@ mr_parse_stream(PyObject *o, const char *fname, uintptr_t *out)
     return 0;
 }
 
+/* A device memory is allocated on: kDLCPU (id 0) or kDLCUDA, else a
+ * ValueError naming `what`. */
+int
+mr_alloc_device_check(const char *what, int32_t type, int32_t id)
+{
+    if ((type == MR_DL_CPU && id == 0) || type == MR_DL_CUDA) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "%s must be the CPU, (1, 0), or a CUDA device, (2, N); not (%d, %d)", what,
+                 (int)type, (int)id);
+    return -1;
+}
+
 /* Parses a device: "cpu", "cuda", "cuda:N", anything whose str() is one
  * of those (torch.device), or a (device_type, device_id) tuple. */
 int
@@ -440,8 +453,10 @@ Tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
         return NULL;
     }
     if (dl_device != NULL && dl_device != Py_None) {
-        int32_t t, i;
-        if (!PyTuple_Check(dl_device) || mr_parse_device(dl_device, "__dlpack__: dl_device", &t, &i) < 0) {
+        int64_t t, i;
+        if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2
+            || mr_as_int64(PyTuple_GET_ITEM(dl_device, 0), 0, INT32_MAX, "__dlpack__: dl_device", &t) < 0
+            || mr_as_int64(PyTuple_GET_ITEM(dl_device, 1), 0, INT32_MAX, "__dlpack__: dl_device", &i) < 0) {
             if (!PyErr_Occurred()) {
                 PyErr_SetString(PyExc_TypeError, "__dlpack__: dl_device must be a (type, id) tuple");
             }
@@ -574,7 +589,8 @@ Tensor_zeros(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     int ndim, dtype;
     int32_t dev_type = MR_DL_CPU, dev_id = 0;
     if (mr_parse_shape(a[0], "zeros(): shape", shape, &ndim) < 0 || mr_parse_dtype(a[1], "zeros(): dtype", &dtype) < 0
-        || (a[2] != NULL && mr_parse_device(a[2], "zeros(): device", &dev_type, &dev_id) < 0)
+        || (a[2] != NULL && (mr_parse_device(a[2], "zeros(): device", &dev_type, &dev_id) < 0
+                             || mr_alloc_device_check("zeros(): device", dev_type, dev_id) < 0))
         || mr_check_cuda_reachable(dev_type, dev_id, "zeros(): device") < 0) {
         return NULL;
     }

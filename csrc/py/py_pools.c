@@ -724,6 +724,13 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_RETURN_FALSE;
     }
     mr_reqpool *rp = &self->pool;
+    /* the slice first: its bounds' __index__ may run Python code, which
+     * could change the values array read below */
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(PyTuple_GET_ITEM(ix, 1), &start, &stop, &step) < 0 || step < 1) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;   /* torch refuses a step below 1: its own error */
+    }
     /* the values: an int, or an int32/int64 numpy array of at most one
      * dimension not sharing memory with the table */
     const void *data = NULL;
@@ -766,11 +773,6 @@ ReqPool_write_index(ReqPoolObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_Format(PyExc_IndexError, "write(): row %R of indices is out of the table's %lld rows",
                      PyTuple_GET_ITEM(ix, 0), (long long)(rp->size + 1));
         return NULL;
-    }
-    Py_ssize_t start, stop, step;
-    if (PySlice_Unpack(PyTuple_GET_ITEM(ix, 1), &start, &stop, &step) < 0 || step < 1) {
-        PyErr_Clear();
-        Py_RETURN_FALSE;   /* torch refuses a step below 1: its own error */
     }
     Py_ssize_t n = PySlice_AdjustIndices((Py_ssize_t)rp->max_ctx, &start, &stop, step);
     int why;

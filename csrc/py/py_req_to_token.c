@@ -31,7 +31,11 @@ raise_rtt(int reason, int64_t i, const int64_t *r, const int64_t *s, const int64
           const int64_t *v, int64_t nvalues, const mr_tensor *tt)
 {
     const char *fn = "write_req_to_token()";
-    int64_t len = reason == MR_RTT_COLS ? (e != NULL ? e[i] - s[i] : width) : 0;
+    /* the entry's end column, as given (ends) or saturated (starts + width) */
+    int64_t end = 0;
+    if (reason == MR_RTT_COLS && (e != NULL ? (end = e[i], 0) : __builtin_add_overflow(s[i], width, &end))) {
+        end = INT64_MAX;
+    }
     char span[96];
     switch (reason) {
     case MR_RTT_ROW:
@@ -53,12 +57,12 @@ raise_rtt(int reason, int64_t i, const int64_t *r, const int64_t *s, const int64
         PyErr_Format(PyExc_IndexError,
                      "%s: starts[%lld] = %lld, %s: columns [%lld, %lld) of rows[%lld] = %lld "
                      "are outside the table's [0, %lld)",
-                     fn, (long long)i, (long long)s[i], span, (long long)s[i], (long long)(s[i] + len),
+                     fn, (long long)i, (long long)s[i], span, (long long)s[i], (long long)end,
                      (long long)i, (long long)r[i], (long long)tt->shape[1]);
         break;
     case MR_RTT_TOTAL:
-        PyErr_Format(PyExc_ValueError, "%s: the ranges cover %lld tokens, values has %lld", fn, (long long)i,
-                     (long long)nvalues);
+        PyErr_Format(PyExc_ValueError, "%s: the ranges cover %s%lld tokens, values has %lld", fn,
+                     i > nvalues ? "at least " : "", (long long)i, (long long)nvalues);
         break;
     default:
         PyErr_Format(PyExc_OverflowError, "%s: values[%lld] = %lld does not fit the int32 table", fn,

@@ -187,7 +187,8 @@ StatePool_allocate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs, PyObj
     int32_t dev_type = MR_DL_CPU, dev_id = 0;
     if (mr_as_int64(a[0], 1, INT32_MAX, "allocate(): layers", &layers) < 0
         || mr_as_int64(a[1], 1, INT32_MAX - 1, "allocate(): slots", &slots) < 0
-        || (a[6] != NULL && mr_parse_device(a[6], "allocate(): device", &dev_type, &dev_id) < 0)
+        || (a[6] != NULL && (mr_parse_device(a[6], "allocate(): device", &dev_type, &dev_id) < 0
+                             || mr_alloc_device_check("allocate(): device", dev_type, dev_id) < 0))
         || mr_check_cuda_reachable(dev_type, dev_id, "allocate(): device") < 0) {
         return NULL;
     }
@@ -362,6 +363,10 @@ mr_raise_snap(const mr_state_pool *pool, int reason, const char *fname, const ch
             PyErr_Format(PyExc_TypeError, "%s(): x has dtype %s, conv[%lld] %s (must match)", fname,
                          mr_dtype_name(src->dtype), (long long)ci, mr_dtype_name(pt->dtype));
         }
+        break;
+    case MR_SNAP_OVERLAP:
+        PyErr_Format(PyExc_ValueError, "%s(): %s shares memory with the pool's state tensors (the snapshot would "
+                     "read what it writes)", fname, arg);
         break;
     default:
         PyErr_Format(PyExc_ValueError, "%s(): %s is on another device than the pool", fname, arg);

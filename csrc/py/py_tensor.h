@@ -30,6 +30,7 @@ typedef struct {
 int mr_parse_stream(PyObject *o, const char *fname, uintptr_t *out);
 /* "cpu", "cuda", "cuda:N", a torch.device or (device_type, device_id). */
 int mr_parse_device(PyObject *o, const char *what, int32_t *type, int32_t *id);
+int mr_alloc_device_check(const char *what, int32_t type, int32_t id);
 int mr_parse_dtype(PyObject *o, const char *what, int *out);
 int mr_parse_shape(PyObject *o, const char *what, int64_t *shape, int *ndim);
 

@@ -127,18 +127,31 @@ mr_rtt_check(const mr_rtt_write *p, const int64_t *r, const int64_t *s, const in
     int64_t total = 0;
     *reason = MR_RTT_OK;
     for (int64_t i = 0; i < n; i++) {
-        int64_t len = e != NULL ? e[i] - s[i] : p->width;
+        /* every bound compared without a difference or sum that could
+         * overflow (starts and ends take any int64) */
+        int64_t len = p->width;
         *at = i;
         if (r[i] < 0 || r[i] >= p->nrows) {
             *reason = MR_RTT_ROW;
         }
-        else if (e != NULL && len < 0) {
+        else if (e != NULL && e[i] < s[i]) {
             *reason = MR_RTT_ENDS;
         }
-        else if (s[i] < 0 || s[i] + len > p->ncols) {
+        else if (s[i] < 0 || s[i] > p->ncols) {
             *reason = MR_RTT_COLS;
         }
+        else {
+            len = e != NULL ? e[i] - s[i] : p->width;   /* e[i] >= s[i] >= 0 */
+            if (len > p->ncols - s[i]) {
+                *reason = MR_RTT_COLS;
+            }
+        }
         if (*reason != MR_RTT_OK) {
+            return MR_EINVAL;
+        }
+        if (len > p->nvalues - total) {
+            *reason = MR_RTT_TOTAL;   /* more values than given, already */
+            *at = total > INT64_MAX - len ? INT64_MAX : total + len;
             return MR_EINVAL;
         }
         total += len;

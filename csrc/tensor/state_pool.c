@@ -180,6 +180,21 @@ refuse(int *reason, int why)
     return MR_EINVAL;
 }
 
+/* 1 when src's memory overlaps one of the pool's state tensors. */
+static int
+overlaps_pool(const mr_state_pool *p, const mr_tensor *src)
+{
+    uintptr_t lo = (uintptr_t)src->data, hi = lo + (uintptr_t)src->numel * mr_dtype_size(src->dtype);
+    for (int j = 0; j < p->ntensors; j++) {
+        const mr_tensor *u = p->t[j];
+        uintptr_t ulo = (uintptr_t)u->data, uhi = ulo + (uintptr_t)u->numel * mr_dtype_size(u->dtype);
+        if (lo < uhi && ulo < hi) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int
 ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap *s, int *reason)
 {
@@ -200,6 +215,9 @@ ssm_plan(const mr_state_pool *p, int64_t layer, const mr_tensor *h, mr_ssm_snap 
                       && (tt->dtype == MR_DTYPE_FLOAT32 || tt->dtype == MR_DTYPE_BFLOAT16);
     if (h->dtype != tt->dtype && !convertible) {
         return refuse(reason, MR_SNAP_DTYPE);
+    }
+    if (overlaps_pool(p, h)) {
+        return refuse(reason, MR_SNAP_OVERLAP);
     }
     memset(s, 0, sizeof(*s));
     s->elems = 1;
@@ -237,6 +255,9 @@ conv_plan(const mr_state_pool *p, int64_t layer, int64_t ci, const mr_tensor *x,
     }
     if (x->device_type != p->device_type || x->device_id != p->device_id) {
         return refuse(reason, MR_SNAP_DEVICE);
+    }
+    if (overlaps_pool(p, x)) {
+        return refuse(reason, MR_SNAP_OVERLAP);
     }
     const mr_state_desc *cd = &p->layout.t[ci];
     memset(s, 0, sizeof(*s));

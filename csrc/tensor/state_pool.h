@@ -82,7 +82,9 @@ enum {
     MR_SNAP_CONV_NDIM,   /* conv[ci] is not [layers, slots + 1, dim, K - 1] */
     MR_SNAP_SHAPE,       /* h: not [..., num_chunks, *temporal_shape]; x: not [T, dim] */
     MR_SNAP_DTYPE,       /* h: not the temporal dtype nor float32/bfloat16 both sides; x: not conv's */
-    MR_SNAP_DEVICE       /* not on the pool's device */
+    MR_SNAP_DEVICE,      /* not on the pool's device */
+    MR_SNAP_OVERLAP      /* its memory overlaps one of the pool's state tensors (the copy would read
+                          * what it writes) */
 };
 
 /* A snapshot's plan: snapshot_conv_window's (conv) or snapshot_ssm_from_h's. */

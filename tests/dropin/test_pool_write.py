@@ -178,3 +178,21 @@ def test_write_index_declines_what_it_does_not_cover():
                   ((1, slice(0, 2)), np.array([1.0, 2.0])), ((1, slice(0, 2)), np.zeros((1, 2), np.int64)),
                   ((np.int64(1), slice(0, 2)), 5), ((1, slice(0, 2)), None), ((1, slice(0, 2)), True)]:
         assert rp.write_index(ix, v) is False
+
+
+def test_write_index_reads_values_after_the_slice_bounds():
+    # the slice's __index__ runs before the values are read: one that
+    # shrinks the values array leaves the write reading it as it is then
+    # (one value, broadcast), never its freed memory
+    from mambaradix import _C
+    rp = _C.ReqPool(4, 64)
+    held = [np.arange(40, dtype=np.int64) + 1000]
+
+    class Start:
+        def __index__(self):
+            np.ndarray.resize(held.pop(), (1,))
+            return 0
+
+    ok = rp.write_index((1, slice(Start(), 40)), held[0])
+    assert ok is True
+    assert rp.table[1, :40].tolist() == [1000] * 40 and not rp.table[1, 40:].any()

@@ -66,3 +66,48 @@ def test_numpy_indices_of_other_dtypes_are_refused(dtype) -> None:
         p.copy_slots(np.array([1], dtype=dtype), [3])
     with pytest.raises(TypeError, match=rf"src must hold int32 or int64 indices, not {np.dtype(dtype)}"):
         p.copy_slots(np.array([], dtype=dtype), np.array([], dtype=np.int64))
+
+
+I64 = 2**63 - 1
+
+
+@pytest.mark.parametrize("case", ["start at int64's end", "end before start, far", "lengths that wrap"])
+def test_write_req_to_token_refuses_ranges_past_int64_without_writing(case) -> None:
+    """Starts and ends take any int64: a range whose end or length does not
+    fit (starts[i] + width, ends[i] - starts[i], their sum) is refused by
+    comparison, never by a sum that wraps into the table's range."""
+    table = np.zeros((2, 8), dtype=np.int32)
+    guard = np.full(32, 5, dtype=np.int32)
+    if case == "start at int64's end":
+        with pytest.raises(IndexError, match=r"starts\[0\] = 9223372036854775807"):
+            write_req_to_token(table, [0], [I64], [5])
+    elif case == "end before start, far":
+        with pytest.raises(IndexError, match=r"ends\[0\] = -9223372036854775808 is before starts\[0\] = 1"):
+            write_req_to_token(table, [0, 0, 1], [1, 1, 0], [7], ends=[-2**63, -2**63, 3])
+    else:
+        with pytest.raises(IndexError, match=r"outside the table"):
+            write_req_to_token(table, [0, 1], [0, 0], np.arange(9, dtype=np.int32), ends=[I64, 2])
+    assert not table.any() and (guard == 5).all()
+
+
+def test_a_snapshot_source_inside_the_pool_is_refused() -> None:
+    """h (or x) sharing memory with the pool's state tensors would be read
+    while the snapshot writes it: refused, nothing written."""
+    pool = StatePool.allocate(1, 3, [[1]], "float32", [2], "float32")     # temporal [1, 4, 2]
+    temporal = np.from_dlpack(pool.temporal)
+    temporal[...] = np.arange(8, dtype=np.float32).reshape(1, 4, 2)
+    before = temporal.copy()
+    h = temporal.reshape(-1)[1:7].reshape(3, 2)
+    with pytest.raises(ValueError, match="h shares memory with the pool's state tensors"):
+        pool.snapshot_ssm_from_h(0, h, [0], [1])
+    assert np.array_equal(temporal, before)
+    pool.snapshot_ssm_from_h(0, h.copy(), [0], [1])       # the same values from outside the pool
+    assert temporal[0, 1].tolist() == before.reshape(-1)[1:3].tolist()
+
+
+@pytest.mark.parametrize("device", [(7, 0), (3, 0), (1, 5), (0, 0)])
+def test_memory_is_made_only_on_the_cpu_or_a_cuda_device(device) -> None:
+    with pytest.raises(ValueError, match=r"zeros\(\): device must be the CPU"):
+        Tensor.zeros((4,), "float32", device=device)
+    with pytest.raises(ValueError, match=r"allocate\(\): device must be the CPU"):
+        StatePool.allocate(1, 3, [[1]], "float32", [2], "float32", device=device)
