@@ -427,7 +427,8 @@ conv_kernel(const __grid_constant__ ConvParams<INLINE> p)
     const T *__restrict__ x = reinterpret_cast<const T *>(p.s.x);
     T *__restrict__ dst = reinterpret_cast<T *>(p.s.dst + slot * p.s.dst_slot_stride) + c * p.s.km1;
     for (int64_t j = 0; j < p.s.km1; j++) {
-        int64_t t = pos - p.s.km1 + j;
+        // (clamped below 0 without the subtraction wrapping: pos takes any int64)
+        int64_t t = pos < INT64_MIN + p.s.km1 ? 0 : pos - p.s.km1 + j;
         t = t < 0 ? 0 : (t > p.s.tokens - 1 ? p.s.tokens - 1 : t);
         dst[j] = x[t * p.s.dim + c];
     }

@@ -122,7 +122,8 @@ mr_cpu_snapshot_conv(const mr_conv_snap *p, const int64_t *pos, const int64_t *s
     for (int64_t i = 0; i < n; i++) {
         char *d = p->dst + slot[i] * p->dst_slot_stride;
         for (int64_t j = 0; j < p->km1; j++) {
-            int64_t t = pos[i] - p->km1 + j;
+            /* (clamped below 0 without the subtraction wrapping: positions take any int64) */
+            int64_t t = pos[i] < INT64_MIN + p->km1 ? 0 : pos[i] - p->km1 + j;
             t = t < 0 ? 0 : (t > p->tokens - 1 ? p->tokens - 1 : t);
             const char *xrow = p->x + t * p->dim * (int64_t)es;
             for (int64_t c = 0; c < p->dim; c++) {

@@ -57,3 +57,18 @@ def test_huge_allocation_says_what_it_could_not_allocate():
         mambaradix.StatePool.allocate(4, 1_000_000, [(1 << 20,)], ["float32"], (4,), "float32")
     with pytest.raises(ValueError, match=r"allocate\(\): conv tensor .* is too large"):
         mambaradix.StatePool.allocate(4, 1000, [(1 << 30, 1 << 30)], ["float32"], (4,), "float32")
+
+
+@pytest.mark.parametrize("far", [-2**63, -2**62, 2**63 - 1])
+def test_conv_window_positions_far_outside_clamp_as_documented(far):
+    """positions take any int64: a window far before the first token (or
+    past the last) is clamped row by row, as a position just outside is,
+    never wrapped by the subtraction."""
+    import mambaradix as mr
+    pool = mr.StatePool.allocate(1, 3, [[2, 3]], "float32", [1], "float32")   # conv per slot [2, 3]
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    near = -1 if far < 0 else 10
+    pool.snapshot_conv_window(0, x, [far, near], [1, 2])
+    conv = np.from_dlpack(pool.conv[0])
+    t = 0 if far < 0 else 3
+    assert conv[0, 1].tolist() == conv[0, 2].tolist() == [[x[t, 0]] * 3, [x[t, 1]] * 3]
