@@ -314,28 +314,42 @@ int32_t
 mr_lc_locked_ns(const mr_lifecycle *lc, const mr_req *st)
 {
     mr_node *n = NULL;
-    return st->locked && mr_radix_resolve(lc->tree, st->last_node, &n) == MR_OK ? mr_node_namespace(n) : -1;
+    /* a lock on the root (a match that found nothing) is in no namespace */
+    return st->locked && mr_radix_resolve(lc->tree, st->last_node, &n) == MR_OK && n != mr_radix_root(lc->tree)
+               ? mr_node_namespace(n)
+               : -1;
 }
 
-/* 0 when the request holds a lock on a node of another namespace than ns:
- * its cached prefix is that namespace's, so caching it under ns would give
- * the tree's own KV to a second path.  1 otherwise. */
+/* The request's lock, checked before a cache call changes anything: a
+ * stale handle (MR_ESTALE: the call could not drop it after its insert), or
+ * a node of another namespace than ns (MR_EINVAL: its cached prefix is that
+ * namespace's, so caching it under ns would give the tree's own KV to a
+ * second path).  MR_OK when it holds none. */
 static int
-lock_in_ns(const mr_lifecycle *lc, const mr_req *st, int32_t ns)
+lock_check(const mr_lifecycle *lc, const mr_req *st, int32_t ns)
 {
+    mr_node *n = NULL;
+    if (!st->locked) {
+        return MR_OK;
+    }
+    int rc = mr_radix_resolve(lc->tree, st->last_node, &n);
+    if (rc != MR_OK) {
+        return rc;
+    }
     int32_t at = mr_lc_locked_ns(lc, st);
-    return at < 0 || at == ns;
+    return at < 0 || at == ns ? MR_OK : MR_EINVAL;
 }
 
-/* Each row's request is locked in its entry's namespace (ns NULL: 0), or
- * MR_EINVAL with bad[0] = the entry. */
+/* lock_check for each row's request with its entry's namespace (ns NULL:
+ * 0), or its refusal with bad[0] = the entry. */
 static int
-batch_ns_check(const mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *ns, int64_t *bad)
+batch_lock_check(const mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *ns, int64_t *bad)
 {
     for (size_t i = 0; i < n; i++) {
-        if (!lock_in_ns(lc, &lc->rp->req[rows[i]], ns ? ns[i] : 0)) {
+        int rc = lock_check(lc, &lc->rp->req[rows[i]], ns ? ns[i] : 0);
+        if (rc != MR_OK) {
             bad[0] = (int64_t)i;
-            return MR_EINVAL;
+            return rc;
         }
     }
     return MR_OK;
@@ -1360,8 +1374,9 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     if (st->running < 0) {
         return MR_ESTATE;  /* finished twice, or its states were freed */
     }
-    if (!lock_in_ns(lc, st, ns)) {
-        return MR_EINVAL;  /* matched under another namespace */
+    int rc0 = lock_check(lc, st, ns);
+    if (rc0 != MR_OK) {
+        return rc0;        /* a stale lock, or matched under another namespace */
     }
     int rc = scratch(lc, committed_len + 1);
     if (rc == MR_OK) {
@@ -1555,8 +1570,9 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     *fork_src = *fork_dst = -1;
     *table_end = st->protected_len > 0 ? st->protected_len : 0;   /* nothing to rewrite yet */
     lc->cached_len = 0;
-    if (!lock_in_ns(lc, st, ns)) {
-        return MR_EINVAL;  /* matched under another namespace */
+    int rc0 = lock_check(lc, st, ns);
+    if (rc0 != MR_OK) {
+        return rc0;        /* a stale lock, or matched under another namespace */
     }
     int64_t cache_len = mr_lc_unfinished_cache_len(lc, st, fill_len);
     if (cache_len < 0) {
@@ -2306,8 +2322,9 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr
             return MR_EINVAL;
         }
     }
-    if (batch_ns_check(lc, n, rows, ns, bad) != MR_OK) {
-        return MR_EINVAL;   /* bad = {entry, -1}: matched under another namespace */
+    int lrc = batch_lock_check(lc, n, rows, ns, bad);
+    if (lrc != MR_OK) {
+        return lrc;   /* bad = {entry, -1}: a stale lock, or matched under another namespace */
     }
     const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
     if (tok == NULL) {
@@ -2421,8 +2438,9 @@ mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_
             return MR_EINVAL;
         }
     }
-    if (batch_ns_check(lc, n, rows, ns, bad) != MR_OK) {
-        return MR_EINVAL;   /* bad = {entry, -1}: matched under another namespace */
+    int lrc = batch_lock_check(lc, n, rows, ns, bad);
+    if (lrc != MR_OK) {
+        return lrc;   /* bad = {entry, -1}: a stale lock, or matched under another namespace */
     }
     const int32_t **tok = MR_MALLOC((n + 1) * sizeof(*tok));
     if (tok == NULL) {

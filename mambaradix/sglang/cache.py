@@ -43,6 +43,7 @@ from .pools import (
     HybridReqToTokenPool,
     TokenToKVPoolAllocator,
     _apply_record,
+    _check_last_node,
     _host_view,
     _np_index,
     _owns_record,
@@ -764,20 +765,25 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
         every other slot of the request are freed; its lock is dropped."""
         _req_arg(req, "cache_finished_req")
         ns = self._ns(req.extra_key, name="cache_finished_req(): req.extra_key")   # before the request changes
-        committed = self._committed_len(req, kwargs)
+        if kwargs.get("kv_len_to_handle") is None and getattr(req, "kv_committed_freed", False):
+            self._committed_len(req, kwargs)    # a double finish: its own error (nothing changes)
         if req.req_pool_idx is None:
             raise ValueError(f"cache_finished_req(): request {req.rid!r} holds no request row")
+        if (self._native and not self.disable
+                and ((req._rs.running < 0) if _owns_record(req) else (req.mamba_pool_idx is None))):
+            raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
+        if not self.disable:
+            _check_last_node(req, self)
+        committed = self._committed_len(req, kwargs)    # (pops the request's committed KV: checks first)
         pool = self.req_to_token_pool
         if self.disable:
             kv = pool.req_to_token[req.req_pool_idx, :committed]
             self.token_to_kv_pool_allocator.free(kv.to(torch.int64))
             pool.free_mamba_cache(req)
             return
-        if not self._native:
-            return self._foreign_cache_finished(req, is_insert, committed, ns)
-        if (req._rs.running < 0) if _owns_record(req) else (req.mamba_pool_idx is None):
-            raise _C.OwnershipError(f"cache_finished_req(): request {req.rid!r} holds no state slot (finished twice?)")
         rs = _rs_of(req, with_node=True, cache=self)
+        if not self._native:
+            return self._foreign_cache_finished(req, rs, is_insert, committed, ns)
         running = rs.running
         # the key is origin_input_ids + output_ids, read without the sum
         self._lc.cache_finished(
@@ -822,10 +828,9 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
     # The C lifecycle decides (tree-only mode); what the pools' allocators must
     # free comes back as two arrays (_free_foreign frees them as SGLang does).
 
-    def _foreign_cache_finished(self, req: Req, is_insert: bool, committed: int, ns: int) -> None:
+    def _foreign_cache_finished(self, req: Req, rs: Any, is_insert: bool, committed: int, ns: int) -> None:
         pool = self.req_to_token_pool
         kv = _np_index(pool.req_to_token[req.req_pool_idx, :committed], True)
-        rs = _rs_of(req, with_node=True, cache=self)
         running = rs.running
         _, kv_free, st_free = self._lc.cache_finished(
             rs, req.origin_input_ids + req.output_ids, kv, ns=ns, is_insert=bool(is_insert)
@@ -847,9 +852,10 @@ class MambaRadixCache(*_Bases):  # type: ignore[misc]
             return
         kv = _np_index(pool.req_to_token[row, : len(token_ids)], True)
         ns = self._ns(req.extra_key, name="cache_unfinished_req(): req.extra_key")
-        fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
+        # everything read from the request before the slot is taken: a refusal leaves it free
         keep = pool.get_mamba_ping_pong_keep_idx(req) if self.enable_mamba_extra_buffer else -1
         rs = _rs_of(req, with_node=True, cache=self)
+        fresh = self._alloc_mamba_slot()  # evicts a cached state when none is free, as SGLang does
         p = rs.protected_len
         try:
             _, prefix, fs, fd, kv_free, st_free, end = self._lc.cache_unfinished(

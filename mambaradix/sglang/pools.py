@@ -606,6 +606,8 @@ def _rs_of(req: Any, *, with_node: bool = False, cache: Any = None) -> Any:
     own ReqState (the call updates it in place; nothing is packed); another
     request type gets a temporary one built from its fields, which
     _apply_rs writes back.  with_node: last_node's handle and lock too."""
+    if with_node and cache is not None:
+        _check_last_node(req, cache)
     rs = req._rs if _owns_record(req) else _C.ReqState(_fields_of(req))
     if with_node:
         node = req.last_node if cache is not None else None
@@ -614,6 +616,16 @@ def _rs_of(req: Any, *, with_node: bool = False, cache: Any = None) -> Any:
         else:
             rs.node_id, rs.node_gen, rs.locked = node._id, node._gen, 1
     return rs
+
+
+def _check_last_node(req: Any, cache: Any) -> None:
+    """req.last_node is None or a node of `cache` (SGLang's own node, or
+    another cache's, names nothing there): else TypeError naming it."""
+    node = req.last_node
+    if node is not None and (getattr(node, "_cache", None) is not cache or not hasattr(node, "_gen")):
+        where = "of another cache" if hasattr(node, "_cache") else f"not {type(node).__name__}"
+        raise TypeError(f"req.last_node of request {getattr(req, 'rid', None)!r} must be a TreeNode of this "
+                        f"cache, {where}")
 
 
 def _apply_record(req: Any, rs: Any, ix: SlotIndex) -> None:

@@ -293,6 +293,8 @@ def _supply_components(cache, params, *args, **kwargs):
     chosen = resolved_settings()
     if not (chosen["end_of_turn_states"][0] or chosen["path_state_budget"][0]):
         return None
+    if fallback_reason(params) is not None:
+        return None     # SGLang's own TreeCore serves this cache: it keeps SGLang's own component
     params.component_registry_override = {ComponentType.MAMBA: end_of_turn_component_class()}
     return None
 
@@ -367,9 +369,11 @@ def end_of_turn_component_class():
                 self.cache.req_to_token_pool.free_mamba_cache(req)
             else:
                 super().cleanup_after_caching_req(req, is_finished, insert_result, insert_params)
-            if insert_result is not None and insert_params is not None and insert_params.mamba_value is not None:
+            trim = getattr(self.tree_core, "trim_path_states", None)    # ours only
+            if (trim is not None and insert_result is not None and insert_params is not None
+                    and insert_params.mamba_value is not None):
                 # the per-path budget, now that the request's lock has moved onto the inserted node
-                slots = self.tree_core.trim_path_states(insert_result.last_device_node)
+                slots = trim(insert_result.last_device_node)
                 if slots.numel():
                     self._free_mamba_value(slots)
 

@@ -322,3 +322,43 @@ def test_cache_calls_refuse_another_namespace_than_the_match(call) -> None:
     lc.check()
     getattr(lc, call)([row], [key], ns=[0]) if call.endswith("_batch") else None
     lc.check()
+
+
+@pytest.mark.parametrize("values", [True, False])
+def test_a_stale_lock_refuses_cache_finished_before_the_insert(values) -> None:
+    """A record whose locked node handle names no node: cache_finished is
+    refused (StaleNodeError) before it inserts anything, as it could not
+    drop that lock afterwards."""
+    import numpy as np
+    lc = _C.Lifecycle(chunk_size=4, extra_buffer=True, values=values)
+    rs = _C.ReqState()
+    nid, ngen = lc.root()
+    lc.cow(rs, nid, ngen)
+    lc.lock(nid, ngen)
+    rs.node_id, rs.node_gen, rs.locked = nid, ngen, 1
+    lc.admit(rs, 1)
+    toks = np.arange(1, 21, dtype=np.int64)
+    kv = np.arange(100, 120, dtype=np.int64) if values else 20
+    lc.prepare_extend(0, rs, 0, 20)
+    t = list(rs.astuple())
+    t[10] = 12345                          # node_id: names no node
+    before = (lc.sizes(), lc.dump())
+    with pytest.raises(_C.StaleNodeError if hasattr(_C, "StaleNodeError") else ValueError, match="stale"):
+        lc.cache_finished(_C.ReqState(tuple(t)), toks, kv)
+    assert (lc.sizes(), lc.dump()) == before
+    lc.cache_finished(rs, toks, kv)        # the record as it is: accepted
+    assert lc.sizes() != before[0]
+
+
+def test_a_match_that_finds_nothing_caches_under_the_requests_namespace() -> None:
+    """A miss locks the root, which belongs to no namespace: the request's
+    cache calls under its own namespace are accepted (batch and per row)."""
+    sa, ka, rp = _C.SlotAllocator(16), _C.SlotAllocator(256), _C.ReqPool(2, 64)
+    lc = _C.Lifecycle(sa, ka, rp, page_size=1, chunk_size=4)
+    ns = lc.namespace("tenant")
+    key = [1, 2, 3, 4, 5, 6, 7, 8]
+    row = int(lc.prefill_batch([key], ns=[ns])["rows"][0])
+    lc.unfinished_batch([row], [key], ns=[ns])
+    lc.finish_batch([row], [key], ns=[ns])
+    lc.check()
+    assert len(lc.match(key, ns=ns)[0]) == 8 and len(lc.match(key)[0]) == 0   # cached under ns only

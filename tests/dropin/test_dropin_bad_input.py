@@ -203,6 +203,10 @@ CASES = {
                                  r"cache_finished_req\(\): req must be a Req, not NoneType"),
     "cache_finished_req: kv_len_to_handle -1": (lambda c: c.cache.cache_finished_req(c.req, kv_len_to_handle=-1),
                                                 ValueError, r"kv_len_to_handle must be >= 0"),
+    "cache_finished_req: last_node not a node of ours": (
+        lambda c: (setattr(c, "_node", c.req.last_node), setattr(c.req, "last_node", object()),
+                   _restore_after(c, lambda: c.cache.cache_finished_req(c.req))),
+        TypeError, r"req\.last_node of request .* must be a TreeNode of this cache, not object"),
     "cache_finished_req: int extra_key": (lambda c: (setattr(c.req, "extra_key", 3), c.cache.cache_finished_req(c.req)),
                                           TypeError, r"cache_finished_req\(\): req\.extra_key must be a str or None"),
     "cache_unfinished_req(1)": (lambda c: c.cache.cache_unfinished_req(1), TypeError, r"req must be a Req, not int"),
@@ -281,6 +285,15 @@ CASES = {
     "req.mamba_ping_pong_track_buffer = floats": (lambda c: setattr(c.req, "mamba_ping_pong_track_buffer", [1.5, 2.5]),
                                                   TypeError, r"mamba_ping_pong_track_buffer must hold integers"),
 }
+
+
+def _restore_after(c, call):
+    """Runs call; the request's last_node (set aside in c._node) goes back
+    afterwards, refused or not, so the snapshot compares the rest."""
+    try:
+        call()
+    finally:
+        c.req.last_node = c._node
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -190,7 +190,7 @@ MUTANTS: List[Mutant] = [
     Mutant("K_SSM_DTYPE", "csrc/tensor/state_pool.c", "    if (h->dtype != tt->dtype && !convertible) {",
            "    if (0 && h->dtype != tt->dtype && !convertible) {", T_KERN + ["tests/tensor/test_index_args.py"],
            "snapshot_ssm_from_h takes h of a dtype it cannot convert"),
-    Mutant("K_CONV", "csrc/tensor/kernels_cpu.c", "int64_t t = pos[i] - p->km1 + j;", "int64_t t = pos[i] - p->km1 + j + 1;",
+    Mutant("K_CONV", "csrc/tensor/kernels_cpu.c", "pos[i] - p->km1 + j;", "pos[i] - p->km1 + j + 1;",
            T_KERN, "conv window snapshot off by one"),
     Mutant("K_SSM", "csrc/tensor/kernels_cpu.c", "const char *s = p->h + chunk[i] * p->elems * (int64_t)hsz;",
            "const char *s = p->h + (chunk[i] + 1) * p->elems * (int64_t)hsz;", T_KERN,

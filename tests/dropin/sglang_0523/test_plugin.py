@@ -163,3 +163,56 @@ def test_an_unreadable_state_setting_is_refused_naming_the_variable(var, value, 
     r = _run(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", **{var: value})
     assert r.returncode != 0
     assert f"ValueError: {var}={value!r}: {says}" in r.stderr, r.stderr[-3000:]
+
+
+# A cache our core cannot serve (a page size past 128 falls back to SGLang's Python TreeCore), with
+# end-of-turn states and a budget set: the hook leaves SGLang's own MAMBA component there, and a request
+# finishes as on SGLang's core (our component's cleanup asks the core for trim_path_states).
+FALLBACK_SCRIPT = """
+import logging, sys
+sys.path.insert(0, {here!r})
+import sgl_env
+sgl_env.bootstrap()
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from array import array
+import dual
+from sglang.test.kits.unified_radix_cache.config import CacheConfig
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.test.mem_cache_utils import finish_req
+PS = 256
+cfg = CacheConfig(page_size=PS, components=(dual.FULL, dual.MAMBA), enable_mamba_extra_buffer=True,
+                  mamba_cache_size=40, kv_size=8 * PS, max_context_len=8 * PS)
+cache, alloc, pool = dual.build(cfg, "mambaradix")
+print("CORE", type(cache.tree_core).__name__, type(cache.components[dual.MAMBA]).__name__)
+toks = list(range(1, 2 * PS + 1))
+req = Req(rid="r0", origin_input_text="", origin_input_ids=array("q", toks),
+          sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+req.extra_key = None
+req.cache_salt = None
+pool.alloc([req])
+req.output_ids = array("q")
+req.full_untruncated_fill_ids = array("q", toks)
+m = cache.match_prefix(MatchPrefixParams(key=dual._key(toks)))
+req.last_node = m.last_device_node
+req.lock = cache.lock(m.last_device_node)
+n = len(toks)
+pool.write((req.kv.req_pool_idx, slice(0, n)), alloc.alloc(n))
+req.kv.cache_protected_len = 0
+req.kv.kv_allocated_len = req.kv.kv_committed_len = req.kv.mamba_last_track_seqlen = n
+req.kv.mamba_last_track_idx = 0
+finish_req(cache, req, n)
+print("FINISHED", cache.full_evictable_size() if hasattr(cache, "full_evictable_size") else "")
+"""
+
+
+def test_a_cache_on_sglangs_own_core_keeps_sglangs_component_with_our_state_settings():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBARADIX_")}
+    env.update(SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="mambaradix", MAMBARADIX_END_OF_TURN_STATES="1",
+               MAMBARADIX_PATH_STATE_BUDGET="2")
+    r = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT.format(here=HERE)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CORE UnifiedTreeCore MambaComponent\n" in r.stdout and "FINISHED" in r.stdout, r.stdout[-3000:]
