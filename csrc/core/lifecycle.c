@@ -336,8 +336,8 @@ lock_check(const mr_lifecycle *lc, const mr_req *st, int32_t ns)
     if (rc != MR_OK) {
         return rc;
     }
-    int32_t at = mr_lc_locked_ns(lc, st);
-    return at < 0 || at == ns ? MR_OK : MR_EINVAL;
+    /* (the root, a miss's lock, is in no namespace: mr_lc_locked_ns) */
+    return n == mr_radix_root(lc->tree) || mr_node_namespace(n) == ns ? MR_OK : MR_EINVAL;
 }
 
 /* lock_check for each row's request with its entry's namespace (ns NULL:

@@ -348,6 +348,34 @@ PyDoc_STRVAR(RadixTree_match_prefix__doc__,
 "edge is split, as in SGLang; LRU lists are refreshed.  indices=False:\n"
 "MatchResult.indices is None (no copy of the path's indices).");
 
+/* A lookup's key into the tree's keybuf (taken here), then extra_key's
+ * namespace id (-1: a name the tree does not know), in that order: reading
+ * the key may run Python code (an item's __index__) that inserts under
+ * extra_key, creating its id.  0, or -1 with an exception and nothing to
+ * give back; on 0 the caller hands key and *ks to lookup_done. */
+static int
+lookup_args(RadixTree *self, PyObject *key_obj, PyObject *extra_key, mr_buf *ks, mr_ints *key, int32_t *ns)
+{
+    *ks = mr_buf_take(&self->keybuf);
+    if (read_key(key_obj, ks, key) < 0) {
+        mr_buf_give(&self->keybuf, ks);
+        return -1;
+    }
+    if (mr_py_namespace(self->tree, extra_key, 0, ns) < 0) {
+        mr_ints_release(key);
+        mr_buf_give(&self->keybuf, ks);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+lookup_done(RadixTree *self, mr_buf *ks, mr_ints *key)
+{
+    mr_ints_release(key);
+    mr_buf_give(&self->keybuf, ks);
+}
+
 static PyObject *
 RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -361,23 +389,14 @@ RadixTree_match_prefix(RadixTree *self, PyObject *const *args, Py_ssize_t nargs,
     if (mr_arg_bool(a[2], "match_prefix", "indices", &want) < 0) {
         return NULL;
     }
-    /* The key before the namespace id: reading it may run Python code (an
-     * item's __index__) that inserts under extra_key, creating its id. */
     mr_ints key;
-    mr_buf ks = mr_buf_take(&self->keybuf);
-    if (read_key(a[0], &ks, &key) < 0) {
-        mr_buf_give(&self->keybuf, &ks);
-        return NULL;
-    }
-    if (mr_py_namespace(self->tree, a[1], 0, &ns) < 0) {
-        mr_ints_release(&key);
-        mr_buf_give(&self->keybuf, &ks);
+    mr_buf ks;
+    if (lookup_args(self, a[0], a[1], &ks, &key, &ns) < 0) {
         return NULL;
     }
     mr_match m;
     int rc = mr_radix_match(self->tree, key.data, key.len, ns, &m);
-    mr_ints_release(&key);
-    mr_buf_give(&self->keybuf, &ks);
+    lookup_done(self, &ks, &key);
     if (rc != MR_OK) {
         return mr_raise(st, rc, "match_prefix()");
     }
@@ -408,21 +427,13 @@ RadixTree_cached_len(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, P
     if (mr_parse(&spec, args, nargs, kwnames, a) < 0) {
         return NULL;
     }
-    /* the key before the namespace id, as match_prefix reads them */
     mr_ints key;
-    mr_buf ks = mr_buf_take(&self->keybuf);
-    if (read_key(a[0], &ks, &key) < 0) {
-        mr_buf_give(&self->keybuf, &ks);
-        return NULL;
-    }
-    if (mr_py_namespace(self->tree, a[1], 0, &ns) < 0) {
-        mr_ints_release(&key);
-        mr_buf_give(&self->keybuf, &ks);
+    mr_buf ks;
+    if (lookup_args(self, a[0], a[1], &ks, &key, &ns) < 0) {
         return NULL;
     }
     size_t n = ns < 0 ? 0 : mr_radix_cached_len(self->tree, key.data, key.len, ns);
-    mr_ints_release(&key);
-    mr_buf_give(&self->keybuf, &ks);
+    lookup_done(self, &ks, &key);
     return PyLong_FromSize_t(n);
 }
 
