@@ -296,7 +296,8 @@ typedef struct {
  * (a property, __index__, the adapter's _namespace) that calls this
  * UnifiedCore again, which then works on a buffer of its own.  Returns -1
  * with an exception, 0 with kr->fast = 0 when the key needs the Python
- * path (a token list, a narrower buffer), else 0. */
+ * path (a token list, a narrower buffer, a token outside [0, INT32_MAX]),
+ * else 0. */
 static int
 read_key(UnifiedCore *self, PyObject *key, mr_buf *kb, keyread *kr)
 {
@@ -370,9 +371,14 @@ read_key(UnifiedCore *self, PyObject *key, mr_buf *kb, keyread *kr)
     }
     int out_of_range = mr_narrow_i32(v.buf, n, kb->p);
     PyBuffer_Release(&v);
+    /* A token outside [0, INT32_MAX] (SGLang's 62-bit multimodal pad ids, a
+     * negative id) takes the Python path, which gives it its negative
+     * stand-in in the tree (the adapter's _tokens). */
+    for (size_t i = 0; i < n && !out_of_range; i++) {
+        out_of_range = ((const int32_t *)kb->p)[i] < 0;
+    }
     if (out_of_range) {
-        PyErr_Format(PyExc_ValueError, "params.key: a token id is out of range [%d, %d]", INT32_MIN, INT32_MAX);
-        return -1;
+        return 0;
     }
     /* Namespace: none for a plain key; else the adapter's name for
      * (extra_key, cache_salt), then the tree's id for that name. */

@@ -460,6 +460,9 @@ def _core_class():
 
 _CORE: Any = None
 
+_INT32_MAX = 2**31 - 1
+_WIDE_MISS = -(2**31)   # a match's stand-in for a token outside int32 that no insert gave one
+
 # The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
 # their Python path under the same names).
 C_BOUND = ("match_prefix", "begin_insert", "end_insert", "has_ongoing_insert", "collect_full_device_indices",
@@ -634,18 +637,47 @@ def _build_class():  # noqa: C901 - one class, built lazily
             salt = None if salt is None else str(salt)
             return "".join("-" if v is None else f"{len(v)}:{v}" for v in (extra, salt))
 
-        @staticmethod
-        def _tokens(key, arg="key"):
+        def _tokens(self, key, arg="key", grow=False):
             """The key's tokens (limit honoured) as int64: a view of SGLang's
             array('q'); an array of any integer type, a tensor or a list of
-            ints converted; anything else (floats, a negative limit) refused."""
+            ints converted; anything else (floats, a negative limit) refused.
+            A token outside [0, INT32_MAX] (SGLang's 62-bit multimodal pad
+            ids, a negative id) is replaced by its stand-in in the int32 tree
+            (_wide_ids; grow: an insert gives a new token one, a match reads
+            an unknown one as _WIDE_MISS, which no inserted key holds)."""
             if not isinstance(key, RadixKey):
                 raise TypeError(f"{arg} must be a RadixKey, not {type(key).__name__}")
             if key.is_bigram:
                 raise ValueError(f"{arg}: bigram (EAGLE) keys are served by the Python TreeCore")
             if key.limit is not None:   # a negative one: SGLang's RadixKey has a negative length
                 _check.count(key.limit, f"{arg}.limit")
-            return _check.index_array(key.raw_token_ids(), f"{arg}.token_ids", scalar=False)
+            toks = _check.index_array(key.raw_token_ids(), f"{arg}.token_ids", scalar=False)
+            wide = (toks < 0) | (toks > _INT32_MAX)
+            if wide.any():
+                toks = toks.copy()
+                toks[wide] = [self._wide_id(int(t), grow) for t in toks[wide]]
+            return toks
+
+        def _wide_id(self, token: int, grow: bool) -> int:
+            """token's stand-in: -1 - its index in _wide_tokens."""
+            sid = self._wide_ids.get(token)
+            if sid is None:
+                if not grow:
+                    return _WIDE_MISS
+                if len(self._wide_tokens) >= _INT32_MAX:
+                    raise ValueError(f"key.token_ids: more than {_INT32_MAX} distinct ids outside int32 are cached")
+                sid = self._wide_ids[token] = -1 - len(self._wide_tokens)
+                self._wide_tokens.append(token)
+            return sid
+
+        def _real_tokens(self, toks):
+            """The tokens a node's key stands for (stand-ins back to SGLang's ids), as int64."""
+            toks = np.asarray(toks, dtype=np.int64)
+            wide = toks < 0
+            if wide.any():
+                toks = toks.copy()
+                toks[wide] = [self._wide_tokens[-1 - int(t)] for t in toks[wide]]
+            return toks
 
         # ---- tree API -----------------------------------------------------------
 
@@ -656,6 +688,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
             root = self._tree.root
             self._root = root
             self._pin: dict[int, int] = {}
+            # Stand-ins of the tokens outside [0, INT32_MAX] the tree holds (see _tokens).
+            self._wide_ids: dict[int, int] = {}
+            self._wide_tokens: list[int] = []
             # Rows for the KV pool's indices (allocators hand out 1..size, paged ones a page more).
             self._page_hash = PageHashes(self._kv_rows if self.kv_events.enabled else 0)
             self._insert_state = None
@@ -805,8 +840,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
 
         # ---- match -------------------------------------------------------------
 
-        def _aligned(self, key):
-            toks = self._tokens(key)
+        def _aligned(self, key, grow=False):
+            toks = self._tokens(key, grow=grow)
             n = len(toks) // self.page_size * self.page_size
             return toks[:n] if n != len(toks) else toks
 
@@ -905,7 +940,7 @@ def _build_class():  # noqa: C901 - one class, built lazily
             """begin_insert for what the C path hands back (token lists, tensors
             off the CPU, values None, empty keys)."""
             key = params.key
-            toks = self._aligned(key)
+            toks = self._aligned(key, grow=True)
             n = len(toks)
             value = params.value
             if value is None:
@@ -1005,12 +1040,12 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 pv = parent_node.value
                 chain = self._page_hash.chain(int(pv[len(pv) - ps]))
                 parent = _EvNode(
-                    RadixKey(array_q(parent_node.key[-ps:]), extra, cache_salt=salt),
+                    RadixKey(array_q(self._real_tokens(parent_node.key[-ps:])), extra, cache_salt=salt),
                     root,
                     [chain],
                     [chain] if namespaced else None,
                 )
-            ev = _EvNode(RadixKey(array_q(leaf.key), extra, cache_salt=salt), parent)
+            ev = _EvNode(RadixKey(array_q(self._real_tokens(leaf.key)), extra, cache_salt=salt), parent)
             start = len(self.kv_events._queue)
             self.kv_events.record_store(ev, session_id=session_id)
             hv = ev.hash_value if not namespaced else compute_node_event_hash_values(ev, ps)
@@ -1304,7 +1339,7 @@ def inspection_core_class():
             return len(self._node(node_id).key)
 
         def get_node_token_ids(self, node_id):
-            return [int(t) for t in self._node(node_id).key]
+            return [int(t) for t in self._real_tokens(self._node(node_id).key)]
 
         def is_node_key_bigram(self, node_id):
             self._node(node_id)
