@@ -21,7 +21,7 @@ budget (the last two through ``end_of_turn_component_class()``, a MAMBA
 component the plugin supplies through SGLang's
 ``CacheInitParams.component_registry_override``).  Everything else (HiCache
 host tier, storage backends, SWA, session cache, other custom components,
-other policy configurations, EAGLE bigram keys, KV sharding) is built on
+other policy configurations, EAGLE bigram keys, KV sharding, LMCache) is built on
 SGLang's Python TreeCore instead, with the reason logged; see
 ``fallback_reason``.
 
@@ -153,6 +153,8 @@ def fallback_reason(params) -> Optional[str]:
             return "storage backends are not served natively"
         if getattr(mem, "enable_unified_cache_external_linker", False):
             return "external cache linkers are not served natively"
+        if getattr(mem, "enable_lmcache", False):
+            return "LMCache (--enable-lmcache) is not served natively"
     if disagg is not None and getattr(disagg, "disaggregation_decode_retraction_backup", None) == "host_pool":
         return "the decode retraction host pool is not served natively"
     ps = int(params.page_size)

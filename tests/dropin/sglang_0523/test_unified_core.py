@@ -157,9 +157,12 @@ def test_unserved_policy_config_falls_back(caplog):
     assert any("eviction_policy_config" in r.getMessage() for r in caplog.records)
 
 
-def test_hicache_server_setting_falls_back(caplog):
+@pytest.mark.parametrize("setting, says", [("enable_hierarchical_cache", "HiCache"), ("enable_lmcache", "LMCache")])
+def test_hicache_server_setting_falls_back(setting, says, caplog):
     """HiCache is switched on by server arguments after the cache is built; the
-    factory reads them and hands the whole cache to the Python core."""
+    factory reads them and hands the whole cache to the Python core.  So is
+    --enable-lmcache: SGLang's LMCacheUnifiedRadixCache asks its TreeCore for
+    prefetch_anchor_info (a node's namespace) on every external load."""
     import functools
     from unittest import mock
 
@@ -168,13 +171,14 @@ def test_hicache_server_setting_falls_back(caplog):
 
     mr_unified.register()
     cfg = CacheConfig(page_size=1, components=(ComponentType.FULL, ComponentType.MAMBA))
-    args = functools.partial(fixtures.ServerArgs, enable_hierarchical_cache=True)
+    args = functools.partial(fixtures.ServerArgs, **{setting: True})
     with caplog.at_level(logging.INFO, logger="mambaradix.sglang.unified"), mock.patch.object(
         fixtures, "ServerArgs", args
     ), mock.patch.object(fixtures, "UnifiedTreeCoreInspectionInterface", UnifiedTreeCoreInterface):
         cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend="mambaradix")
     assert isinstance(cache.tree_core, UnifiedTreeCore)
-    assert any("HiCache" in r.getMessage() for r in caplog.records)
+    assert cache.tree_core.prefetch_anchor_info(cache.tree_core.root_node_handle()) == (None, None)
+    assert any(says in r.getMessage() for r in caplog.records)
 
 
 def _key(tokens):
@@ -512,3 +516,4 @@ def test_only_our_own_mamba_component_is_served_natively():
 
     assert mr_unified.fallback_reason(params({ComponentType.MAMBA: mr_unified.end_of_turn_component_class()})) is None
     assert "custom components" in mr_unified.fallback_reason(params({ComponentType.MAMBA: Other}))
+
