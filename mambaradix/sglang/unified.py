@@ -798,11 +798,13 @@ def _build_class():  # noqa: C901 - one class, built lazily
         def _inc_lock_ref_py(self, node_id, skip_lock_components: Sequence = ()):
             node = self._node(node_id)
             skipped = tuple(skip_lock_components)
-            if any(ct not in self.component_types for ct in skipped) or FULL in skipped:
+            if FULL in skipped:
                 raise ValueError(
                     f"skip_lock_components={skipped!r}: only MAMBA can be skipped (FULL is always locked)"
                 )
-            if skipped and self.has_mamba:
+            # SGLang's core skips only the components it has (the controller's decode lock names MAMBA
+            # whatever the tree's components); the receipt keeps the tuple as given.
+            if MAMBA in skipped and self.has_mamba:
                 self._tree.inc_kv_lock(node)  # the path's KV, not the node's state
             else:
                 self._tree.inc_lock_ref(node)
@@ -818,8 +820,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             # Release each component the receipt does not skip, as SGLang's cores do: SGLang's lazy
             # slot allocation releases a request's MAMBA component first and the rest later.
             skipped = tuple(params.skipped_lock_components)
-            if any(ct not in self.component_types for ct in skipped):
-                raise ValueError(f"params.skipped_lock_components={skipped!r}: not components of this tree")
+            if any(isinstance(ct, bool) or ct not in _COMPONENT_VALUES for ct in skipped):
+                raise ValueError(f"params.skipped_lock_components={skipped!r}: not ComponentTypes")
             full, mamba = FULL not in skipped, self.has_mamba and MAMBA not in skipped
             if full and (mamba or not self.has_mamba):
                 self._tree.dec_lock_ref(node)

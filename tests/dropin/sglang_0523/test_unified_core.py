@@ -517,3 +517,31 @@ def test_only_our_own_mamba_component_is_served_natively():
     assert mr_unified.fallback_reason(params({ComponentType.MAMBA: mr_unified.end_of_turn_component_class()})) is None
     assert "custom components" in mr_unified.fallback_reason(params({ComponentType.MAMBA: Other}))
 
+
+
+@pytest.mark.parametrize("page_size, skip", [(1, (ComponentType.MAMBA,)), (16, (ComponentType.MAMBA,)),
+                                             (1, (ComponentType.SWA, ComponentType.MAMBA))])
+def test_a_lock_that_skips_mamba_on_a_tree_without_it_locks_the_kv(page_size, skip):
+    """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK makes the controller lock every
+    unfinished request's node with skip_lock_components=(MAMBA,), whatever the
+    tree's components; SGLang's core skips only components it has, so on a
+    [FULL] tree the lock (and its receipt's release) holds the path's KV."""
+    cfg = dual.configs((page_size,))[0][0]
+    assert not cfg.has_mamba
+    d = dual.Differ(cfg, "none", seed=11)
+    toks = [1] * page_size + [2] * page_size
+    for side in (d.a, d.b):
+        v = side.alloc.alloc(len(toks))
+        side.cache.insert(dual.InsertParams(key=dual._key(toks), value=v))
+    d.check("insert")
+    for side in (d.a, d.b):
+        node = side.cache.match_prefix(MatchPrefixParams(key=dual._key(toks))).last_device_node
+        side.locks.append((node, side.cache.inc_lock_ref(node, skip_lock_components=skip)))
+    d.check(f"lock skipping {skip}")
+    assert d.b.core.full_protected_size() == len(toks)
+    d.op_evict()
+    for side in (d.a, d.b):
+        node, receipt = side.locks.pop()
+        side.cache.dec_lock_ref(node, receipt.to_dec_params())
+    d.check("unlock")
+    d.run(100)
