@@ -313,7 +313,7 @@ class _R:
     __slots__ = ("rid", "sim", "tokens", "outs", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
                  "node", "rs", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "row", "abort", "chunks", "in_run",
-                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "shadow_n", "aidx", "nsid")
 
     def __init__(self, sim: SimRequest, outs: np.ndarray) -> None:
         self.rid = sim.rid
@@ -342,6 +342,7 @@ class _R:
         self.seq = 0
         self.res_key = 0
         self.seen = 0                 # tokens of it the shadow tree holds (or will: _seen)
+        self.shadow_n = 0             # the longest key of it inserted into the shadow
         self.aidx = 0                 # index in arrival order
         self.nsid = 0                 # the Lifecycle's namespace id of ns
         self.restart()
@@ -646,7 +647,9 @@ class _Replay(Scheduler):
             bound = self.key_bounds[r.aidx]
             if bound is not None and bound < n:
                 n = bound       # no other prompt matches past it (prefix_bounds)
-        self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
+        if n > r.shadow_n:      # (the shadow never evicts: a key it holds stays)
+            r.shadow_n = n
+            self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
