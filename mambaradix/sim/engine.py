@@ -390,6 +390,22 @@ class _Replay(Scheduler):
     """The scheduler's state-free backend: the C lifecycle (tree-only, as
     over pools that are someone else's) with counted pools."""
 
+    # Its attributes and the loop's live in slots: the loop reads them at
+    # every step, and an instance dict of this many keys is not a shared-key
+    # one, whose reads the interpreter specialises (about 5% of a replay).
+    # (The base class keeps a dict for anything else.)
+    __slots__ = (
+        "_pending_match", "agg_j0", "agg_len", "agg_long", "agg_n", "agg_obase", "batch_is_full",
+        "batch_mode", "bucket", "bucket_keys", "cfg", "check_every_step", "chunked", "clock", "config",
+        "copies", "dcfg", "distance", "donations", "extra_buffer", "fin_at", "fin_heap", "fin_last",
+        "future", "in_order", "interval", "key_bounds", "kv_free", "kv_total", "last_batch", "lazy", "lc",
+        "live", "m", "max_steps", "n_done", "n_submitted", "n_total", "need_filter", "next_bid", "out_at",
+        "out_from", "outs", "overlap", "page", "page_due", "pending", "pending_join", "pp_size",
+        "prefixes", "prep_id", "progress", "res_id", "result_queue", "rows_free", "rows_total", "running",
+        "seq", "shadow", "skip_finishing", "skipped", "slot_id", "slots_free", "slots_total", "steps",
+        "t_cache", "time", "token_bufs", "touch_calls", "tree", "turn_prompt", "turn_usable", "unseen",
+        "v0523", "waiting")
+
     def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
                  check_every_step: bool = False) -> None:
         import mambaradix
