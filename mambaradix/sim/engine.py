@@ -313,7 +313,7 @@ class _R:
     __slots__ = ("rid", "sim", "tokens", "outs", "prompt_len", "output_len", "ns", "n_out", "prefix_len",
                  "node", "rs", "committed", "allocated", "ext_end", "inflight", "epoch",
                  "finished", "admitted", "row", "abort", "chunks", "in_run",
-                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "aidx", "nsid")
+                 "j0", "c_base", "o_base", "seq", "res_key", "seen", "shadow_n", "aidx", "nsid")
 
     def __init__(self, sim: SimRequest, outs: np.ndarray) -> None:
         self.rid = sim.rid
@@ -342,6 +342,7 @@ class _R:
         self.seq = 0
         self.res_key = 0
         self.seen = 0                 # tokens of it the shadow tree holds (or will: _seen)
+        self.shadow_n = 0             # the longest key of it inserted into the shadow
         self.aidx = 0                 # index in arrival order
         self.nsid = 0                 # the Lifecycle's namespace id of ns
         self.restart()
@@ -388,6 +389,22 @@ def step_limit(requests: list, config: SimConfig) -> int:
 class _Replay(Scheduler):
     """The scheduler's state-free backend: the C lifecycle (tree-only, as
     over pools that are someone else's) with counted pools."""
+
+    # Its attributes and the loop's live in slots: the loop reads them at
+    # every step, and an instance dict of this many keys is not a shared-key
+    # one, whose reads the interpreter specialises (about 5% of a replay).
+    # (The base class keeps a dict for anything else.)
+    __slots__ = (
+        "_pending_match", "agg_j0", "agg_len", "agg_long", "agg_n", "agg_obase", "batch_is_full",
+        "batch_mode", "bucket", "bucket_keys", "cfg", "check_every_step", "chunked", "clock", "config",
+        "copies", "dcfg", "distance", "donations", "extra_buffer", "fin_at", "fin_heap", "fin_last",
+        "future", "in_order", "interval", "key_bounds", "kv_free", "kv_total", "last_batch", "lazy", "lc",
+        "live", "m", "max_steps", "n_done", "n_submitted", "n_total", "need_filter", "next_bid", "out_at",
+        "out_from", "outs", "overlap", "page", "page_due", "pending", "pending_join", "pp_size",
+        "prefixes", "prep_id", "progress", "res_id", "result_queue", "rows_free", "rows_total", "running",
+        "seq", "shadow", "skip_finishing", "skipped", "slot_id", "slots_free", "slots_total", "steps",
+        "t_cache", "time", "token_bufs", "touch_calls", "tree", "turn_prompt", "turn_usable", "unseen",
+        "v0523", "waiting")
 
     def __init__(self, requests: list, config: SimConfig, progress: Optional[Callable],
                  check_every_step: bool = False) -> None:
@@ -646,7 +663,9 @@ class _Replay(Scheduler):
             bound = self.key_bounds[r.aidx]
             if bound is not None and bound < n:
                 n = bound       # no other prompt matches past it (prefix_bounds)
-        self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
+        if n > r.shadow_n:      # (the shadow never evicts: a key it holds stays)
+            r.shadow_n = n
+            self.shadow.insert(r.tokens[:n], None, 1, extra_key=r.ns)
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:

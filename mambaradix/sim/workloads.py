@@ -64,6 +64,7 @@ chat service) ships with the package: :func:`mooncake_conversation`.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import heapq
 import itertools
@@ -1252,6 +1253,21 @@ def load_mooncake(
     _check_vocab(vocab_size)
     _check_real("time_scale", time_scale, 0.0, above=True)
     _check_int("seed", seed, 0)
+    # the records make no reference cycles: the cyclic collector, which
+    # would walk the lists already read again and again, rests until the end
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_mooncake(path, limit, block_size, vocab_size, time_scale, seed, check_request,
+                              max_bytes)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load_mooncake(path: PathLike, limit: Optional[int], block_size: int, vocab_size: int,
+                   time_scale: float, seed: int, check_request: Optional[RequestCheck],
+                   max_bytes: Optional[int]) -> list[SimRequest]:
     name = str(path)
     ids_parts: list[list[int]] = []
     input_lens: list[int] = []

@@ -280,3 +280,23 @@ def test_key_of_a_running_request_counts_as_seen():
     cfg = SimConfig(kv_tokens=4096, state_slots=20, max_running=4, mode="no_buffer")
     m = replay(reqs, cfg, check_every_step=True).metrics
     assert (m.never_seen_tokens, m.lost_match_cap, m.kv_matched_tokens) == (100, 1, 99)
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_loading_leaves_the_collector_as_it_was(tmp_path, collecting):
+    # the loader pauses the cyclic collector while it reads, then restores
+    # whatever state it found, also when the trace is refused
+    import gc
+
+    was = gc.isenabled()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input_length": 3}\n')
+    try:
+        (gc.enable if collecting else gc.disable)()
+        assert len(wl.load_mooncake(_trace(tmp_path, 4, 5, 16), block_size=16)) == 5
+        assert gc.isenabled() is collecting
+        with pytest.raises(wl.TraceFormatError, match="missing field"):
+            wl.load_mooncake(str(bad), block_size=16)
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
