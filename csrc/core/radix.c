@@ -68,11 +68,11 @@ struct mr_node {
     int64_t prio;          /* highest insert priority through the node */
     uint64_t born;         /* creation order (a split's upper part keeps the child's) */
     uint64_t hist;         /* TLRU: deepest end ever inserted below the node (its own end included) */
-    /* The adaptive policy's marks (see "Adaptive policy"). */
+    /* The adaptive policy's marks (see "Adaptive"). */
     uint8_t reused;        /* a match used the current state (not counting match_node) */
-    uint8_t dmask;         /* doubt: experts that chose this live state as a victim and were overruled */
-    uint8_t gmask;         /* ghost: experts that chose this node's evicted state (0: no ghost) */
-    uint64_t dtime, gtime; /* adaptive evictions counted when the mark was made */
+    uint8_t ghost;         /* the adaptive policy evicted this node's state */
+    uint32_t ad_f;         /* uses of the current state (1 at admission) */
+    double ad_h;           /* its priority: inflation + uses * FLOPs spared per byte */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
     uint32_t kid_wasted;   /* states attached under this node evicted without a use */
 };
@@ -133,15 +133,13 @@ struct mr_radix {
     /* An insert's path from the root to opts->from, in walk order. */
     mr_node **walk;
     size_t walk_cap;
-    /* The adaptive policy (see "Adaptive policy"). */
-    double ad_w[3];           /* expert weights: lru, mru, value */
-    uint64_t ad_clock;        /* adaptive state evictions so far */
-    mr_node *ad_victim;       /* the victim chosen last, and the experts that chose it */
-    uint8_t ad_mask;
+    /* The adaptive policy (see "Adaptive"). */
+    double ad_inflation;      /* L: the priority of the last victim */
+    mr_node *ad_victim;       /* the victim chosen last (its eviction leaves a ghost) */
     struct ad_ghost *ghosts;  /* ghosts of removed leaves (AD_GHOSTS entries, or NULL) */
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
-    uint64_t ad_ghost_hits, ad_doubt_hits, ad_probation, ad_choice[3];
+    uint64_t ad_ghost_hits, ad_probation, ad_superseded;
 };
 
 static void tune_start(mr_radix *t);
@@ -473,54 +471,46 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
     return utility_victim(t, LRU_FULL);
 }
 
-/* Adaptive: a learned choice among three victim orders ("experts") of the
- * evictable states, touches as CONSUMED:
- *   lru    the least recently used state (SGLang's consumed order);
- *   mru    the most recently used one (scan resistant: under cyclic reuse
- *          larger than the pool LRU evicts every state just before its
- *          reuse, MRU keeps a fixed subset);
- *   value  the one saving the fewest prefill FLOPs per byte (the utility
- *          policy's efficiency; the replayed tokens when no costs are set)
- *          among the evict_window least recently used (ties: the less
- *          recently used).
- * Each eviction takes the victim of the expert of the largest weight (ties:
- * the first listed) and remembers who was wrong afterwards:
- *   ghost  the evicted state's node (a tombstone keeps it), or for a removed
- *          leaf an entry of a direct-mapped table (AD_GHOSTS entries, a
- *          newer ghost overwrites an older one of the same hash) under the
- *          ancestor that survived and the branch's first token, records the
- *          experts whose choice it was (the leader's, and any other's that
- *          picked the same state) and when;
- *   doubt  each overruled expert's own pick, left in the tree, records
- *          that expert and when.
- * A match whose usable prefix stops above a ghost it walked (the deepest:
- * an own-state ghost between the used state and the end of the KV match,
- * or a branch ghost at that end whose first token is the key's next one)
- * would have gone deeper had the state been kept; a match that uses a
- * doubted state would have missed it.  Either way the experts in the mark
- * are penalized by multiplicative weights: w *= 1 - r / 2, with the
- * discount r = N / (N + age), age the evictions since the mark and N the
- * states in the tree (a mistake seen a pool's worth of evictions later
- * counts half), then the weights are normalized with a floor of 0.01 each
- * (so a shifted workload can win an expert back).  A mark of every expert
- * carries no information.
+/* Adaptive: GreedyDual-Size-Frequency over the prefill a state spares,
+ * touches as CONSUMED.  Each state has a priority
+ *     h = L + f * eff
+ * eff the FLOPs per byte of the replay it spares, from the nearest state
+ * above it to its end (attention included; the replayed tokens when no
+ * costs are set), f its uses (1 at admission, one more at each match that
+ * uses it) and L the tree's inflation, the priority of the last victim.
+ * The victim is the state of least h among the evict_window least recently
+ * used evictable ones (ties: the less recently used), and L becomes its h.
+ * A state's value thus counts against L, which every eviction raises: a
+ * state that is not used again ages out, one used often or sparing much
+ * stays, with no weight to tune.
  *
- * Admission: a new state whose siblings' states were mostly wasted (its
- * parent's kid_wasted >= 2 * kid_used + 2: states evicted unused against
- * states a match used or a ghost hit wanted) enters the state list at its
- * LRU end, on probation: under pressure it is the first to go and so is
- * not cached, without pressure it stays; nothing else changes. */
-enum { AD_LRU = 0, AD_MRU = 1, AD_VALUE = 2, AD_N = 3 };
-#define AD_ALL ((uint8_t)((1u << AD_N) - 1))
-#define AD_FLOOR 0.01
+ * Supersession: a new state whose nearest state above (A) reaches it along
+ * an unbranched path (A and every node between have at most one child)
+ * takes A's place on that path; A keeps only what it spares a future branch:
+ * its uses are forgotten (f = 1, h = L + eff(A)).  (A chat turn's state,
+ * once the next turn's is cached.)
+ *
+ * Admission on probation: each node counts the states attached directly
+ * below it that a match used, or that a ghost showed were wanted
+ * (kid_used), and those evicted without a use (kid_wasted).  A new state
+ * whose parent has kid_wasted >= 2 * kid_used + 2 enters with h = L, at the
+ * LRU end: under pressure it goes first unless a match uses it first.
+ *
+ * Ghosts: an evicted state's node keeps a ghost mark (a tombstone keeps
+ * it), and a removed leaf's ghost goes into a direct-mapped table
+ * (AD_GHOSTS entries; a newer ghost overwrites an older one of the same
+ * hash) under the ancestor that survived and the branch's first token.  A
+ * match whose usable prefix stops above a ghost it walked (the deepest: an
+ * own-state ghost between the used state and the end of the KV match, or a
+ * branch ghost at that end whose first token is the key's next one) counts
+ * the state as wanted below its parent. */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
 
 struct ad_ghost {
     uint32_t id, gen;   /* the surviving ancestor's handle */
     int32_t tok;        /* the removed branch's first token */
-    uint8_t mask;       /* 0: free */
-    uint64_t time;
+    uint8_t live;       /* 0: free */
 };
 
 /* The table entry of a removed branch below node (id, gen) starting with tok. */
@@ -535,12 +525,8 @@ ad_ghost_slot(uint32_t id, uint32_t gen, int32_t tok)
 static void
 adaptive_reset(mr_radix *t)
 {
-    for (int e = 0; e < AD_N; e++) {
-        t->ad_w[e] = 1.0 / AD_N;
-    }
-    t->ad_clock = 0;
+    t->ad_inflation = 0.0;
     t->ad_victim = NULL;
-    t->ad_mask = 0;
     if (t->ghosts != NULL) {
         memset(t->ghosts, 0, AD_GHOSTS * sizeof(struct ad_ghost));
     }
@@ -559,93 +545,30 @@ adaptive_eff(const mr_radix *t, const mr_node *n)
     return (double)(n->end - a->end);
 }
 
-/* Each expert's victim (NULL: none evictable). */
-static void
-adaptive_picks(const mr_radix *t, mr_node *v[AD_N])
-{
-    size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
-    double best = 0.0;
-    const mr_link *head = &t->head[LRU_STATE];
-    for (int e = 0; e < AD_N; e++) {
-        v[e] = NULL;
-    }
-    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
-        mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (!mr_radix_can_evict_state(t, n)) {
-            continue;
-        }
-        double e = adaptive_eff(t, n);
-        if (k == 0 || e < best) {
-            best = e;
-            v[AD_VALUE] = n;
-        }
-        if (k == 0) {
-            v[AD_LRU] = n;
-        }
-        k++;
-    }
-    for (const mr_link *l = head->next; k > 0 && l != head; l = l->next) {
-        mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (mr_radix_can_evict_state(t, n)) {
-            v[AD_MRU] = n;
-            break;
-        }
-    }
-}
-
-/* The leader's victim; the overruled experts' picks get a doubt mark. */
+/* The evictable state of least priority among the evict_window least
+ * recently used (NULL: none); L becomes its priority. */
 static mr_node *
 adaptive_state_victim(const mr_radix *ct, const mr_link *from)
 {
     (void)from;
-    mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: the marks are policy state */
-    mr_node *v[AD_N];
-    adaptive_picks(t, v);
-    int lead = 0;
-    for (int e = 1; e < AD_N; e++) {
-        lead = t->ad_w[e] > t->ad_w[lead] ? e : lead;
-    }
-    mr_node *x = v[lead];
-    uint8_t mask = 0;
-    for (int e = 0; e < AD_N && x != NULL; e++) {
-        if (v[e] == x) {
-            mask |= (uint8_t)(1u << e);
-        }
-        else if (v[e] != NULL) {
-            v[e]->dmask |= (uint8_t)(1u << e);
-            v[e]->dtime = t->ad_clock;
+    mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: L is policy state */
+    size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
+    mr_node *v = NULL;
+    const mr_link *head = &t->head[LRU_STATE];
+    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        if (mr_radix_can_evict_state(t, n)) {
+            if (v == NULL || n->ad_h < v->ad_h) {
+                v = n;
+            }
+            k++;
         }
     }
-    t->ad_victim = x;
-    t->ad_mask = mask;
-    if (x != NULL) {
-        t->ad_choice[lead]++;
+    if (v != NULL) {
+        t->ad_inflation = v->ad_h;
     }
-    return x;
-}
-
-/* The experts of mask chose wrongly age evictions ago. */
-static void
-adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
-{
-    if (mask == 0 || mask == AD_ALL) {
-        return;
-    }
-    double states = (double)(t->state_evictable + t->state_protected);
-    double loss = states > 0.0 ? states / (states + (double)age) : 0.0;
-    double sum = 0.0;
-    for (int e = 0; e < AD_N; e++) {
-        if (mask & (1u << e)) {
-            t->ad_w[e] *= 1.0 - loss / 2.0;
-        }
-        sum += t->ad_w[e];
-    }
-    for (int e = 0; e < AD_N; e++) {
-        t->ad_w[e] /= sum;
-        if (t->ad_w[e] < AD_FLOOR) {
-            t->ad_w[e] = AD_FLOOR;
-        }
-    }
+    t->ad_victim = v;
+    return v;
 }
 
 /* A match used best's state (the root: none) and matched KV down to the end
@@ -653,45 +576,56 @@ adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
 static void
 adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_t next)
 {
+    if (best != t->root) {
+        best->ad_f++;
+        best->ad_h = t->ad_inflation + (double)best->ad_f * adaptive_eff(t, best);
+    }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
-    if (e != NULL && e->mask && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
+    if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
         /* the deepest: a removed branch below the end of the KV match */
         t->ad_ghost_hits++;
         kv->kid_used++;
-        adaptive_penalize(t, e->mask, t->ad_clock - e->time);
-        e->mask = 0;
+        e->live = 0;
+        return;
     }
-    else {
-        for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
-            if (n->gmask) {
-                t->ad_ghost_hits++;
-                n->parent->kid_used++;
-                adaptive_penalize(t, n->gmask, t->ad_clock - n->gtime);
-                n->gmask = 0;
-                break;
-            }
+    for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
+        if (n->ghost) {
+            t->ad_ghost_hits++;
+            n->parent->kid_used++;
+            n->ghost = 0;
+            return;
         }
-    }
-    if (best != t->root && best->dmask) {
-        t->ad_doubt_hits++;
-        adaptive_penalize(t, best->dmask, t->ad_clock - best->dtime);
-        best->dmask = 0;
     }
 }
 
-/* A state was attached to n: at the MRU end, or on probation at the LRU end. */
+/* A state was attached to n: its priority, the supersession of the state
+ * above it, and its place in the state list (the MRU end, or on probation
+ * the LRU end). */
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
     const mr_node *p = n->parent;
-    n->dmask = n->gmask = 0;
+    mr_node *a = n->parent;
+    int branched = 0;
+    for (; a != t->root && a->state < 0; a = a->parent) {
+        branched |= a->nchildren > 1;
+    }
+    if (a != t->root && !branched && a->nchildren <= 1) {
+        a->ad_f = 1;
+        a->ad_h = t->ad_inflation + adaptive_eff(t, a);
+        t->ad_superseded++;
+    }
+    n->ghost = 0;
+    n->ad_f = 1;
     if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
+        n->ad_h = t->ad_inflation;
         t->ver++;
         lru_insert_after(t->head[LRU_STATE].prev, n, LRU_STATE);
         n->stamp = 0;
         t->ad_probation++;
         return;
     }
+    n->ad_h = t->ad_inflation + adaptive_eff(t, n);
     lru_push_mru(t, n, LRU_STATE);
 }
 
@@ -1281,7 +1215,7 @@ mr_radix_reset(mr_radix *t)
     mr_node *root = t->root;
     root->nchildren = root->nent = 0;
     root->full_lock = root->state_lock = root->nostate_lock = root->kv_lock = 0;
-    root->gmask = root->dmask = 0;
+    root->ghost = 0;
     root->kid_used = root->kid_wasted = 0;
     adaptive_reset(t);
     /* Root handles stay valid: the root is the same node. */
@@ -2132,9 +2066,8 @@ static int
 evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states)
 {
     int rc;
-    /* the adaptive policy's own victim leaves a ghost (see "Adaptive policy") */
+    /* the adaptive policy's own victim leaves a ghost (see "Adaptive") */
     int ghost = t->cfg.policy == MR_POLICY_ADAPTIVE && x == t->ad_victim;
-    uint8_t mask = t->ad_mask;
     uint32_t *wasted = x->reused ? NULL : &x->parent->kid_wasted;
     t->ad_victim = NULL;
     /* a leaf whose KV is locked loses only its state (v0.5.23; v0.5.15 never
@@ -2151,9 +2084,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
             if (wasted != NULL) {
                 (*wasted)++;
             }
-            x->dmask = 0;
-            x->gmask = mask;
-            x->gtime = t->ad_clock++;
+            x->ghost = 1;
         }
         return MR_OK;
     }
@@ -2171,9 +2102,8 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
     }
     if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */
         t->ghosts[ad_ghost_slot(up->id, up->gen, t->last_tok)]
-            = (struct ad_ghost){up->id, up->gen, t->last_tok, mask, t->ad_clock};
+            = (struct ad_ghost){up->id, up->gen, t->last_tok, 1};
     }
-    t->ad_clock++;
     return MR_OK;
 }
 
@@ -2621,12 +2551,9 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->mru = t->recency < 0.0;
     out->tunes = t->tunes;
     out->child_moves = t->child_moves;
-    for (int e = 0; e < AD_N; e++) {
-        out->adaptive_weight[e] = t->ad_w[e];
-        out->adaptive_choices[e] = t->ad_choice[e];
-    }
+    out->adaptive_inflation = t->ad_inflation;
     out->ghost_hits = t->ad_ghost_hits;
-    out->doubt_hits = t->ad_doubt_hits;
+    out->states_superseded = t->ad_superseded;
     out->admissions_probation = t->ad_probation;
 }
 
