@@ -838,14 +838,15 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "adaptive policy adaptive_weights (the weights of its orders lru, mru and\n"
 "value), adaptive_choices (victims each order chose as the leader),\n"
 "ghost_hits, doubt_hits (matches that showed an order wrong) and\n"
-"admissions_probation (states admitted at the LRU end).");
+"admissions_probation (states admitted at the LRU end), placements\n"
+"(matches whose branching_seqlen is a predicted junction).");
 
 static PyObject *
 RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsNsKs(ddd)s(KKK)sKsKsK}", "states_admitted",
+    return Py_BuildValue("{sKsKsKsdsdsNsKs(ddd)s(KKK)sKsKsKsK}", "states_admitted",
                          (unsigned long long)s.states_admitted, "states_used", (unsigned long long)s.states_used,
                          "states_trimmed", (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight",
                          s.kv_weight, "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes,
@@ -854,7 +855,8 @@ RadixTree_policy_stats(RadixTree *self, PyObject *unused)
                          (unsigned long long)s.adaptive_choices[1], (unsigned long long)s.adaptive_choices[2],
                          "ghost_hits", (unsigned long long)s.ghost_hits, "doubt_hits",
                          (unsigned long long)s.doubt_hits, "admissions_probation",
-                         (unsigned long long)s.admissions_probation);
+                         (unsigned long long)s.admissions_probation, "placements",
+                         (unsigned long long)s.placements);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,

@@ -328,7 +328,8 @@ def format_report(
         w = m.adaptive_weights
         pool_rows.append(("adaptive weights", " ".join(f"{k} {v:.2f}" for k, v in w.items()),
                           f"learned from {m.adaptive_ghost_hits} ghost and {m.adaptive_doubt_hits} doubt hits; "
-                          f"{m.admissions_probation} states admitted on probation"))
+                          f"{m.admissions_probation} states admitted on probation; "
+                          f"{getattr(m, 'adaptive_placements', 0)} junctions predicted"))
     if config.lru_policy == "utility" and m.final_utility_alpha is not None:
         pool_rows.append(("utility alpha", f"{config.utility_alpha:g} -> {m.final_utility_alpha:g}",
                           f"configured -> after {m.utility_tunes} re-tunings; recency order "

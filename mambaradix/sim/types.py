@@ -215,11 +215,13 @@ class SimMetrics:
     # lru_policy="adaptive" only (None / 0 otherwise): its orders' final
     # weights {"lru", "mru", "value"}, the matches that showed an order wrong
     # (an evicted state's ghost, or a state an overruled order had picked)
-    # and the states admitted on probation
+    # the states admitted on probation, and the matches that proposed a
+    # predicted junction (adaptive placement)
     adaptive_weights: Optional[dict] = None
     adaptive_ghost_hits: int = 0
     adaptive_doubt_hits: int = 0
     admissions_probation: int = 0
+    adaptive_placements: int = 0
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property
