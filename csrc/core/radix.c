@@ -75,6 +75,14 @@ struct mr_node {
     double ad_h;           /* its priority: inflation + uses * FLOPs spared per byte */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
     uint32_t kid_wasted;   /* states attached under this node evicted without a use */
+    /* Adaptive placement (see "Adaptive placement"). */
+    uint64_t top;          /* depth where the node's branch began (the insert that created it parted there) */
+    uint32_t br_shared;    /* branches begun at this node's end that a later match parted from */
+    uint32_t br_cont;      /* branches begun at this node's end that a later match continued */
+    uint64_t placed_at;    /* the junction the last placement at this node's end predicted (0: none) */
+    uint16_t shared;       /* branch head: 1 + the deepest bucket a match parted from it at (0: none) */
+    uint8_t cont;          /* branch head: a match continued past its whole path */
+    uint8_t placed;        /* branch head: its insert ended at the junction predicted where it began */
 };
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
@@ -140,6 +148,9 @@ struct mr_radix {
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
     uint64_t ad_ghost_hits, ad_probation, ad_superseded;
+    uint32_t *ad_depth;       /* placement: junction and continuation depths (2 * AD_PB, or NULL) */
+    uint64_t ad_events;       /* placement: observations since the last halving */
+    uint64_t ad_placed;       /* placement: predicted junctions proposed */
 };
 
 static void tune_start(mr_radix *t);
@@ -508,6 +519,10 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * the state as wanted below its parent. */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
+/* placement (see "Adaptive placement") */
+#define AD_PB 512
+#define AD_PLACE_MARGIN 4
+#define AD_PLACE_WINDOW 4096
 
 struct ad_ghost {
     uint32_t id, gen;   /* the surviving ancestor's handle */
@@ -532,6 +547,10 @@ adaptive_reset(mr_radix *t)
     if (t->ghosts != NULL) {
         memset(t->ghosts, 0, AD_GHOSTS * sizeof(struct ad_ghost));
     }
+    if (t->ad_depth != NULL) {
+        memset(t->ad_depth, 0, AD_PB * sizeof(uint32_t));
+    }
+    t->ad_events = 0;
 }
 
 static double
@@ -629,6 +648,152 @@ adaptive_admit(mr_radix *t, mr_node *n)
     }
     n->ad_h = t->ad_inflation + adaptive_eff(t, n);
     lru_push_mru(t, n, LRU_STATE);
+}
+
+/* Adaptive placement.  In extra_buffer mode an extend snapshots the state
+ * once (mr_rule_prefill_track): at its chunk-aligned end, or at the match's
+ * branching point B when the KV match went deeper than the state (two
+ * requests part mid-path: a junction checkpoint).  Where the match proposes
+ * no junction past its state, the adaptive policy may propose a predicted
+ * one: a point p inside the new extend where later requests are likely to
+ * part from it, by the one-checkpoint case of the overlap-depth dynamic
+ * program of Sparse Prefix Caching over the depths it has observed.
+ *
+ * Branches: a node's top is the depth where the insert that created its
+ * branch parted from the tree (a split's halves keep it); the branch's head
+ * is its first node, and the node above the head, X, is where it began.
+ * Observations: a match whose key goes on past its KV match end d, in a
+ * branch (not at the root), either parted from that branch (the KV node has
+ * children: a junction) or continued past its whole path (a leaf: a next
+ * turn; but a junction when the branch ends at a junction this policy
+ * predicted where it began, X's placed_at: the later request parted from
+ * it there).  The first junction of a branch counts in X's br_shared, the first
+ * continuation in X's br_cont; the deepest junction depth of each branch,
+ * relative to its top in units of step = max(chunk_size, page_size),
+ * counts in a histogram of AD_PB buckets (the last: deeper), halved after
+ * every AD_PLACE_WINDOW observations so old evidence fades.
+ *
+ * Decision, for a match whose state ends at s = prefix_len, a multiple of
+ * step (s0 = s / step), whose KV ends at k in node X (the new request's
+ * branch will begin there), with key length L (e = floor(L / step): the end
+ * snapshot, as far as the key shows), and no junction past s: with A = X's
+ * br_shared, C = X's br_cont + 1 (a continuation is presumed until X shows
+ * otherwise), S(x) the branches whose deepest junction is x buckets or more
+ * below their top and S0 all of them, a checkpoint at j steps serves a later
+ * request that parts at least j * step - k below the new branch's top, or
+ * continues it:
+ *     gain(j) = A * S(ceil((j * step - k) / step)) * (j - s0)
+ *     gain(e) = (C * S0 + A * S(min(ceil((e * step - k) / step), AD_PB - 1))) * (e - s0)
+ * (each the expected prefill saved, in steps, times X's branches and S0).
+ * The j of largest gain in (s0, e) (the first; its bucket below AD_PB - 1)
+ * is proposed when gain(j) > AD_PLACE_MARGIN * gain(e): the checkpoint
+ * replaces the end snapshot a next turn would use, so it must be clearly
+ * worth more (with C >= 1 and, until the first halving, S(.) <= S0, that
+ * takes A > AD_PLACE_MARGIN branches parted from at X first).  p = j * step is a
+ * multiple of chunk_size and of page_size and p - s of chunk_size, with
+ * k < p < L: SGLang's own branching rule takes it as it takes B, and the
+ * snapshot at p is exact. */
+
+MR_INLINE size_t
+adaptive_step(const mr_radix *t)
+{
+    return t->cfg.chunk_size > t->cfg.page_size ? t->cfg.chunk_size : t->cfg.page_size;
+}
+
+/* a * b and a + b, or UINT64_MAX when it does not fit (no prediction then). */
+MR_INLINE uint64_t
+mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+MR_INLINE uint64_t
+add_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* The predicted junction of a match (0: none), before its observation. */
+static size_t
+adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t len)
+{
+    size_t step = adaptive_step(t);
+    if (t->ad_depth == NULL || s % step != 0 || x->br_shared == 0) {
+        return 0;
+    }
+    size_t s0 = s / step, e = len / step;
+    if (e < s0 + 2) {
+        return 0;
+    }
+    uint64_t sg[AD_PB + 1];
+    sg[AD_PB] = 0;
+    for (size_t b = AD_PB; b-- > 0;) {
+        sg[b] = sg[b + 1] + t->ad_depth[b];
+    }
+    uint64_t a = x->br_shared, c = (uint64_t)x->br_cont + 1;
+    size_t xe = (e * step - k + step - 1) / step, best = 0;
+    xe = xe < AD_PB - 1 ? xe : AD_PB - 1;
+    uint64_t gbest = 0, ge = mul_sat(add_sat(mul_sat(c, sg[0]), mul_sat(a, sg[xe])), e - s0);
+    for (size_t j = s0 + 1; j < e; j++) {
+        size_t xb = (j * step - k + step - 1) / step;
+        if (xb >= AD_PB - 1) {
+            break;
+        }
+        uint64_t g = mul_sat(mul_sat(a, sg[xb]), j - s0);
+        if (g > gbest) {
+            gbest = g;
+            best = j;
+        }
+    }
+    if (best == 0 || gbest == UINT64_MAX || gbest <= mul_sat(AD_PLACE_MARGIN, ge)) {
+        return 0;
+    }
+    return best * step;
+}
+
+/* Counts a match that stopped at depth d in node kv with its key going on
+ * (see above). */
+static void
+adaptive_observe(mr_radix *t, mr_node *kv, size_t d)
+{
+    if (t->ad_depth == NULL) {
+        t->ad_depth = MR_CALLOC(AD_PB, sizeof(uint32_t));
+        if (t->ad_depth == NULL) {
+            return;   /* no placement without its table: nothing else depends on it */
+        }
+    }
+    if (kv != t->root) {
+        mr_node *h = kv;
+        while (h->parent != t->root && h->parent->top == h->top) {
+            h = h->parent;
+        }
+        if (kv->nchildren > 0 || h->placed) {
+            size_t step = adaptive_step(t), rb = (d - (size_t)kv->top) / step;
+            rb = rb < AD_PB - 1 ? rb : AD_PB - 1;
+            if (h->shared == 0 && h->parent->br_shared < UINT32_MAX) {
+                h->parent->br_shared++;
+            }
+            if (h->shared < rb + 1) {
+                if (h->shared > 0 && t->ad_depth[h->shared - 1] > 0) {
+                    t->ad_depth[h->shared - 1]--;
+                }
+                t->ad_depth[rb]++;
+                h->shared = (uint16_t)(rb + 1);
+            }
+        }
+        else if (!h->cont) {
+            h->cont = 1;
+            h->parent->br_cont += h->parent->br_cont < UINT32_MAX;
+        }
+    }
+    if (++t->ad_events >= AD_PLACE_WINDOW) {
+        for (size_t i = 0; i < AD_PB; i++) {
+            t->ad_depth[i] >>= 1;
+        }
+        t->ad_events = 0;
+    }
 }
 
 /* SGLang 0.5.23's leaf orders (evict_policy.py).  Its FULL eviction pops
@@ -1206,6 +1371,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->heap);
     MR_FREE(t->walk);
     MR_FREE(t->ghosts);
+    MR_FREE(t->ad_depth);
     MR_FREE(t);
 }
 
@@ -1219,6 +1385,8 @@ mr_radix_reset(mr_radix *t)
     root->full_lock = root->state_lock = root->nostate_lock = root->kv_lock = 0;
     root->ghost = 0;
     root->kid_used = root->kid_wasted = 0;
+    root->br_shared = root->br_cont = 0;
+    root->placed_at = 0;
     adaptive_reset(t);
     /* Root handles stay valid: the root is the same node. */
     t->full_evictable = t->full_protected = 0;
@@ -1343,6 +1511,10 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     upper->prio = child->prio;
     upper->born = child->born;
     upper->hist = child->hist;
+    upper->top = child->top;       /* adaptive placement: the same branch, its head now upper */
+    upper->shared = child->shared;
+    upper->cont = child->cont;
+    upper->placed = child->placed;
 
     mr_node *parent = child->parent;
     uint32_t idx = child_index(parent, child);
@@ -1478,11 +1650,26 @@ found:
     out->kv_matched_len = pos;
     out->state = best->state;
     out->branching_seqlen = -1;
+    out->placed = 0;
     if (pos > best_len) {
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
         if (aligned > 0) {
             out->branching_seqlen = (int64_t)aligned;
         }
+    }
+    if (!peek && t->cfg.policy == MR_POLICY_ADAPTIVE && !t->cfg.kv_only && pos < len) {
+        /* adaptive placement: a predicted junction where the match has none
+         * past its state, then this match's own overlap depth */
+        if (out->branching_seqlen <= (int64_t)best_len) {
+            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len);
+            if (p > 0) {
+                out->branching_seqlen = (int64_t)p;
+                out->placed = 1;
+                out->kv_node->placed_at = p;
+                t->ad_placed++;
+            }
+        }
+        adaptive_observe(t, out->kv_node, pos);
     }
     return rc;
 }
@@ -1686,6 +1873,8 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
         leaf->prio = opts->priority;
         leaf->born = ++t->births;
         leaf->hist = leaf->end;
+        leaf->top = pos;   /* a new branch begins here */
+        leaf->placed = node->placed_at != 0 && node->placed_at == len;
         if (t->cfg.policy == MR_POLICY_TLRU) {
             /* raise the branch's high-water mark */
             for (mr_node *a = node; a != t->root && a->hist < leaf->end; a = a->parent) {
@@ -2557,6 +2746,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->ghost_hits = t->ad_ghost_hits;
     out->states_superseded = t->ad_superseded;
     out->admissions_probation = t->ad_probation;
+    out->placements = t->ad_placed;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }

@@ -245,10 +245,19 @@ typedef struct {
     size_t kv_matched_len;     /* tokens whose KV matched, through tombstones */
     int64_t branching_seqlen;  /* kv_matched_len aligned down to chunk_size when
                                   the KV match goes deeper than node, else -1;
-                                  also -1 when the aligned value is 0 */
+                                  also -1 when the aligned value is 0; under
+                                  the adaptive policy, when that gives no
+                                  junction past node, possibly a predicted one
+                                  (placed) */
     int64_t state;             /* node's state slot, -1 at the root */
     mr_node *kv_node;          /* deepest node whose KV matched (end of
                                   kv_matched_len; root when none) */
+    int placed;                /* 1: branching_seqlen is the adaptive policy's
+                                  predicted junction (see radix.c, "Adaptive
+                                  placement"): inside the key, past
+                                  kv_matched_len, a multiple of chunk_size and of
+                                  page_size, and (branching_seqlen - prefix_len)
+                                  a multiple of chunk_size */
 } mr_match;
 
 /* Matches key[0:len) (truncated to whole pages) in namespace ns (0 = none).
@@ -452,6 +461,7 @@ typedef struct {
     uint64_t ghost_hits;
     uint64_t states_superseded;
     uint64_t admissions_probation;
+    uint64_t placements;        /* adaptive: matches that proposed a predicted junction */
     /* Child-array entries shifted or copied to keep the arrays sorted and
      * without holes (see radix.c, "Children"): their upkeep's whole cost,
      * O(1) a removal amortized.  For tests of that bound. */

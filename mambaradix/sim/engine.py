@@ -1344,6 +1344,7 @@ class _Replay(Scheduler):
             m.adaptive_ghost_hits = int(ps["ghost_hits"])
             m.adaptive_superseded = int(ps["states_superseded"])
             m.admissions_probation = int(ps["admissions_probation"])
+            m.adaptive_placements = int(ps["placements"])
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

@@ -328,7 +328,7 @@ def format_report(
         pool_rows.append(("adaptive inflation", f"{m.adaptive_inflation:.4g}",
                           f"the last victim's priority; {m.adaptive_superseded} states superseded, "
                           f"{m.adaptive_ghost_hits} ghost hits, {m.admissions_probation} states admitted on "
-                          "probation"))
+                          f"probation, {getattr(m, 'adaptive_placements', 0)} junctions predicted"))
     if config.lru_policy == "utility" and m.final_utility_alpha is not None:
         pool_rows.append(("utility alpha", f"{config.utility_alpha:g} -> {m.final_utility_alpha:g}",
                           f"configured -> after {m.utility_tunes} re-tunings; recency order "
