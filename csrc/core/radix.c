@@ -68,13 +68,21 @@ struct mr_node {
     int64_t prio;          /* highest insert priority through the node */
     uint64_t born;         /* creation order (a split's upper part keeps the child's) */
     uint64_t hist;         /* TLRU: deepest end ever inserted below the node (its own end included) */
-    /* The adaptive policy's marks (see "Adaptive policy"). */
+    /* The adaptive policy's marks (see "Adaptive"). */
     uint8_t reused;        /* a match used the current state (not counting match_node) */
-    uint8_t dmask;         /* doubt: experts that chose this live state as a victim and were overruled */
-    uint8_t gmask;         /* ghost: experts that chose this node's evicted state (0: no ghost) */
-    uint64_t dtime, gtime; /* adaptive evictions counted when the mark was made */
+    uint8_t ghost;         /* the adaptive policy evicted this node's state */
+    uint32_t ad_f;         /* uses of the current state (1 at admission) */
+    double ad_h;           /* its priority: inflation + uses * FLOPs spared per byte */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
     uint32_t kid_wasted;   /* states attached under this node evicted without a use */
+    /* Adaptive placement (see "Adaptive placement"). */
+    uint64_t top;          /* depth where the node's branch began (the insert that created it parted there) */
+    uint32_t br_shared;    /* branches begun at this node's end that a later match parted from */
+    uint32_t br_cont;      /* branches begun at this node's end that a later match continued */
+    uint64_t placed_at;    /* the junction the last placement at this node's end predicted (0: none) */
+    uint16_t shared;       /* branch head: 1 + the deepest bucket a match parted from it at (0: none) */
+    uint8_t cont;          /* branch head: a match continued past its whole path */
+    uint8_t placed;        /* branch head: its insert ended at the junction predicted where it began */
 };
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
@@ -133,15 +141,16 @@ struct mr_radix {
     /* An insert's path from the root to opts->from, in walk order. */
     mr_node **walk;
     size_t walk_cap;
-    /* The adaptive policy (see "Adaptive policy"). */
-    double ad_w[3];           /* expert weights: lru, mru, value */
-    uint64_t ad_clock;        /* adaptive state evictions so far */
-    mr_node *ad_victim;       /* the victim chosen last, and the experts that chose it */
-    uint8_t ad_mask;
+    /* The adaptive policy (see "Adaptive"). */
+    double ad_inflation;      /* L: the priority of the last victim */
+    mr_node *ad_victim;       /* the victim chosen last (its eviction leaves a ghost) */
     struct ad_ghost *ghosts;  /* ghosts of removed leaves (AD_GHOSTS entries, or NULL) */
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
-    uint64_t ad_ghost_hits, ad_doubt_hits, ad_probation, ad_choice[3];
+    uint64_t ad_ghost_hits, ad_probation, ad_superseded;
+    uint32_t *ad_depth;       /* placement: junction and continuation depths (2 * AD_PB, or NULL) */
+    uint64_t ad_events;       /* placement: observations since the last halving */
+    uint64_t ad_placed;       /* placement: predicted junctions proposed */
 };
 
 static void tune_start(mr_radix *t);
@@ -473,54 +482,52 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
     return utility_victim(t, LRU_FULL);
 }
 
-/* Adaptive: a learned choice among three victim orders ("experts") of the
- * evictable states, touches as CONSUMED:
- *   lru    the least recently used state (SGLang's consumed order);
- *   mru    the most recently used one (scan resistant: under cyclic reuse
- *          larger than the pool LRU evicts every state just before its
- *          reuse, MRU keeps a fixed subset);
- *   value  the one saving the fewest prefill FLOPs per byte (the utility
- *          policy's efficiency; the replayed tokens when no costs are set)
- *          among the evict_window least recently used (ties: the less
- *          recently used).
- * Each eviction takes the victim of the expert of the largest weight (ties:
- * the first listed) and remembers who was wrong afterwards:
- *   ghost  the evicted state's node (a tombstone keeps it), or for a removed
- *          leaf an entry of a direct-mapped table (AD_GHOSTS entries, a
- *          newer ghost overwrites an older one of the same hash) under the
- *          ancestor that survived and the branch's first token, records the
- *          experts whose choice it was (the leader's, and any other's that
- *          picked the same state) and when;
- *   doubt  each overruled expert's own pick, left in the tree, records
- *          that expert and when.
- * A match whose usable prefix stops above a ghost it walked (the deepest:
- * an own-state ghost between the used state and the end of the KV match,
- * or a branch ghost at that end whose first token is the key's next one)
- * would have gone deeper had the state been kept; a match that uses a
- * doubted state would have missed it.  Either way the experts in the mark
- * are penalized by multiplicative weights: w *= 1 - r / 2, with the
- * discount r = N / (N + age), age the evictions since the mark and N the
- * states in the tree (a mistake seen a pool's worth of evictions later
- * counts half), then the weights are normalized with a floor of 0.01 each
- * (so a shifted workload can win an expert back).  A mark of every expert
- * carries no information.
+/* Adaptive: GreedyDual-Size-Frequency over the prefill a state spares,
+ * touches as CONSUMED.  Each state has a priority
+ *     h = L + f * eff
+ * eff the FLOPs per byte of the replay it spares, from the nearest state
+ * above it to its end (attention included; the replayed tokens when no
+ * costs are set), f its uses (1 at admission, one more at each match that
+ * uses it) and L the tree's inflation, the priority of the last victim.
+ * The victim is the state of least h among the evict_window least recently
+ * used evictable ones (ties: the less recently used), and L becomes its h.
+ * A state's value thus counts against L, which every eviction raises: a
+ * state that is not used again ages out, one used often or sparing much
+ * stays, with no weight to tune.
  *
- * Admission: a new state whose siblings' states were mostly wasted (its
- * parent's kid_wasted >= 2 * kid_used + 2: states evicted unused against
- * states a match used or a ghost hit wanted) enters the state list at its
- * LRU end, on probation: under pressure it is the first to go and so is
- * not cached, without pressure it stays; nothing else changes. */
-enum { AD_LRU = 0, AD_MRU = 1, AD_VALUE = 2, AD_N = 3 };
-#define AD_ALL ((uint8_t)((1u << AD_N) - 1))
-#define AD_FLOOR 0.01
+ * Supersession: a new state whose nearest state above (A) reaches it along
+ * an unbranched path (A and every node between have at most one child),
+ * below a parent no earlier state was attached to (kid_used and kid_wasted
+ * 0: no sibling's state was ever used or evicted there), takes A's place
+ * on that path; A keeps only what it spares a future branch: its uses are
+ * forgotten (f = 1, h = L + eff(A)).  (A chat turn's state, once the next
+ * turn's is cached; not a shared prefix whose earlier branches are gone.)
+ *
+ * Admission on probation: each node counts the states attached directly
+ * below it that a match used, or that a ghost showed were wanted
+ * (kid_used), and those evicted without a use (kid_wasted).  A new state
+ * whose parent has kid_wasted >= 2 * kid_used + 2 enters with h = L, at the
+ * LRU end: under pressure it goes first unless a match uses it first.
+ *
+ * Ghosts: an evicted state's node keeps a ghost mark (a tombstone keeps
+ * it), and a removed leaf's ghost goes into a direct-mapped table
+ * (AD_GHOSTS entries; a newer ghost overwrites an older one of the same
+ * hash) under the ancestor that survived and the branch's first token.  A
+ * match whose usable prefix stops above a ghost it walked (the deepest: an
+ * own-state ghost between the used state and the end of the KV match, or a
+ * branch ghost at that end whose first token is the key's next one) counts
+ * the state as wanted below its parent. */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
+/* placement (see "Adaptive placement") */
+#define AD_PB 512
+#define AD_PLACE_MARGIN 4
+#define AD_PLACE_WINDOW 4096
 
 struct ad_ghost {
     uint32_t id, gen;   /* the surviving ancestor's handle */
     int32_t tok;        /* the removed branch's first token */
-    uint8_t mask;       /* 0: free */
-    uint64_t time;
+    uint8_t live;       /* 0: free */
 };
 
 /* The table entry of a removed branch below node (id, gen) starting with tok. */
@@ -535,15 +542,15 @@ ad_ghost_slot(uint32_t id, uint32_t gen, int32_t tok)
 static void
 adaptive_reset(mr_radix *t)
 {
-    for (int e = 0; e < AD_N; e++) {
-        t->ad_w[e] = 1.0 / AD_N;
-    }
-    t->ad_clock = 0;
+    t->ad_inflation = 0.0;
     t->ad_victim = NULL;
-    t->ad_mask = 0;
     if (t->ghosts != NULL) {
         memset(t->ghosts, 0, AD_GHOSTS * sizeof(struct ad_ghost));
     }
+    if (t->ad_depth != NULL) {
+        memset(t->ad_depth, 0, AD_PB * sizeof(uint32_t));
+    }
+    t->ad_events = 0;
 }
 
 static double
@@ -559,93 +566,30 @@ adaptive_eff(const mr_radix *t, const mr_node *n)
     return (double)(n->end - a->end);
 }
 
-/* Each expert's victim (NULL: none evictable). */
-static void
-adaptive_picks(const mr_radix *t, mr_node *v[AD_N])
-{
-    size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
-    double best = 0.0;
-    const mr_link *head = &t->head[LRU_STATE];
-    for (int e = 0; e < AD_N; e++) {
-        v[e] = NULL;
-    }
-    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
-        mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (!mr_radix_can_evict_state(t, n)) {
-            continue;
-        }
-        double e = adaptive_eff(t, n);
-        if (k == 0 || e < best) {
-            best = e;
-            v[AD_VALUE] = n;
-        }
-        if (k == 0) {
-            v[AD_LRU] = n;
-        }
-        k++;
-    }
-    for (const mr_link *l = head->next; k > 0 && l != head; l = l->next) {
-        mr_node *n = link_node((mr_link *)l, LRU_STATE);
-        if (mr_radix_can_evict_state(t, n)) {
-            v[AD_MRU] = n;
-            break;
-        }
-    }
-}
-
-/* The leader's victim; the overruled experts' picks get a doubt mark. */
+/* The evictable state of least priority among the evict_window least
+ * recently used (NULL: none); L becomes its priority. */
 static mr_node *
 adaptive_state_victim(const mr_radix *ct, const mr_link *from)
 {
     (void)from;
-    mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: the marks are policy state */
-    mr_node *v[AD_N];
-    adaptive_picks(t, v);
-    int lead = 0;
-    for (int e = 1; e < AD_N; e++) {
-        lead = t->ad_w[e] > t->ad_w[lead] ? e : lead;
-    }
-    mr_node *x = v[lead];
-    uint8_t mask = 0;
-    for (int e = 0; e < AD_N && x != NULL; e++) {
-        if (v[e] == x) {
-            mask |= (uint8_t)(1u << e);
-        }
-        else if (v[e] != NULL) {
-            v[e]->dmask |= (uint8_t)(1u << e);
-            v[e]->dtime = t->ad_clock;
+    mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: L is policy state */
+    size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
+    mr_node *v = NULL;
+    const mr_link *head = &t->head[LRU_STATE];
+    for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
+        mr_node *n = link_node((mr_link *)l, LRU_STATE);
+        if (mr_radix_can_evict_state(t, n)) {
+            if (v == NULL || n->ad_h < v->ad_h) {
+                v = n;
+            }
+            k++;
         }
     }
-    t->ad_victim = x;
-    t->ad_mask = mask;
-    if (x != NULL) {
-        t->ad_choice[lead]++;
+    if (v != NULL) {
+        t->ad_inflation = v->ad_h;
     }
-    return x;
-}
-
-/* The experts of mask chose wrongly age evictions ago. */
-static void
-adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
-{
-    if (mask == 0 || mask == AD_ALL) {
-        return;
-    }
-    double states = (double)(t->state_evictable + t->state_protected);
-    double loss = states > 0.0 ? states / (states + (double)age) : 0.0;
-    double sum = 0.0;
-    for (int e = 0; e < AD_N; e++) {
-        if (mask & (1u << e)) {
-            t->ad_w[e] *= 1.0 - loss / 2.0;
-        }
-        sum += t->ad_w[e];
-    }
-    for (int e = 0; e < AD_N; e++) {
-        t->ad_w[e] /= sum;
-        if (t->ad_w[e] < AD_FLOOR) {
-            t->ad_w[e] = AD_FLOOR;
-        }
-    }
+    t->ad_victim = v;
+    return v;
 }
 
 /* A match used best's state (the root: none) and matched KV down to the end
@@ -653,46 +597,203 @@ adaptive_penalize(mr_radix *t, uint8_t mask, uint64_t age)
 static void
 adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_t next)
 {
+    if (best != t->root) {
+        best->ad_f++;
+        best->ad_h = t->ad_inflation + (double)best->ad_f * adaptive_eff(t, best);
+    }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
-    if (e != NULL && e->mask && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
+    if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
         /* the deepest: a removed branch below the end of the KV match */
         t->ad_ghost_hits++;
         kv->kid_used++;
-        adaptive_penalize(t, e->mask, t->ad_clock - e->time);
-        e->mask = 0;
+        e->live = 0;
+        return;
     }
-    else {
-        for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
-            if (n->gmask) {
-                t->ad_ghost_hits++;
-                n->parent->kid_used++;
-                adaptive_penalize(t, n->gmask, t->ad_clock - n->gtime);
-                n->gmask = 0;
-                break;
-            }
+    for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
+        if (n->ghost) {
+            t->ad_ghost_hits++;
+            n->parent->kid_used++;
+            n->ghost = 0;
+            return;
         }
-    }
-    if (best != t->root && best->dmask) {
-        t->ad_doubt_hits++;
-        adaptive_penalize(t, best->dmask, t->ad_clock - best->dtime);
-        best->dmask = 0;
     }
 }
 
-/* A state was attached to n: at the MRU end, or on probation at the LRU end. */
+/* A state was attached to n: its priority, the supersession of the state
+ * above it, and its place in the state list (the MRU end, or on probation
+ * the LRU end). */
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
     const mr_node *p = n->parent;
-    n->dmask = n->gmask = 0;
+    mr_node *a = n->parent;
+    int branched = 0;
+    for (; a != t->root && a->state < 0; a = a->parent) {
+        branched |= a->nchildren > 1;
+    }
+    if (a != t->root && !branched && a->nchildren <= 1 && p->kid_used + p->kid_wasted == 0) {
+        a->ad_f = 1;
+        a->ad_h = t->ad_inflation + adaptive_eff(t, a);
+        t->ad_superseded++;
+    }
+    n->ghost = 0;
+    n->ad_f = 1;
     if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
+        n->ad_h = t->ad_inflation;
         t->ver++;
         lru_insert_after(t->head[LRU_STATE].prev, n, LRU_STATE);
         n->stamp = 0;
         t->ad_probation++;
         return;
     }
+    n->ad_h = t->ad_inflation + adaptive_eff(t, n);
     lru_push_mru(t, n, LRU_STATE);
+}
+
+/* Adaptive placement.  In extra_buffer mode an extend snapshots the state
+ * once (mr_rule_prefill_track): at its chunk-aligned end, or at the match's
+ * branching point B when the KV match went deeper than the state (two
+ * requests part mid-path: a junction checkpoint).  Where the match proposes
+ * no junction past its state, the adaptive policy may propose a predicted
+ * one: a point p inside the new extend where later requests are likely to
+ * part from it, by the one-checkpoint case of the overlap-depth dynamic
+ * program of Sparse Prefix Caching over the depths it has observed.
+ *
+ * Branches: a node's top is the depth where the insert that created its
+ * branch parted from the tree (a split's halves keep it); the branch's head
+ * is its first node, and the node above the head, X, is where it began.
+ * Observations: a match whose key goes on past its KV match end d, in a
+ * branch (not at the root), either parted from that branch (the KV node has
+ * children: a junction) or continued past its whole path (a leaf: a next
+ * turn; but a junction when the branch ends at a junction this policy
+ * predicted where it began, X's placed_at: the later request parted from
+ * it there).  The first junction of a branch counts in X's br_shared, the first
+ * continuation in X's br_cont; the deepest junction depth of each branch,
+ * relative to its top in units of step = max(chunk_size, page_size),
+ * counts in a histogram of AD_PB buckets (the last: deeper), halved after
+ * every AD_PLACE_WINDOW observations so old evidence fades.
+ *
+ * Decision, for a match whose state ends at s = prefix_len, a multiple of
+ * step (s0 = s / step), whose KV ends at k in node X (the new request's
+ * branch will begin there), with key length L (e = floor(L / step): the end
+ * snapshot, as far as the key shows), and no junction past s: with A = X's
+ * br_shared, C = X's br_cont + 1 (a continuation is presumed until X shows
+ * otherwise), S(x) the branches whose deepest junction is x buckets or more
+ * below their top and S0 all of them, a checkpoint at j steps serves a later
+ * request that parts at least j * step - k below the new branch's top, or
+ * continues it:
+ *     gain(j) = A * S(ceil((j * step - k) / step)) * (j - s0)
+ *     gain(e) = (C * S0 + A * S(min(ceil((e * step - k) / step), AD_PB - 1))) * (e - s0)
+ * (each the expected prefill saved, in steps, times X's branches and S0).
+ * The j of largest gain in (s0, e) (the first; its bucket below AD_PB - 1)
+ * is proposed when gain(j) > AD_PLACE_MARGIN * gain(e): the checkpoint
+ * replaces the end snapshot a next turn would use, so it must be clearly
+ * worth more (with C >= 1 and, until the first halving, S(.) <= S0, that
+ * takes A > AD_PLACE_MARGIN branches parted from at X first).  p = j * step is a
+ * multiple of chunk_size and of page_size and p - s of chunk_size, with
+ * k < p < L: SGLang's own branching rule takes it as it takes B, and the
+ * snapshot at p is exact. */
+
+MR_INLINE size_t
+adaptive_step(const mr_radix *t)
+{
+    return t->cfg.chunk_size > t->cfg.page_size ? t->cfg.chunk_size : t->cfg.page_size;
+}
+
+/* a * b and a + b, or UINT64_MAX when it does not fit (no prediction then). */
+MR_INLINE uint64_t
+mul_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+MR_INLINE uint64_t
+add_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* The predicted junction of a match (0: none), before its observation. */
+static size_t
+adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t len)
+{
+    size_t step = adaptive_step(t);
+    if (t->ad_depth == NULL || s % step != 0 || x->br_shared == 0) {
+        return 0;
+    }
+    size_t s0 = s / step, e = len / step;
+    if (e < s0 + 2) {
+        return 0;
+    }
+    uint64_t sg[AD_PB + 1];
+    sg[AD_PB] = 0;
+    for (size_t b = AD_PB; b-- > 0;) {
+        sg[b] = sg[b + 1] + t->ad_depth[b];
+    }
+    uint64_t a = x->br_shared, c = (uint64_t)x->br_cont + 1;
+    size_t xe = (e * step - k + step - 1) / step, best = 0;
+    xe = xe < AD_PB - 1 ? xe : AD_PB - 1;
+    uint64_t gbest = 0, ge = mul_sat(add_sat(mul_sat(c, sg[0]), mul_sat(a, sg[xe])), e - s0);
+    for (size_t j = s0 + 1; j < e; j++) {
+        size_t xb = (j * step - k + step - 1) / step;
+        if (xb >= AD_PB - 1) {
+            break;
+        }
+        uint64_t g = mul_sat(mul_sat(a, sg[xb]), j - s0);
+        if (g > gbest) {
+            gbest = g;
+            best = j;
+        }
+    }
+    if (best == 0 || gbest == UINT64_MAX || gbest <= mul_sat(AD_PLACE_MARGIN, ge)) {
+        return 0;
+    }
+    return best * step;
+}
+
+/* Counts a match that stopped at depth d in node kv with its key going on
+ * (see above). */
+static void
+adaptive_observe(mr_radix *t, mr_node *kv, size_t d)
+{
+    if (t->ad_depth == NULL) {
+        t->ad_depth = MR_CALLOC(AD_PB, sizeof(uint32_t));
+        if (t->ad_depth == NULL) {
+            return;   /* no placement without its table: nothing else depends on it */
+        }
+    }
+    if (kv != t->root) {
+        mr_node *h = kv;
+        while (h->parent != t->root && h->parent->top == h->top) {
+            h = h->parent;
+        }
+        if (kv->nchildren > 0 || h->placed) {
+            size_t step = adaptive_step(t), rb = (d - (size_t)kv->top) / step;
+            rb = rb < AD_PB - 1 ? rb : AD_PB - 1;
+            if (h->shared == 0 && h->parent->br_shared < UINT32_MAX) {
+                h->parent->br_shared++;
+            }
+            if (h->shared < rb + 1) {
+                if (h->shared > 0 && t->ad_depth[h->shared - 1] > 0) {
+                    t->ad_depth[h->shared - 1]--;
+                }
+                t->ad_depth[rb]++;
+                h->shared = (uint16_t)(rb + 1);
+            }
+        }
+        else if (!h->cont) {
+            h->cont = 1;
+            h->parent->br_cont += h->parent->br_cont < UINT32_MAX;
+        }
+    }
+    if (++t->ad_events >= AD_PLACE_WINDOW) {
+        for (size_t i = 0; i < AD_PB; i++) {
+            t->ad_depth[i] >>= 1;
+        }
+        t->ad_events = 0;
+    }
 }
 
 /* SGLang 0.5.23's leaf orders (evict_policy.py).  Its FULL eviction pops
@@ -1270,6 +1371,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->heap);
     MR_FREE(t->walk);
     MR_FREE(t->ghosts);
+    MR_FREE(t->ad_depth);
     MR_FREE(t);
 }
 
@@ -1281,8 +1383,10 @@ mr_radix_reset(mr_radix *t)
     mr_node *root = t->root;
     root->nchildren = root->nent = 0;
     root->full_lock = root->state_lock = root->nostate_lock = root->kv_lock = 0;
-    root->gmask = root->dmask = 0;
+    root->ghost = 0;
     root->kid_used = root->kid_wasted = 0;
+    root->br_shared = root->br_cont = 0;
+    root->placed_at = 0;
     adaptive_reset(t);
     /* Root handles stay valid: the root is the same node. */
     t->full_evictable = t->full_protected = 0;
@@ -1407,6 +1511,10 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     upper->prio = child->prio;
     upper->born = child->born;
     upper->hist = child->hist;
+    upper->top = child->top;       /* adaptive placement: the same branch, its head now upper */
+    upper->shared = child->shared;
+    upper->cont = child->cont;
+    upper->placed = child->placed;
 
     mr_node *parent = child->parent;
     uint32_t idx = child_index(parent, child);
@@ -1542,11 +1650,26 @@ found:
     out->kv_matched_len = pos;
     out->state = best->state;
     out->branching_seqlen = -1;
+    out->placed = 0;
     if (pos > best_len) {
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
         if (aligned > 0) {
             out->branching_seqlen = (int64_t)aligned;
         }
+    }
+    if (!peek && t->cfg.policy == MR_POLICY_ADAPTIVE && !t->cfg.kv_only && pos < len) {
+        /* adaptive placement: a predicted junction where the match has none
+         * past its state, then this match's own overlap depth */
+        if (out->branching_seqlen <= (int64_t)best_len) {
+            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len);
+            if (p > 0) {
+                out->branching_seqlen = (int64_t)p;
+                out->placed = 1;
+                out->kv_node->placed_at = p;
+                t->ad_placed++;
+            }
+        }
+        adaptive_observe(t, out->kv_node, pos);
     }
     return rc;
 }
@@ -1750,6 +1873,8 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
         leaf->prio = opts->priority;
         leaf->born = ++t->births;
         leaf->hist = leaf->end;
+        leaf->top = pos;   /* a new branch begins here */
+        leaf->placed = node->placed_at != 0 && node->placed_at == len;
         if (t->cfg.policy == MR_POLICY_TLRU) {
             /* raise the branch's high-water mark */
             for (mr_node *a = node; a != t->root && a->hist < leaf->end; a = a->parent) {
@@ -2132,9 +2257,8 @@ static int
 evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states)
 {
     int rc;
-    /* the adaptive policy's own victim leaves a ghost (see "Adaptive policy") */
+    /* the adaptive policy's own victim leaves a ghost (see "Adaptive") */
     int ghost = t->cfg.policy == MR_POLICY_ADAPTIVE && x == t->ad_victim;
-    uint8_t mask = t->ad_mask;
     uint32_t *wasted = x->reused ? NULL : &x->parent->kid_wasted;
     t->ad_victim = NULL;
     /* a leaf whose KV is locked loses only its state (v0.5.23; v0.5.15 never
@@ -2151,9 +2275,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
             if (wasted != NULL) {
                 (*wasted)++;
             }
-            x->dmask = 0;
-            x->gmask = mask;
-            x->gtime = t->ad_clock++;
+            x->ghost = 1;
         }
         return MR_OK;
     }
@@ -2171,9 +2293,8 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
     }
     if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */
         t->ghosts[ad_ghost_slot(up->id, up->gen, t->last_tok)]
-            = (struct ad_ghost){up->id, up->gen, t->last_tok, mask, t->ad_clock};
+            = (struct ad_ghost){up->id, up->gen, t->last_tok, 1};
     }
-    t->ad_clock++;
     return MR_OK;
 }
 
@@ -2621,13 +2742,11 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->mru = t->recency < 0.0;
     out->tunes = t->tunes;
     out->child_moves = t->child_moves;
-    for (int e = 0; e < AD_N; e++) {
-        out->adaptive_weight[e] = t->ad_w[e];
-        out->adaptive_choices[e] = t->ad_choice[e];
-    }
+    out->adaptive_inflation = t->ad_inflation;
     out->ghost_hits = t->ad_ghost_hits;
-    out->doubt_hits = t->ad_doubt_hits;
+    out->states_superseded = t->ad_superseded;
     out->admissions_probation = t->ad_probation;
+    out->placements = t->ad_placed;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }

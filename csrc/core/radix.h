@@ -110,14 +110,13 @@ typedef enum {
     MR_POLICY_PRIORITY = 7,
     MR_POLICY_SLRU = 8,
     MR_POLICY_TLRU = 9,
-    /* Learned online, touches as CONSUMED: each state victim is that of the
-     * order whose weight is largest among three (least recently used, most
-     * recently used, fewest FLOPs saved per byte as in UTILITY); ghosts of
-     * evicted states and marks on overruled picks penalize the orders whose
-     * choices later matches show wrong; a state whose siblings' states were
-     * mostly evicted unused is admitted on probation, at the LRU end.  KV
-     * leaf victims as CONSUMED.  See radix.c, "Adaptive" and
-     * docs/adaptive.md. */
+    /* GreedyDual-Size-Frequency, touches as CONSUMED: each state victim is
+     * the state of least priority L + uses * FLOPs spared per byte (as in
+     * UTILITY), L the last victim's priority; a new state below an
+     * unbranched path supersedes the uses of the state above it; a state
+     * whose siblings' states were mostly evicted unused is admitted on
+     * probation (priority L, at the LRU end).  KV leaf victims as CONSUMED.
+     * See radix.c, "Adaptive" and docs/adaptive.md. */
     MR_POLICY_ADAPTIVE = 10,
 } mr_lru_policy;
 
@@ -246,10 +245,19 @@ typedef struct {
     size_t kv_matched_len;     /* tokens whose KV matched, through tombstones */
     int64_t branching_seqlen;  /* kv_matched_len aligned down to chunk_size when
                                   the KV match goes deeper than node, else -1;
-                                  also -1 when the aligned value is 0 */
+                                  also -1 when the aligned value is 0; under
+                                  the adaptive policy, when that gives no
+                                  junction past node, possibly a predicted one
+                                  (placed) */
     int64_t state;             /* node's state slot, -1 at the root */
     mr_node *kv_node;          /* deepest node whose KV matched (end of
                                   kv_matched_len; root when none) */
+    int placed;                /* 1: branching_seqlen is the adaptive policy's
+                                  predicted junction (see radix.c, "Adaptive
+                                  placement"): inside the key, past
+                                  kv_matched_len, a multiple of chunk_size and of
+                                  page_size, and (branching_seqlen - prefix_len)
+                                  a multiple of chunk_size */
 } mr_match;
 
 /* Matches key[0:len) (truncated to whole pages) in namespace ns (0 = none).
@@ -445,16 +453,15 @@ typedef struct {
     double kv_weight;           /* utility policy: share of a leaf's KV bytes counted (1 or 0) */
     int mru;                    /* utility policy: 1 when the recency order is reversed */
     uint64_t tunes;             /* utility policy: alpha re-tunings done */
-    /* adaptive policy: the weights of its orders (least recently used, most
-     * recently used, value; they sum to 1 up to the 0.01 floor), the
-     * victims each chose as the leader, the matches that found an evicted
-     * state's ghost or used a state an overruled order had picked, and the
-     * states admitted on probation. */
-    double adaptive_weight[3];
-    uint64_t adaptive_choices[3];
+    /* adaptive policy: its inflation L (the priority of the last victim),
+     * the matches that wanted an evicted state (a ghost hit), the states
+     * whose uses a new state below them superseded, and the states admitted
+     * on probation. */
+    double adaptive_inflation;
     uint64_t ghost_hits;
-    uint64_t doubt_hits;
+    uint64_t states_superseded;
     uint64_t admissions_probation;
+    uint64_t placements;        /* adaptive: matches that proposed a predicted junction */
     /* Child-array entries shifted or copied to keep the arrays sorted and
      * without holes (see radix.c, "Children"): their upkeep's whole cost,
      * O(1) a removal amortized.  For tests of that bound. */

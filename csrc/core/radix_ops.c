@@ -305,6 +305,10 @@ mr_match_device(const mr_match *m, int has_mamba, size_t chunk, size_t *device_l
         return;
     }
     *device_len = m->prefix_len;
+    if (m->placed) {
+        *branching = m->branching_seqlen;   /* the adaptive policy's predicted junction */
+        return;
+    }
     size_t aligned = m->kv_matched_len / chunk * chunk;
     if (aligned > m->prefix_len) {
         *branching = (int64_t)aligned;

@@ -137,8 +137,9 @@ int mr_radix_create(const mr_radix_config *cfg, const mr_radix_options *opt, con
 /* The device prefix of match m and its branching length: with a MAMBA
  * component the usable prefix is m's (the deepest node with a state) and
  * the branching length is kv_matched_len aligned down to chunk when that
- * goes deeper (else -1); without one the whole KV match is usable and
- * there is no branching length. */
+ * goes deeper (else -1), or m's predicted junction when the adaptive
+ * policy placed one (m->placed); without one the whole KV match is usable
+ * and there is no branching length. */
 void mr_match_device(const mr_match *m, int has_mamba, size_t chunk, size_t *device_len, int64_t *branching);
 
 #endif /* MR_RADIX_OPS_H */

@@ -835,26 +835,26 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "alpha (the utility policy's weight in use), kv_weight (1 when a leaf's KV\n"
 "bytes count), mru (True when the recency order is reversed: the most\n"
 "recently used state goes first) and tunes (its re-tunings); for the\n"
-"adaptive policy adaptive_weights (the weights of its orders lru, mru and\n"
-"value), adaptive_choices (victims each order chose as the leader),\n"
-"ghost_hits, doubt_hits (matches that showed an order wrong) and\n"
-"admissions_probation (states admitted at the LRU end).");
+"adaptive policy adaptive_inflation (L, the priority of its last victim),\n"
+"ghost_hits (matches that wanted an evicted state), states_superseded (states\n"
+"whose uses a new state below them superseded), admissions_probation\n"
+"(states admitted at the LRU end) and placements (matches whose\n"
+"branching_seqlen is a predicted junction).");
 
 static PyObject *
 RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsNsKs(ddd)s(KKK)sKsKsK}", "states_admitted",
+    return Py_BuildValue("{sKsKsKsdsdsNsKsdsKsKsKsK}", "states_admitted",
                          (unsigned long long)s.states_admitted, "states_used", (unsigned long long)s.states_used,
                          "states_trimmed", (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight",
                          s.kv_weight, "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes,
-                         "adaptive_weights", s.adaptive_weight[0], s.adaptive_weight[1], s.adaptive_weight[2],
-                         "adaptive_choices", (unsigned long long)s.adaptive_choices[0],
-                         (unsigned long long)s.adaptive_choices[1], (unsigned long long)s.adaptive_choices[2],
-                         "ghost_hits", (unsigned long long)s.ghost_hits, "doubt_hits",
-                         (unsigned long long)s.doubt_hits, "admissions_probation",
-                         (unsigned long long)s.admissions_probation);
+                         "adaptive_inflation", s.adaptive_inflation,
+                         "ghost_hits", (unsigned long long)s.ghost_hits, "states_superseded",
+                         (unsigned long long)s.states_superseded, "admissions_probation",
+                         (unsigned long long)s.admissions_probation, "placements",
+                         (unsigned long long)s.placements);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,
@@ -1170,10 +1170,9 @@ PyDoc_STRVAR(RadixTree__doc__,
 "only the node whose state is used), 'sglang' (v0.5.15 behaviour) or\n"
 "'utility' (touches as 'consumed'; the victim scores lowest on\n"
 "alpha * FLOPs-saved-per-byte + recency, Marconi-style) or 'adaptive'\n"
-"(touches as 'consumed'; the victim is that of the order, among least\n"
-"recently used, most recently used and fewest FLOPs saved per byte, whose\n"
-"choices later matches showed right most often, learned online; see\n"
-"docs/adaptive.md).  policy_options:\n"
+"(touches as 'consumed'; the victim has the least priority L + uses *\n"
+"FLOPs-spared-per-byte, L the last victim's: GreedyDual-Size-Frequency;\n"
+"see docs/adaptive.md).  policy_options:\n"
 "a dict of the utility policy's alpha, flops_per_token, attn_flops_per_pos,\n"
 "state_bytes, kv_bytes_per_token, evict_window (candidates scored per\n"
 "victim, default and most 1024), tune_window (> 0: re-tune alpha, the KV\n"

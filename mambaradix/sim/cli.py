@@ -265,7 +265,7 @@ def build_parser(prog: str = "python -m mambaradix sim") -> argparse.ArgumentPar
     c.add_argument("--policy", choices=POLICIES, dest="lru_policy", type=_policy,
                    help="eviction policy: sglang (v0.5.15 LRU), consumed (refresh only the used "
                         "state), utility (FLOPs saved per byte + recency, alpha tuned online), "
-                        "adaptive (learns online which victim order serves the workload) or "
+                        "adaptive (GreedyDual-Size-Frequency over the prefill a state spares) or "
                         "belady (Belady's rule, reads the trace's future; clairvoyant is its "
                         "deprecated name)")
     c.add_argument("--end-of-turn-states", action="store_true", default=None,

@@ -1359,10 +1359,11 @@ class _Replay(Scheduler):
             m.final_utility_order = "mru" if ps["mru"] else "lru"
             m.utility_tunes = int(ps["tunes"])
         if self.cfg.lru_policy == "adaptive":
-            m.adaptive_weights = dict(zip(("lru", "mru", "value"), map(float, ps["adaptive_weights"])))
+            m.adaptive_inflation = float(ps["adaptive_inflation"])
             m.adaptive_ghost_hits = int(ps["ghost_hits"])
-            m.adaptive_doubt_hits = int(ps["doubt_hits"])
+            m.adaptive_superseded = int(ps["states_superseded"])
             m.admissions_probation = int(ps["admissions_probation"])
+            m.adaptive_placements = int(ps["placements"])
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

@@ -324,11 +324,11 @@ def format_report(
         pool_rows.append(("states trimmed", f"{m.states_trimmed:,}", "by the per-path budget"))
     pool_rows.append(("states' share of memory", f"{100 * getattr(m, 'state_memory_share', 0.0):.1f}%",
                       "peak state bytes / (peak state + KV bytes)"))
-    if config.lru_policy == "adaptive" and m.adaptive_weights is not None:
-        w = m.adaptive_weights
-        pool_rows.append(("adaptive weights", " ".join(f"{k} {v:.2f}" for k, v in w.items()),
-                          f"learned from {m.adaptive_ghost_hits} ghost and {m.adaptive_doubt_hits} doubt hits; "
-                          f"{m.admissions_probation} states admitted on probation"))
+    if config.lru_policy == "adaptive" and m.adaptive_inflation is not None:
+        pool_rows.append(("adaptive inflation", f"{m.adaptive_inflation:.4g}",
+                          f"the last victim's priority; {m.adaptive_superseded} states superseded, "
+                          f"{m.adaptive_ghost_hits} ghost hits, {m.admissions_probation} states admitted on "
+                          f"probation, {getattr(m, 'adaptive_placements', 0)} junctions predicted"))
     if config.lru_policy == "utility" and m.final_utility_alpha is not None:
         pool_rows.append(("utility alpha", f"{config.utility_alpha:g} -> {m.final_utility_alpha:g}",
                           f"configured -> after {m.utility_tunes} re-tunings; recency order "

@@ -212,14 +212,16 @@ class SimMetrics:
     final_utility_alpha: Optional[float] = None
     final_utility_order: Optional[str] = None   # "mru" or "lru"
     utility_tunes: int = 0
-    # lru_policy="adaptive" only (None / 0 otherwise): its orders' final
-    # weights {"lru", "mru", "value"}, the matches that showed an order wrong
-    # (an evicted state's ghost, or a state an overruled order had picked)
-    # and the states admitted on probation
-    adaptive_weights: Optional[dict] = None
+    # lru_policy="adaptive" only (None / 0 otherwise): its final inflation L
+    # (the last victim's priority), the matches that wanted an evicted state
+    # (a ghost hit), the states whose uses a new state below them superseded,
+    # the states admitted on probation and the matches that proposed a
+    # predicted junction (adaptive placement)
+    adaptive_inflation: Optional[float] = None
     adaptive_ghost_hits: int = 0
-    adaptive_doubt_hits: int = 0
+    adaptive_superseded: int = 0
     admissions_probation: int = 0
+    adaptive_placements: int = 0
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property

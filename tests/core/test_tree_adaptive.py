@@ -1,13 +1,15 @@
 """The adaptive state policy against a pure-Python model of its decisions.
 
 The model reads the tree only through the public node API (the state list's
-order, locks, keys, node ids) and keeps the policy's own memory itself: the
-three orders' weights, the ghosts of evicted states (on a tombstone, or in
-the direct-mapped table under the ancestor that survived a removed leaf),
-the marks on overruled picks, and the per-node counts of used and wasted
-child states that decide a probation admission.  Random inserts, matches,
-locks and evictions run on both; after every step the victim, the weights,
-the counters and the admitted state's place in the state list must agree.
+order, locks, keys, children, node ids) and keeps the policy's own memory
+itself: each state's uses and priority (GreedyDual-Size-Frequency: the
+inflation L plus uses times the prefill the state spares), L, the
+supersession of a state by a new one below it on an unbranched path, the
+ghosts of evicted states (on a tombstone, or in the direct-mapped table under
+the ancestor that survived a removed leaf) and the per-node counts of used and
+wasted child states that decide a probation admission.  Random inserts,
+matches, locks and evictions run on both; after every step the victim, L, the
+counters and the admitted state's place in the state list must agree.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import pytest
 import mambaradix
 from mambaradix import _C
 
-FLOOR = 0.01
 GHOST_BITS = 13
 M64 = (1 << 64) - 1
 
@@ -41,18 +42,17 @@ class AdaptiveModel:
         self.tree = tree
         self.costs = costs
         self.window = window
-        self.w = [1 / 3, 1 / 3, 1 / 3]
-        self.clock = 0
-        self.doubt: dict = {}     # identity -> (mask, time)
-        self.gown: dict = {}      # identity -> (mask, time): own state evicted, tombstone kept
-        self.table: dict = {}     # slot -> (id, gen, tok, mask, time)
+        self.L = 0.0
+        self.uses: dict = {}      # identity -> uses of its state (f)
+        self.prio: dict = {}      # identity -> priority (h)
+        self.gown: set = set()    # identities whose own state was evicted, tombstone kept
+        self.table: dict = {}     # slot -> (id, gen, tok)
         self.used: dict = {}      # identity -> kid_used
         self.wasted: dict = {}    # identity -> kid_wasted
         self.reused: set = set()
-        self.ghost_hits = self.doubt_hits = self.probation = 0
-        self.choices = [0, 0, 0]
+        self.ghost_hits = self.probation = self.superseded = 0
 
-    # -- the orders -------------------------------------------------------
+    # -- the value of a state ---------------------------------------------
     def eff(self, n) -> float:
         a, span = n.parent, len(n.key)
         while not a.is_root and a.state is None:
@@ -65,111 +65,88 @@ class AdaptiveModel:
         flops = c["flops_per_token"] * span + c["attn_flops_per_pos"] * (start + n.prefix_len - 1.0) * span / 2.0
         return flops / (c["state_bytes"] if c["state_bytes"] > 0 else 1.0)
 
-    def picks(self) -> list:
+    def victim(self):
         order = self.tree.lru_order("mamba")                  # most recent first
         lru_first = [n for n in reversed(order) if n.can_evict_state][:self.window]
         if not lru_first:
-            return [None, None, None]
-        effs = [self.eff(n) for n in lru_first]
-        value = lru_first[min(range(len(effs)), key=lambda i: (effs[i], i))]
-        mru = next(n for n in order if n.can_evict_state)
-        return [lru_first[0], mru, value]
+            return None
+        x = min(lru_first, key=lambda n: self.prio[ident(n)])   # min keeps the first of equals
+        self.L = self.prio[ident(x)]
+        return x
 
-    def victim(self):
-        v = self.picks()
-        lead = max(range(3), key=lambda e: (self.w[e], -e))
-        x = v[lead]
-        mask = 0
-        if x is not None:
-            self.choices[lead] += 1
-            for e in range(3):
-                if v[e] == x:
-                    mask |= 1 << e
-                elif v[e] is not None:
-                    m, _ = self.doubt.get(ident(v[e]), (0, 0))
-                    self.doubt[ident(v[e])] = (m | (1 << e), self.clock)
-        return x, mask
-
-    # -- learning ---------------------------------------------------------
-    def penalize(self, mask: int, age: int) -> None:
-        if mask in (0, 7):
-            return
-        states = float(self.tree.total_size()[1])
-        loss = states / (states + float(age)) if states > 0.0 else 0.0
-        s = 0.0
-        for e in range(3):
-            if mask & (1 << e):
-                self.w[e] *= 1.0 - loss / 2.0
-            s += self.w[e]
-        self.w = [max(x / s, FLOOR) for x in self.w]
-
+    # -- what a match, an admission and an eviction change ------------------
     def on_match(self, key: list, m) -> None:
         best, kv = m.node, m.kv_node
-        if not best.is_root and ident(best) not in self.reused:
-            self.reused.add(ident(best))
-            p = ident(best.parent)
-            self.used[p] = self.used.get(p, 0) + 1
-        hit = False
+        if not best.is_root:
+            i = ident(best)
+            self.uses[i] += 1
+            self.prio[i] = self.L + self.uses[i] * self.eff(best)
+            if i not in self.reused:
+                self.reused.add(i)
+                p = ident(best.parent)
+                self.used[p] = self.used.get(p, 0) + 1
         if m.kv_matched_len < len(key):
             tok = key[m.kv_matched_len]
-            e = self.table.get(ghost_slot(kv.id, kv.gen, tok))
-            if e is not None and e[:3] == (kv.id, kv.gen, tok):
-                hit = True
+            slot = ghost_slot(kv.id, kv.gen, tok)
+            if self.table.get(slot) == (kv.id, kv.gen, tok):
                 self.ghost_hits += 1
                 self.used[ident(kv)] = self.used.get(ident(kv), 0) + 1
-                self.penalize(e[3], self.clock - e[4])
-                del self.table[ghost_slot(kv.id, kv.gen, tok)]
-        if not hit:
-            n = kv
-            while n != best and not n.is_root:
-                g = self.gown.pop(ident(n), None)
-                if g is not None:
-                    self.ghost_hits += 1
-                    p = ident(n.parent)
-                    self.used[p] = self.used.get(p, 0) + 1
-                    self.penalize(g[0], self.clock - g[1])
-                    break
-                n = n.parent
-        if not best.is_root and ident(best) in self.doubt:
-            mask, t = self.doubt.pop(ident(best))
-            self.doubt_hits += 1
-            self.penalize(mask, self.clock - t)
+                del self.table[slot]
+                return
+        n = kv
+        while n != best and not n.is_root:
+            if ident(n) in self.gown:
+                self.gown.discard(ident(n))
+                self.ghost_hits += 1
+                p = ident(n.parent)
+                self.used[p] = self.used.get(p, 0) + 1
+                return
+            n = n.parent
 
     def admitted(self, node) -> bool:
         """A state was attached to node: True when on probation."""
-        self.doubt.pop(ident(node), None)
-        self.gown.pop(ident(node), None)
-        self.reused.discard(ident(node))
+        i = ident(node)
+        self.gown.discard(i)
+        self.reused.discard(i)
+        a, branched = node.parent, False
+        while not a.is_root and a.state is None:
+            branched |= len(a.children) > 1
+            a = a.parent
         p = ident(node.parent)
+        if not a.is_root and not branched and len(a.children) <= 1 and self.used.get(p, 0) + self.wasted.get(p, 0) == 0:
+            self.uses[ident(a)] = 1
+            self.prio[ident(a)] = self.L + self.eff(a)
+            self.superseded += 1
+        self.uses[i] = 1
         if self.wasted.get(p, 0) >= 2 * self.used.get(p, 0) + 2:
             self.probation += 1
+            self.prio[i] = self.L
             return True
+        self.prio[i] = self.L + self.eff(node)
         return False
 
-    def evicted(self, x, mask: int, path: list) -> None:
+    def evicted(self, x, path: list) -> None:
         """x's state was evicted; path: (node, first token) of x and its
         ancestors as they were before, root excluded."""
         was_reused = ident(x) in self.reused
         self.reused.discard(ident(x))
-        self.doubt.pop(ident(x), None)
+        del self.prio[ident(x)], self.uses[ident(x)]
         if not was_reused:
             parent = path[1][0] if len(path) > 1 else self.tree.root
             self.wasted[ident(parent)] = self.wasted.get(ident(parent), 0) + 1
         if x.valid:                                          # internal: a tombstone
-            self.gown[ident(x)] = (mask, self.clock)
+            self.gown.add(ident(x))
         else:                                                # the leaf and its tombstone chain went
             gone = [n for n, _ in path if not n.valid]
             up = path[len(gone)][0] if len(gone) < len(path) else self.tree.root
             tok = path[len(gone) - 1][1]
-            self.table[ghost_slot(up.id, up.gen, tok)] = (up.id, up.gen, tok, mask, self.clock)
-        self.clock += 1
+            self.table[ghost_slot(up.id, up.gen, tok)] = (up.id, up.gen, tok)
 
     def check(self) -> None:
         s = self.tree.policy_stats()
-        assert list(s["adaptive_weights"]) == self.w
-        assert list(s["adaptive_choices"]) == self.choices
-        assert (s["ghost_hits"], s["doubt_hits"], s["admissions_probation"]) == \
-            (self.ghost_hits, self.doubt_hits, self.probation)
+        assert s["adaptive_inflation"] == self.L
+        assert (s["ghost_hits"], s["states_superseded"], s["admissions_probation"]) == \
+            (self.ghost_hits, self.superseded, self.probation)
 
 
 def _path(n) -> list:
@@ -217,13 +194,13 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
         elif r < 0.78:
             tree.evict_full(rng.randint(1, 8))               # KV victims: no ghosts
         while tree.total_size()[1] > cap:
-            x, mask = model.victim()
+            x = model.victim()
             if x is None:
                 break
             want, path = x.state, _path(x)
             got = tree.evict_mamba(1)
             assert got.state_slots.tolist() == [want], step
-            model.evicted(x, mask, path)
+            model.evicted(x, path)
         tree.sanity_check()
         model.check()
     return model
@@ -232,20 +209,20 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_adaptive_matches_the_model_step_by_step(seed: int) -> None:
     m = _run(seed, 1500, None)
-    # every mechanism ran: each order led, both kinds of evidence, probation
-    assert m.ghost_hits > 20 and m.doubt_hits > 20 and m.probation > 0
-    assert sum(c > 0 for c in m.choices) >= 2
+    # every mechanism ran: ghosts, supersession, probation, states used more than once
+    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0
+    assert max(m.uses.values()) > 2 and m.L > 0
 
 
 def test_adaptive_matches_the_model_with_costs_and_a_window() -> None:
     costs = {"flops_per_token": 3.0, "attn_flops_per_pos": 0.5, "state_bytes": 40.0, "kv_bytes_per_token": 1.0}
     m = _run(7, 1200, costs, window=3)
-    assert m.ghost_hits > 10 and m.doubt_hits > 10
+    assert m.ghost_hits > 10 and m.superseded > 10
 
 
 def test_adaptive_keeps_the_invariants_under_random_ops() -> None:
     """Random operations of every kind, both semantics, page size 2: the tree
-    invariants hold after each, and the weights stay a floored distribution."""
+    invariants hold after each, and the inflation only rises."""
     rng = random.Random(5)
     for sem in ("v0.5.15", "v0.5.23"):
         tree = mambaradix.RadixTree(page_size=2, chunk_size=4, lru_policy="adaptive", semantics=sem)
@@ -270,33 +247,44 @@ def test_adaptive_keeps_the_invariants_under_random_ops() -> None:
             lambda k, i: tree.evict_mamba(rng.randint(1, 3)): 15,
             lambda k, i: tree.evict_full(rng.randint(1, 10)): 10,
         }
+        last = 0.0
         for i in range(1500):
             key = [rng.randint(1, 4) for _ in range(2 * rng.randint(1, 12))]
             rng.choices(list(ops), weights=list(ops.values()))[0](key, i)
             tree.sanity_check()
+            L = tree.policy_stats()["adaptive_inflation"]
+            assert L >= last
+            last = L
         s = tree.policy_stats()
-        assert abs(sum(s["adaptive_weights"]) - 1.0) < 0.05 and min(s["adaptive_weights"]) >= FLOOR
-        assert s["ghost_hits"] + s["doubt_hits"] > 0
+        assert s["ghost_hits"] > 0 and s["states_superseded"] > 0 and last > 0
         tree.reset()
-        assert tree.policy_stats()["adaptive_weights"] == (1 / 3, 1 / 3, 1 / 3)
+        assert tree.policy_stats()["adaptive_inflation"] == 0.0
 
 
 def test_adaptive_stays_lru_where_lru_is_right() -> None:
-    """Each key is reused once soon after its insert (a chat's next turn):
-    LRU keeps exactly those, and the adaptive policy hits as often."""
+    """A chat: each conversation's next turn comes two turns of others later,
+    reuses the state at the end of its last turn and caches its own below it.
+    LRU keeps exactly the states about to be reused, and the adaptive policy
+    (the used state superseded by the next turn's) hits as often."""
     rng = random.Random(4)
     trees = [mambaradix.RadixTree(page_size=1, lru_policy=p) for p in ("consumed", "adaptive")]
     hits = [0, 0]
-    keys = [[5000 + i] + [rng.randint(1, 50) for _ in range(12)] for i in range(400)]
-    for i, k in enumerate(keys):
-        for j, t in enumerate(trees):
-            t.insert(k, list(range(len(k))), i + 1)
+    convs = [[5000 + i] + [rng.randint(1, 50) for _ in range(12)] for i in range(400)]
+    turns = [[1] + [rng.randint(1, 50) for _ in range(8)] for _ in range(400)]
+    for j, t in enumerate(trees):
+        latest = []
+        for i, k in enumerate(convs):
             if i >= 2:
-                hits[j] += t.match_prefix(keys[i - 2] + [1]).state is not None
+                old = latest[i - 2]
+                hits[j] += t.match_prefix(old + [1]).state is not None
+                latest[i - 2] = old + turns[i]
+                t.insert(latest[i - 2], list(range(len(latest[i - 2]))), 2 * i + 1)
+            t.insert(k, list(range(len(k))), 2 * i + 2)
+            latest.append(k)
             extra = t.total_size()[1] - 4
             if extra > 0:
                 t.evict_mamba(extra)
-    assert hits[0] > 300
+    assert hits[0] > 390
     assert hits[1] >= hits[0] - 2
 
 

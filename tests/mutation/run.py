@@ -52,7 +52,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
          "tests/dropin/test_dropin_refusals.py", "tests/c/test_c_lifecycle.py"]
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
-T_ADAPT = ["tests/core/test_tree_adaptive.py", "tests/sim/test_state_policies.py"]
+T_ADAPT = ["tests/core/test_tree_adaptive.py", "tests/core/test_adaptive_rules.py", "tests/sim/test_state_policies.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
@@ -319,10 +319,16 @@ MUTANTS: List[Mutant] = [
     Mutant("TR_HEAP_MRU", "csrc/core/radix.c", "MR_POLICY_MRU ? -(int64_t)n->rank : leaf_order_key(t, n);",
            "MR_POLICY_MRU ? (int64_t)n->rank : leaf_order_key(t, n);", T_HEAP, "MRU's heap key not reversed (LRU order)"),
     # the adaptive state policy (csrc/core/radix.c, "Adaptive")
-    Mutant("AD_LEAD", "csrc/core/radix.c", "lead = t->ad_w[e] > t->ad_w[lead] ? e : lead;",
-           "lead = t->ad_w[e] < t->ad_w[lead] ? e : lead;", T_ADAPT, "adaptive: the order of least weight leads"),
-    Mutant("AD_DOUBT", "csrc/core/radix.c", "            v[e]->dmask |= (uint8_t)(1u << e);\n", "", T_ADAPT,
-           "adaptive: an overruled order's pick is not marked (no doubt evidence)"),
+    Mutant("AD_VICTIM", "csrc/core/radix.c", "if (v == NULL || n->ad_h < v->ad_h) {",
+           "if (v == NULL || n->ad_h > v->ad_h) {", T_ADAPT, "adaptive: the state of largest priority goes"),
+    Mutant("AD_USES", "csrc/core/radix.c", "        best->ad_f++;\n", "", T_ADAPT,
+           "adaptive: a match's use does not count (no frequency)"),
+    Mutant("AD_SUPERSEDE", "csrc/core/radix.c", "if (a != t->root && !branched && a->nchildren <= 1 &&",
+           "if (a != t->root && !branched && a->nchildren <= 2 &&", T_ADAPT,
+           "adaptive: a state with a branch below it is superseded too"),
+    Mutant("AD_SUPERSEDE_KIDS", "csrc/core/radix.c", "a->nchildren <= 1 && p->kid_used + p->kid_wasted == 0) {",
+           "a->nchildren <= 1 && p->kid_used == 0) {", T_ADAPT,
+           "adaptive: a state whose branch below was evicted unused is superseded"),
     Mutant("AD_GHOST", "csrc/core/radix.c", "if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */",
            "if (0) {", T_ADAPT, "adaptive: a removed leaf leaves no ghost"),
     Mutant("AD_PROBATION", "csrc/core/radix.c", "if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {",

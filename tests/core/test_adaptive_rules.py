@@ -1,0 +1,92 @@
+"""The adaptive policy's rules on small trees worked by hand (docs/adaptive.md):
+each state's priority h = L + uses * tokens spared (no costs set: the tokens
+from the nearest state above), the victim of least h (ties: the less
+recently used), L the last victim's h, supersession on an unbranched path
+below a parent without earlier child states only, ghosts of removed leaves
+and admission on probation."""
+
+from __future__ import annotations
+
+import mambaradix
+
+
+def _tree():
+    return mambaradix.RadixTree(page_size=1, lru_policy="adaptive")
+
+
+def _put(tree, key, slot):
+    assert not tree.insert(key, list(range(len(key))), slot).state_existed
+
+
+def _victims(tree, n):
+    return [int(tree.evict_mamba(1).state_slots[0]) for _ in range(n)]
+
+
+def test_uses_keep_a_state_and_a_branch_stops_supersession():
+    t = _tree()
+    a = [1] * 8
+    _put(t, a, 1)                       # h(1) = 0 + 8
+    _put(t, a + [5] * 4, 2)             # unbranched below 1: 1 superseded (h 8); h(2) = 4
+    assert t.match_prefix(a + [6]).state == 1     # uses 2: h(1) = 0 + 2 * 8 = 16
+    _put(t, a + [6] * 4, 3)             # 1 has two children now: not superseded; h(3) = 4
+    _put(t, [9] * 12, 4)                # h(4) = 12
+    assert _victims(t, 3) == [2, 3, 4]  # 2 and 3 (h 4; 2 the less recently used), then 4 (12) before 1 (16)
+    assert t.policy_stats()["adaptive_inflation"] == 12.0
+    assert t.policy_stats()["states_superseded"] == 1
+
+
+def test_a_continuation_supersedes_the_uses_of_the_state_above_it():
+    t = _tree()
+    a = [1] * 8
+    _put(t, a, 1)
+    for _ in range(3):
+        assert t.match_prefix(a + [7]).state == 1  # h(1) = 0 + 4 * 8 = 32
+    _put(t, [9] * 12, 2)                # h(2) = 12
+    _put(t, a + [5] * 20, 3)            # supersedes 1: h(1) = 0 + 8; h(3) = 20
+    assert _victims(t, 2) == [1, 2]
+    assert t.policy_stats()["adaptive_inflation"] == 12.0
+
+
+def test_the_inflation_ages_states_that_are_not_used_again():
+    t = _tree()
+    _put(t, [1] * 30, 1)
+    assert t.match_prefix([1] * 31).state == 1    # h(1) = 0 + 2 * 30 = 60 (and the root's states were used)
+    _put(t, [2] * 10, 2)                # h 10
+    assert _victims(t, 1) == [2]        # L = 10
+    _put(t, [3] * 40, 3)                # h = 10 + 40 = 50: still below 60
+    assert _victims(t, 1) == [3]        # L = 50
+    _put(t, [4] * 15, 4)                # h = 50 + 15 = 65: now above 60
+    assert _victims(t, 1) == [1]
+    assert t.policy_stats()["adaptive_inflation"] == 60.0
+    assert t.policy_stats()["admissions_probation"] == 0
+
+
+def test_probation_follows_wasted_states_and_a_ghost_counts_as_a_use():
+    t = _tree()
+    _put(t, [11] * 4, 1)
+    _put(t, [12] * 4, 2)
+    assert _victims(t, 2) == [1, 2]     # the root: two states evicted unused
+    _put(t, [13] * 4, 3)                # wasted 2 >= 2 * 0 + 2: on probation, h = L
+    s = t.policy_stats()
+    assert s["admissions_probation"] == 1
+    assert t.lru_order("mamba")[-1].state == 3    # at the LRU end
+    t.match_prefix([11] * 4)            # the removed leaf's ghost: the root's states were wanted once
+    assert t.policy_stats()["ghost_hits"] == 1
+    _put(t, [14] * 4, 4)                # wasted 2 < 2 * 1 + 2: admitted as usual
+    s = t.policy_stats()
+    assert s["admissions_probation"] == 1
+    assert t.lru_order("mamba")[0].state == 4
+    assert _victims(t, 1) == [3]        # h(3) = L = 4 < h(4) = 4 + 4
+
+
+def test_a_junction_whose_branches_were_evicted_is_not_superseded():
+    t = _tree()
+    a = [1] * 8
+    _put(t, a, 1)                       # h(1) = 8
+    _put(t, a + [5] * 4, 2)             # the first state below 1: 1 superseded (h 8); h(2) = 4
+    assert t.match_prefix(a + [6]).state == 1     # h(1) = 0 + 2 * 8 = 16
+    assert _victims(t, 1) == [2]        # L = 4; 2 evicted unused below 1: 1 has no child left
+    _put(t, a + [6] * 4, 3)             # unbranched again, but a state below 1 was evicted there: no
+    _put(t, [9] * 10, 4)                # supersession; h(3) = 4 + 4 = 8, h(4) = 4 + 10 = 14
+    assert _victims(t, 2) == [3, 4]     # 1 (h 16) stays
+    assert t.policy_stats()["states_superseded"] == 1

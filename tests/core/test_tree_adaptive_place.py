@@ -1,0 +1,239 @@
+"""The adaptive policy's snapshot placement against a pure-Python model.
+
+The model keeps the tree as the set of its page-aligned key prefixes (the
+KV), the prefixes that end at a state, and the branches the inserts began
+(where each parted from the tree), and applies the documented rule
+(docs/adaptive.md, "Snapshot placement"; csrc/core/radix.c, "Adaptive
+placement"): per match, a predicted junction where the match has none past
+its state, then the match's own observation.  Random inserts and matches of
+shared-prefix keys run on both, with no eviction; after every match the
+branching length and the placement count must agree.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import mambaradix
+from mambaradix import _C
+
+PB = 512          # depth buckets
+MARGIN = 4
+WINDOW = 4096     # observations between halvings
+
+
+class PlaceModel:
+    def __init__(self, page: int, chunk: int) -> None:
+        self.page, self.chunk, self.step = page, chunk, max(page, chunk)
+        self.kv: set = {()}
+        self.kids: dict = {}        # prefix -> next pages below it
+        self.states: set = set()
+        self.heads: dict = {}       # first page of a branch -> [top, shared (1 + bucket, 0: none), continued,
+        #                             ended at the junction predicted where it began]
+        self.placed_at: dict = {}   # prefix -> the junction the last placement there predicted
+        self.x: dict = {}           # prefix -> [branches begun there and parted from, and continued]
+        self.hist = [0] * PB
+        self.events = 0
+        self.halvings = 0
+        self.placed = 0
+
+    def _walk(self, key: list) -> int:
+        L, P = len(key) // self.page * self.page, self.page
+        k = 0
+        while k < L and tuple(key[:k + P]) in self.kv:
+            k += P
+        return k
+
+    def insert(self, key: list) -> None:
+        L, P = len(key) // self.page * self.page, self.page
+        k = self._walk(key)
+        if k < L:
+            self.heads[tuple(key[:k + P])] = [k, 0, False, self.placed_at.get(tuple(key[:k])) == L]
+            for i in range(k, L, P):
+                self.kids.setdefault(tuple(key[:i]), set()).add(tuple(key[i:i + P]))
+                self.kv.add(tuple(key[:i + P]))
+        if L > 0:
+            self.states.add(tuple(key[:L]))
+
+    def _head(self, key: list, k: int) -> list:
+        for t in range(k - self.page, -1, -self.page):
+            h = self.heads.get(tuple(key[:t + self.page]))
+            if h is not None and h[0] == t:
+                return h
+        raise AssertionError("no branch")
+
+    def _place(self, s: int, k: int, L: int, key: list) -> int:
+        step = self.step
+        xs = self.x.get(tuple(key[:k]), [0, 0])
+        if s % step or xs[0] == 0:
+            return 0
+        s0, e = s // step, L // step
+        if e < s0 + 2:
+            return 0
+        sg = [0] * (PB + 1)
+        for b in range(PB - 1, -1, -1):
+            sg[b] = sg[b + 1] + self.hist[b]
+        a, c = xs[0], xs[1] + 1
+
+        def bucket(p: int) -> int:
+            return -(-(p - k) // step)
+
+        ge = (c * sg[0] + a * sg[min(bucket(e * step), PB - 1)]) * (e - s0)
+        best, gbest = 0, 0
+        for j in range(s0 + 1, e):
+            xb = bucket(j * step)
+            if xb >= PB - 1:
+                break
+            g = a * sg[xb] * (j - s0)
+            if g > gbest:
+                best, gbest = j, g
+        if best == 0 or gbest <= MARGIN * ge:
+            return 0
+        return best * step
+
+    def _observe(self, key: list, k: int) -> None:
+        if k > 0:
+            h = self._head(key, k)
+            X = self.x.setdefault(tuple(key[:h[0]]), [0, 0])
+            if self.kids.get(tuple(key[:k])) or h[3]:
+                rb = min((k - h[0]) // self.step, PB - 1)
+                if h[1] == 0:
+                    X[0] += 1
+                if h[1] < rb + 1:
+                    if h[1] > 0 and self.hist[h[1] - 1] > 0:
+                        self.hist[h[1] - 1] -= 1
+                    self.hist[rb] += 1
+                    h[1] = rb + 1
+            elif not h[2]:
+                h[2] = True
+                X[1] += 1
+        self.events += 1
+        if self.events >= WINDOW:
+            self.hist = [v >> 1 for v in self.hist]
+            self.events = 0
+            self.halvings += 1
+
+    def match(self, key: list) -> tuple:
+        """(branching_seqlen or None, kv_matched_len, prefix_len)."""
+        L = len(key) // self.page * self.page
+        k = self._walk(key)
+        s = max((i for i in range(0, k + 1, self.page) if i > 0 and tuple(key[:i]) in self.states), default=0)
+        br = None
+        if k > s and k // self.chunk * self.chunk > 0:
+            br = k // self.chunk * self.chunk
+        if k < L:
+            if br is None or br <= s:
+                p = self._place(s, k, L, key)
+                if p:
+                    br = p
+                    self.placed += 1
+                    self.placed_at[tuple(key[:k])] = p
+            self._observe(key, k)
+        return br, k, s
+
+
+def _keys(rng: random.Random, page: int, chunk: int, steps: int):
+    """Shared-prefix traffic: groups of a system prompt (2-5 steps) under the
+    root or under one of a few tenant prefixes (a state at a whole number of
+    steps, then a shared header of fewer pages than a step, so that a match
+    ends past its state off the step grid), requests under a group, some
+    next turns of a group's later request, some keys of no group."""
+    groups: list = []
+    done: list = []
+    step = max(page, chunk)
+    tok = 1000
+
+    def fresh(n: int) -> list:
+        nonlocal tok
+        tok += n
+        return list(range(tok - n, tok))
+
+    tenants: list = [[]]
+    for _ in range(3):
+        base = fresh(step * rng.randint(1, 3))
+        yield base                                         # leaves a state at the base
+        tenants.append(base + fresh(page * rng.randint(0, step // page - 1)))
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.15 or not groups:
+            groups.append(rng.choice(tenants) + fresh(step * rng.randint(2, 5)))
+            yield groups[-1] + fresh(page * rng.randint(1, 10))   # a group's first: not continued
+            continue
+        elif r < 0.8:
+            key = rng.choice(groups[-6:]) + fresh(page * rng.randint(1, 10))
+        elif r < 0.95 and done:
+            key = rng.choice(done[-20:]) + fresh(page * rng.randint(1, 6))
+        else:
+            yield fresh(page * rng.randint(1, 20))      # no group, never continued
+            continue
+        yield key
+        done.append(key)
+
+
+@pytest.mark.parametrize("page,chunk,seed,steps", [(1, 4, 1, 1500), (1, 4, 2, 1500), (1, 8, 3, 1500),
+                                                   (16, 16, 8, 1500), (16, 32, 5, 1500), (4, 2, 6, 1500),
+                                                   (1, 4, 9, 5000)])
+def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: int, steps: int) -> None:
+    """The long run passes the first halvings of the evidence."""
+    rng = random.Random(seed)
+    tree = mambaradix.RadixTree(page_size=page, chunk_size=chunk, lru_policy="adaptive")
+    model = PlaceModel(page, chunk)
+    slot = 1
+    placed_seen = warm = off_grid = 0
+    for i, key in enumerate(_keys(rng, page, chunk, steps)):
+        for _ in range(rng.choice((1, 1, 2))):           # a scheduler may match a waiting request again
+            m = tree.match_prefix(key)
+            want = model.match(key)
+            assert (m.branching_seqlen, m.kv_matched_len, len(m.indices)) == want, (i, key)
+            assert tree.policy_stats()["placements"] == model.placed, i
+        br, k, s = want
+        if br is not None and br > k:
+            placed_seen += 1
+            warm += s > 0
+            off_grid += k % max(page, chunk) != 0
+            # the predicted junction is where SGLang's branching rule snapshots
+            assert br % chunk == 0 and br % page == 0 and (br - s) % chunk == 0 and s < br < len(key)
+            pt = _C.prefill_track_point(s, len(key) + 1 - s, chunk, br)
+            assert pt == br
+            tree.insert(key[:br], list(range(br)), slot)
+            model.insert(key[:br])
+            slot += 1
+        if rng.random() < 0.8:
+            tree.insert(key, list(range(len(key))), slot)
+            model.insert(key)
+            slot += 1
+        tree.sanity_check()
+    assert placed_seen >= 5 and model.placed >= 5 and model.halvings >= (steps > 3000)
+    assert warm > 0 and (off_grid > 0 or page > 1)     # a state above; a KV match off the step grid
+
+
+def test_placement_is_the_adaptive_policy_only() -> None:
+    """The same traffic under every other policy: no branching length past
+    the KV match, the placement count stays 0."""
+    for policy in ("sglang", "consumed", "utility", "lfu", "mru", "slru", "tlru"):
+        rng = random.Random(1)
+        tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy=policy)
+        for i, key in enumerate(_keys(rng, 1, 4, 400)):
+            m = tree.match_prefix(key)
+            assert m.branching_seqlen is None or m.branching_seqlen <= m.kv_matched_len
+            tree.insert(key, list(range(len(key))), i + 1)
+        assert tree.policy_stats()["placements"] == 0
+
+
+def test_reset_forgets_the_placement_evidence() -> None:
+    rng = random.Random(2)
+    tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive")
+    keys = list(_keys(rng, 1, 4, 500))
+    for i, key in enumerate(keys):
+        tree.match_prefix(key)
+        tree.insert(key, list(range(len(key))), i + 1)
+    assert tree.policy_stats()["placements"] > 0
+    tree.reset()
+    model = PlaceModel(1, 4)
+    for i, key in enumerate(keys[:200]):
+        m = tree.match_prefix(key)
+        assert m.branching_seqlen == model.match(key)[0], i
+        tree.insert(key, list(range(len(key))), i + 1)
+        model.insert(key)
