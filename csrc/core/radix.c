@@ -496,12 +496,10 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * stays, with no weight to tune.
  *
  * Supersession: a new state whose nearest state above (A) reaches it along
- * an unbranched path (A and every node between have at most one child),
- * below a parent no earlier state was attached to (kid_used and kid_wasted
- * 0: no sibling's state was ever used or evicted there), takes A's place
- * on that path; A keeps only what it spares a future branch: its uses are
- * forgotten (f = 1, h = L + eff(A)).  (A chat turn's state, once the next
- * turn's is cached; not a shared prefix whose earlier branches are gone.)
+ * an unbranched path (A and every node between have at most one child)
+ * takes A's place on that path; A keeps only what it spares a future branch:
+ * its uses are forgotten (f = 1, h = L + eff(A)).  (A chat turn's state,
+ * once the next turn's is cached.)
  *
  * Admission on probation: each node counts the states attached directly
  * below it that a match used, or that a ghost showed were wanted
@@ -631,7 +629,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
     for (; a != t->root && a->state < 0; a = a->parent) {
         branched |= a->nchildren > 1;
     }
-    if (a != t->root && !branched && a->nchildren <= 1 && p->kid_used + p->kid_wasted == 0) {
+    if (a != t->root && !branched && a->nchildren <= 1) {
         a->ad_f = 1;
         a->ad_h = t->ad_inflation + adaptive_eff(t, a);
         t->ad_superseded++;

@@ -2,8 +2,7 @@
 each state's priority h = L + uses * tokens spared (no costs set: the tokens
 from the nearest state above), the victim of least h (ties: the less
 recently used), L the last victim's h, supersession on an unbranched path
-below a parent without earlier child states only, ghosts of removed leaves
-and admission on probation."""
+only, ghosts of removed leaves and admission on probation."""
 
 from __future__ import annotations
 
@@ -77,16 +76,3 @@ def test_probation_follows_wasted_states_and_a_ghost_counts_as_a_use():
     assert s["admissions_probation"] == 1
     assert t.lru_order("mamba")[0].state == 4
     assert _victims(t, 1) == [3]        # h(3) = L = 4 < h(4) = 4 + 4
-
-
-def test_a_junction_whose_branches_were_evicted_is_not_superseded():
-    t = _tree()
-    a = [1] * 8
-    _put(t, a, 1)                       # h(1) = 8
-    _put(t, a + [5] * 4, 2)             # the first state below 1: 1 superseded (h 8); h(2) = 4
-    assert t.match_prefix(a + [6]).state == 1     # h(1) = 0 + 2 * 8 = 16
-    assert _victims(t, 1) == [2]        # L = 4; 2 evicted unused below 1: 1 has no child left
-    _put(t, a + [6] * 4, 3)             # unbranched again, but a state below 1 was evicted there: no
-    _put(t, [9] * 10, 4)                # supersession; h(3) = 4 + 4 = 8, h(4) = 4 + 10 = 14
-    assert _victims(t, 2) == [3, 4]     # 1 (h 16) stays
-    assert t.policy_stats()["states_superseded"] == 1

@@ -112,12 +112,12 @@ class AdaptiveModel:
         while not a.is_root and a.state is None:
             branched |= len(a.children) > 1
             a = a.parent
-        p = ident(node.parent)
-        if not a.is_root and not branched and len(a.children) <= 1 and self.used.get(p, 0) + self.wasted.get(p, 0) == 0:
+        if not a.is_root and not branched and len(a.children) <= 1:
             self.uses[ident(a)] = 1
             self.prio[ident(a)] = self.L + self.eff(a)
             self.superseded += 1
         self.uses[i] = 1
+        p = ident(node.parent)
         if self.wasted.get(p, 0) >= 2 * self.used.get(p, 0) + 2:
             self.probation += 1
             self.prio[i] = self.L
