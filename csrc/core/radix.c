@@ -71,6 +71,7 @@ struct mr_node {
     /* The adaptive policy's marks (see "Adaptive"). */
     uint8_t reused;        /* a match used the current state (not counting match_node) */
     uint8_t ghost;         /* the adaptive policy evicted this node's state */
+    uint8_t forked;        /* the node has had two children at once (adaptive supersession) */
     uint32_t ad_f;         /* uses of the current state (1 at admission) */
     double ad_h;           /* its priority: inflation + uses * FLOPs spared per byte */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
@@ -496,10 +497,11 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * stays, with no weight to tune.
  *
  * Supersession: a new state whose nearest state above (A) reaches it along
- * an unbranched path (A and every node between have at most one child)
- * takes A's place on that path; A keeps only what it spares a future branch:
- * its uses are forgotten (f = 1, h = L + eff(A)).  (A chat turn's state,
- * once the next turn's is cached.)
+ * a path that never branched (A and every node between never had two
+ * children at once: forked) takes A's place on that path; A keeps only
+ * what it spares a future branch: its uses are forgotten (f = 1,
+ * h = L + eff(A)).  (A chat turn's state, once the next turn's is cached;
+ * not a shared prompt's, whose earlier branches may be gone.)
  *
  * Admission on probation: each node counts the states attached directly
  * below it that a match used, or that a ghost showed were wanted
@@ -627,9 +629,9 @@ adaptive_admit(mr_radix *t, mr_node *n)
     mr_node *a = n->parent;
     int branched = 0;
     for (; a != t->root && a->state < 0; a = a->parent) {
-        branched |= a->nchildren > 1;
+        branched |= a->forked;
     }
-    if (a != t->root && !branched && a->nchildren <= 1) {
+    if (a != t->root && !branched && !a->forked) {
         a->ad_f = 1;
         a->ad_h = t->ad_inflation + adaptive_eff(t, a);
         t->ad_superseded++;
@@ -1259,6 +1261,7 @@ child_add(mr_radix *t, mr_node *n, mr_node *child)
     }
     n->children[i] = (mr_child){child->ns, tok, child};
     n->nchildren++;
+    n->forked |= n->nchildren > 1;
     child->parent = n;
 }
 

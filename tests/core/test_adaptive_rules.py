@@ -1,8 +1,8 @@
 """The adaptive policy's rules on small trees worked by hand (docs/adaptive.md):
 each state's priority h = L + uses * tokens spared (no costs set: the tokens
 from the nearest state above), the victim of least h (ties: the less
-recently used), L the last victim's h, supersession on an unbranched path
-only, ghosts of removed leaves and admission on probation."""
+recently used), L the last victim's h, supersession on a path that never
+branched only, ghosts of removed leaves and admission on probation."""
 
 from __future__ import annotations
 
@@ -76,3 +76,18 @@ def test_probation_follows_wasted_states_and_a_ghost_counts_as_a_use():
     assert s["admissions_probation"] == 1
     assert t.lru_order("mamba")[0].state == 4
     assert _victims(t, 1) == [3]        # h(3) = L = 4 < h(4) = 4 + 4
+
+
+def test_a_junction_whose_branches_were_evicted_keeps_its_uses():
+    t = _tree()
+    a = [1] * 8
+    _put(t, a, 1)                       # h(1) = 8
+    _put(t, a + [5] * 4, 2)             # the first state below 1: 1 superseded (h 8); h(2) = 4
+    _put(t, a + [6] * 4, 3)             # 1's node has two children now (it branched); h(3) = 4
+    for _ in range(2):
+        assert t.match_prefix(a + [7]).state == 1  # h(1) = 0 + 3 * 8 = 24
+    assert _victims(t, 2) == [2, 3]     # L = 4; 1's node has no child left
+    _put(t, a + [7] * 4, 4)             # it branched once: no supersession; 4 on probation, h(4) = L = 4
+    _put(t, [9] * 16, 5)                # h(5) = 4 + 16 = 20
+    assert _victims(t, 2) == [4, 5]     # 1 (h 24) stays
+    assert t.policy_stats()["states_superseded"] == 1

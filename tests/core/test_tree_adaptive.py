@@ -50,6 +50,7 @@ class AdaptiveModel:
         self.used: dict = {}      # identity -> kid_used
         self.wasted: dict = {}    # identity -> kid_wasted
         self.reused: set = set()
+        self.forked: set = set()  # identities that have had two children at once
         self.ghost_hits = self.probation = self.superseded = 0
 
     # -- the value of a state ---------------------------------------------
@@ -103,16 +104,27 @@ class AdaptiveModel:
                 return
             n = n.parent
 
+    def see_forks(self) -> None:
+        """Nodes with two children now (only an insert adds children: called after each)."""
+        todo = [self.tree.root]
+        while todo:
+            n = todo.pop()
+            kids = list(n.children)
+            if len(kids) > 1:
+                self.forked.add(ident(n))
+            todo.extend(kids)
+
     def admitted(self, node) -> bool:
         """A state was attached to node: True when on probation."""
         i = ident(node)
         self.gown.discard(i)
         self.reused.discard(i)
+        self.see_forks()
         a, branched = node.parent, False
         while not a.is_root and a.state is None:
-            branched |= len(a.children) > 1
+            branched |= ident(a) in self.forked
             a = a.parent
-        if not a.is_root and not branched and len(a.children) <= 1:
+        if not a.is_root and not branched and ident(a) not in self.forked:
             self.uses[ident(a)] = 1
             self.prio[ident(a)] = self.L + self.eff(a)
             self.superseded += 1
@@ -174,6 +186,7 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
         if r < 0.4:
             res = tree.insert(key, list(range(len(key))), slot)
             slot += 1
+            model.see_forks()
             if not res.state_existed:
                 order = tree.lru_order("mamba")
                 if model.admitted(res.node):
