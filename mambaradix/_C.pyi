@@ -133,8 +133,8 @@ class RadixTree:
       state is used, SGLang PR #31643), "sglang" (v0.5.15: every state on
       the matched path, and states on insert walks and splits), "utility"
       (Marconi-style: FLOPs saved per byte plus recency; policy_options has
-      its parameters), "adaptive" (touches as "consumed"; learns online which
-      of three victim orders serves the workload: docs/adaptive.md), or one of SGLang 0.5.23's leaf orders for the KV
+      its parameters), "adaptive" (touches as "consumed"; GreedyDual-Size-
+      Frequency over the prefill a state spares: docs/adaptive.md), or one of SGLang 0.5.23's leaf orders for the KV
       victim (--radix-eviction-policy; touches as "consumed"): "lfu" (fewest
       hits first), "fifo" (oldest node), "mru" (most recently used), "filo"
       (newest node), "priority" (lowest insert priority), "slru" (hits below

@@ -112,8 +112,8 @@ typedef enum {
     MR_POLICY_TLRU = 9,
     /* GreedyDual-Size-Frequency, touches as CONSUMED: each state victim is
      * the state of least priority L + uses * FLOPs spared per byte (as in
-     * UTILITY), L the last victim's priority; a new state below an
-     * unbranched path supersedes the uses of the state above it; a state
+     * UTILITY), L the last victim's priority; a new state below a path
+     * that never branched supersedes the uses of the state above it; a state
      * whose siblings' states were mostly evicted unused is admitted on
      * probation (priority L, at the LRU end).  KV leaf victims as CONSUMED.
      * See radix.c, "Adaptive" and docs/adaptive.md. */

@@ -77,8 +77,8 @@ class SimConfig:
     mode: "pp2" (extra_buffer with overlap), "pp1" (extra_buffer, no overlap),
       "lazy" (extra_buffer_lazy) or "no_buffer".
     lru_policy: "sglang" (v0.5.15), "consumed", "utility" (Marconi-style
-      FLOPs-per-byte + recency, alpha tuned online), "adaptive" (learns online
-      which victim order serves the workload) or "belady" (Belady's rule:
+      FLOPs-per-byte + recency, alpha tuned online), "adaptive" (GreedyDual-
+      Size-Frequency over the prefill a state spares) or "belady" (Belady's rule:
       evicts the state whose next use lies furthest ahead in the trace; the
       state-free replay only; no bound on the hit rate, see
       ``mambaradix.sim.upper_bound``).  "clairvoyant", belady's former name,
