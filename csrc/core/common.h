@@ -76,11 +76,11 @@ mr_fits_i32(const int64_t *src, size_t n)
 }
 
 /* Narrows src[0:n) (int64) into dst (int32) in one pass, read ahead as
- * mr_fits_i32; nonzero when some value does not fit int32 (dst then holds
- * every value truncated).  Add, shift and or vectorise on plain SSE2 (a
- * 64-bit min/max does not). */
+ * mr_fits_i32; nonzero when some value x has (x + bias) >> shift != 0 as
+ * uint64 (dst then holds every value truncated).  Add, shift and or
+ * vectorise on plain SSE2 (a 64-bit min/max does not). */
 MR_INLINE int
-mr_narrow_i32(const int64_t *src, size_t n, int32_t *dst)
+mr_narrow_checked(const int64_t *src, size_t n, int32_t *dst, uint64_t bias, int shift)
 {
     uint64_t out = 0;
     size_t i = 0;
@@ -88,16 +88,30 @@ mr_narrow_i32(const int64_t *src, size_t n, int32_t *dst)
         MR_PREFETCH(src + i, MR_AHEAD);
         for (size_t j = i; j < i + 8; j++) {
             uint64_t x = (uint64_t)src[j];
-            out |= (x + UINT64_C(0x80000000)) >> 32;
+            out |= (x + bias) >> shift;
             dst[j] = (int32_t)(uint32_t)x;
         }
     }
     for (; i < n; i++) {
         uint64_t x = (uint64_t)src[i];
-        out |= (x + UINT64_C(0x80000000)) >> 32;
+        out |= (x + bias) >> shift;
         dst[i] = (int32_t)(uint32_t)x;
     }
     return out != 0;
+}
+
+/* mr_narrow_checked: nonzero when some value does not fit int32. */
+MR_INLINE int
+mr_narrow_i32(const int64_t *src, size_t n, int32_t *dst)
+{
+    return mr_narrow_checked(src, n, dst, UINT64_C(0x80000000), 32);
+}
+
+/* mr_narrow_checked: nonzero when some value lies outside [0, INT32_MAX]. */
+MR_INLINE int
+mr_narrow_i32_nonneg(const int64_t *src, size_t n, int32_t *dst)
+{
+    return mr_narrow_checked(src, n, dst, 0, 31);
 }
 
 /* Short name of a status code ("MR_ENOMEM"), for messages. */

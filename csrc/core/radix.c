@@ -149,7 +149,7 @@ struct mr_radix {
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
     uint64_t ad_ghost_hits, ad_probation, ad_superseded;
-    uint32_t *ad_depth;       /* placement: junction and continuation depths (2 * AD_PB, or NULL) */
+    uint32_t *ad_depth;       /* placement: junction depths per bucket (AD_PB, or NULL) */
     uint64_t ad_events;       /* placement: observations since the last halving */
     uint64_t ad_placed;       /* placement: predicted junctions proposed */
 };

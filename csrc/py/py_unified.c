@@ -369,14 +369,11 @@ read_key(UnifiedCore *self, PyObject *key, mr_buf *kb, keyread *kr)
         PyBuffer_Release(&v);
         return -1;
     }
-    int out_of_range = mr_narrow_i32(v.buf, n, kb->p);
-    PyBuffer_Release(&v);
     /* A token outside [0, INT32_MAX] (SGLang's 62-bit multimodal pad ids, a
      * negative id) takes the Python path, which gives it its negative
      * stand-in in the tree (the adapter's _tokens). */
-    for (size_t i = 0; i < n && !out_of_range; i++) {
-        out_of_range = ((const int32_t *)kb->p)[i] < 0;
-    }
+    int out_of_range = mr_narrow_i32_nonneg(v.buf, n, kb->p);
+    PyBuffer_Release(&v);
     if (out_of_range) {
         return 0;
     }
