@@ -453,7 +453,7 @@ MUTANTS: List[Mutant] = [
            ["tests/core/test_lifecycle.py", "tests/core/test_int_arrays.py"],
            "an end-of-request insert narrows an int64 key's token outside int32 instead of refusing it"),
     Mutant("CM_NARROW_BLOCK", "csrc/core/common.h",
-           "            out |= (x + UINT64_C(0x80000000)) >> 32;\n            dst[j] = (int32_t)(uint32_t)x;",
+           "            out |= (x + bias) >> shift;\n            dst[j] = (int32_t)(uint32_t)x;",
            "            dst[j] = (int32_t)(uint32_t)x;",
            ["tests/core/test_int_arrays.py", "tests/core/test_binding_args.py", "tests/core/test_tree_bad_input.py"],
            "narrowing an int64 key misses a token outside int32 inside a whole cache line of tokens"),
