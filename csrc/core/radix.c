@@ -2793,6 +2793,28 @@ mr_radix_policy_by_name(const char *name, mr_lru_policy *out)
     return MR_EINVAL;
 }
 
+size_t
+mr_radix_negative_tokens(const mr_radix *t, int64_t *out, size_t cap)
+{
+    size_t count = 0;
+    for (uint32_t id = 0; id < t->nids; id++) {
+        const mr_node *n = t->by_id[id];
+        if (n == NULL) {
+            continue;
+        }
+        const int32_t *key = node_key(n);
+        for (uint32_t i = 0; i < n->len; i++) {
+            if (key[i] < 0 && (i == 0 || key[i] != key[i - 1])) {
+                if (count < cap) {
+                    out[count] = key[i];
+                }
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
 uint32_t mr_node_hits(const mr_node *n) { return n->hits; }
 
 mr_node *

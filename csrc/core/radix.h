@@ -306,6 +306,13 @@ size_t mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst
 /* Number of tokens from the root to the end of node. */
 size_t mr_radix_path_len(const mr_radix *t, const mr_node *node);
 
+/* The negative tokens in the tree's keys, a run of one value once per node
+ * (the caller deduplicates): the first min(count, cap) go to out, and the
+ * count is returned.  A front end that stores ids outside int32 as
+ * negative stand-ins (the 0.5.23 TreeCore's multimodal pad ids) learns
+ * which stand-ins the tree still holds. */
+size_t mr_radix_negative_tokens(const mr_radix *t, int64_t *out, size_t cap);
+
 #define MR_NO_STATE ((int64_t)-1)
 
 /* SGLang 0.5.23 insert parameters that feed the leaf orders: the request

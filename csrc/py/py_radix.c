@@ -754,6 +754,25 @@ RadixTree_path_indices(RadixTree *self, PyObject *arg)
     return mr_py_path_indices(self->tree, n, mr_radix_path_len(self->tree, n));
 }
 
+PyDoc_STRVAR(RadixTree_negative_tokens__doc__,
+"negative_tokens($self, /)\n"
+"--\n"
+"\n"
+"The negative tokens in the tree's keys (numpy int64; a run of one value\n"
+"once per node, so not deduplicated): the stand-ins a front end that maps\n"
+"ids outside int32 to negative ones still needs.");
+
+static PyObject *
+RadixTree_negative_tokens(RadixTree *self, PyObject *Py_UNUSED(ignored))
+{
+    size_t n = mr_radix_negative_tokens(self->tree, NULL, 0);
+    PyObject *arr = mr_i64_array(NULL, n);
+    if (arr != NULL && n > 0) {
+        mr_radix_negative_tokens(self->tree, PyArray_DATA((PyArrayObject *)arr), n);
+    }
+    return arr;
+}
+
 PyDoc_STRVAR(RadixTree_evict_path_states__doc__,
 "evict_path_states($self, node, cap, /)\n"
 "--\n"
@@ -1129,6 +1148,7 @@ static PyMethodDef RadixTree_methods[] = {
     {"node_count", (PyCFunction)RadixTree_node_count, METH_NOARGS,
      "node_count($self, /)\n--\n\nNon-root nodes."},
     {"memory_bytes", (PyCFunction)RadixTree_memory_bytes, METH_NOARGS, RadixTree_memory_bytes__doc__},
+    {"negative_tokens", (PyCFunction)RadixTree_negative_tokens, METH_NOARGS, RadixTree_negative_tokens__doc__},
     {"trim_path", (PyCFunction)RadixTree_trim_path, METH_O, RadixTree_trim_path__doc__},
     {"evict_node_state", (PyCFunction)RadixTree_evict_node_state, METH_O, RadixTree_evict_node_state__doc__},
     {"policy_stats", (PyCFunction)RadixTree_policy_stats, METH_NOARGS, RadixTree_policy_stats__doc__},

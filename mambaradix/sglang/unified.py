@@ -464,6 +464,7 @@ _CORE: Any = None
 
 _INT32_MAX = 2**31 - 1
 _WIDE_MISS = -(2**31)   # a match's stand-in for a token outside int32 that no insert gave one
+_WIDE_COLLECT_MIN = 4096   # stand-ins in the table before the first collection of unused ones
 
 # The TreeCore methods each instance binds to its _C.UnifiedCore (the class keeps
 # their Python path under the same names).
@@ -656,6 +657,8 @@ def _build_class():  # noqa: C901 - one class, built lazily
             toks = _check.index_array(key.raw_token_ids(), f"{arg}.token_ids", scalar=False)
             wide = (toks < 0) | (toks > _INT32_MAX)
             if wide.any():
+                if grow and len(self._wide_ids) >= self._wide_collect_at:
+                    self._wide_collect()   # before this key's own stand-ins exist outside the tree
                 toks = toks.copy()
                 toks[wide] = [self._wide_id(int(t), grow) for t in toks[wide]]
             return toks
@@ -666,11 +669,28 @@ def _build_class():  # noqa: C901 - one class, built lazily
             if sid is None:
                 if not grow:
                     return _WIDE_MISS
-                if len(self._wide_tokens) >= _INT32_MAX:
+                if self._wide_free:
+                    i = self._wide_free.pop()
+                    self._wide_tokens[i] = token
+                elif len(self._wide_tokens) >= _INT32_MAX:
                     raise ValueError(f"key.token_ids: more than {_INT32_MAX} distinct ids outside int32 are cached")
-                sid = self._wide_ids[token] = -1 - len(self._wide_tokens)
-                self._wide_tokens.append(token)
+                else:
+                    i = len(self._wide_tokens)
+                    self._wide_tokens.append(token)
+                sid = self._wide_ids[token] = -1 - i
             return sid
+
+        def _wide_collect(self) -> None:
+            """Frees the stand-ins no key in the tree holds any more (their nodes were evicted), for reuse;
+            the next collection comes when the table has doubled, so the work is amortized over the new
+            ids.  Stand-ins exist outside the tree only within one call (a match or an insert)."""
+            live = set(self._tree.negative_tokens().tolist())
+            for token, sid in list(self._wide_ids.items()):
+                if sid not in live:
+                    del self._wide_ids[token]
+                    self._wide_tokens[-1 - sid] = None
+                    self._wide_free.append(-1 - sid)
+            self._wide_collect_at = max(_WIDE_COLLECT_MIN, 2 * len(self._wide_ids))
 
         def _real_tokens(self, toks):
             """The tokens a node's key stands for (stand-ins back to SGLang's ids), as int64."""
@@ -692,7 +712,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
             self._pin: dict[int, int] = {}
             # Stand-ins of the tokens outside [0, INT32_MAX] the tree holds (see _tokens).
             self._wide_ids: dict[int, int] = {}
-            self._wide_tokens: list[int] = []
+            self._wide_tokens: list = []          # by stand-in: -1 - sid; None: free
+            self._wide_free: list[int] = []        # free indices of _wide_tokens
+            self._wide_collect_at = _WIDE_COLLECT_MIN
             # Rows for the KV pool's indices (allocators hand out 1..size, paged ones a page more).
             self._page_hash = PageHashes(self._kv_rows if self.kv_events.enabled else 0)
             self._insert_state = None

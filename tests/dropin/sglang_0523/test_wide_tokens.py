@@ -63,3 +63,41 @@ def test_an_image_prompt_is_cached_and_hit_as_on_sglangs_core():
         out.append((m.device_prefix_len, m.full_kv_hit_length))
     d.check("another image", out[0], out[1])
     assert out[1][1] == 2
+
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_stand_ins_of_evicted_images_are_reused_and_hits_stay_exact(page_size, monkeypatch):
+    """A server sees new images for as long as it runs: 150 requests, each with its own image, the
+    cache emptied after every tenth.  The stand-ins of evicted images are collected and reused, so the
+    table holds about what the tree holds, while every match and eviction equals SGLang's core."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    from mambaradix.sglang import unified
+
+    monkeypatch.setattr(unified, "_WIDE_COLLECT_MIN", 8)
+    cfg = next(c for c, s in WIDE_CONFIGS if c.page_size == page_size and s == "extra_buffer")
+    d = WideDiffer(cfg, "extra_buffer", seed=1)
+    ps = page_size
+    prompts = []
+    for i in range(150):
+        pads = list(_compute_pad_values(b"image" + i.to_bytes(4, "little")))
+        prompts.append([5] * ps + [pads[j % len(pads)] for j in range(2 * ps)] + [7 + i % 3] * ps)
+        for side in (d.a, d.b):
+            d._run_request(side, prompts[-1], None, None, [len(prompts[-1])])
+        if i % 10 == 9 and i < 149:
+            out = [side.cache.evict(EvictParams(num_tokens=1 << 20, mamba_num=1 << 20)) for side in (d.a, d.b)]
+            d.check(f"evict after request {i}", (out[0].num_tokens_evicted, out[0].mamba_num_evicted),
+                    (out[1].num_tokens_evicted, out[1].mamba_num_evicted))
+    for prompt in (prompts[-1], prompts[-5], prompts[0], prompts[70]):
+        out = []
+        for side in (d.a, d.b):
+            m = side.cache.match_prefix(MatchPrefixParams(key=dual._key(prompt + [9])))
+            out.append((m.device_prefix_len, m.full_kv_hit_length))
+        d.check("match an image prompt", out[0], out[1])
+    core = d.b.core
+    live = set(core._tree.negative_tokens().tolist())
+    per_image = len({t for t in prompts[0] if t > 2**31 - 1})
+    assert live <= set(core._wide_ids.values())                 # every stand-in in the tree is mapped
+    assert len(core._wide_ids) <= 2 * 20 * per_image              # about the last 10-20 images', not 150
+    assert len(core._wide_tokens) <= 2 * 20 * per_image           # and the freed stand-ins were reused
