@@ -64,25 +64,35 @@ def run(argv: list, env: dict) -> dict:
     return json.loads(r.stdout)
 
 
-def _replay_in_process(args, work, options: str, core: str, slots: int, extra: str = "") -> tuple:
-    """(hit rate, median scheduler us / request, mismatches summed, requests) over the repeats, run in this
-    process through mambaradix.sglang_replay.replay (what the command runs, without a process start per
-    run); the equivalent command is printed."""
+def _replays_in_process(args, work, options: str, runs: list, slots: int) -> list:
+    """Each of ``runs`` ((core, extra sglang-replay options)) replayed ``args.repeats`` times in this process
+    through mambaradix.sglang_replay.replay (what the command runs, without a process start per run), the
+    runs taking turns (ABBA...) so that each sees the machine's load alike.  Per run: (hit rate, median
+    scheduler us / request, median tree-cache us / request, mismatches summed, requests).  The equivalent
+    commands are printed."""
     from mambaradix.sglang_replay import cli, replay
 
-    argv = ["--sglang-path", args.sglang_path, *options.split(), "--tree-core", core, "--state-slots", str(slots),
-            "--max-running", "8", *extra.split()]
-    print("$ python -m mambaradix sglang-replay " + shlex.join(argv), file=sys.stderr, flush=True)
-    config = cli._config(cli.build_parser().parse_args(argv))
-    results = []
-    for _ in range(args.repeats):
-        results.append(replay(work, config, sglang_path=args.sglang_path))
-        gc.collect()   # a replay's scheduler and pools are cycles: free them before the next is built
-    hits = {round(r.token_hit_rate, 9) for r in results}
-    if len(hits) != 1:
-        raise SystemExit(f"the hit rate varied over the repeats: {sorted(hits)}")
-    us = statistics.median(r.metrics()["scheduler_us_per_request"] for r in results)
-    return (results[0].token_hit_rate, us, sum(r.toy_state_mismatches for r in results), len(results[0].requests))
+    configs = []
+    for core, extra in runs:
+        argv = ["--sglang-path", args.sglang_path, *options.split(), "--tree-core", core, "--state-slots",
+                str(slots), "--max-running", "8", *extra.split()]
+        print("$ python -m mambaradix sglang-replay " + shlex.join(argv), file=sys.stderr, flush=True)
+        configs.append(cli._config(cli.build_parser().parse_args(argv)))
+    results = [[] for _ in runs]
+    for rep in range(args.repeats):
+        order = range(len(runs)) if rep % 2 == 0 else reversed(range(len(runs)))
+        for i in order:
+            results[i].append(replay(work, configs[i], sglang_path=args.sglang_path))
+            gc.collect()   # a replay's scheduler and pools are cycles: free them before the next is built
+    out = []
+    for rs in results:
+        hits = {round(r.token_hit_rate, 9) for r in rs}
+        if len(hits) != 1:
+            raise SystemExit(f"the hit rate varied over the repeats: {sorted(hits)}")
+        us = statistics.median(r.scheduler_us_per_request for r in rs)
+        cache_us = statistics.median(r.tree_cache_us_per_request for r in rs)
+        out.append((rs[0].token_hit_rate, us, cache_us, sum(r.toy_state_mismatches for r in rs), len(rs[0].requests)))
+    return out
 
 
 def policies(args) -> None:
@@ -93,33 +103,41 @@ def policies(args) -> None:
     replay_env.load(args.sglang_path)
     logging.disable(logging.WARNING)
     rows, misses = [], []
+    sched, cache = [0.0, 0.0], [0.0, 0.0]      # summed over the points: SGLang's default, ours
     for name, options, pools in POLICY_WORKLOADS:
         if args.only and name != args.only:
             continue
         work, _ = cli.build_workload(cli.build_parser().parse_args(options.split()))
-        # the baseline and ours alternate per pool, so both see the same load on a shared machine
-        res = {s: (_replay_in_process(args, work, options, "rust", s),
-                   _replay_in_process(args, work, options, "mambaradix", s, args.config)) for s in pools}
+        # the baseline and ours take turns, so both see the same load on a shared machine
+        res = {s: _replays_in_process(args, work, options, [("rust", ""), ("mambaradix", args.config)], s)
+               for s in pools}
         big = res[pools[-1]][0][0]
         for s in pools:
-            (h0, us0, bad0, n), (h1, us1, bad1, _) = res[s]
+            (h0, us0, c0, bad0, n), (h1, us1, c1, bad1, _) = res[s]
+            sched[0] += us0 * n
+            sched[1] += us1 * n
+            cache[0] += c0 * n
+            cache[1] += c1 * n
             ratio = h1 / h0 if h0 else float("inf") if h1 else 1.0
             pressure = h0 / big if big else 1.0
             goal = GOAL_PRESSED if pressure < PRESSURE else GOAL_ALL
             if ratio < goal:
                 misses.append(f"{name} at {s} slots: {ratio:.2f}x (goal {goal}x)")
             rows.append(f"| {name} ({n} req) | {s} | {pressure:.0%} | {h0:.4f} | {h1:.4f} | {ratio:.2f}x | "
-                        f"{us0:,.0f} | {us1:,.0f} | {bad0 + bad1} |")
+                        f"{us0:,.0f} | {us1:,.0f} | {c0:,.0f} | {c1:,.0f} | {bad0 + bad1} |")
             print(rows[-1], file=sys.stderr, flush=True)
     print(f"mambaradix TreeCore `{args.config}` vs SGLang's default (Rust core, lru); --max-running 8, "
           f"extra_buffer, overlap scheduler")
     print()
     print("| workload | state slots | SGLang's hit / its big pool's | hit rate SGLang default | hit rate ours | "
           f"ratio | scheduler us/req SGLang (median of {args.repeats}) | scheduler us/req ours | "
-          "toy-state mismatches |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "of which tree cache, SGLang | tree cache, ours | toy-state mismatches |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print()
+    print(f"scheduler CPU time summed over the points (requests x median us / request): ours / SGLang's default "
+          f"{sched[1] / sched[0]:.3f}x; inside the tree cache {cache[1] / cache[0]:.3f}x "
+          f"({cache[0] / 1e6:.2f} s and {cache[1] / 1e6:.2f} s of {sched[0] / 1e6:.1f} s and {sched[1] / 1e6:.1f} s)")
     print(f"goals: >= {GOAL_PRESSED}x where SGLang's default is below {PRESSURE:.0%} of its big-pool hit rate, "
           f">= {GOAL_ALL}x everywhere: " + ("all met" if not misses else "missed at " + "; ".join(misses)))
 

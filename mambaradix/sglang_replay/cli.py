@@ -155,6 +155,7 @@ def format_report(result: ReplayResult, workload: dict) -> str:
         f"  requests                   {m['requests']:7,}",
         f"  scheduler CPU / request    {m['scheduler_us_per_request']:7,.0f} us (the stand-in forward's "
         f"{result.forward_seconds:.2f} s excluded)",
+        f"    of which the tree cache  {m['tree_cache_us_per_request']:7,.0f} us (inside its methods)",
         f"  toy-state mismatches       {m['toy_state_mismatches']:7,}",
         "",
         f"  {'rid':<24} {'prompt':>8} {'cached':>8} {'hit':>7}",

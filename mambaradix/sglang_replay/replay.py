@@ -24,6 +24,7 @@ details.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -153,6 +154,7 @@ class ReplayResult:
     requests: list
     scheduler_seconds: float          # process CPU time of the loop, the stand-in forward's excluded
     forward_seconds: float            # process CPU time of the stand-in forward
+    tree_cache_seconds: float         # of scheduler_seconds, the CPU time inside the tree cache's methods
     toy_state_mismatches: int
     mismatch_examples: list           # (rid, matched prefix length) of the first few
 
@@ -172,10 +174,15 @@ class ReplayResult:
     def scheduler_us_per_request(self) -> float:
         return self.scheduler_seconds * 1e6 / len(self.requests) if self.requests else 0.0
 
+    @property
+    def tree_cache_us_per_request(self) -> float:
+        return self.tree_cache_seconds * 1e6 / len(self.requests) if self.requests else 0.0
+
     def metrics(self) -> dict:
         return {"token_hit_rate": self.token_hit_rate, "requests": len(self.requests),
                 "cached_tokens_total": self.cached_tokens_total,
                 "scheduler_us_per_request": self.scheduler_us_per_request,
+                "tree_cache_us_per_request": self.tree_cache_us_per_request,
                 "toy_state_mismatches": self.toy_state_mismatches}
 
     def to_json(self) -> dict:
@@ -295,6 +302,37 @@ class _Patches:
 
 
 _MISSING = object()
+
+
+class _CacheClock:
+    """Process CPU time spent inside the tree cache's own methods, as the scheduler (and the allocators
+    it evicts for) call them: each public method of the cache's class is timed where it is entered from
+    outside, and calls it makes into the cache again are part of that outer call."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.depth = 0
+
+    def timed(self, fn: Callable) -> Callable:
+        clock = time.process_time
+
+        def call(*args, **kwargs):
+            if self.depth:
+                return fn(*args, **kwargs)
+            self.depth = 1
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += clock() - t0
+                self.depth = 0
+        return call
+
+    def attach(self, cache: Any, patches: "_Patches") -> None:
+        names = {name for klass in type(cache).__mro__[:-1] for name, v in vars(klass).items()
+                 if not name.startswith("_") and inspect.isfunction(v)}
+        for name in sorted(names):
+            patches.set(cache, name, self.timed(getattr(cache, name)))
 
 
 def _no_attention_backends(runner: Any) -> None:
@@ -421,6 +459,7 @@ class _Replay:
         self.examples: list = []
         self.track_writes = 0
         self.forward_seconds = 0.0
+        self.cache_clock = _CacheClock()
         self.context: Optional[dict] = None
 
     # ----------------------------------------------------------- building SGLang's scheduler
@@ -493,6 +532,7 @@ class _Replay:
         self.scheduler = scheduler
         self.runner = scheduler.tp_worker.model_runner
         self.toy = _ToyStates(scheduler.req_to_token_pool)
+        self.cache_clock.attach(scheduler.tree_cache, patches)
         return scheduler
 
     def _teardown(self, scheduler: Any) -> None:
@@ -687,7 +727,8 @@ class _Replay:
         }
         return ReplayResult(config=config, requests=rows,
                             scheduler_seconds=max(0.0, loop_seconds - self.forward_seconds),
-                            forward_seconds=self.forward_seconds, toy_state_mismatches=self.mismatches,
+                            forward_seconds=self.forward_seconds,
+                            tree_cache_seconds=self.cache_clock.seconds, toy_state_mismatches=self.mismatches,
                             mismatch_examples=list(self.examples))
 
 

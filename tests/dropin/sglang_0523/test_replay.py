@@ -289,12 +289,15 @@ def test_cli_json_is_the_documented_structure(tmp_path, capfd):
     doc = json.loads(out)
     assert set(doc) == {"config", "metrics", "requests"}
     assert set(doc["metrics"]) == {"token_hit_rate", "requests", "cached_tokens_total",
-                                   "scheduler_us_per_request", "toy_state_mismatches"}
+                                   "scheduler_us_per_request", "tree_cache_us_per_request",
+                                   "toy_state_mismatches"}
     assert doc["requests"] == [{"rid": "t1", "prompt_tokens": 200, "cached_tokens": 0},
                                {"rid": "t2", "prompt_tokens": 360, "cached_tokens": 256}]
     m = doc["metrics"]
     assert (m["requests"], m["cached_tokens_total"], m["toy_state_mismatches"]) == (2, 256, 0)
     assert m["token_hit_rate"] == 256 / 560 and m["scheduler_us_per_request"] > 0
+    # the tree cache's share is part of the scheduler's time, and the cache was called (matches, inserts)
+    assert 0 < m["tree_cache_us_per_request"] < m["scheduler_us_per_request"]
     assert doc["config"]["tree_core"] == "mambaradix" and doc["config"]["state_slots"] == 16
 
 
