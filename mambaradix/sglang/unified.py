@@ -220,13 +220,18 @@ def _factory(params, components):
 
 # register()'s keywords: they take precedence over the environment (mambaradix.sglang.plugin.SETTINGS).
 _OVERRIDES: dict = {}
+# settings() blocks' keywords, innermost last: over register()'s while the block lasts.
+_SCOPED: list = []
 _SETTINGS_LOGGED = False
 
 
 def resolved_settings() -> dict:
-    """Each setting's value and where it came from (register(), its environment variable, or the default),
-    as the next core built will use them."""
-    return _plugin.resolve(_OVERRIDES)
+    """Each setting's value and where it came from (register() or a settings() block, its environment
+    variable, or the default), as the next core built will use them."""
+    merged = dict(_OVERRIDES)
+    for scoped in _SCOPED:
+        merged.update(scoped)
+    return _plugin.resolve(merged)
 
 
 def register(fast_match_prefix: Optional[bool] = None, *, state_policy: Optional[str] = None,
@@ -262,16 +267,15 @@ def register(fast_match_prefix: Optional[bool] = None, *, state_policy: Optional
 
 @contextlib.contextmanager
 def settings(**overrides: Any) -> Iterator[None]:
-    """register()'s keywords for the cores built inside the block (checked first), the previous ones
-    restored after it."""
+    """register()'s keywords for the cores built inside the block (checked first).  They take precedence
+    over register()'s while the block lasts and are gone after it; a register() call inside the block
+    keeps its own changes."""
     checked = {k: _plugin.check(k, v) for k, v in overrides.items() if v is not None}
-    saved = dict(_OVERRIDES)
-    _OVERRIDES.update(checked)
+    _SCOPED.append(checked)
     try:
         yield
     finally:
-        _OVERRIDES.clear()
-        _OVERRIDES.update(saved)
+        _SCOPED.remove(checked)
 
 
 _HOOK_TARGET = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.__init__"
@@ -637,7 +641,9 @@ def _build_class():  # noqa: C901 - one class, built lazily
                 return None
             if extra is not None and not isinstance(extra, str):
                 raise TypeError(f"key.extra_key must be a str or None, not {type(extra).__name__}")
-            salt = None if salt is None else str(salt)
+            if salt is not None and not isinstance(salt, str):
+                # (str() would give 1 and "1" one namespace, where SGLang's core keys them apart)
+                raise TypeError(f"key.cache_salt must be a str or None, not {type(salt).__name__}")
             return "".join("-" if v is None else f"{len(v)}:{v}" for v in (extra, salt))
 
         def _tokens(self, key, arg="key", grow=False):

@@ -197,6 +197,16 @@ def test_errors_name_the_argument_and_never_poison_the_core():
         (lambda: core.dec_lock_ref(core.root_node_handle(), DecLockRefParams(node_id=12345)), ValueError, "params"),
         (lambda: core.match_prefix(MatchPrefixParams(key=[1, 2, 3])), TypeError, "key"),
         (lambda: core.match_prefix(None), TypeError, "params"),
+        # SGLang's core keys namespaces by (extra_key, cache_salt) as objects: 1 and "1" are two; ours by
+        # name, so a salt that is not a str is refused (an API request's salt is a str)
+        (lambda: core.match_prefix(MatchPrefixParams(key=RadixKey(array("q", [1, 2]), cache_salt=1))), TypeError,
+         "key.cache_salt"),
+        (
+            lambda: core.begin_insert(InsertParams(key=RadixKey(array("q", [9, 9, 9]), cache_salt=7),
+                                                   value=torch.tensor([1, 2, 3]), mamba_value=torch.tensor([0]))),
+            TypeError,
+            "key.cache_salt",
+        ),
         (
             lambda: core.begin_insert(InsertParams(key=_key([9, 9, 9]), value=[1, 2, 3], mamba_value=torch.tensor([0]))),
             TypeError,
@@ -482,6 +492,23 @@ def test_state_settings_reach_the_tree_and_are_restored():
     plain, _, _ = dual.build(cfg, "mambaradix")
     assert plain.tree_core._tree.lru_policy == "consumed"
     assert type(plain.components[ComponentType.MAMBA]).__name__ == "MambaComponent"
+
+
+def test_register_inside_a_settings_block_keeps_its_changes(monkeypatch):
+    """settings() scopes its own keywords to the block; a register() call inside it is not undone at its
+    end, and the block's keywords win over it while the block lasts."""
+    monkeypatch.setattr(mr_unified, "_OVERRIDES", {})
+    before = mr_unified.resolved_settings()
+    with mr_unified.settings(state_policy="utility", path_state_budget=3):
+        mr_unified.register(path_state_budget=5, end_of_turn_states=True)
+        inside = mr_unified.resolved_settings()
+        assert inside["path_state_budget"] == (3, "register()")
+        assert inside["end_of_turn_states"] == (True, "register()")
+        assert inside["state_policy"] == ("utility", "register()")
+    after = mr_unified.resolved_settings()
+    assert after["path_state_budget"] == (5, "register()")
+    assert after["end_of_turn_states"] == (True, "register()")
+    assert after["state_policy"] == before["state_policy"]
 
 
 @pytest.mark.parametrize("kwargs, exc, says", [
