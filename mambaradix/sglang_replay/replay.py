@@ -543,6 +543,15 @@ class _Replay:
             import zmq
 
             scheduler.cur_batch_for_debug = None       # its watchdog thread stays idle
+            # SGLang's watchdog threads never end and their callbacks hold the scheduler, which would keep
+            # every replay's pools alive in this process: the callbacks are cut loose from it
+            from sglang.srt.utils.watchdog import WatchdogRaw
+
+            for name in ("watchdog", "soft_watchdog"):
+                raw = getattr(scheduler, name, None)
+                raw = getattr(raw, "_raw", raw)
+                if isinstance(raw, WatchdogRaw):
+                    raw.get_counter, raw.is_active, raw.dump_info = int, bool, None
             channels = getattr(scheduler, "ipc_channels", None)
             for f in dataclasses.fields(channels) if dataclasses.is_dataclass(channels) else ():
                 sock = getattr(channels, f.name)

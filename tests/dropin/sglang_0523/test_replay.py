@@ -160,6 +160,25 @@ def test_a_corrupted_state_is_reported():
     assert bad.requests == replay(work, cfg).requests   # what SGLang reports does not depend on the states
 
 
+def test_a_replay_leaves_no_scheduler_alive():
+    """Replays in one process (bench_sglang_replay.py runs about a hundred) free each scheduler and its
+    pools: SGLang's watchdog thread, which never ends, must not keep the last one."""
+    import gc
+
+    from sglang.srt.managers.scheduler import Scheduler
+
+    def alive() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, Scheduler))
+
+    work = _conversation(8)
+    for core in ("rust", "mambaradix"):
+        gc.collect()
+        before = alive()
+        replay(work, ReplayConfig(tree_core=core, state_slots=16, kv_tokens=4096, max_running=1))
+        gc.collect()
+        assert alive() == before, core
+
+
 def test_toy_hash_is_the_documented_polynomial():
     def slow(tokens):
         h = 0
