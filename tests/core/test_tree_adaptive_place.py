@@ -134,12 +134,14 @@ class PlaceModel:
         return br, k, s
 
 
-def _keys(rng: random.Random, page: int, chunk: int, steps: int):
+def _keys(rng: random.Random, page: int, chunk: int, steps: int, cuts: bool = False):
     """Shared-prefix traffic: groups of a system prompt (2-5 steps) under the
     root or under one of a few tenant prefixes (a state at a whole number of
     steps, then a shared header of fewer pages than a step, so that a match
     ends past its state off the step grid), requests under a group, some
-    next turns of a group's later request, some keys of no group."""
+    next turns of a group's later request, some keys of no group.  cuts:
+    also keys that part from a group's prompt midway (another version of
+    it), which split the branches predicted junctions ended."""
     groups: list = []
     done: list = []
     step = max(page, chunk)
@@ -163,6 +165,9 @@ def _keys(rng: random.Random, page: int, chunk: int, steps: int):
             continue
         elif r < 0.8:
             key = rng.choice(groups[-6:]) + fresh(page * rng.randint(1, 10))
+        elif cuts and r < 0.87:
+            g = rng.choice(groups[-6:])
+            key = g[:page * rng.randint(1, len(g) // page - 1)] + fresh(page * rng.randint(1, 10))
         elif r < 0.95 and done:
             key = rng.choice(done[-20:]) + fresh(page * rng.randint(1, 6))
         else:
@@ -172,17 +177,18 @@ def _keys(rng: random.Random, page: int, chunk: int, steps: int):
         done.append(key)
 
 
-@pytest.mark.parametrize("page,chunk,seed,steps", [(1, 4, 1, 1500), (1, 4, 2, 1500), (1, 8, 3, 1500),
-                                                   (16, 16, 8, 1500), (16, 32, 5, 1500), (4, 2, 6, 1500),
-                                                   (1, 4, 9, 5000)])
-def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: int, steps: int) -> None:
-    """The long run passes the first halvings of the evidence."""
+@pytest.mark.parametrize("page,chunk,seed,steps,cuts", [
+    (1, 4, 1, 1500, False), (1, 4, 2, 1500, False), (1, 8, 3, 1500, False), (16, 16, 8, 1500, False),
+    (16, 32, 5, 1500, False), (4, 2, 6, 1500, False), (1, 4, 9, 5000, False), (1, 4, 11, 2000, True),
+    (16, 16, 14, 2000, True), (4, 8, 13, 2000, True)])
+def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: int, steps: int, cuts: bool) -> None:
+    """The long run passes the first halvings of the evidence; with cuts, splits move a branch's head."""
     rng = random.Random(seed)
     tree = mambaradix.RadixTree(page_size=page, chunk_size=chunk, lru_policy="adaptive")
     model = PlaceModel(page, chunk)
     slot = 1
     placed_seen = warm = off_grid = 0
-    for i, key in enumerate(_keys(rng, page, chunk, steps)):
+    for i, key in enumerate(_keys(rng, page, chunk, steps, cuts)):
         for _ in range(rng.choice((1, 1, 2))):           # a scheduler may match a waiting request again
             m = tree.match_prefix(key)
             want = model.match(key)
@@ -200,7 +206,7 @@ def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: i
             tree.insert(key[:br], list(range(br)), slot)
             model.insert(key[:br])
             slot += 1
-        if rng.random() < 0.8:
+        if rng.random() < (0.5 if cuts else 0.8):   # (a predicted junction's branch left a leaf more often)
             tree.insert(key, list(range(len(key))), slot)
             model.insert(key)
             slot += 1
