@@ -6,7 +6,7 @@ results are numpy int64 arrays.  Node handles stay safe after the node is
 split or evicted: a removed node raises StaleNodeError when used.
 """
 
-from typing import Any, Literal, Optional, Sequence, Union, overload
+from typing import Any, Callable, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -405,12 +405,33 @@ class Lifecycle:
         max_states_per_path: Optional[int] = None,
         semantics: Literal["v0.5.15", "v0.5.23"] = "v0.5.15",
         values: bool = True,
+        counts: Optional[tuple[int, int, int]] = None,
     ) -> None:
         """values=False (no pools): the tree keeps keys only; the cache
-        calls take kv as a count and hand out KV indices that are 0."""
+        calls take kv as a count and hand out KV indices that are 0.
+        counts=(kv_tokens, state_slots, rows) with values=False: pools the
+        Lifecycle counts itself (every free goes back to them; the calls
+        given no fresh slot take one from them)."""
     page_size: int
     chunk_size: int
     has_pools: bool
+    # counted pools (None when not counted)
+    kv_free: Optional[int]
+    slots_free: Optional[int]
+    rows_free: Optional[int]
+    def take_kv(self, n: int, /, evict_below: Optional[int] = None) -> None:
+        """Take n KV tokens, evicting first by the release's rule when fewer
+        than evict_below (default n) are free; RuntimeError when short."""
+    def take_admission(self, n_reqs: int, slots: int, rows: int, /) -> None:
+        """A batch's rows and the slots admit() numbered, after the state
+        headroom eviction; RuntimeError when short."""
+    def free_row(self, committed_len: int, allocated_len: int, /) -> None:
+        """A finished request's row, and its KV past committed_len."""
+    def set_victims(self, policy: Optional[Callable[[Optional[tuple[int, int]]], Optional[tuple[int, int]]]],
+                    /) -> None:
+        """Every state eviction takes the victims policy(protect) names."""
+    def counts(self) -> dict[str, int]:
+        """Totals, free counts, peaks, eviction and donation counters."""
     # tree-only: where each free call of the last handed-out KV array ends
     kv_free_ends: npt.NDArray[np.int64]
     # tree

@@ -36,6 +36,10 @@ struct mr_lifecycle {
     int rel_error;         /* first error a release hook hit */
     int64_t ext_available; /* tree-only: the caller's free state slots, -1 unknown */
     int64_t cached_len;    /* tokens the last cache call inserted (mr_lc_cached_len) */
+    int counted;           /* tree-only: the pools are the counts below (mr_lc_count_pools) */
+    mr_lc_counts cnt;
+    mr_lc_victim_fn victim;   /* counted: an external policy's state victims (NULL: the tree's) */
+    void *victim_ctx;
 };
 
 /* ------------------------------------------------------------------------
@@ -107,10 +111,23 @@ copy_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
     lc->nrkv += n;
 }
 
+/* Counted pools: KV goes back in whole pages (a request's tail ends
+ * within its last page; a node's KV is whole pages). */
+static void
+count_kv_back(mr_lifecycle *lc, size_t n)
+{
+    int64_t page = (int64_t)lc->cfg.page_size;
+    lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;
+}
+
 static int
 free_kv_hook(void *ctx, const int64_t *idx, size_t n)
 {
     mr_lifecycle *lc = ctx;
+    if (lc->counted) {
+        count_kv_back(lc, n);
+        return MR_OK;
+    }
     if (lc->kv == NULL) {
         /* room for the node's state too: free_state must not fail once
          * this node's KV is handed over (radix.h, mr_release) */
@@ -134,6 +151,10 @@ static int
 free_state_hook(void *ctx, int64_t slot)
 {
     mr_lifecycle *lc = ctx;
+    if (lc->counted) {
+        lc->cnt.slots_free++;
+        return MR_OK;
+    }
     if (lc->state == NULL) {
         if (grow(&lc->rst, &lc->caprst, lc->nrst + 1) != MR_OK) {
             return MR_ENOMEM;
@@ -190,6 +211,10 @@ out_kv(mr_lifecycle *lc, const int64_t *idx, size_t n)
     if (lc->kv != NULL) {
         return mr_kv_free(lc->kv, idx, (int64_t)n, MR_FROM_CALLER, NULL);
     }
+    if (lc->counted) {
+        count_kv_back(lc, n);
+        return MR_OK;
+    }
     if (grow(&lc->rkv, &lc->caprkv, lc->nrkv + n) != MR_OK
         || grow(&lc->rcut, &lc->caprcut, lc->nrcut + 1) != MR_OK) {
         return MR_ENOMEM;
@@ -208,6 +233,10 @@ out_slots(mr_lifecycle *lc, const int64_t *slots, size_t k)
     }
     if (lc->state != NULL) {
         return mr_slots_free(lc->state, slots, (int64_t)k, MR_FROM_CALLER, 0, NULL);
+    }
+    if (lc->counted) {
+        lc->cnt.slots_free += (int64_t)k;
+        return MR_OK;
     }
     if (grow(&lc->rst, &lc->caprst, lc->nrst + k) != MR_OK) {
         return MR_ENOMEM;
@@ -975,6 +1004,13 @@ mr_lc_cow_ext(mr_lifecycle *lc, mr_req *st, const mr_node *node, int64_t fresh, 
         return MR_OK;
     }
     if (wants_slot) {
+        if (fresh < 1 && lc->counted) {
+            /* the node is kept while a state is evicted for the slot */
+            int rc = mr_lc_count_slot(lc, (mr_node *)node, &fresh);
+            if (rc != MR_OK) {
+                return rc;
+            }
+        }
         if (fresh < 1) {
             *need = 1;
             return MR_OK;
@@ -1060,6 +1096,12 @@ mr_lc_admit_ids(mr_lifecycle *lc, mr_req *st, int64_t first, int64_t *used)
     int64_t want = admit_wants(lc, st);
     if (want == 0) {
         return MR_OK;
+    }
+    if (first < 1 && lc->counted) {
+        first = lc->cnt.last_id + 1;    /* ids past every one handed out */
+        if (first <= INT64_MAX - want) {
+            lc->cnt.last_id += want;
+        }
     }
     if (first < 1 || first > INT64_MAX - want) {
         return MR_EINVAL;
@@ -1221,6 +1263,11 @@ decode_prepare(mr_lifecycle *lc, int64_t row, mr_req *st, int64_t seq_len, int64
             }
             else if (given >= 1) {
                 s = given;
+            }
+            else if (lc->counted) {
+                if (mr_lc_count_slot(lc, NULL, &s) != MR_OK) {
+                    s = -1;         /* none to be had: it goes on unborrowed */
+                }
             }
             else {
                 *need = 1;
@@ -1392,7 +1439,8 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
     int existed = 1;
     mr_handle inserted = {0, 0};
     /* end of turn: the running slot holds the state at committed_len */
-    int64_t avail = has_pools(lc) ? mr_slots_available(lc->state) : lc->ext_available;
+    int64_t avail = has_pools(lc) ? mr_slots_available(lc->state) : lc->counted ? lc->cnt.slots_free
+                                                                                : lc->ext_available;
     int eot = is_insert && avail >= 0
               && mr_rule_end_of_turn(c->end_of_turn, c->extra_buffer, (int64_t)committed_len, c->page_size,
                                      avail, c->lazy);
@@ -1452,6 +1500,7 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
                 return rc;
             }
             existed = res.state_existed;
+            lc->cnt.donated += !existed;     /* a slot of the request's */
             inserted = mr_node_handle(res.node);
             lc->cached_len = cache_len;
         }
@@ -1587,7 +1636,7 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
             (void)mr_reqpool_read(lc->rp, row, 0, (int64_t)fill_len, prefix_out);
         }
         st->prefix_len = (int64_t)fill_len;
-        return free_slot(lc, given);
+        return given >= 1 ? free_slot(lc, given) : MR_OK;
     }
     if (cache_len > (int64_t)fill_len || cache_len % c->page_size != 0) {
         return MR_EINVAL;
@@ -1630,9 +1679,12 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     int64_t fresh = given, donated = -1;
     if (has_pools(lc)) {
         rc = mr_lc_alloc_state(lc, row_owner(row), old, &fresh);
-        if (rc != MR_OK) {
-            return rc;
-        }
+    }
+    else if (lc->counted && given < 1) {
+        rc = mr_lc_count_slot(lc, old, &fresh);
+    }
+    if (rc != MR_OK) {
+        return rc;
     }
     if (c->extra_buffer) {
         donated = st->track[keep];
@@ -1673,6 +1725,9 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
             *fork_src = *fork_dst = -1;  /* the copy is not needed */
             lc->stats.forks--;
         }
+    }
+    else if (c->extra_buffer) {
+        lc->cnt.donated++;               /* the request's snapshot */
     }
     /* 3. re-match (the match of tokens[0:cache_len) ends at the inserted
      *    node, which has a state: its effects without reading the key); the
@@ -1753,11 +1808,14 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
     if (has_pools(lc)) {
         return MR_ESTATE;
     }
-    if (fresh < 1 || (kv == NULL && !lc->cfg.no_values)) {
-        return MR_EINVAL;
+    if ((fresh < 1 && !lc->counted) || (kv == NULL && !lc->cfg.no_values)) {
+        return MR_EINVAL;   /* (counting: fresh < 1 takes one from the count) */
     }
     /* a slot the request holds would get a second owner, the tree's node */
-    if (fresh == st->running
+    if (fresh < 1) {
+        fresh = 0;
+    }
+    else if (fresh == st->running
         || (lc->cfg.extra_buffer && st->next_track >= 0 && (fresh == st->track[0] || fresh == st->track[1]))) {
         return MR_EBUSY;
     }
@@ -1781,6 +1839,190 @@ mr_lc_cache_ext(mr_lifecycle *lc, int finished, mr_req *st, const int32_t *token
     int rc = mr_lc_cache_finished_ext(lc, st, tokens, kv, len, ns, flag != 0);
     mr_lc_set_state_available(lc, -1);
     return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Counted pools */
+
+int
+mr_lc_count_pools(mr_lifecycle *lc, int64_t kv_tokens, int64_t slots, int64_t rows)
+{
+    if (has_pools(lc) || lc->state != NULL || !lc->cfg.no_values || lc->counted || kv_tokens < 0 || slots < 0
+        || rows < 0) {
+        return MR_EINVAL;
+    }
+    int64_t page = (int64_t)lc->cfg.page_size;
+    memset(&lc->cnt, 0, sizeof(lc->cnt));
+    lc->cnt.kv_total = lc->cnt.kv_free = kv_tokens / page * page;   /* whole pages */
+    lc->cnt.slots_total = lc->cnt.slots_free = slots;
+    lc->cnt.rows_total = lc->cnt.rows_free = rows;
+    lc->counted = 1;
+    return MR_OK;
+}
+
+const mr_lc_counts *
+mr_lc_counts_of(const mr_lifecycle *lc)
+{
+    return lc->counted ? &lc->cnt : NULL;
+}
+
+/* notes the peaks after a count fell */
+static void
+count_peaks(mr_lifecycle *lc)
+{
+    mr_lc_counts *c = &lc->cnt;
+    if (c->kv_total - c->kv_free > c->peak_kv) {
+        c->peak_kv = c->kv_total - c->kv_free;
+    }
+    if (c->slots_total - c->slots_free > c->peak_slots) {
+        c->peak_slots = c->slots_total - c->slots_free;
+    }
+}
+
+int
+mr_lc_count_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, mr_node *protect, size_t *tokens_out,
+                  size_t *states_out)
+{
+    size_t t = 0, s = 0, t2 = 0, s2 = 0;
+    int rc = MR_OK;
+    if (!lc->counted) {
+        return MR_ESTATE;
+    }
+    if (num_tokens > 0) {
+        rc = mr_lc_evict_protected(lc, num_tokens, 0, NULL, &t, &s);
+        lc->cnt.full_evictions += t > 0 || s > 0;
+        lc->cnt.kv_evicted += t;
+    }
+    if (rc == MR_OK && num_states > 0 && lc->victim == NULL) {
+        rc = mr_lc_evict_protected(lc, 0, num_states, protect, &t2, &s2);
+    }
+    /* an external policy's victims, one at a time, until enough went or it
+     * names none */
+    while (rc == MR_OK && lc->victim != NULL && s2 < num_states) {
+        mr_node *v = NULL;
+        size_t t1 = 0, s1 = 0;
+        rc = lc->victim(lc->victim_ctx, protect, &v);
+        if (rc != MR_OK || v == NULL) {
+            break;
+        }
+        if (v == protect || !mr_radix_can_evict_state(lc->tree, v)) {
+            rc = MR_EINVAL;
+            break;
+        }
+        rc = mr_radix_evict_node_state(lc->tree, v, &lc->rel, &t1, &s1);
+        t2 += t1;
+        s2 += s1;
+    }
+    lc->cnt.kv_evicted += t2;
+    lc->cnt.states_evicted += s2;
+    if (tokens_out != NULL) {
+        *tokens_out = t + t2;
+    }
+    if (states_out != NULL) {
+        *states_out = s + s2;
+    }
+    return rc;
+}
+
+void
+mr_lc_count_set_victims(mr_lifecycle *lc, mr_lc_victim_fn fn, void *ctx)
+{
+    lc->victim = fn;
+    lc->victim_ctx = ctx;
+}
+
+int
+mr_lc_count_kv(mr_lifecycle *lc, int64_t n, int64_t evict_below)
+{
+    if (!lc->counted) {
+        return MR_ESTATE;
+    }
+    if (n < 0) {
+        return MR_EINVAL;
+    }
+    int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.kv_free, evict_below);
+    if (evict > 0) {
+        int rc = mr_lc_count_evict(lc, (size_t)evict, 0, NULL, NULL, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    if (lc->cnt.kv_free < n) {
+        return MR_ENOSPC;
+    }
+    lc->cnt.kv_free -= n;
+    count_peaks(lc);
+    return MR_OK;
+}
+
+int
+mr_lc_count_slot(mr_lifecycle *lc, mr_node *protect, int64_t *id)
+{
+    if (!lc->counted) {
+        return MR_ESTATE;
+    }
+    if (lc->cnt.slots_free <= 0) {
+        int rc = mr_lc_count_evict(lc, 0, 1, protect, NULL, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    if (lc->cnt.slots_free <= 0 || lc->cnt.last_id == INT64_MAX) {
+        return MR_ENOSPC;
+    }
+    lc->cnt.slots_free--;
+    *id = ++lc->cnt.last_id;
+    count_peaks(lc);
+    return MR_OK;
+}
+
+int
+mr_lc_count_admit(mr_lifecycle *lc, int64_t n_reqs, int64_t slots, int64_t rows)
+{
+    if (!lc->counted) {
+        return MR_ESTATE;
+    }
+    if (n_reqs < 0 || slots < 0 || rows < 0 || rows > n_reqs
+        || mr_rule_state_headroom_overflows(n_reqs, lc->cfg.lazy)) {
+        return MR_EINVAL;
+    }
+    if (rows > lc->cnt.rows_free) {
+        return MR_ENOSPC;
+    }
+    int64_t evict = mr_rule_state_shortfall(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.slots_free, n_reqs,
+                                            lc->cfg.lazy, slots);
+    if (evict > 0) {
+        int rc = mr_lc_count_evict(lc, 0, (size_t)evict, NULL, NULL, NULL);
+        if (rc != MR_OK) {
+            return rc;
+        }
+    }
+    if (slots > lc->cnt.slots_free) {
+        return MR_ENOSPC;
+    }
+    lc->cnt.slots_free -= slots;
+    lc->cnt.rows_free -= rows;
+    count_peaks(lc);
+    return MR_OK;
+}
+
+int
+mr_lc_count_free_row(mr_lifecycle *lc, int64_t committed_len, int64_t allocated_len)
+{
+    if (!lc->counted) {
+        return MR_ESTATE;
+    }
+    if (committed_len < 0 || allocated_len < committed_len || lc->cnt.rows_free >= lc->cnt.rows_total) {
+        return MR_EINVAL;
+    }
+    int64_t page = (int64_t)lc->cfg.page_size;
+    int64_t more = (allocated_len + page - 1) / page - (committed_len + page - 1) / page;
+    if (more > (lc->cnt.kv_total - lc->cnt.kv_free) / page) {
+        return MR_EINVAL;   /* more than is in use */
+    }
+    lc->cnt.kv_free += more * page;
+    lc->cnt.rows_free++;
+    return MR_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -1914,6 +2156,24 @@ mr_lc_check(mr_lifecycle *lc, char *msg, size_t msglen)
     int rc = mr_radix_check(lc->tree, msg, msglen);
     if (rc != MR_OK) {
         return rc;
+    }
+    if (lc->counted) {
+        /* the counts hold at least what the tree holds in use */
+        const mr_lc_counts *c = &lc->cnt;
+        mr_radix_stats s;
+        mr_radix_get_stats(lc->tree, &s);
+        if (c->kv_free < 0 || c->kv_free > c->kv_total || c->slots_free < 0 || c->slots_free > c->slots_total
+            || c->rows_free < 0 || c->rows_free > c->rows_total) {
+            snprintf(msg, msglen, "a counted pool's free count is out of range (KV %lld of %lld, slots %lld of %lld, "
+                     "rows %lld of %lld)", (long long)c->kv_free, (long long)c->kv_total, (long long)c->slots_free,
+                     (long long)c->slots_total, (long long)c->rows_free, (long long)c->rows_total);
+            return MR_ECORRUPT;
+        }
+        if ((int64_t)(s.full_evictable + s.full_protected) > c->kv_total - c->kv_free
+            || (int64_t)(s.state_evictable + s.state_protected) > c->slots_total - c->slots_free) {
+            snprintf(msg, msglen, "the tree holds more than the counted pools have in use");
+            return MR_ECORRUPT;
+        }
     }
     if (!has_pools(lc)) {
         return MR_OK;

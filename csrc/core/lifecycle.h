@@ -440,6 +440,69 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
                        const int32_t *ns, int is_insert, int64_t *bad);
 
+/* ------------------------------------------------------------------------
+ * Counted pools: a tree-only lifecycle without values (a simulator) whose
+ * KV, state and row pools are counts kept here.  Every free the lifecycle
+ * would hand its caller (evictions, a tail, duplicates, slots the tree does
+ * not keep) goes back to the counts instead (KV in whole pages), and the
+ * calls that take a caller's fresh slot take one from the count when given
+ * none (< 1): cache_unfinished (with the request's node protected), the
+ * copy-on-write (the matched node protected), admission (mr_lc_admit_ids
+ * with first < 1) and the lazy borrow at a decode boundary (which goes on
+ * without one when none can be had, as SGLang does).  A slot taken from the
+ * count is numbered (1, 2, ...) only to tell the request's slots apart.
+ * The collected arrays stay empty. */
+typedef struct {
+    int64_t kv_total, kv_free;        /* KV tokens, whole pages */
+    int64_t slots_total, slots_free;  /* state slots */
+    int64_t rows_total, rows_free;    /* request rows */
+    int64_t peak_kv, peak_slots;      /* the most ever in use */
+    int64_t last_id;                  /* the last slot id handed out */
+    uint64_t full_evictions;          /* KV evictions (mr_lc_count_evict) that freed something */
+    uint64_t kv_evicted;              /* KV tokens the evictions freed */
+    uint64_t states_evicted;          /* states the state evictions freed */
+    uint64_t donated;                 /* slots a request held that the tree took (no copy) */
+} mr_lc_counts;
+
+/* Turns counting on with full pools of the given sizes.  MR_EINVAL unless
+ * the lifecycle is tree-only without values, is not counting yet, and the
+ * sizes are >= 0. */
+int mr_lc_count_pools(mr_lifecycle *lc, int64_t kv_tokens, int64_t slots, int64_t rows);
+/* The counts, or NULL when not counting. */
+const mr_lc_counts *mr_lc_counts_of(const mr_lifecycle *lc);
+/* An external policy's pick of the next state to evict (e.g. a
+ * simulator's Belady oracle): *victim a node whose state the tree's rule
+ * lets go (mr_radix_can_evict_state), never `protect`; NULL: none.  A
+ * non-MR_OK return stops the eviction and is returned by the call that
+ * evicted. */
+typedef int (*mr_lc_victim_fn)(void *ctx, const mr_node *protect, mr_node **victim);
+/* Counted pools: every state eviction (mr_lc_count_evict's states, and so
+ * those of the slot takes and admission) evicts the victims fn picks,
+ * one at a time, instead of the tree's own; NULL restores the tree's. */
+void mr_lc_count_set_victims(mr_lifecycle *lc, mr_lc_victim_fn fn, void *ctx);
+/* Evicts num_tokens of KV (whole leaves), then num_states states, with
+ * `protect` (may be NULL) kept as mr_lc_evict_protected keeps it; what went
+ * is counted free and in the eviction counters.  MR_ESTATE when not
+ * counting. */
+int mr_lc_count_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, mr_node *protect,
+                      size_t *tokens_out, size_t *states_out);
+/* Takes n KV tokens, first evicting what the release's rule
+ * (mr_rule_kv_evict_v) asks for when fewer than evict_below are free.
+ * MR_ENOSPC when fewer than n are free after it (nothing taken). */
+int mr_lc_count_kv(mr_lifecycle *lc, int64_t n, int64_t evict_below);
+/* Takes one state slot, evicting one state (keeping `protect`) when none
+ * is free; *id its number.  MR_ENOSPC when none can be had. */
+int mr_lc_count_slot(mr_lifecycle *lc, mr_node *protect, int64_t *id);
+/* HybridReqToTokenPool.alloc's pools for a batch of n_reqs requests whose
+ * records mr_lc_admit_ids numbered: `rows` new rows and the `slots` they
+ * took, after the scheduler's state eviction for them (the release's rule,
+ * mr_rule_state_shortfall).  MR_ENOSPC when the rows (nothing changed) or
+ * the slots (after the eviction; nothing taken) are short. */
+int mr_lc_count_admit(mr_lifecycle *lc, int64_t n_reqs, int64_t slots, int64_t rows);
+/* A finished request's row goes back, with the KV it allocated past its
+ * committed length (whole pages: the overlap's step past the finish). */
+int mr_lc_count_free_row(mr_lifecycle *lc, int64_t committed_len, int64_t allocated_len);
+
 /* Verifies the tree (mr_radix_check), every pool, that the tree's KV
  * tokens and states equal the TREE-owned units of the pools, and every
  * row's request record Q1..Q6 (top of this file).  MR_ECORRUPT with the

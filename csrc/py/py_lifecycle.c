@@ -41,7 +41,11 @@ typedef struct {
     mr_buf keybuf;         /* int32 tokens of the call's key */
     mr_buf buf;            /* int64 results of the core */
     PyObject *kv_ends;     /* kv_free_ends: the last handed-out KV array's free calls */
+    PyObject *victims;     /* counted pools: the state victims' policy (set_victims) or NULL */
+    int victims_failed;    /* it raised or named a node it may not: the exception is set */
 } LifecycleObject;
+
+static int victims_raised(LifecycleObject *self);
 
 /* ------------------------------------------------------------------------
  * Helpers */
@@ -614,12 +618,39 @@ config_raise(const mr_lc_why *why, int64_t page, int64_t pp)
     }
 }
 
+/* counts=(kv_tokens, state_slots, rows): counted pools (mr_lc_count_pools),
+ * for a lifecycle without pools or values. */
+static int
+count_pools(LifecycleObject *self, PyObject *o, int refused)
+{
+    int64_t n[3];
+    static const char *const what[3] = {"Lifecycle(): counts[0] (KV tokens)", "Lifecycle(): counts[1] (state slots)",
+                                        "Lifecycle(): counts[2] (request rows)"};
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 3) {
+        PyErr_Format(PyExc_TypeError, "Lifecycle(): counts must be None or a (kv_tokens, state_slots, rows) tuple, "
+                     "not %.100s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (refused) {
+        PyErr_SetString(PyExc_ValueError, "Lifecycle(): counts needs a Lifecycle without pools and with values=False "
+                                          "(counted pools hold no indices)");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (mr_as_int64(PyTuple_GET_ITEM(o, i), 0, INT64_MAX / 2, what[i], &n[i]) < 0) {
+            return -1;
+        }
+    }
+    return mr_lc_count_pools(self->lc, n[0], n[1], n[2]) == MR_OK ? 0 : (PyErr_SetString(PyExc_ValueError,
+                                                                        "Lifecycle(): counts refused"), -1);
+}
+
 static PyObject *
 Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     MR_ARGS(spec, a, "Lifecycle", 0, 3, 0, "state_allocator", "kv_allocator", "req_pool", "page_size",
             "chunk_size", "lru_policy", "extra_buffer", "lazy", "track_buffer_size", "track_interval",
-            "end_of_turn_states", "policy_options", "max_states_per_path", "semantics", "values");
+            "end_of_turn_states", "policy_options", "max_states_per_path", "semantics", "values", "counts");
     int64_t page = 1, chunk = 64, interval = 256, pp = 2;
     const char *policy = "sglang", *semantics = "v0.5.15";
     int extra = 0, lazy = 0, eot = 0, values = 1;
@@ -681,6 +712,10 @@ Lifecycle_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return mr_raise(st, rc, "Lifecycle()");
     }
+    if (a[15] != NULL && a[15] != Py_None && count_pools(self, a[15], !none || values) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     if (!none) {
         self->state_obj = Py_NewRef(so);
         self->kv_obj = Py_NewRef(ko);
@@ -699,6 +734,7 @@ Lifecycle_dealloc(LifecycleObject *self)
     mr_buf_free(&self->keybuf);
     mr_buf_free(&self->buf);
     Py_XDECREF(self->kv_ends);
+    Py_XDECREF(self->victims);
     mr_type_free((PyObject *)self);
 }
 
@@ -1094,7 +1130,11 @@ Lifecycle_evict(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     }
     mr_lc_clear_released(self->lc);
     size_t t = 0, s = 0;
-    int rc = mr_lc_evict_protected(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s);
+    int rc = mr_lc_counts_of(self->lc) != NULL ? mr_lc_count_evict(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s)
+                                                : mr_lc_evict_protected(self->lc, (size_t)nt, (size_t)ns, protect, &t, &s);
+    if (victims_raised(self)) {
+        return NULL;
+    }
     PyObject *a = NULL, *b = NULL;
     if (take_frees(self, &a, &b) < 0 || rc != MR_OK) {
         Py_XDECREF(a);
@@ -1853,7 +1893,8 @@ tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     int flag = 1;   /* cache_unfinished's prefix, cache_finished's is_insert */
     mr_req st;
     if (mr_parse(finished ? &fspec : &uspec, args, nargs, kwnames, pa) < 0
-        || (!finished && mr_as_int64(args[3], 1, INT64_MAX, "cache_unfinished(): fresh", &fresh) < 0)
+        || (!finished && mr_as_int64(args[3], mr_lc_counts_of(self->lc) != NULL ? 0 : 1, INT64_MAX,
+                                     "cache_unfinished(): fresh", &fresh) < 0)
         || mr_arg_bool(pa[finished ? 4 : 5], fname, finished ? "is_insert" : "prefix", &flag) < 0
         || (finished && pa[5] != NULL
             && mr_as_int64(pa[5], -1, INT64_MAX, "cache_finished(): state_available", &avail) < 0)) {
@@ -1875,6 +1916,10 @@ tree_cache(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
                              (int32_t)ns, finished ? flag : fresh, avail, prefix != Py_None ? I64(prefix) : NULL,
                              &fs, &fd, &table_end);
     foreign_release(self, &tok, &kv, &kvbuf, &tokbuf);
+    if (victims_raised(self)) {
+        Py_DECREF(prefix);
+        return NULL;
+    }
     PyObject *kvf = NULL, *stf = NULL;
     if (take_frees(self, &kvf, &stf) < 0 || rc != MR_OK) {
         Py_DECREF(prefix);
@@ -1908,8 +1953,9 @@ tree_admit(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     }
     int64_t fresh[3] = {-1, -1, -1}, first = 0, out = 0;
     size_t nfresh = 0;
-    int ids = nargs > 1 && PyIndex_Check(args[1]);   /* fresh a slot counter (mr_lc_admit_ids) */
-    if (ids && mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0) {
+    /* fresh a slot counter (mr_lc_admit_ids), or none with counted pools */
+    int ids = (nargs > 1 && PyIndex_Check(args[1])) || (nargs == 1 && mr_lc_counts_of(self->lc) != NULL);
+    if (ids && nargs > 1 && mr_as_int64(args[1], 1, INT64_MAX, "admit(): fresh", &first) < 0) {
         return NULL;
     }
     if (!ids && nargs > 1) {
@@ -1983,7 +2029,14 @@ Lifecycle_cow(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int need = 0;
-    if (mr_lc_cow_ext(self->lc, &st, node, fresh, &need) != MR_OK) {
+    int rc = mr_lc_cow_ext(self->lc, &st, node, fresh, &need);
+    if (victims_raised(self)) {
+        return NULL;
+    }
+    if (rc == MR_ENOSPC) {
+        return lc_raise(self, rc, "cow()");
+    }
+    if (rc != MR_OK) {
         PyErr_SetString(PyExc_ValueError, "cow(): fresh is a slot the request does not take "
                                           "(it already has a running slot, or the node holds no state)");
         return NULL;
@@ -2027,6 +2080,9 @@ Lifecycle_decode_prepare(LifecycleObject *self, PyObject *const *args, Py_ssize_
         return Py_BuildValue("(NLO)", build_rs(self, args[1], &st), (long long)slot, mask ? Py_True : Py_False);
     }
     (void)mr_lc_decode_prepare_ext(self->lc, &st, sl, fresh, &slot, &mask, &need);
+    if (victims_raised(self)) {
+        return NULL;
+    }
     return Py_BuildValue("(NLOO)", build_rs(self, args[0], &st), (long long)slot, mask ? Py_True : Py_False,
                          need ? Py_True : Py_False);
 }
@@ -2110,7 +2166,8 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
     MR_ARGS(spec, pa, "free_states", 1, 1, 1, "rs", "keep");
     int64_t keep = -1;
     mr_req st;
-    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_pools(self, "free_states") < 0) {
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0
+        || (mr_lc_counts_of(self->lc) == NULL && need_pools(self, "free_states") < 0)) {
         return NULL;
     }
     PyObject *o = pa[1];
@@ -2123,6 +2180,238 @@ Lifecycle_free_states(LifecycleObject *self, PyObject *const *args, Py_ssize_t n
         return lc_raise(self, rc, "free_states()");
     }
     return build_rs(self, args[0], &st);
+}
+
+/* ------------------------------------------------------------------------
+ * Counted pools (Lifecycle(counts=...)) */
+
+/* The counts, or NULL with RuntimeError when the pools are not counted. */
+static const mr_lc_counts *
+need_counts(LifecycleObject *self, const char *fname)
+{
+    const mr_lc_counts *c = mr_lc_counts_of(self->lc);
+    if (c == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s(): this Lifecycle's pools are not counted (Lifecycle(counts=...))", fname);
+    }
+    return c;
+}
+
+PyDoc_STRVAR(Lifecycle_take_kv__doc__,
+"take_kv($self, n, /, evict_below=None)\n"
+"--\n"
+"\n"
+"Counted pools: take n KV tokens, first evicting what the release's rule\n"
+"asks for when fewer than evict_below (default n) are free.  RuntimeError\n"
+"when fewer than n are free even then (nothing taken).");
+
+static PyObject *
+Lifecycle_take_kv(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    MR_ARGS(spec, pa, "take_kv", 1, 2, 1, "n", "evict_below");
+    int64_t n = 0, below = 0;
+    if (mr_parse(&spec, args, nargs, kwnames, pa) < 0 || need_counts(self, "take_kv") == NULL
+        || mr_as_int64(pa[0], 0, INT64_MAX, "take_kv(): n", &n) < 0
+        || (pa[1] != NULL && pa[1] != Py_None && mr_as_int64(pa[1], 0, INT64_MAX, "take_kv(): evict_below", &below) < 0)) {
+        return NULL;
+    }
+    const mr_lc_counts *c = mr_lc_counts_of(self->lc);
+    int rc = mr_lc_count_kv(self->lc, n, pa[1] != NULL && pa[1] != Py_None ? below : n);
+    if (victims_raised(self)) {
+        return NULL;
+    }
+    if (rc == MR_ENOSPC) {
+        return PyErr_Format(PyExc_RuntimeError, "take_kv(): the KV pool is exhausted taking %lld tokens (free %lld of "
+                            "%lld after eviction)", (long long)n, (long long)c->kv_free, (long long)c->kv_total);
+    }
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "take_kv()");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_take_admission__doc__,
+"take_admission($self, n_reqs, slots, rows, /)\n"
+"--\n"
+"\n"
+"Counted pools: HybridReqToTokenPool.alloc's pools for a batch of n_reqs\n"
+"requests that admit() numbered: `rows` new rows and the `slots` they took,\n"
+"after the scheduler's state eviction for them.  RuntimeError when rows\n"
+"(nothing changed) or slots (after the eviction) are short.");
+
+static PyObject *
+Lifecycle_take_admission(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MR_ARGS(spec, pa, "take_admission", 3, 3, 3, "n_reqs", "slots", "rows");
+    int64_t n = 0, slots = 0, rows = 0;
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_counts(self, "take_admission") == NULL
+        || mr_as_int64(pa[0], 0, INT64_MAX / 4, "take_admission(): n_reqs", &n) < 0
+        || mr_as_int64(pa[1], 0, INT64_MAX, "take_admission(): slots", &slots) < 0
+        || mr_as_int64(pa[2], 0, n, "take_admission(): rows", &rows) < 0) {
+        return NULL;
+    }
+    const mr_lc_counts *c = mr_lc_counts_of(self->lc);
+    int64_t rows_free = c->rows_free;
+    int rc = mr_lc_count_admit(self->lc, n, slots, rows);
+    if (victims_raised(self)) {
+        return NULL;
+    }
+    if (rc == MR_ENOSPC && rows > rows_free) {
+        return PyErr_Format(PyExc_RuntimeError, "take_admission(): request rows exhausted (%lld wanted, %lld free)",
+                            (long long)rows, (long long)rows_free);
+    }
+    if (rc == MR_ENOSPC) {
+        return PyErr_Format(PyExc_RuntimeError, "take_admission(): the state pool is exhausted admitting %lld "
+                            "requests (%lld slots wanted, %lld free after eviction)", (long long)n, (long long)slots,
+                            (long long)c->slots_free);
+    }
+    if (rc != MR_OK) {
+        return lc_raise(self, rc, "take_admission()");
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_free_row__doc__,
+"free_row($self, committed_len, allocated_len, /)\n"
+"--\n"
+"\n"
+"Counted pools: a finished request's row goes back, with the KV it\n"
+"allocated past its committed length (whole pages).  ValueError when no\n"
+"row is in use or more KV would go back than is in use.");
+
+static PyObject *
+Lifecycle_free_row(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    MR_ARGS(spec, pa, "free_row", 2, 2, 2, "committed_len", "allocated_len");
+    int64_t c = 0, a = 0;
+    if (mr_parse(&spec, args, nargs, NULL, pa) < 0 || need_counts(self, "free_row") == NULL
+        || mr_as_int64(pa[0], 0, INT64_MAX, "free_row(): committed_len", &c) < 0
+        || mr_as_int64(pa[1], c, INT64_MAX, "free_row(): allocated_len", &a) < 0) {
+        return NULL;
+    }
+    if (mr_lc_count_free_row(self->lc, c, a) != MR_OK) {
+        PyErr_SetString(PyExc_ValueError, "free_row(): no request row is in use, or more KV would go back than is "
+                                          "in use");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* mr_lc_victim_fn over the Python policy: fn(protect) -> (node_id,
+ * node_gen) or None.  An exception, or a node that does not resolve, stops
+ * the eviction (MR_EINVAL) with the exception set and victims_failed. */
+static int
+victim_call(void *ctx, const mr_node *protect, mr_node **victim)
+{
+    LifecycleObject *self = ctx;
+    *victim = NULL;
+    PyObject *arg = Py_None;
+    if (protect != NULL) {
+        mr_handle h = mr_node_handle(protect);
+        arg = Py_BuildValue("(kk)", (unsigned long)h.id, (unsigned long)h.gen);
+    }
+    PyObject *r = arg != NULL ? PyObject_CallOneArg(self->victims, arg) : NULL;
+    if (protect != NULL) {
+        Py_XDECREF(arg);
+    }
+    int64_t id = 0, gen = 0;
+    if (r == Py_None) {
+        Py_DECREF(r);
+        return MR_OK;
+    }
+    if (r != NULL && (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2)) {
+        PyErr_Format(PyExc_TypeError, "set_victims(): the policy must return None or a (node_id, node_gen) tuple, "
+                     "not %.100s", Py_TYPE(r)->tp_name);
+        Py_CLEAR(r);
+    }
+    if (r == NULL || mr_as_int64(PyTuple_GET_ITEM(r, 0), 0, UINT32_MAX, "set_victims(): node id", &id) < 0
+        || mr_as_int64(PyTuple_GET_ITEM(r, 1), 0, UINT32_MAX, "set_victims(): node generation", &gen) < 0
+        || resolve_handle(self, id, gen, "set_victims(): the policy's node", victim) < 0) {
+        Py_XDECREF(r);
+        self->victims_failed = 1;
+        return MR_EINVAL;
+    }
+    Py_DECREF(r);
+    if (*victim == protect || !mr_radix_can_evict_state(mr_lc_tree(self->lc), *victim)) {
+        PyErr_Format(PyExc_ValueError, "set_victims(): the policy named node (%lld, %lld), whose state cannot be "
+                     "evicted (none, locked, or the one to keep)", (long long)id, (long long)gen);
+        self->victims_failed = 1;
+        *victim = NULL;
+        return MR_EINVAL;
+    }
+    return MR_OK;
+}
+
+/* After a call that may evict states: 1 with the policy's exception set
+ * when it failed (the call's own error is not raised), else 0. */
+static int
+victims_raised(LifecycleObject *self)
+{
+    if (!self->victims_failed) {
+        return 0;
+    }
+    self->victims_failed = 0;
+    return 1;
+}
+
+PyDoc_STRVAR(Lifecycle_set_victims__doc__,
+"set_victims($self, policy, /)\n"
+"--\n"
+"\n"
+"Counted pools: every state eviction evicts the victims policy(protect)\n"
+"names, one call each, instead of the tree's own: protect is None or the\n"
+"(node_id, node_gen) to keep; it returns None (no victim: the eviction\n"
+"stops) or the handle of a node whose state the tree's rule lets go\n"
+"(Node.can_evict_state).  It must not change the Lifecycle.  None restores\n"
+"the tree's eviction.  The Lifecycle holds the policy strongly: set None\n"
+"when done if it refers back to the Lifecycle.");
+
+static PyObject *
+Lifecycle_set_victims(LifecycleObject *self, PyObject *policy)
+{
+    if (need_counts(self, "set_victims") == NULL) {
+        return NULL;
+    }
+    if (policy != Py_None && !PyCallable_Check(policy)) {
+        return PyErr_Format(PyExc_TypeError, "set_victims(): policy must be callable or None, not %.100s",
+                            Py_TYPE(policy)->tp_name);
+    }
+    Py_XSETREF(self->victims, policy == Py_None ? NULL : Py_NewRef(policy));
+    mr_lc_count_set_victims(self->lc, self->victims != NULL ? victim_call : NULL, self);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(Lifecycle_counts__doc__,
+"counts($self, /)\n"
+"--\n"
+"\n"
+"Counted pools: a dict of the totals, free counts and peaks (kv_*, slots_*,\n"
+"rows_*), and the eviction and donation counters.");
+
+static PyObject *
+Lifecycle_counts(LifecycleObject *self, PyObject *unused)
+{
+    const mr_lc_counts *c = need_counts(self, "counts");
+    if (c == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsKsKsKsK}", "kv_total", (long long)c->kv_total, "kv_free",
+                         (long long)c->kv_free, "slots_total", (long long)c->slots_total, "slots_free",
+                         (long long)c->slots_free, "rows_total", (long long)c->rows_total, "rows_free",
+                         (long long)c->rows_free, "peak_kv", (long long)c->peak_kv, "peak_slots",
+                         (long long)c->peak_slots, "full_evictions", (unsigned long long)c->full_evictions,
+                         "kv_evicted", (unsigned long long)c->kv_evicted, "states_evicted",
+                         (unsigned long long)c->states_evicted, "donated", (unsigned long long)c->donated);
+}
+
+/* kv_free, slots_free, rows_free (closure: the field's offset) */
+static PyObject *
+Lifecycle_get_count(LifecycleObject *self, void *off)
+{
+    const mr_lc_counts *c = mr_lc_counts_of(self->lc);
+    if (c == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(*(const int64_t *)((const char *)c + (size_t)off));
 }
 
 /* ------------------------------------------------------------------------
@@ -2682,6 +2971,11 @@ static PyMethodDef Lifecycle_methods[] = {
     {"unfinished_batch", (PyCFunction)(void (*)(void))Lifecycle_unfinished_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_unfinished_batch__doc__},
     {"decode_batch", (PyCFunction)(void (*)(void))Lifecycle_decode_batch, METH_FASTCALL, Lifecycle_decode_batch__doc__},
     {"finish_batch", (PyCFunction)(void (*)(void))Lifecycle_finish_batch, METH_FASTCALL | METH_KEYWORDS, Lifecycle_finish_batch__doc__},
+    {"take_kv", (PyCFunction)(void (*)(void))Lifecycle_take_kv, METH_FASTCALL | METH_KEYWORDS, Lifecycle_take_kv__doc__},
+    {"take_admission", (PyCFunction)(void (*)(void))Lifecycle_take_admission, METH_FASTCALL, Lifecycle_take_admission__doc__},
+    {"free_row", (PyCFunction)(void (*)(void))Lifecycle_free_row, METH_FASTCALL, Lifecycle_free_row__doc__},
+    {"set_victims", (PyCFunction)Lifecycle_set_victims, METH_O, Lifecycle_set_victims__doc__},
+    {"counts", (PyCFunction)Lifecycle_counts, METH_NOARGS, Lifecycle_counts__doc__},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2689,6 +2983,12 @@ static PyGetSetDef Lifecycle_getset[] = {
     {"page_size", (getter)Lifecycle_get_attr, NULL, "KV page size.", "page_size"},
     {"chunk_size", (getter)Lifecycle_get_attr, NULL, "mamba_cache_chunk_size.", "chunk_size"},
     {"has_pools", (getter)Lifecycle_get_has_pools, NULL, "True when built over mambaradix's own pools.", NULL},
+    {"kv_free", (getter)Lifecycle_get_count, NULL, "Counted pools: free KV tokens (None: not counted).",
+     (void *)offsetof(mr_lc_counts, kv_free)},
+    {"slots_free", (getter)Lifecycle_get_count, NULL, "Counted pools: free state slots.",
+     (void *)offsetof(mr_lc_counts, slots_free)},
+    {"rows_free", (getter)Lifecycle_get_count, NULL, "Counted pools: free request rows.",
+     (void *)offsetof(mr_lc_counts, rows_free)},
     {"kv_free_ends", (getter)Lifecycle_get_kv_free_ends, NULL,
      "Tree-only: where each free call of the KV array the last call handed out ends (numpy int64,\n"
      "increasing, the last = its length): SGLang frees each evicted node's KV, and a finished\n"
@@ -2702,7 +3002,7 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "          chunk_size=64, lru_policy='sglang', extra_buffer=False, lazy=False,\n"
 "          track_buffer_size=2, track_interval=256, end_of_turn_states=False,\n"
 "          policy_options=None, max_states_per_path=None, semantics='v0.5.15',\n"
-"          values=True)\n"
+"          values=True, counts=None)\n"
 "--\n"
 "\n"
 "A prefix tree plus the request lifecycle over mambaradix's pools (or, with\n"
@@ -2715,7 +3015,11 @@ PyDoc_STRVAR(Lifecycle__doc__,
 "values=False (no pools): the tree keeps keys only, for a caller whose KV\n"
 "pool is a count; the cache calls without pools take kv as the number of the\n"
 "request's KV indices, and every KV index they hand out is 0 (only how\n"
-"many counts).");
+"many counts).  counts=(kv_tokens, state_slots, rows) with values=False:\n"
+"the pools are counts the Lifecycle keeps (take_kv, take_admission,\n"
+"free_row, evict_node, counts()); every free goes back to them, and\n"
+"cache_unfinished (fresh 0), admit (no fresh), cow and decode_prepare take\n"
+"their slots from them.");
 
 static PyType_Slot Lifecycle_slots[] = {
     {Py_tp_new, Lifecycle_new},

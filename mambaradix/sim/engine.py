@@ -87,8 +87,7 @@ import numpy as np
 
 from .. import _C
 
-from ..scheduler import (Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, extend_kv_need, kv_evict,
-                         match_key_limit, state_headroom)
+from ..scheduler import Batch, DriverConfig, Scheduler, TimeModel, decode_kv_need, extend_kv_need, match_key_limit
 from .checks import check_feasible, check_requests, validate_config
 from .types import SimConfig, SimMetrics, SimRequest
 from .workloads import prefix_bounds
@@ -387,8 +386,9 @@ def step_limit(requests: list, config: SimConfig) -> int:
 
 
 class _Replay(Scheduler):
-    """The scheduler's state-free backend: the C lifecycle (tree-only, as
-    over pools that are someone else's) with counted pools."""
+    """The scheduler's state-free backend: the C lifecycle over counted
+    pools (tree-only, values=False): every take, free and eviction of KV,
+    state slots and rows is a call into it."""
 
     # Its attributes and the loop's live in slots: the loop reads them at
     # every step, and an instance dict of this many keys is not a shared-key
@@ -397,12 +397,12 @@ class _Replay(Scheduler):
     __slots__ = (
         "_pending_match", "agg_j0", "agg_len", "agg_long", "agg_n", "agg_obase", "batch_is_full",
         "batch_mode", "bucket", "bucket_keys", "cfg", "check_every_step", "chunked", "clock", "config",
-        "copies", "dcfg", "distance", "donations", "extra_buffer", "fin_at", "fin_heap", "fin_last",
-        "future", "in_order", "interval", "key_bounds", "kv_free", "kv_total", "last_batch", "lazy", "lc",
+        "copies", "dcfg", "distance", "extra_buffer", "fin_at", "fin_heap", "fin_last",
+        "future", "in_order", "interval", "key_bounds", "kv_total", "last_batch", "lazy", "lc",
         "live", "m", "max_steps", "n_done", "n_submitted", "n_total", "need_filter", "next_bid", "out_at",
         "out_from", "outs", "overlap", "page", "page_due", "pending", "pending_join", "pp_size",
-        "prefixes", "prep_id", "progress", "res_id", "result_queue", "rows_free", "rows_total", "running",
-        "seq", "shadow", "skip_finishing", "skipped", "slot_id", "slots_free", "slots_total", "steps",
+        "prefixes", "prep_id", "progress", "res_id", "result_queue", "running",
+        "seq", "shadow", "skip_finishing", "skipped", "slots_total", "steps",
         "t_cache", "time", "token_bufs", "touch_calls", "tree", "turn_prompt", "turn_usable", "unseen",
         "v0523", "waiting")
 
@@ -416,21 +416,23 @@ class _Replay(Scheduler):
         self.time = TimeModel(config.decode_step_seconds, config.prefill_token_seconds)
         self.progress = progress
         self.check_every_step = check_every_step
-        # the cache steps (cache_unfinished / cache_finished with their
+        # every cache step (cache_unfinished / cache_finished with their
         # insert, re-match, lock move, donation, end-of-turn and per-path
-        # budget) are the C lifecycle's, in its tree-only mode: what the
-        # counted pools must free comes back per call, and only its size
-        # is used.  Slots carry unique ids so that a call's frees tell
-        # which of the request's slots the tree took.
+        # budget), admission with its headroom, KV eviction and the slots
+        # the ping-pong moves take is the C lifecycle's, over pools it
+        # counts: KV tokens (whole pages with a paged allocator, as SGLang's
+        # holds them), state slots and request rows
+        self.kv_total = int(config.kv_tokens) // self.page * self.page
+        self.slots_total = int(config.state_slots)
         self.lc = mambaradix._C.Lifecycle(
             page_size=config.page_size, chunk_size=config.chunk_size,
             extra_buffer=self.dcfg.extra_buffer, lazy=self.dcfg.lazy,
             track_buffer_size=self.pp_size, track_interval=int(self.dcfg.track_interval),
             end_of_turn_states=bool(getattr(config, "end_of_turn_states", False)),
-            semantics=config.semantics, values=False, **tree_options(config))
+            semantics=config.semantics, values=False,
+            counts=(self.kv_total, self.slots_total, int(config.max_running) + 2), **tree_options(config))
         # the same tree for matches, locks, evictions and the policies' node API
         self.tree = self.lc.tree_view()
-        self.slot_id = 0
         self.distance: dict = {}
         self.n_submitted = 0
         # keys only: the shadow measures prefixes, it holds no KV
@@ -439,22 +441,13 @@ class _Replay(Scheduler):
         self.unseen: dict = {}        # id -> request whose shadow insert waits (_seen)
         self.token_bufs: dict = {}    # log2 size -> free token buffers (_tokens)
         self.t_cache = 0.0
-        # KV counts tokens; with pages (SGLang's paged allocator) the pool
-        # holds whole pages and a request holds the pages of its tokens
-        self.kv_total = int(config.kv_tokens) // self.page * self.page
-        self.kv_free = self.kv_total
         # requests in the decode aggregates by the residue (mod page) of the
         # decode batches that start a new page for them
         self.page_due = [0] * self.page
-        self.slots_total = int(config.state_slots)
-        self.slots_free = self.slots_total
-        self.rows_total = int(config.max_running) + 2
-        self.rows_free = self.rows_total
         self.m = SimMetrics()
         self.turn_usable: dict = {}
         self.turn_prompt: dict = {}
         self.copies = 0
-        self.donations = 0
         self.clock = 0.0
         order = sorted(range(len(requests)), key=lambda i: (float(requests[i].arrival), i))
         self.pending: deque = deque(requests[i] for i in order)
@@ -468,6 +461,9 @@ class _Replay(Scheduler):
         self.out_from = 0
         self.future = (_Future([requests[i] for i in order], config.match_cap)
                        if config.lru_policy == "belady" else None)
+        if self.future is not None:
+            # (replay() sets it back to None: the policy refers to the replay)
+            self.lc.set_victims(self._belady_victim)
         self.n_total = len(requests)
         self.n_done = 0
         self.prefixes: dict = {}
@@ -523,66 +519,32 @@ class _Replay(Scheduler):
             self.out_from, i = k, 0
         return self.outs[self.out_at[i]:self.out_at[i + 1]]
 
-    def _note_peaks(self) -> None:
-        used_s = self.slots_total - self.slots_free
-        if used_s > self.m.peak_state_slots:
-            self.m.peak_state_slots = used_s
-        used_k = self.kv_total - self.kv_free
-        if used_k > self.m.peak_kv_tokens:
-            self.m.peak_kv_tokens = used_k
-
-    def _evict(self, num_tokens: int = 0, num_states: int = 0,
-               protect: Optional[Tuple[int, int]] = None) -> None:
-        """Evicts for the counted pools; ``protect`` (a node handle, states
-        only) stays with its path, as the lifecycle's evict(protect=) keeps
-        it."""
+    def _evict(self, num_tokens: int = 0, num_states: int = 0) -> None:
+        """Evicts from the counted pools through the lifecycle."""
         t0 = time.perf_counter()
-        if num_tokens > 0:
-            r = self.tree.evict_full(num_tokens, indices=False)   # counted, never freed
-            if r.tokens_evicted or r.states_evicted:
-                self.m.full_evictions += 1
-            self.kv_free += r.tokens_evicted
-            self.slots_free += r.states_evicted
-            self.m.kv_tokens_evicted += r.tokens_evicted
-        if num_states > 0 and self.future is not None:
-            self._evict_belady(num_states, protect)
-        elif num_states > 0:
-            tokens, states, _, _ = self.lc.evict(0, num_states, protect=protect)
-            self.kv_free += tokens
-            self.slots_free += states
-            self.m.kv_tokens_evicted += tokens
-            self.m.state_evictions += states
+        self.lc.evict(num_tokens, num_states)
         self.t_cache += time.perf_counter() - t0
 
-    def _evict_belady(self, num_states: int, protect: Optional[Tuple[int, int]] = None) -> None:
-        """Belady: evict the evictable state whose next use (the next request
-        not admitted yet whose match key starts with its path) lies furthest
-        ahead; never-used states first, least recently used among equals.
-        The policy picks its own victims, so ``protect`` is simply never one
-        (the lifecycle's lock on it would change no other pick: the path
-        above it keeps a child, and an eviction below it stops at its
-        state)."""
+    def _belady_victim(self, protect: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+        """Belady (the lifecycle's victim policy, set_victims): the evictable
+        state whose next use (the next request not admitted yet whose match
+        key starts with its path) lies furthest ahead; never-used states
+        first, least recently used among equals.  ``protect`` (a node handle
+        or None) is the node the evicting call keeps: never a victim."""
         fut = self.future
         inf = float("inf")
-        for _ in range(num_states):
-            best, best_next = None, -1.0
-            for x in reversed(self.tree.lru_order("mamba")):
-                if not x.can_evict_state:  # the tree's rule, as its own eviction decides
-                    continue
-                if protect is not None and (x.id, x.gen) == protect:
-                    continue
-                nu = fut.next_use(x, self.cfg.chunk_size)
-                if nu > best_next:
-                    best, best_next = x, nu
-                    if nu == inf:
-                        break
-            if best is None:
-                break
-            r = self.tree.evict_node_state(best)
-            self.kv_free += r.tokens_evicted
-            self.slots_free += r.states_evicted
-            self.m.kv_tokens_evicted += r.tokens_evicted
-            self.m.state_evictions += r.states_evicted
+        best, best_next = None, -1.0
+        for x in reversed(self.tree.lru_order("mamba")):
+            if not x.can_evict_state:  # the tree's rule, as its own eviction decides
+                continue
+            if protect is not None and (x.id, x.gen) == protect:
+                continue
+            nu = fut.next_use(x, self.cfg.chunk_size)
+            if nu > best_next:
+                best, best_next = x, nu
+                if nu == inf:
+                    break
+        return None if best is None else (best.id, best.gen)
 
     def _ceil_page(self, n: int) -> int:
         return -(-n // self.page) * self.page
@@ -590,56 +552,16 @@ class _Replay(Scheduler):
     def _alloc_kv(self, n: int, evict_below: Optional[int] = None) -> None:
         """Take n KV tokens, first evicting when fewer than ``evict_below``
         (default n) are free (SGLang evicts for an estimate with pages)."""
-        evict = kv_evict(self.kv_free, n if evict_below is None else evict_below, self.v0523)
-        if evict:
-            self._evict(num_tokens=evict)
-        free = self.kv_free - n
-        if free < 0:
+        try:
+            self.lc.take_kv(n, evict_below)
+        except RuntimeError as e:
             raise RuntimeError(f"KV pool exhausted allocating {n} tokens "
-                               f"(free {self.kv_free}): raise kv_tokens")
-        self.kv_free = free
-        # (every fall of a free count notes its peak at once, so the other
-        # count's peak is current)
-        if self.kv_total - free > self.m.peak_kv_tokens:
-            self.m.peak_kv_tokens = self.kv_total - free
-
-    def _alloc_slot(self, protect: Optional[Tuple[int, int]] = None) -> bool:
-        """One slot of the counted pool; when none is free, one cached
-        state is evicted first, keeping ``protect`` (a node handle)."""
-        if self.slots_free <= 0:
-            self._evict(num_states=1, protect=protect)
-        free = self.slots_free - 1
-        if free < 0:
-            return False
-        self.slots_free = free
-        if self.slots_total - free > self.m.peak_state_slots:
-            self.m.peak_state_slots = self.slots_total - free
-        return True
-
-    def _sid(self) -> int:
-        """A new slot id (the counted pools' slots are numbered only to tell
-        them apart in the lifecycle's records)."""
-        self.slot_id += 1
-        return self.slot_id
+                               f"(free {self.lc.kv_free}): raise kv_tokens") from e
 
     @staticmethod
     def _slot_ids(rs: Any) -> list:
         """The state slots a record holds."""
         return [x for x in (rs.running, rs.track0, rs.track1) if x > 0]
-
-    @staticmethod
-    def _donated(before: tuple, rs: Optional[Any], freed: np.ndarray) -> bool:
-        """A cache call took one of the slots the request held before it
-        (before: its record's running, track0 and track1 then, ids > 0 are
-        slots): neither freed nor in its record rs now."""
-        freed_ids = None
-        for x in before:
-            if x > 0:
-                if freed_ids is None:
-                    freed_ids = freed.tolist()
-                if x not in freed_ids and (rs is None or x not in (rs.running, rs.track0, rs.track1)):
-                    return True
-        return False
 
     def _seen(self, r: _R, n: int) -> None:
         """The shadow tree holds every key ever inserted (it never evicts).
@@ -669,51 +591,37 @@ class _Replay(Scheduler):
 
     # ----------------------------------------------------------- cache ops
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
-        """cache_unfinished_req: the fresh slot (extra_buffer: it replaces the
-        donated snapshot; no_buffer: the fork) from the counted pool, then
-        the lifecycle's call on r's record."""
+        """cache_unfinished_req through the lifecycle, which takes the fresh
+        slot (extra_buffer: it replaces the donated snapshot; no_buffer: the
+        fork) from the counted pool."""
         fill_len = r.ext_end
         extra = self.extra_buffer
         rs = r.rs
         if self.lc.unfinished_cache_len(rs, fill_len) < 0:
             r.prefix_len = fill_len       # nothing tracked: it keeps all its KV
             return
-        if not self._alloc_slot():
+        t0 = time.perf_counter()
+        try:
+            res = self.lc.cache_unfinished(rs, r.tokens, fill_len, 0, ns=r.nsid, prefix=False)
+        except RuntimeError as e:
             raise RuntimeError("state pool exhausted donating a track slot (every cached "
                                "state is locked): raise state_slots or lower "
                                "max_running (SGLang sizes about 5 slots per request)" if extra else
-                               "state pool exhausted forking a state: raise state_slots")
-        mine = (rs.running, rs.track0, rs.track1)
-        t0 = time.perf_counter()
-        res = self.lc.cache_unfinished(rs, r.tokens, fill_len, self._sid(), ns=r.nsid, prefix=False)
+                               "state pool exhausted forking a state: raise state_slots") from e
         self._seen(r, res.cache_len)
         self.t_cache += time.perf_counter() - t0
-        stf = res[5]
-        self.kv_free += len(res[4])
-        self.slots_free += len(stf)
         if not extra:
-            self.copies += 1
-        elif self._donated(mine, rs, stf):
-            self.donations += 1
+            self.copies += 1              # SGLang forks before its insert
         r.prefix_len = fill_len          # tree part + request-owned rest
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
         """cache_finished_req through the lifecycle: what it frees goes back to
-        the counted pools (KV in whole pages); a slot of r's that is not
-        freed is the tree's (donated)."""
-        rs = r.rs
-        mine = (rs.running, rs.track0, rs.track1)
+        the counted pools."""
         t0 = time.perf_counter()
-        res = self.lc.cache_finished(rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert,
-                                             state_available=self.slots_free)
-        _, kvf, stf = res
+        res = self.lc.cache_finished(r.rs, r.tokens, r.committed, ns=r.nsid, is_insert=is_insert)
         if is_insert:
-            if self._donated(mine, None, stf):
-                self.donations += 1
             self._seen(r, res.cache_len)    # the shadow's record of every key
         self.t_cache += time.perf_counter() - t0
-        self.kv_free += self._ceil_page(len(kvf))
-        self.slots_free += len(stf)
         r.node = None
 
     def _release(self, r: _R, is_insert: bool) -> None:
@@ -721,13 +629,11 @@ class _Replay(Scheduler):
             self._leave(r)
         if not r.row:
             if r.rs.running >= 0:
-                r.rs.running = -1
-                self.slots_free += 1
+                self.lc.free_states(r.rs)
             return
         self._cache_finished(r, is_insert)
-        self.kv_free += self._ceil_page(r.allocated) - self._ceil_page(r.committed)
+        self.lc.free_row(r.committed, r.allocated)
         r.row = False
-        self.rows_free += 1
 
     def _finish(self, r: _R) -> None:
         # its last insert into the shadow now, so that its tokens can go
@@ -790,10 +696,10 @@ class _Replay(Scheduler):
         rs.branching_seqlen = -1 if br is None else br
         rs.protected_len = r.prefix_len
         # the copy-on-write step (the lifecycle's rule; the slot is ours)
-        if self.lc.cow(rs, node.id, node.gen)[1]:
-            if not self._alloc_slot(protect=(node.id, node.gen)):
-                raise RuntimeError("state pool exhausted at a hit: raise state_slots")
-            self.lc.cow(rs, node.id, node.gen, self._sid())
+        try:
+            self.lc.cow(rs, node.id, node.gen)
+        except RuntimeError as e:
+            raise RuntimeError("state pool exhausted at a hit: raise state_slots") from e
         self._pending_match = (m.kv_matched_len, seen)
 
     def _touch_prefix(self, r: _R) -> None:
@@ -824,8 +730,8 @@ class _Replay(Scheduler):
                     f"the replay made no progress: {self.n_total - self.n_done} of "
                     f"{self.n_total} requests unfinished after {self.max_steps:,} scheduler steps "
                     f"({len(self.waiting)} waiting, {len(self.running)} running; "
-                    f"free KV {self.kv_free:,} of {self.kv_total:,}, free state slots "
-                    f"{self.slots_free} of {self.slots_total})")
+                    f"free KV {self.lc.kv_free:,} of {self.kv_total:,}, free state slots "
+                    f"{self.lc.slots_free} of {self.slots_total})")
             if fast_forward():
                 continue
             step()
@@ -858,10 +764,10 @@ class _Replay(Scheduler):
 
     # ----------------------------------------------------------- scheduler hooks
     def _free_rows(self) -> int:
-        return self.rows_free
+        return self.lc.rows_free
 
     def _kv_available(self) -> int:
-        return self.kv_free
+        return self.lc.kv_free
 
     def _kv_evictable(self) -> int:
         return self.tree.full_evictable_size()
@@ -897,8 +803,7 @@ class _Replay(Scheduler):
         rs.cow_src = -1
         rs.needs_clear = 0
         if rs.running >= 0:
-            rs.running = -1
-            self.slots_free += 1
+            self.lc.free_states(rs)
 
     def _append_output(self, r: _R) -> None:
         if r.in_run and r.j0 is not None:
@@ -965,39 +870,26 @@ class _Replay(Scheduler):
     def _prepare_extend(self, rs: list) -> Batch:
         d = self.dcfg
         # HybridReqToTokenPool.alloc: the slots each request wants are the
-        # lifecycle's rule (admit), which numbers them from the
-        # counted pool's slot counter; the state headroom is evicted for them
+        # lifecycle's rule (admit, numbering them from the counted pool's
+        # ids); take_admission evicts the state headroom and takes them
         need_rows = 0
-        for r in rs:
-            if not r.row:
-                need_rows += 1
-        if need_rows > self.rows_free:
-            raise RuntimeError("request rows exhausted")
-        admit = self.lc.admit
-        free0 = self.slots_free
         need_slots = 0
         ext_total = 0
         items = []
+        admit = self.lc.admit
         for r in rs:
             if not r.row:
-                r.row = True
-                self.rows_free -= 1
-            n = admit(r.rs, self.slot_id + 1)[1]
-            self.slot_id += n
-            need_slots += n
-            P = r.prefix_len
-            E = r.ext_end - P
-            ext_total += E
-        evict = state_headroom(free0, len(rs), d.lazy, need_slots if self.v0523 else None)
-        if evict > 0:
-            self._evict(num_states=evict)
-        if need_slots > self.slots_free:
+                need_rows += 1
+            need_slots += admit(r.rs)[1]
+            ext_total += r.ext_end - r.prefix_len
+        try:
+            self.lc.take_admission(len(rs), need_slots, need_rows)
+        except RuntimeError as e:
             raise RuntimeError(f"state pool exhausted admitting {len(rs)} requests "
-                               f"(need {need_slots}, free {self.slots_free}): "
-                               f"raise state_slots")
-        self.slots_free -= need_slots
-        if self.slots_total - self.slots_free > self.m.peak_state_slots:
-            self.m.peak_state_slots = self.slots_total - self.slots_free
+                               f"(need {need_slots}, free {self.lc.slots_free}): "
+                               f"raise state_slots") from e
+        for r in rs:
+            r.row = True
         if self.page == 1:
             self._alloc_kv(ext_total)
         else:
@@ -1162,12 +1054,10 @@ class _Replay(Scheduler):
         """The lifecycle's decode_prepare for a decode step that reaches a
         boundary in lazy mode: the second track slot it borrows comes from
         the counted pool (a state evicted when none is free)."""
-        rec = r.rs
-        if self.lc.decode_prepare(rec, seq_len)[3] and self._alloc_slot():
-            self.lc.decode_prepare(rec, seq_len, self._sid())
+        self.lc.decode_prepare(r.rs, seq_len)
 
     def _decode_finish(self, r: _R, seq: int, done: bool) -> None:
-        self.slots_free += len(self.lc.decode_finish(r.rs, seq, done)[2])
+        self.lc.decode_finish(r.rs, seq, done)
 
     def _process_decode(self, batch: Batch) -> None:
         """The requests this decode result changes: those it finishes and
@@ -1226,7 +1116,7 @@ class _Replay(Scheduler):
         page = self.page
         # no eviction in the k steps: a request takes at most k + page - 1
         # tokens in them, and a step evicts below bs * page free with pages
-        k = self.kv_free // bs - (1 if page == 1 else 2 * page)
+        k = self.lc.kv_free // bs - (1 if page == 1 else 2 * page)
         if k < 2:
             return False
         if self.pending and not self.batch_is_full:
@@ -1279,13 +1169,11 @@ class _Replay(Scheduler):
         # the k decode batches' KV, peaks and clock first: a finish, the
         # last result processed, gives back what the span took
         if page == 1:
-            self.kv_free -= k * bs
+            self.lc.take_kv(k * bs, 0)
         else:
             # batches P+1 .. P+k, each a page for the requests of its residue
-            self.kv_free -= page * sum(
-                n * ((P + k - r0) // page - (P - r0) // page)
-                for r0, n in enumerate(self.page_due) if n)
-        self._note_peaks()
+            self.lc.take_kv(page * sum(n * ((P + k - r0) // page - (P - r0) // page)
+                                       for r0, n in enumerate(self.page_due) if n), 0)
         step = self.time.step
         for _ in range(k):          # the same float sums as k single steps
             self.clock += step
@@ -1331,11 +1219,12 @@ class _Replay(Scheduler):
             if r.row:
                 req_kv += self._ceil_page(r.allocated) - r.rs.protected_len
             req_slots += len(self._slot_ids(r.rs))
-        if self.kv_free + req_kv + t_kv != self.kv_total:
-            raise AssertionError(f"KV accounting: free {self.kv_free} + requests {req_kv} + "
+        kv_free, slots_free = self.lc.kv_free, self.lc.slots_free
+        if kv_free + req_kv + t_kv != self.kv_total:
+            raise AssertionError(f"KV accounting: free {kv_free} + requests {req_kv} + "
                                  f"tree {t_kv} != {self.kv_total}")
-        if self.slots_free + req_slots + t_states != self.slots_total:
-            raise AssertionError(f"state accounting: free {self.slots_free} + requests "
+        if slots_free + req_slots + t_states != self.slots_total:
+            raise AssertionError(f"state accounting: free {slots_free} + requests "
                                  f"{req_slots} + tree {t_states} != {self.slots_total}")
         self.live = [r for r in self.live if not r.finished]
 
@@ -1343,7 +1232,13 @@ class _Replay(Scheduler):
         m = self.m
         per = int(getattr(self.cfg, "state_bytes_per_slot", 0))
         m.state_bytes_copied = self.copies * per
-        m.state_bytes_donated = self.donations * per
+        c = self.lc.counts()
+        m.state_bytes_donated = c["donated"] * per
+        m.peak_kv_tokens = c["peak_kv"]
+        m.peak_state_slots = c["peak_slots"]
+        m.full_evictions = c["full_evictions"]
+        m.kv_tokens_evicted = c["kv_evicted"]
+        m.state_evictions = c["states_evicted"]
         m.prefill_flops_saved = float(m.state_usable_tokens) * float(
             getattr(self.cfg, "flops_per_token", 0.0))
         m.per_turn_hit_rate = {t: (self.turn_usable[t] / self.turn_prompt[t]
@@ -1389,6 +1284,7 @@ def replay(requests: list, config: SimConfig, progress: Optional[Callable] = Non
     try:
         rp.run()
     finally:
+        rp.lc.set_victims(None)
         if collecting:
             gc.enable()
     if check_every_step:

@@ -21,7 +21,7 @@ def test_c_lifecycle_variants() -> None:
     out = run_make("test-lifecycle")
     for line in ("lifecycle: plain", "lifecycle: asan+ubsan", "lifecycle: fault injection",
                  "room: page_size=16: ", "oom: extra_buffer=1 page_size=16",
-                 "protect: evictions with a node protected checked",
+                 "protect: evictions with a node protected checked", "counted: counted pools checked",
                  "lc_model: 1000000 operations", "lc_model: 100000 operations"):
         assert line in out
     if shutil.which("valgrind"):

@@ -1012,6 +1012,54 @@ test_insert_counts(void)
     printf("counts: inserts of HELD and REQ units counted; an alloc group's unit refused\n");
 }
 
+/* A victim policy that names none (and counts its calls). */
+static int
+no_victim(void *ctx, const mr_node *protect, mr_node **victim)
+{
+    (void)protect;
+    (*(int *)ctx)++;
+    *victim = NULL;
+    return MR_OK;
+}
+
+/* Counted pools (a tree-only lifecycle without values, the simulator's):
+ * takes, frees and refusals worked by hand at page size 4. */
+static void
+test_counted_pools(void)
+{
+    mr_lifecycle *lc = NULL;
+    mr_lc_config cfg = {.page_size = 4, .chunk_size = 16, .policy = MR_POLICY_SGLANG, .extra_buffer = 1,
+                        .track_buffer_size = 2, .track_interval = 32, .no_values = 1};
+    CHECK(mr_lc_new(&cfg, NULL, NULL, NULL, &lc) == MR_OK, "counted: init");
+    CHECK(mr_lc_counts_of(lc) == NULL && mr_lc_count_kv(lc, 1, 1) == MR_ESTATE, "counted: not counting yet");
+    CHECK(mr_lc_count_pools(lc, 30, 3, 2) == MR_OK, "counted: count_pools");
+    CHECK(mr_lc_count_pools(lc, 30, 3, 2) == MR_EINVAL, "counted: counting twice refused");
+    const mr_lc_counts *c = mr_lc_counts_of(lc);
+    CHECK(c->kv_total == 28 && c->kv_free == 28, "counted: KV in whole pages (%lld)", (long long)c->kv_total);
+    CHECK(mr_lc_count_admit(lc, 1, 0, 1) == MR_OK && c->rows_free == 1, "counted: a row taken");
+    CHECK(mr_lc_count_kv(lc, 12, 12) == MR_OK && c->kv_free == 16 && c->peak_kv == 12, "counted: 12 tokens taken");
+    CHECK(mr_lc_count_kv(lc, 20, 20) == MR_ENOSPC && c->kv_free == 16, "counted: a refused take takes nothing");
+    CHECK(mr_lc_count_free_row(lc, 5, 4) == MR_EINVAL, "counted: allocated below committed refused");
+    /* committed 5 (2 pages), allocated 9 (3 pages): one page back */
+    CHECK(mr_lc_count_free_row(lc, 5, 9) == MR_OK && c->kv_free == 20 && c->rows_free == 2,
+          "counted: free_row gave back %lld KV", (long long)c->kv_free - 16);
+    CHECK(mr_lc_count_free_row(lc, 0, 0) == MR_EINVAL, "counted: no row in use");
+    int64_t id = 0;
+    for (int64_t i = 1; i <= 3; i++) {
+        CHECK(mr_lc_count_slot(lc, NULL, &id) == MR_OK && id == i, "counted: slot %lld", (long long)i);
+    }
+    CHECK(mr_lc_count_slot(lc, NULL, &id) == MR_ENOSPC && c->slots_free == 0 && c->peak_slots == 3,
+          "counted: no fourth slot");
+    int asked = 0;
+    mr_lc_count_set_victims(lc, no_victim, &asked);
+    CHECK(mr_lc_count_admit(lc, 1, 1, 1) == MR_ENOSPC && asked == 1 && c->rows_free == 2,
+          "counted: a policy that names no victim stops the eviction (asked %d)", asked);
+    char msg[256];
+    CHECK(mr_lc_check(lc, msg, sizeof(msg)) == MR_OK, "%s", msg);
+    mr_lc_free(lc);
+    printf("counted: counted pools checked\n");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1027,6 +1075,7 @@ main(int argc, char **argv)
     }
     test_double_free_and_tree_owned();
     test_insert_counts();
+    test_counted_pools();
     test_batch_rows_checked_first();
     test_refused_owners();
     test_refused_decode_keeps_the_tree();

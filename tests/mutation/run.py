@@ -59,6 +59,9 @@ T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_
           "tests/core/test_lifecycle_tree_view.py", "tests/dropin/test_row_after_cache_unfinished.py"]
 T_BOUND = ["tests/sim/test_bound.py", "tests/sim/test_bound_replays.py", "tests/package/test_docs.py"]
 T_RESULTS = ["tests/core/test_lifecycle_foreign_results.py", "tests/sim/test_sim_engine.py"]
+T_COUNT = ["tests/core/test_counted_pools.py", "tests/sim/test_sim_engine.py", "tests/c/test_c_lifecycle.py",
+           "tests/sim/test_state_policies.py",
+           "tests/sim/test_driver.py"]
 T_PAGED = ["tests/dropin/test_sglang_pools_oracle_paged.py", "tests/dropin/test_sglang_pools_oracle.py",
            "tests/core/test_lifecycle_free_calls.py"]
 
@@ -598,7 +601,7 @@ MUTANTS: List[Mutant] = [
            "    if (owner != MR_OWNER_HELD && owner < 1) {",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "alloc_state gives a slot to a row past the pool's last (owned by a row that does not exist)"),
-    Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    if (fresh == st->running\n", "    if (0\n",
+    Mutant("LC_FRESH_RUNNING", "csrc/core/lifecycle.c", "    else if (fresh == st->running\n", "    else if (0\n",
            ["tests/core/test_binding_refusals.py", "tests/c/test_c_lifecycle.py"],
            "cache_unfinished takes the request's running slot as the node's: one slot, two owners"),
     Mutant("K_RANGE_END", "csrc/tensor/state_pool.c", "        if (x[i] < 0 || x[i] >= end) {",
@@ -668,6 +671,24 @@ MUTANTS: List[Mutant] = [
     Mutant("LCR_STALE", "csrc/core/lc_record.c", "return h->rp == NULL || mr_reqpool_gen(h->rp, h->row) == h->gen;",
            "return 1;", T_RECORD,
            "a ReqState whose row was freed behind its back still reads and writes that row (a stale handle)"),
+    # ---- counted pools (csrc/core/lifecycle.c, the simulator's)
+    Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
+           "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
+    Mutant("CNT_KV_RULE", "csrc/core/lifecycle.c",
+           "mr_rule_kv_evict_v(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.kv_free, evict_below)",
+           "mr_rule_kv_evict_v(1, lc->cnt.kv_free, evict_below)", T_COUNT,
+           "counted KV eviction follows v0.5.15's rule under v0.5.23 semantics"),
+    Mutant("CNT_DONATED", "csrc/core/lifecycle.c", "lc->cnt.donated += !existed;", "lc->cnt.donated += existed;",
+           T_COUNT, "a finished request's slot counts as donated when the tree already had the state"),
+    Mutant("CNT_COW_PROTECT", "csrc/core/lifecycle.c", "int rc = mr_lc_count_slot(lc, (mr_node *)node, &fresh);",
+           "int rc = mr_lc_count_slot(lc, NULL, &fresh);", T_COUNT,
+           "the copy-on-write's slot from an empty counted pool may evict the matched state"),
+    Mutant("CNT_EOT_AVAIL", "csrc/core/lifecycle.c", ": lc->counted ? lc->cnt.slots_free", ": lc->counted ? -1",
+           T_COUNT, "the end-of-turn rule does not see the counted pool's free slots"),
+    Mutant("CNT_ROW_KV", "csrc/core/lifecycle.c", "lc->cnt.kv_free += more * page;", "lc->cnt.kv_free += more;",
+           T_COUNT, "free_row gives back pages as tokens"),
+    Mutant("CNT_VICTIMS", "csrc/core/lifecycle.c", "lc->victim != NULL && s2 < num_states", "lc->victim != NULL && s2 < 1",
+           T_COUNT, "a victim policy is asked for one state however many the eviction wants"),
 ]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaradix.sim import engine
+from mambaradix.sim import engine, workloads
 from mambaradix.sim.types import SimConfig, SimMetrics, SimRequest
 from seeds import seeds
 
@@ -335,6 +335,8 @@ class _Counting:
 
     def __getattr__(self, name):
         f = getattr(self.lc, name)
+        if not callable(f):
+            return f            # the counted pools' free counts
 
         def call(*a, **k):
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -342,18 +344,22 @@ class _Counting:
         return call
 
 
-@pytest.mark.parametrize("mode", ["pp2", "lazy", "no_buffer"])
-def test_the_cache_steps_are_the_c_lifecycles(mode):
+@pytest.mark.parametrize("mode,page", [("pp2", 1), ("pp2", 16), ("lazy", 1), ("no_buffer", 1)])
+def test_the_cache_steps_are_the_c_lifecycles(mode, page):
     """The replay's tree is its C Lifecycle's (tree-only, over the counted
     pools), and every cache_unfinished_req / cache_finished_req is one call
     of it: a finished or retracted request makes one cache_finished call, and
-    the tree's sizes after the replay are what the lifecycle holds."""
+    the tree's sizes after the replay are what the lifecycle holds.  After
+    every step the counted pools' free KV and slots plus what the running
+    requests hold (from the replay's own records: KV in whole pages, the
+    overlap's step past a finish included) plus the tree's are the pools'
+    sizes."""
     rng = np.random.default_rng(5)
     stem = rng.integers(1, 30000, size=700).astype(np.int32)
     reqs = [SimRequest(f"r{i}", np.concatenate([stem[:int(rng.integers(0, 700))],
                                                 rng.integers(1, 30000, size=40).astype(np.int32)]),
                        int(rng.integers(20, 200)), arrival=0.02 * i) for i in range(60)]
-    cfg = SimConfig(mode=mode, kv_tokens=6000, state_slots=30, chunked_prefill_size=256,
+    cfg = SimConfig(mode=mode, kv_tokens=6000, state_slots=30, chunked_prefill_size=256, page_size=page,
                     track_interval=64, max_running=6, end_of_turn_states=True).resolved()
     rp = engine._Replay(reqs, cfg, None, check_every_step=True)
     lc = rp.lc
@@ -392,14 +398,16 @@ def test_copy_on_write_with_an_empty_pool_keeps_the_matched_state(monkeypatch):
     cfg = dict(mode="lazy", lru_policy="utility", kv_tokens=12000, state_slots=27, end_of_turn_states=True,
                chunk_size=64, chunked_prefill_size=512, track_interval=128, max_running=8)
     protected = []
-    alloc_slot = engine._Replay._alloc_slot
+    match = engine._Replay._match
 
-    def counting(self, protect=None):
-        if protect is not None and self.slots_free <= 0:
-            protected.append(protect)
-        return alloc_slot(self, protect)
+    def counting(self, r):
+        # a copy-on-write that took a running slot from an empty pool
+        empty, had = self.lc.slots_free <= 0, r.rs.running >= 0
+        match(self, r)
+        if empty and not had and r.rs.cow_src >= 0:
+            protected.append(r.rid)
 
-    monkeypatch.setattr(engine._Replay, "_alloc_slot", counting)
+    monkeypatch.setattr(engine._Replay, "_match", counting)
     m = engine.run(reqs, SimConfig(states="toy", decode_boundary="committed", **cfg))
     assert m.state_mismatches == 0 and m.state_hits > 100
     assert len(protected) >= 10
@@ -430,3 +438,24 @@ def test_a_prompt_ending_at_a_cached_state_is_matched_short_of_it(mode):
     assert res.prefixes == {"a": 0, "b": 0, "c": 64}
     m = engine.run(reqs, cfg)      # the toy run agrees request by request, or raises
     assert m.state_mismatches == 0 and m.state_hits == 1
+
+
+def test_belady_picks_every_state_eviction():
+    """The belady policy is the lifecycle's victim policy (set_victims):
+    every state the replay evicts (one at a time at a slot take, several at
+    once for an admission's headroom under v0.5.15's rule) is one of its
+    picks, and the run ends with the policy unset (it refers to the
+    replay)."""
+    reqs = workloads.multi_turn(24, 4, 256, 32, request_rate=40.0, seed=2)
+    cfg = SimConfig(state_slots=40, max_running=8, kv_tokens=1 << 20, lru_policy="belady",
+                    semantics="v0.5.15")
+    picks = []
+    rp = engine._Replay(reqs, cfg.resolved(), None)
+    pick = rp._belady_victim
+    rp.lc.set_victims(lambda protect: picks.append(pick(protect)) or picks[-1])
+    rp.run()
+    m = rp.metrics()
+    assert m.state_evictions > 50
+    assert sum(p is not None for p in picks) == m.state_evictions
+    ref = engine.run(reqs, cfg)
+    assert (ref.state_evictions, ref.token_hit_rate) == (m.state_evictions, m.token_hit_rate)
