@@ -497,6 +497,13 @@ const mr_lc_stats *mr_lc_stats_of(const mr_lifecycle *lc) { return &lc->stats; }
 void
 mr_lc_reset(mr_lifecycle *lc)
 {
+    if (lc->counted) {
+        /* what the tree held goes back to the counts */
+        mr_radix_stats s;
+        mr_radix_get_stats(lc->tree, &s);
+        lc->cnt.kv_free += (int64_t)(s.full_evictable + s.full_protected);
+        lc->cnt.slots_free += (int64_t)(s.state_evictable + s.state_protected);
+    }
     mr_radix_reset(lc->tree);
     lc->nrkv = lc->nrst = lc->nrcut = 0;
 }

@@ -151,7 +151,8 @@ void mr_lc_free(mr_lifecycle *lc);
 mr_radix *mr_lc_tree(mr_lifecycle *lc);
 const mr_lc_config *mr_lc_config_of(const mr_lifecycle *lc);
 const mr_lc_stats *mr_lc_stats_of(const mr_lifecycle *lc);
-/* Empties the tree.  The caller clears the pools (SGLang's flush order). */
+/* Empties the tree.  The caller clears the pools (SGLang's flush order);
+ * counted pools get back what the tree held. */
 void mr_lc_reset(mr_lifecycle *lc);
 
 /* The release hooks of the tree.  With pools they return KV pages / state

@@ -1343,7 +1343,8 @@ PyDoc_STRVAR(Lifecycle_reset__doc__,
 "reset($self, /)\n"
 "--\n"
 "\n"
-"Drop every node (the pools are not touched: clear them).");
+"Drop every node (the pools are not touched: clear them; counted pools get\n"
+"back what the tree held).");
 
 static PyObject *
 Lifecycle_reset(LifecycleObject *self, PyObject *unused)

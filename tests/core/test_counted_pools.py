@@ -330,6 +330,21 @@ def test_admission_headroom_follows_the_release(sem: str, evicted: int) -> None:
     assert left == [True, False, evicted == 1]
 
 
+def test_reset_gives_back_what_the_tree_held() -> None:
+    """reset() (SGLang's flush) empties the tree; the counted pools get its
+    KV and states back, and a request's own units stay in use."""
+    lc = _lc("no_buffer", 1, "v0.5.15", counts=(100, 10, 3))
+    _cached(lc, [[1] * 8, [2] * 6])
+    rs = _C.ReqState()
+    lc.take_admission(1, lc.admit(rs)[1], 1)
+    lc.take_kv(5)
+    assert (lc.kv_free, lc.slots_free, lc.rows_free) == (81, 7, 2)
+    lc.reset()
+    assert lc.sizes()[:4] == (0, 0, 0, 0)
+    assert (lc.kv_free, lc.slots_free, lc.rows_free) == (95, 9, 2)
+    lc.check()
+
+
 def test_refusals_name_the_argument_and_change_nothing() -> None:
     with pytest.raises(ValueError, match="values=False"):
         _C.Lifecycle(values=True, counts=(10, 2, 2))

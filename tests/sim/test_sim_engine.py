@@ -453,7 +453,10 @@ def test_belady_picks_every_state_eviction():
     rp = engine._Replay(reqs, cfg.resolved(), None)
     pick = rp._belady_victim
     rp.lc.set_victims(lambda protect: picks.append(pick(protect)) or picks[-1])
-    rp.run()
+    try:
+        rp.run()
+    finally:
+        rp.lc.set_victims(None)     # the policy refers to the replay
     m = rp.metrics()
     assert m.state_evictions > 50
     assert sum(p is not None for p in picks) == m.state_evictions
