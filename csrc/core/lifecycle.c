@@ -1947,6 +1947,11 @@ mr_lc_count_kv(mr_lifecycle *lc, int64_t n, int64_t evict_below)
     if (n < 0) {
         return MR_EINVAL;
     }
+    mr_radix_stats s;
+    mr_radix_get_stats(lc->tree, &s);
+    if (n > lc->cnt.kv_free && n - lc->cnt.kv_free > (int64_t)s.full_evictable) {
+        return MR_ENOSPC;   /* not even evicting all it can: refused before evicting */
+    }
     int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.kv_free, evict_below);
     if (evict > 0) {
         int rc = mr_lc_count_evict(lc, (size_t)evict, 0, NULL, NULL, NULL);
@@ -1993,8 +1998,11 @@ mr_lc_count_admit(mr_lifecycle *lc, int64_t n_reqs, int64_t slots, int64_t rows)
         || mr_rule_state_headroom_overflows(n_reqs, lc->cfg.lazy)) {
         return MR_EINVAL;
     }
-    if (rows > lc->cnt.rows_free) {
-        return MR_ENOSPC;
+    mr_radix_stats s;
+    mr_radix_get_stats(lc->tree, &s);
+    if (rows > lc->cnt.rows_free
+        || (slots > lc->cnt.slots_free && slots - lc->cnt.slots_free > (int64_t)s.state_evictable)) {
+        return MR_ENOSPC;   /* refused before evicting */
     }
     int64_t evict = mr_rule_state_shortfall(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.slots_free, n_reqs,
                                             lc->cfg.lazy, slots);

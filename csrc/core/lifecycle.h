@@ -489,7 +489,8 @@ int mr_lc_count_evict(mr_lifecycle *lc, size_t num_tokens, size_t num_states, mr
                       size_t *tokens_out, size_t *states_out);
 /* Takes n KV tokens, first evicting what the release's rule
  * (mr_rule_kv_evict_v) asks for when fewer than evict_below are free.
- * MR_ENOSPC when fewer than n are free after it (nothing taken). */
+ * MR_ENOSPC when fewer than n are free after it (nothing taken), and
+ * before evicting anything when the free and evictable KV fall short. */
 int mr_lc_count_kv(mr_lifecycle *lc, int64_t n, int64_t evict_below);
 /* Takes one state slot, evicting one state (keeping `protect`) when none
  * is free; *id its number.  MR_ENOSPC when none can be had. */
@@ -497,8 +498,9 @@ int mr_lc_count_slot(mr_lifecycle *lc, mr_node *protect, int64_t *id);
 /* HybridReqToTokenPool.alloc's pools for a batch of n_reqs requests whose
  * records mr_lc_admit_ids numbered: `rows` new rows and the `slots` they
  * took, after the scheduler's state eviction for them (the release's rule,
- * mr_rule_state_shortfall).  MR_ENOSPC when the rows (nothing changed) or
- * the slots (after the eviction; nothing taken) are short. */
+ * mr_rule_state_shortfall).  MR_ENOSPC when the rows or the free and
+ * evictable states are short (nothing changed), or the slots after the
+ * eviction (nothing taken). */
 int mr_lc_count_admit(mr_lifecycle *lc, int64_t n_reqs, int64_t slots, int64_t rows);
 /* A finished request's row goes back, with the KV it allocated past its
  * committed length (whole pages: the overlap's step past the finish). */

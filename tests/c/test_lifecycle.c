@@ -1050,6 +1050,13 @@ test_counted_pools(void)
     }
     CHECK(mr_lc_count_slot(lc, NULL, &id) == MR_ENOSPC && c->slots_free == 0 && c->peak_slots == 3,
           "counted: no fourth slot");
+    /* a cached state (slot 3, 4 of the tokens in use) for the policy to be asked about */
+    int32_t key[4] = {7, 7, 7, 7};
+    int64_t val[4] = {0}, dup[4];
+    mr_insert_result ins;
+    CHECK(mr_lc_insert(lc, key, val, 4, 0, 3, 0, dup, &ins, NULL) == MR_OK, "counted: insert");
+    CHECK(mr_lc_count_admit(lc, 1, 2, 1) == MR_ENOSPC && c->rows_free == 2,
+          "counted: more slots than free and evictable refused before evicting");
     int asked = 0;
     mr_lc_count_set_victims(lc, no_victim, &asked);
     CHECK(mr_lc_count_admit(lc, 1, 1, 1) == MR_ENOSPC && asked == 1 && c->rows_free == 2,

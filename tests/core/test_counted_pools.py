@@ -294,6 +294,11 @@ def test_kv_eviction_follows_the_release(sem: str, free_after: int) -> None:
     c = lc.counts()
     assert c["kv_evicted"] == 30 + free_after - 24 and c["full_evictions"] == 1
     assert c["peak_kv"] == 64 - free_after
+    # more than the free and evictable KV: refused before anything is evicted
+    sizes = lc.sizes()
+    with pytest.raises(RuntimeError, match="KV pool is exhausted"):
+        lc.take_kv(free_after + 10 * (4 - (30 + free_after - 24) // 10) + 1)
+    assert lc.sizes() == sizes and lc.kv_free == free_after and lc.counts()["full_evictions"] == 1
 
 
 @pytest.mark.parametrize("sem,evicted", [("v0.5.15", 2), ("v0.5.23", 1)])
