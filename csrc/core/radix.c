@@ -72,8 +72,10 @@ struct mr_node {
     uint8_t reused;        /* a match used the current state (not counting match_node) */
     uint8_t ghost;         /* the adaptive policy evicted this node's state */
     uint8_t forked;        /* the node has had two children at once (adaptive supersession) */
+    uint8_t ad_prob;       /* admitted on probation and not used since: its priority is ad_base */
     uint32_t ad_f;         /* uses of the current state (1 at admission) */
-    double ad_h;           /* its priority: inflation + uses * FLOPs spared per byte */
+    double ad_base;        /* the inflation when its uses last changed (priority: adaptive_prio) */
+    double ad_eff;         /* its value then (adaptive_eff): the most it counts until f changes */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
     uint32_t kid_wasted;   /* states attached under this node evicted without a use */
     /* Adaptive placement (see "Adaptive placement"). */
@@ -143,7 +145,7 @@ struct mr_radix {
     mr_node **walk;
     size_t walk_cap;
     /* The adaptive policy (see "Adaptive"). */
-    double ad_inflation;      /* L: the priority of the last victim */
+    double ad_inflation;      /* L: the highest priority a victim has had */
     mr_node *ad_victim;       /* the victim chosen last (its eviction leaves a ghost) */
     struct ad_ghost *ghosts;  /* ghosts of removed leaves (AD_GHOSTS entries, or NULL) */
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
@@ -485,13 +487,18 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
 
 /* Adaptive: GreedyDual-Size-Frequency over the prefill a state spares,
  * touches as CONSUMED.  Each state has a priority
- *     h = L + f * eff
+ *     h = L0 + f * eff
  * eff the FLOPs per byte of the replay it spares, from the nearest state
  * above it to its end (attention included; the replayed tokens when no
- * costs are set), f its uses (1 at admission, one more at each match that
- * uses it) and L the tree's inflation, the priority of the last victim.
+ * costs are set): read at each eviction, at most its value when f was
+ * last set, so a state cached above it later (a junction above a request's
+ * end state) lowers it at once, and one evicted above it raises it at its
+ * next use only; f its uses (1 at admission, one more at each match that
+ * uses it); L0 the tree's inflation L when f was last set.  L is the
+ * highest priority a victim has had.
  * The victim is the state of least h among the evict_window least recently
- * used evictable ones (ties: the less recently used), and L becomes its h.
+ * used evictable ones (ties: the less recently used), and L becomes its h
+ * when that is higher.
  * A state's value thus counts against L, which every eviction raises: a
  * state that is not used again ages out, one used often or sparing much
  * stays, with no weight to tune.
@@ -566,8 +573,19 @@ adaptive_eff(const mr_radix *t, const mr_node *n)
     return (double)(n->end - a->end);
 }
 
+/* A state's priority (see "Adaptive"). */
+static double
+adaptive_prio(const mr_radix *t, const mr_node *n)
+{
+    if (n->ad_prob) {
+        return n->ad_base;
+    }
+    double v = adaptive_eff(t, n);
+    return n->ad_base + (double)n->ad_f * (n->ad_eff < v ? n->ad_eff : v);
+}
+
 /* The evictable state of least priority among the evict_window least
- * recently used (NULL: none); L becomes its priority. */
+ * recently used (NULL: none); L rises to its priority. */
 static mr_node *
 adaptive_state_victim(const mr_radix *ct, const mr_link *from)
 {
@@ -575,18 +593,21 @@ adaptive_state_victim(const mr_radix *ct, const mr_link *from)
     mr_radix *t = (mr_radix *)ct;   /* the eviction loop's own tree: L is policy state */
     size_t win = t->opt.evict_window ? t->opt.evict_window : 1024, k = 0;
     mr_node *v = NULL;
+    double vh = 0.0;
     const mr_link *head = &t->head[LRU_STATE];
     for (const mr_link *l = head->prev; l != head && k < win; l = l->prev) {
         mr_node *n = link_node((mr_link *)l, LRU_STATE);
         if (mr_radix_can_evict_state(t, n)) {
-            if (v == NULL || n->ad_h < v->ad_h) {
+            double h = adaptive_prio(t, n);
+            if (v == NULL || h < vh) {
                 v = n;
+                vh = h;
             }
             k++;
         }
     }
-    if (v != NULL) {
-        t->ad_inflation = v->ad_h;
+    if (v != NULL && vh > t->ad_inflation) {
+        t->ad_inflation = vh;   /* (a value read now may be below it: L never falls) */
     }
     t->ad_victim = v;
     return v;
@@ -599,7 +620,9 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
 {
     if (best != t->root) {
         best->ad_f++;
-        best->ad_h = t->ad_inflation + (double)best->ad_f * adaptive_eff(t, best);
+        best->ad_base = t->ad_inflation;
+        best->ad_eff = adaptive_eff(t, best);
+        best->ad_prob = 0;
     }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
     if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
@@ -633,20 +656,24 @@ adaptive_admit(mr_radix *t, mr_node *n)
     }
     if (a != t->root && !branched && !a->forked) {
         a->ad_f = 1;
-        a->ad_h = t->ad_inflation + adaptive_eff(t, a);
+        a->ad_base = t->ad_inflation;
+        a->ad_eff = adaptive_eff(t, a);
+        a->ad_prob = 0;
         t->ad_superseded++;
     }
     n->ghost = 0;
     n->ad_f = 1;
+    n->ad_base = t->ad_inflation;
+    n->ad_eff = adaptive_eff(t, n);
+    n->ad_prob = 0;
     if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
-        n->ad_h = t->ad_inflation;
+        n->ad_prob = 1;
         t->ver++;
         lru_insert_after(t->head[LRU_STATE].prev, n, LRU_STATE);
         n->stamp = 0;
         t->ad_probation++;
         return;
     }
-    n->ad_h = t->ad_inflation + adaptive_eff(t, n);
     lru_push_mru(t, n, LRU_STATE);
 }
 

@@ -213,7 +213,7 @@ class SimMetrics:
     final_utility_order: Optional[str] = None   # "mru" or "lru"
     utility_tunes: int = 0
     # lru_policy="adaptive" only (None / 0 otherwise): its final inflation L
-    # (the last victim's priority), the matches that wanted an evicted state
+    # (the highest victim priority), the matches that wanted an evicted state
     # (a ghost hit), the states whose uses a new state below them superseded,
     # the states admitted on probation and the matches that proposed a
     # predicted junction (adaptive placement)

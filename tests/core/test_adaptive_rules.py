@@ -1,8 +1,10 @@
 """The adaptive policy's rules on small trees worked by hand (docs/adaptive.md):
-each state's priority h = L + uses * tokens spared (no costs set: the tokens
-from the nearest state above), the victim of least h (ties: the less
-recently used), L the last victim's h, supersession on a path that never
-branched only, ghosts of removed leaves and admission on probation."""
+each state's priority h = L0 + uses * tokens spared (no costs set: the tokens
+from the nearest state above, as the tree stands at the eviction, at most
+what it was when its uses were set; L0 the inflation then), the victim of least h (ties: the less
+recently used), L the highest victim's h, a value at most what it was when
+the uses were last set, supersession on a path that never branched only,
+ghosts of removed leaves and admission on probation."""
 
 from __future__ import annotations
 
@@ -91,3 +93,71 @@ def test_a_junction_whose_branches_were_evicted_keeps_its_uses():
     _put(t, [9] * 16, 5)                # h(5) = 4 + 16 = 20
     assert _victims(t, 2) == [4, 5]     # 1 (h 24) stays
     assert t.policy_stats()["states_superseded"] == 1
+
+
+def test_a_state_cached_above_lowers_the_value_of_the_states_below_it():
+    """A shared prompt's first request leaves its end state (12 tokens
+    spared from the root); the second request's junction state at the end
+    of the prompt (8) is cached above it later: the end state then spares 4
+    tokens only, and goes first (its value is read at the eviction, not kept
+    from its admission, when it spared 12)."""
+    t = _tree()
+    p = [1] * 8
+    _put(t, p + [5] * 4, 1)             # h(1) = 0 + 12 when admitted
+    _put(t, p + [6] * 4, 2)             # splits at 8: h(2) = 0 + 12
+    _put(t, p, 3)                       # the junction: h(3) = 8; now h(1) = h(2) = 0 + 4
+    assert _victims(t, 2) == [1, 2]
+    assert t.policy_stats()["adaptive_inflation"] == 4.0
+
+
+def test_a_state_evicted_above_raises_the_value_below_at_its_next_use_only():
+    """Once the junction is gone 1 and 2 would spare 12 tokens each, but a
+    value counts at most what it was when the uses were last set (4): 1
+    (h 8) goes before 4 (9); 2, used again since, counts its 12."""
+    t = _tree()
+    p = [1] * 8
+    _put(t, p + [5] * 4, 1)
+    _put(t, p + [6] * 4, 2)
+    _put(t, p, 3)                       # h(3) = 8, h(1) = h(2) = 0 + 4
+    assert t.match_prefix(p + [5] * 4 + [0]).state == 1    # h(1) = 0 + 2 * 4 = 8
+    assert t.match_prefix(p + [6] * 4 + [0]).state == 2    # h(2) = 8
+    _put(t, [9] * 9, 4)                 # h(4) = 9
+    assert _victims(t, 1) == [3]        # the least recent of the three at 8: L = 8
+    assert t.match_prefix(p + [6] * 4 + [0]).state == 2    # h(2) = 8 + 3 * 12 = 44
+    assert _victims(t, 2) == [1, 4]     # 8 (its 4 kept, not the 12 it spares now), then 9
+    assert t.policy_stats()["adaptive_inflation"] == 9.0
+
+
+def test_a_superseded_state_keeps_at_most_its_value_when_superseded():
+    """A chat: turn 0's state (6 tokens), turn 1's (8 more) superseding it,
+    turn 2's (4 more) superseding turn 1's.  Once turn 0's state is evicted,
+    turn 1's would spare 14 tokens from the root, but its value stays at
+    most the 8 it had when superseded: a newer state of value 6 + 5 = 11
+    outlives it."""
+    t = _tree()
+    t0, t1, t2 = [1] * 6, [2] * 8, [3] * 4
+    _put(t, t0, 1)                      # h(1) = 6
+    _put(t, t0 + t1, 2)                 # supersedes 1 (0 + 6); h(2) = 8
+    _put(t, t0 + t1 + t2, 3)            # supersedes 2 (0 + 8, at most 8 from now on); h(3) = 4
+    assert _victims(t, 2) == [3, 1]     # L = 6
+    _put(t, [8] * 5, 4)                 # h(4) = 6 + 5 = 11
+    assert _victims(t, 1) == [2]        # 8 (not 14) < 11
+
+
+def test_the_inflation_never_falls():
+    """A state whose value fell (a junction cached above it) may be the
+    victim at a priority below L: L stays, and a new state's priority counts
+    from it."""
+    t = _tree()
+    p = [1] * 8
+    _put(t, p + [5] * 4, 1)             # h(1) = 12
+    assert t.match_prefix(p + [5] * 4 + [0]).state == 1      # h(1) = 0 + 2 * 12 = 24
+    _put(t, [7] * 12, 2)
+    assert t.match_prefix([7] * 12 + [0]).state == 2         # h(2) = 24
+    _put(t, [3] * 20, 3)                # h(3) = 20
+    assert _victims(t, 1) == [3]        # L = 20
+    _put(t, p, 4)                       # h(4) = 20 + 8; h(1) = 0 + 2 * 4 = 8
+    assert _victims(t, 1) == [1]        # at 8: L stays 20
+    assert t.policy_stats()["adaptive_inflation"] == 20.0
+    _put(t, [4] * 5, 5)                 # h(5) = 20 + 5 = 25
+    assert _victims(t, 1) == [2]        # 24 < 25 < 28

@@ -3,7 +3,9 @@
 The model reads the tree only through the public node API (the state list's
 order, locks, keys, children, node ids) and keeps the policy's own memory
 itself: each state's uses and priority (GreedyDual-Size-Frequency: the
-inflation L plus uses times the prefill the state spares), L, the
+inflation L when its uses were set plus uses times the prefill the state
+spares as the tree stands at the eviction, at most what it spared then),
+L, the
 supersession of a state by a new one below it on an unbranched path, the
 ghosts of evicted states (on a tombstone, or in the direct-mapped table under
 the ancestor that survived a removed leaf) and the per-node counts of used and
@@ -44,7 +46,9 @@ class AdaptiveModel:
         self.window = window
         self.L = 0.0
         self.uses: dict = {}      # identity -> uses of its state (f)
-        self.prio: dict = {}      # identity -> priority (h)
+        self.base: dict = {}      # identity -> L when its uses were last set
+        self.prob: set = set()    # identities admitted on probation, not used since
+        self.cap: dict = {}       # identity -> its value when its uses were last set
         self.gown: set = set()    # identities whose own state was evicted, tombstone kept
         self.table: dict = {}     # slot -> (id, gen, tok)
         self.used: dict = {}      # identity -> kid_used
@@ -71,9 +75,17 @@ class AdaptiveModel:
         lru_first = [n for n in reversed(order) if n.can_evict_state][:self.window]
         if not lru_first:
             return None
-        x = min(lru_first, key=lambda n: self.prio[ident(n)])   # min keeps the first of equals
-        self.L = self.prio[ident(x)]
+        x = min(lru_first, key=self.prio)                   # min keeps the first of equals
+        self.L = max(self.L, self.prio(x))
         return x
+
+    def prio(self, n) -> float:
+        """h = L0 + f * v, v the value as the tree stands now, at most its
+        value when f was last set (on probation: L0)."""
+        i = ident(n)
+        if i in self.prob:
+            return self.base[i]
+        return self.base[i] + self.uses[i] * min(self.eff(n), self.cap[i])
 
     # -- what a match, an admission and an eviction change ------------------
     def on_match(self, key: list, m) -> None:
@@ -81,7 +93,9 @@ class AdaptiveModel:
         if not best.is_root:
             i = ident(best)
             self.uses[i] += 1
-            self.prio[i] = self.L + self.uses[i] * self.eff(best)
+            self.base[i] = self.L
+            self.cap[i] = self.eff(best)
+            self.prob.discard(i)
             if i not in self.reused:
                 self.reused.add(i)
                 p = ident(best.parent)
@@ -126,15 +140,19 @@ class AdaptiveModel:
             a = a.parent
         if not a.is_root and not branched and ident(a) not in self.forked:
             self.uses[ident(a)] = 1
-            self.prio[ident(a)] = self.L + self.eff(a)
+            self.base[ident(a)] = self.L
+            self.prob.discard(ident(a))
+            self.cap[ident(a)] = self.eff(a)
             self.superseded += 1
         self.uses[i] = 1
+        self.base[i] = self.L
+        self.cap[i] = self.eff(node)
+        self.prob.discard(i)
         p = ident(node.parent)
         if self.wasted.get(p, 0) >= 2 * self.used.get(p, 0) + 2:
             self.probation += 1
-            self.prio[i] = self.L
+            self.prob.add(i)
             return True
-        self.prio[i] = self.L + self.eff(node)
         return False
 
     def evicted(self, x, path: list) -> None:
@@ -142,7 +160,9 @@ class AdaptiveModel:
         ancestors as they were before, root excluded."""
         was_reused = ident(x) in self.reused
         self.reused.discard(ident(x))
-        del self.prio[ident(x)], self.uses[ident(x)]
+        del self.base[ident(x)], self.uses[ident(x)]
+        self.prob.discard(ident(x))
+        del self.cap[ident(x)]
         if not was_reused:
             parent = path[1][0] if len(path) > 1 else self.tree.root
             self.wasted[ident(parent)] = self.wasted.get(ident(parent), 0) + 1

@@ -322,8 +322,8 @@ MUTANTS: List[Mutant] = [
     Mutant("TR_HEAP_MRU", "csrc/core/radix.c", "MR_POLICY_MRU ? -(int64_t)n->rank : leaf_order_key(t, n);",
            "MR_POLICY_MRU ? (int64_t)n->rank : leaf_order_key(t, n);", T_HEAP, "MRU's heap key not reversed (LRU order)"),
     # the adaptive state policy (csrc/core/radix.c, "Adaptive")
-    Mutant("AD_VICTIM", "csrc/core/radix.c", "if (v == NULL || n->ad_h < v->ad_h) {",
-           "if (v == NULL || n->ad_h > v->ad_h) {", T_ADAPT, "adaptive: the state of largest priority goes"),
+    Mutant("AD_VICTIM", "csrc/core/radix.c", "if (v == NULL || h < vh) {",
+           "if (v == NULL || h > vh) {", T_ADAPT, "adaptive: the state of largest priority goes"),
     Mutant("AD_USES", "csrc/core/radix.c", "        best->ad_f++;\n", "", T_ADAPT,
            "adaptive: a match's use does not count (no frequency)"),
     Mutant("AD_SUPERSEDE", "csrc/core/radix.c", "if (a != t->root && !branched && !a->forked) {",
@@ -671,6 +671,12 @@ MUTANTS: List[Mutant] = [
     Mutant("LCR_STALE", "csrc/core/lc_record.c", "return h->rp == NULL || mr_reqpool_gen(h->rp, h->row) == h->gen;",
            "return 1;", T_RECORD,
            "a ReqState whose row was freed behind its back still reads and writes that row (a stale handle)"),
+    Mutant("AD_VALUE_RISES", "csrc/core/radix.c", "(n->ad_eff < v ? n->ad_eff : v)", "(v)",
+           T_ADAPT, "a state's value rises as soon as the states above it are evicted"),
+    Mutant("AD_VALUE_KEPT", "csrc/core/radix.c", "(n->ad_eff < v ? n->ad_eff : v)", "(n->ad_eff)",
+           T_ADAPT, "a state's value stays what it was at its admission though a state is cached above it"),
+    Mutant("AD_L_MAX", "csrc/core/radix.c", "if (v != NULL && vh > t->ad_inflation) {", "if (v != NULL) {",
+           T_ADAPT, "the adaptive inflation falls to a victim whose value fell below it"),
     # ---- counted pools (csrc/core/lifecycle.c, the simulator's)
     Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
            "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
