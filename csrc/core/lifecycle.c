@@ -1952,7 +1952,7 @@ mr_lc_count_kv(mr_lifecycle *lc, int64_t n, int64_t evict_below)
     if (n > lc->cnt.kv_free && n - lc->cnt.kv_free > (int64_t)s.full_evictable) {
         return MR_ENOSPC;   /* not even evicting all it can: refused before evicting */
     }
-    int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.kv_free, evict_below);
+    int64_t evict = mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, lc->cnt.kv_free, evict_below);
     if (evict > 0) {
         int rc = mr_lc_count_evict(lc, (size_t)evict, 0, NULL, NULL, NULL);
         if (rc != MR_OK) {
@@ -2004,7 +2004,7 @@ mr_lc_count_admit(mr_lifecycle *lc, int64_t n_reqs, int64_t slots, int64_t rows)
         || (slots > lc->cnt.slots_free && slots - lc->cnt.slots_free > (int64_t)s.state_evictable)) {
         return MR_ENOSPC;   /* refused before evicting */
     }
-    int64_t evict = mr_rule_state_shortfall(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.slots_free, n_reqs,
+    int64_t evict = mr_rule_state_shortfall(lc->cfg.semantics == MR_SEMANTICS_V0515, lc->cnt.slots_free, n_reqs,
                                             lc->cfg.lazy, slots);
     if (evict > 0) {
         int rc = mr_lc_count_evict(lc, 0, (size_t)evict, NULL, NULL, NULL);

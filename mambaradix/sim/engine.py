@@ -519,12 +519,6 @@ class _Replay(Scheduler):
             self.out_from, i = k, 0
         return self.outs[self.out_at[i]:self.out_at[i + 1]]
 
-    def _evict(self, num_tokens: int = 0, num_states: int = 0) -> None:
-        """Evicts from the counted pools through the lifecycle."""
-        t0 = time.perf_counter()
-        self.lc.evict(num_tokens, num_states)
-        self.t_cache += time.perf_counter() - t0
-
     def _belady_victim(self, protect: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
         """Belady (the lifecycle's victim policy, set_victims): the evictable
         state whose next use (the next request not admitted yet whose match
@@ -593,16 +587,13 @@ class _Replay(Scheduler):
     def _cache_unfinished(self, r: _R, chunked: bool) -> None:
         """cache_unfinished_req through the lifecycle, which takes the fresh
         slot (extra_buffer: it replaces the donated snapshot; no_buffer: the
-        fork) from the counted pool."""
+        fork) from the counted pool, or with nothing tracked caches nothing
+        and leaves the request all its KV."""
         fill_len = r.ext_end
         extra = self.extra_buffer
-        rs = r.rs
-        if self.lc.unfinished_cache_len(rs, fill_len) < 0:
-            r.prefix_len = fill_len       # nothing tracked: it keeps all its KV
-            return
         t0 = time.perf_counter()
         try:
-            res = self.lc.cache_unfinished(rs, r.tokens, fill_len, 0, ns=r.nsid, prefix=False)
+            res = self.lc.cache_unfinished(r.rs, r.tokens, fill_len, 0, ns=r.nsid, prefix=False)
         except RuntimeError as e:
             raise RuntimeError("state pool exhausted donating a track slot (every cached "
                                "state is locked): raise state_slots or lower "
@@ -611,7 +602,7 @@ class _Replay(Scheduler):
         self._seen(r, res.cache_len)
         self.t_cache += time.perf_counter() - t0
         if not extra:
-            self.copies += 1              # SGLang forks before its insert
+            self.copies += 1              # SGLang forks before its insert (no_buffer caches always)
         r.prefix_len = fill_len          # tree part + request-owned rest
 
     def _cache_finished(self, r: _R, is_insert: bool) -> None:
@@ -773,7 +764,9 @@ class _Replay(Scheduler):
         return self.tree.full_evictable_size()
 
     def _evict_kv(self, n: int) -> None:
-        self._evict(num_tokens=n)
+        t0 = time.perf_counter()
+        self.lc.evict(n, 0)
+        self.t_cache += time.perf_counter() - t0
 
     def _set_extend(self, r: _R, end: int) -> None:
         r.ext_end = end

@@ -681,7 +681,7 @@ MUTANTS: List[Mutant] = [
     Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
            "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
     Mutant("CNT_KV_RULE", "csrc/core/lifecycle.c",
-           "mr_rule_kv_evict_v(lc->cfg.semantics != MR_SEMANTICS_V0523, lc->cnt.kv_free, evict_below)",
+           "mr_rule_kv_evict_v(lc->cfg.semantics == MR_SEMANTICS_V0515, lc->cnt.kv_free, evict_below)",
            "mr_rule_kv_evict_v(1, lc->cnt.kv_free, evict_below)", T_COUNT,
            "counted KV eviction follows v0.5.15's rule under v0.5.23 semantics"),
     Mutant("CNT_DONATED", "csrc/core/lifecycle.c", "lc->cnt.donated += !existed;", "lc->cnt.donated += existed;",
