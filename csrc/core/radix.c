@@ -494,7 +494,10 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * last set, so a state cached above it later (a junction above a request's
  * end state) lowers it at once, and one evicted above it raises it at its
  * next use only; f its uses (1 at admission, one more at each match that
- * uses it); L0 the tree's inflation L when f was last set.  L is the
+ * uses it; a state attached where one was evicted, its tombstone kept,
+ * starts from the uses that one had: a shared prompt's junction
+ * re-admitted after a miss is not a stranger); L0 the tree's inflation L
+ * when f was last set.  L is the
  * highest priority a victim has had.
  * The victim is the state of least h among the evict_window least recently
  * used evictable ones (ties: the less recently used), and L becomes its h
@@ -662,7 +665,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
         t->ad_superseded++;
     }
     n->ghost = 0;
-    n->ad_f = 1;
+    n->ad_f = n->ad_f > 1 ? n->ad_f : 1;   /* a tombstone's: the evicted state's uses */
     n->ad_base = t->ad_inflation;
     n->ad_eff = adaptive_eff(t, n);
     n->ad_prob = 0;

@@ -161,3 +161,24 @@ def test_the_inflation_never_falls():
     assert t.policy_stats()["adaptive_inflation"] == 20.0
     _put(t, [4] * 5, 5)                 # h(5) = 20 + 5 = 25
     assert _victims(t, 1) == [2]        # 24 < 25 < 28
+
+
+def test_a_junction_recreated_where_it_was_evicted_keeps_its_uses():
+    """A shared prompt's junction state, used twice, is evicted (its node
+    stays, a tombstone above a branch); the next request that parts there
+    recreates it, and it starts from the three uses it had: h = L + 3 * 8,
+    not L + 8, which would put it first in line again."""
+    t = _tree()
+    p = [1] * 8
+    _put(t, p + [5] * 4, 1)             # h(1) = 12
+    _put(t, p + [6] * 30, 2)            # splits at 8: h(2) = 38
+    _put(t, p, 3)                       # the junction: h(3) = 8; h(1) = 4, h(2) = 30
+    for _ in range(2):
+        assert t.match_prefix(p + [7]).state == 3  # h(3) = 0 + 3 * 8 = 24
+    assert _victims(t, 1) == [1]        # L = 4
+    _put(t, [9] * 40, 4)                # h(4) = 4 + 40 = 44
+    assert _victims(t, 1) == [3]        # 24: L = 24; its node stays above 2's
+    _put(t, p, 5)                       # recreated: h(5) = 24 + 3 * 8 = 48
+    _put(t, [8] * 20, 6)                # h(6) = 24 + 20 = 44
+    assert _victims(t, 3) == [2, 4, 6]  # 30, then 44 twice (4 the less recently used); 5 stays
+    assert t.policy_stats()["adaptive_inflation"] == 44.0

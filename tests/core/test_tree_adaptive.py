@@ -50,12 +50,13 @@ class AdaptiveModel:
         self.prob: set = set()    # identities admitted on probation, not used since
         self.cap: dict = {}       # identity -> its value when its uses were last set
         self.gown: set = set()    # identities whose own state was evicted, tombstone kept
+        self.past: dict = {}      # such a tombstone's identity -> the evicted state's uses
         self.table: dict = {}     # slot -> (id, gen, tok)
         self.used: dict = {}      # identity -> kid_used
         self.wasted: dict = {}    # identity -> kid_wasted
         self.reused: set = set()
         self.forked: set = set()  # identities that have had two children at once
-        self.ghost_hits = self.probation = self.superseded = 0
+        self.ghost_hits = self.probation = self.superseded = self.restored = 0
 
     # -- the value of a state ---------------------------------------------
     def eff(self, n) -> float:
@@ -144,7 +145,8 @@ class AdaptiveModel:
             self.prob.discard(ident(a))
             self.cap[ident(a)] = self.eff(a)
             self.superseded += 1
-        self.uses[i] = 1
+        self.uses[i] = max(1, self.past.pop(i, 1))   # a tombstone's: the evicted state's uses
+        self.restored += self.uses[i] > 1
         self.base[i] = self.L
         self.cap[i] = self.eff(node)
         self.prob.discard(i)
@@ -160,7 +162,8 @@ class AdaptiveModel:
         ancestors as they were before, root excluded."""
         was_reused = ident(x) in self.reused
         self.reused.discard(ident(x))
-        del self.base[ident(x)], self.uses[ident(x)]
+        uses = self.uses.pop(ident(x))
+        del self.base[ident(x)]
         self.prob.discard(ident(x))
         del self.cap[ident(x)]
         if not was_reused:
@@ -168,6 +171,7 @@ class AdaptiveModel:
             self.wasted[ident(parent)] = self.wasted.get(ident(parent), 0) + 1
         if x.valid:                                          # internal: a tombstone
             self.gown.add(ident(x))
+            self.past[ident(x)] = uses
         else:                                                # the leaf and its tombstone chain went
             gone = [n for n, _ in path if not n.valid]
             up = path[len(gone)][0] if len(gone) < len(path) else self.tree.root
@@ -243,7 +247,7 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
 def test_adaptive_matches_the_model_step_by_step(seed: int) -> None:
     m = _run(seed, 1500, None)
     # every mechanism ran: ghosts, supersession, probation, states used more than once
-    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0
+    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0 and m.restored > 0
     assert max(m.uses.values()) > 2 and m.L > 0
 
 

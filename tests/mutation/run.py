@@ -677,6 +677,8 @@ MUTANTS: List[Mutant] = [
            T_ADAPT, "a state's value stays what it was at its admission though a state is cached above it"),
     Mutant("AD_L_MAX", "csrc/core/radix.c", "if (v != NULL && vh > t->ad_inflation) {", "if (v != NULL) {",
            T_ADAPT, "the adaptive inflation falls to a victim whose value fell below it"),
+    Mutant("AD_F_RESTORE", "csrc/core/radix.c", "n->ad_f = n->ad_f > 1 ? n->ad_f : 1;", "n->ad_f = 1;",
+           T_ADAPT, "a state recreated where one was evicted starts from one use, not that state's uses"),
     # ---- counted pools (csrc/core/lifecycle.c, the simulator's)
     Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
            "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
