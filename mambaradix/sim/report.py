@@ -80,10 +80,16 @@ def _format_flops(f: float) -> str:
 
 def config_to_dict(config: SimConfig) -> dict[str, Any]:
     """The config's fields (the decode boundary resolved: the semantics' own
-    when left None), plus the model attributes a preset set on it."""
+    when left None; max_running as the replay ran it: SGLang 0.5.23 caps it by
+    the state pool, and ``max_running_asked`` then gives the value asked),
+    plus the model attributes a preset set on it."""
     d = dataclasses.asdict(config)
-    if d.get("decode_boundary") is None and isinstance(config, SimConfig):
-        d["decode_boundary"] = config.resolved().decode_boundary
+    if isinstance(config, SimConfig):
+        r = config.resolved()
+        if d.get("decode_boundary") is None:
+            d["decode_boundary"] = r.decode_boundary
+        if config.max_running is not None and r.max_running != config.max_running:
+            d["max_running"], d["max_running_asked"] = r.max_running, config.max_running
     for k in PRESET_ATTRS:
         d.setdefault(k, getattr(config, k, None))
     return d
@@ -216,15 +222,20 @@ def _table(rows: Sequence[tuple[str, str, str]], indent: str = "  ") -> list[str
     return [f"{indent}{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
 
 
-def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int) -> list[str]:
+def _config_lines(config: SimConfig, preset: Optional[ModelPreset], tp: int,
+                  asked: Optional[int] = None) -> list[str]:
+    """The report's config lines; asked: max_running as given, before SGLang's cap."""
     cps = "off" if config.chunked_prefill_size is None else str(config.chunked_prefill_size)
+    running = str(config.max_running)
+    if asked is not None and asked != config.max_running:
+        running += f" (SGLang's cap for {config.state_slots} state slots; {asked} asked)"
     lines = [
         f"  KV pool {format_count(config.kv_tokens)} tokens, {config.state_slots} state slots, "
         f"page {config.page_size}, chunk {config.chunk_size}, "
         f"track interval {config.track_interval}",
         f"  SGLang {getattr(config, 'semantics', 'v0.5.15')} semantics, "
         f"mode {config.mode}, policy {config.lru_policy}, match cap "
-        f"{'on' if config.match_cap else 'off'}, max running {config.max_running}, "
+        f"{'on' if config.match_cap else 'off'}, max running {running}, "
         f"chunked prefill {cps}, states {config.states}",
     ]
     if preset is not None:
@@ -262,6 +273,7 @@ def format_report(
     if not isinstance(metrics, SimMetrics):
         raise TypeError(f"metrics must be a SimMetrics (what run() returns), got "
                         f"{type(metrics).__name__}")
+    asked = config.max_running if isinstance(config, SimConfig) else None
     config = config.resolved() if isinstance(config, SimConfig) else config
     m = metrics
     out: list[str] = []
@@ -273,7 +285,7 @@ def format_report(
         if workload.get("description"):
             out.append(f"  {workload['description']}")
     out.append("config:")
-    out.extend(_config_lines(config, preset, tp))
+    out.extend(_config_lines(config, preset, tp, asked))
     out.append("")
 
     P = m.prompt_tokens

@@ -86,7 +86,9 @@ class SimConfig:
     match_cap: cap the match key at input_len - 1 as SGLang does.
     max_running: max requests decoding at once (continuous batching); None
       (the default, as on the command line): ``default_max_running(state_slots)``,
-      i.e. state_slots // 5, at least 1, at most 64.
+      i.e. state_slots // 5, at least 1, at most 64.  Under v0.5.23 rules a
+      larger value is capped as SGLang caps it (``sglang_running_cap``:
+      state_slots // 5 in pp2, // 4 in pp1 and lazy, // 3 in no_buffer).
     states: "none" (no state tensors: fast) or "toy" (the toy recurrent model
       on CPU; every hit is checked against a from-scratch recomputation).
     state_bytes_per_slot: bytes of one recurrent-state slot (all layers), for
@@ -153,6 +155,11 @@ class SimConfig:
         changes: dict = {}
         if self.max_running is None:
             changes["max_running"] = default_max_running(self.state_slots)
+        if self.semantics == "v0.5.23":
+            running = changes.get("max_running", self.max_running)
+            cap = sglang_running_cap(self.state_slots, self.mode)
+            if cap is not None and _is_int(running) and running > cap:
+                changes["max_running"] = cap
         if self.decode_boundary is None:
             # the semantics' own check: 0.5.23 reads the batch's lengths
             # (lazy keeps the committed check its pre-allocation relies on)
@@ -163,6 +170,27 @@ class SimConfig:
 
 #: The most requests the default configuration runs at once.
 MAX_RUNNING_CAP = 64
+
+#: State slots per running request in SGLang 0.5.23's sizing (its
+#: kv_cache_configurator: a ratio of 3, plus extra_buffer's tracking slots,
+#: 2 under the overlap scheduler, 1 without it or in lazy mode).
+SGLANG_SLOTS_PER_RUNNING = {"pp2": 5, "pp1": 4, "lazy": 4, "no_buffer": 3}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def sglang_running_cap(state_slots, mode) -> Optional[int]:
+    """The most requests SGLang 0.5.23 runs at once with this state pool:
+    it caps max_running_requests at state_slots // its slots per running
+    request (SGLANG_SLOTS_PER_RUNNING), with a warning; below one request it
+    refuses to start, where the simulator still runs one.  None for a value
+    that validate_config refuses."""
+    ratio = SGLANG_SLOTS_PER_RUNNING.get(mode) if isinstance(mode, str) else None
+    if ratio is None or not _is_int(state_slots) or state_slots < 1:
+        return None
+    return max(1, int(state_slots) // ratio)
 
 
 def default_max_running(state_slots: int) -> int:

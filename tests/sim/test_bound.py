@@ -169,7 +169,7 @@ def test_concurrency_gives_the_pool_free_bound():
     hold (docs/bound.md, "Concurrency"): the bound is the unlimited one."""
     rng = random.Random(5)
     reqs = _tiny_trace(rng, 6)
-    b = upper_bound(reqs, SimConfig(state_slots=6, max_running=2))
+    b = upper_bound(reqs, SimConfig(state_slots=10, max_running=2))
     assert not b.pool_aware and b.capacity is None
     assert b.hit_tokens == b.unlimited_hit_tokens == unlimited_optimum(_trace(reqs), 1, True)
     # max_running=None follows the pool: 6 // 5 = 1 request, so pool-aware

@@ -222,12 +222,27 @@ def test_plot_without_matplotlib_says_so(tmp_path):
 
 
 def test_pool_running_dry_mid_replay_is_a_user_error():
-    # 64 running requests x 3 slots fit in 200, but their locked states do not.
+    # 64 running requests x 3 slots fit in 200, but their locked states do not (v0.5.15's rules:
+    # 0.5.23's cap SGLang's running requests at 200 // 5)
     r = sim("--workload", "gsp", "--gsp-num-groups", "8", "--gsp-prompts-per-group", "8",
-            "--max-running", "64", "--state-slots", "200")
+            "--max-running", "64", "--state-slots", "200", "--semantics", "v0.5.15")
     assert r.returncode == 2
     assert "the replay stopped: state pool exhausted" in r.stderr
     assert "state slots 200, max running 64" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_running_requests_above_sglangs_cap_are_capped_and_said():
+    """SGLang 0.5.23 runs at most state slots // 5 requests (pp2); the report and --json say what ran."""
+    gsp = ["--workload", "gsp", "--gsp-num-groups", "4", "--gsp-prompts-per-group", "4", "--no-progress"]
+    r = sim(*gsp, "--max-running", "8", "--state-slots", "32")
+    assert r.returncode == 0, r.stderr
+    assert "max running 6 (SGLang's cap for 32 state slots; 8 asked)" in r.stdout
+    r = sim(*gsp, "--max-running", "8", "--state-slots", "32", "--json")
+    cfg = json.loads(r.stdout)["config"]
+    assert (cfg["max_running"], cfg["max_running_asked"]) == (6, 8)
+    r = sim(*gsp, "--max-running", "6", "--state-slots", "32", "--json")
+    cfg = json.loads(r.stdout)["config"]
+    assert cfg["max_running"] == 6 and "max_running_asked" not in cfg
 
 
 def test_top_level_usage():
@@ -313,4 +328,9 @@ def test_config_checks():
     with pytest.raises(ConfigError, match="smaller than one request's need: mt-0-1 has 210"):
         check_feasible(reqs, SimConfig(kv_tokens=219, state_slots=3, max_running=1))
     with pytest.raises(ConfigError, match="max_running 2 needs 6 state slots"):
-        check_feasible(reqs, SimConfig(state_slots=5, max_running=2))
+        check_feasible(reqs, SimConfig(state_slots=5, max_running=2, semantics="v0.5.15"))
+    # SGLang 0.5.23 runs fewer requests instead: state slots // 5 in pp2 (// 4 pp1, lazy; // 3 no_buffer)
+    check_feasible(reqs, SimConfig(state_slots=5, max_running=2))
+    assert SimConfig(state_slots=5, max_running=2).resolved().max_running == 1
+    assert [SimConfig(state_slots=200, max_running=64, mode=m).resolved().max_running
+            for m in ("pp2", "pp1", "lazy", "no_buffer")] == [40, 50, 50, 64]

@@ -27,6 +27,8 @@ SMALL = ["--num-clients", "4", "--num-rounds", "3", "--request-length", "64",
          "--output-length", "8", "--no-progress"]
 GSP = ["--workload", "gsp", "--gsp-num-groups", "8", "--gsp-prompts-per-group", "8",
        "--no-progress"]
+#: the rules under which too many running requests run the state pool dry (SGLang 0.5.23 caps them)
+V0515 = ["--semantics", "v0.5.15"]
 
 
 def main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -325,7 +327,7 @@ def test_seed_cannot_be_swept_from_the_command_line(capsys, no_replay):
 def test_a_failed_sweep_point_is_reported_and_the_rest_kept(tmp_path, capsys):
     table = tmp_path / "t.csv"
     # 64 running requests x 3 slots fit in 200, but their locked states do not
-    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=4,64,8",
+    code, out, err = main(capsys, *GSP, *V0515, "--state-slots", "200", "--sweep", "max_running=4,64,8",
                           "--json", "--csv", str(table))
     assert code == 0, err
     assert "1 of 3 replays of the sweep failed" in err
@@ -337,12 +339,12 @@ def test_a_failed_sweep_point_is_reported_and_the_rest_kept(tmp_path, capsys):
     assert [r["max_running"] for r in rows] == ["4", "64", "8"]
     assert rows[1]["error"] == points[1]["error"] and rows[1]["token_hit_rate"] == ""
     assert float(rows[2]["token_hit_rate"]) == pytest.approx(points[2]["metrics"]["token_hit_rate"])
-    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=4,64")
+    code, out, err = main(capsys, *GSP, *V0515, "--state-slots", "200", "--sweep", "max_running=4,64")
     assert code == 0 and "failed" in out and "^ failed: the replay stopped (max_running=64)" in out
 
 
 def test_a_sweep_in_which_every_point_fails_exits_2_with_the_errors(capsys):
-    code, out, err = main(capsys, *GSP, "--state-slots", "200", "--sweep", "max_running=63,64",
+    code, out, err = main(capsys, *GSP, *V0515, "--state-slots", "200", "--sweep", "max_running=63,64",
                           "--json")
     assert code == 2 and "every replay of the sweep failed" in err
     assert all("state pool exhausted" in p["error"] for p in json.loads(out)["sweep"])
@@ -350,11 +352,11 @@ def test_a_sweep_in_which_every_point_fails_exits_2_with_the_errors(capsys):
 
 def test_python_sweep_records_a_failed_point_when_asked():
     reqs = workloads.generated_shared_prefix(8, 8, seed=0)
-    points = sweep(reqs, SimConfig(state_slots=200), max_running=[4, 64], on_error="record")
+    points = sweep(reqs, SimConfig(state_slots=200, semantics="v0.5.15"), max_running=[4, 64], on_error="record")
     assert points[0].metrics is not None and points[0].error is None
     assert points[1].metrics is None and "state pool exhausted" in points[1].error
     with pytest.raises(RuntimeError, match="state pool exhausted"):
-        sweep(reqs, SimConfig(state_slots=200), max_running=[4, 64])
+        sweep(reqs, SimConfig(state_slots=200, semantics="v0.5.15"), max_running=[4, 64])
 
 
 # --- item 6: bad numbers refused at parsing -------------------------------------------------
