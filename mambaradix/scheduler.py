@@ -494,9 +494,11 @@ class Scheduler:
         (SGLang's _reqs_finishing_inflight): a set of their id()s."""
         if len(self.result_queue) != 1:
             return ()
-        queued = {id(it[0]) for it in self.result_queue[0].items if it[0].epoch == it[1]}
-        return {id(x) for x in self.running
-                if id(x) in queued and x.inflight <= 0 and x.n_out + 1 >= x.output_len}
+        ends = {id(x) for x, epoch in ((it[0], it[1]) for it in self.result_queue[0].items)
+                if x.epoch == epoch and x.inflight <= 0 and x.n_out + 1 >= x.output_len}
+        if not ends:
+            return ()
+        return {id(x) for x in self.running if id(x) in ends}
 
     def _decode_tokens_needed(self) -> int:
         """KV tokens the next decode step takes (SGLang's

@@ -956,7 +956,8 @@ class _Replay(Scheduler):
         q = self.result_queue[0] if len(self.result_queue) == 1 else None
         if q is None or q.kind != "decode":
             got = super()._finishing_inflight()
-            self.skipped = [r for r in self.running if id(r) in got]
+            if got:
+                self.skipped = [r for r in self.running if id(r) in got]
             return got
         for r, j0, o_base in self.fin_at.get(q.bid, ()):
             if r.in_run and r.j0 == j0 and r.o_base == o_base:
