@@ -17,6 +17,7 @@ static const mr_policy_key classic_keys[] = {
     {"evict_window", MR_KEY_WINDOW, 1024, OPT(evict_window)},
     {"tune_window", MR_KEY_WINDOW, 1 << 20, OPT(tune_window)},
     {"mru", MR_KEY_WINDOW, 1, OPT(mru)},
+    {"chunked_prefill_size", MR_KEY_WINDOW, INT32_MAX, OPT(chunked_prefill_size)},
 };
 
 /* The leaf orders' keys, as SGLang's eviction_policy_config names them:

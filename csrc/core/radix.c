@@ -719,7 +719,14 @@ adaptive_admit(mr_radix *t, mr_node *n)
  * is proposed when gain(j) > AD_PLACE_MARGIN * gain(e): the checkpoint
  * replaces the end snapshot a next turn would use, so it must be clearly
  * worth more (with C >= 1 and, until the first halving, S(.) <= S0, that
- * takes A > AD_PLACE_MARGIN branches parted from at X first).  p = j * step is a
+ * takes A > AD_PLACE_MARGIN branches parted from at X first).  No junction
+ * is predicted for a key whose extend (L - s) is longer than the
+ * scheduler's chunked prefill budget (options.chunked_prefill_size, when
+ * set): it is prefilled in several extends, and the one p falls in would
+ * snapshot at p instead of its chunk end, a state deep in a long prompt that
+ * a later prompt parting below it uses (a conversation's next turn parts
+ * near the end of the previous prompt, past its chunk ends; the end
+ * snapshot, past the parting point, serves it nothing).  p = j * step is a
  * multiple of chunk_size and of page_size and p - s of chunk_size, with
  * k < p < L: SGLang's own branching rule takes it as it takes B, and the
  * snapshot at p is exact. */
@@ -756,6 +763,9 @@ adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t l
     size_t s0 = s / step, e = len / step;
     if (e < s0 + 2) {
         return 0;
+    }
+    if (t->opt.chunked_prefill_size > 0 && len - s > t->opt.chunked_prefill_size) {
+        return 0;   /* a chunked extend: the junction would displace a chunk end's snapshot */
     }
     uint64_t sg[AD_PB + 1];
     sg[AD_PB] = 0;

@@ -164,6 +164,10 @@ typedef struct {
     double state_bytes;
     double kv_bytes_per_token;
     uint32_t evict_window;      /* candidates scored per victim (0: 1024, the most) */
+    /* MR_POLICY_ADAPTIVE: the scheduler's chunked prefill budget (SGLang's
+     * chunked_prefill_size; 0: none).  Placement predicts no junction for
+     * a key whose extend is longer (see "Adaptive placement"). */
+    uint32_t chunked_prefill_size;
     /* > 0: alpha is re-tuned every tune_window insertions (after the first
      * eviction) by replaying them against a snapshot of the tree taken at
      * the window's start, once per alpha of a fixed grid (with and without

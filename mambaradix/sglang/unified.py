@@ -198,9 +198,12 @@ def _policy_options(params, utility_order: str) -> dict:
         kv_bytes = float(sum(kv) if isinstance(kv, (tuple, list)) else kv) / max(1, int(alloc.size) + 1)
     except Exception:
         pass
+    chunked = getattr(params, "chunked_prefill_size", None)    # None or <= 0: SGLang's chunking is off
+    chunked = int(chunked) if isinstance(chunked, int) and 0 < chunked < 1 << 31 else 0
     return {"alpha": float(d.utility_alpha), "tune_window": int(d.tune_window),
             "flops_per_token": float(d.flops_per_token), "attn_flops_per_pos": float(d.attn_flops_per_pos),
-            "state_bytes": state_bytes, "kv_bytes_per_token": kv_bytes, "mru": int(utility_order == "mru")}
+            "state_bytes": state_bytes, "kv_bytes_per_token": kv_bytes, "mru": int(utility_order == "mru"),
+            "chunked_prefill_size": chunked}
 
 
 def _factory(params, components):

@@ -115,6 +115,8 @@ def tree_options(config: SimConfig) -> dict:
         kw["policy_options"] = {k: float(getattr(config, f, 0.0)) for k, f in (
             ("flops_per_token", "flops_per_token"), ("attn_flops_per_pos", "attn_flops_per_pos"),
             ("state_bytes", "state_bytes_per_slot"), ("kv_bytes_per_token", "kv_bytes_per_token"))}
+        # its snapshot placement leaves a chunked prefill's chunk ends alone
+        kw["policy_options"]["chunked_prefill_size"] = int(getattr(config, "chunked_prefill_size", 0) or 0)
     if pol == "utility":
         kw["policy_options"] = {
             "alpha": float(getattr(config, "utility_alpha", 0.0)),

@@ -12,8 +12,8 @@ import pytest
 from mambaradix import _C
 
 UTILITY_KEYS = ("alpha, flops_per_token, attn_flops_per_pos, state_bytes, kv_bytes_per_token, "
-                "evict_window, tune_window, mru")
-WINDOWS = {"evict_window": 1024, "tune_window": 1 << 20, "mru": 1}
+                "evict_window, tune_window, mru, chunked_prefill_size")
+WINDOWS = {"evict_window": 1024, "tune_window": 1 << 20, "mru": 1, "chunked_prefill_size": (1 << 31) - 1}
 
 
 @pytest.mark.parametrize("cls", [_C.RadixTree, _C.Lifecycle])

@@ -25,8 +25,10 @@ WINDOW = 4096     # observations between halvings
 
 
 class PlaceModel:
-    def __init__(self, page: int, chunk: int) -> None:
+    def __init__(self, page: int, chunk: int, chunked_prefill: int = 0) -> None:
         self.page, self.chunk, self.step = page, chunk, max(page, chunk)
+        self.chunked_prefill = chunked_prefill   # the scheduler's budget (0: none)
+        self.refused = 0                         # predictions a chunked extend ruled out
         self.kv: set = {()}
         self.kids: dict = {}        # prefix -> next pages below it
         self.states: set = set()
@@ -71,6 +73,9 @@ class PlaceModel:
             return 0
         s0, e = s // step, L // step
         if e < s0 + 2:
+            return 0
+        if self.chunked_prefill and len(key) - s > self.chunked_prefill:
+            self.refused += 1       # several extends: the junction would take a chunk end's place
             return 0
         sg = [0] * (PB + 1)
         for b in range(PB - 1, -1, -1):
@@ -177,15 +182,19 @@ def _keys(rng: random.Random, page: int, chunk: int, steps: int, cuts: bool = Fa
         done.append(key)
 
 
-@pytest.mark.parametrize("page,chunk,seed,steps,cuts", [
-    (1, 4, 1, 1500, False), (1, 4, 2, 1500, False), (1, 8, 3, 1500, False), (16, 16, 8, 1500, False),
-    (16, 32, 5, 1500, False), (4, 2, 6, 1500, False), (1, 4, 9, 5000, False), (1, 4, 11, 2000, True),
-    (16, 16, 14, 2000, True), (4, 8, 13, 2000, True)])
-def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: int, steps: int, cuts: bool) -> None:
-    """The long run passes the first halvings of the evidence; with cuts, splits move a branch's head."""
+@pytest.mark.parametrize("page,chunk,seed,steps,cuts,cps", [
+    (1, 4, 1, 1500, False, 0), (1, 4, 2, 1500, False, 0), (1, 8, 3, 1500, False, 0), (16, 16, 8, 1500, False, 0),
+    (16, 32, 5, 1500, False, 0), (4, 2, 6, 1500, False, 0), (1, 4, 9, 5000, False, 0), (1, 4, 11, 2000, True, 0),
+    (16, 16, 14, 2000, True, 0), (4, 8, 13, 2000, True, 0), (1, 4, 21, 1500, False, 27),
+    (16, 16, 22, 2000, True, 140)])
+def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: int, steps: int, cuts: bool,
+                                                  cps: int) -> None:
+    """The long run passes the first halvings of the evidence; with cuts, splits move a branch's head;
+    cps: a chunked prefill budget, which rules out the predictions for longer extends."""
     rng = random.Random(seed)
-    tree = mambaradix.RadixTree(page_size=page, chunk_size=chunk, lru_policy="adaptive")
-    model = PlaceModel(page, chunk)
+    tree = mambaradix.RadixTree(page_size=page, chunk_size=chunk, lru_policy="adaptive",
+                                policy_options={"chunked_prefill_size": cps})
+    model = PlaceModel(page, chunk, cps)
     slot = 1
     placed_seen = warm = off_grid = 0
     for i, key in enumerate(_keys(rng, page, chunk, steps, cuts)):
@@ -212,6 +221,7 @@ def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: i
             slot += 1
         tree.sanity_check()
     assert placed_seen >= 5 and model.placed >= 5 and model.halvings >= (steps > 3000)
+    assert (model.refused >= 5) == (cps > 0)
     assert warm > 0 and (off_grid > 0 or page > 1)     # a state above; a KV match off the step grid
 
 

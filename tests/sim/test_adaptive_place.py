@@ -60,3 +60,17 @@ def test_sim_placement_leaves_a_chat_alone() -> None:
     m = engine.run(reqs, cfg)
     base = engine.run(reqs, dataclasses.replace(cfg, lru_policy="consumed"))
     assert m.adaptive_placements == 0 and m.token_hit_rate == base.token_hit_rate
+
+
+def test_sim_placement_leaves_a_chunked_prefill_alone() -> None:
+    """A prompt prefilled in several extends keeps its chunk ends' snapshots:
+    no junction is predicted for an extend longer than the chunked prefill
+    budget (each group's first request extends 168 tokens here)."""
+    reqs = _groups(20, 128, 40)
+    cfg = apply_preset(SimConfig(chunk_size=32, track_interval=256, state_slots=256, max_running=2,
+                                 lru_policy="adaptive", kv_tokens=65536, chunked_prefill_size=4096), "qwen3-next")
+    assert engine.run(reqs, cfg).adaptive_placements > 0
+    chunked = engine.run(reqs, dataclasses.replace(cfg, chunked_prefill_size=160))
+    assert chunked.adaptive_placements == 0
+    base = engine.run(reqs, dataclasses.replace(cfg, chunked_prefill_size=160, lru_policy="consumed"))
+    assert chunked.state_usable_tokens == base.state_usable_tokens
