@@ -576,6 +576,16 @@ adaptive_eff(const mr_radix *t, const mr_node *n)
     return (double)(n->end - a->end);
 }
 
+/* n's uses were set now: its priority counts from L and its value now
+ * (see "Adaptive"). */
+static void
+adaptive_uses_set(const mr_radix *t, mr_node *n)
+{
+    n->ad_base = t->ad_inflation;
+    n->ad_eff = adaptive_eff(t, n);
+    n->ad_prob = 0;
+}
+
 /* A state's priority (see "Adaptive"). */
 static double
 adaptive_prio(const mr_radix *t, const mr_node *n)
@@ -623,9 +633,7 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
 {
     if (best != t->root) {
         best->ad_f++;
-        best->ad_base = t->ad_inflation;
-        best->ad_eff = adaptive_eff(t, best);
-        best->ad_prob = 0;
+        adaptive_uses_set(t, best);
     }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
     if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
@@ -659,16 +667,12 @@ adaptive_admit(mr_radix *t, mr_node *n)
     }
     if (a != t->root && !branched && !a->forked) {
         a->ad_f = 1;
-        a->ad_base = t->ad_inflation;
-        a->ad_eff = adaptive_eff(t, a);
-        a->ad_prob = 0;
+        adaptive_uses_set(t, a);
         t->ad_superseded++;
     }
     n->ghost = 0;
     n->ad_f = n->ad_f > 1 ? n->ad_f : 1;   /* a tombstone's: the evicted state's uses */
-    n->ad_base = t->ad_inflation;
-    n->ad_eff = adaptive_eff(t, n);
-    n->ad_prob = 0;
+    adaptive_uses_set(t, n);
     if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
         n->ad_prob = 1;
         t->ver++;

@@ -21,7 +21,7 @@ _INT64_MAX = 2**63 - 1
 from .. import scheduler as _rules
 from ..scheduler import DriverConfig
 from .presets import format_bytes
-from .types import SimConfig, SimRequest
+from .types import SimConfig, SimRequest, _is_int
 
 __all__ = ["ConfigError", "MODES", "POLICIES", "STATES", "DECODE_BOUNDARIES", "UTILITY_ORDERS", "SEMANTICS",
            "SLOTS_PER_REQUEST", "MAX_POOL", "TOY_MAX_BYTES", "check_field", "validate_config",
@@ -166,11 +166,6 @@ def validate_config(config: SimConfig, where: str = "") -> None:
     if config.mode != "no_buffer" and config.track_interval % config.page_size:
         raise ConfigError(f"track_interval {config.track_interval} must be a multiple of "
                           f"page_size {config.page_size}")
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int or (isinstance(value, numbers.Integral)
-                                  and not isinstance(value, (bool, np.bool_)))
 
 
 def _check_token_ids(where: str, ids: Any) -> None:

@@ -177,8 +177,10 @@ MAX_RUNNING_CAP = 64
 SGLANG_SLOTS_PER_RUNNING = {"pp2": 5, "pp1": 4, "lazy": 4, "no_buffer": 3}
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+def _is_int(value) -> bool:
+    """An integer, bool and numpy bool excluded (the simulator's checks share it)."""
+    return type(value) is int or (isinstance(value, numbers.Integral)
+                                  and not isinstance(value, (bool, np.bool_)))
 
 
 def sglang_running_cap(state_slots, mode) -> Optional[int]:
