@@ -76,6 +76,7 @@ struct mr_node {
     uint32_t ad_f;         /* uses of the current state (1 at admission) */
     double ad_base;        /* the inflation when its uses last changed (priority: adaptive_prio) */
     double ad_eff;         /* its value then (adaptive_eff): the most it counts until f changes */
+    double ad_floor;       /* the least its value counts: what the used state it superseded counted */
     uint32_t kid_used;     /* states attached under this node that a match used, or wanted (ghost hit) */
     uint32_t kid_wasted;   /* states attached under this node evicted without a use */
     /* Adaptive placement (see "Adaptive placement"). */
@@ -594,7 +595,8 @@ adaptive_prio(const mr_radix *t, const mr_node *n)
         return n->ad_base;
     }
     double v = adaptive_eff(t, n);
-    return n->ad_base + (double)n->ad_f * (n->ad_eff < v ? n->ad_eff : v);
+    v = n->ad_eff < v ? n->ad_eff : v;
+    return n->ad_base + (double)n->ad_f * (v > n->ad_floor ? v : n->ad_floor);
 }
 
 /* The evictable state of least priority among the evict_window least
@@ -654,18 +656,25 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
 }
 
 /* A state was attached to n: its priority, the supersession of the state
- * above it, and its place in the state list (the MRU end, or on probation
- * the LRU end). */
+ * above it (a used one hands n its value: see "Adaptive"), and its place in
+ * the state list (the MRU end, or on probation the LRU end). */
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
     const mr_node *p = n->parent;
-    mr_node *a = n->parent;
+    mr_node *a = n->parent, *handed = NULL;
     int branched = 0;
     for (; a != t->root && a->state < 0; a = a->parent) {
         branched |= a->forked;
     }
+    n->ad_floor = 0.0;
     if (a != t->root && !branched && !a->forked) {
+        if (a->reused) {
+            double v = adaptive_eff(t, a);
+            v = a->ad_eff < v ? a->ad_eff : v;
+            n->ad_floor = v > a->ad_floor ? v : a->ad_floor;
+            handed = a;
+        }
         a->ad_f = 1;
         adaptive_uses_set(t, a);
         t->ad_superseded++;
@@ -673,6 +682,11 @@ adaptive_admit(mr_radix *t, mr_node *n)
     n->ghost = 0;
     n->ad_f = n->ad_f > 1 ? n->ad_f : 1;   /* a tombstone's: the evicted state's uses */
     adaptive_uses_set(t, n);
+    if (handed != NULL) {
+        /* the superseded state counts at most n's own value until a match uses it */
+        handed->ad_floor = 0.0;
+        handed->ad_eff = n->ad_eff < handed->ad_eff ? n->ad_eff : handed->ad_eff;
+    }
     if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
         n->ad_prob = 1;
         t->ver++;

@@ -3,8 +3,9 @@ each state's priority h = L0 + uses * tokens spared (no costs set: the tokens
 from the nearest state above, as the tree stands at the eviction, at most
 what it was when its uses were set; L0 the inflation then), the victim of least h (ties: the less
 recently used), L the highest victim's h, a value at most what it was when
-the uses were last set, supersession on a path that never branched only,
-ghosts of removed leaves and admission on probation."""
+the uses were last set, supersession on a path that never branched only (a
+used state handing its value to the state that supersedes it), ghosts of
+removed leaves and admission on probation."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ def test_a_continuation_supersedes_the_uses_of_the_state_above_it():
     _put(t, a + [5] * 20, 3)            # supersedes 1: h(1) = 0 + 8; h(3) = 20
     assert _victims(t, 2) == [1, 2]
     assert t.policy_stats()["adaptive_inflation"] == 12.0
+
+
+def test_a_used_state_hands_its_value_to_the_state_that_supersedes_it():
+    """A chat's next turn resumes from the last turn's state and caches a
+    state a few tokens deeper: that one takes the value of the state it
+    superseded, which keeps at most the newer one's own value (the deeper
+    state serves every request the older one served)."""
+    for used, want in ((True, [1, 3, 2]), (False, [2, 3, 1])):
+        t = _tree()
+        a = [1] * 40
+        _put(t, a, 1)                       # h(1) = 0 + 40
+        if used:
+            assert t.match_prefix(a + [7]).state == 1
+        _put(t, a + [5] * 4, 2)             # supersedes 1 (uses 1 again; h(1) = 0 + 40, h(2) = 0 + 4) ...
+        _put(t, [9] * 12, 3)                # h(3) = 12
+        # ... but a used 1 hands 2 its 40 and keeps 4: victims 1 (4), 3 (12), 2 (40)
+        assert _victims(t, 3) == want, used
+        assert t.policy_stats()["adaptive_inflation"] == 40.0
 
 
 def test_the_inflation_ages_states_that_are_not_used_again():

@@ -49,6 +49,7 @@ class AdaptiveModel:
         self.base: dict = {}      # identity -> L when its uses were last set
         self.prob: set = set()    # identities admitted on probation, not used since
         self.cap: dict = {}       # identity -> its value when its uses were last set
+        self.floor: dict = {}     # identity -> the least its value counts (handed over at supersession)
         self.gown: set = set()    # identities whose own state was evicted, tombstone kept
         self.past: dict = {}      # such a tombstone's identity -> the evicted state's uses
         self.table: dict = {}     # slot -> (id, gen, tok)
@@ -56,7 +57,7 @@ class AdaptiveModel:
         self.wasted: dict = {}    # identity -> kid_wasted
         self.reused: set = set()
         self.forked: set = set()  # identities that have had two children at once
-        self.ghost_hits = self.probation = self.superseded = self.restored = 0
+        self.ghost_hits = self.probation = self.superseded = self.restored = self.handed = 0
 
     # -- the value of a state ---------------------------------------------
     def eff(self, n) -> float:
@@ -82,11 +83,12 @@ class AdaptiveModel:
 
     def prio(self, n) -> float:
         """h = L0 + f * v, v the value as the tree stands now, at most its
-        value when f was last set (on probation: L0)."""
+        value when f was last set, at least the value a used state it
+        superseded handed it (on probation: L0)."""
         i = ident(n)
         if i in self.prob:
             return self.base[i]
-        return self.base[i] + self.uses[i] * min(self.eff(n), self.cap[i])
+        return self.base[i] + self.uses[i] * max(min(self.eff(n), self.cap[i]), self.floor.get(i, 0.0))
 
     # -- what a match, an admission and an eviction change ------------------
     def on_match(self, key: list, m) -> None:
@@ -139,17 +141,29 @@ class AdaptiveModel:
         while not a.is_root and a.state is None:
             branched |= ident(a) in self.forked
             a = a.parent
+        self.floor.pop(i, None)
+        handed = None
         if not a.is_root and not branched and ident(a) not in self.forked:
-            self.uses[ident(a)] = 1
-            self.base[ident(a)] = self.L
-            self.prob.discard(ident(a))
-            self.cap[ident(a)] = self.eff(a)
+            ia = ident(a)
+            if ia in self.reused:
+                # a used state hands the new one its value (as it counts now)
+                self.floor[i] = max(min(self.eff(a), self.cap[ia]), self.floor.get(ia, 0.0))
+                handed = ia
+            self.uses[ia] = 1
+            self.base[ia] = self.L
+            self.prob.discard(ia)
+            self.cap[ia] = self.eff(a)
             self.superseded += 1
         self.uses[i] = max(1, self.past.pop(i, 1))   # a tombstone's: the evicted state's uses
         self.restored += self.uses[i] > 1
         self.base[i] = self.L
         self.cap[i] = self.eff(node)
         self.prob.discard(i)
+        if handed is not None:
+            # and counts at most the new state's own value until a match uses it
+            self.floor.pop(handed, None)
+            self.cap[handed] = min(self.cap[handed], self.cap[i])
+            self.handed += 1
         p = ident(node.parent)
         if self.wasted.get(p, 0) >= 2 * self.used.get(p, 0) + 2:
             self.probation += 1
@@ -166,6 +180,7 @@ class AdaptiveModel:
         del self.base[ident(x)]
         self.prob.discard(ident(x))
         del self.cap[ident(x)]
+        self.floor.pop(ident(x), None)
         if not was_reused:
             parent = path[1][0] if len(path) > 1 else self.tree.root
             self.wasted[ident(parent)] = self.wasted.get(ident(parent), 0) + 1
@@ -247,14 +262,14 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
 def test_adaptive_matches_the_model_step_by_step(seed: int) -> None:
     m = _run(seed, 1500, None)
     # every mechanism ran: ghosts, supersession, probation, states used more than once
-    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0 and m.restored > 0
+    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0 and m.restored > 0 and m.handed > 10
     assert max(m.uses.values()) > 2 and m.L > 0
 
 
 def test_adaptive_matches_the_model_with_costs_and_a_window() -> None:
     costs = {"flops_per_token": 3.0, "attn_flops_per_pos": 0.5, "state_bytes": 40.0, "kv_bytes_per_token": 1.0}
     m = _run(7, 1200, costs, window=3)
-    assert m.ghost_hits > 10 and m.superseded > 10
+    assert m.ghost_hits > 10 and m.superseded > 10 and m.handed > 5
 
 
 def test_adaptive_keeps_the_invariants_under_random_ops() -> None:

@@ -683,6 +683,11 @@ MUTANTS: List[Mutant] = [
            T_ADAPT, "the adaptive inflation falls to a victim whose value fell below it"),
     Mutant("AD_F_RESTORE", "csrc/core/radix.c", "n->ad_f = n->ad_f > 1 ? n->ad_f : 1;", "n->ad_f = 1;",
            T_ADAPT, "a state recreated where one was evicted starts from one use, not that state's uses"),
+    Mutant("AD_HANDOVER", "csrc/core/radix.c", "(v > n->ad_floor ? v : n->ad_floor)", "(v)",
+           T_ADAPT, "a state that supersedes a used state counts only its own value, so it goes first"),
+    Mutant("AD_HANDOVER_CAP", "csrc/core/radix.c",
+           "handed->ad_eff = n->ad_eff < handed->ad_eff ? n->ad_eff : handed->ad_eff;", "(void)handed;",
+           T_ADAPT, "a used state superseded by a deeper one keeps its whole value beside the value it handed over"),
     # ---- counted pools (csrc/core/lifecycle.c, the simulator's)
     Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
            "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
