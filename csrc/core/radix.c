@@ -656,8 +656,12 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
 }
 
 /* A state was attached to n: its priority, the supersession of the state
- * above it (a used one hands n its value: see "Adaptive"), and its place in
- * the state list (the MRU end, or on probation the LRU end). */
+ * above it, and its place in the state list (the MRU end, or on probation
+ * the LRU end).  The superseded state hands n its value when a match used
+ * it, no other request runs from it (one lock at most: the superseding
+ * request's own) and no state was attached below it before: a path
+ * continued for the first time, as a chat's next turn continues the last
+ * (see "Adaptive"). */
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
@@ -669,7 +673,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
     }
     n->ad_floor = 0.0;
     if (a != t->root && !branched && !a->forked) {
-        if (a->reused) {
+        if (a->reused && a->full_lock <= 1 && a->kid_used == 0 && a->kid_wasted == 0) {
             double v = adaptive_eff(t, a);
             v = a->ad_eff < v ? a->ad_eff : v;
             n->ad_floor = v > a->ad_floor ? v : a->ad_floor;

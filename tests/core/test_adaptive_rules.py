@@ -67,6 +67,36 @@ def test_a_used_state_hands_its_value_to_the_state_that_supersedes_it():
         assert t.policy_stats()["adaptive_inflation"] == 40.0
 
 
+def test_no_handover_from_a_state_another_request_runs_from_or_one_with_states_below_before():
+    """The handover is for a path continued for the first time by the request
+    that resumed from it: not when another request holds the superseded
+    state's node (a sibling running from a shared step), nor when a state
+    was attached below it before (a shared prefix whose requests' states came
+    and went)."""
+    for locks, want in ((1, [1, 3, 2]), (2, [2, 3, 1])):
+        t = _tree()
+        a = [1] * 40
+        _put(t, a, 1)
+        m = t.match_prefix(a + [7])
+        assert m.state == 1
+        for _ in range(locks):
+            t.inc_lock_ref(m.node)
+        _put(t, a + [5] * 4, 2)
+        for _ in range(locks):
+            t.dec_lock_ref(m.node)
+        _put(t, [9] * 12, 3)
+        assert _victims(t, 3) == want, locks
+    t = _tree()
+    a = [1] * 40
+    _put(t, a, 1)
+    _put(t, a + [6] * 4, 9)                 # below 1 (supersedes it: h(1) = 40, h(9) = 4)
+    assert t.match_prefix(a + [7]).state == 1     # h(1) = 0 + 2 * 40
+    assert _victims(t, 1) == [9]            # evicted unused below 1 (L = 4)
+    _put(t, a + [5] * 4, 2)                 # supersedes 1: h(1) = 4 + 40, h(2) = 4 + 4, no handover
+    _put(t, [9] * 12, 3)                    # h(3) = 16
+    assert _victims(t, 3) == [2, 3, 1]
+
+
 def test_the_inflation_ages_states_that_are_not_used_again():
     t = _tree()
     _put(t, [1] * 30, 1)

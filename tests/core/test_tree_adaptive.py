@@ -58,6 +58,7 @@ class AdaptiveModel:
         self.reused: set = set()
         self.forked: set = set()  # identities that have had two children at once
         self.ghost_hits = self.probation = self.superseded = self.restored = self.handed = 0
+        self.held = 0   # handovers another request's lock kept from happening
 
     # -- the value of a state ---------------------------------------------
     def eff(self, n) -> float:
@@ -145,8 +146,11 @@ class AdaptiveModel:
         handed = None
         if not a.is_root and not branched and ident(a) not in self.forked:
             ia = ident(a)
-            if ia in self.reused:
-                # a used state hands the new one its value (as it counts now)
+            first = not self.used.get(ia, 0) and not self.wasted.get(ia, 0)
+            self.held += ia in self.reused and first and a.full_lock_ref > 1
+            if ia in self.reused and a.full_lock_ref <= 1 and first:
+                # a used state that no other request runs from, with no state
+                # below it before, hands the new one its value (as it counts now)
                 self.floor[i] = max(min(self.eff(a), self.cap[ia]), self.floor.get(ia, 0.0))
                 handed = ia
             self.uses[ia] = 1
@@ -210,7 +214,8 @@ def _path(n) -> list:
     return out
 
 
-def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int = 10) -> AdaptiveModel:
+def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int = 10,
+         locks: float = 0.05) -> AdaptiveModel:
     rng = random.Random(seed)
     opts = dict(costs or {}, evict_window=window)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive", policy_options=opts)
@@ -235,15 +240,15 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
         elif r < 0.65:
             m = tree.match_prefix(key)
             model.on_match(key, m)
-        elif r < 0.7:
+        elif r < 0.65 + locks:
             m = tree.match_prefix(key)
             model.on_match(key, m)
             if not m.node.is_root:
                 tree.inc_lock_ref(m.node)
                 locked.append(m.node)
-        elif r < 0.75 and locked:
+        elif r < 0.65 + 2 * locks and locked:
             tree.dec_lock_ref(locked.pop(rng.randrange(len(locked))))
-        elif r < 0.78:
+        elif r < 0.68 + 2 * locks:
             tree.evict_full(rng.randint(1, 8))               # KV victims: no ghosts
         while tree.total_size()[1] > cap:
             x = model.victim()
@@ -264,6 +269,12 @@ def test_adaptive_matches_the_model_step_by_step(seed: int) -> None:
     # every mechanism ran: ghosts, supersession, probation, states used more than once
     assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0 and m.restored > 0 and m.handed > 10
     assert max(m.uses.values()) > 2 and m.L > 0
+
+
+def test_adaptive_matches_the_model_with_many_locks() -> None:
+    """Locks held often: handovers that another request's lock holds back."""
+    m = _run(14, 3000, None, locks=0.15)
+    assert m.held > 5 and m.handed > 50
 
 
 def test_adaptive_matches_the_model_with_costs_and_a_window() -> None:

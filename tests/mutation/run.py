@@ -688,6 +688,10 @@ MUTANTS: List[Mutant] = [
     Mutant("AD_HANDOVER_CAP", "csrc/core/radix.c",
            "handed->ad_eff = n->ad_eff < handed->ad_eff ? n->ad_eff : handed->ad_eff;", "(void)handed;",
            T_ADAPT, "a used state superseded by a deeper one keeps its whole value beside the value it handed over"),
+    Mutant("AD_HANDOVER_LOCK", "csrc/core/radix.c", "a->reused && a->full_lock <= 1 && ", "a->reused && ",
+           T_ADAPT, "a state another request runs from hands its value over to the first sibling's new state"),
+    Mutant("AD_HANDOVER_FIRST", "csrc/core/radix.c", " && a->kid_used == 0 && a->kid_wasted == 0) {", ") {",
+           T_ADAPT, "a shared prefix's state, whose requests' states came and went below it, hands its value over"),
     # ---- counted pools (csrc/core/lifecycle.c, the simulator's)
     Mutant("CNT_PAGE", "csrc/core/lifecycle.c", "lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;",
            "lc->cnt.kv_free += (int64_t)n;", T_COUNT, "a request's freed tail goes back as tokens, not whole pages"),
