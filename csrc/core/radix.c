@@ -587,16 +587,21 @@ adaptive_uses_set(const mr_radix *t, mr_node *n)
     n->ad_prob = 0;
 }
 
+/* What a state's value counts now: its value as the tree stands, at most
+ * its value when its uses were set, at least the floor a handover gave it. */
+static double
+adaptive_value(const mr_radix *t, const mr_node *n)
+{
+    double v = adaptive_eff(t, n);
+    v = n->ad_eff < v ? n->ad_eff : v;
+    return v > n->ad_floor ? v : n->ad_floor;
+}
+
 /* A state's priority (see "Adaptive"). */
 static double
 adaptive_prio(const mr_radix *t, const mr_node *n)
 {
-    if (n->ad_prob) {
-        return n->ad_base;
-    }
-    double v = adaptive_eff(t, n);
-    v = n->ad_eff < v ? n->ad_eff : v;
-    return n->ad_base + (double)n->ad_f * (v > n->ad_floor ? v : n->ad_floor);
+    return n->ad_prob ? n->ad_base : n->ad_base + (double)n->ad_f * adaptive_value(t, n);
 }
 
 /* The evictable state of least priority among the evict_window least
@@ -674,9 +679,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
     n->ad_floor = 0.0;
     if (a != t->root && !branched && !a->forked) {
         if (a->reused && a->full_lock <= 1 && a->kid_used == 0 && a->kid_wasted == 0) {
-            double v = adaptive_eff(t, a);
-            v = a->ad_eff < v ? a->ad_eff : v;
-            n->ad_floor = v > a->ad_floor ? v : a->ad_floor;
+            n->ad_floor = adaptive_value(t, a);
             handed = a;
         }
         a->ad_f = 1;

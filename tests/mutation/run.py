@@ -683,7 +683,7 @@ MUTANTS: List[Mutant] = [
            T_ADAPT, "the adaptive inflation falls to a victim whose value fell below it"),
     Mutant("AD_F_RESTORE", "csrc/core/radix.c", "n->ad_f = n->ad_f > 1 ? n->ad_f : 1;", "n->ad_f = 1;",
            T_ADAPT, "a state recreated where one was evicted starts from one use, not that state's uses"),
-    Mutant("AD_HANDOVER", "csrc/core/radix.c", "(v > n->ad_floor ? v : n->ad_floor)", "(v)",
+    Mutant("AD_HANDOVER", "csrc/core/radix.c", "return v > n->ad_floor ? v : n->ad_floor;", "return v;",
            T_ADAPT, "a state that supersedes a used state counts only its own value, so it goes first"),
     Mutant("AD_HANDOVER_CAP", "csrc/core/radix.c",
            "handed->ad_eff = n->ad_eff < handed->ad_eff ? n->ad_eff : handed->ad_eff;", "(void)handed;",
