@@ -152,6 +152,7 @@ struct mr_radix {
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
     uint64_t ad_ghost_hits, ad_probation, ad_superseded;
+    uint32_t ad_wanted, ad_found;  /* recent matches that found a ghost / used a state and found none */
     uint32_t *ad_depth;       /* placement: junction depths per bucket (AD_PB, or NULL) */
     uint64_t ad_events;       /* placement: observations since the last halving */
     uint64_t ad_placed;       /* placement: predicted junctions proposed */
@@ -514,11 +515,17 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * h = L + eff(A)).  (A chat turn's state, once the next turn's is cached;
  * not a shared prompt's, whose earlier branches may be gone.)
  *
- * Admission on probation: each node counts the states attached directly
- * below it that a match used, or that a ghost showed were wanted
- * (kid_used), and those evicted without a use (kid_wasted).  A new state
- * whose parent has kid_wasted >= 2 * kid_used + 2 enters with h = L, at the
- * LRU end: under pressure it goes first unless a match uses it first.
+ * Admission on probation: the tree counts the matches that found a ghost
+ * (a state evicted before this reuse: the pool too small for the reuse
+ * distance) and those that used a state and found none, both halved once
+ * they reach AD_THRASH_WINDOW together.  While the first are at least
+ * twice the second plus two (by the rule of succession, a reuse finds its
+ * state a third of the time or less: the pool thrashes, as a least-
+ * recently-used order does on cyclic reuse larger than the pool), a new
+ * state that supersedes nothing (below) enters with h = L, at the LRU end:
+ * it goes first unless a match uses it first, so the states that did get
+ * used stay and a fixed subset of the cycle hits.  One-shot states that are
+ * never asked for again leave no ghost and do not count.
  *
  * Ghosts: an evicted state's node keeps a ghost mark (a tombstone keeps
  * it), and a removed leaf's ghost goes into a direct-mapped table
@@ -530,6 +537,7 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * the state as wanted below its parent. */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
+#define AD_THRASH_WINDOW 4096
 /* placement (see "Adaptive placement") */
 #define AD_PB 512
 #define AD_PLACE_MARGIN 4
@@ -562,6 +570,7 @@ adaptive_reset(mr_radix *t)
         memset(t->ad_depth, 0, AD_PB * sizeof(uint32_t));
     }
     t->ad_events = 0;
+    t->ad_wanted = t->ad_found = 0;
 }
 
 static double
@@ -642,10 +651,15 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
         best->ad_f++;
         adaptive_uses_set(t, best);
     }
+    if (t->ad_wanted + t->ad_found >= AD_THRASH_WINDOW) {
+        t->ad_wanted /= 2;
+        t->ad_found /= 2;
+    }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
     if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
         /* the deepest: a removed branch below the end of the KV match */
         t->ad_ghost_hits++;
+        t->ad_wanted++;
         kv->kid_used++;
         e->live = 0;
         return;
@@ -653,11 +667,13 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
     for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
         if (n->ghost) {
             t->ad_ghost_hits++;
+            t->ad_wanted++;
             n->parent->kid_used++;
             n->ghost = 0;
             return;
         }
     }
+    t->ad_found += best != t->root;
 }
 
 /* A state was attached to n: its priority, the supersession of the state
@@ -670,14 +686,14 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
-    const mr_node *p = n->parent;
     mr_node *a = n->parent, *handed = NULL;
     int branched = 0;
     for (; a != t->root && a->state < 0; a = a->parent) {
         branched |= a->forked;
     }
     n->ad_floor = 0.0;
-    if (a != t->root && !branched && !a->forked) {
+    const int supersedes = a != t->root && !branched && !a->forked;
+    if (supersedes) {
         if (a->reused && a->full_lock <= 1 && a->kid_used == 0 && a->kid_wasted == 0) {
             n->ad_floor = adaptive_value(t, a);
             handed = a;
@@ -694,7 +710,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
         handed->ad_floor = 0.0;
         handed->ad_eff = n->ad_eff < handed->ad_eff ? n->ad_eff : handed->ad_eff;
     }
-    if (p->kid_wasted >= 2 * (uint64_t)p->kid_used + 2) {
+    if (!supersedes && t->ad_wanted >= 2 * (uint64_t)t->ad_found + 2) {
         n->ad_prob = 1;
         t->ver++;
         lru_insert_after(t->head[LRU_STATE].prev, n, LRU_STATE);

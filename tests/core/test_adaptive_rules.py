@@ -111,22 +111,47 @@ def test_the_inflation_ages_states_that_are_not_used_again():
     assert t.policy_stats()["admissions_probation"] == 0
 
 
-def test_probation_follows_wasted_states_and_a_ghost_counts_as_a_use():
+def test_probation_while_reuses_find_ghosts_rather_than_states():
+    """States evicted unused and never asked for again (one-shot requests)
+    change nothing; matches that find ghosts more than twice as often as
+    states (the pool thrashes on cyclic reuse) put the new states that
+    supersede nothing on probation, until a state is found again."""
     t = _tree()
     _put(t, [11] * 4, 1)
     _put(t, [12] * 4, 2)
-    assert _victims(t, 2) == [1, 2]     # the root: two states evicted unused
-    _put(t, [13] * 4, 3)                # wasted 2 >= 2 * 0 + 2: on probation, h = L
+    assert _victims(t, 2) == [1, 2]     # L = 4; both leaves removed, their ghosts kept
+    _put(t, [10] * 4, 5)                # two states wasted, none asked for: admitted as usual
+    assert t.policy_stats()["admissions_probation"] == 0
+    assert _victims(t, 1) == [5]        # h(5) = 4 + 4: L = 8
+    t.match_prefix([11] * 5)            # finds 1's ghost
+    t.match_prefix([12] * 5)            # and 2's: wanted 2 >= 2 * 0 + 2, the pool thrashes
+    assert t.policy_stats()["ghost_hits"] == 2
+    _put(t, [13] * 4, 3)                # supersedes nothing: on probation, h(3) = L = 8, at the LRU end
     s = t.policy_stats()
     assert s["admissions_probation"] == 1
-    assert t.lru_order("mamba")[-1].state == 3    # at the LRU end
-    t.match_prefix([11] * 4)            # the removed leaf's ghost: the root's states were wanted once
-    assert t.policy_stats()["ghost_hits"] == 1
-    _put(t, [14] * 4, 4)                # wasted 2 < 2 * 1 + 2: admitted as usual
+    assert t.lru_order("mamba")[-1].state == 3
+    assert t.match_prefix([13] * 5).state == 3    # a state found: 2 < 2 * 1 + 2; h(3) = 8 + 2 * 4 = 16
+    _put(t, [14] * 4, 4)                # admitted as usual: h(4) = 8 + 4 = 12, at the MRU end
     s = t.policy_stats()
     assert s["admissions_probation"] == 1
     assert t.lru_order("mamba")[0].state == 4
-    assert _victims(t, 1) == [3]        # h(3) = L = 4 < h(4) = 4 + 4
+    assert _victims(t, 1) == [4]
+
+
+def test_a_state_that_supersedes_another_is_never_on_probation():
+    """While the pool thrashes, a state below another on a path that never
+    branched (a chat's next turn) takes that one's place as usual."""
+    t = _tree()
+    _put(t, [11] * 4, 1)
+    _put(t, [12] * 4, 2)
+    assert _victims(t, 2) == [1, 2]
+    t.match_prefix([11] * 5)
+    t.match_prefix([12] * 5)            # the pool thrashes
+    _put(t, [13] * 4, 3)                # on probation
+    _put(t, [13] * 4 + [5] * 4, 4)      # supersedes 3: admitted as usual, at the MRU end
+    s = t.policy_stats()
+    assert s["admissions_probation"] == 1 and s["states_superseded"] == 1
+    assert t.lru_order("mamba")[0].state == 4
 
 
 def test_a_junction_whose_branches_were_evicted_keeps_its_uses():
@@ -138,7 +163,7 @@ def test_a_junction_whose_branches_were_evicted_keeps_its_uses():
     for _ in range(2):
         assert t.match_prefix(a + [7]).state == 1  # h(1) = 0 + 3 * 8 = 24
     assert _victims(t, 2) == [2, 3]     # L = 4; 1's node has no child left
-    _put(t, a + [7] * 4, 4)             # it branched once: no supersession; 4 on probation, h(4) = L = 4
+    _put(t, a + [7] * 4, 4)             # it branched once: no supersession; h(4) = L + 4 = 8
     _put(t, [9] * 16, 5)                # h(5) = 4 + 16 = 20
     assert _victims(t, 2) == [4, 5]     # 1 (h 24) stays
     assert t.policy_stats()["states_superseded"] == 1
@@ -231,3 +256,25 @@ def test_a_junction_recreated_where_it_was_evicted_keeps_its_uses():
     _put(t, [8] * 20, 6)                # h(6) = 24 + 20 = 44
     assert _victims(t, 3) == [2, 4, 6]  # 30, then 44 twice (4 the less recently used); 5 stays
     assert t.policy_stats()["adaptive_inflation"] == 44.0
+
+
+def test_the_thrash_counts_fade():
+    """The counts of matches that found a state and of those that found a
+    ghost are halved together whenever they reach 4,096: 2,100 matches that
+    found a state, then one-shot states each evicted and asked for again.
+    Without the halving the 2,100 would hold probation off for ever; with it
+    the found count falls to 1,050 and then 525 while the ghosts build up,
+    and the state admitted after the 3,100th ghost is the first on
+    probation."""
+    t = _tree()
+    shared = [1] * 400
+    _put(t, shared, 1)                  # h(1) = 2101 * 400 after the matches below: never a victim here
+    for _ in range(2100):
+        assert t.match_prefix(shared + [2]).state == 1
+    for i in range(3200):
+        key = [1000 + i] * 4
+        _put(t, key, 2 + i)
+        assert t.policy_stats()["admissions_probation"] == (i >= 3100) * (i - 3099)
+        assert _victims(t, 1) == [2 + i]
+        t.match_prefix(key + [0])       # its ghost
+    assert t.policy_stats()["ghost_hits"] == 3200

@@ -8,8 +8,9 @@ spares as the tree stands at the eviction, at most what it spared then),
 L, the
 supersession of a state by a new one below it on an unbranched path, the
 ghosts of evicted states (on a tombstone, or in the direct-mapped table under
-the ancestor that survived a removed leaf) and the per-node counts of used and
-wasted child states that decide a probation admission.  Random inserts,
+the ancestor that survived a removed leaf), the per-node counts of used and
+wasted child states that decide a handover, and the tree's counts of matches
+that found a ghost or a state, which decide a probation admission.  Random inserts,
 matches, locks and evictions run on both; after every step the victim, L, the
 counters and the admitted state's place in the state list must agree.
 """
@@ -24,6 +25,7 @@ import mambaradix
 from mambaradix import _C
 
 GHOST_BITS = 13
+THRASH_WINDOW = 4096
 M64 = (1 << 64) - 1
 
 
@@ -58,6 +60,8 @@ class AdaptiveModel:
         self.reused: set = set()
         self.forked: set = set()  # identities that have had two children at once
         self.ghost_hits = self.probation = self.superseded = self.restored = self.handed = 0
+        self.wanted = self.found = 0   # recent matches that found a ghost / used a state and found none
+        self.halvings = 0
         self.held = 0   # handovers another request's lock kept from happening
 
     # -- the value of a state ---------------------------------------------
@@ -104,11 +108,16 @@ class AdaptiveModel:
                 self.reused.add(i)
                 p = ident(best.parent)
                 self.used[p] = self.used.get(p, 0) + 1
+        if self.wanted + self.found >= THRASH_WINDOW:
+            self.wanted //= 2
+            self.found //= 2
+            self.halvings += 1
         if m.kv_matched_len < len(key):
             tok = key[m.kv_matched_len]
             slot = ghost_slot(kv.id, kv.gen, tok)
             if self.table.get(slot) == (kv.id, kv.gen, tok):
                 self.ghost_hits += 1
+                self.wanted += 1
                 self.used[ident(kv)] = self.used.get(ident(kv), 0) + 1
                 del self.table[slot]
                 return
@@ -117,10 +126,12 @@ class AdaptiveModel:
             if ident(n) in self.gown:
                 self.gown.discard(ident(n))
                 self.ghost_hits += 1
+                self.wanted += 1
                 p = ident(n.parent)
                 self.used[p] = self.used.get(p, 0) + 1
                 return
             n = n.parent
+        self.found += not best.is_root
 
     def see_forks(self) -> None:
         """Nodes with two children now (only an insert adds children: called after each)."""
@@ -144,7 +155,8 @@ class AdaptiveModel:
             a = a.parent
         self.floor.pop(i, None)
         handed = None
-        if not a.is_root and not branched and ident(a) not in self.forked:
+        supersedes = not a.is_root and not branched and ident(a) not in self.forked
+        if supersedes:
             ia = ident(a)
             first = not self.used.get(ia, 0) and not self.wasted.get(ia, 0)
             self.held += ia in self.reused and first and a.full_lock_ref > 1
@@ -168,8 +180,9 @@ class AdaptiveModel:
             self.floor.pop(handed, None)
             self.cap[handed] = min(self.cap[handed], self.cap[i])
             self.handed += 1
-        p = ident(node.parent)
-        if self.wasted.get(p, 0) >= 2 * self.used.get(p, 0) + 2:
+        # the pool thrashes (reuses find ghosts more than twice as often as
+        # states): a state that supersedes nothing goes first unless used
+        if not supersedes and self.wanted >= 2 * self.found + 2:
             self.probation += 1
             self.prob.add(i)
             return True
@@ -215,18 +228,30 @@ def _path(n) -> list:
 
 
 def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int = 10,
-         locks: float = 0.05) -> AdaptiveModel:
+         locks: float = 0.05, cycle: int = 0) -> AdaptiveModel:
+    """Random operations; with cycle, two of every three 300 steps are a cyclic
+    reuse of that many keys (a match, then an insert one token deeper), more
+    than the pool holds: the pool thrashes and its new states go on
+    probation."""
     rng = random.Random(seed)
     opts = dict(costs or {}, evict_window=window)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive", policy_options=opts)
     model = AdaptiveModel(tree, costs, window)
     bases = [[rng.randint(1, 6) for _ in range(rng.randint(6, 40))] for _ in range(5)]
+    ring = [[100 + i] + [rng.randint(1, 6) for _ in range(rng.randint(3, 12))] for i in range(cycle)]
     locked: list = []
     slot = 1
     for step in range(steps):
         b = rng.choice(bases)
         key = b[:rng.randint(1, len(b))] + [rng.randint(1, 6) for _ in range(rng.choice((0, 0, 3, 10)))]
         r = rng.random()
+        if cycle and (step // 300) % 3 != 0:
+            j = step // 2 % cycle
+            key = ring[j]
+            r = 0.0 if step % 2 else 0.5                       # a match, then the insert
+            if r == 0.0:
+                key = key + [rng.randint(1, 6)]
+                ring[j] = key
         if r < 0.4:
             res = tree.insert(key, list(range(len(key))), slot)
             slot += 1
@@ -266,9 +291,25 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_adaptive_matches_the_model_step_by_step(seed: int) -> None:
     m = _run(seed, 1500, None)
-    # every mechanism ran: ghosts, supersession, probation, states used more than once
-    assert m.ghost_hits > 20 and m.superseded > 20 and m.probation > 0 and m.restored > 0 and m.handed > 10
+    # every mechanism ran: ghosts, supersession, states used more than once
+    assert m.ghost_hits > 20 and m.superseded > 20 and m.restored > 0 and m.handed > 10
     assert max(m.uses.values()) > 2 and m.L > 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_adaptive_matches_the_model_when_the_pool_thrashes(seed: int) -> None:
+    """Phases of cyclic reuse over more keys than the pool holds: matches
+    find ghosts more than twice as often as states, and the new states that
+    supersede nothing are admitted on probation (the model places each)."""
+    m = _run(seed, 1500, None, cycle=24)
+    assert m.probation > 100 and m.wanted > 2 * m.found + 2 and m.superseded > 20
+
+
+def test_adaptive_thrash_counts_are_halved() -> None:
+    """Past THRASH_WINDOW matches the two counts are halved: old evidence
+    fades, as the model halves them."""
+    m = _run(4, 12000, None, cycle=24)
+    assert m.halvings >= 1 and m.probation > 500
 
 
 def test_adaptive_matches_the_model_with_many_locks() -> None:
