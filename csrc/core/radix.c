@@ -793,6 +793,25 @@ add_sat(uint64_t a, uint64_t b)
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+/* Whether a match drops SGLang's junction at b (its KV match went past its
+ * state at s) for the end snapshot: the state last cached at b was evicted
+ * without a use (its tombstone kept one use) and the end snapshot, at the
+ * key's last chunk boundary, spares more than AD_PLACE_MARGIN times what the
+ * junction would.  A document's junction under a retrieval prompt, evicted
+ * for its small value while its KV stays, would otherwise take the next
+ * prompt's only snapshot, and that prompt's follow-up finds no state. */
+static int
+adaptive_skip_junction(const mr_radix *t, const mr_node *kv, size_t b, size_t s, size_t len)
+{
+    const mr_node *j = kv;
+    while (j != t->root && j->end > b) {
+        j = j->parent;
+    }
+    size_t e = len / t->cfg.chunk_size * t->cfg.chunk_size;
+    return j != t->root && j->end == b && j->state < 0 && j->ad_f == 1 && e > s
+           && (double)AD_PLACE_MARGIN * (double)(b - s) < (double)(e - s);
+}
+
 /* The predicted junction of a match (0: none), before its observation. */
 static size_t
 adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t len)
@@ -1737,6 +1756,10 @@ found:
         size_t aligned = pos / t->cfg.chunk_size * t->cfg.chunk_size;
         if (aligned > 0) {
             out->branching_seqlen = (int64_t)aligned;
+        }
+        if (aligned > best_len && !peek && t->cfg.policy == MR_POLICY_ADAPTIVE && !t->cfg.kv_only
+            && adaptive_skip_junction(t, out->kv_node, aligned, best_len, len)) {
+            out->branching_seqlen = -1;   /* the end snapshot instead (see "Adaptive placement") */
         }
     }
     if (!peek && t->cfg.policy == MR_POLICY_ADAPTIVE && !t->cfg.kv_only && pos < len) {

@@ -278,3 +278,46 @@ def test_the_thrash_counts_fade():
         assert _victims(t, 1) == [2 + i]
         t.match_prefix(key + [0])       # its ghost
     assert t.policy_stats()["ghost_hits"] == 3200
+
+
+def _junction_tree(used: bool):
+    """An instruction's state (slot 1, held by a request), a prompt's end
+    state below a document (2), and the document's junction state (3),
+    evicted with one use (used: two)."""
+    t = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive")
+    inst, doc = [1] * 8, [2] * 8
+    _put(t, inst, 1)
+    _put(t, inst + doc + [3] * 40, 2)
+    m = t.match_prefix(inst + doc + [4] * 40)             # KV to 16, the state at 8: SGLang's junction at 16
+    assert (m.state, m.kv_matched_len, m.branching_seqlen) == (1, 16, 16)
+    _put(t, inst + doc, 3)                                # h(3) = 8; h(2) = 40 now
+    t.inc_lock_ref(m.node)                                # a request runs from 1: not a victim
+    if used:
+        assert t.match_prefix(inst + doc + [5]).state == 3
+    assert _victims(t, 1) == [3]                          # its node stays, a tombstone
+    return t, inst + doc
+
+
+def test_a_junction_evicted_unused_gives_way_to_the_end_snapshot():
+    """A query's KV match goes past its state (8) to a document's end (16),
+    where a state was cached and evicted without a use: SGLang's rule would
+    snapshot its prefill there (its only snapshot).  With its end snapshot
+    (56) sparing more than 4 times the junction's 8 tokens, the match gives
+    no branching length (the prefill snapshots at its end); a shorter query
+    (end 24: 16 tokens, not more than 32) keeps the junction, and so does any
+    query once the evicted junction state had been used."""
+    t, head = _junction_tree(used=False)
+    m = t.match_prefix(head + [6] * 40)
+    assert (m.state, m.kv_matched_len, m.branching_seqlen) == (1, 16, None)
+    assert t.match_prefix(head + [7] * 8).branching_seqlen == 16
+    t, head = _junction_tree(used=True)
+    assert t.match_prefix(head + [6] * 40).branching_seqlen == 16
+    # the other policies keep SGLang's junction
+    t = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="consumed")
+    _put(t, [1] * 8, 1)
+    _put(t, [1] * 8 + [2] * 8 + [3] * 40, 2)
+    _put(t, [1] * 8 + [2] * 8, 3)
+    assert t.match_prefix([1] * 8 + [2] * 8 + [3] * 40 + [0]).state == 2      # the most recent
+    assert _victims(t, 2) == [1, 3]
+    m = t.match_prefix([1] * 8 + [2] * 8 + [6] * 40)
+    assert (m.state, m.kv_matched_len, m.branching_seqlen) == (None, 16, 16)

@@ -253,3 +253,36 @@ def test_reset_forgets_the_placement_evidence() -> None:
         assert m.branching_seqlen == model.match(key)[0], i
         tree.insert(key, list(range(len(key))), i + 1)
         model.insert(key)
+
+
+@pytest.mark.parametrize("page,chunk", [(1, 4), (16, 16), (4, 8)])
+def test_an_unused_junction_leaves_the_prefill_snapshot_at_its_end(page: int, chunk: int) -> None:
+    """A prompt's KV match goes past its state to a document's end, where a
+    state was cached and evicted before any match used it.  SGLang's rule
+    would take its prefill's snapshot there; the end snapshot spares more
+    than 4 times as much, so the match gives no branching length and the
+    prefill snapshots at its extend's last chunk boundary (toy cases in
+    test_adaptive_rules.py).  Had a match used the junction's state, the
+    junction stays, as it does for a prompt ending close below it."""
+    step = max(page, chunk)
+    inst, doc = list(range(1, 2 * step + 1)), list(range(500, 500 + 2 * step))
+    for used in (False, True):
+        tree = mambaradix.RadixTree(page_size=page, chunk_size=chunk, lru_policy="adaptive")
+        tree.insert(inst, list(range(len(inst))), 1)
+        first = inst + doc + list(range(900, 900 + 12 * step))
+        tree.insert(first, list(range(len(first))), 2)
+        held = tree.match_prefix(inst + doc + [7] * step).node      # a request runs from the instruction's state
+        tree.inc_lock_ref(held)
+        tree.insert(inst + doc, list(range(len(inst + doc))), 3)   # the junction SGLang's rule snapshots
+        if used:
+            assert tree.match_prefix(inst + doc + [8] * step).node.state == 3
+        assert tree.evict_mamba(1).state_slots.tolist() == [3]
+        key = inst + doc + list(range(2000, 2000 + 10 * step + page))
+        m = tree.match_prefix(key)
+        s, j = len(inst), len(inst + doc)
+        assert (len(m.indices), m.kv_matched_len) == (s, j)
+        assert m.node.state == 1 and m.branching_seqlen == (j if used else None)
+        point = _C.prefill_track_point(s, len(key) + 1 - s, chunk, m.branching_seqlen)
+        assert point == (j if used else s + (len(key) + 1 - s) // chunk * chunk)
+        near = inst + doc + list(range(3000, 3000 + 2 * step))       # its end spares 2 steps more, not 8
+        assert tree.match_prefix(near).branching_seqlen == j
