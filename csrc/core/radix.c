@@ -534,7 +534,8 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * match whose usable prefix stops above a ghost it walked (the deepest: an
  * own-state ghost between the used state and the end of the KV match, or a
  * branch ghost at that end whose first token is the key's next one) counts
- * the state as wanted below its parent. */
+ * the state as wanted below its parent (for the handover) and in the
+ * tree's thrash count (for probation). */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
 #define AD_THRASH_WINDOW 4096
@@ -770,7 +771,11 @@ adaptive_admit(mr_radix *t, mr_node *n)
  * snapshot, past the parting point, serves it nothing).  p = j * step is a
  * multiple of chunk_size and of page_size and p - s of chunk_size, with
  * k < p < L: SGLang's own branching rule takes it as it takes B, and the
- * snapshot at p is exact. */
+ * snapshot at p is exact.
+ *
+ * The other way round, a match may drop SGLang's own junction B for the end
+ * snapshot (adaptive_skip_junction): the state last cached at B was evicted
+ * unused and the end spares more than AD_PLACE_MARGIN times as much. */
 
 MR_INLINE size_t
 adaptive_step(const mr_radix *t)
