@@ -70,7 +70,7 @@ struct mr_node {
     uint64_t hist;         /* TLRU: deepest end ever inserted below the node (its own end included) */
     /* The adaptive policy's marks (see "Adaptive"). */
     uint8_t reused;        /* a match used the current state (not counting match_node) */
-    uint8_t ghost;         /* the adaptive policy evicted this node's state */
+    uint8_t ghost;         /* the adaptive policy evicted this node's state (an AD_GHOST_* kind) */
     uint8_t forked;        /* the node has had two children at once (adaptive supersession) */
     uint8_t ad_prob;       /* admitted on probation and not used since: its priority is ad_base */
     uint32_t ad_f;         /* uses of the current state (1 at admission) */
@@ -153,6 +153,7 @@ struct mr_radix {
     int32_t last_tok;         /* token of the branch removed below it */
     uint64_t ad_ghost_hits, ad_probation, ad_superseded;
     uint32_t ad_wanted, ad_found;  /* recent matches that found a ghost / used a state and found none */
+    uint32_t ad_parted, ad_continued;  /* recent ghost hits of the upper / lower state of a supersession */
     uint32_t *ad_depth;       /* placement: junction depths per bucket (AD_PB, or NULL) */
     uint64_t ad_events;       /* placement: observations since the last halving */
     uint64_t ad_placed;       /* placement: predicted junctions proposed */
@@ -535,10 +536,24 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
  * own-state ghost between the used state and the end of the KV match, or a
  * branch ghost at that end whose first token is the key's next one) counts
  * the state as wanted below its parent (for the handover) and in the
- * tree's thrash count (for probation). */
+ * tree's thrash count (for probation).
+ *
+ * Which state of a supersession to keep: a ghost also records whether the
+ * evicted state was the upper one of a supersession whose lower state was
+ * still cached (AD_GHOST_UPPER: a request that wants it parted between the
+ * two) or the lower one, its upper state still cached (AD_GHOST_LOWER: a
+ * request that wants it continued past the upper one).  Their hits are
+ * counted, both halved once they reach AD_PAIR_WINDOW together.  While the
+ * lower ones are at least twice the upper ones plus four, requests go on
+ * past a request's newest state (a follow-up question after an answer)
+ * rather than part above it (a conversation's next prompt, which differs
+ * from the last one before its end): a superseded state that no match
+ * used hands its value over too (see adaptive_admit). */
 #define AD_GHOST_BITS 13
 #define AD_GHOSTS ((size_t)1 << AD_GHOST_BITS)
 #define AD_THRASH_WINDOW 4096
+#define AD_PAIR_WINDOW 256
+enum { AD_GHOST_PLAIN = 1, AD_GHOST_UPPER = 2, AD_GHOST_LOWER = 3 };
 /* placement (see "Adaptive placement") */
 #define AD_PB 512
 #define AD_PLACE_MARGIN 4
@@ -547,7 +562,7 @@ utility_leaf_victim(const mr_radix *t, const mr_link *from)
 struct ad_ghost {
     uint32_t id, gen;   /* the surviving ancestor's handle */
     int32_t tok;        /* the removed branch's first token */
-    uint8_t live;       /* 0: free */
+    uint8_t kind;       /* an AD_GHOST_* kind (0: free) */
 };
 
 /* The table entry of a removed branch below node (id, gen) starting with tok. */
@@ -572,6 +587,7 @@ adaptive_reset(mr_radix *t)
     }
     t->ad_events = 0;
     t->ad_wanted = t->ad_found = 0;
+    t->ad_parted = t->ad_continued = 0;
 }
 
 static double
@@ -643,6 +659,52 @@ adaptive_state_victim(const mr_radix *ct, const mr_link *from)
     return v;
 }
 
+/* The state n supersedes (see "Adaptive"): the nearest state above n when
+ * the path from it to n never branched (it and every node between them
+ * never had two children at once), else NULL. */
+static mr_node *
+adaptive_superseded(const mr_radix *t, const mr_node *n)
+{
+    mr_node *a = n->parent;
+    int branched = 0;
+    for (; a != t->root && a->state < 0; a = a->parent) {
+        branched |= a->forked;
+    }
+    return a != t->root && !branched && !a->forked ? a : NULL;
+}
+
+static mr_node *child_next(const mr_node *n, uint32_t *pos);
+
+/* The ghost kind x's state leaves when it is evicted: AD_GHOST_UPPER when a
+ * state below it supersedes it, AD_GHOST_LOWER when it supersedes one
+ * above, AD_GHOST_PLAIN otherwise. */
+static uint8_t
+adaptive_ghost_kind(const mr_radix *t, const mr_node *x)
+{
+    for (const mr_node *c = x; c->nchildren == 1 && !c->forked;) {
+        uint32_t pos = 0;
+        c = child_next(c, &pos);
+        if (c->state >= 0) {
+            return AD_GHOST_UPPER;
+        }
+    }
+    return adaptive_superseded(t, x) != NULL ? AD_GHOST_LOWER : AD_GHOST_PLAIN;
+}
+
+/* A match found a ghost of this kind. */
+static void
+adaptive_ghost_hit(mr_radix *t, uint8_t kind)
+{
+    t->ad_ghost_hits++;
+    t->ad_wanted++;
+    t->ad_parted += kind == AD_GHOST_UPPER;
+    t->ad_continued += kind == AD_GHOST_LOWER;
+    if (t->ad_parted + t->ad_continued >= AD_PAIR_WINDOW) {
+        t->ad_parted /= 2;
+        t->ad_continued /= 2;
+    }
+}
+
 /* A match used best's state (the root: none) and matched KV down to the end
  * of kv; next is the key's token after it (has_next: the key goes on). */
 static void
@@ -657,18 +719,16 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
         t->ad_found /= 2;
     }
     struct ad_ghost *e = has_next && t->ghosts != NULL ? &t->ghosts[ad_ghost_slot(kv->id, kv->gen, next)] : NULL;
-    if (e != NULL && e->live && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
+    if (e != NULL && e->kind && e->id == kv->id && e->gen == kv->gen && e->tok == next) {
         /* the deepest: a removed branch below the end of the KV match */
-        t->ad_ghost_hits++;
-        t->ad_wanted++;
+        adaptive_ghost_hit(t, e->kind);
         kv->kid_used++;
-        e->live = 0;
+        e->kind = 0;
         return;
     }
     for (mr_node *n = kv; n != best && n != t->root; n = n->parent) {
         if (n->ghost) {
-            t->ad_ghost_hits++;
-            t->ad_wanted++;
+            adaptive_ghost_hit(t, n->ghost);
             n->parent->kid_used++;
             n->ghost = 0;
             return;
@@ -682,20 +742,19 @@ adaptive_on_lookup(mr_radix *t, mr_node *best, mr_node *kv, int has_next, int32_
  * the LRU end).  The superseded state hands n its value when a match used
  * it, no other request runs from it (one lock at most: the superseding
  * request's own) and no state was attached below it before: a path
- * continued for the first time, as a chat's next turn continues the last
- * (see "Adaptive"). */
+ * continued for the first time, as a chat's next turn continues the last;
+ * or, when no match used it, while matches continue past superseded states
+ * more than they part above their successors (see "Adaptive": which state
+ * of a supersession to keep). */
 static void
 adaptive_admit(mr_radix *t, mr_node *n)
 {
-    mr_node *a = n->parent, *handed = NULL;
-    int branched = 0;
-    for (; a != t->root && a->state < 0; a = a->parent) {
-        branched |= a->forked;
-    }
+    mr_node *a = adaptive_superseded(t, n), *handed = NULL;
     n->ad_floor = 0.0;
-    const int supersedes = a != t->root && !branched && !a->forked;
+    const int supersedes = a != NULL;
     if (supersedes) {
-        if (a->reused && a->full_lock <= 1 && a->kid_used == 0 && a->kid_wasted == 0) {
+        if (a->reused ? a->full_lock <= 1 && a->kid_used == 0 && a->kid_wasted == 0
+                      : t->ad_continued >= 2 * (uint64_t)t->ad_parted + 4) {
             n->ad_floor = adaptive_value(t, a);
             handed = a;
         }
@@ -2368,7 +2427,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
 {
     int rc;
     /* the adaptive policy's own victim leaves a ghost (see "Adaptive") */
-    int ghost = t->cfg.policy == MR_POLICY_ADAPTIVE && x == t->ad_victim;
+    const uint8_t ghost = t->cfg.policy == MR_POLICY_ADAPTIVE && x == t->ad_victim ? adaptive_ghost_kind(t, x) : 0;
     uint32_t *wasted = x->reused ? NULL : &x->parent->kid_wasted;
     t->ad_victim = NULL;
     /* a leaf whose KV is locked loses only its state (v0.5.23; v0.5.15 never
@@ -2385,7 +2444,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
             if (wasted != NULL) {
                 (*wasted)++;
             }
-            x->ghost = 1;
+            x->ghost = ghost;
         }
         return MR_OK;
     }
@@ -2403,7 +2462,7 @@ evict_one_state(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, 
     }
     if (t->ghosts != NULL) {   /* out of memory: no ghost, nothing else lost */
         t->ghosts[ad_ghost_slot(up->id, up->gen, t->last_tok)]
-            = (struct ad_ghost){up->id, up->gen, t->last_tok, 1};
+            = (struct ad_ghost){up->id, up->gen, t->last_tok, ghost};
     }
     return MR_OK;
 }

@@ -321,3 +321,96 @@ def test_a_junction_evicted_unused_gives_way_to_the_end_snapshot():
     assert _victims(t, 2) == [1, 3]
     m = t.match_prefix([1] * 8 + [2] * 8 + [6] * 40)
     assert (m.state, m.kv_matched_len, m.branching_seqlen) == (None, 16, 16)
+
+
+def test_an_unused_state_hands_its_value_over_while_requests_go_on_past_the_answers():
+    """A prompt's state (20 tokens) and its answer's two tokens below it: the
+    answer's state goes first (2 < 20), and a follow-up that goes on past the
+    answer finds its ghost (the lower state of a supersession).  After four
+    such, 4 >= 2 * 0 + 4: a prompt state that no match used hands its value
+    to the answer's state below it and keeps 2.  The prompt state then goes
+    first, and a request that parts at the prompt's end finds its ghost (the
+    upper state): 4 < 2 * 1 + 4, and the next prompt keeps its value again."""
+    t = _tree()
+    for c in range(4):
+        p = [10 + c] * 20
+        _put(t, p, 1 + 2 * c)               # h = 20
+        _put(t, p + [5, 5], 2 + 2 * c)      # supersedes it, unused: h = 0 + 2; the prompt's keeps 20
+    assert _victims(t, 4) == [2, 4, 6, 8]   # L = 2, the leaves removed (lower ghosts)
+    for c in range(3):
+        assert t.match_prefix([10 + c] * 20 + [5, 5, 7]).state == 1 + 2 * c     # h = 2 + 2 * 20
+    _put(t, [20] * 20, 9)                   # h = 2 + 20
+    _put(t, [20] * 20 + [5, 5], 10)         # 3 < 2 * 0 + 4: 9 keeps its 20, h(10) = 2 + 2
+    assert _victims(t, 1) == [10]           # L = 4
+    assert t.match_prefix([13] * 20 + [5, 5, 7]).state == 7      # the fourth: h(7) = 4 + 2 * 20
+    _put(t, [21] * 20, 11)                  # h = 4 + 20
+    _put(t, [21] * 20 + [5, 5], 12)         # 11 hands 12 its 20 and keeps 2: h(11) = 6, h(12) = 24
+    assert _victims(t, 1) == [11]           # its node stays above 12 (an upper ghost); L = 6
+    assert t.match_prefix([21] * 20 + [8]).state is None         # parts at the prompt's end
+    assert t.policy_stats()["ghost_hits"] == 5
+    _put(t, [22] * 20, 13)                  # h = 6 + 20
+    _put(t, [22] * 20 + [5, 5], 14)         # 4 < 2 * 1 + 4: 13 keeps its 20, h(14) = 6 + 2
+    assert _victims(t, 1) == [14]
+
+
+def test_ghosts_outside_a_supersession_leave_the_prompt_its_value():
+    """One-shot states evicted and asked for again (no state above or below
+    them) say nothing about which state of a supersession to keep: the
+    answer's state still goes first."""
+    t = _tree()
+    for c in range(4):
+        _put(t, [11 + c] * 4, 1 + c)
+    assert _victims(t, 4) == [1, 2, 3, 4]
+    for c in range(4):
+        t.match_prefix([11 + c] * 5)
+    assert t.policy_stats()["ghost_hits"] == 4
+    _put(t, [20] * 20, 5)
+    _put(t, [20] * 20 + [5, 5], 6)
+    assert _victims(t, 1) == [6]
+
+
+def test_the_pair_counts_fade():
+    """The ghost hits on lower and on upper states of a supersession are
+    halved together whenever they reach 256: after 200 lower ones the rule
+    hands unused states' values over; upper ones follow, and the counts are
+    halved at the 56th (100 and 28), so the rule stops at the 77th
+    (100 < 2 * 49 + 4), not at the 99th."""
+    t = _tree()
+    nxt = iter(range(1000, 10 ** 6))
+
+    def lower_hit():                        # the answer's state evicted, a follow-up goes on past it
+        p = [next(nxt)] * 20
+        _put(t, p, 1)
+        m = t.match_prefix(p + [0])
+        t.inc_lock_ref(m.node)              # the prompt's state held: the answer's goes
+        _put(t, p + [5, 5], 2)
+        assert _victims(t, 1) == [2]
+        t.dec_lock_ref(m.node)
+        t.match_prefix(p + [5, 5, 7])
+        assert _victims(t, 1) == [1]
+
+    def upper_hit():                        # a 2-token state below which 40 more were cached
+        p = [next(nxt)] * 2
+        _put(t, p, 1)
+        _put(t, p + [6] * 40, 2)
+        assert _victims(t, 1) == [1]
+        t.match_prefix(p + [9])             # parts at its end
+        assert _victims(t, 1) == [2]
+
+    def hands_over():
+        p = [next(nxt)] * 20
+        _put(t, p, 1)
+        _put(t, p + [5, 5], 2)
+        first = _victims(t, 2)[0]
+        return first == 1
+
+    for _ in range(200):
+        lower_hit()
+    assert hands_over()
+    first_off = None
+    for k in range(1, 101):
+        upper_hit()
+        if first_off is None and not hands_over():
+            first_off = k
+    assert first_off == 77
+    assert t.policy_stats()["ghost_hits"] == 300

@@ -9,8 +9,10 @@ L, the
 supersession of a state by a new one below it on an unbranched path, the
 ghosts of evicted states (on a tombstone, or in the direct-mapped table under
 the ancestor that survived a removed leaf), the per-node counts of used and
-wasted child states that decide a handover, and the tree's counts of matches
-that found a ghost or a state, which decide a probation admission.  Random inserts,
+wasted child states that decide a handover, the tree's counts of matches
+that found a ghost or a state, which decide a probation admission, and its
+counts of ghost hits on the upper and the lower state of a supersession,
+which decide whether a state no match used hands its value over.  Random inserts,
 matches, locks and evictions run on both; after every step the victim, L, the
 counters and the admitted state's place in the state list must agree.
 """
@@ -26,6 +28,8 @@ from mambaradix import _C
 
 GHOST_BITS = 13
 THRASH_WINDOW = 4096
+PAIR_WINDOW = 256
+UPPER, LOWER, PLAIN = "upper", "lower", "plain"
 M64 = (1 << 64) - 1
 
 
@@ -52,15 +56,17 @@ class AdaptiveModel:
         self.prob: set = set()    # identities admitted on probation, not used since
         self.cap: dict = {}       # identity -> its value when its uses were last set
         self.floor: dict = {}     # identity -> the least its value counts (handed over at supersession)
-        self.gown: set = set()    # identities whose own state was evicted, tombstone kept
+        self.gown: dict = {}      # identity whose own state was evicted, tombstone kept -> ghost kind
         self.past: dict = {}      # such a tombstone's identity -> the evicted state's uses
-        self.table: dict = {}     # slot -> (id, gen, tok)
+        self.table: dict = {}     # slot -> (id, gen, tok, ghost kind)
         self.used: dict = {}      # identity -> kid_used
         self.wasted: dict = {}    # identity -> kid_wasted
         self.reused: set = set()
         self.forked: set = set()  # identities that have had two children at once
         self.ghost_hits = self.probation = self.superseded = self.restored = self.handed = 0
         self.wanted = self.found = 0   # recent matches that found a ghost / used a state and found none
+        self.parted = self.continued = 0   # recent ghost hits of an upper / a lower state (ghost_kind)
+        self.pair_halvings = self.handed_unused = self.kept_unused = 0
         self.halvings = 0
         self.held = 0   # handovers another request's lock kept from happening
 
@@ -96,6 +102,36 @@ class AdaptiveModel:
         return self.base[i] + self.uses[i] * max(min(self.eff(n), self.cap[i]), self.floor.get(i, 0.0))
 
     # -- what a match, an admission and an eviction change ------------------
+    def above_superseded(self, node):
+        """The state node supersedes: the nearest state above it when neither
+        it nor any node between them ever had two children at once."""
+        a, branched = node.parent, False
+        while not a.is_root and a.state is None:
+            branched |= ident(a) in self.forked
+            a = a.parent
+        return None if a.is_root or branched or ident(a) in self.forked else a
+
+    def ghost_kind(self, x) -> str:
+        """Before x's state is evicted: UPPER when a state below it, on a
+        path of single children that never had two, supersedes it; LOWER
+        when it supersedes one above; PLAIN otherwise."""
+        c = x
+        while len(list(c.children)) == 1 and ident(c) not in self.forked:
+            c = list(c.children)[0]
+            if c.state is not None:
+                return UPPER
+        return LOWER if self.above_superseded(x) is not None else PLAIN
+
+    def ghost_hit(self, kind: str) -> None:
+        self.ghost_hits += 1
+        self.wanted += 1
+        self.parted += kind == UPPER
+        self.continued += kind == LOWER
+        if self.parted + self.continued >= PAIR_WINDOW:
+            self.parted //= 2
+            self.continued //= 2
+            self.pair_halvings += 1
+
     def on_match(self, key: list, m) -> None:
         best, kv = m.node, m.kv_node
         if not best.is_root:
@@ -115,18 +151,14 @@ class AdaptiveModel:
         if m.kv_matched_len < len(key):
             tok = key[m.kv_matched_len]
             slot = ghost_slot(kv.id, kv.gen, tok)
-            if self.table.get(slot) == (kv.id, kv.gen, tok):
-                self.ghost_hits += 1
-                self.wanted += 1
+            if self.table.get(slot, ())[:3] == (kv.id, kv.gen, tok):
+                self.ghost_hit(self.table.pop(slot)[3])
                 self.used[ident(kv)] = self.used.get(ident(kv), 0) + 1
-                del self.table[slot]
                 return
         n = kv
         while n != best and not n.is_root:
             if ident(n) in self.gown:
-                self.gown.discard(ident(n))
-                self.ghost_hits += 1
-                self.wanted += 1
+                self.ghost_hit(self.gown.pop(ident(n)))
                 p = ident(n.parent)
                 self.used[p] = self.used.get(p, 0) + 1
                 return
@@ -146,23 +178,26 @@ class AdaptiveModel:
     def admitted(self, node) -> bool:
         """A state was attached to node: True when on probation."""
         i = ident(node)
-        self.gown.discard(i)
+        self.gown.pop(i, None)
         self.reused.discard(i)
         self.see_forks()
-        a, branched = node.parent, False
-        while not a.is_root and a.state is None:
-            branched |= ident(a) in self.forked
-            a = a.parent
+        a = self.above_superseded(node)
         self.floor.pop(i, None)
         handed = None
-        supersedes = not a.is_root and not branched and ident(a) not in self.forked
+        supersedes = a is not None
         if supersedes:
             ia = ident(a)
             first = not self.used.get(ia, 0) and not self.wasted.get(ia, 0)
             self.held += ia in self.reused and first and a.full_lock_ref > 1
-            if ia in self.reused and a.full_lock_ref <= 1 and first:
+            # requests continue past superseded states more than they part
+            # above the states that superseded them
+            past = self.continued >= 2 * self.parted + 4
+            self.kept_unused += ia not in self.reused and not past
+            if (a.full_lock_ref <= 1 and first) if ia in self.reused else past:
                 # a used state that no other request runs from, with no state
-                # below it before, hands the new one its value (as it counts now)
+                # below it before (or, while requests go on past, one no match
+                # used) hands the new one its value (as it counts now)
+                self.handed_unused += ia not in self.reused
                 self.floor[i] = max(min(self.eff(a), self.cap[ia]), self.floor.get(ia, 0.0))
                 handed = ia
             self.uses[ia] = 1
@@ -188,9 +223,10 @@ class AdaptiveModel:
             return True
         return False
 
-    def evicted(self, x, path: list) -> None:
+    def evicted(self, x, path: list, kind: str) -> None:
         """x's state was evicted; path: (node, first token) of x and its
-        ancestors as they were before, root excluded."""
+        ancestors as they were before, root excluded; kind: its ghost_kind
+        before."""
         was_reused = ident(x) in self.reused
         self.reused.discard(ident(x))
         uses = self.uses.pop(ident(x))
@@ -202,13 +238,13 @@ class AdaptiveModel:
             parent = path[1][0] if len(path) > 1 else self.tree.root
             self.wasted[ident(parent)] = self.wasted.get(ident(parent), 0) + 1
         if x.valid:                                          # internal: a tombstone
-            self.gown.add(ident(x))
+            self.gown[ident(x)] = kind
             self.past[ident(x)] = uses
         else:                                                # the leaf and its tombstone chain went
             gone = [n for n, _ in path if not n.valid]
             up = path[len(gone)][0] if len(gone) < len(path) else self.tree.root
             tok = path[len(gone) - 1][1]
-            self.table[ghost_slot(up.id, up.gen, tok)] = (up.id, up.gen, tok)
+            self.table[ghost_slot(up.id, up.gen, tok)] = (up.id, up.gen, tok, kind)
 
     def check(self) -> None:
         s = self.tree.policy_stats()
@@ -228,17 +264,20 @@ def _path(n) -> list:
 
 
 def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int = 10,
-         locks: float = 0.05, cycle: int = 0) -> AdaptiveModel:
+         locks: float = 0.05, cycle: int = 0, turns: int = 0) -> AdaptiveModel:
     """Random operations; with cycle, two of every three 300 steps are a cyclic
     reuse of that many keys (a match, then an insert one token deeper), more
     than the pool holds: the pool thrashes and its new states go on
-    probation."""
+    probation.  With turns, two of every three 300 steps are that many
+    conversations taking turns: a match past the last turn's end, the
+    prompt's state a few tokens deeper, then the answer's one or two tokens
+    below it (a state no match used, superseded at once)."""
     rng = random.Random(seed)
     opts = dict(costs or {}, evict_window=window)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive", policy_options=opts)
     model = AdaptiveModel(tree, costs, window)
     bases = [[rng.randint(1, 6) for _ in range(rng.randint(6, 40))] for _ in range(5)]
-    ring = [[100 + i] + [rng.randint(1, 6) for _ in range(rng.randint(3, 12))] for i in range(cycle)]
+    ring = [[100 + i] + [rng.randint(1, 6) for _ in range(rng.randint(3, 12))] for i in range(cycle or turns)]
     locked: list = []
     slot = 1
     for step in range(steps):
@@ -252,6 +291,15 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
             if r == 0.0:
                 key = key + [rng.randint(1, 6)]
                 ring[j] = key
+        elif turns and (step // 300) % 3 != 0:
+            j, phase = step // 3 % turns, step % 3
+            key = ring[j] + [rng.randint(1, 6) for _ in range(rng.randint(2, 6) if phase == 1 else phase)]
+            if phase == 0:
+                key = key + [7]                                # a match goes on past the last turn
+                r = 0.5
+            else:
+                ring[j] = key                                  # the prompt's state, then the answer's
+                r = 0.0
         if r < 0.4:
             res = tree.insert(key, list(range(len(key))), slot)
             slot += 1
@@ -279,10 +327,10 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
             x = model.victim()
             if x is None:
                 break
-            want, path = x.state, _path(x)
+            want, path, kind = x.state, _path(x), model.ghost_kind(x)
             got = tree.evict_mamba(1)
             assert got.state_slots.tolist() == [want], step
-            model.evicted(x, path)
+            model.evicted(x, path, kind)
         tree.sanity_check()
         model.check()
     return model
@@ -310,6 +358,23 @@ def test_adaptive_thrash_counts_are_halved() -> None:
     fades, as the model halves them."""
     m = _run(4, 12000, None, cycle=24)
     assert m.halvings >= 1 and m.probation > 500
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_adaptive_matches_the_model_when_requests_go_on_past_the_answers(seed: int) -> None:
+    """Conversations whose next turn continues past the last answer's state:
+    matches find the ghosts of evicted lower states of a supersession more
+    than twice as often as upper ones, and the states no match used hand
+    their value to the answer states below them (the model decides each)."""
+    m = _run(seed, 3000, None, turns=12)
+    assert m.handed_unused > 50 and m.kept_unused > 50 and m.continued >= 2 * m.parted + 4
+
+
+def test_adaptive_pair_counts_are_halved() -> None:
+    """Past PAIR_WINDOW ghost hits on either state of a supersession both
+    counts are halved, as the model halves them."""
+    m = _run(4, 20000, None, turns=6)
+    assert m.pair_halvings >= 2 and m.handed_unused > 1000 and m.kept_unused > 20
 
 
 def test_adaptive_matches_the_model_with_many_locks() -> None:
