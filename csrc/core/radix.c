@@ -151,7 +151,7 @@ struct mr_radix {
     struct ad_ghost *ghosts;  /* ghosts of removed leaves (AD_GHOSTS entries, or NULL) */
     mr_node *last_up;         /* evict_leaf: the ancestor that survived, and the first */
     int32_t last_tok;         /* token of the branch removed below it */
-    uint64_t ad_ghost_hits, ad_probation, ad_superseded;
+    uint64_t ad_ghost_hits, ad_probation, ad_superseded, ad_handed_unused;
     uint32_t ad_wanted, ad_found;  /* recent matches that found a ghost / used a state and found none */
     uint32_t ad_parted, ad_continued;  /* recent ghost hits of the upper / lower state of a supersession */
     uint32_t *ad_depth;       /* placement: junction depths per bucket (AD_PB, or NULL) */
@@ -757,6 +757,7 @@ adaptive_admit(mr_radix *t, mr_node *n)
                       : t->ad_continued >= 2 * (uint64_t)t->ad_parted + 4) {
             n->ad_floor = adaptive_value(t, a);
             handed = a;
+            t->ad_handed_unused += !a->reused;
         }
         a->ad_f = 1;
         adaptive_uses_set(t, a);
@@ -2914,6 +2915,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->adaptive_inflation = t->ad_inflation;
     out->ghost_hits = t->ad_ghost_hits;
     out->states_superseded = t->ad_superseded;
+    out->unused_handovers = t->ad_handed_unused;
     out->admissions_probation = t->ad_probation;
     out->placements = t->ad_placed;
 }

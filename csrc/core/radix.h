@@ -471,6 +471,7 @@ typedef struct {
     double adaptive_inflation;
     uint64_t ghost_hits;
     uint64_t states_superseded;
+    uint64_t unused_handovers;  /* adaptive: superseded states no match used that handed their value over */
     uint64_t admissions_probation;
     uint64_t placements;        /* adaptive: matches that proposed a predicted junction */
     /* Child-array entries shifted or copied to keep the arrays sorted and

@@ -856,7 +856,8 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "recently used state goes first) and tunes (its re-tunings); for the\n"
 "adaptive policy adaptive_inflation (L, the priority of its last victim),\n"
 "ghost_hits (matches that wanted an evicted state), states_superseded (states\n"
-"whose uses a new state below them superseded), admissions_probation\n"
+"whose uses a new state below them superseded), unused_handovers (of those,\n"
+"the ones no match had used that handed their value over), admissions_probation\n"
 "(states admitted at the LRU end) and placements (matches whose\n"
 "branching_seqlen is a predicted junction).");
 
@@ -865,13 +866,14 @@ RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsNsKsdsKsKsKsK}", "states_admitted",
+    return Py_BuildValue("{sKsKsKsdsdsNsKsdsKsKsKsKsK}", "states_admitted",
                          (unsigned long long)s.states_admitted, "states_used", (unsigned long long)s.states_used,
                          "states_trimmed", (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight",
                          s.kv_weight, "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes,
                          "adaptive_inflation", s.adaptive_inflation,
                          "ghost_hits", (unsigned long long)s.ghost_hits, "states_superseded",
-                         (unsigned long long)s.states_superseded, "admissions_probation",
+                         (unsigned long long)s.states_superseded, "unused_handovers",
+                         (unsigned long long)s.unused_handovers, "admissions_probation",
                          (unsigned long long)s.admissions_probation, "placements",
                          (unsigned long long)s.placements);
 }

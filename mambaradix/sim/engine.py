@@ -1253,6 +1253,7 @@ class _Replay(Scheduler):
             m.adaptive_inflation = float(ps["adaptive_inflation"])
             m.adaptive_ghost_hits = int(ps["ghost_hits"])
             m.adaptive_superseded = int(ps["states_superseded"])
+            m.adaptive_unused_handovers = int(ps["unused_handovers"])
             m.admissions_probation = int(ps["admissions_probation"])
             m.adaptive_placements = int(ps["placements"])
         sb = float(m.peak_state_slots) * per

@@ -338,7 +338,8 @@ def format_report(
                       "peak state bytes / (peak state + KV bytes)"))
     if config.lru_policy == "adaptive" and m.adaptive_inflation is not None:
         pool_rows.append(("adaptive inflation", f"{m.adaptive_inflation:.4g}",
-                          f"the highest victim priority; {m.adaptive_superseded} states superseded, "
+                          f"the highest victim priority; {m.adaptive_superseded} states superseded "
+                          f"({getattr(m, 'adaptive_unused_handovers', 0)} unused ones handing their value over), "
                           f"{m.adaptive_ghost_hits} ghost hits, {m.admissions_probation} states admitted on "
                           f"probation, {getattr(m, 'adaptive_placements', 0)} junctions predicted"))
     if config.lru_policy == "utility" and m.final_utility_alpha is not None:

@@ -249,8 +249,8 @@ class AdaptiveModel:
     def check(self) -> None:
         s = self.tree.policy_stats()
         assert s["adaptive_inflation"] == self.L
-        assert (s["ghost_hits"], s["states_superseded"], s["admissions_probation"]) == \
-            (self.ghost_hits, self.superseded, self.probation)
+        assert (s["ghost_hits"], s["states_superseded"], s["admissions_probation"], s["unused_handovers"]) == \
+            (self.ghost_hits, self.superseded, self.probation, self.handed_unused)
 
 
 def _path(n) -> list:

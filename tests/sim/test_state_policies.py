@@ -764,6 +764,7 @@ def test_cli_utility_with_end_of_turn_states() -> None:
     assert p.returncode == 0, p.stderr
     m = json.loads(p.stdout)["metrics"]
     assert m["adaptive_inflation"] > 0 and m["adaptive_ghost_hits"] >= 0 and m["adaptive_superseded"] >= 0
+    assert 0 <= m["adaptive_unused_handovers"] <= m["adaptive_superseded"]
     p = subprocess.run(args + ["--policy", "belady", "--states", "toy"], capture_output=True, text=True,
                        env=env, timeout=300)
     assert p.returncode == 2 and "lru_policy belady reads the future" in p.stderr
@@ -774,3 +775,18 @@ def test_cli_utility_with_end_of_turn_states() -> None:
     assert p.stderr.count("policy 'clairvoyant' is deprecated; it is named 'belady'") == 1
     assert json.loads(p.stdout)["config"]["lru_policy"] == "belady"
     assert json.loads(p.stdout)["metrics"]["token_hit_rate"] == m["token_hit_rate"]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_adaptive_toy_states_exact_where_unused_states_hand_their_value_over(page_size: int) -> None:
+    """RAG follow-ups go on past the answers' decode-track states: once their
+    ghosts show it, superseded prefill-end states that no match used hand
+    their value over (docs/adaptive.md).  Every state restored across those
+    decisions is the from-scratch recurrence's."""
+    pytest.importorskip("torch")
+    reqs = workloads.rag_queries(num_queries=250, num_docs=100, seed=0)
+    cfg = apply_preset(SimConfig(page_size=page_size, state_slots=100, max_running=8, lru_policy="adaptive",
+                                 states="toy", kv_tokens=1 << 22, semantics="v0.5.23"), "qwen3-next")
+    m = engine.run(reqs, cfg)
+    assert m.state_mismatches == 0
+    assert m.adaptive_unused_handovers > 50 and m.state_hits > 300
