@@ -270,8 +270,8 @@ def _run(seed: int, steps: int, costs: dict | None, window: int = 1024, cap: int
     than the pool holds: the pool thrashes and its new states go on
     probation.  With turns, two of every three 300 steps are that many
     conversations taking turns: a match past the last turn's end, the
-    prompt's state a few tokens deeper, then the answer's one or two tokens
-    below it (a state no match used, superseded at once)."""
+    prompt's state a few tokens deeper, then the answer's two tokens below
+    it (a state no match used, superseded at once)."""
     rng = random.Random(seed)
     opts = dict(costs or {}, evict_window=window)
     tree = mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive", policy_options=opts)
