@@ -30,7 +30,17 @@ copies; the prefix lengths of an untimed batch run) and the table gives
 floor / batch for each side: the share of that bound the batch API reaches
 (medians, and from each side's fastest round).
 
+With --steady W, each run first serves W requests untimed on its fresh
+pools (the W requests before the timed ones in the workload), then times
+--requests more: a lifecycle in steady state, its tree full and evicting,
+the pages of its tree and rows mapped and recycled.  Without it, a run
+times pools built a moment before, and each page the run writes first
+(the tree's nodes, the rows) may take a page fault: how many depends on
+what the process allocated and freed before (malloc's mmap and trim
+thresholds move with it), from none to about 30 a Mooncake request.
+
   python3 benchmarks/bench_batch_ab.py OTHER_CHECKOUT [--rounds 9] [--requests 300] [--batch 8] [--ops] [--floor]
+                                       [--steady W]
 
 OTHER_CHECKOUT must hold a built module (``python3 setup.py build_ext
 --inplace`` there).
@@ -54,7 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_lifecycle import (CHUNK, INTERVAL, _OUT, mooncake_workload, op_prompts, run_batch,  # noqa: E402
+from bench_lifecycle import (mooncake_workload, op_prompts, run_batch,  # noqa: E402
                              shared_prefix_workload)
 
 TRACE = os.path.join(ROOT, "..", "shared", "data", "mooncake_conversation_trace.jsonl")
@@ -127,23 +137,6 @@ def own_insert_pass(C, prompts) -> float:
     return statistics.median(ts) / 1e3
 
 
-def prefix_lens(C, reqs, cfg: dict, batch: int) -> list:
-    """Each request's prefix_len in a batch-API run over fresh pools (as
-    run_batch runs it, untimed): memory_floor()'s P."""
-    lc = C.Lifecycle(C.SlotAllocator(cfg["states"]), C.SlotAllocator(cfg["kv"]), C.ReqPool(cfg["rows"], cfg["ctx"], 2),
-                     chunk_size=CHUNK, extra_buffer=True, track_interval=INTERVAL)
-    out = []
-    for s in range(0, len(reqs), batch):
-        keys = reqs[s : s + batch]
-        full = [k + _OUT for k in keys]
-        got = lc.prefill_batch(keys)
-        out += got["prefix_len"].tolist()
-        lc.unfinished_batch(got["rows"], full)
-        lc.decode_batch(got["rows"])
-        lc.finish_batch(got["rows"], full)
-    return out
-
-
 def ops_table(mods, rounds: int) -> None:
     prompts, misses, values = op_keys()
     for side in ("other", "this"):   # warm-up
@@ -173,33 +166,39 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ops", action="store_true", help="also the per-operation C calls (first)")
     ap.add_argument("--floor", action="store_true", help="also memory_floor() and floor / batch")
+    ap.add_argument("--steady", type=int, default=0, metavar="W",
+                    help="serve W requests untimed first, on the same pools (a multiple of --batch)")
     args = ap.parse_args()
+    if args.steady % args.batch != 0:
+        ap.error("--steady must be a multiple of --batch")
+    warm = args.steady
     memory_floor = None
     if args.floor:
         from bench_dropin import memory_floor  # noqa: E402 (torch and SGLang's wheel: only when asked)
     mods = {"other": load_module("mr_other", os.path.abspath(args.other)), "this": load_module("mr_this", ROOT)}
     if args.ops:
         ops_table(mods, args.rounds)
-    workloads = [("shared-prefix", shared_prefix_workload(args.requests))]
+    workloads = [("shared-prefix", shared_prefix_workload(warm + args.requests))]
     if os.path.exists(TRACE):
-        workloads.append(("mooncake", mooncake_workload(TRACE, args.requests)))
+        workloads.append(("mooncake", mooncake_workload(TRACE, warm + args.requests)))
     print(f"{'workload':14} {'other us/req':>13} {'this us/req':>12} {'other / this':>13} {'ratio range':>14}"
           + (f" {'floor us':>9} {'floor/other':>12} {'floor/this':>11}" if args.floor else ""))
     for name, reqs in workloads:
         reqs = [array("q", r) for r in reqs]
-        total = sum(len(r) for r in reqs)
+        total = sum(len(r) for r in reqs[warm:])   # the pools of a run of the timed requests alone
         cfg = {"kv": max(400_000, min(total // 4, 4_000_000)), "states": 192, "rows": 64,
                "ctx": max(len(r) for r in reqs) + 8}
         times = {"other": [], "this": [], "floor": []}
         ratios, hits = [], {}
-        plens = prefix_lens(mods["this"], reqs, cfg, args.batch) if args.floor else None
+        # memory_floor()'s P: each timed request's prefix_len in an untimed run
+        plens = run_batch(reqs, cfg, args.batch, C=mods["this"], warm=warm)["prefix_lens"] if args.floor else None
         for i in range(args.rounds):
             if args.floor:
-                times["floor"].append(memory_floor(reqs, plens, cfg, args.batch, 1))
+                times["floor"].append(memory_floor(reqs[warm:], plens, cfg, args.batch, 1))
             got = {}
             for side in (("other", "this") if i % 2 == 0 else ("this", "other")):
-                r = run_batch(reqs, cfg, args.batch, C=mods[side])
-                got[side], hits[side] = r["seconds"] / len(reqs) * 1e6, r["hits"]
+                r = run_batch(reqs, cfg, args.batch, C=mods[side], warm=warm)
+                got[side], hits[side] = r["seconds"] / r["requests"] * 1e6, r["hits"]
                 times[side].append(got[side])
             ratios.append(got["other"] / got["this"])
         med = {side: statistics.median(ts) if ts else 0.0 for side, ts in times.items()}
