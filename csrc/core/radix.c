@@ -91,6 +91,9 @@ struct mr_node {
 
 enum { LRU_FULL = 0, LRU_STATE = 1 };
 
+/* Adaptive end-relative placement: partings up to AD_NB steps above a state. */
+#define AD_NB 64
+
 struct mr_radix {
     mr_radix_config cfg;
     mr_radix_options opt;
@@ -156,6 +159,9 @@ struct mr_radix {
     uint32_t ad_parted, ad_continued;  /* recent ghost hits of the upper / lower state of a supersession */
     uint32_t *ad_depth;       /* placement: junction depths per bucket (AD_PB, or NULL) */
     uint64_t ad_events;       /* placement: observations since the last halving */
+    uint32_t ad_near[AD_NB];  /* placement: partings r steps above the first state below them (bucket r) */
+    uint32_t ad_ends;         /* placement: branches continued past their whole path */
+    uint64_t ad_placed_end;   /* placement: end snapshots moved up (adaptive_place_end) */
     uint64_t ad_placed;       /* placement: predicted junctions proposed */
 };
 
@@ -558,6 +564,7 @@ enum { AD_GHOST_PLAIN = 1, AD_GHOST_UPPER = 2, AD_GHOST_LOWER = 3 };
 #define AD_PB 512
 #define AD_PLACE_MARGIN 4
 #define AD_PLACE_WINDOW 4096
+#define AD_NEAR_MIN 2   /* end-relative placement: partings seen before an end snapshot moves up */
 
 struct ad_ghost {
     uint32_t id, gen;   /* the surviving ancestor's handle */
@@ -586,6 +593,8 @@ adaptive_reset(mr_radix *t)
         memset(t->ad_depth, 0, AD_PB * sizeof(uint32_t));
     }
     t->ad_events = 0;
+    memset(t->ad_near, 0, sizeof(t->ad_near));
+    t->ad_ends = 0;
     t->ad_wanted = t->ad_found = 0;
     t->ad_parted = t->ad_continued = 0;
 }
@@ -835,7 +844,31 @@ adaptive_admit(mr_radix *t, mr_node *n)
  *
  * The other way round, a match may drop SGLang's own junction B for the end
  * snapshot (adaptive_skip_junction): the state last cached at B was evicted
- * unused and the end spares more than AD_PLACE_MARGIN times as much. */
+ * unused and the end spares more than AD_PLACE_MARGIN times as much.
+ *
+ * End-relative placement (adaptive_place_end), where the rule above
+ * proposes nothing: later requests may part from a path a little above the
+ * state its request left at its end, as a conversation's next prompt parts
+ * from the last one before its end (its last, partial block differs), past
+ * every chunk end, so the end snapshot serves it nothing.  Observations: a
+ * match that parts from a branch at depth d, in a node with one child, with
+ * the first state below d on that unbranched path at d + r, r < d - top (the
+ * request shared more of the branch than it left above that state), counts
+ * in bucket ceil(r / step) - 1 of ad_near (AD_NB buckets; deeper: not
+ * counted): a snapshot that many steps and one up would have served it.  The
+ * first continuation of each branch counts in ad_ends.  Both
+ * are halved with the histogram above.  Decision, for a match as above:
+ * with N(j) the partings of buckets below j, the end snapshot moves up j
+ * steps, to p = (e - j) * step, for the j in [1, AD_NB) of largest
+ *     N(j) * (e - j - s0) - AD_PLACE_MARGIN * ad_ends * j
+ * (the prefill a parting request is spared, against what a continuation
+ * past the end loses, AD_PLACE_MARGIN times over), when that is positive,
+ * N(j) >= AD_NEAR_MIN and k < p, s < p (the first such j on a tie).  A chat,
+ * whose next turns continue past the end, never moves it; a system prompt's
+ * requests part at the branch's top (r >= d - top) and leave no
+ * observation.  A chunked extend is no exception here: p lies within AD_NB
+ * steps of the end, and the extend it falls in snapshots at p.  p is a
+ * multiple of step, as above, and the snapshot at p is exact. */
 
 MR_INLINE size_t
 adaptive_step(const mr_radix *t)
@@ -875,6 +908,28 @@ adaptive_skip_junction(const mr_radix *t, const mr_node *kv, size_t b, size_t s,
     size_t e = len / t->cfg.chunk_size * t->cfg.chunk_size;
     return j != t->root && j->end == b && j->state < 0 && j->ad_f == 1 && e > s
            && (double)AD_PLACE_MARGIN * (double)(b - s) < (double)(e - s);
+}
+
+/* The end snapshot moved up for the partings seen above states (0: none;
+ * see "End-relative placement" above). */
+static size_t
+adaptive_place_end(const mr_radix *t, size_t s, size_t k, size_t len)
+{
+    size_t step = adaptive_step(t);
+    if (s % step != 0) {
+        return 0;
+    }
+    size_t s0 = s / step, e = len / step, best = 0;
+    uint64_t n = 0, gbest = 0;
+    for (size_t j = 1; j < AD_NB && e > s0 + j + 1 && (e - j) * step > k; j++) {
+        n += t->ad_near[j - 1];
+        uint64_t gain = mul_sat(n, e - j - s0), cost = mul_sat(mul_sat(AD_PLACE_MARGIN, t->ad_ends), j);
+        if (n >= AD_NEAR_MIN && gain != UINT64_MAX && gain > cost && gain - cost > gbest) {
+            gbest = gain - cost;
+            best = j;
+        }
+    }
+    return best > 0 ? (e - best) * step : 0;
 }
 
 /* The predicted junction of a match (0: none), before its observation. */
@@ -918,6 +973,34 @@ adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t l
     return best * step;
 }
 
+/* A match parted at depth d from the branch headed by h, in node kv: the
+ * first state below d on kv's unbranched path, within AD_NB steps, counts
+ * in ad_near (see "End-relative placement"). */
+static void
+adaptive_observe_end(mr_radix *t, const mr_node *kv, const mr_node *h, size_t d)
+{
+    const size_t step = adaptive_step(t), reach = AD_NB * step;
+    if (kv->nchildren != 1 || d <= (size_t)h->top) {
+        return;
+    }
+    const mr_node *c = kv;
+    while (c->nchildren == 1) {
+        uint32_t pos = 0;
+        c = child_next(c, &pos);
+        size_t r = (size_t)c->end - d;   /* >= 1 */
+        if (c->state >= 0) {
+            if (r < d - (size_t)h->top && r <= reach) {
+                size_t b = (r - 1) / step;   /* a snapshot b + 1 steps up serves it */
+                t->ad_near[b] += t->ad_near[b] < UINT32_MAX;
+            }
+            return;
+        }
+        if (r >= reach) {
+            return;
+        }
+    }
+}
+
 /* Counts a match that stopped at depth d in node kv with its key going on
  * (see above). */
 static void
@@ -934,6 +1017,7 @@ adaptive_observe(mr_radix *t, mr_node *kv, size_t d)
         while (h->parent != t->root && h->parent->top == h->top) {
             h = h->parent;
         }
+        adaptive_observe_end(t, kv, h, d);
         if (kv->nchildren > 0 || h->placed) {
             size_t step = adaptive_step(t), rb = (d - (size_t)kv->top) / step;
             rb = rb < AD_PB - 1 ? rb : AD_PB - 1;
@@ -951,12 +1035,17 @@ adaptive_observe(mr_radix *t, mr_node *kv, size_t d)
         else if (!h->cont) {
             h->cont = 1;
             h->parent->br_cont += h->parent->br_cont < UINT32_MAX;
+            t->ad_ends += t->ad_ends < UINT32_MAX;
         }
     }
     if (++t->ad_events >= AD_PLACE_WINDOW) {
         for (size_t i = 0; i < AD_PB; i++) {
             t->ad_depth[i] >>= 1;
         }
+        for (size_t i = 0; i < AD_NB; i++) {
+            t->ad_near[i] >>= 1;
+        }
+        t->ad_ends >>= 1;
         t->ad_events = 0;
     }
 }
@@ -1831,7 +1920,11 @@ found:
         /* adaptive placement: a predicted junction where the match has none
          * past its state, then this match's own overlap depth */
         if (out->branching_seqlen <= (int64_t)best_len) {
-            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len);
+            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len), pe = 0;
+            if (p == 0 && (pe = adaptive_place_end(t, best_len, pos, len)) > 0) {
+                p = pe;
+                t->ad_placed_end++;
+            }
             if (p > 0) {
                 out->branching_seqlen = (int64_t)p;
                 out->placed = 1;
@@ -2918,6 +3011,7 @@ mr_radix_get_stats(const mr_radix *t, mr_radix_stats *out)
     out->unused_handovers = t->ad_handed_unused;
     out->admissions_probation = t->ad_probation;
     out->placements = t->ad_placed;
+    out->end_placements = t->ad_placed_end;
 }
 
 mr_node *mr_radix_root(const mr_radix *t) { return t->root; }

@@ -474,6 +474,7 @@ typedef struct {
     uint64_t unused_handovers;  /* adaptive: superseded states no match used that handed their value over */
     uint64_t admissions_probation;
     uint64_t placements;        /* adaptive: matches that proposed a predicted junction */
+    uint64_t end_placements;    /* adaptive: of those, end snapshots moved up (end-relative placement) */
     /* Child-array entries shifted or copied to keep the arrays sorted and
      * without holes (see radix.c, "Children"): their upkeep's whole cost,
      * O(1) a removal amortized.  For tests of that bound. */

@@ -858,15 +858,16 @@ PyDoc_STRVAR(RadixTree_policy_stats__doc__,
 "ghost_hits (matches that wanted an evicted state), states_superseded (states\n"
 "whose uses a new state below them superseded), unused_handovers (of those,\n"
 "the ones no match had used that handed their value over), admissions_probation\n"
-"(states admitted at the LRU end) and placements (matches whose\n"
-"branching_seqlen is a predicted junction).");
+"(states admitted at the LRU end), placements (matches whose\n"
+"branching_seqlen is a predicted junction) and end_placements (of those, the\n"
+"end snapshots moved up for requests that part a little above states).");
 
 static PyObject *
 RadixTree_policy_stats(RadixTree *self, PyObject *unused)
 {
     mr_radix_stats s;
     mr_radix_get_stats(self->tree, &s);
-    return Py_BuildValue("{sKsKsKsdsdsNsKsdsKsKsKsKsK}", "states_admitted",
+    return Py_BuildValue("{sKsKsKsdsdsNsKsdsKsKsKsKsKsK}", "states_admitted",
                          (unsigned long long)s.states_admitted, "states_used", (unsigned long long)s.states_used,
                          "states_trimmed", (unsigned long long)s.states_trimmed, "alpha", s.alpha, "kv_weight",
                          s.kv_weight, "mru", PyBool_FromLong(s.mru), "tunes", (unsigned long long)s.tunes,
@@ -875,7 +876,7 @@ RadixTree_policy_stats(RadixTree *self, PyObject *unused)
                          (unsigned long long)s.states_superseded, "unused_handovers",
                          (unsigned long long)s.unused_handovers, "admissions_probation",
                          (unsigned long long)s.admissions_probation, "placements",
-                         (unsigned long long)s.placements);
+                         (unsigned long long)s.placements, "end_placements", (unsigned long long)s.end_placements);
 }
 
 PyDoc_STRVAR(RadixTree_inc_lock_ref__doc__,

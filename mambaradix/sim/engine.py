@@ -1256,6 +1256,7 @@ class _Replay(Scheduler):
             m.adaptive_unused_handovers = int(ps["unused_handovers"])
             m.admissions_probation = int(ps["admissions_probation"])
             m.adaptive_placements = int(ps["placements"])
+            m.adaptive_end_placements = int(ps["end_placements"])
         sb = float(m.peak_state_slots) * per
         kb = float(m.peak_kv_tokens) * float(getattr(self.cfg, "kv_bytes_per_token", 0))
         m.state_memory_share = sb / (sb + kb) if sb + kb > 0 else 0.0

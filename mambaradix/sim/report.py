@@ -341,7 +341,8 @@ def format_report(
                           f"the highest victim priority; {m.adaptive_superseded} states superseded "
                           f"({getattr(m, 'adaptive_unused_handovers', 0)} unused ones handing their value over), "
                           f"{m.adaptive_ghost_hits} ghost hits, {m.admissions_probation} states admitted on "
-                          f"probation, {getattr(m, 'adaptive_placements', 0)} junctions predicted"))
+                          f"probation, {getattr(m, 'adaptive_placements', 0)} junctions predicted "
+                          f"({getattr(m, 'adaptive_end_placements', 0)} of them end snapshots moved up)"))
     if config.lru_policy == "utility" and m.final_utility_alpha is not None:
         pool_rows.append(("utility alpha", f"{config.utility_alpha:g} -> {m.final_utility_alpha:g}",
                           f"configured -> after {m.utility_tunes} re-tunings; recency order "

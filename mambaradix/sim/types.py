@@ -246,14 +246,16 @@ class SimMetrics:
     # (the highest victim priority), the matches that wanted an evicted state
     # (a ghost hit), the states whose uses a new state below them superseded
     # (and of those, the ones no match had used that handed their value over),
-    # the states admitted on probation and the matches that proposed a
-    # predicted junction (adaptive placement)
+    # the states admitted on probation, the matches that proposed a
+    # predicted junction (adaptive placement) and, of those, the end
+    # snapshots moved up (end-relative placement)
     adaptive_inflation: Optional[float] = None
     adaptive_ghost_hits: int = 0
     adaptive_superseded: int = 0
     adaptive_unused_handovers: int = 0
     admissions_probation: int = 0
     adaptive_placements: int = 0
+    adaptive_end_placements: int = 0
     wall_seconds: dict = field(default_factory=dict)       # phase -> seconds
 
     @property

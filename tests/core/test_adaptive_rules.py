@@ -414,3 +414,78 @@ def test_the_pair_counts_fade():
             first_off = k
     assert first_off == 77
     assert t.policy_stats()["ghost_hits"] == 300
+
+
+# End-relative placement (docs/adaptive.md, "Snapshot placement"): chunk 4, so a
+# prompt of 46 tokens leaves its end snapshot at 44.
+
+def _placing_tree():
+    return mambaradix.RadixTree(page_size=1, chunk_size=4, lru_policy="adaptive")
+
+
+def _prompt(base, n=46):
+    return list(range(base, base + n))
+
+
+def _part_above_the_end(t, bases, slot=1):
+    """For each base, a prompt's end snapshot, then its next prompt parting 4
+    tokens above it (at 40, sharing 40 tokens of the branch)."""
+    for b in bases:
+        p = _prompt(b)
+        _put(t, p[:44], slot)
+        slot += 1
+        m = t.match_prefix(p[:40] + _prompt(b + 500, 20))
+        assert (m.kv_matched_len, m.branching_seqlen) == (40, 40)   # SGLang's own junction: nothing predicted
+    return slot
+
+
+def test_the_end_snapshot_moves_up_once_two_prompts_parted_above_theirs():
+    t = _placing_tree()
+    _part_above_the_end(t, [1000])
+    assert t.match_prefix(_prompt(3000)).branching_seqlen is None    # one parting: not enough
+    _part_above_the_end(t, [2000], slot=2)
+    # N(1) = 2 partings 4 tokens (one step) above a state: 2 * (11 - 1) = 20 beats 2 * (11 - 2) = 18 for two steps
+    assert t.match_prefix(_prompt(4000)).branching_seqlen == 40
+    assert t.policy_stats()["end_placements"] == 1 == t.policy_stats()["placements"]
+
+
+def test_continuations_past_the_end_keep_the_end_snapshot():
+    """Five branches continued past their whole path (a chat's next turns):
+    moving the end snapshot one step costs 4 * 5 * 1 = 20, what it would
+    spare the two partings, so it stays; with four it moves."""
+    for continued, want in ((5, None), (4, 40)):
+        t = _placing_tree()
+        slot = _part_above_the_end(t, [1000, 2000])
+        for i in range(continued):
+            p = _prompt(6000 + 100 * i)
+            _put(t, p[:44], slot)
+            slot += 1
+            assert t.match_prefix(p[:44] + [1, 2, 3, 4]).branching_seqlen is None
+        assert t.match_prefix(_prompt(4000)).branching_seqlen == want
+
+
+def test_partings_close_to_a_branch_top_leave_the_end_snapshot():
+    """Requests under a 32-token system prompt part 4 tokens into another
+    request's own part, 8 above its end snapshot: they shared less of that
+    branch than was left to its state, so they say nothing about where the
+    next prompt's end snapshot should be."""
+    t = _placing_tree()
+    system = _prompt(100, 32)
+    _put(t, system, 1)
+    for i, b in enumerate((2000, 3000)):
+        p = system + _prompt(b, 14)
+        _put(t, p[:44], 2 + i)
+        m = t.match_prefix(p[:36] + _prompt(b + 500, 20))
+        assert (m.kv_matched_len, m.branching_seqlen) == (36, 36)
+    assert t.match_prefix(_prompt(4000)).branching_seqlen is None
+    assert t.policy_stats()["end_placements"] == 0
+
+
+def test_the_partings_fade():
+    """Halved with the placement evidence every 4096 observations: two
+    partings become one, too few."""
+    t = _placing_tree()
+    _part_above_the_end(t, [1000, 2000])
+    for _ in range(4096):
+        t.match_prefix([7, 8])           # a match whose key goes on: an observation
+    assert t.match_prefix(_prompt(4000)).branching_seqlen is None

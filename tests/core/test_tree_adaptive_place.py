@@ -5,9 +5,11 @@ KV), the prefixes that end at a state, and the branches the inserts began
 (where each parted from the tree), and applies the documented rule
 (docs/adaptive.md, "Snapshot placement"; csrc/core/radix.c, "Adaptive
 placement"): per match, a predicted junction where the match has none past
-its state, then the match's own observation.  Random inserts and matches of
-shared-prefix keys run on both, with no eviction; after every match the
-branching length and the placement count must agree.
+its state (or, failing one, the end snapshot moved up for requests that part
+a little above states: end-relative placement), then the match's own
+observation.  Random inserts and matches of shared-prefix keys run on both,
+with no eviction; after every match the branching length and the placement
+counts must agree.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from mambaradix import _C
 PB = 512          # depth buckets
 MARGIN = 4
 WINDOW = 4096     # observations between halvings
+NB = 64           # end-relative buckets: partings up to NB steps above a state
+NEAR_MIN = 2      # partings seen before an end snapshot moves for them
 
 
 class PlaceModel:
@@ -37,9 +41,12 @@ class PlaceModel:
         self.placed_at: dict = {}   # prefix -> the junction the last placement there predicted
         self.x: dict = {}           # prefix -> [branches begun there and parted from, and continued]
         self.hist = [0] * PB
+        self.near = [0] * NB        # partings r steps above the first state below them, by r // step
+        self.ends = 0               # branches continued past their whole path
         self.events = 0
         self.halvings = 0
         self.placed = 0
+        self.placed_end = 0
 
     def _walk(self, key: list) -> int:
         L, P = len(key) // self.page * self.page, self.page
@@ -98,9 +105,44 @@ class PlaceModel:
             return 0
         return best * step
 
+    def _place_end(self, s: int, k: int, L: int) -> int:
+        step = self.step
+        if s % step:
+            return 0
+        s0, e = s // step, L // step
+        n = best = gbest = 0
+        j = 1
+        while j < NB and e > s0 + j + 1 and (e - j) * step > k:
+            n += self.near[j - 1]
+            gain, cost = n * (e - j - s0), MARGIN * self.ends * j
+            if n >= NEAR_MIN and gain > cost and gain - cost > gbest:
+                best, gbest = j, gain - cost
+            j += 1
+        return (e - best) * step if best else 0
+
+    def _observe_end(self, key: list, k: int, top: int) -> None:
+        """A parting at k: the first state below it on the tree's unbranched
+        path, r tokens down, counts (in bucket ceil(r / step) - 1: a snapshot
+        that many steps and one up serves it) when r < k - top and r <= NB
+        steps."""
+        path = tuple(key[:k])
+        if len(self.kids.get(path, ())) != 1 or k <= top:
+            return
+        reach, r = NB * self.step, 0
+        while len(self.kids.get(path, ())) == 1:
+            path += next(iter(self.kids[path]))
+            r += self.page
+            if path in self.states:
+                if r < k - top and r <= reach:
+                    self.near[(r - 1) // self.step] += 1
+                return
+            if r >= reach:
+                return
+
     def _observe(self, key: list, k: int) -> None:
         if k > 0:
             h = self._head(key, k)
+            self._observe_end(key, k, h[0])
             X = self.x.setdefault(tuple(key[:h[0]]), [0, 0])
             if self.kids.get(tuple(key[:k])) or h[3]:
                 rb = min((k - h[0]) // self.step, PB - 1)
@@ -114,9 +156,12 @@ class PlaceModel:
             elif not h[2]:
                 h[2] = True
                 X[1] += 1
+                self.ends += 1
         self.events += 1
         if self.events >= WINDOW:
             self.hist = [v >> 1 for v in self.hist]
+            self.near = [v >> 1 for v in self.near]
+            self.ends >>= 1
             self.events = 0
             self.halvings += 1
 
@@ -131,6 +176,9 @@ class PlaceModel:
         if k < L:
             if br is None or br <= s:
                 p = self._place(s, k, L, key)
+                if not p:
+                    p = self._place_end(s, k, L)
+                    self.placed_end += p > 0
                 if p:
                     br = p
                     self.placed += 1
@@ -202,7 +250,8 @@ def test_placement_matches_the_model_step_by_step(page: int, chunk: int, seed: i
             m = tree.match_prefix(key)
             want = model.match(key)
             assert (m.branching_seqlen, m.kv_matched_len, len(m.indices)) == want, (i, key)
-            assert tree.policy_stats()["placements"] == model.placed, i
+            stats = tree.policy_stats()
+            assert (stats["placements"], stats["end_placements"]) == (model.placed, model.placed_end), i
         br, k, s = want
         if br is not None and br > k:
             placed_seen += 1

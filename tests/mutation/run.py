@@ -53,6 +53,7 @@ T_INS = ["tests/core/test_lifecycle_insert_owners.py", "tests/core/test_lifecycl
 T_INT64 = ["tests/core/test_match_int64_keys.py", "tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py"]
 T_HEAP = ["tests/core/test_tree_leaf_orders.py", "tests/c/test_c_core.py", "tests/sim/test_state_policies.py"]
 T_ADAPT = ["tests/core/test_tree_adaptive.py", "tests/core/test_adaptive_rules.py", "tests/sim/test_state_policies.py"]
+T_END = ["tests/core/test_tree_adaptive_place.py", "tests/core/test_adaptive_rules.py", "tests/sim/test_adaptive_place.py"]
 T_CHK = ["tests/c/test_c_lifecycle.py", "tests/core/test_req_state.py", "tests/core/test_lifecycle.py"]
 T_OPS = ["tests/dropin/test_dropin_ops_oracle.py"]
 T_TAKE = ["tests/dropin/test_sglang_pools_oracle.py", "tests/dropin/test_sglang_dropin.py",
@@ -350,6 +351,21 @@ MUTANTS: List[Mutant] = [
     Mutant("AD_SKIP_NONE", "csrc/core/radix.c", "            out->branching_seqlen = -1;   /* the end snapshot instead",
            "            (void)0;   /* the end snapshot instead", T_ADAPT + ["tests/core/test_tree_adaptive_place.py"],
            "adaptive placement: SGLang's junction always, though its last state there was evicted unused"),
+    Mutant("AD_END_NONE", "csrc/core/radix.c",
+           "if (p == 0 && (pe = adaptive_place_end(t, best_len, pos, len)) > 0) {", "if (0) {", T_END,
+           "end-relative placement: the end snapshot never moves up"),
+    Mutant("AD_END_BUCKET", "csrc/core/radix.c", "size_t b = (r - 1) / step;", "size_t b = r / step;", T_END,
+           "end-relative placement: a parting one step too deep (a state at a step's end counts a step more)"),
+    Mutant("AD_END_SHARED", "csrc/core/radix.c", "if (r < d - (size_t)h->top && r <= reach) {",
+           "if (r <= reach) {", T_END,
+           "end-relative placement: partings at a branch's top (a system prompt's) count too"),
+    Mutant("AD_END_COST", "csrc/core/radix.c",
+           "cost = mul_sat(mul_sat(AD_PLACE_MARGIN, t->ad_ends), j);", "cost = 0;", T_END,
+           "end-relative placement: continuations past the end cost nothing (a chat's end snapshot moves)"),
+    Mutant("AD_END_MIN", "csrc/core/radix.c", "if (n >= AD_NEAR_MIN && gain != UINT64_MAX", "if (gain != UINT64_MAX",
+           T_END, "end-relative placement: one parting moves every later end snapshot"),
+    Mutant("AD_END_HALVE", "csrc/core/radix.c", "            t->ad_near[i] >>= 1;\n", "", T_END,
+           "end-relative placement: old partings never fade"),
     Mutant("AD_PROBATION", "csrc/core/radix.c", "if (!supersedes && t->ad_wanted >= 2 * (uint64_t)t->ad_found + 2) {",
            "if (!supersedes && t->ad_wanted >= 2 * (uint64_t)t->ad_found) {", T_ADAPT,
            "adaptive: probation without evidence (no match has found a ghost yet)"),

@@ -765,6 +765,7 @@ def test_cli_utility_with_end_of_turn_states() -> None:
     m = json.loads(p.stdout)["metrics"]
     assert m["adaptive_inflation"] > 0 and m["adaptive_ghost_hits"] >= 0 and m["adaptive_superseded"] >= 0
     assert 0 <= m["adaptive_unused_handovers"] <= m["adaptive_superseded"]
+    assert 0 <= m["adaptive_end_placements"] <= m["adaptive_placements"]
     p = subprocess.run(args + ["--policy", "belady", "--states", "toy"], capture_output=True, text=True,
                        env=env, timeout=300)
     assert p.returncode == 2 and "lru_policy belady reads the future" in p.stderr
