@@ -850,8 +850,8 @@ adaptive_admit(mr_radix *t, mr_node *n)
  * proposes nothing: later requests may part from a path a little above the
  * state its request left at its end, as a conversation's next prompt parts
  * from the last one before its end (its last, partial block differs), past
- * every chunk end, so the end snapshot serves it nothing.  Observations: a
- * match that parts from a branch at depth d, in a node with one child, with
+ * every chunk end, so the end snapshot serves it nothing.  Observations: the
+ * first match that parts from a branch, at depth d, in a node with one child, with
  * the first state below d on that unbranched path at d + r, r < d - top (the
  * request shared more of the branch than it left above that state), counts
  * in bucket ceil(r / step) - 1 of ad_near (AD_NB buckets; deeper: not
@@ -973,15 +973,16 @@ adaptive_place(const mr_radix *t, size_t s, const mr_node *x, size_t k, size_t l
     return best * step;
 }
 
-/* A match parted at depth d from the branch headed by h, in node kv: the
- * first state below d on kv's unbranched path, within AD_NB steps, counts
- * in ad_near (see "End-relative placement"). */
+/* A match parted at depth d from the branch headed by h, in node kv, the
+ * first time one parted from that branch: the first state below d on kv's
+ * unbranched path, within AD_NB steps, counts in ad_near (see "End-relative
+ * placement"). */
 static void
 adaptive_observe_end(mr_radix *t, const mr_node *kv, const mr_node *h, size_t d)
 {
     const size_t step = adaptive_step(t), reach = AD_NB * step;
-    if (kv->nchildren != 1 || d <= (size_t)h->top) {
-        return;
+    if (kv->nchildren != 1 || d <= (size_t)h->top || h->shared != 0) {
+        return;   /* (once a branch: a request matched again while it waits counts once) */
     }
     const mr_node *c = kv;
     while (c->nchildren == 1) {

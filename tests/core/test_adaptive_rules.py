@@ -449,6 +449,19 @@ def test_the_end_snapshot_moves_up_once_two_prompts_parted_above_theirs():
     assert t.policy_stats()["end_placements"] == 1 == t.policy_stats()["placements"]
 
 
+def test_a_prompt_matched_again_while_it_waits_counts_once():
+    """A scheduler matches a waiting request again at each try: its parting is
+    one observation (the first of its branch), not one a match."""
+    t = _placing_tree()
+    p = _prompt(1000)
+    _put(t, p[:44], 1)
+    for _ in range(3):
+        assert t.match_prefix(p[:40] + _prompt(1500, 20)).kv_matched_len == 40
+    assert t.match_prefix(_prompt(4000)).branching_seqlen is None
+    _part_above_the_end(t, [2000], slot=2)
+    assert t.match_prefix(_prompt(5000)).branching_seqlen == 40
+
+
 def test_continuations_past_the_end_keep_the_end_snapshot():
     """Five branches continued past their whole path (a chat's next turns):
     moving the end snapshot one step costs 4 * 5 * 1 = 20, what it would

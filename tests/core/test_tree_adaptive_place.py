@@ -120,13 +120,13 @@ class PlaceModel:
             j += 1
         return (e - best) * step if best else 0
 
-    def _observe_end(self, key: list, k: int, top: int) -> None:
-        """A parting at k: the first state below it on the tree's unbranched
-        path, r tokens down, counts (in bucket ceil(r / step) - 1: a snapshot
-        that many steps and one up serves it) when r < k - top and r <= NB
-        steps."""
-        path = tuple(key[:k])
-        if len(self.kids.get(path, ())) != 1 or k <= top:
+    def _observe_end(self, key: list, k: int, head: list) -> None:
+        """A parting at k, the branch's first: the first state below it on the
+        tree's unbranched path, r tokens down, counts (in bucket ceil(r / step)
+        - 1: a snapshot that many steps and one up serves it) when r < k - top
+        and r <= NB steps."""
+        path, top = tuple(key[:k]), head[0]
+        if len(self.kids.get(path, ())) != 1 or k <= top or head[1] != 0:
             return
         reach, r = NB * self.step, 0
         while len(self.kids.get(path, ())) == 1:
@@ -142,7 +142,7 @@ class PlaceModel:
     def _observe(self, key: list, k: int) -> None:
         if k > 0:
             h = self._head(key, k)
-            self._observe_end(key, k, h[0])
+            self._observe_end(key, k, h)
             X = self.x.setdefault(tuple(key[:h[0]]), [0, 0])
             if self.kids.get(tuple(key[:k])) or h[3]:
                 rb = min((k - h[0]) // self.step, PB - 1)

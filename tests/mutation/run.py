@@ -354,6 +354,8 @@ MUTANTS: List[Mutant] = [
     Mutant("AD_END_NONE", "csrc/core/radix.c",
            "if (p == 0 && (pe = adaptive_place_end(t, best_len, pos, len)) > 0) {", "if (0) {", T_END,
            "end-relative placement: the end snapshot never moves up"),
+    Mutant("AD_END_ONCE", "csrc/core/radix.c", "d <= (size_t)h->top || h->shared != 0) {", "d <= (size_t)h->top) {",
+           T_END, "end-relative placement: a request matched again while it waits counts its parting again"),
     Mutant("AD_END_BUCKET", "csrc/core/radix.c", "size_t b = (r - 1) / step;", "size_t b = r / step;", T_END,
            "end-relative placement: a parting one step too deep (a state at a step's end counts a step more)"),
     Mutant("AD_END_SHARED", "csrc/core/radix.c", "if (r < d - (size_t)h->top && r <= reach) {",
