@@ -851,13 +851,13 @@ adaptive_admit(mr_radix *t, mr_node *n)
  * state its request left at its end, as a conversation's next prompt parts
  * from the last one before its end (its last, partial block differs), past
  * every chunk end, so the end snapshot serves it nothing.  Observations: the
- * first match that parts from a branch, at depth d, in a node with one child, with
- * the first state below d on that unbranched path at d + r, r < d - top (the
- * request shared more of the branch than it left above that state), counts
- * in bucket ceil(r / step) - 1 of ad_near (AD_NB buckets; deeper: not
- * counted): a snapshot that many steps and one up would have served it.  The
- * first continuation of each branch counts in ad_ends.  Both
- * are halved with the histogram above.  Decision, for a match as above:
+ * first match that parts from a branch, at depth d, in a node with one
+ * child, with the first state below d on that unbranched path at d + r,
+ * r < d - top (the request shared more of the branch than it left above
+ * that state), counts in bucket ceil(r / step) - 1 of ad_near (AD_NB
+ * buckets; deeper: not counted): a snapshot that many steps and one up
+ * would have served it.  The first continuation of each branch counts in
+ * ad_ends.  Both are halved with the histogram above.  Decision, for a match as above:
  * with N(j) the partings of buckets below j, the end snapshot moves up j
  * steps, to p = (e - j) * step, for the j in [1, AD_NB) of largest
  *     N(j) * (e - j - s0) - AD_PLACE_MARGIN * ad_ends * j
@@ -1921,9 +1921,8 @@ found:
         /* adaptive placement: a predicted junction where the match has none
          * past its state, then this match's own overlap depth */
         if (out->branching_seqlen <= (int64_t)best_len) {
-            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len), pe = 0;
-            if (p == 0 && (pe = adaptive_place_end(t, best_len, pos, len)) > 0) {
-                p = pe;
+            size_t p = adaptive_place(t, best_len, out->kv_node, pos, len);
+            if (p == 0 && (p = adaptive_place_end(t, best_len, pos, len)) > 0) {
                 t->ad_placed_end++;
             }
             if (p > 0) {

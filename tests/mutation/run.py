@@ -352,7 +352,7 @@ MUTANTS: List[Mutant] = [
            "            (void)0;   /* the end snapshot instead", T_ADAPT + ["tests/core/test_tree_adaptive_place.py"],
            "adaptive placement: SGLang's junction always, though its last state there was evicted unused"),
     Mutant("AD_END_NONE", "csrc/core/radix.c",
-           "if (p == 0 && (pe = adaptive_place_end(t, best_len, pos, len)) > 0) {", "if (0) {", T_END,
+           "if (p == 0 && (p = adaptive_place_end(t, best_len, pos, len)) > 0) {", "if (0) {", T_END,
            "end-relative placement: the end snapshot never moves up"),
     Mutant("AD_END_ONCE", "csrc/core/radix.c", "d <= (size_t)h->top || h->shared != 0) {", "d <= (size_t)h->top) {",
            T_END, "end-relative placement: a request matched again while it waits counts its parting again"),

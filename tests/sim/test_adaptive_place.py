@@ -3,8 +3,8 @@ where SGLang's branching rule snapshots, so every state restored there is
 exact (toy states, page sizes 1 and 16), and on shared-prefix traffic the
 second request of a group hits the shared prompt that it misses under
 SGLang's own placement; an end snapshot moved up (end-relative placement)
-serves prompts that part a little above the last one's end.  The rule itself is checked against a model in
-tests/core/test_tree_adaptive_place.py."""
+serves prompts that part a little above the last one's end.  The rule
+itself is checked against a model in tests/core/test_tree_adaptive_place.py."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_sim_end_placement_serves_prompts_that_part_above_the_end(page_size: int
     restored there is exact (toy states)."""
     m, base = _toy_runs(_conversations(12, 5), page_size, 16, 512)
     assert m.adaptive_end_placements > 0 and m.adaptive_end_placements <= m.adaptive_placements
-    # a prompt 300-600 tokens long reuses its last one's whole blocks instead of those of the one before (1.16x)
+    # a prompt 300-600 tokens long reuses its last one's whole blocks instead of those of the one before (1.13x)
     assert m.state_usable_tokens >= 1.1 * base.state_usable_tokens, (m.state_usable_tokens, base.state_usable_tokens)
 
 
