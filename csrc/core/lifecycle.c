@@ -120,6 +120,21 @@ count_kv_back(mr_lifecycle *lc, size_t n)
     lc->cnt.kv_free += ((int64_t)n + page - 1) / page * page;
 }
 
+/* A node's KV back to the pools, as the tree keeps it (int32: with pools
+ * the tree is val32). */
+static int
+free_kv32_hook(void *ctx, const int32_t *idx, size_t n)
+{
+    mr_lifecycle *lc = ctx;
+    int rc = mr_kv_free_tree(lc->kv, idx, (int64_t)n);
+    if (rc == MR_OK) {
+        lc->stats.tokens_evicted += n;
+    }
+    return rc;
+}
+
+/* A node's KV without pools: counted, or collected for the caller (the
+ * pools' is free_kv32_hook's). */
 static int
 free_kv_hook(void *ctx, const int64_t *idx, size_t n)
 {
@@ -140,11 +155,7 @@ free_kv_hook(void *ctx, const int64_t *idx, size_t n)
         lc->rcut[lc->nrcut++] = (int64_t)lc->nrkv;   /* one free call per node, as SGLang's */
         return MR_OK;
     }
-    int rc = mr_kv_free_tree(lc->kv, idx, (int64_t)n);
-    if (rc == MR_OK) {
-        lc->stats.tokens_evicted += n;
-    }
-    return rc;
+    return MR_ESTATE;   /* with pools the tree hands int32 KV to free_kv32_hook */
 }
 
 static int
@@ -451,7 +462,8 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
         return MR_ENOMEM;
     }
     mr_radix_config rc = {.page_size = cfg->page_size, .chunk_size = cfg->chunk_size, .policy = cfg->policy,
-                          .semantics = cfg->semantics, .no_values = cfg->no_values != 0};
+                          .semantics = cfg->semantics, .no_values = cfg->no_values != 0,
+                          .val32 = with};   /* KV indices that fit the int32 rows */
     int err = mr_radix_new(&rc, &lc->tree);
     if (err == MR_OK && (err = mr_radix_set_options(lc->tree, &cfg->tree)) != MR_OK) {
         mr_radix_free(lc->tree);
@@ -465,6 +477,7 @@ mr_lc_new(const mr_lc_config *cfg, mr_slots *state, mr_kv *kv, mr_reqpool *rp, m
     lc->rp = rp;
     lc->cfg = *cfg;
     lc->rel.free_kv = free_kv_hook;
+    lc->rel.free_kv32 = with ? free_kv32_hook : NULL;
     lc->rel.free_state = free_state_hook;
     lc->rel.ctx = lc;
     lc->ext_available = -1;
@@ -561,7 +574,8 @@ mr_lc_set_state_available(mr_lifecycle *lc, int64_t n)
 
 static int lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
                      int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out,
-                     int trim, int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from);
+                     int trim, int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from,
+                     const int32_t *row);
 
 int
 mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
@@ -571,7 +585,8 @@ mr_lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t le
     if (!has_pools(lc) || mr_slots_owner(lc->state, state, &o) != MR_OK) {
         o = 0;
     }
-    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX, NULL, 0, NULL);
+    int rc = lc_insert(lc, key, val, len, ns, state, prev_prefix_len, dup_out, out, 1, bad, SIZE_MAX, NULL, 0, NULL,
+                       NULL);
     /* a slot a bound row's record names, given to the tree by a caller (not
      * by the request calls, whose records let go of it): the record keeps
      * naming it, as SGLang's Req does (Q2) */
@@ -642,13 +657,16 @@ kv_refusal(const mr_kv *kv, int32_t o, int64_t pg, int grp, size_t i, size_t min
 /* tail[0:ntail) (with pools): the caller's KV past what it caches, freed
  * once the tree has changed, in a call of its own before the duplicates
  * (cache_finished_req frees its tail before it inserts).  from: NULL or
- * the request's locked_path (the walk starts there). */
+ * the request's locked_path (the walk starts there).  row: NULL, or (with
+ * pools and page size 1) the values as the request's row holds them,
+ * int32, read in place: val is then room for len values, written (widened
+ * from the row) only when the insert takes the checking pass below. */
 static int
 lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, int32_t ns,
           int64_t state, size_t prev_prefix_len, int64_t *dup_out, mr_insert_result *out, int trim,
-          int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from)
+          int64_t *bad, size_t mine, const int64_t *tail, size_t ntail, const mr_node *from, const int32_t *row)
 {
-    const mr_insert_opts opts = {0, 0, from};
+    mr_insert_opts opts = {0, 0, from, NULL};
     int rc;
     int64_t bad_local;
     if (bad == NULL) {
@@ -692,17 +710,31 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
     int64_t claimed = -1;
     int32_t expect = 0;
     if (ps == 1 && mine < len) {
-        const int64_t u0 = val[mine];
+        const int64_t u0 = row != NULL ? row[mine] : val[mine];
         const int32_t o0 = (uint64_t)u0 - 1 < (uint64_t)np ? owner[u0] : MR_OWNER_FREE;
         if (o0 >= 1 || (o0 == MR_OWNER_HELD && !grp)) {
             expect = o0;
-            claimed = mr_slots_claim(&lc->kv->pages, val + mine, (int64_t)(len - mine), expect, MR_OWNER_TREE);
-            if (claimed < (int64_t)(len - mine)) {
-                mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
-                claimed = -1;
+            const int64_t k = (int64_t)(len - mine);
+            claimed = row != NULL ? mr_slots_claim32(&lc->kv->pages, row + mine, k, expect, MR_OWNER_TREE)
+                                  : mr_slots_claim(&lc->kv->pages, val + mine, k, expect, MR_OWNER_TREE);
+            if (claimed < k && row != NULL) {
+                mr_slots_unclaim32(&lc->kv->pages, row + mine, claimed, expect, MR_OWNER_TREE);
             }
+            else if (claimed < k) {
+                mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+            }
+            claimed = claimed < k ? -1 : claimed;
         }
     }
+    if (row != NULL && claimed < 0) {
+        /* the checking pass reads int64 values: the row's, widened */
+        int64_t *wide = (int64_t *)val;
+        for (size_t i = check_from(lc, mine); i < len; i++) {
+            wide[i] = row[i];
+        }
+        row = NULL;
+    }
+    opts.val32 = row;   /* claimed in place: the insert stores the row's values as they are */
     /* each index (page) listed once, checked in the same pass: each page is
      * stamped with this call's generation (mr_kv_stamp_begin) */
     uint16_t gen = 0;
@@ -795,7 +827,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
     }
     if (rc != MR_OK) {
-        if (claimed >= 0) {
+        if (claimed >= 0 && row != NULL) {
+            mr_slots_unclaim32(&lc->kv->pages, row + mine, claimed, expect, MR_OWNER_TREE);
+        }
+        else if (claimed >= 0) {
             mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
         }
         return rc;
@@ -815,10 +850,17 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         /* the tree keeps val[pl:len) as claimed; val[mine:pl) (the
          * duplicates, freed below) goes back to the caller first */
         size_t from_new = pl > mine ? pl : mine;
-        if (pl > mine) {
+        if (pl > mine && row != NULL) {
+            mr_slots_unclaim32(&lc->kv->pages, row + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
+        }
+        else if (pl > mine) {
             mr_slots_unclaim(&lc->kv->pages, val + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
         }
-        else if (pl < mine) {
+        for (size_t i = pl; i < mine && row != NULL; i++) {
+            const int64_t u = row[i];   /* rare: eviction shortened the tree's prefix */
+            mr_slots_transfer_checked(&lc->kv->pages, &u, 1, MR_OWNER_TREE);
+        }
+        if (pl < mine && row == NULL) {
             mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(mine - pl), MR_OWNER_TREE);
         }
         held = expect == MR_OWNER_HELD ? (int64_t)(len - mine) : 0;
@@ -1394,17 +1436,18 @@ drop_lock(mr_lifecycle *lc, mr_req *st)
  * duplicates' (SGLang's order). */
 static int
 insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t len, int32_t ns, int64_t slot,
-           size_t prev, size_t mine, mr_insert_result *res, const int64_t *tail, size_t ntail, const mr_node *from)
+           size_t prev, size_t mine, mr_insert_result *res, const int64_t *tail, size_t ntail, const mr_node *from,
+           const int32_t *row, int64_t *bad)
 {
     /* the per-path budget is applied by the caller, once the request's lock
      * has moved (trim_inserted) */
     if (has_pools(lc)) {
-        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, NULL, mine, tail, ntail, from);
+        return lc_insert(lc, tokens, kv, len, ns, slot, prev, NULL, res, 0, bad, mine, tail, ntail, from, row);
     }
     /* room for a free call per run (the caller reserved the indices) */
     int rc = grow(&lc->rcut, &lc->caprcut, lc->nrcut + len / lc->cfg.page_size + 3);
     if (rc == MR_OK) {
-        rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, NULL, mine, NULL, 0, from);
+        rc = lc_insert(lc, tokens, kv, len, ns, slot, prev, lc->b, res, 0, bad, mine, NULL, 0, from, NULL);
     }
     if (rc == MR_OK) {
         rc = out_kv(lc, tail, ntail);
@@ -1418,10 +1461,13 @@ insert_req(mr_lifecycle *lc, const int32_t *tokens, const int64_t *kv, size_t le
 /* cache_finished_req over the row's table (kv_in NULL) or, tree-only, over
  * the caller's KV indices kv_in[0:committed_len).  The tokens are tokens
  * or, when tokens64 is not NULL, tokens64 (int64, read in place: only what
- * the insert reads is narrowed; *bad names a token outside int32). */
+ * the insert reads is narrowed; *bad names a token outside int32).
+ * kv_bad: NULL, or where the insert names a KV index it refused (its
+ * position in the table). */
 static int
 cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *tokens64,
-               const int64_t *kv_in, size_t committed_len, int32_t ns, int is_insert, int64_t *bad)
+               const int64_t *kv_in, size_t committed_len, int32_t ns, int is_insert, int64_t *bad,
+               int64_t *kv_bad)
 {
     const mr_lc_config *c = &lc->cfg;
     lc->cached_len = 0;
@@ -1502,7 +1548,8 @@ cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens,
          * has changed; the tail goes once it succeeded */
         if (cache_len > 0) {
             mr_insert_result res;
-            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, tail, ntail, from);
+            rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, slot, prev, mine, &res, tail, ntail, from, NULL,
+                            kv_bad);
             if (rc != MR_OK) {
                 return rc;
             }
@@ -1573,7 +1620,7 @@ mr_lc_cache_finished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *t
         return MR_EINVAL;
     }
     int64_t bad;
-    return cache_finished(lc, row, st, tokens, NULL, NULL, committed_len, ns, is_insert, &bad);
+    return cache_finished(lc, row, st, tokens, NULL, NULL, committed_len, ns, is_insert, &bad, NULL);
 }
 
 int
@@ -1587,7 +1634,7 @@ mr_lc_cache_finished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, co
         return MR_EINVAL;
     }
     int64_t bad;
-    return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad);
+    return cache_finished(lc, -1, st, tokens, NULL, kv, committed_len, ns, is_insert, &bad, NULL);
 }
 
 int64_t
@@ -1606,8 +1653,11 @@ row_from_path(mr_lifecycle *lc, int64_t row, const mr_node *node, int64_t lo, in
     for (const mr_node *n = node; mr_node_parent(n) != NULL && end > lo; n = mr_node_parent(n)) {
         int64_t start = end - (int64_t)mr_node_len(n);
         int64_t a = start > lo ? start : lo, b = end < hi ? end : hi;
-        if (b > a) {
-            (void)mr_reqpool_write_trusted(lc->rp, row, a, mr_node_values(n) + (a - start), b - a);
+        int32_t *dst = b > a ? mr_reqpool_span(lc->rp, row, a, b - a) : NULL;
+        if (dst != NULL) {
+            /* the tree keeps them as int32, as the row does */
+            memcpy(dst, (const int32_t *)mr_node_values(n) + (a - start), (size_t)(b - a) * sizeof(int32_t));
+            mr_reqpool_mark_dirty(lc->rp, row, a, b);
         }
         end = start;
     }
@@ -1616,11 +1666,11 @@ row_from_path(mr_lifecycle *lc, int64_t row, const mr_node *node, int64_t lo, in
 /* cache_unfinished_req over the row's table (kv_in NULL; the fresh slot is
  * allocated here) or, tree-only, over the caller's KV indices
  * kv_in[0:fill_len) with the caller's fresh slot (handed back with the
- * collected frees when not needed). */
+ * collected frees when not needed).  bad, kv_bad: as cache_finished's. */
 static int
 cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *tokens, const int64_t *tokens64,
                  const int64_t *kv_in, size_t fill_len, int32_t ns, int64_t given, int64_t *prefix_out,
-                 int64_t *fork_src, int64_t *fork_dst, int64_t *table_end, int64_t *bad)
+                 int64_t *fork_src, int64_t *fork_dst, int64_t *table_end, int64_t *bad, int64_t *kv_bad)
 {
     const mr_lc_config *c = &lc->cfg;
     *fork_src = *fork_dst = -1;
@@ -1710,20 +1760,32 @@ cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const int32_t *token
     mr_insert_result res;
     size_t mine = from != NULL ? prev : has_pools(lc) ? own_prefix(lc, tokens, (size_t)cache_len, ns, prev) : SIZE_MAX;
     const int64_t *kv = kv_in;
-    if (has_pools(lc)) {
+    /* with page size 1, read in place (lc_insert widens them into lc->a only
+     * if it checks them one by one) */
+    const int32_t *in_row = has_pools(lc) && c->page_size == 1 && prefix_out == NULL
+                                ? mr_reqpool_span(lc->rp, row, 0, (int64_t)fill_len) : NULL;
+    if (in_row != NULL) {
+        kv = lc->a;
+    }
+    else if (has_pools(lc)) {
         size_t first = check_from(lc, mine);
         (void)mr_reqpool_read(lc->rp, row, (int64_t)first, (int64_t)(fill_len - first), lc->a + first);
         kv = lc->a;
     }
-    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0, from);
+    rc = insert_req(lc, tokens, kv, (size_t)cache_len, ns, donated, prev, mine, &res, NULL, 0, from, in_row,
+                    kv_bad);
     if (rc != MR_OK) {
+        /* refused: the request keeps its snapshot (its record and row as
+         * they were) and the slot taken for it goes back */
         if (c->extra_buffer) {
-            (void)free_slot(lc, donated);
+            st->track[keep] = donated;
+            sync_row(lc, row, st);
         }
         else {
-            (void)free_slot(lc, fresh);
             *fork_src = *fork_dst = -1;
+            lc->stats.forks--;
         }
+        (void)free_slot(lc, fresh);
         return rc;
     }
     if (res.state_existed) {
@@ -1802,7 +1864,7 @@ mr_lc_cache_unfinished(mr_lifecycle *lc, int64_t row, mr_req *st, const mr_key *
     }
     int64_t table_end;
     return cache_unfinished(lc, row, st, tokens->width == 4 ? tokens->p : NULL, tokens->width == 8 ? tokens->p : NULL,
-                            NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst, &table_end, bad);
+                            NULL, fill_len, ns, -1, prefix_out, fork_src, fork_dst, &table_end, bad, NULL);
 }
 
 int
@@ -1828,7 +1890,7 @@ mr_lc_cache_unfinished_ext(mr_lifecycle *lc, mr_req *st, const int32_t *tokens, 
     }
     int64_t bad;
     return cache_unfinished(lc, -1, st, tokens, NULL, kv, fill_len, ns, fresh, prefix_out, fork_src, fork_dst,
-                            table_end, &bad);
+                            table_end, &bad, NULL);
 }
 
 int
@@ -2582,9 +2644,10 @@ batch_tokens(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_
 
 int
 mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad)
+                       const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t bad[3])
 {
     bad[0] = bad[1] = -1;
+    bad[2] = 0;
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -2623,8 +2686,13 @@ mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr
         size_t fill = (size_t)st->committed;
         int64_t table_end;
         /* the batch hands back no prefix: the row is the request's table */
+        int64_t tok_bad = -1;   /* none: the tokens are narrowed already */
         rc = cache_unfinished(lc, rows[i], st, tok[i], NULL, NULL, fill, ns ? ns[i] : 0, -1, NULL, &fork_src[i],
-                              &fork_dst[i], &table_end, &bad[1]);
+                              &fork_dst[i], &table_end, &tok_bad, &bad[1]);
+        if (rc != MR_OK && bad[1] >= 0) {
+            bad[0] = (int64_t)i;   /* its insert refused the KV index at table position bad[1] */
+            bad[2] = 1;
+        }
     }
     MR_FREE(tok);
     return rc;
@@ -2698,9 +2766,10 @@ mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t *tra
 
 int
 mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys, const int32_t *ns,
-                   int is_insert, int64_t *bad)
+                   int is_insert, int64_t bad[3])
 {
     bad[0] = bad[1] = -1;
+    bad[2] = 0;
     if (!has_pools(lc)) {
         return MR_ESTATE;
     }
@@ -2724,8 +2793,13 @@ mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_
     int rc = batch_tokens(lc, n, rows, keys, 1, is_insert, tok, bad);   /* before any row changes */
     for (size_t i = 0; i < n && rc == MR_OK; i++) {
         mr_req *st = &lc->rp->req[rows[i]];
+        int64_t tok_bad = -1;   /* as unfinished_batch's */
         rc = cache_finished(lc, rows[i], st, tok[i], NULL, NULL, (size_t)st->committed, ns ? ns[i] : 0,
-                            is_insert && st->lazy_is_insert, &bad[1]);
+                            is_insert && st->lazy_is_insert, &tok_bad, &bad[1]);
+        if (rc != MR_OK && bad[1] >= 0) {
+            bad[0] = (int64_t)i;   /* as unfinished_batch's */
+            bad[2] = 1;
+        }
         if (rc == MR_OK) {
             rc = mr_reqpool_free(lc->rp, rows[i]);
         }

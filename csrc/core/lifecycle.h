@@ -422,11 +422,13 @@ int mr_lc_prefill_batch(mr_lifecycle *lc, size_t n, const mr_lc_batch_keys *keys
  * MR_EINVAL, bad = {request, position in its sequence}; a sequence shorter
  * than what is read, MR_EINVAL, bad = {request, -1}; a row not in use or
  * listed twice (mr_reqpool_rows_check), MR_EINVAL, bad = {entry, -1}.
- * MR_ENOSPC, before any row changed, when the rows that cache (each takes a
- * state slot) are more than the free slots and the states eviction can
- * free. */
+ * bad[2] is 1 when instead an insert refused the KV index at position
+ * bad[1] of request bad[0]'s table (mr_lc_insert's codes; the requests
+ * before it are cached).  MR_ENOSPC, before any row changed, when the rows
+ * that cache (each takes a state slot) are more than the free slots and
+ * the states eviction can free. */
 int mr_lc_unfinished_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t *bad);
+                           const int32_t *ns, int64_t *fork_src, int64_t *fork_dst, int64_t bad[3]);
 /* One decode step for n rows: one KV token each (written to the table),
  * the tracking decision before the forward and the boundary bookkeeping
  * after it.  MR_ENOSPC when the step's KV is more than the free KV and what
@@ -437,9 +439,10 @@ int mr_lc_decode_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, int64_t 
 /* Finishes n rows: cache_finished_req (its tokens: keys' sequence i,
  * origin + output tokens, at least the committed length) and frees the
  * row.  The tokens are read and refused as mr_lc_unfinished_batch reads
- * them: every row is checked before the first is finished. */
+ * them (and a refused KV index reported so): every row is checked before
+ * the first is finished. */
 int mr_lc_finish_batch(mr_lifecycle *lc, size_t n, const int64_t *rows, const mr_lc_batch_keys *keys,
-                       const int32_t *ns, int is_insert, int64_t *bad);
+                       const int32_t *ns, int is_insert, int64_t bad[3]);
 
 /* ------------------------------------------------------------------------
  * Counted pools: a tree-only lifecycle without values (a simulator) whose

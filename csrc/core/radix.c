@@ -49,7 +49,7 @@ struct mr_node {
     uint32_t cap;
     uint32_t len;          /* edge length in tokens */
     int32_t ns;
-    int64_t *val;          /* len KV indices, then the key (NULL: a tree without values) */
+    void *vals;            /* len KV indices (int64, int32 in a val32 tree), then the key (NULL: no values) */
     int32_t *key;          /* len int32 tokens: after val, or alone without values */
     int64_t state;         /* -1: tombstone */
     int32_t full_lock;
@@ -148,6 +148,8 @@ struct mr_radix {
     /* An insert's path from the root to opts->from, in walk order. */
     mr_node **walk;
     size_t walk_cap;
+    int64_t *wide;            /* a val32 node's KV widened for free_kv (no free_kv32) */
+    size_t wide_cap;
     /* The adaptive policy (see "Adaptive"). */
     double ad_inflation;      /* L: the highest priority a victim has had */
     mr_node *ad_victim;       /* the victim chosen last (its eviction leaves a ghost) */
@@ -174,32 +176,69 @@ node_key(const mr_node *n)
     return n->key;
 }
 
-/* Bytes a node stores per token: its KV index (none without values) and its
- * token. */
+/* Bytes of one KV index as the tree keeps it (0 without values). */
+MR_INLINE size_t
+val_bytes(const mr_radix *t)
+{
+    return t->cfg.no_values ? 0 : t->cfg.val32 ? sizeof(int32_t) : sizeof(int64_t);
+}
+
+/* Bytes a node stores per token: its KV index and its token. */
 MR_INLINE size_t
 token_bytes(const mr_radix *t)
 {
-    return (t->cfg.no_values ? 0 : sizeof(int64_t)) + sizeof(int32_t);
+    return val_bytes(t) + sizeof(int32_t);
 }
 
-/* Points val and key into n's storage mem (val first: int64 alignment). */
+/* Points vals and key into n's storage mem (vals first: int64 alignment). */
 MR_INLINE void
 node_place(const mr_radix *t, mr_node *n, void *mem)
 {
     if (t->cfg.no_values) {
-        n->val = NULL;
+        n->vals = NULL;
         n->key = mem;
     }
     else {
-        n->val = mem;
-        n->key = mem == NULL ? NULL : (int32_t *)(n->val + n->len);
+        n->vals = mem;
+        n->key = mem == NULL ? NULL : (int32_t *)((char *)mem + n->len * val_bytes(t));
     }
 }
 
 MR_INLINE void *
 node_mem(const mr_node *n)
 {
-    return n->val != NULL ? (void *)n->val : (void *)n->key;
+    return n->vals != NULL ? n->vals : (void *)n->key;
+}
+
+/* n's KV indices [from, from + k) into dst as int64. */
+static void
+node_vals_out(const mr_radix *t, const mr_node *n, size_t from, size_t k, int64_t *dst)
+{
+    if (t->cfg.val32) {
+        const int32_t *v = (const int32_t *)n->vals + from;
+        for (size_t i = 0; i < k; i++) {
+            dst[i] = v[i];
+        }
+    }
+    else {
+        memcpy(dst, (const int64_t *)n->vals + from, k * sizeof(int64_t));
+    }
+}
+
+/* src[0:k) into n's KV indices from `from` (narrowed in a val32 tree: the
+ * caller vouches that they fit). */
+static void
+node_vals_in(const mr_radix *t, mr_node *n, size_t from, const int64_t *src, size_t k)
+{
+    if (t->cfg.val32) {
+        int32_t *v = (int32_t *)n->vals + from;
+        for (size_t i = 0; i < k; i++) {
+            v[i] = (int32_t)src[i];
+        }
+    }
+    else {
+        memcpy((int64_t *)n->vals + from, src, k * sizeof(int64_t));
+    }
 }
 
 MR_INLINE mr_node *
@@ -1626,6 +1665,7 @@ mr_radix_free(mr_radix *t)
     MR_FREE(t->free_ids);
     MR_FREE(t->heap);
     MR_FREE(t->walk);
+    MR_FREE(t->wide);
     MR_FREE(t->ghosts);
     MR_FREE(t->ad_depth);
     MR_FREE(t);
@@ -1757,9 +1797,8 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     }
     size_t len = child->len, rest = len - p;
     int32_t *ckey = node_key(child);
-    if (!t->cfg.no_values) {
-        memcpy(upper->val, child->val, p * sizeof(int64_t));
-    }
+    const size_t vb = val_bytes(t);
+    memcpy(upper->vals, child->vals, p * vb);   /* no bytes without values */
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
     upper->end = child->end - (child->len - p);
@@ -1780,8 +1819,8 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     /* Shift child's edge: values then tokens, in place. */
     void *mem = node_mem(child);
     if (!t->cfg.no_values) {
-        memmove(child->val, child->val + p, rest * sizeof(int64_t));
-        memmove((int32_t *)(child->val + rest), ckey + p, rest * sizeof(int32_t));
+        memmove(child->vals, (char *)child->vals + p * vb, rest * vb);
+        memmove((char *)child->vals + rest * vb, ckey + p, rest * sizeof(int32_t));
     }
     else {
         memmove(ckey, ckey + p, rest * sizeof(int32_t));
@@ -2003,7 +2042,7 @@ mr_radix_path_values(const mr_radix *t, const mr_node *node, int64_t *dst)
     size_t total = mr_radix_path_len(t, node), off = total;
     for (; node != t->root; node = node->parent) {
         off -= node->len;
-        memcpy(dst + off, node->val, node->len * sizeof(int64_t));
+        node_vals_out(t, node, 0, node->len, dst + off);
     }
     return total;
 }
@@ -2025,7 +2064,7 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
                    int64_t *dup_out, mr_insert_result *out)
 {
     const mr_evict_policy *pol = policy_of(t);
-    const mr_insert_opts zero = {0, 0, NULL};
+    const mr_insert_opts zero = {0, 0, NULL, NULL};
     if (opts == NULL) {
         opts = &zero;
     }
@@ -2097,7 +2136,12 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
         pol->on_insert_visit(t, child);
         if (prev_prefix_len < pos + p) {
             size_t start = prev_prefix_len > pos ? prev_prefix_len - pos : 0;
-            if (dup_out != NULL && val != NULL) {
+            if (dup_out != NULL && opts->val32 != NULL) {
+                for (size_t i = pos + start; i < pos + p; i++) {
+                    dup_out[ndup + i - pos - start] = opts->val32[i];
+                }
+            }
+            else if (dup_out != NULL && val != NULL) {
                 memcpy(dup_out + ndup, val + pos + start, (p - start) * sizeof(int64_t));
             }
             ndup += p - start;
@@ -2126,8 +2170,19 @@ mr_radix_insert_ex(mr_radix *t, const int32_t *key, const int64_t *val, size_t l
             return MR_ENOMEM;
         }
         size_t rest = len - pos;
-        if (!t->cfg.no_values) {
-            memcpy(leaf->val, val + pos, rest * sizeof(int64_t));
+        if (t->cfg.no_values) {
+            /* keys only */
+        }
+        else if (opts->val32 != NULL && t->cfg.val32) {
+            memcpy(leaf->vals, opts->val32 + pos, rest * sizeof(int32_t));
+        }
+        else if (opts->val32 != NULL) {
+            for (size_t i = 0; i < rest; i++) {
+                ((int64_t *)leaf->vals)[i] = opts->val32[pos + i];
+            }
+        }
+        else {
+            node_vals_in(t, leaf, 0, val + pos, rest);
         }
         memcpy(node_key(leaf), key + pos, rest * sizeof(int32_t));
         leaf->state = state;
@@ -2364,10 +2419,31 @@ mr_radix_unlock_state(mr_radix *t, mr_node *node)
 
 /* Hands n's KV (and state) to the release callbacks; 0 or their error. */
 static int
-release_node(const mr_release *rel, mr_node *n, int with_state)
+release_node(mr_radix *t, const mr_release *rel, mr_node *n, int with_state)
 {
-    int rc;
-    if (n->len > 0 && rel->free_kv != NULL && (rc = rel->free_kv(rel->ctx, n->val, n->len)) != 0) {
+    int rc = MR_OK;
+    if (n->len == 0) {
+        /* nothing to hand over */
+    }
+    else if (t->cfg.val32 && rel->free_kv32 != NULL) {
+        rc = rel->free_kv32(rel->ctx, n->vals, n->len);
+    }
+    else if (t->cfg.val32 && rel->free_kv != NULL) {
+        if (t->wide_cap < n->len) {
+            int64_t *w = MR_REALLOC(t->wide, (size_t)n->len * sizeof(int64_t));
+            if (w == NULL) {
+                return MR_ENOMEM;
+            }
+            t->wide = w;
+            t->wide_cap = n->len;
+        }
+        node_vals_out(t, n, 0, n->len, t->wide);
+        rc = rel->free_kv(rel->ctx, t->wide, n->len);
+    }
+    else if (rel->free_kv != NULL) {
+        rc = rel->free_kv(rel->ctx, n->vals, n->len);
+    }
+    if (rc != MR_OK) {
         return rc;
     }
     if (with_state && n->state >= 0 && rel->free_state != NULL
@@ -2387,7 +2463,7 @@ static int
 evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_t *states,
            mr_node **emptied)
 {
-    int rc = release_node(rel, x, 1);
+    int rc = release_node(t, rel, x, 1);
     if (rc != MR_OK) {
         return rc;
     }
@@ -2407,7 +2483,7 @@ evict_leaf(mr_radix *t, mr_node *x, const mr_release *rel, size_t *tokens, size_
 
     while (t->cfg.semantics == MR_SEMANTICS_V0515 && parent != t->root && parent->state < 0
            && parent->nchildren == 0 && parent->full_lock == 0) {
-        if ((rc = release_node(rel, parent, 0)) != MR_OK) {
+        if ((rc = release_node(t, rel, parent, 0)) != MR_OK) {
             return rc;
         }
         mr_node *up = parent->parent;
@@ -2868,7 +2944,7 @@ tune_replay(mr_radix *t, tune_point p, const int64_t *zeros)
     }
     const mr_radix_options *cf = &t->opt;
     double saved = 0.0;
-    mr_release none = {NULL, NULL, NULL};
+    mr_release none = {NULL, NULL, NULL, NULL};
     for (size_t i = 0; i < t->nlog; i++) {
         const int32_t *key = t->log_keys + t->log_off[i];
         size_t len = t->log_off[i + 1] - t->log_off[i];
@@ -3089,7 +3165,15 @@ mr_radix_node_by_id(const mr_radix *t, uint32_t id)
 
 size_t mr_node_len(const mr_node *n) { return n->len; }
 const int32_t *mr_node_key(const mr_node *n) { return node_key(n); }
-const int64_t *mr_node_values(const mr_node *n) { return n->val; }
+const void *mr_node_values(const mr_node *n) { return n->vals; }
+
+void
+mr_node_values_i64(const mr_radix *t, const mr_node *n, size_t from, size_t k, int64_t *dst)
+{
+    if (n->vals != NULL && from <= n->len && k <= n->len - from) {
+        node_vals_out(t, n, from, k, dst);
+    }
+}
 int64_t mr_node_state(const mr_node *n) { return n->state; }
 int32_t mr_node_namespace(const mr_node *n) { return n->ns; }
 mr_node *mr_node_parent(const mr_node *n) { return n->parent; }
@@ -3336,7 +3420,7 @@ sb_printf(strbuf *sb, const char *fmt, ...)
 
 /* One node's line of mr_radix_dump, indented by its depth d. */
 static void
-dump_node(strbuf *sb, const mr_node *n, size_t d)
+dump_node(const mr_radix *t, strbuf *sb, const mr_node *n, size_t d)
 {
     sb_printf(sb, "%*s#%u len=%u", (int)(2 * d), "", n->id, n->len);
     if (n->ns != 0) {
@@ -3348,8 +3432,10 @@ dump_node(strbuf *sb, const mr_node *n, size_t d)
         sb_printf(sb, i ? " %d" : "%d", k[i]);
     }
     sb_printf(sb, n->len > 8 ? " ...]" : "]");
-    if (n->val != NULL) {
-        sb_printf(sb, " kv=[%lld..]", (long long)n->val[0]);
+    if (n->vals != NULL) {
+        int64_t v0 = 0;
+        node_vals_out(t, n, 0, 1, &v0);
+        sb_printf(sb, " kv=[%lld..]", (long long)v0);
     }
     if (n->state >= 0) {
         sb_printf(sb, " state=%lld", (long long)n->state);
@@ -3388,7 +3474,7 @@ mr_radix_dump(const mr_radix *t, char **out, size_t *outlen)
         const mr_node *n = stack[--top];
         size_t d = depth[top];
         if (n != t->root) {
-            dump_node(&sb, n, d);
+            dump_node(t, &sb, n, d);
         }
         if (top + n->nchildren > cap) {
             size_t ncap = (top + n->nchildren) * 2;

@@ -145,6 +145,13 @@ typedef struct {
      * may be NULL), mr_radix_path_values writes nothing and returns 0, and
      * the release callbacks get free_kv(ctx, NULL, n). */
     int no_values;
+    /* Non-zero (with values): each KV index is kept as int32, two thirds of
+     * the memory of int64 ones and what a req-to-token table holds.  The
+     * caller vouches that every value it inserts fits int32 (a lifecycle
+     * with pools: its KV indices fit its int32 table); inserts narrow them
+     * unchecked.  Eviction hands them to free_kv32 when set, else widened
+     * to free_kv. */
+    int val32;
 } mr_radix_config;
 
 /* Options beyond SGLang, set after creation (mr_radix_set_options); all
@@ -219,6 +226,8 @@ typedef struct {
     int (*free_kv)(void *ctx, const int64_t *indices, size_t n);
     int (*free_state)(void *ctx, int64_t slot);
     void *ctx;
+    /* a val32 tree's KV as it keeps it (NULL: widened, to free_kv) */
+    int (*free_kv32)(void *ctx, const int32_t *indices, size_t n);
 } mr_release;
 
 /* ------------------------------------------------------------------------
@@ -332,6 +341,10 @@ typedef struct {
      * key), and those tokens are not read (key may hold garbage there).  The
      * insert visits the path's nodes as a walk from the root would. */
     const mr_node *from;
+    /* NULL, or the values as int32 (val is not read then): a lifecycle's
+     * req-to-token row, stored as it is in a val32 tree; duplicates are
+     * written to dup_out widened. */
+    const int32_t *val32;
 } mr_insert_opts;
 
 typedef struct {
@@ -504,7 +517,12 @@ mr_node *mr_radix_node_by_id(const mr_radix *t, uint32_t id);
 
 size_t mr_node_len(const mr_node *n);
 const int32_t *mr_node_key(const mr_node *n);
-const int64_t *mr_node_values(const mr_node *n);
+/* The node's KV indices as the tree keeps them: int64, or int32 in a val32
+ * tree (mr_radix_config); NULL without values. */
+const void *mr_node_values(const mr_node *n);
+/* n's KV indices [from, from + k) into dst, as int64 (whatever width t keeps
+ * them in); nothing without values. */
+void mr_node_values_i64(const mr_radix *t, const mr_node *n, size_t from, size_t k, int64_t *dst);
 int64_t mr_node_state(const mr_node *n);          /* -1: tombstone or root */
 int32_t mr_node_namespace(const mr_node *n);
 mr_node *mr_node_parent(const mr_node *n);        /* NULL for the root */

@@ -140,7 +140,7 @@ int
 mr_radix_evict_into(mr_radix *t, mr_evict_kind kind, mr_node *node, size_t n, int want_kv, mr_owned *owned,
                     mr_evict_out *out, size_t *tokens, size_t *states)
 {
-    mr_release rel = {out_free_kv, out_free_state, out};
+    mr_release rel = {out_free_kv, out_free_state, out, NULL};   /* val32: widened */
     int rc;
     /* the ownership check needs the indices to forget them */
     out->count_only = !want_kv && owned == NULL;

@@ -140,6 +140,14 @@ ring_copy_in(int32_t *dst, const int64_t *src, int64_t k)
     }
 }
 
+/* Where the ring's next unit at its tail goes. */
+static int64_t
+ring_tail(const mr_slots *s)
+{
+    int64_t tail = s->head + s->count;
+    return tail >= s->n ? tail - s->n : tail;
+}
+
 /* Puts FREE units u[0:k) (owner already FREE) into the ring: at the tail
  * in order, or at the head in reverse order (u[0] next out). */
 static void
@@ -152,16 +160,26 @@ ring_put(mr_slots *s, const int64_t *u, int64_t k, int front)
         }
     }
     else {
-        int64_t tail = s->head + s->count;
-        if (tail >= s->n) {
-            tail -= s->n;
-        }
+        int64_t tail = ring_tail(s);
         int64_t first = s->n - tail < k ? s->n - tail : k;   /* up to the ring's end, then from 0 */
         ring_copy_in(s->ring + tail, u, first);
         ring_copy_in(s->ring, u + first, k - first);
     }
     s->count += k;
 }
+
+#ifndef MR_VERIFY_TRUSTED
+/* ring_put(s, u, k, 0) of int32 units (mr_kv_free_tree's fast path). */
+static void
+ring_put32(mr_slots *s, const int32_t *u, int64_t k)
+{
+    int64_t tail = ring_tail(s);
+    int64_t first = s->n - tail < k ? s->n - tail : k;
+    memcpy(s->ring + tail, u, (size_t)first * sizeof(int32_t));
+    memcpy(s->ring, u + first, (size_t)(k - first) * sizeof(int32_t));
+    s->count += k;
+}
+#endif
 
 /* ------------------------------------------------------------------------
  * Lifetime */
@@ -456,14 +474,22 @@ mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t nheld)
     put_freed(s, idx, k);
 }
 
-int64_t
-mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+/* Unit i of a list of int32 (w 4) or int64 (w 8) units: w is a constant
+ * where the callers below inline it, so each gets a loop of its width. */
+MR_INLINE int64_t
+unit_at(const void *idx, int w, int64_t i)
+{
+    return w == 4 ? ((const int32_t *)idx)[i] : ((const int64_t *)idx)[i];
+}
+
+MR_INLINE int64_t
+claim_w(mr_slots *s, const void *idx, int w, int64_t k, int32_t expect, int32_t to)
 {
     int32_t *owner = s->owner;
     const uint64_t n = (uint64_t)s->n;
     int64_t i = 0;
     for (; i < k; i++) {
-        int64_t u = idx[i];
+        int64_t u = unit_at(idx, w, i);
         if ((uint64_t)u - 1 >= n || owner[u] != expect) {   /* u outside [1, n], or not expect's */
             break;
         }
@@ -474,15 +500,39 @@ mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32
     return i;
 }
 
-void
-mr_slots_unclaim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+MR_INLINE void
+unclaim_w(mr_slots *s, const void *idx, int w, int64_t k, int32_t expect, int32_t to)
 {
     int32_t *owner = s->owner;
     for (int64_t i = 0; i < k; i++) {
-        owner[idx[i]] = expect;
+        owner[unit_at(idx, w, i)] = expect;
     }
     count_add(s, to, -k);
     count_add(s, expect, k);
+}
+
+int64_t
+mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    return claim_w(s, idx, 8, k, expect, to);
+}
+
+int64_t
+mr_slots_claim32(mr_slots *s, const int32_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    return claim_w(s, idx, 4, k, expect, to);
+}
+
+void
+mr_slots_unclaim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    unclaim_w(s, idx, 8, k, expect, to);
+}
+
+void
+mr_slots_unclaim32(mr_slots *s, const int32_t *idx, int64_t k, int32_t expect, int32_t to)
+{
+    unclaim_w(s, idx, 4, k, expect, to);
 }
 
 int
@@ -751,6 +801,7 @@ mr_kv_destroy(mr_kv *kv)
     mr_slots_destroy(&kv->pages);
     MR_FREE(kv->scratch);
     MR_FREE(kv->stamp);
+    MR_FREE(kv->wide);
     memset(kv, 0, sizeof(*kv));
 }
 
@@ -880,21 +931,35 @@ mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad)
 }
 
 int
-mr_kv_free_tree(mr_kv *kv, const int64_t *tok, int64_t k)
+mr_kv_free_tree(mr_kv *kv, const int32_t *tok, int64_t k)
 {
+    if (k < 0) {
+        return MR_EINVAL;
+    }
 #ifndef MR_VERIFY_TRUSTED
-    if (kv->page_size == 1 && k >= 0) {
+    if (kv->page_size == 1) {
         mr_slots *s = &kv->pages;
         int32_t *owner = s->owner;
         for (int64_t i = 0; i < k; i++) {
             owner[tok[i]] = MR_OWNER_FREE;
         }
         s->n_tree -= k;
-        ring_put(s, tok, k, 0);   /* the tree's frees never wait for a free group */
+        ring_put32(s, tok, k);   /* the tree's frees never wait for a free group */
         return MR_OK;
     }
 #endif
-    return mr_kv_free(kv, tok, k, MR_FROM_TREE, NULL);
+    if ((size_t)k > kv->wide_cap) {
+        int64_t *w = MR_REALLOC(kv->wide, (size_t)k * sizeof(int64_t));
+        if (w == NULL) {
+            return MR_ENOMEM;
+        }
+        kv->wide = w;
+        kv->wide_cap = (size_t)k;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        kv->wide[i] = tok[i];
+    }
+    return mr_kv_free(kv, kv->wide, k, MR_FROM_TREE, NULL);
 }
 
 int

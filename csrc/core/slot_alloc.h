@@ -144,6 +144,9 @@ void mr_slots_free_counted(mr_slots *s, const int64_t *idx, int64_t k, int64_t n
 int64_t mr_slots_claim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to);
 /* Gives units idx[0:k) that mr_slots_claim moved to `to` back to `expect`. */
 void mr_slots_unclaim(mr_slots *s, const int64_t *idx, int64_t k, int32_t expect, int32_t to);
+/* mr_slots_claim and mr_slots_unclaim of int32 units (a req-to-token row's). */
+int64_t mr_slots_claim32(mr_slots *s, const int32_t *idx, int64_t k, int32_t expect, int32_t to);
+void mr_slots_unclaim32(mr_slots *s, const int32_t *idx, int64_t k, int32_t expect, int32_t to);
 
 /* Owner code of unit i; MR_EINVAL if i is out of [0, n]. */
 int mr_slots_owner(const mr_slots *s, int64_t i, int32_t *out);
@@ -188,6 +191,8 @@ typedef struct {
     size_t scratch_cap;
     uint16_t *stamp;      /* n + 1 generations of mr_kv_distinct (allocated by its first call) */
     uint16_t stamp_gen;   /* the latest one */
+    int64_t *wide;        /* mr_kv_free_tree's tokens widened, for mr_kv_free's path */
+    size_t wide_cap;
 } mr_kv;
 
 /* size tokens (size / page_size pages).  MR_EINVAL for page_size < 1 or
@@ -223,11 +228,13 @@ const char *mr_owner_name(int32_t owner);
  * together lists each page once), with page_size 1 that is a double free. */
 int mr_kv_free(mr_kv *kv, const int64_t *tok, int64_t k, mr_from from, int64_t *bad);
 /* mr_kv_free(kv, tok, k, MR_FROM_TREE, NULL) for KV the tree evicts, which
- * the tree owns by the lifecycle's invariant (mr_lc_check counts it).  With
- * page_size 1 the units are not validated: one pass sets their owners,
- * where mr_kv_free reads and marks each first.  Paged pools, and builds
- * with MR_VERIFY_TRUSTED (common.h), take mr_kv_free's path. */
-int mr_kv_free_tree(mr_kv *kv, const int64_t *tok, int64_t k);
+ * the tree owns by the lifecycle's invariant (mr_lc_check counts it), as
+ * the tree keeps them: int32 (a val32 tree).  With page_size 1 the units
+ * are not validated: one pass sets their owners, where mr_kv_free reads
+ * and marks each first, and they join the free list as they are.  Paged
+ * pools, and builds with MR_VERIFY_TRUSTED (common.h), take mr_kv_free's
+ * path. */
+int mr_kv_free_tree(mr_kv *kv, const int32_t *tok, int64_t k);
 /* Free groups over the pages (mr_slots_free_group_begin / _end with the
  * page order of mr_kv_free). */
 int mr_kv_free_group_begin(mr_kv *kv);

@@ -169,7 +169,7 @@ extern const char mr_py_namespace__doc__[], mr_py_namespace_name__doc__[];
 PyObject *mr_py_node_ref(PyObject *owner, const struct mr_node *n);
 PyObject *mr_py_node_list(PyObject *owner, const struct mr_radix *t, const struct mr_node *parent, int which);
 PyObject *mr_py_node_tokens(const struct mr_node *n, int wide);
-PyObject *mr_py_node_values(const struct mr_node *n);
+PyObject *mr_py_node_values(const struct mr_radix *t, const struct mr_node *n);
 PyObject *mr_py_tree_dump(const struct mr_radix *t, const char *fname);
 PyObject *mr_py_tree_attr(const struct mr_radix *t, void *closure);
 /* A RadixTree over a tree someone else owns (a tree-only Lifecycle's):

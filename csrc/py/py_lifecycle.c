@@ -894,9 +894,12 @@ Lifecycle_match(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs, 
     return res;
 }
 
-/* A refused insert (nothing changed): what is wrong with which argument. */
+/* A refused insert (nothing changed): what is wrong with which argument.
+ * what: the call ("insert()"); subject: how the message names val[bad]
+ * (NULL: "value[bad]"), val: the insert's values up to bad at least. */
 static void
-insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int64_t state)
+insert_raise(LifecycleObject *self, int rc, const char *what, const char *subject, const int64_t *val, int64_t bad,
+             int64_t state)
 {
     mr_state *st = lc_state(self);
     if (bad < 0) {
@@ -912,26 +915,32 @@ insert_raise(LifecycleObject *self, int rc, const int64_t *val, int64_t bad, int
         }
         return;
     }
-    long long i = (long long)bad, x = (long long)val[bad];
+    char name[64];
+    if (subject == NULL) {
+        (void)snprintf(name, sizeof(name), "value[%lld]", (long long)bad);
+        subject = name;
+    }
+    long long x = (long long)val[bad];
     mr_lc_why why;
     switch (rc) {
     case MR_EINVAL:
-        PyErr_Format(PyExc_ValueError, "insert(): value[%lld] = %lld is %s", i, x,
+        PyErr_Format(PyExc_ValueError, "%s: %s = %lld is %s", what, subject, x,
                      mr_lc_insert_why(mr_pools_slot_allocator_kv(self->kv_obj, st), rc, val, bad, &why)
                              == MR_LC_WHY_KV_TWICE
                          ? "listed twice past the tree's own prefix (an index the insert would store or free twice)"
                          : "out of range");
         break;
     case MR_ENOENT:
-        PyErr_Format(st->OwnershipError, "insert(): value[%lld] = %lld is free (never allocated, or a double free)", i, x);
+        PyErr_Format(st->OwnershipError, "%s: %s = %lld is free (never allocated, or a double free)", what, subject, x);
         break;
     case MR_EBUSY:
-        PyErr_Format(st->OwnershipError,
-                     "insert(): value[%lld] = %lld is owned by the prefix tree past its own prefix (pass that "
-                     "prefix's length as prev_prefix_len)", i, x);
+        PyErr_Format(st->OwnershipError, "%s: %s = %lld is owned by the prefix tree past %s", what, subject, x,
+                     strcmp(what, "insert()") == 0
+                         ? "its own prefix (pass that prefix's length as prev_prefix_len)"
+                         : "the request's matched prefix, or by an alloc group that has not handed it out");
         break;
     default:
-        lc_raise(self, rc, "insert()");
+        lc_raise(self, rc, what);
     }
 }
 
@@ -1060,7 +1069,7 @@ Lifecycle_insert(LifecycleObject *self, PyObject *const *args, Py_ssize_t nargs,
     int rc = mr_lc_insert(self->lc, k.key.p, v, len, (int32_t)ns, state, (size_t)prev,
                           copy_dups ? (int64_t *)self->buf.p : NULL, &r, &bad);
     if (rc != MR_OK) {
-        insert_raise(self, rc, v, bad, state);
+        insert_raise(self, rc, "insert()", NULL, v, bad, state);
         goto error;
     }
     if (self->rp_obj == NULL) {   /* the duplicates' free calls, one per node (kv_free_ends) */
@@ -1227,7 +1236,7 @@ Lifecycle_node_key(LifecycleObject *self, PyObject *const *args, Py_ssize_t narg
 {
     static mr_argspec spec = NODE_ARGSPEC("node_key");
     mr_node *n = node_args(self, &spec, args, nargs);
-    return n == NULL ? NULL : Py_BuildValue("(NN)", mr_py_node_tokens(n, 1), mr_py_node_values(n));
+    return n == NULL ? NULL : Py_BuildValue("(NN)", mr_py_node_tokens(n, 1), mr_py_node_values(mr_lc_tree(self->lc), n));
 }
 
 PyDoc_STRVAR(Lifecycle_node_children__doc__,
@@ -2783,6 +2792,23 @@ batch_refused(LifecycleObject *self, const char *fname, const batch_args *b, int
 {
     char what[48];
     mr_lc_why why;
+    if (bad[2] && bad[0] >= 0 && bad[0] < (int64_t)b->n && bad[1] >= 0) {
+        /* an insert refused the KV index at table position bad[1] of rows[bad[0]] */
+        int64_t row = I64(b->rows)[bad[0]];
+        int64_t *val = PyMem_Malloc(((size_t)bad[1] + 1) * sizeof(int64_t));
+        if (val == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        (void)mr_reqpool_read(mr_pools_req_pool(self->rp_obj, lc_state(self)), row, 0, bad[1] + 1, val);
+        char who[48], subject[96];
+        (void)snprintf(who, sizeof(who), "%s()", fname);
+        (void)snprintf(subject, sizeof(subject), "rows[%lld] (row %lld): its table[%lld]", (long long)bad[0],
+                       (long long)row, (long long)bad[1]);
+        insert_raise(self, rc, who, subject, val, bad[1], -1);
+        PyMem_Free(val);
+        return -1;
+    }
     if (rc == MR_EINVAL && mr_lc_batch_bad_token(&b->bk, b->k.n, bad, &why)) {
         return batch_raise(self, fname, &why, NULL);   /* an in-place key held a token outside int32 */
     }
@@ -2825,7 +2851,7 @@ Lifecycle_unfinished_batch(LifecycleObject *self, PyObject *const *args, Py_ssiz
     if (fs == NULL || fd == NULL) {
         goto error;
     }
-    int64_t bad[2];
+    int64_t bad[3];
     int rc = mr_lc_unfinished_batch(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, I64(fs), I64(fd), bad);
     if (rc != MR_OK) {
         batch_refused(self, "unfinished_batch", &b, rc, bad, unfinished_batch_overrides);
@@ -2906,7 +2932,7 @@ Lifecycle_finish_batch(LifecycleObject *self, PyObject *const *args, Py_ssize_t 
         || batch_args_read(self, "finish_batch", args[0], args[1], pa[2], pa[4], &b) < 0) {
         return NULL;
     }
-    int64_t bad[2];
+    int64_t bad[3];
     int rc = mr_lc_finish_batch(self->lc, b.k.n, I64(b.rows), &b.bk, b.k.ns, ins, bad);
     if (rc != MR_OK) {
         batch_refused(self, "finish_batch", &b, rc, bad, lifecycle_overrides);

@@ -201,10 +201,16 @@ mr_py_node_tokens(const mr_node *n, int wide)
 }
 
 PyObject *
-mr_py_node_values(const mr_node *n)
+mr_py_node_values(const mr_radix *t, const mr_node *n)
 {
-    const int64_t *v = mr_node_values(n);
-    return v == NULL && mr_node_len(n) > 0 ? Py_NewRef(Py_None) : mr_i64_array(v, mr_node_len(n));
+    if (mr_node_values(n) == NULL && mr_node_len(n) > 0) {
+        return Py_NewRef(Py_None);   /* a tree without values */
+    }
+    PyObject *a = mr_i64_array(NULL, mr_node_len(n));
+    if (a != NULL) {
+        mr_node_values_i64(t, n, 0, mr_node_len(n), PyArray_DATA((PyArrayObject *)a));
+    }
+    return a;
 }
 
 PyObject *
@@ -508,7 +514,7 @@ RadixTree_insert(RadixTree *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     if (prev_obj != NULL && mr_as_int64(prev_obj, 0, INT64_MAX, "prev_prefix_len", &prev) < 0) {
         return NULL;
     }
-    mr_insert_opts io = {0, 0, NULL};
+    mr_insert_opts io = {0, 0, NULL, NULL};
     int64_t inserted = 0;
     if ((a[5] != NULL && mr_as_int64(a[5], INT64_MIN, INT64_MAX, "priority", &io.priority) < 0)
         || (a[6] != NULL && mr_as_int64(a[6], 0, INT64_MAX, "inserted_len", &inserted) < 0)) {
@@ -1309,7 +1315,7 @@ Node_get_attr(Node *self, void *closure)
     }
 
 NODE_GETTER(key, mr_py_node_tokens(n, 0))
-NODE_GETTER(value, mr_py_node_values(n))
+NODE_GETTER(value, mr_py_node_values(self->owner->tree, n))
 NODE_GETTER(parent, mr_node_parent(n) == NULL ? Py_NewRef(Py_None)
                                               : node_new_handle(tree_state((PyObject *)self), self->owner,
                                                                 mr_node_parent(n)))

@@ -1004,7 +1004,7 @@ UnifiedCore_begin_insert(UnifiedCore *self, PyObject *params)
         goto done;
     }
     mr_insert_result ir;
-    mr_insert_opts io = {(size_t)inserted, prio, NULL};
+    mr_insert_opts io = {(size_t)inserted, prio, NULL, NULL};
     rc = mr_radix_insert_ex(self->tree, kr.tok, vals, kr.len, kr.ns, state,
                             (size_t)prev, &io, NULL, &ir);
     mr_buf_give(&self->keybuf, &kb);
@@ -1132,7 +1132,7 @@ UnifiedCore_tree_insert(UnifiedCore *self, PyObject *const *args, Py_ssize_t nar
     }
     else if (mr_py_namespace_new(self->tree, a[3], &ns, &made) == 0) {
         mr_insert_result ir;
-        mr_insert_opts io = {(size_t)inserted, prio, NULL};
+        mr_insert_opts io = {(size_t)inserted, prio, NULL, NULL};
         int rc = mr_radix_insert_ex(self->tree, key.data, val.data, n, ns, state, (size_t)prev, &io, NULL, &ir);
         if (rc != MR_OK) {
             mr_ns_forget_newest(mr_radix_namespaces(self->tree), made);   /* a refused insert names nothing */

@@ -42,7 +42,7 @@ static inline int
 unfinished_batch32(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
                    int64_t *fork_src, int64_t *fork_dst)
 {
-    int64_t bad[2];
+    int64_t bad[3];
     return unfinished_batch_key(lc, n, rows, keys, NULL, ns, fork_src, fork_dst, bad);
 }
 
@@ -58,7 +58,7 @@ static inline int
 finish_batch32(mr_lifecycle *lc, size_t n, const int64_t *rows, const int32_t *const *keys, const int32_t *ns,
                int is_insert)
 {
-    int64_t bad[2];
+    int64_t bad[3];
     return finish_batch_key(lc, n, rows, keys, NULL, ns, is_insert, bad);
 }
 

@@ -437,7 +437,6 @@ walk_node(nm *m, mr_node *node, int pos, nm_sum *s)
     for (i = 0; i < nc && !m->failed; i++) {
         mr_node *c = mr_node_child_next(node, &cur);
         const int32_t *key;
-        const int64_t *val;
         size_t len, pg, k;
         int q;
         int64_t st;
@@ -446,7 +445,6 @@ walk_node(nm *m, mr_node *node, int pos, nm_sum *s)
             return;
         }
         key = mr_node_key(c);
-        val = mr_node_values(c);
         len = mr_node_len(c);
         st = mr_node_state(c);
         if (pos < 0) {
@@ -475,12 +473,14 @@ walk_node(nm *m, mr_node *node, int pos, nm_sum *s)
                         pg + 1 + (pos >= 0 ? (size_t)m->p[pos].depth : 0));
                 return;
             }
-            for (k = 0; k < m->P; k++)
-                if (val[pg * m->P + k] != m->p[q].kv[k]) {
-                    nm_fail(m, "KV index %lld where %lld was inserted",
-                            (long long)val[pg * m->P + k], (long long)m->p[q].kv[k]);
+            for (k = 0; k < m->P; k++) {
+                int64_t v = 0;
+                mr_node_values_i64(m->t, c, pg * m->P + k, 1, &v);   /* as int64 at either width */
+                if (v != m->p[q].kv[k]) {
+                    nm_fail(m, "KV index %lld where %lld was inserted", (long long)v, (long long)m->p[q].kv[k]);
                     return;
                 }
+            }
             if (pg + 1 < len / m->P && m->p[q].state >= 0) {
                 nm_fail(m, "state %lld inserted at a page inside a node",
                         (long long)m->p[q].state);

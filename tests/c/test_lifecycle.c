@@ -97,9 +97,10 @@ count_tree_units(mr_lifecycle *lc, int *kv, int *st, int64_t st_base)
 {
     mr_radix *t = mr_lc_tree(lc);
     for (mr_node *x = mr_radix_lru_first(t, 0); x != NULL; x = mr_radix_lru_next(t, 0, x)) {
-        const int64_t *v = mr_node_values(x);
         for (size_t j = 0; j < mr_node_len(x); j++) {
-            kv[v[j]]++;
+            int64_t v = 0;
+            mr_node_values_i64(t, x, j, 1, &v);
+            kv[v]++;
         }
         if (mr_node_state(x) >= 0) {
             st[mr_node_state(x) - st_base]++;
@@ -336,7 +337,7 @@ test_batch_rows_checked_first(void)
     int32_t k0[6] = {1, 2, 3, 4, 5, 6}, k1[6] = {7, 8, 9, 10, 11, 12};
     const int32_t *kp[3] = {k0, k1, k0};
     size_t lens[2] = {6, 6};
-    int64_t rows[3], pl[2], cs[2], cd[2], cl[2], ts[2], tl[2], fs[3], fd[3], bad[2];
+    int64_t rows[3], pl[2], cs[2], cd[2], cl[2], ts[2], tl[2], fs[3], fd[3], bad[3];
     uint8_t tm[3];
     mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
     CHECK(prefill_batch32(w.lc, 2, kp, lens, NULL, &out) == MR_OK, "prefill");
@@ -359,6 +360,57 @@ test_batch_rows_checked_first(void)
           "a refused batch call changed something");
     CHECK(finish_batch32(w.lc, 2, rows, kp, NULL, 1) == MR_OK, "finish");
     check_world(&w, "after the refusals");
+    world_free(&w);
+}
+
+/* A row's table entry past its locked prefix that the insert would store
+ * but the tree owns: unfinished_batch and finish_batch refuse it with the
+ * entry and position in bad, changing nothing; put right, the row finishes.  The entry is the
+ * tree's index right below one of the row's own (read one off it would
+ * pass). */
+static void
+test_batch_refused_table_entry(void)
+{
+    world w;
+    CHECK(world_make(&w, 1, 0, 1, 24, 600, 6) == 0, "init");
+    int32_t k0[16], k1[16];
+    for (int i = 0; i < 16; i++) {
+        k0[i] = 1 + i;
+        k1[i] = 101 + i;
+    }
+    const int32_t *kp[1] = {k1};
+    size_t lens[1] = {16};
+    int64_t rows[1], pl[1], cs[1], cd[1], cl[1], ts[1], tl[1], bad[3];
+    uint8_t tm[1];
+    mr_lc_prefill_out out = {rows, pl, cs, cd, cl, ts, tm, tl};
+    CHECK(prefill_batch32(w.lc, 1, kp, lens, NULL, &out) == MR_OK && finish_batch32(w.lc, 1, rows, kp, NULL, 1) == MR_OK,
+          "cache a key");
+    kp[0] = k0;
+    CHECK(prefill_batch32(w.lc, 1, kp, lens, NULL, &out) == MR_OK && pl[0] == 0, "prefill");
+    int64_t beside = -1, own = -1;
+    for (int64_t x = 1; x < 600; x++) {
+        int32_t o = 0, o1 = 0;
+        if (mr_slots_owner(&w.kv.pages, x, &o) == MR_OK && mr_slots_owner(&w.kv.pages, x + 1, &o1) == MR_OK
+            && o == MR_OWNER_TREE && o1 == (int32_t)rows[0]) {
+            beside = x;
+        }
+    }
+    CHECK(beside > 0 && mr_reqpool_read(&w.rp, rows[0], 2, 1, &own) == MR_OK, "a tree index beside the row's");
+    CHECK(mr_reqpool_write(&w.rp, rows[0], 2, &beside, 1) == MR_OK, "tamper");
+    mr_req r0 = w.rp.req[rows[0]];
+    held h = held_now(&w);
+    int64_t fs[1], fd[1];
+    CHECK(unfinished_batch_key(w.lc, 1, rows, kp, NULL, NULL, fs, fd, bad) == MR_EBUSY && bad[0] == 0 && bad[1] == 2
+          && bad[2] == 1, "unfinished_batch, a tree-owned table entry: bad {%lld, %lld, %lld}", (long long)bad[0],
+          (long long)bad[1], (long long)bad[2]);
+    CHECK(finish_batch_key(w.lc, 1, rows, kp, NULL, NULL, 1, bad) == MR_EBUSY && bad[0] == 0 && bad[1] == 2
+          && bad[2] == 1, "finish_batch, a tree-owned table entry: bad {%lld, %lld, %lld}", (long long)bad[0],
+          (long long)bad[1], (long long)bad[2]);
+    CHECK(same_held(h, held_now(&w)) && memcmp(&r0, &w.rp.req[rows[0]], sizeof(r0)) == 0
+          && mr_reqpool_in_use(&w.rp, rows[0]), "a refused call changed something");
+    CHECK(mr_reqpool_write(&w.rp, rows[0], 2, &own, 1) == MR_OK && finish_batch32(w.lc, 1, rows, kp, NULL, 1) == MR_OK,
+          "finish");
+    check_world(&w, "after the refusal");
     world_free(&w);
 }
 
@@ -1084,6 +1136,7 @@ main(int argc, char **argv)
     test_insert_counts();
     test_counted_pools();
     test_batch_rows_checked_first();
+    test_batch_refused_table_entry();
     test_refused_owners();
     test_refused_decode_keeps_the_tree();
     if (bound) {

@@ -27,6 +27,13 @@
 #include "radix_ops.h"
 #include "radix.h"
 
+/* KV index k of node n in a tree that keeps int64 ones (not val32). */
+static int64_t
+node_val(const mr_node *n, size_t k)
+{
+    return ((const int64_t *)mr_node_values(n))[k];
+}
+
 /* ------------------------------------------------------------------------
  * Harness */
 
@@ -207,7 +214,7 @@ tree_holds(const mr_node *n, int64_t v, int state)
             return 1;
         }
         for (k = 0; !state && k < mr_node_len(c); k++) {
-            if (mr_node_values(c)[k] == v) {
+            if (node_val(c, k) == v) {
                 return 1;
             }
         }
@@ -375,7 +382,7 @@ walk_held(const mr_node *n, long *kv, long *st, const fixture *f, long *bad)
     while ((c = mr_node_child_next(n, &pos)) != NULL) {
         size_t k;
         for (k = 0; k < mr_node_len(c); k++) {
-            if (pool_owner(&f->kv, mr_node_values(c)[k]) != OWN_TREE) {
+            if (pool_owner(&f->kv, node_val(c, k)) != OWN_TREE) {
                 (*bad)++;
             }
         }
@@ -460,12 +467,12 @@ static void
 unit_new_and_empty(void)
 {
     mr_radix_config bad[] = {
-        {0, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {1, 0, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {3, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
-        {4, 6, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0}, {16, 24, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
+        {0, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0}, {1, 0, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0}, {3, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
+        {4, 6, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0}, {16, 24, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
     };
     mr_radix_config good[] = {
-        {1, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {16, 64, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0}, {4, 2, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
-        {64, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0}, {1, 1, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
+        {1, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0}, {16, 64, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0}, {4, 2, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
+        {64, 64, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0}, {1, 1, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0},
     };
     size_t i;
     mr_radix *t;
@@ -706,17 +713,17 @@ unit_split_shapes(void)
     CHECK_EQ(mr_node_nchildren(mr_radix_root(f.t)), 1);
     u = mr_node_child(mr_radix_root(f.t), 0);
     CHECK(mr_node_len(u) == 2 && mr_node_key(u)[0] == 1 && mr_node_key(u)[1] == 2);
-    CHECK(mr_node_values(u)[0] == v1[0] && mr_node_values(u)[1] == v1[1]);
+    CHECK(node_val(u, 0) == v1[0] && node_val(u, 1) == v1[1]);
     CHECK_EQ(mr_node_state(u), -1);
     CHECK_EQ(mr_node_nchildren(u), 2);
     n = mr_node_child(u, 0);
     CHECK(n == x);      /* the split child keeps its identity: the lower half */
     CHECK(mr_node_len(n) == 2 && mr_node_key(n)[0] == 3 && mr_node_key(n)[1] == 4);
-    CHECK(mr_node_values(n)[0] == v1[2] && mr_node_values(n)[1] == v1[3]);
+    CHECK(node_val(n, 0) == v1[2] && node_val(n, 1) == v1[3]);
     CHECK_EQ(mr_node_state(n), s1);
     CHECK(mr_node_parent(n) == u);
     n = mr_node_child(u, 1);
-    CHECK(mr_node_key(n)[0] == 7 && mr_node_values(n)[0] == v2[2] && mr_node_state(n) == s2);
+    CHECK(mr_node_key(n)[0] == 7 && node_val(n, 0) == v2[2] && mr_node_state(n) == s2);
     x = NULL;
     CHECK_RC(mr_radix_resolve(f.t, hx, &x), MR_OK);
     CHECK(x == mr_node_child(u, 0));
@@ -982,7 +989,7 @@ unit_namespaces(void)
     CHECK_MATCH(&f, k, 4, 0, 3, 3, -1, s0, &m);
     CHECK_MATCH(&f, k, 4, 7, 4, 4, -1, s8, &m);
     /* Namespace 0 and 7 hold separate KV for the same tokens. */
-    CHECK(mr_node_values(n0)[0] != mr_node_values(n7)[0]);
+    CHECK(node_val(n0, 0) != node_val(n7, 0));
     CHECK_TREE(f.t);
     CHECK_RC(mr_radix_evict_full(f.t, 100, &f.rel, &tok, &sts), MR_OK);
     CHECK_EQ(tok, 7);
@@ -1004,7 +1011,7 @@ unit_namespace_table(void)
     char model[NAMES][6];
     size_t mlen[NAMES], nmodel = 0;
     mr_radix *t;
-    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0};
     uint64_t rng = 12345;
     cur_test = "namespace_table";
     CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
@@ -1083,7 +1090,7 @@ static void
 unit_owned(void)
 {
     mr_radix *t;
-    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    mr_radix_config cfg = {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0};
     mr_owned o;
     mr_owned_why why;
     mr_insert_result r;
@@ -1673,7 +1680,7 @@ unit_v0523_mode(void)
     mr_insert_result r;
     mr_match m;
     size_t toks = 0, sts = 0;
-    mr_release rel = {v0523_free_kv, v0523_free_state, NULL};
+    mr_release rel = {v0523_free_kv, v0523_free_state, NULL, NULL};
     int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 9, 9, 9};
     int64_t va[6] = {10, 11, 12, 13, 14, 15}, vb[6] = {20, 21, 22, 23, 24, 25};
     CHECK_RC(mr_radix_new(&cfg, &t), MR_OK);
@@ -1908,7 +1915,7 @@ unit_insert_from_node(void)
     for (int c = 0; c < 4; c++) {
         int64_t from_used = 0;
         uint32_t page = (c & 1) ? 4 : 1;
-        mr_radix_config cfg = {page, 4, (c & 2) ? MR_POLICY_CONSUMED : MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+        mr_radix_config cfg = {page, 4, (c & 2) ? MR_POLICY_CONSUMED : MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0};
         for (int run = 0; run < 30; run++) {
             mr_radix *tw[2] = {NULL, NULL};
             CHECK_RC(mr_radix_new(&cfg, &tw[0]), MR_OK);
@@ -1920,7 +1927,7 @@ unit_insert_from_node(void)
             mr_release rel[2];
             for (int k = 0; k < 2; k++) {
                 logs[k].n = 0;
-                rel[k] = (mr_release){log_kv, log_state, &logs[k]};
+                rel[k] = (mr_release){log_kv, log_state, &logs[k], NULL};
             }
             rng_state = 9001 + (uint64_t)run * 131 + (uint64_t)c;
             int64_t next_val = 1;
@@ -1941,7 +1948,7 @@ unit_insert_from_node(void)
                     ka[i] = -7;   /* not read */
                 }
                 size_t prev = rng_next(NULL) % 2 ? m[0].prefix_len : 0;
-                mr_insert_opts o = {0, 0, m[0].node};
+                mr_insert_opts o = {0, 0, m[0].node, NULL};
                 mr_insert_result r[2];
                 from_used += m[0].prefix_len > 0;
                 CHECK_RC(mr_radix_insert_ex(tw[0], ka, val, len, 0, 1000 + op, prev, &o, dup[0], &r[0]), MR_OK);
@@ -2530,12 +2537,15 @@ rng_next(void *ctx)
 }
 
 static const mr_radix_config fuzz_configs[] = {
-    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
-    {1, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
-    {2, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
-    {4, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
-    {1, 3, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0},
-    {2, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0},
+    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
+    {1, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0},
+    {2, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
+    {4, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0},
+    {1, 3, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0},
+    {2, 2, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 0},
+    /* int32 KV indices (val32): evictions widen them for free_kv */
+    {1, 1, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 1},
+    {2, 4, MR_POLICY_CONSUMED, MR_SEMANTICS_V0515, 0, 0, 1},
 };
 
 static void
@@ -2620,7 +2630,7 @@ oom_units(void)
 {
     fixture f;
     mr_radix *t = NULL;
-    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0};
+    mr_radix_config cfg = {1, 4, MR_POLICY_SGLANG, MR_SEMANTICS_V0515, 0, 0, 0};
     int rc;
     int32_t k[12];
     int64_t val[12], dup[12], slot;
@@ -2792,7 +2802,7 @@ oom_leaf_heap(void)
     for (size_t pi = 0; pi < sizeof(pols) / sizeof(pols[0]); pi++) {
         for (int sem = 0; sem < 2; sem++) {
             fixture f[2];
-            mr_radix_config cfg = {1, 1, pols[pi], (mr_semantics)sem, 0, 0};
+            mr_radix_config cfg = {1, 1, pols[pi], (mr_semantics)sem, 0, 0, 0};
             cur_test = "oom_leaf_heap";
             for (int w = 0; w < 2; w++) {
                 fx_init(&f[w], 1, 1, pols[pi], 4096, 512);
@@ -2806,7 +2816,7 @@ oom_leaf_heap(void)
                 for (size_t j = 0; j < len; j++) {
                     k[j] = (int32_t)(rng_next(NULL) % 3);
                 }
-                mr_insert_opts io = {rng_next(NULL) % 2 ? len / 2 : 0, (int64_t)(rng_next(NULL) % 3), NULL};
+                mr_insert_opts io = {rng_next(NULL) % 2 ? len / 2 : 0, (int64_t)(rng_next(NULL) % 3), NULL, NULL};
                 for (int w = 0; w < 2; w++) {
                     f[w].io = io;
                     CHECK_RC(fx_insert_pp(&f[w], k, len, 0, 0, NULL, NULL, NULL), MR_OK);

@@ -467,6 +467,60 @@ def test_batch_api_design_example() -> None:
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
+def test_one_batch_of_one_prompt_caches_it_once(page_size: int) -> None:
+    """Two requests of one prompt in one batch: neither hits (a batch does
+    not hit itself) and each gets its own KV.  At the end of prefill the
+    first caches its tracked prefix with its own indices; the second's for
+    the same tokens are duplicates (SGLang's insert frees
+    value[prev_prefix_len:prefix_len]): they go back to the pool and its
+    row points at the tree's from then on, its tail its own."""
+    rng = random.Random(5)
+    toks = [rng.randrange(1, 1000) for _ in range(700)]
+    loop = BatchLoop(page_size=page_size)
+    out = loop.prefill([toks, toks])
+    assert out["prefix_len"].tolist() == [0, 0]
+    r1, r2 = (int(r) for r in out["rows"])
+    first, second = (loop.rp.table[r][: len(toks)].copy() for r in (r1, r2))
+    assert not set(first.tolist()) & set(second.tolist())
+    free_before = loop.kv_alloc.available_size()
+    loop.lc.unfinished_batch(out["rows"], [toks, toks])
+    loop.lc.check()
+    cached = sum(loop.lc.sizes()[:2])
+    assert 0 < cached < len(toks) and cached % page_size == 0
+    assert loop.rp.table[r1][: len(toks)].tolist() == first.tolist()
+    assert loop.rp.table[r2][:cached].tolist() == first[:cached].tolist()
+    assert loop.rp.table[r2][cached : len(toks)].tolist() == second[cached:].tolist()
+    assert loop.kv_alloc.available_size() - free_before == cached
+    loop.finish(out["rows"], [toks + [7], toks + [7]])
+    c = loop.kv_alloc.counts()
+    assert c["req"] == 0 and c["tree"] * page_size == sum(loop.lc.sizes()[:2])
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_eviction_counts_the_kv_it_frees(page_size: int) -> None:
+    """With pools the tree hands an evicted node's KV straight to the KV
+    pool: the tokens evict() reports, stats()["tokens_evicted"], the
+    tree's tokens lost and the pool's tokens gained all agree, and every
+    freed index is free again."""
+    loop = BatchLoop(page_size=page_size)
+    for toks in doc_workload():
+        out = loop.prefill([toks])
+        loop.finish(out["rows"], [toks + [7]])
+    held = sum(loop.lc.sizes()[:2])
+    assert held > 0
+    before = (loop.lc.stats()["tokens_evicted"], loop.kv_alloc.available_size())
+    tokens, _, kv, _ = loop.lc.evict(held // 2)
+    assert len(kv) == 0   # with pools, already freed
+    assert tokens >= held // 2
+    assert loop.lc.stats()["tokens_evicted"] - before[0] == tokens
+    assert held - sum(loop.lc.sizes()[:2]) == tokens
+    assert loop.kv_alloc.available_size() - before[1] == tokens
+    c = loop.kv_alloc.counts()
+    assert c["tree"] * page_size == sum(loop.lc.sizes()[:2]) and c["req"] == 0
+    loop.lc.check()
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
 def test_batch_api_random_batches(page_size: int) -> None:
     """Batches of requests with decode steps; accounting after every call;
     a batch of requests is admitted together or not at all."""
@@ -839,6 +893,41 @@ def _snapshot(lc, st, kv, rp, rows, keys):
     tables = [rp.table[int(r), :40].tolist() for r in rows]
     return (st.available_size(), kv.available_size(), rp.available_size(), lc.sizes(),
             [lc.match(array("q", k))[0].tolist() for k in keys], recs, tables)
+
+
+@pytest.mark.parametrize("call", ["unfinished_batch", "finish_batch"])
+def test_batch_end_calls_name_a_table_entry_they_refuse(call: str) -> None:
+    """A row's table past its locked prefix holds the KV indices the insert
+    stores: one that is free, the tree's, listed twice or out of range is
+    refused with the row and position named, and the call changes nothing
+    (the request keeps its snapshot); put right, the call goes through."""
+    rng = np.random.default_rng(11)
+    base = [rng.integers(1, 50000, size=16).tolist() for _ in range(2)]
+    ext = [b + rng.integers(1, 50000, size=10).tolist() for b in base]
+    lc, st, kv, rp = _batch_lifecycle()
+    out = lc.prefill_batch(base)
+    lc.finish_batch(out["rows"], base)
+    out = lc.prefill_batch(ext)
+    assert out["prefix_len"].tolist() == [16, 16]
+    rows = out["rows"]
+    r = int(rows[0])
+    own = int(rp.table[r, 20])
+    assert kv.owner(4095) == "free" and kv.owner(int(rp.table[r, 0])) == "tree"
+    # a tree's index right below one of the request's own (read one off, it would pass)
+    beside = max(x for x in range(1, 4095) if kv.owner(x) == "tree" and kv.owner(x + 1) == r)
+    cases = [(4095, _C.OwnershipError, "is free"), (int(rp.table[r, 0]), _C.OwnershipError, "is owned by the prefix tree"),
+             (beside, _C.OwnershipError, "is owned by the prefix tree"),
+             (int(rp.table[r, 17]), ValueError, "is listed twice"), (10**6, ValueError, "is out of range")]
+    for x, exc, why in cases:
+        rp.write(r, 20, [x])
+        before = _snapshot(lc, st, kv, rp, rows, ext)
+        with pytest.raises(exc, match=rf"^{call}\(\): rows\[0\] \(row {r}\): its table\[20\] = {x} {why}"):
+            getattr(lc, call)(rows, ext)
+        assert _snapshot(lc, st, kv, rp, rows, ext) == before
+        rp.write(r, 20, [own])
+        lc.check()
+    getattr(lc, call)(rows, ext)
+    lc.check()
 
 
 def test_batch_end_calls_check_the_tokens_they_read_before_any_row() -> None:
