@@ -1798,7 +1798,9 @@ split_node(mr_radix *t, mr_node *child, size_t p, mr_node **upper_out)
     size_t len = child->len, rest = len - p;
     int32_t *ckey = node_key(child);
     const size_t vb = val_bytes(t);
-    memcpy(upper->vals, child->vals, p * vb);   /* no bytes without values */
+    if (!t->cfg.no_values) {
+        memcpy(upper->vals, child->vals, p * vb);
+    }
     memcpy(node_key(upper), ckey, p * sizeof(int32_t));
     upper->full_lock = child->full_lock;
     upper->end = child->end - (child->len - p);
