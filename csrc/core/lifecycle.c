@@ -654,6 +654,19 @@ kv_refusal(const mr_kv *kv, int32_t o, int64_t pg, int grp, size_t i, size_t min
     return MR_OK;
 }
 
+/* Gives k units from position `from` back to `expect` after a claim:
+ * val's, or row's when the insert reads the row in place (lc_insert). */
+static void
+unclaim_units(mr_lifecycle *lc, const int64_t *val, const int32_t *row, size_t from, int64_t k, int32_t expect)
+{
+    if (row != NULL) {
+        mr_slots_unclaim32(&lc->kv->pages, row + from, k, expect, MR_OWNER_TREE);
+    }
+    else {
+        mr_slots_unclaim(&lc->kv->pages, val + from, k, expect, MR_OWNER_TREE);
+    }
+}
+
 /* tail[0:ntail) (with pools): the caller's KV past what it caches, freed
  * once the tree has changed, in a call of its own before the duplicates
  * (cache_finished_req frees its tail before it inserts).  from: NULL or
@@ -717,13 +730,10 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
             const int64_t k = (int64_t)(len - mine);
             claimed = row != NULL ? mr_slots_claim32(&lc->kv->pages, row + mine, k, expect, MR_OWNER_TREE)
                                   : mr_slots_claim(&lc->kv->pages, val + mine, k, expect, MR_OWNER_TREE);
-            if (claimed < k && row != NULL) {
-                mr_slots_unclaim32(&lc->kv->pages, row + mine, claimed, expect, MR_OWNER_TREE);
+            if (claimed < k) {
+                unclaim_units(lc, val, row, mine, claimed, expect);
+                claimed = -1;
             }
-            else if (claimed < k) {
-                mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
-            }
-            claimed = claimed < k ? -1 : claimed;
         }
     }
     if (row != NULL && claimed < 0) {
@@ -827,11 +837,8 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         rc = mr_radix_insert_ex(lc->tree, key, val, len, ns, state, prev_prefix_len, &opts, dup, out);
     }
     if (rc != MR_OK) {
-        if (claimed >= 0 && row != NULL) {
-            mr_slots_unclaim32(&lc->kv->pages, row + mine, claimed, expect, MR_OWNER_TREE);
-        }
-        else if (claimed >= 0) {
-            mr_slots_unclaim(&lc->kv->pages, val + mine, claimed, expect, MR_OWNER_TREE);
+        if (claimed >= 0) {
+            unclaim_units(lc, val, row, mine, claimed, expect);
         }
         return rc;
     }
@@ -850,17 +857,14 @@ lc_insert(mr_lifecycle *lc, const int32_t *key, const int64_t *val, size_t len, 
         /* the tree keeps val[pl:len) as claimed; val[mine:pl) (the
          * duplicates, freed below) goes back to the caller first */
         size_t from_new = pl > mine ? pl : mine;
-        if (pl > mine && row != NULL) {
-            mr_slots_unclaim32(&lc->kv->pages, row + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
+        if (pl > mine) {
+            unclaim_units(lc, val, row, mine, (int64_t)(pl - mine), expect);
         }
-        else if (pl > mine) {
-            mr_slots_unclaim(&lc->kv->pages, val + mine, (int64_t)(pl - mine), expect, MR_OWNER_TREE);
-        }
-        for (size_t i = pl; i < mine && row != NULL; i++) {
-            const int64_t u = row[i];   /* rare: eviction shortened the tree's prefix */
-            mr_slots_transfer_checked(&lc->kv->pages, &u, 1, MR_OWNER_TREE);
-        }
-        if (pl < mine && row == NULL) {
+        else if (pl < mine) {
+            int64_t *wide = (int64_t *)val;   /* room for len values (see row above) */
+            for (size_t i = pl; i < mine && row != NULL; i++) {
+                wide[i] = row[i];
+            }
             mr_slots_transfer_checked(&lc->kv->pages, val + pl, (int64_t)(mine - pl), MR_OWNER_TREE);
         }
         held = expect == MR_OWNER_HELD ? (int64_t)(len - mine) : 0;

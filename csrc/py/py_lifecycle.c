@@ -935,7 +935,7 @@ insert_raise(LifecycleObject *self, int rc, const char *what, const char *subjec
         break;
     case MR_EBUSY:
         PyErr_Format(st->OwnershipError, "%s: %s = %lld is owned by the prefix tree past %s", what, subject, x,
-                     strcmp(what, "insert()") == 0
+                     name == subject   /* insert()'s own value array */
                          ? "its own prefix (pass that prefix's length as prev_prefix_len)"
                          : "the request's matched prefix, or by an alloc group that has not handed it out");
         break;
